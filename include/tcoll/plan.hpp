@@ -1,0 +1,21 @@
+#pragma once
+/// \file
+/// tcoll planning layer: cost models, model profiles, fusion planners, the WFBP
+/// timeline simulator and calibration. Pure C++20, no communication; see
+/// docs/planner.md and docs/plan_api.md.
+
+#include "tcoll/plan/adafusion.hpp"
+#include "tcoll/plan/any_planner.hpp"
+#include "tcoll/plan/bench_records.hpp"
+#include "tcoll/plan/bucket_plan.hpp"
+#include "tcoll/plan/calibrate.hpp"
+#include "tcoll/plan/cost_model.hpp"
+#include "tcoll/plan/ddp.hpp"
+#include "tcoll/plan/layerwise.hpp"
+#include "tcoll/plan/mgwfbp.hpp"
+#include "tcoll/plan/optimal.hpp"
+#include "tcoll/plan/profile.hpp"
+#include "tcoll/plan/simulate.hpp"
+#include "tcoll/plan/single.hpp"
+#include "tcoll/plan/threshold.hpp"
+#include "tcoll/plan/trace.hpp"

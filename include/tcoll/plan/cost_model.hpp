@@ -1,0 +1,229 @@
+#pragma once
+/// \file
+/// Communication cost models: the alpha-beta-gamma cost of each allreduce algorithm
+/// the library implements (MG-WFBP Table II, Thakur/Rabenseifner/Gropp 2005 for the
+/// non-power-of-two forms, GradientFlow Sec. 2.4 for the hierarchical forms), the
+/// linear model T(M) = a + b M (MG-WFBP Eq. 9) and the piecewise log/linear model of
+/// OSF Eq. 18. All times are microseconds, all sizes bytes.
+
+#include <concepts>
+#include <cstdint>
+#include <stdexcept>
+#include <string_view>
+
+#include "tcoll/plan/detail/math.hpp"
+
+namespace tcoll::plan {
+
+/// Point-to-point parameters of one link class (MG-WFBP Table I).
+struct link_params {
+  double alpha_us = 0.0;          ///< latency (startup time) of one message
+  double beta_us_per_byte = 0.0;  ///< transfer time per byte
+  double gamma_us_per_byte = 0.0; ///< time to reduce one byte of received data into a buffer
+};
+
+/// Ring allreduce (reduce-scatter ring + allgather ring), any number of ranks:
+/// 2(p-1) alpha + 2(p-1)/p n beta + (p-1)/p n gamma.
+constexpr double ring_allreduce_us(double bytes, int ranks, link_params l) noexcept {
+  if (ranks <= 1) return 0.0;
+  const double p = ranks;
+  return 2.0 * (p - 1) * l.alpha_us + 2.0 * (p - 1) / p * bytes * l.beta_us_per_byte +
+         (p - 1) / p * bytes * l.gamma_us_per_byte;
+}
+
+/// Cost of the MPICH non-power-of-two fold: the r = p - 2^floor(lg p) extra ranks send
+/// their whole vector to a partner in the core (one message, one reduction) before
+/// the core runs, and receive the whole result afterwards (one message).
+constexpr double non_power_of_two_fold_us(double bytes, int ranks, link_params l) noexcept {
+  if (ranks <= 1 || detail::is_power_of_two(static_cast<std::uint64_t>(ranks))) return 0.0;
+  return 2.0 * l.alpha_us + 2.0 * bytes * l.beta_us_per_byte + bytes * l.gamma_us_per_byte;
+}
+
+/// Largest power of two <= ranks: the core that folded algorithms run on.
+constexpr int power_of_two_core(int ranks) noexcept {
+  return ranks <= 1 ? 1 : 1 << detail::floor_log2(static_cast<std::uint64_t>(ranks));
+}
+
+/// Recursive doubling: lg p rounds exchanging the whole vector,
+/// lg p (alpha + n beta + n gamma) on the power-of-two core plus the fold.
+constexpr double recursive_doubling_allreduce_us(double bytes, int ranks, link_params l) noexcept {
+  if (ranks <= 1) return 0.0;
+  const int core = power_of_two_core(ranks);
+  const double rounds = detail::floor_log2(static_cast<std::uint64_t>(core));
+  return rounds * (l.alpha_us + bytes * l.beta_us_per_byte + bytes * l.gamma_us_per_byte) +
+         non_power_of_two_fold_us(bytes, ranks, l);
+}
+
+/// Recursive halving-doubling (Rabenseifner): reduce-scatter by recursive halving then
+/// allgather by recursive doubling on the core p' = 2^floor(lg p):
+/// 2 lg p' alpha + 2 (p'-1)/p' n beta + (p'-1)/p' n gamma, plus the fold.
+constexpr double halving_doubling_allreduce_us(double bytes, int ranks, link_params l) noexcept {
+  if (ranks <= 1) return 0.0;
+  const int core = power_of_two_core(ranks);
+  const double p = core;
+  const double rounds = detail::floor_log2(static_cast<std::uint64_t>(core));
+  return 2.0 * rounds * l.alpha_us + 2.0 * (p - 1) / p * bytes * l.beta_us_per_byte +
+         (p - 1) / p * bytes * l.gamma_us_per_byte + non_power_of_two_fold_us(bytes, ranks, l);
+}
+
+/// Binomial tree reduce to a root followed by binomial tree broadcast; each has
+/// ceil(lg p) rounds for any p, so no fold is needed:
+/// ceil(lg p) (alpha + n beta + n gamma) + ceil(lg p) (alpha + n beta).
+constexpr double binomial_tree_allreduce_us(double bytes, int ranks, link_params l) noexcept {
+  if (ranks <= 1) return 0.0;
+  const double rounds = detail::ceil_log2(static_cast<std::uint64_t>(ranks));
+  return rounds *
+         (2.0 * l.alpha_us + 2.0 * bytes * l.beta_us_per_byte + bytes * l.gamma_us_per_byte);
+}
+
+/// Two-level machine: groups of `group_size` ranks joined by `intra` links, groups
+/// joined by `inter` links.
+struct hierarchy_params {
+  int group_size = 1;
+  link_params intra{};
+  link_params inter{};
+};
+
+/// Hierarchical allreduce as GradientFlow Sec. 2.4 describes it: reduce to the group
+/// leader, ring allreduce across the leaders, broadcast from the leader. The intra-group
+/// reduce and broadcast are binomial trees (ceil(lg g) rounds of the whole vector),
+/// which is why GradientFlow calls them "not bandwidth optimal".
+/// Throws std::invalid_argument if ranks is not a multiple of group_size.
+constexpr double hierarchical_leader_allreduce_us(double bytes, int ranks, hierarchy_params h) {
+  if (h.group_size < 1 || ranks % h.group_size != 0)
+    throw std::invalid_argument("hierarchical allreduce: ranks must be a multiple of group_size");
+  const double intra_rounds = detail::ceil_log2(static_cast<std::uint64_t>(h.group_size));
+  const double reduce = intra_rounds * (h.intra.alpha_us + bytes * h.intra.beta_us_per_byte +
+                                        bytes * h.intra.gamma_us_per_byte);
+  const double broadcast = intra_rounds * (h.intra.alpha_us + bytes * h.intra.beta_us_per_byte);
+  return reduce + ring_allreduce_us(bytes, ranks / h.group_size, h.inter) + broadcast;
+}
+
+/// Hierarchical allreduce by shards: ring reduce-scatter inside each group, ring
+/// allreduce of each 1/g shard across the groups (g concurrent rings), ring allgather
+/// inside each group.
+constexpr double hierarchical_sharded_allreduce_us(double bytes, int ranks, hierarchy_params h) {
+  if (h.group_size < 1 || ranks % h.group_size != 0)
+    throw std::invalid_argument("hierarchical allreduce: ranks must be a multiple of group_size");
+  const double g = h.group_size;
+  const double intra_share = (g - 1) / g * bytes;
+  const double reduce_scatter =
+      (g - 1) * h.intra.alpha_us +
+      intra_share * (h.intra.beta_us_per_byte + h.intra.gamma_us_per_byte);
+  const double allgather = (g - 1) * h.intra.alpha_us + intra_share * h.intra.beta_us_per_byte;
+  return reduce_scatter + ring_allreduce_us(bytes / g, ranks / h.group_size, h.inter) + allgather;
+}
+
+/// The allreduce algorithms of tcoll, by the names the library and benchmarks use.
+enum class allreduce_algorithm {
+  ring,
+  recursive_doubling,
+  halving_doubling,
+  binomial_tree,
+  hierarchical_leader,
+  hierarchical_sharded,
+};
+
+/// Library name of an algorithm ("ring", "recursive_doubling", ...).
+constexpr std::string_view algorithm_name(allreduce_algorithm a) noexcept {
+  switch (a) {
+  case allreduce_algorithm::ring:
+    return "ring";
+  case allreduce_algorithm::recursive_doubling:
+    return "recursive_doubling";
+  case allreduce_algorithm::halving_doubling:
+    return "halving_doubling";
+  case allreduce_algorithm::binomial_tree:
+    return "binomial_tree";
+  case allreduce_algorithm::hierarchical_leader:
+    return "hierarchical_leader";
+  case allreduce_algorithm::hierarchical_sharded:
+    return "hierarchical_sharded";
+  }
+  return "unknown";
+}
+
+/// Cost of one allreduce of `bytes` on `ranks` ranks. Flat algorithms use `h.inter` as
+/// the link of every pair (the network), hierarchical ones use both levels.
+constexpr double allreduce_us(allreduce_algorithm a, double bytes, int ranks, hierarchy_params h) {
+  switch (a) {
+  case allreduce_algorithm::ring:
+    return ring_allreduce_us(bytes, ranks, h.inter);
+  case allreduce_algorithm::recursive_doubling:
+    return recursive_doubling_allreduce_us(bytes, ranks, h.inter);
+  case allreduce_algorithm::halving_doubling:
+    return halving_doubling_allreduce_us(bytes, ranks, h.inter);
+  case allreduce_algorithm::binomial_tree:
+    return binomial_tree_allreduce_us(bytes, ranks, h.inter);
+  case allreduce_algorithm::hierarchical_leader:
+    return hierarchical_leader_allreduce_us(bytes, ranks, h);
+  case allreduce_algorithm::hierarchical_sharded:
+    return hierarchical_sharded_allreduce_us(bytes, ranks, h);
+  }
+  return 0.0;
+}
+
+/// A communication cost model: callable with a message size in bytes, returns
+/// microseconds. Planners accept any such model; the optimal planner additionally
+/// needs it not to decrease when the message grows.
+template <class M>
+concept cost_model = requires(const M& m, double bytes) {
+  { m(bytes) } -> std::convertible_to<double>;
+};
+
+/// MG-WFBP Eq. 9: T(M) = a + b M.
+struct linear_cost {
+  double startup_us = 0.0;  ///< a
+  double per_byte_us = 0.0; ///< b
+  constexpr double operator()(double bytes) const noexcept {
+    return startup_us + per_byte_us * bytes;
+  }
+};
+
+/// The cost of one algorithm on a fixed machine and rank count, as a cost_model.
+struct allreduce_cost {
+  allreduce_algorithm algorithm = allreduce_algorithm::ring;
+  int ranks = 1;
+  hierarchy_params machine{}; ///< flat algorithms read machine.inter
+
+  constexpr double operator()(double bytes) const {
+    return allreduce_us(algorithm, bytes, ranks, machine);
+  }
+};
+
+/// Convenience: the cost of `algorithm` over `ranks` ranks of a flat network.
+constexpr allreduce_cost flat_allreduce(allreduce_algorithm algorithm, int ranks,
+                                        link_params network) noexcept {
+  return allreduce_cost{algorithm, ranks, hierarchy_params{1, network, network}};
+}
+
+/// OSF Eq. 18: t(D) = a1 log2(D) + b1 below the threshold, a2 D + b2 at or above it.
+/// The threshold is the bandwidth-delay product of the link. Sizes below one byte are
+/// evaluated at one byte, so t(0) = b1 is the cost of the smallest message.
+struct piecewise_cost {
+  double log_slope_us = 0.0;     ///< a1, microseconds per doubling of the size
+  double log_offset_us = 0.0;    ///< b1
+  double linear_slope_us = 0.0;  ///< a2, microseconds per byte
+  double linear_offset_us = 0.0; ///< b2
+  double threshold_bytes = 0.0;  ///< D_Thresh
+
+  constexpr double operator()(double bytes) const noexcept {
+    if (bytes < threshold_bytes)
+      return log_slope_us * detail::log2(bytes < 1.0 ? 1.0 : bytes) + log_offset_us;
+    return linear_slope_us * bytes + linear_offset_us;
+  }
+};
+
+/// Bandwidth-delay product in bytes: bandwidth (bytes/us = 1/beta) times round trip
+/// (two latencies). OSF Sec. 4.2 uses it as the piecewise model's threshold.
+constexpr double bandwidth_delay_product_bytes(link_params l) noexcept {
+  return l.beta_us_per_byte > 0 ? 2.0 * l.alpha_us / l.beta_us_per_byte : 0.0;
+}
+
+/// The fixed cost of one collective, MG-WFBP's "a": the model evaluated at zero bytes.
+template <cost_model M>
+constexpr double startup_cost_us(const M& model) {
+  return static_cast<double>(model(0.0));
+}
+
+} // namespace tcoll::plan
