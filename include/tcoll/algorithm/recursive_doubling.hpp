@@ -1,0 +1,83 @@
+#pragma once
+/// \file
+/// Recursive doubling allreduce (Thakur, Rabenseifner & Gropp 2005): in log2(P) steps each
+/// rank exchanges its whole buffer with the partner at distance 1, 2, 4, ... and combines.
+/// Non-powers of two fold the first 2r ranks pairwise before and after (MPICH).
+/// The lower-ranked group is always the left operand, so every rank computes the same
+/// expression and operand order is kept (non-commutative ops are allowed).
+/// Cost: log2(P) (alpha + n beta + n gamma), plus 2 (alpha + n beta) + n gamma if P is not
+/// a power of two.
+#include <string_view>
+
+#include "../detail/schedule.hpp"
+#include "detail/fold.hpp"
+
+namespace tcoll {
+
+/// Recursive doubling allreduce (latency-optimal for small messages).
+struct recursive_doubling {
+  static constexpr std::string_view name = "recursive_doubling";
+  static constexpr bool keeps_operand_order = true;
+
+  template <class Sink>
+  void allreduce(Sink& s, const detail::layout& L) const {
+    using namespace detail;
+    const std::size_t n = L.count;
+    const fold f(L.rank, L.size);
+    // Ping-pong between output and scratch so no rank writes what a partner is reading;
+    // start so the last write lands in the output. In place, the first write must not hit
+    // the input a partner is reading, so an odd count ends with a copy out of scratch.
+    const int writes = f.core_steps() + (f.folded_receiver() ? 1 : 0);
+    const bool copy_out = L.in_place && writes % 2 == 1;
+    s.reserve(L.size > 1 ? n : 0, n);
+    if (L.size == 1 || n == 0) {
+      s.round_begin();
+      s.copy({buffer_id::output, 0, n}, {buffer_id::input, 0, n});
+      s.finalize({buffer_id::output, 0, n});
+      s.round_end();
+      return;
+    }
+    buffer_id cur = buffer_id::input;
+    buffer_id next = writes % 2 == 1 && !copy_out ? buffer_id::output : buffer_id::scratch;
+    auto whole = [n](buffer_id b) { return region{b, 0, n}; };
+    auto advance = [&] {
+      cur = next;
+      next = next == buffer_id::output ? buffer_id::scratch : buffer_id::output;
+    };
+    if (f.folded_sender()) { // give my data to my odd partner, receive the result at the end
+      s.round_begin();
+      s.send(f.fold_partner(), whole(buffer_id::input));
+      s.round_end();
+      s.round_begin();
+      s.recv(f.fold_partner(), whole(buffer_id::output));
+      s.round_end();
+      return;
+    }
+    if (f.folded_receiver()) {
+      s.round_begin();
+      s.recv_reduce(f.fold_partner(), whole(next), whole(cur), true); // partner is lower
+      s.round_end();
+      advance();
+    }
+    for (int mask = 1; mask < f.core_size(); mask <<= 1) {
+      const int partner_new = f.new_rank() ^ mask;
+      const int partner = f.old_rank(partner_new);
+      s.round_begin();
+      s.send(partner, whole(cur));
+      s.recv_reduce(partner, whole(next), whole(cur), partner_new < f.new_rank());
+      s.round_end();
+      advance();
+    }
+    s.round_begin();
+    if (copy_out) s.copy(whole(buffer_id::output), whole(buffer_id::scratch));
+    s.finalize(whole(buffer_id::output));
+    s.round_end();
+    if (f.folded_receiver()) {
+      s.round_begin();
+      s.send(f.fold_partner(), whole(buffer_id::output));
+      s.round_end();
+    }
+  }
+};
+
+} // namespace tcoll

@@ -1,0 +1,142 @@
+#pragma once
+/// \file
+/// Ring allreduce = ring reduce-scatter + ring allgather (Patarasuk & Yuan; GradientFlow
+/// Sec. 2.4; MXNET-MPI Sec. 6.2 "bucket" algorithm). The buffer is cut into P chunks; in
+/// P-1 steps each rank passes one chunk to its right neighbour and reduces the one arriving
+/// from its left, then P-1 steps pass the finished chunks around. Chunks larger than
+/// `max_segment_bytes` travel as several messages, so the reduction of one segment overlaps
+/// the transfer of the next.
+/// Cost: 2(P-1) alpha + 2(P-1)/P n beta + (P-1)/P n gamma.
+#include <algorithm>
+#include <cstddef>
+#include <string_view>
+
+#include "../detail/schedule.hpp"
+
+namespace tcoll {
+
+/// Ring allreduce and its building blocks. Tuning knobs are the members.
+struct ring {
+  static constexpr std::string_view name = "ring";
+  /// Ring reorders operands (each chunk starts at a different rank): commutative ops only.
+  static constexpr bool keeps_operand_order = false;
+
+  /// Largest message; a chunk larger than this is sent as several segments.
+  std::size_t max_segment_bytes = std::size_t{1} << 20;
+
+  /// Allreduce of `L.count` elements from input into output.
+  template <class Sink>
+  void allreduce(Sink& s, const detail::layout& L) const {
+    using namespace detail;
+    const int P = L.size, r = L.rank;
+    const std::size_t n = L.count;
+    if (P == 1 || n == 0) {
+      s.reserve(0, 0);
+      s.round_begin();
+      s.copy({buffer_id::output, 0, n}, {buffer_id::input, 0, n});
+      s.finalize({buffer_id::output, 0, n});
+      s.round_end();
+      return;
+    }
+    const std::size_t seg = segment_elems(L);
+    s.reserve(0, chunk_size(n, P, 0));
+    auto chunk = [&](buffer_id b, int c) {
+      return region{b, chunk_begin(n, P, c), chunk_size(n, P, c)};
+    };
+    // Reduce-scatter: in step k rank r sends chunk r-k-1 and reduces chunk r-k-2, so after
+    // P-1 steps it holds the finished chunk r. Step 0 reads the input (no initial copy).
+    for (int k = 0; k < P - 1; ++k) {
+      const int out_c = mod(r - k - 1, P), in_c = mod(r - k - 2, P);
+      const buffer_id from = k == 0 ? buffer_id::input : buffer_id::output;
+      s.round_begin();
+      segments(chunk(from, out_c), seg, [&](region g) { s.send(mod(r + 1, P), g); });
+      segments(chunk(buffer_id::output, in_c), seg, [&](region g) {
+        s.recv_reduce(mod(r - 1, P), g, region{buffer_id::input, g.offset, g.count}, true);
+      });
+      if (k == P - 2) s.finalize(chunk(buffer_id::output, r));
+      s.round_end();
+    }
+    // Allgather: in step k rank r sends chunk r-k and receives chunk r-k-1.
+    allgather_steps(
+        s, P, r, [&](int c) { return chunk(buffer_id::output, c); }, seg);
+  }
+
+  /// Reduce-scatter: input holds P blocks of `L.count`; rank r's output receives block r.
+  template <class Sink>
+  void reduce_scatter(Sink& s, const detail::layout& L) const {
+    using namespace detail;
+    const int P = L.size, r = L.rank;
+    const std::size_t n = L.count;
+    const std::size_t seg = segment_elems(L);
+    s.reserve(P > 2 ? n * P : 0, n);
+    auto block = [&](buffer_id b, int c) { return region{b, std::size_t(c) * n, n}; };
+    auto work = [&](int c, int k) {
+      // the block finished in the last step lands in the output, others in scratch
+      return k == P - 2 ? region{buffer_id::output, 0, n} : block(buffer_id::scratch, c);
+    };
+    if (P == 1 || n == 0) {
+      s.round_begin();
+      s.copy({buffer_id::output, 0, n}, block(buffer_id::input, r));
+      s.finalize({buffer_id::output, 0, n});
+      s.round_end();
+      return;
+    }
+    for (int k = 0; k < P - 1; ++k) {
+      const int out_c = mod(r - k - 1, P), in_c = mod(r - k - 2, P);
+      const region from = k == 0 ? block(buffer_id::input, out_c) : work(out_c, k - 1);
+      const region to = work(in_c, k);
+      s.round_begin();
+      segments(from, seg, [&](region g) { s.send(mod(r + 1, P), g); });
+      segments(to, seg, [&](region g) {
+        const std::size_t within = g.offset - to.offset;
+        s.recv_reduce(mod(r - 1, P), g, region{buffer_id::input, in_c * n + within, g.count}, true);
+      });
+      if (k == P - 2) s.finalize(to);
+      s.round_end();
+    }
+  }
+
+  /// Allgather: rank r's input (`L.count` elements) lands in block r of every output.
+  /// In place when the input is block r of the output itself.
+  template <class Sink>
+  void allgather(Sink& s, const detail::layout& L) const {
+    using namespace detail;
+    const int P = L.size, r = L.rank;
+    const std::size_t n = L.count;
+    s.reserve(0, 0);
+    auto block = [&](int c) { return region{buffer_id::output, std::size_t(c) * n, n}; };
+    s.round_begin();
+    s.copy(block(r), {buffer_id::input, 0, n});
+    s.round_end();
+    if (P == 1 || n == 0) return;
+    // rank r holds block r; step k sends block r-k and receives block r-k-1, which is the
+    // chunk numbering allgather_steps uses after shifting by one.
+    allgather_steps(
+        s, P, r, [&](int c) { return block(mod(c, P)); }, segment_elems(L));
+  }
+
+  std::size_t segment_elems(const detail::layout& L) const {
+    return std::max<std::size_t>(1, max_segment_bytes / std::max<std::size_t>(1, L.elem_bytes));
+  }
+
+  /// Calls f(region) for each piece of at most `seg` elements of g (nothing if g is empty).
+  template <class F>
+  static void segments(detail::region g, std::size_t seg, F&& f) {
+    for (std::size_t off = 0; off < g.count; off += seg)
+      f(detail::region{g.buf, g.offset + off, std::min(seg, g.count - off)});
+  }
+
+  /// P-1 steps; in step k rank r sends where(r-k) and receives where(r-k-1).
+  template <class Sink, class Where>
+  static void allgather_steps(Sink& s, int P, int r, Where where, std::size_t seg) {
+    using detail::mod;
+    for (int k = 0; k < P - 1; ++k) {
+      s.round_begin();
+      segments(where(mod(r - k, P)), seg, [&](detail::region g) { s.send(mod(r + 1, P), g); });
+      segments(where(mod(r - k - 1, P)), seg, [&](detail::region g) { s.recv(mod(r - 1, P), g); });
+      s.round_end();
+    }
+  }
+};
+
+} // namespace tcoll

@@ -1,0 +1,146 @@
+#pragma once
+/// \file
+/// Algorithm selection by message size, by code or by an environment string in the style
+/// `ring:1M-max;recursive_doubling:0-8K` (sizes in bytes with K/M/G = 2^10/2^20/2^30
+/// suffixes, inclusive ranges, `max` for no upper bound, first matching rule wins).
+#include <cctype>
+#include <cstddef>
+#include <cstdlib>
+#include <limits>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "../core/error.hpp"
+#include "ring.hpp"
+
+namespace tcoll {
+
+/// The allreduce algorithms selectable at run time.
+enum class algorithm_id {
+  ring,
+  recursive_doubling,
+  recursive_halving_doubling,
+  binomial_tree,
+  passthrough
+};
+
+/// Name as used in selection strings, benchmarks and docs.
+constexpr std::string_view to_string(algorithm_id a) {
+  switch (a) {
+  case algorithm_id::ring:
+    return "ring";
+  case algorithm_id::recursive_doubling:
+    return "recursive_doubling";
+  case algorithm_id::recursive_halving_doubling:
+    return "recursive_halving_doubling";
+  case algorithm_id::binomial_tree:
+    return "binomial_tree";
+  case algorithm_id::passthrough:
+    return "passthrough";
+  }
+  return "?";
+}
+
+/// Parses an algorithm name; throws `invalid_argument` naming it otherwise.
+inline algorithm_id parse_algorithm(std::string_view name) {
+  for (auto a : {algorithm_id::ring, algorithm_id::recursive_doubling,
+                 algorithm_id::recursive_halving_doubling, algorithm_id::binomial_tree,
+                 algorithm_id::passthrough})
+    if (to_string(a) == name) return a;
+  throw invalid_argument("unknown algorithm '" + std::string(name) +
+                         "' (ring, recursive_doubling, recursive_halving_doubling, "
+                         "binomial_tree, passthrough)");
+}
+
+/// One selection rule: use `algorithm` for messages of [min_bytes, max_bytes] bytes.
+struct size_rule {
+  algorithm_id algorithm = algorithm_id::ring;
+  std::size_t min_bytes = 0;
+  std::size_t max_bytes = std::numeric_limits<std::size_t>::max();
+};
+
+namespace detail {
+inline std::size_t parse_size(std::string_view s, std::string_view whole) {
+  if (s == "max") return std::numeric_limits<std::size_t>::max();
+  std::size_t i = 0, v = 0;
+  if (s.empty() || !std::isdigit(static_cast<unsigned char>(s[0])))
+    throw invalid_argument("selection '" + std::string(whole) + "': bad size '" + std::string(s) +
+                           "'");
+  for (; i < s.size() && std::isdigit(static_cast<unsigned char>(s[i])); ++i) {
+    if (v > (std::numeric_limits<std::size_t>::max() - 9) / 10)
+      throw invalid_argument("selection '" + std::string(whole) + "': size too large");
+    v = v * 10 + static_cast<std::size_t>(s[i] - '0');
+  }
+  std::size_t mult = 1;
+  if (i < s.size()) {
+    const char c = static_cast<char>(std::toupper(static_cast<unsigned char>(s[i])));
+    mult = c == 'K' ? 1u << 10 : c == 'M' ? 1u << 20 : c == 'G' ? 1u << 30 : 0;
+    if (mult == 0 || i + 1 != s.size())
+      throw invalid_argument("selection '" + std::string(whole) + "': bad size suffix in '" +
+                             std::string(s) + "'");
+  }
+  if (v > std::numeric_limits<std::size_t>::max() / mult)
+    throw invalid_argument("selection '" + std::string(whole) + "': size too large");
+  return v * mult;
+}
+} // namespace detail
+
+/// Parses `name:lo-hi;name:lo-hi;...`; throws `invalid_argument` naming the bad token.
+inline std::vector<size_rule> parse_selection(std::string_view text) {
+  std::vector<size_rule> rules;
+  std::size_t pos = 0;
+  while (pos <= text.size()) {
+    const std::size_t end = std::min(text.find(';', pos), text.size());
+    const std::string_view tok = text.substr(pos, end - pos);
+    pos = end + 1;
+    if (tok.empty()) continue;
+    const auto colon = tok.find(':'), dash = tok.find('-', colon == tok.npos ? 0 : colon);
+    if (colon == tok.npos || dash == tok.npos)
+      throw invalid_argument("selection '" + std::string(text) + "': rule '" + std::string(tok) +
+                             "' is not name:min-max");
+    size_rule r;
+    r.algorithm = parse_algorithm(tok.substr(0, colon));
+    r.min_bytes = detail::parse_size(tok.substr(colon + 1, dash - colon - 1), text);
+    r.max_bytes = detail::parse_size(tok.substr(dash + 1), text);
+    if (r.min_bytes > r.max_bytes)
+      throw invalid_argument("selection '" + std::string(text) + "': rule '" + std::string(tok) +
+                             "' has min > max");
+    rules.push_back(r);
+  }
+  return rules;
+}
+
+/// Picks the algorithm by message size. Rules are tried in order; sizes no rule covers
+/// use the built-in choice (recursive doubling up to `small_bytes`, ring above).
+/// A default-constructed `automatic` reads `TCOLL_ALLREDUCE_ALGO` once per process.
+struct automatic {
+  static constexpr std::string_view name = "automatic";
+  std::vector<size_rule> rules = env_rules();
+  std::size_t small_bytes = 32 * 1024;
+  ring ring_knobs{};
+
+  /// The algorithm for a message of `bytes` (commutative ops may use any; others only
+  /// the order-keeping ones, so a ring choice becomes recursive halving-doubling).
+  algorithm_id choose(std::size_t bytes, bool commutative) const {
+    algorithm_id a = bytes <= small_bytes ? algorithm_id::recursive_doubling : algorithm_id::ring;
+    for (const auto& r : rules)
+      if (bytes >= r.min_bytes && bytes <= r.max_bytes) {
+        a = r.algorithm;
+        break;
+      }
+    if (!commutative && (a == algorithm_id::ring || a == algorithm_id::passthrough))
+      a = algorithm_id::recursive_halving_doubling;
+    return a;
+  }
+
+  static const std::vector<size_rule>& env_rules() {
+    static const std::vector<size_rule> parsed = [] {
+      const char* env = std::getenv("TCOLL_ALLREDUCE_ALGO");
+      return env ? parse_selection(env) : std::vector<size_rule>{};
+    }();
+    return parsed;
+  }
+};
+
+} // namespace tcoll

@@ -1,0 +1,191 @@
+#pragma once
+/// \file
+/// Entry points: `allreduce`, `reduce_scatter`, `allgather`, `broadcast`, `reduce`.
+/// Each checks its arguments (errors name the argument and the rank) and forwards to an
+/// algorithm's step description run by the generic executor. An out-of-place call never
+/// writes its input, also when it fails.
+#include <cstddef>
+#include <span>
+#include <string>
+#include <type_traits>
+
+#include "algorithm/binomial_tree.hpp"
+#include "algorithm/passthrough.hpp"
+#include "algorithm/recursive_doubling.hpp"
+#include "algorithm/recursive_halving_doubling.hpp"
+#include "algorithm/ring.hpp"
+#include "algorithm/select.hpp"
+#include "core/concepts.hpp"
+#include "core/ops.hpp"
+#include "detail/executor.hpp"
+#include "detail/validate.hpp"
+#include "reduce/cpu.hpp"
+
+namespace tcoll {
+
+/// An algorithm that can describe an allreduce as steps (see detail/schedule.hpp).
+template <class A>
+concept allreduce_algorithm = requires(const A& a, detail::step_recorder& s, detail::layout L) {
+  {A::name};
+  {A::keeps_operand_order};
+  a.allreduce(s, L);
+};
+
+namespace detail {
+template <class Op, class Algo>
+constexpr void check_order() {
+  static_assert(commutative_op<Op> || Algo::keeps_operand_order,
+                "tcoll: this algorithm reorders operands; a non-commutative op needs "
+                "recursive_doubling, recursive_halving_doubling or binomial_tree");
+}
+template <class R, class Op, class T>
+constexpr void check_support() {
+  static_assert(reducer_supports<R, Op, T>(), "tcoll: the reducer does not support this op "
+                                              "on this element type");
+}
+} // namespace detail
+
+/// Allreduce of `count` elements: every rank's `recvbuf` receives op over all ranks'
+/// `sendbuf`. `sendbuf == recvbuf` is the in-place form. `algo` is an algorithm tuning
+/// struct (`ring{}`, `recursive_doubling{}`, ..., `passthrough{}`) or `automatic{}`.
+template <transport Tr, class T, class Op = sum_op, class Algo = automatic, reducer R = cpu_reducer>
+void allreduce(Tr& t, const T* sendbuf, T* recvbuf, std::size_t count, const Op& op = {},
+               const Algo& algo = {}, R red = {}) {
+  detail::check_support<R, Op, T>();
+  const int rank = t.rank();
+  detail::check_count(count, 1, sizeof(T), "allreduce", rank);
+  detail::check_pointer(sendbuf, count, "sendbuf", "allreduce", rank);
+  detail::check_pointer(recvbuf, count, "recvbuf", "allreduce", rank);
+  detail::check_overlap(sendbuf, count * sizeof(T), recvbuf, count * sizeof(T), recvbuf,
+                        "allreduce", rank);
+  if constexpr (std::is_same_v<Algo, automatic>) {
+    switch (algo.choose(count * sizeof(T), commutative_op<Op>)) {
+    case algorithm_id::passthrough:
+      if constexpr (has_native_allreduce<Tr, T, Op>)
+        return allreduce(t, sendbuf, recvbuf, count, op, passthrough{}, red);
+      [[fallthrough]];
+    case algorithm_id::ring:
+      if constexpr (commutative_op<Op>)
+        return allreduce(t, sendbuf, recvbuf, count, op, algo.ring_knobs, red);
+      [[fallthrough]];
+    case algorithm_id::recursive_halving_doubling:
+      return allreduce(t, sendbuf, recvbuf, count, op, recursive_halving_doubling{}, red);
+    case algorithm_id::recursive_doubling:
+      return allreduce(t, sendbuf, recvbuf, count, op, recursive_doubling{}, red);
+    case algorithm_id::binomial_tree:
+      return allreduce(t, sendbuf, recvbuf, count, op, binomial_tree{}, red);
+    }
+  } else if constexpr (std::is_same_v<Algo, passthrough>) {
+    static_assert(has_native_allreduce<Tr, T, Op>,
+                  "tcoll: passthrough needs a transport with a vendor allreduce (mpi, nccl)");
+    t.native_allreduce(sendbuf, recvbuf, count, op);
+  } else {
+    static_assert(allreduce_algorithm<Algo>, "tcoll: not an allreduce algorithm");
+    detail::check_order<Op, Algo>();
+    detail::layout L{rank, t.size(), count, sizeof(T), 0, sendbuf == recvbuf};
+    detail::executor<Tr, R, T, Op> ex(t, red, op, sendbuf, count, recvbuf, count);
+    algo.allreduce(ex, L);
+  }
+}
+
+/// In-place allreduce over a span.
+template <transport Tr, class T, class Op = sum_op, class Algo = automatic, reducer R = cpu_reducer>
+void allreduce(Tr& t, std::span<T> data, const Op& op = {}, const Algo& algo = {}, R red = {}) {
+  allreduce(t, data.data(), data.data(), data.size(), op, algo, red);
+}
+
+/// Out-of-place allreduce over spans of equal size.
+template <transport Tr, class T, class Op = sum_op, class Algo = automatic, reducer R = cpu_reducer>
+void allreduce(Tr& t, std::span<const T> in, std::span<T> out, const Op& op = {},
+               const Algo& algo = {}, R red = {}) {
+  if (in.size() != out.size())
+    throw invalid_argument("allreduce: sendbuf has " + std::to_string(in.size()) +
+                               " elements but recvbuf has " + std::to_string(out.size()),
+                           t.rank());
+  allreduce(t, in.data(), out.data(), in.size(), op, algo, red);
+}
+
+/// Reduce-scatter (MPI_Reduce_scatter_block): `sendbuf` holds size() blocks of `count`;
+/// rank r's `recvbuf` (count elements) receives op over block r of every rank. Ring.
+template <transport Tr, class T, class Op = sum_op, reducer R = cpu_reducer>
+void reduce_scatter(Tr& t, const T* sendbuf, T* recvbuf, std::size_t count, const Op& op = {},
+                    const ring& algo = {}, R red = {}) {
+  detail::check_support<R, Op, T>();
+  detail::check_order<Op, ring>();
+  const int rank = t.rank(), P = t.size();
+  detail::check_count(count, P, sizeof(T), "reduce_scatter", rank);
+  detail::check_pointer(sendbuf, count * P, "sendbuf", "reduce_scatter", rank);
+  detail::check_pointer(recvbuf, count, "recvbuf", "reduce_scatter", rank);
+  detail::check_overlap(sendbuf, count * P * sizeof(T), recvbuf, count * sizeof(T), nullptr,
+                        "reduce_scatter", rank);
+  detail::layout L{rank, P, count, sizeof(T), 0, false};
+  detail::executor<Tr, R, T, Op> ex(t, red, op, sendbuf, count * P, recvbuf, count);
+  algo.reduce_scatter(ex, L);
+}
+
+/// Allgather: rank r's `sendbuf` (count elements) lands in block r of every `recvbuf`
+/// (size() * count). In place when `sendbuf == recvbuf + rank * count`. Ring.
+template <transport Tr, class T, reducer R = cpu_reducer>
+void allgather(Tr& t, const T* sendbuf, T* recvbuf, std::size_t count, const ring& algo = {},
+               R red = {}) {
+  const int rank = t.rank(), P = t.size();
+  detail::check_count(count, P, sizeof(T), "allgather", rank);
+  detail::check_pointer(sendbuf, count, "sendbuf", "allgather", rank);
+  detail::check_pointer(recvbuf, count * P, "recvbuf", "allgather", rank);
+  detail::check_overlap(sendbuf, count * sizeof(T), recvbuf, count * P * sizeof(T),
+                        recvbuf ? recvbuf + std::size_t(rank) * count : nullptr, "allgather", rank);
+  detail::layout L{rank, P, count, sizeof(T), 0, false};
+  detail::executor<Tr, R, T, sum_op> ex(t, red, sum_op{}, sendbuf, count, recvbuf, count * P);
+  algo.allgather(ex, L);
+}
+
+/// Broadcast of `count` elements of `buffer` from `root` (binomial tree).
+template <transport Tr, class T, reducer R = cpu_reducer>
+void broadcast(Tr& t, T* buffer, std::size_t count, int root, const binomial_tree& algo = {},
+               R red = {}) {
+  const int rank = t.rank();
+  detail::check_root(root, t.size(), "broadcast", rank);
+  detail::check_count(count, 1, sizeof(T), "broadcast", rank);
+  detail::check_pointer(buffer, count, "buffer", "broadcast", rank);
+  detail::layout L{rank, t.size(), count, sizeof(T), root, true};
+  detail::executor<Tr, R, T, sum_op> ex(t, red, sum_op{}, buffer, count, buffer, count);
+  algo.broadcast(ex, L);
+}
+
+/// Reduce to `root`: root's `recvbuf` receives op over every rank's `sendbuf`; `recvbuf`
+/// is ignored (may be null) elsewhere. Binomial tree; a non-commutative op is reduced in
+/// rank order to rank 0 and forwarded to the root.
+template <transport Tr, class T, class Op = sum_op, reducer R = cpu_reducer>
+void reduce(Tr& t, const T* sendbuf, T* recvbuf, std::size_t count, int root, const Op& op = {},
+            const binomial_tree& algo = {}, R red = {}) {
+  detail::check_support<R, Op, T>();
+  const int rank = t.rank(), P = t.size();
+  detail::check_root(root, P, "reduce", rank);
+  detail::check_count(count, 1, sizeof(T), "reduce", rank);
+  detail::check_pointer(sendbuf, count, "sendbuf", "reduce", rank);
+  const bool is_root = rank == root;
+  if (is_root) {
+    detail::check_pointer(recvbuf, count, "recvbuf", "reduce", rank);
+    detail::check_overlap(sendbuf, count * sizeof(T), recvbuf, count * sizeof(T), recvbuf, "reduce",
+                          rank);
+  }
+  // A non-commutative op is reduced in rank order at rank 0 (tree rooted at 0 keeps order)
+  // and forwarded; rank 0 then accumulates in a temporary unless it is the root.
+  const int tree_root = commutative_op<Op> ? root : 0;
+  const bool holds = rank == tree_root;
+  auto forward_space = red.template allocate<T>(holds && !is_root ? count : 0);
+  T* acc = is_root ? recvbuf : holds ? forward_space.data() : nullptr;
+  detail::layout L{rank, P, count, sizeof(T), tree_root, sendbuf == acc};
+  detail::executor<Tr, R, T, Op> ex(t, red, op, sendbuf, count, acc, acc ? count : 0);
+  algo.reduce(ex, L);
+  if (tree_root != root && (holds || is_root)) {
+    ex.round_begin();
+    if (holds)
+      ex.send(root, detail::region{detail::buffer_id::output, 0, count});
+    else
+      ex.recv(tree_root, detail::region{detail::buffer_id::output, 0, count});
+    ex.round_end();
+  }
+}
+
+} // namespace tcoll

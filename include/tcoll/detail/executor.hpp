@@ -1,0 +1,157 @@
+#pragma once
+/// \file
+/// Runs the steps an algorithm describes on any transport and reducer. Receive-and-reduce
+/// goes through `irecv_consume`, so a zero-copy transport reduces straight from the sender's
+/// memory while a staging transport receives into a staging slice first; the algorithm
+/// does not know which.
+#include <deque>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "../core/concepts.hpp"
+#include "../core/error.hpp"
+#include "schedule.hpp"
+
+namespace tcoll::detail {
+
+/// Message tag of tcoll's collectives (all messages of one call share it and are matched
+/// in posting order, which every transport guarantees per pair of ranks).
+inline constexpr int collective_tag = 7001;
+
+template <transport Tr, reducer R, class T, class Op>
+class executor : public sink_base<executor<Tr, R, T, Op>> {
+public:
+  executor(Tr& t, R& r, const Op& op, const T* input, std::size_t input_count, T* output,
+           std::size_t output_count, int tag = collective_tag)
+      : t_(t), r_(r), op_(op), input_(input), input_count_(input_count), output_(output),
+        output_count_(output_count), tag_(tag) {}
+
+  /// Allocates scratch (algorithm workspace) and staging (receive-and-reduce landing space,
+  /// skipped on zero-copy transports), both in elements.
+  void reserve(std::size_t scratch, std::size_t staging) {
+    if (scratch > scratch_.size()) scratch_ = r_.template allocate<T>(scratch);
+    if constexpr (!transport_is_zero_copy<Tr>())
+      if (staging > staging_.size()) staging_ = r_.template allocate<T>(staging);
+  }
+
+  void round_begin() {
+    staging_used_ = 0;
+    contexts_.clear();
+  }
+
+  void add(const step& s) {
+    switch (s.kind) {
+    case step_kind::send:
+      sends_.push_back(t_.isend(s.peer, cptr(s.src), s.src.count * sizeof(T), tag_));
+      break;
+    case step_kind::recv:
+      recvs_.push_back(t_.irecv(s.peer, ptr(s.dst), s.dst.count * sizeof(T), tag_));
+      break;
+    case step_kind::recv_reduce: {
+      T* staging = nullptr;
+      if constexpr (!transport_is_zero_copy<Tr>()) {
+        if (staging_used_ + s.dst.count > staging_.size())
+          throw std::logic_error("tcoll: algorithm under-reserved its staging space");
+        staging = staging_.data() + staging_used_;
+        staging_used_ += s.dst.count;
+      }
+      auto& c = contexts_.emplace_back(
+          reduce_context{this, ptr(s.dst), cptr(s.src), s.dst.count, s.remote_first});
+      if (s.src.count != s.dst.count) throw std::logic_error("tcoll: recv_reduce size mismatch");
+      recvs_.push_back(t_.irecv_consume(s.peer, s.dst.count * sizeof(T), tag_,
+                                        consumer{&reduce_context::consume, &c}, staging));
+      break;
+    }
+    default:
+      locals_.push_back(s);
+    }
+  }
+
+  void round_end() {
+    const deadline when = clock::now() + t_.timeout();
+    for (auto& q : recvs_) t_.wait(q, when);
+    for (auto& q : sends_) t_.wait(q, when);
+    recvs_.clear();
+    sends_.clear();
+    for (const step& s : locals_) run_local(s);
+    locals_.clear();
+    r_.synchronize();
+  }
+
+private:
+  struct reduce_context {
+    executor* self;
+    T* dst;
+    const T* local;
+    std::size_t n;
+    bool remote_first;
+    static void consume(void* ctx, const void* data, std::size_t) {
+      auto& c = *static_cast<reduce_context*>(ctx);
+      const T* remote = static_cast<const T*>(data);
+      if (c.remote_first)
+        c.self->r_.reduce(c.self->op_, c.dst, remote, c.local, c.n);
+      else
+        c.self->r_.reduce(c.self->op_, c.dst, c.local, remote, c.n);
+    }
+  };
+
+  void run_local(const step& s) {
+    switch (s.kind) {
+    case step_kind::copy:
+      r_.copy(ptr(s.dst), cptr(s.src), s.dst.count);
+      break;
+    case step_kind::reduce_local:
+      if (s.src.count != s.dst.count || s.src2.count != s.dst.count)
+        throw std::logic_error("tcoll: reduce_local size mismatch");
+      r_.reduce(op_, ptr(s.dst), cptr(s.src), cptr(s.src2), s.dst.count);
+      break;
+    case step_kind::finalize:
+      r_.finalize(op_, ptr(s.dst), s.dst.count, t_.size());
+      break;
+    default:
+      throw std::logic_error("tcoll: transfer step in the local list");
+    }
+  }
+
+  std::size_t capacity(buffer_id b) const {
+    return b == buffer_id::input    ? input_count_
+           : b == buffer_id::output ? output_count_
+                                    : scratch_.size();
+  }
+  const T* base(buffer_id b) const {
+    return b == buffer_id::input ? input_ : b == buffer_id::output ? output_ : scratch_.data();
+  }
+  void check(const region& g) const {
+    if (g.offset + g.count > capacity(g.buf))
+      throw std::logic_error("tcoll: algorithm step outside its buffer (rank " +
+                             std::to_string(t_.rank()) + ")");
+  }
+  const T* cptr(const region& g) const {
+    check(g);
+    return base(g.buf) + g.offset;
+  }
+  T* ptr(const region& g) {
+    check(g);
+    if (g.buf == buffer_id::input && static_cast<const void*>(input_) != output_)
+      throw std::logic_error("tcoll: algorithm tried to write its input");
+    return const_cast<T*>(base(g.buf)) + g.offset;
+  }
+
+  Tr& t_;
+  R& r_;
+  const Op& op_;
+  const T* input_;
+  std::size_t input_count_;
+  T* output_;
+  std::size_t output_count_;
+  int tag_;
+  typename R::template buffer<T> scratch_{};
+  typename R::template buffer<T> staging_{};
+  std::size_t staging_used_ = 0;
+  std::vector<typename Tr::request> sends_, recvs_;
+  std::vector<step> locals_;
+  std::deque<reduce_context> contexts_;
+};
+
+} // namespace tcoll::detail
