@@ -1,0 +1,47 @@
+#!/usr/bin/env bash
+# Installs what is missing, builds everything (CUDA parts too when nvcc is present) and runs
+# every test suite, then the thread-transport suite under ASan+UBSan and under TSan.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bash scripts/setup.sh
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+if [ -x /usr/local/cuda/bin/nvcc ] && ! command -v nvcc >/dev/null; then
+  export PATH="/usr/local/cuda/bin:$PATH"
+fi
+jobs=$(nproc)
+status=0
+run_suite() { # build-dir, then meson test arguments
+  local dir=$1; shift
+  meson test -C "$dir" --print-errorlogs --num-processes "$jobs" "$@" || status=1
+}
+
+[ -d build ] || meson setup build --buildtype=release
+ninja -C build -j "$jobs"
+run_suite build
+
+# Sanitizers on the thread transport (the in-process default): reduced matrix, see tests/.
+[ -d build-asan ] || meson setup build-asan --buildtype=debugoptimized -Db_sanitize=address,undefined \
+  -Db_lundef=false -Dmpi=disabled -Dcuda=disabled
+ninja -C build-asan -j "$jobs"
+UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 TCOLL_SANITIZER=1 run_suite build-asan --suite threads
+
+[ -d build-tsan ] || meson setup build-tsan --buildtype=debugoptimized -Db_sanitize=thread \
+  -Db_lundef=false -Dmpi=disabled -Dcuda=disabled
+ninja -C build-tsan -j "$jobs"
+TSAN_OPTIONS=halt_on_error=1 TCOLL_SANITIZER=1 run_suite build-tsan --suite threads
+
+# One closing line over every suite and build: "tests: N passed, N failed, N skipped".
+python3 - build build-asan build-tsan <<'PY'
+import json, sys, os
+counts = {"passed": 0, "failed": 0, "skipped": 0}
+for d in sys.argv[1:]:
+    path = os.path.join(d, "meson-logs", "testlog.json")
+    if not os.path.exists(path):
+        continue
+    for line in open(path):
+        r = json.loads(line).get("result", "")
+        key = {"OK": "passed", "EXPECTEDFAIL": "passed", "SKIP": "skipped"}.get(r, "failed")
+        counts[key] += 1
+print("tests: {passed} passed, {failed} failed, {skipped} skipped".format(**counts))
+PY
+exit $status
