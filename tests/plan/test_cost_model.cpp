@@ -1,0 +1,117 @@
+// Cost formulas against hand computations, MG-WFBP Table II and MG-WFBP's published
+// 10 GbE ring startup measurements.
+#include <doctest/doctest.h>
+
+#include <cmath>
+
+#include "tcoll/plan/calibrate.hpp"
+#include "tcoll/plan/cost_model.hpp"
+
+using namespace tcoll::plan;
+
+TEST_CASE("ring allreduce by hand") {
+  // p = 4, n = 1000: 2*3*1 + 2*3/4*1000*0.01 + 3/4*1000*0.001 = 6 + 15 + 0.75
+  CHECK(ring_allreduce_us(1000, 4, {1.0, 0.01, 0.001}) == doctest::Approx(21.75));
+  // non-power-of-two ranks need no fold: p = 3, n = 300: 4 + 2*2/3*300*1 = 404
+  CHECK(ring_allreduce_us(300, 3, {1.0, 1.0, 0.0}) == doctest::Approx(404.0));
+  CHECK(ring_allreduce_us(12345, 1, {1, 1, 1}) == 0.0);
+}
+
+TEST_CASE("MG-WFBP Table II for power-of-two N") {
+  const double alpha = 3.0, beta = 0.02, gamma = 0.005;
+  const link_params l{alpha, beta, gamma};
+  for (int N : {2, 4, 8, 16, 64, 1024}) {
+    const double lg = std::log2(N);
+    struct row {
+      allreduce_algorithm algorithm;
+      double a, b;
+    };
+    const row rows[] = {
+        {allreduce_algorithm::binomial_tree, 2 * alpha * lg, (2 * beta + gamma) * lg},
+        {allreduce_algorithm::recursive_doubling, alpha * lg, (beta + gamma) * lg},
+        {allreduce_algorithm::halving_doubling, 2 * alpha * lg,
+         2 * beta - (2 * beta + gamma) / N + gamma},
+        {allreduce_algorithm::ring, 2 * (N - 1) * alpha,
+         2.0 * (N - 1) / N * beta + (N - 1.0) / N * gamma},
+    };
+    for (const auto& r : rows) {
+      CAPTURE(N);
+      CAPTURE(algorithm_name(r.algorithm));
+      const auto cost = flat_allreduce(r.algorithm, N, l);
+      for (double M : {0.0, 1.0, 4096.0, 1e8})
+        CHECK(cost(M) == doctest::Approx(r.a + r.b * M).epsilon(1e-12));
+    }
+  }
+}
+
+TEST_CASE("non-power-of-two folds (MPICH) by hand") {
+  const link_params unit{1.0, 1.0, 0.0};
+  // p = 6: core 4 -> 2 rounds of (1 + 10) = 22; fold: 2 messages + 2 whole vectors = 22
+  CHECK(recursive_doubling_allreduce_us(10, 6, unit) == doctest::Approx(44.0));
+  // halving-doubling p = 6, n = 8: core 4: 2*2*1 + 2*3/4*8 = 16; fold 2 + 16 = 18
+  CHECK(halving_doubling_allreduce_us(8, 6, unit) == doctest::Approx(34.0));
+  // with gamma: fold reduces the whole vector once: p = 3, n = 10, gamma = 0.5:
+  // core 2: 1*(1 + 10 + 5) = 16; fold 2 + 20 + 5 = 27
+  CHECK(recursive_doubling_allreduce_us(10, 3, {1.0, 1.0, 0.5}) == doctest::Approx(43.0));
+  // binomial tree: ceil(lg 5) = 3 rounds of reduce (1 + 10 + 5) and broadcast (1 + 10)
+  CHECK(binomial_tree_allreduce_us(10, 5, {1.0, 1.0, 0.5}) == doctest::Approx(3 * 16 + 3 * 11));
+  // the fold is what separates p = 2^k + 1 from p = 2^k
+  CHECK(recursive_doubling_allreduce_us(10, 9, unit) -
+            recursive_doubling_allreduce_us(10, 8, unit) ==
+        doctest::Approx(22.0));
+}
+
+TEST_CASE("hierarchical forms by hand and their flat limits") {
+  const hierarchy_params h{4, {1.0, 0.1, 0.01}, {10.0, 1.0, 0.01}};
+  const double n = 1000;
+  // leader form, 8 ranks = 2 groups of 4: reduce 2*(1 + 100 + 10), ring over 2 leaders
+  // 2*10 + 1000 + 5, broadcast 2*(1 + 100)
+  CHECK(hierarchical_leader_allreduce_us(n, 8, h) == doctest::Approx(222 + 1025 + 202));
+  // sharded form: RS 3 + 750*(0.11), ring of 250 bytes over 2 groups 20 + 250 + 1.25,
+  // AG 3 + 75
+  CHECK(hierarchical_sharded_allreduce_us(n, 8, h) == doctest::Approx(3 + 82.5 + 271.25 + 3 + 75));
+  // one group: leader form is the binomial tree, sharded form is the ring
+  const hierarchy_params whole{8, {2.0, 0.3, 0.05}, {99, 99, 99}};
+  CHECK(hierarchical_leader_allreduce_us(n, 8, whole) ==
+        doctest::Approx(binomial_tree_allreduce_us(n, 8, whole.intra)));
+  CHECK(hierarchical_sharded_allreduce_us(n, 8, whole) ==
+        doctest::Approx(ring_allreduce_us(n, 8, whole.intra)));
+  // groups of one: both forms are the inter-group ring
+  const hierarchy_params singles{1, {99, 99, 99}, {2.0, 0.3, 0.05}};
+  CHECK(hierarchical_leader_allreduce_us(n, 8, singles) ==
+        doctest::Approx(ring_allreduce_us(n, 8, singles.inter)));
+  CHECK(hierarchical_sharded_allreduce_us(n, 8, singles) ==
+        doctest::Approx(ring_allreduce_us(n, 8, singles.inter)));
+  CHECK_THROWS_AS(hierarchical_leader_allreduce_us(n, 10, h), std::invalid_argument);
+  CHECK_THROWS_AS(hierarchical_sharded_allreduce_us(n, 6, h), std::invalid_argument);
+}
+
+TEST_CASE("MG-WFBP's measured 10 GbE ring startup gives one alpha") {
+  // Sec. V-A: startup 2(N-1) alpha = 90.52, 271.56, 633.64 us at N = 2, 4, 8.
+  const std::pair<int, double> published[] = {{2, 90.52}, {4, 271.56}, {8, 633.64}};
+  for (auto [N, startup] : published) {
+    const auto l = link_from_linear_fit(allreduce_algorithm::ring, N, {startup, 0.0});
+    CHECK(l.alpha_us == doctest::Approx(45.26).epsilon(0.003));
+  }
+}
+
+TEST_CASE("piecewise model (OSF Eq. 18)") {
+  const piecewise_cost m{2.0, 5.0, 0.001, 30.0, 1024.0};
+  CHECK(m(256) == doctest::Approx(2.0 * 8 + 5.0));
+  CHECK(m(1023.0) == doctest::Approx(2.0 * std::log2(1023.0) + 5.0));
+  CHECK(m(1024) == doctest::Approx(0.001 * 1024 + 30.0));
+  CHECK(m(0) == doctest::Approx(5.0)); // sizes below a byte are one byte
+  CHECK(startup_cost_us(m) == doctest::Approx(5.0));
+  // bandwidth-delay product: 25 Gb/s with a 14.4 us round trip is OSF's 45 KB
+  CHECK(bandwidth_delay_product_bytes({7.2, 8.0 / 25e3, 0}) == doctest::Approx(45000.0));
+}
+
+TEST_CASE("constexpr log2 and sqrt match <cmath>") {
+  for (double x = 1e-6; x < 1e12; x *= 1.37) {
+    CHECK(tcoll::plan::detail::log2(x) == doctest::Approx(std::log2(x)).epsilon(1e-14));
+    CHECK(tcoll::plan::detail::sqrt(x) == doctest::Approx(std::sqrt(x)).epsilon(1e-14));
+  }
+  static_assert(tcoll::plan::detail::log2(1024.0) == 10.0);
+  static_assert(tcoll::plan::detail::ceil_log2(5) == 3 && tcoll::plan::detail::floor_log2(5) == 2);
+  static_assert(ring_allreduce_us(1000, 4, {1.0, 0.01, 0.0}) == 6.0 + 15.0);
+}
