@@ -63,6 +63,9 @@ TEST_CASE("optimal equals brute force for random profiles, L <= 14") {
             doctest::Approx(brute_force_best(w, ring)).epsilon(1e-12));
       CHECK(iteration_time_us(w, folded, optimal_planner{}.plan(w, folded)) ==
             doctest::Approx(brute_force_best(w, folded)).epsilon(1e-12));
+      // the O(L^2) path on an affine model too (plan() takes the O(L) path for those)
+      CHECK(iteration_time_us(w, ring, optimal_planner{}.plan_general(w, ring)) ==
+            doctest::Approx(brute_force_best(w, ring)).epsilon(1e-12));
       CHECK(iteration_time_us(w, piecewise, optimal_planner{}.plan(w, piecewise)) ==
             doctest::Approx(brute_force_best(w, piecewise)).epsilon(1e-12));
       // A non-monotone model: the exact DP without the monotone early exit still wins.
@@ -85,4 +88,20 @@ TEST_CASE("brute force itself sees the difference between bucketings") {
   const linear_cost c{10, 1};
   CHECK(brute_force_best(w, c) == doctest::Approx(117.0));
   CHECK(iteration_time_us(w, c, single_planner{}.plan(w, c)) == doctest::Approx(127.0));
+}
+
+TEST_CASE("the O(L) affine path and the O(L^2) path agree on long random profiles") {
+  std::mt19937_64 rng(17);
+  std::uniform_real_distribution<double> unit(0.0, 1.0);
+  for (int round = 0; round < 40; ++round) {
+    const auto w = random_workload(rng, 50 + rng() % 400);
+    const auto cost = flat_allreduce(allreduce_algorithm::ring, 2 + static_cast<int>(rng() % 1000),
+                                     {100 * unit(rng), 1e-3 * unit(rng), 1e-5});
+    const double fast = iteration_time_us(w, cost, optimal_planner{}.plan(w, cost));
+    const double slow = iteration_time_us(w, cost, optimal_planner{}.plan_general(w, cost));
+    const double exhaustive =
+        iteration_time_us(w, cost, optimal_planner{{false}}.plan_general(w, cost));
+    CHECK(fast == doctest::Approx(exhaustive).epsilon(1e-12));
+    CHECK(slow == doctest::Approx(exhaustive).epsilon(1e-12));
+  }
 }

@@ -2,6 +2,8 @@
 // ResNet-50 plan.
 #include <doctest/doctest.h>
 
+#include <cmath>
+#include <random>
 #include <string>
 
 #include "tcoll/plan.hpp"
@@ -81,6 +83,26 @@ TEST_CASE("mgwfbp: Algorithm 1 worked by hand") {
     CHECK(mgwfbp_planner{{0.5}}.plan(make({5, 5, 5}, {1, 100, 1}), unit_cost).ends ==
           ends_t{1, 2, 3});
   }
+}
+
+TEST_CASE("mgwfbp: the O(L) planner returns the listing's O(L^2) result") {
+  std::mt19937_64 rng(23);
+  std::uniform_real_distribution<double> unit(0.0, 1.0);
+  int merged_some = 0;
+  for (int round = 0; round < 300; ++round) {
+    workload w;
+    w.forward_us = 100 * unit(rng);
+    const std::size_t L = 1 + rng() % 120;
+    for (std::size_t k = 0; k < L; ++k) {
+      w.bytes.push_back(static_cast<std::uint64_t>(std::pow(10.0, 1 + 6 * unit(rng))));
+      w.backward_us.push_back(std::pow(10.0, 3 * unit(rng)));
+    }
+    const linear_cost cost{2000 * unit(rng), 1e-3 * unit(rng)};
+    const auto fast = mgwfbp_planner{}.plan(w, cost);
+    CHECK(fast == detail::mgwfbp_algorithm1(w, cost, cost.startup_us, false));
+    if (fast.bucket_count() > 1 && fast.bucket_count() < L) ++merged_some;
+  }
+  CHECK(merged_some > 30); // the comparison covered plans between the extremes
 }
 
 TEST_CASE("adafusion: Eq. 17 worked by hand") {

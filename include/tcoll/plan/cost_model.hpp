@@ -178,6 +178,14 @@ struct linear_cost {
   constexpr double operator()(double bytes) const noexcept {
     return startup_us + per_byte_us * bytes;
   }
+  /// Models affine in the size expose their a + b M form (planners use it for speed).
+  constexpr linear_cost affine() const noexcept { return *this; }
+};
+
+/// A cost model that is exactly a + b M and says so: planners may use the coefficients.
+template <class M>
+concept affine_cost_model = cost_model<M> && requires(const M& m) {
+  { m.affine() } -> std::same_as<linear_cost>;
 };
 
 /// The cost of one algorithm on a fixed machine and rank count, as a cost_model.
@@ -188,6 +196,12 @@ struct allreduce_cost {
 
   constexpr double operator()(double bytes) const {
     return allreduce_us(algorithm, bytes, ranks, machine);
+  }
+  /// Every algorithm's cost is affine in the size for a fixed machine and rank count.
+  constexpr linear_cost affine() const {
+    constexpr double probe = 1073741824.0; // large, so the slope carries no cancellation error
+    const double a = (*this)(0.0);
+    return {a, ((*this)(probe)-a) / probe};
   }
 };
 
