@@ -7,6 +7,7 @@
 #include <cstddef>
 #include <span>
 #include <string>
+#include <string_view>
 #include <type_traits>
 
 #include "algorithm/binomial_tree.hpp"
@@ -38,6 +39,17 @@ constexpr void check_order() {
                 "tcoll: this algorithm reorders operands; a non-commutative op needs "
                 "recursive_doubling, recursive_halving_doubling or binomial_tree");
 }
+/// The op of the data-movement collectives (allgather, broadcast). They never reduce, but the
+/// executor still instantiates the reducer's reduce for their op; this one is valid for every
+/// element type (sum_op is not: symbolic::rank_set has no operator+).
+struct no_reduce_op {
+  static constexpr bool commutative = true;
+  static constexpr std::string_view name = "none";
+  template <class A>
+  constexpr A operator()(A a, A) const {
+    return a;
+  }
+};
 template <class R, class Op, class T>
 constexpr void check_support() {
   static_assert(reducer_supports<R, Op, T>(), "tcoll: the reducer does not support this op "
@@ -135,7 +147,8 @@ void allgather(Tr& t, const T* sendbuf, T* recvbuf, std::size_t count, const rin
   detail::check_overlap(sendbuf, count * sizeof(T), recvbuf, count * P * sizeof(T),
                         recvbuf ? recvbuf + std::size_t(rank) * count : nullptr, "allgather", rank);
   detail::layout L{rank, P, count, sizeof(T), 0, false};
-  detail::executor<Tr, R, T, sum_op> ex(t, red, sum_op{}, sendbuf, count, recvbuf, count * P);
+  detail::executor<Tr, R, T, detail::no_reduce_op> ex(t, red, detail::no_reduce_op{}, sendbuf,
+                                                      count, recvbuf, count * P);
   algo.allgather(ex, L);
 }
 
@@ -148,7 +161,8 @@ void broadcast(Tr& t, T* buffer, std::size_t count, int root, const binomial_tre
   detail::check_count(count, 1, sizeof(T), "broadcast", rank);
   detail::check_pointer(buffer, count, "buffer", "broadcast", rank);
   detail::layout L{rank, t.size(), count, sizeof(T), root, true};
-  detail::executor<Tr, R, T, sum_op> ex(t, red, sum_op{}, buffer, count, buffer, count);
+  detail::executor<Tr, R, T, detail::no_reduce_op> ex(t, red, detail::no_reduce_op{}, buffer, count,
+                                                      buffer, count);
   algo.broadcast(ex, L);
 }
 
