@@ -85,6 +85,23 @@ TEST_CASE("mgwfbp: Algorithm 1 worked by hand") {
   }
 }
 
+TEST_CASE("mgwfbp is not optimal: a three-layer counterexample worked by hand") {
+  // T = 10 + M; tensors (layers 3, 2, 1) of 8, 3, 1 bytes with backward 1, 8, 9 us.
+  // tau_b[3..0] = 0, 1, 9, 18; tc = 18, 13, 11; tau_c[3] = 1, tau_c[2] = 19.
+  // l = 3: tau_b[1] - tau_c[3] = 8 < 10, merge; now tau_c[2] = max(1, 9) = 9.
+  // l = 2: tau_b[0] - tau_c[2] = 9 < 10, merge. One bucket: 18 + T(12) = 40 us.
+  // Sending layer 3 alone (1 -> 19) and layers 2+1 together (19 -> 33) takes 33 us.
+  const auto w = make({8, 3, 1}, {1, 8, 9});
+  const auto mg = mgwfbp_planner{}.plan(w, unit_cost);
+  CHECK(mg.ends == ends_t{3});
+  CHECK(iteration_time_us(w, unit_cost, mg) == doctest::Approx(40.0));
+  CHECK(iteration_time_us(w, unit_cost, bucket_plan{{1, 3}, {}}) == doctest::Approx(33.0));
+  CHECK(iteration_time_us(w, unit_cost, optimal_planner{}.plan(w, unit_cost)) ==
+        doctest::Approx(33.0));
+  CHECK(iteration_time_us(w, unit_cost, layerwise_planner{}.plan(w, unit_cost)) ==
+        doctest::Approx(43.0));
+}
+
 TEST_CASE("mgwfbp: the O(L) planner returns the listing's O(L^2) result") {
   std::mt19937_64 rng(23);
   std::uniform_real_distribution<double> unit(0.0, 1.0);
