@@ -1,0 +1,539 @@
+#pragma once
+/// \file
+/// `mpi_transport`: tcoll's transport over MPI point-to-point messages, plus the vendor
+/// `MPI_Allreduce` as `native_allreduce` (which makes `tcoll::passthrough` available).
+///
+/// The library never owns `MPI_Init`: the user initialises MPI and hands in a communicator,
+/// which the transport duplicates, so tcoll's messages can never match the user's (same tags
+/// or not). The duplicate gets `MPI_ERRORS_RETURN`; every MPI return code is checked and
+/// turned into `tcoll::transport_error` carrying MPI's error string, the rank and the peer.
+///
+/// Include it explicitly (`#include <tcoll/transport/mpi.hpp>`) and link MPI; the umbrella
+/// header `tcoll.hpp` does not pull it in.
+#include <mpi.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <climits>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <thread>
+#include <type_traits>
+#include <utility>
+
+#include "../algorithm/passthrough.hpp"
+#include "../core/concepts.hpp"
+#include "../core/error.hpp"
+#include "../core/ops.hpp"
+#include "../core/types.hpp"
+
+namespace tcoll {
+
+/// Tuning knobs of `mpi_transport`.
+struct mpi_options {
+  /// Longest any blocking wait may take before it throws `timeout_error`.
+  std::chrono::milliseconds timeout = std::chrono::seconds(60);
+  /// Largest single MPI message in bytes; a larger transfer travels as several messages of
+  /// at most this size (MPI counts are `int`). Must be in [1, INT_MAX].
+  std::size_t max_message_bytes = std::size_t{1} << 30;
+  /// `MPI_Test` polls between two yields of the CPU inside `wait`. Polling without yielding
+  /// is fastest when every rank has a core; with more ranks than cores, yielding lets the
+  /// peer that holds the data run.
+  int polls_per_yield = 64;
+};
+
+namespace detail::mpi {
+
+/// "MPI_ERR_RANK: invalid rank" style text of an MPI error code.
+inline std::string error_string(int code) {
+  char text[MPI_MAX_ERROR_STRING] = {};
+  int len = 0;
+  if (MPI_Error_string(code, text, &len) != MPI_SUCCESS) return "MPI error " + std::to_string(code);
+  return std::string(text, static_cast<std::size_t>(std::max(0, len)));
+}
+
+/// Throws `transport_error` if `code` is not MPI_SUCCESS.
+inline void check(int code, std::string_view what, int rank, int peer = -1) {
+  if (code != MPI_SUCCESS)
+    throw transport_error(std::string(what) + " failed: " + error_string(code), rank, peer);
+}
+
+/// The MPI datatype of a built-in element type, or MPI_DATATYPE_NULL if there is none.
+template <class T>
+MPI_Datatype builtin_datatype() {
+  if constexpr (std::is_same_v<T, float>)
+    return MPI_FLOAT;
+  else if constexpr (std::is_same_v<T, double>)
+    return MPI_DOUBLE;
+  else if constexpr (std::is_same_v<T, long double>)
+    return MPI_LONG_DOUBLE;
+  else if constexpr (std::is_integral_v<T> && !std::is_same_v<T, bool>) {
+    // Map by width and signedness so int64_t (long) and long long both find a type.
+    constexpr bool s = std::is_signed_v<T>;
+    if constexpr (sizeof(T) == 1)
+      return s ? MPI_INT8_T : MPI_UINT8_T;
+    else if constexpr (sizeof(T) == 2)
+      return s ? MPI_INT16_T : MPI_UINT16_T;
+    else if constexpr (sizeof(T) == 4)
+      return s ? MPI_INT32_T : MPI_UINT32_T;
+    else if constexpr (sizeof(T) == 8)
+      return s ? MPI_INT64_T : MPI_UINT64_T;
+    else
+      return MPI_DATATYPE_NULL;
+  } else
+    return MPI_DATATYPE_NULL;
+}
+
+/// The built-in MPI op equivalent to a tcoll op on type T, or MPI_OP_NULL. Only sum, prod,
+/// min and max on built-in types qualify; avg travels as a sum and is divided afterwards.
+template <class T, class Op>
+MPI_Op builtin_op() {
+  if (builtin_datatype<T>() == MPI_DATATYPE_NULL) return MPI_OP_NULL;
+  if constexpr (std::is_same_v<Op, sum_op> || std::is_same_v<Op, avg_op>)
+    return MPI_SUM;
+  else if constexpr (std::is_same_v<Op, prod_op>)
+    return MPI_PROD;
+  else if constexpr (std::is_same_v<Op, min_op>)
+    return MPI_MIN;
+  else if constexpr (std::is_same_v<Op, max_op>)
+    return MPI_MAX;
+  else
+    return MPI_OP_NULL;
+}
+
+/// A committed datatype of sizeof(T) contiguous bytes (half, bfloat16, user structs),
+/// created on first use and cached for the life of the process (MPI_Finalize frees it).
+template <class T>
+MPI_Datatype byte_datatype(int rank) {
+  static const MPI_Datatype type = [rank] {
+    MPI_Datatype t = MPI_DATATYPE_NULL;
+    check(MPI_Type_contiguous(static_cast<int>(sizeof(T)), MPI_BYTE, &t), "MPI_Type_contiguous",
+          rank);
+    check(MPI_Type_commit(&t), "MPI_Type_commit", rank);
+    return t;
+  }();
+  return type;
+}
+
+/// The op object an `MPI_Op_create` function applies. MPI calls user functions in the
+/// thread that called the collective, so a thread-local pointer carries stateful user ops
+/// (capturing lambdas) into the C callback without global state shared between threads.
+template <class Op>
+inline thread_local const Op* current_op = nullptr;
+
+/// MPI user function: inout[i] = op(in[i], inout[i]) (MPI passes the lower ranks' partial
+/// result as `in`, so non-commutative ops keep rank order), accumulating in
+/// accumulator_t<T>. avg sums here and divides after the collective.
+template <class T, class Op>
+void user_function(void* in, void* inout, int* len, MPI_Datatype*) {
+  const Op& op = *current_op<Op>;
+  const T* a = static_cast<const T*>(in);
+  T* b = static_cast<T*>(inout);
+  for (int i = 0; i < *len; ++i) b[i] = apply_op(op, a[i], b[i]);
+}
+
+/// `MPI_Op_create` for (T, Op), created once per process with the op's commutativity.
+template <class T, class Op>
+MPI_Op user_mpi_op(int rank) {
+  static const MPI_Op mop = [rank] {
+    MPI_Op o = MPI_OP_NULL;
+    check(MPI_Op_create(&user_function<T, Op>, commutative_op<Op> ? 1 : 0, &o), "MPI_Op_create",
+          rank);
+    return o;
+  }();
+  return mop;
+}
+
+} // namespace detail::mpi
+
+/// tcoll transport over a duplicate of an MPI communicator; satisfies `tcoll::transport`.
+/// Receive-and-reduce lands in the caller's staging buffer first (`zero_copy` is false);
+/// plain receives go straight into their destination. Non-copyable, movable.
+class mpi_transport {
+  struct shared {
+    std::atomic<bool> aborted{false};
+  };
+
+public:
+  static constexpr bool zero_copy = false;
+  static constexpr std::string_view name = "mpi";
+
+  /// A pending transfer: one MPI request per piece of at most `max_message_bytes`.
+  /// Destroying a pending request cancels it and waits (bounded by the timeout) until MPI
+  /// has let go of the buffer, so unwinding after an error never leaves MPI writing into
+  /// freed memory.
+  class request {
+  public:
+    request() = default;
+    request(const request&) = delete;
+    request& operator=(const request&) = delete;
+    request(request&& o) noexcept { take(o); }
+    request& operator=(request&& o) noexcept {
+      if (this != &o) {
+        release();
+        take(o);
+      }
+      return *this;
+    }
+    ~request() { release(); }
+    /// True once the transfer has completed (or was never posted).
+    bool done() const noexcept { return remaining_ == 0; }
+
+  private:
+    friend class mpi_transport;
+    enum class kind : unsigned char { send, recv, consume };
+
+    MPI_Request* reqs() noexcept { return count_ <= 1 ? &one_ : many_.get(); }
+    void take(request& o) noexcept {
+      one_ = std::exchange(o.one_, MPI_REQUEST_NULL);
+      many_ = std::move(o.many_);
+      count_ = std::exchange(o.count_, 0);
+      remaining_ = std::exchange(o.remaining_, 0);
+      kind_ = o.kind_;
+      rank_ = o.rank_;
+      peer_ = o.peer_;
+      tag_ = o.tag_;
+      bytes_ = o.bytes_;
+      received_ = o.received_;
+      staging_ = o.staging_;
+      use_ = o.use_;
+      grace_ = o.grace_;
+    }
+    /// Cancels what is still pending. A receive that was already matched cannot be
+    /// cancelled; its data is in flight, so wait (bounded) for it to land.
+    void release() noexcept {
+      if (remaining_ == 0 || count_ == 0) return;
+      int finalized = 0;
+      MPI_Finalized(&finalized);
+      if (finalized) return;
+      MPI_Request* r = reqs();
+      for (int i = 0; i < count_; ++i)
+        if (r[i] != MPI_REQUEST_NULL) MPI_Cancel(&r[i]);
+      const deadline until = clock::now() + grace_;
+      for (int i = 0; i < count_; ++i) {
+        while (r[i] != MPI_REQUEST_NULL) {
+          int flag = 0;
+          if (MPI_Test(&r[i], &flag, MPI_STATUS_IGNORE) != MPI_SUCCESS || flag) break;
+          if (clock::now() >= until) {
+            // Nothing more can be done without blocking forever (the peer stopped
+            // progressing); hand the request back to MPI.
+            MPI_Request_free(&r[i]);
+            break;
+          }
+          std::this_thread::yield();
+        }
+        r[i] = MPI_REQUEST_NULL;
+      }
+      remaining_ = 0;
+    }
+
+    MPI_Request one_ = MPI_REQUEST_NULL;
+    std::unique_ptr<MPI_Request[]> many_;
+    int count_ = 0;     // pieces posted
+    int remaining_ = 0; // pieces not yet complete (0: done)
+    kind kind_ = kind::send;
+    int rank_ = -1;
+    int peer_ = -1;
+    int tag_ = 0;
+    std::size_t bytes_ = 0;
+    std::size_t received_ = 0;
+    void* staging_ = nullptr;
+    consumer use_{};
+    std::chrono::milliseconds grace_{0};
+  };
+
+  /// Duplicates `comm` (the user keeps ownership of `comm`). Throws `transport_error` if
+  /// MPI is not initialised, `invalid_argument` for bad options.
+  explicit mpi_transport(MPI_Comm comm, mpi_options options = {})
+      : state_(std::make_unique<shared>()), options_(options) {
+    check_options();
+    int initialized = 0, finalized = 0;
+    MPI_Initialized(&initialized);
+    MPI_Finalized(&finalized);
+    if (!initialized || finalized)
+      throw transport_error("mpi_transport: MPI is not initialised (tcoll never calls MPI_Init; "
+                            "call it before creating the transport)");
+    if (comm == MPI_COMM_NULL) throw invalid_argument("mpi_transport: comm is MPI_COMM_NULL");
+    int world_rank = -1;
+    MPI_Comm_rank(MPI_COMM_WORLD, &world_rank);
+    detail::mpi::check(MPI_Comm_dup(comm, &comm_), "MPI_Comm_dup", world_rank);
+    adopt_setup();
+  }
+  /// Same with only the timeout changed.
+  mpi_transport(MPI_Comm comm, std::chrono::milliseconds timeout)
+      : mpi_transport(comm, mpi_options{timeout}) {}
+
+  mpi_transport(const mpi_transport&) = delete;
+  mpi_transport& operator=(const mpi_transport&) = delete;
+  mpi_transport(mpi_transport&& o) noexcept
+      : state_(std::move(o.state_)), options_(o.options_),
+        comm_(std::exchange(o.comm_, MPI_COMM_NULL)), rank_(o.rank_), size_(o.size_) {}
+  mpi_transport& operator=(mpi_transport&& o) noexcept {
+    if (this != &o) {
+      free_comm();
+      state_ = std::move(o.state_);
+      options_ = o.options_;
+      comm_ = std::exchange(o.comm_, MPI_COMM_NULL);
+      rank_ = o.rank_;
+      size_ = o.size_;
+    }
+    return *this;
+  }
+  /// Frees the duplicate communicator (requests still pending on it were cancelled by their
+  /// own destructors; they must not outlive the transport).
+  ~mpi_transport() { free_comm(); }
+
+  int rank() const noexcept { return rank_; }
+  int size() const noexcept { return size_; }
+  std::chrono::milliseconds timeout() const noexcept { return options_.timeout; }
+  const mpi_options& options() const noexcept { return options_; }
+  /// The duplicate communicator tcoll talks on (for barriers or user-side diagnostics; do
+  /// not free it).
+  MPI_Comm comm() const noexcept { return comm_; }
+
+  request isend(int peer, const void* data, std::size_t bytes, int tag) {
+    request r = make(request::kind::send, peer, tag, bytes);
+    post(r, [&](std::size_t off, int n, MPI_Request* q) {
+      // MPI_Isend takes a non-const pointer only in MPI-2 headers; the data is not written.
+      return MPI_Isend(const_cast<char*>(static_cast<const char*>(data)) + off, n, MPI_BYTE, peer,
+                       tag, comm_, q);
+    });
+    return r;
+  }
+
+  request irecv(int peer, void* dst, std::size_t bytes, int tag) {
+    request r = make(request::kind::recv, peer, tag, bytes);
+    post(r, [&](std::size_t off, int n, MPI_Request* q) {
+      return MPI_Irecv(static_cast<char*>(dst) + off, n, MPI_BYTE, peer, tag, comm_, q);
+    });
+    return r;
+  }
+
+  /// Receives into `staging` (at least `bytes` large) and calls `use(staging, bytes)` in the
+  /// `test`/`wait` that sees the receive complete.
+  request irecv_consume(int peer, std::size_t bytes, int tag, consumer use, void* staging) {
+    if (bytes != 0 && staging == nullptr)
+      throw invalid_argument("irecv_consume: staging is null but bytes is " +
+                                 std::to_string(bytes) + " (mpi_transport is not zero-copy)",
+                             rank_, peer);
+    request r = make(request::kind::consume, peer, tag, bytes);
+    r.staging_ = staging;
+    r.use_ = use;
+    post(r, [&](std::size_t off, int n, MPI_Request* q) {
+      return MPI_Irecv(static_cast<char*>(staging) + off, n, MPI_BYTE, peer, tag, comm_, q);
+    });
+    return r;
+  }
+
+  /// Progresses `r` once (MPI_Test); true when complete. Throws `aborted_error` after
+  /// `abort()`, `transport_error` on an MPI error or a size mismatch.
+  bool test(request& r) {
+    if (r.remaining_ == 0) return true;
+    if (state_->aborted.load(std::memory_order_relaxed))
+      throw aborted_error("operation aborted (abort() was called on this rank)", rank_, r.peer_);
+    MPI_Request* q = r.reqs();
+    for (int i = r.count_ - r.remaining_; i < r.count_; ++i) {
+      int flag = 0;
+      MPI_Status st;
+      const int rc = MPI_Test(&q[i], &flag, &st);
+      if (rc != MPI_SUCCESS) {
+        q[i] = MPI_REQUEST_NULL; // a failed request is freed by MPI
+        --r.remaining_;
+        throw transport_error(describe(r) + " failed: " + detail::mpi::error_string(rc), rank_,
+                              r.peer_);
+      }
+      if (!flag) return false;
+      --r.remaining_;
+      if (r.kind_ != request::kind::send) {
+        int got = 0;
+        MPI_Get_count(&st, MPI_BYTE, &got);
+        r.received_ += static_cast<std::size_t>(got);
+      }
+    }
+    if (r.kind_ != request::kind::send && r.received_ != r.bytes_)
+      throw transport_error(describe(r) + " matched a shorter send: got " +
+                                std::to_string(r.received_) + " bytes",
+                            rank_, r.peer_);
+    if (r.kind_ == request::kind::consume) r.use_(r.staging_, r.bytes_);
+    return true;
+  }
+
+  /// Polls `r` until it completes; throws `timeout_error` at `when` (the request is then
+  /// cancelled when it is destroyed) and `aborted_error` after `abort()`.
+  void wait(request& r, deadline when) {
+    for (int polls = 1;; ++polls) {
+      if (test(r)) return;
+      if (polls % options_.polls_per_yield == 0) {
+        if (clock::now() >= when)
+          throw timeout_error(describe(r) + " timed out after " +
+                                  std::to_string(options_.timeout.count()) + " ms",
+                              rank_, r.peer_);
+        std::this_thread::yield();
+      }
+    }
+  }
+
+  /// Makes every pending and future `test`/`wait` of this rank throw `aborted_error`
+  /// (safe to call from another thread). Other ranks are not told; they fail by timeout.
+  /// Never calls MPI_Abort: the job is the user's.
+  void abort() noexcept {
+    if (state_) state_->aborted.store(true);
+  }
+
+  /// MPI_Barrier on the duplicate communicator (benchmarks, tests). Blocking, no timeout.
+  void barrier() { detail::mpi::check(MPI_Barrier(comm_), "MPI_Barrier", rank_); }
+
+  /// The vendor allreduce: `MPI_Allreduce` (MPI_IN_PLACE when `send == recv`). Built-in
+  /// types and sum/prod/min/max map to MPI's own; half, bfloat16, other trivially copyable
+  /// types and user ops go through a cached `MPI_Op_create` op (commutativity from the op's
+  /// trait) on a contiguous byte datatype; avg is a sum divided afterwards. Counts above
+  /// INT_MAX elements run as several allreduces (the operation is element-wise).
+  /// Blocking inside MPI: `timeout()` does not apply here.
+  template <class T, class Op>
+  requires element<T>
+  void native_allreduce(const T* send, T* recv, std::size_t count, const Op& op) {
+    if (count == 0) return;
+    if (state_->aborted.load())
+      throw aborted_error("native_allreduce after abort() on this rank", rank_);
+    MPI_Datatype type = detail::mpi::builtin_datatype<T>();
+    MPI_Op mop = detail::mpi::builtin_op<T, Op>();
+    if (type == MPI_DATATYPE_NULL) type = detail::mpi::byte_datatype<T>(rank_);
+    if (mop == MPI_OP_NULL) mop = detail::mpi::user_mpi_op<T, Op>(rank_);
+    const Op* saved = detail::mpi::current_op<Op>;
+    detail::mpi::current_op<Op> = &op;
+    struct restore {
+      const Op* saved;
+      ~restore() { detail::mpi::current_op<Op> = saved; }
+    } guard{saved};
+    const bool in_place = static_cast<const void*>(send) == static_cast<void*>(recv);
+    constexpr std::size_t step = INT_MAX;
+    for (std::size_t off = 0; off < count; off += step) {
+      const int n = static_cast<int>(std::min(step, count - off));
+      const void* s = in_place ? MPI_IN_PLACE : static_cast<const void*>(send + off);
+      detail::mpi::check(MPI_Allreduce(s, recv + off, n, type, mop, comm_), "MPI_Allreduce", rank_);
+    }
+    if constexpr (finalizing_op<Op>)
+      for (std::size_t i = 0; i < count; ++i) recv[i] = finalize_op(op, recv[i], size_);
+  }
+
+  /// A transport over the ranks that share memory with this one
+  /// (`MPI_Comm_split_type(MPI_COMM_TYPE_SHARED)`), ranks ordered as in this transport.
+  /// Collective over this transport's ranks.
+  mpi_transport split_shared() const {
+    MPI_Comm c = MPI_COMM_NULL;
+    detail::mpi::check(MPI_Comm_split_type(comm_, MPI_COMM_TYPE_SHARED, rank_, MPI_INFO_NULL, &c),
+                       "MPI_Comm_split_type(MPI_COMM_TYPE_SHARED)", rank_);
+    return mpi_transport(adopt, c, options_);
+  }
+
+  /// A transport over the ranks that pass the same `color` (>= 0), ordered by `key` then
+  /// by rank (`MPI_Comm_split`). Collective over this transport's ranks.
+  mpi_transport split(int color, int key) const {
+    if (color < 0)
+      throw invalid_argument("split: color must be >= 0, got " + std::to_string(color), rank_);
+    MPI_Comm c = MPI_COMM_NULL;
+    detail::mpi::check(MPI_Comm_split(comm_, color, key, &c), "MPI_Comm_split", rank_);
+    return mpi_transport(adopt, c, options_);
+  }
+
+private:
+  struct adopt_t {};
+  static constexpr adopt_t adopt{};
+  /// Takes ownership of a communicator MPI just created for tcoll (no second dup).
+  mpi_transport(adopt_t, MPI_Comm c, mpi_options options)
+      : state_(std::make_unique<shared>()), options_(options), comm_(c) {
+    adopt_setup();
+  }
+
+  void check_options() const {
+    if (options_.timeout.count() <= 0)
+      throw invalid_argument("mpi_transport: options.timeout must be positive, got " +
+                             std::to_string(options_.timeout.count()) + " ms");
+    if (options_.max_message_bytes == 0 ||
+        options_.max_message_bytes > static_cast<std::size_t>(INT_MAX))
+      throw invalid_argument("mpi_transport: options.max_message_bytes must be in [1, INT_MAX], "
+                             "got " +
+                             std::to_string(options_.max_message_bytes));
+    if (options_.polls_per_yield < 1)
+      throw invalid_argument("mpi_transport: options.polls_per_yield must be >= 1");
+  }
+
+  void adopt_setup() {
+    int world_rank = -1;
+    MPI_Comm_rank(MPI_COMM_WORLD, &world_rank);
+    try {
+      detail::mpi::check(MPI_Comm_set_errhandler(comm_, MPI_ERRORS_RETURN),
+                         "MPI_Comm_set_errhandler", world_rank);
+      detail::mpi::check(MPI_Comm_rank(comm_, &rank_), "MPI_Comm_rank", world_rank);
+      detail::mpi::check(MPI_Comm_size(comm_, &size_), "MPI_Comm_size", world_rank);
+    } catch (...) {
+      free_comm();
+      throw;
+    }
+  }
+
+  void free_comm() noexcept {
+    if (comm_ == MPI_COMM_NULL) return;
+    int finalized = 0;
+    MPI_Finalized(&finalized);
+    if (!finalized) MPI_Comm_free(&comm_);
+    comm_ = MPI_COMM_NULL;
+  }
+
+  request make(request::kind k, int peer, int tag, std::size_t bytes) const {
+    request r;
+    r.kind_ = k;
+    r.rank_ = rank_;
+    r.peer_ = peer;
+    r.tag_ = tag;
+    r.bytes_ = bytes;
+    r.grace_ = options_.timeout;
+    return r;
+  }
+
+  /// Posts the pieces of `r` (one empty message for zero bytes, so sizes still match up).
+  template <class Post>
+  void post(request& r, Post&& post_one) {
+    if (state_->aborted.load(std::memory_order_relaxed))
+      throw aborted_error(describe(r) + " posted after abort() on this rank", rank_, r.peer_);
+    const std::size_t piece = options_.max_message_bytes;
+    const std::size_t pieces = r.bytes_ == 0 ? 1 : (r.bytes_ + piece - 1) / piece;
+    if (pieces > static_cast<std::size_t>(INT_MAX))
+      throw invalid_argument(describe(r) + " needs too many messages", rank_, r.peer_);
+    if (pieces > 1) r.many_ = std::make_unique<MPI_Request[]>(pieces);
+    r.count_ = static_cast<int>(pieces);
+    MPI_Request* q = r.reqs();
+    for (std::size_t i = 0; i < pieces; ++i) q[i] = MPI_REQUEST_NULL;
+    for (std::size_t i = 0; i < pieces; ++i) {
+      const std::size_t off = i * piece;
+      const int n = static_cast<int>(std::min(piece, r.bytes_ - std::min(off, r.bytes_)));
+      const int rc = post_one(off, n, &q[i]);
+      if (rc != MPI_SUCCESS) {
+        r.remaining_ = static_cast<int>(i); // cancel the pieces already posted
+        throw transport_error(describe(r) + ": posting failed: " + detail::mpi::error_string(rc),
+                              rank_, r.peer_);
+      }
+      r.remaining_ = static_cast<int>(i) + 1;
+    }
+  }
+
+  static std::string describe(const request& r) {
+    const char* what = r.kind_ == request::kind::send ? "send" : "receive";
+    return std::string(what) + " of " + std::to_string(r.bytes_) + " bytes (tag " +
+           std::to_string(r.tag_) + ")";
+  }
+
+  std::unique_ptr<shared> state_;
+  mpi_options options_;
+  MPI_Comm comm_ = MPI_COMM_NULL;
+  int rank_ = -1;
+  int size_ = 0;
+};
+
+static_assert(check_transport<mpi_transport>());
+
+} // namespace tcoll
