@@ -141,7 +141,8 @@ TEST_CASE("thrust reducer: every op x every type, odd sizes, misaligned, aliased
 
 TEST_CASE("cuda reducer: large buffer (grid-stride loop over more than one grid)") {
   reduce_case<cuda_reducer, float>(sum_op{}, op_kind::sum, (std::size_t{1} << 26) + 5, 1, 1, 1, 0);
-  reduce_case<cuda_reducer, half>(max_op{}, op_kind::max, (std::size_t{1} << 25) + 3, 0, 0, 0, 1);
+  reduce_case<cuda_reducer, tcoll::half>(max_op{}, op_kind::max, (std::size_t{1} << 25) + 3, 0, 0,
+                                         0, 1);
 }
 
 namespace {
@@ -173,7 +174,7 @@ TEST_CASE("fused k-source reduce: k = 1..19, dst separate or equal to a source")
   for (std::size_t k : {1, 2, 3, 8, 9, 16, 19})
     for (std::size_t n : {1, 31, 4099}) {
       fused_case<cuda_reducer, float>(k, n, -1);
-      fused_case<cuda_reducer, half>(k, n, 0);
+      fused_case<cuda_reducer, tcoll::half>(k, n, 0);
       fused_case<cuda_reducer, std::int32_t>(k, n, static_cast<int>(k - 1));
       fused_case<thrust_reducer, bfloat16>(k, n, static_cast<int>(k / 2));
     }
@@ -183,12 +184,12 @@ TEST_CASE("fused reduce of 16-bit floats rounds once (float accumulation)") {
   // 2048 + 1 + 1 in half: pairwise rounds 2049 -> 2048 twice, fused gives 2050
   stream_guard sg;
   device_buffers<cuda_reducer> b{sg.s, 0};
-  offset_buffer<half> x(1, 0, sg.s), y(1, 0, sg.s), z(1, 0, sg.s), out(1, 0, sg.s);
-  b.upload(x, std::vector<half>{half(2048.0f)});
-  b.upload(y, std::vector<half>{half(1.0f)});
-  b.upload(z, std::vector<half>{half(1.0f)});
-  const half* src[] = {x.data(), y.data(), z.data()};
-  cuda_reducer{sg.s}.reduce_many(sum_op{}, out.data(), std::span<const half* const>(src), 1);
+  offset_buffer<tcoll::half> x(1, 0, sg.s), y(1, 0, sg.s), z(1, 0, sg.s), out(1, 0, sg.s);
+  b.upload(x, std::vector<tcoll::half>{tcoll::half(2048.0f)});
+  b.upload(y, std::vector<tcoll::half>{tcoll::half(1.0f)});
+  b.upload(z, std::vector<tcoll::half>{tcoll::half(1.0f)});
+  const tcoll::half* src[] = {x.data(), y.data(), z.data()};
+  cuda_reducer{sg.s}.reduce_many(sum_op{}, out.data(), std::span<const tcoll::half* const>(src), 1);
   CHECK(static_cast<float>(b.download(out, 1)[0]) == 2050.0f);
 }
 
@@ -200,19 +201,19 @@ TEST_CASE("convert: float <-> half/bfloat16 with scale, round to nearest even li
   for (std::size_t i = 0; i < n; ++i)
     f[i] = static_cast<float>(static_cast<std::int64_t>(mix(i) % 2000001) - 1000000) / 997.0f;
   offset_buffer<float> df(n, 1, sg.s), back(n, 2, sg.s);
-  offset_buffer<half> dh(n, 0, sg.s);
+  offset_buffer<tcoll::half> dh(n, 0, sg.s);
   offset_buffer<bfloat16> db(n, 1, sg.s);
   b.upload(df, f);
   cuda_reducer red{sg.s};
   red.convert(dh.data(), static_cast<const float*>(df.data()), n, 0.5f);
   red.convert(db.data(), static_cast<const float*>(df.data()), n, 1.0f);
-  red.convert(back.data(), static_cast<const half*>(dh.data()), n, 2.0f);
+  red.convert(back.data(), static_cast<const tcoll::half*>(dh.data()), n, 2.0f);
   red.synchronize();
-  std::vector<half> wh(n);
+  std::vector<tcoll::half> wh(n);
   std::vector<bfloat16> wb(n);
   std::vector<float> wback(n);
   for (std::size_t i = 0; i < n; ++i) {
-    wh[i] = half(f[i] * 0.5f);
+    wh[i] = tcoll::half(f[i] * 0.5f);
     wb[i] = bfloat16(f[i]);
     wback[i] = static_cast<float>(wh[i]) * 2.0f;
   }
@@ -238,8 +239,9 @@ TEST_CASE("mixed precision: float gradients as half / bfloat16 over device_team,
       auto in = b.allocate<float>(n);
       auto out = b.allocate<float>(n);
       b.upload(in, mine);
-      const auto rep = allreduce_mixed<half>(t, static_cast<const float*>(in.data()), out.data(), n,
-                                             sum_op{}, ring{}, b.reducer(), {.scale = 4.0f});
+      const auto rep =
+          allreduce_mixed<tcoll::half>(t, static_cast<const float*>(in.data()), out.data(), n,
+                                       sum_op{}, ring{}, b.reducer(), {.scale = 4.0f});
       CHECK(rep.wire == "half");
       CHECK(rep.roundings == P + 1);
       const auto got = b.download(out, n);

@@ -1,0 +1,45 @@
+#!/usr/bin/env bash
+# Builds the GPU test and benchmark binaries (nvcc from /usr/local/cuda, sm_90 + PTX) and
+# collects them, with run.sh, in a folder that can be carried to a GPU machine:
+#
+#   scripts/build_gpu.sh [OUT_DIR]          # default OUT_DIR: .gpu (git-ignored)
+#   ... copy OUT_DIR to the GPU machine ...
+#   bash OUT_DIR/run.sh [RESULTS_DIR]       # tests, then benchmarks; logs + JSON in RESULTS_DIR
+#
+# Environment: BUILD_DIR (default build-gpu), JOBS (default 2), CARRY_NCCL=0 to leave
+# libnccl.so.2 (about 210 MB) behind when the GPU machine has its own NCCL 2.x.
+# cudart is linked statically; the binaries need libcuda.so (the driver) and libnccl.so.2.
+set -euo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+out=${1:-$root/.gpu}
+build=${BUILD_DIR:-$root/build-gpu}
+jobs=${JOBS:-2}
+export PATH=/usr/local/cuda/bin:$PATH
+
+if [ ! -f "$build/build.ninja" ]; then
+  meson setup "$build" "$root" -Dcuda=enabled -Dtests=enabled -Dbuildtype=release
+fi
+targets=(tests/gpu/tcoll_gpu_tests tests/gpu/gpu_mixed_precision_cpu bench/gpu/reduce_perf
+         bench/gpu/allreduce_perf_gpu)
+[ -f "$build/tests/gpu/tcoll_gpu_nccl_tests.p/test_nccl.cu.o" ] || grep -q tcoll_gpu_nccl_tests "$build/build.ninja" &&
+  targets+=(tests/gpu/tcoll_gpu_nccl_tests)
+ninja -C "$build" -j "$jobs" "${targets[@]}"
+
+rm -rf "$out"
+mkdir -p "$out/bin" "$out/lib"
+for t in "${targets[@]}"; do cp "$build/$t" "$out/bin/"; done
+cp "$root/scripts/run_gpu_suite.sh" "$out/run.sh"
+chmod +x "$out/run.sh"
+
+# Shared libraries the binaries need beyond glibc/libstdc++ and the driver.
+nccl=$(ldd "$out/bin/allreduce_perf_gpu" | awk '/libnccl/ {print $3}')
+if [ "${CARRY_NCCL:-1}" = 1 ] && [ -n "$nccl" ]; then
+  cp -L "$nccl" "$out/lib/"
+fi
+echo "== shared libraries of the collected binaries =="
+for b in "$out"/bin/*; do
+  echo "$(basename "$b"): $(ldd "$b" | awk '{print $1}' | grep -v -E '^(linux-vdso|/lib64/ld-linux)' | tr '\n' ' ')"
+done
+(cd "$out" && git -C "$root" rev-parse HEAD > VERSION 2>/dev/null || true)
+du -sh "$out"
+echo "collected in $out; run there with: bash $out/run.sh [RESULTS_DIR]"
