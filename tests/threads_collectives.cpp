@@ -1,0 +1,86 @@
+// Symbolic proof (rank_set / disjoint_union: every output element holds every rank exactly
+// once), the non-commutative op (rank-order fold through every order-keeping algorithm and
+// reduce to every root), and value checks of reduce_scatter/allgather/broadcast/reduce.
+#include <doctest/doctest.h>
+
+#include "common/collective_cases.hpp"
+#include "common/threads_team.hpp"
+
+using namespace tcoll::testing;
+
+namespace {
+std::vector<int> ranks_1_to_16() {
+  if (level() == test_level::quick) return {1, 2, 3, 5, 6, 8, 11, 16};
+  std::vector<int> p;
+  for (int i = 1; i <= 16; ++i) p.push_back(i);
+  return p;
+}
+} // namespace
+
+TEST_CASE("symbolic: every algorithm and collective delivers every rank exactly once") {
+  for (int P : ranks_1_to_16()) {
+    CAPTURE(P);
+    std::vector<std::size_t> counts = {1, std::size_t(P + 1), std::size_t(2 * P + 3), 100};
+    if (P > 2) counts.push_back(std::size_t(P / 2)); // fewer elements than ranks
+    if (P > 1) counts.push_back(std::size_t(P - 1));
+    if (level() == test_level::long_sweep) counts.push_back(1000);
+    on_team(P, [&](tcoll::thread_transport& t) {
+      for (std::size_t n : counts) symbolic_all(t, n);
+    });
+  }
+}
+
+TEST_CASE("symbolic: the check can fail (a duplicated contribution is detected)") {
+  // Guards the guard: if an algorithm reduced one contribution twice, the poison bit would
+  // make the comparison with rank_set::all(P) fail.
+  using tcoll::symbolic::disjoint_union;
+  using tcoll::symbolic::rank_set;
+  const disjoint_union u{};
+  const rank_set twice = u(u(rank_set::of(0), rank_set::of(1)), rank_set::of(1));
+  CHECK(twice.has_duplicate());
+  CHECK_FALSE(twice == rank_set::all(2));
+  CHECK_FALSE(u(twice, rank_set::of(2)) == rank_set::all(3)); // the poison survives
+  CHECK_FALSE(rank_set::of(0) == rank_set::all(2));           // a missing rank is seen
+  CHECK(u(rank_set::of(1), rank_set::of(0)) == rank_set::all(2));
+}
+
+TEST_CASE("non-commutative op: rank-order fold (allreduce and reduce at every root)") {
+  std::vector<int> ps = {1, 2, 3, 4, 5, 6, 7, 8, 9, 12, 16};
+  if (level() == test_level::quick) ps = {2, 3, 5, 8};
+  for (int P : ps) {
+    CAPTURE(P);
+    std::vector<std::size_t> counts = {1, std::size_t(P + 1), 257};
+    if (P > 2) counts.push_back(std::size_t(P - 1));
+    on_team(P, [&](tcoll::thread_transport& t) { noncommutative_cases(t, counts); });
+  }
+}
+
+TEST_CASE("non-commutative op: the test op really is associative and not commutative") {
+  const auto& op = noncommutative_op;
+  static_assert(!tcoll::commutative_op<std::remove_cvref_t<decltype(op)>>);
+  for (std::uint64_t i = 0; i < 1000; ++i) {
+    const auto a = static_cast<std::uint32_t>(mix(i)), b = static_cast<std::uint32_t>(mix(i + 7)),
+               c = static_cast<std::uint32_t>(mix(i + 13));
+    CHECK(op(op(a, b), c) == op(a, op(b, c)));
+    const auto a8 = static_cast<std::int8_t>(mix(i)), b8 = static_cast<std::int8_t>(mix(i + 3)),
+               c8 = static_cast<std::int8_t>(mix(i + 5));
+    CHECK(op(op(a8, b8), c8) == op(a8, op(b8, c8)));
+  }
+  // not commutative: x -> 3x + 1 then x -> 5x + 4 is 15x + 9; the other order 15x + 13
+  const std::uint32_t f = (3u << 16) | 1u, g = (5u << 16) | 4u;
+  CHECK(op(f, g) == ((15u << 16) | 9u));
+  CHECK(op(g, f) == ((15u << 16) | 13u));
+  CHECK(affine_fold_reference(std::vector<std::uint32_t>{f, g}) == op(f, g));
+}
+
+TEST_CASE("reduce_scatter, allgather, broadcast, reduce: values at every P and root") {
+  std::vector<int> ps = ranks_1_to_16();
+  for (int P : ps) {
+    CAPTURE(P);
+    std::vector<std::size_t> counts = {0, 1, std::size_t(P + 1), 333};
+    on_team(P, [&](tcoll::thread_transport& t) {
+      collectives_values(t, counts);
+      collectives_values(t, {std::size_t(P + 2), 41}, 8); // ring with 2-element segments
+    });
+  }
+}
