@@ -1,0 +1,217 @@
+#pragma once
+/// \file
+/// Command line of bench/allreduce_perf: nccl-tests `all_reduce_perf` flags plus tcoll's
+/// algorithm, transport, repetition and JSON options. Parsing errors throw
+/// `tcoll::invalid_argument` naming the flag.
+#include <cctype>
+#include <cstddef>
+#include <cstdlib>
+#include <limits>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <tcoll/core/error.hpp>
+
+namespace tcoll::bench {
+
+/// Every algorithm name `-a` accepts, in the order `-a all` runs them.
+inline const std::vector<std::string>& all_algorithms() {
+  static const std::vector<std::string> names{
+      "ring",          "recursive_doubling", "recursive_halving_doubling",
+      "binomial_tree", "automatic",          "passthrough"};
+  return names;
+}
+inline const std::vector<std::string>& all_dtypes() {
+  static const std::vector<std::string> names{"float", "double", "half",  "bfloat16",
+                                              "int8",  "uint8",  "int32", "int64"};
+  return names;
+}
+inline const std::vector<std::string>& all_ops() {
+  static const std::vector<std::string> names{"sum", "prod", "min", "max", "avg"};
+  return names;
+}
+
+/// What one run of allreduce_perf measures.
+struct perf_options {
+  std::size_t min_bytes = 8;                              ///< -b
+  std::size_t max_bytes = std::size_t{32} << 20;          ///< -e
+  double step_factor = 2;                                 ///< -f (multiply the size by this)
+  int iters = 20;                                         ///< -n timed iterations per measurement
+  int warmup = 5;                                         ///< -w untimed iterations first
+  bool check = true;                                      ///< -c bit-exact result check
+  std::vector<std::string> ops{"sum"};                    ///< -o (comma list or all)
+  std::vector<std::string> dtypes{"float"};               ///< -d (comma list or all)
+  std::vector<std::string> algorithms = all_algorithms(); ///< -a (comma list or all)
+  std::string transport = "auto";                         ///< -t threads | mpi | auto
+  int nranks = 2;                                         ///< -g ranks of the threads transport
+  int reps = 1;                  ///< -R repeat the measurement, report median
+  std::string json;              ///< --json FILE
+  std::size_t segment_bytes = 0; ///< -s ring max_segment_bytes (0: default)
+  int timeout_s = 120;           ///< -T transport timeout in seconds
+  bool help = false;
+};
+
+inline std::string usage() {
+  return "usage: allreduce_perf [options]\n"
+         "  -b minbytes   smallest message (K/M/G suffixes; default 8)\n"
+         "  -e maxbytes   largest message (default 32M)\n"
+         "  -f factor     size multiplier between steps (default 2)\n"
+         "  -n iters      timed iterations per measurement (default 20)\n"
+         "  -w iters      warm-up iterations (default 5)\n"
+         "  -c 0|1        bit-exact check of the results (default 1)\n"
+         "  -o op         sum|prod|min|max|avg, comma list or all (default sum)\n"
+         "  -d dtype      float|double|half|bfloat16|int8|uint8|int32|int64, list or all\n"
+         "  -a algo       ring|recursive_doubling|recursive_halving_doubling|binomial_tree|\n"
+         "                automatic|passthrough, comma list or all (default all)\n"
+         "  -t transport  threads|mpi|auto (auto: mpi under mpirun, else threads)\n"
+         "  -g nranks     ranks of the threads transport (default 2)\n"
+         "  -R reps       repeat each measurement, report the median (default 1)\n"
+         "  -s bytes      ring segment size (default: ring{}'s)\n"
+         "  -T seconds    transport timeout (default 120)\n"
+         "  --json FILE   write one record per measurement (JSON array)\n";
+}
+
+namespace detail {
+
+/// "64", "8K", "256M", "1G" (binary multiples, as nccl-tests).
+inline std::size_t parse_bytes(std::string_view flag, std::string_view s) {
+  auto bad = [&] {
+    return invalid_argument("allreduce_perf: " + std::string(flag) + " '" + std::string(s) +
+                            "' is not a size (digits with an optional K, M or G suffix)");
+  };
+  if (s.empty() || !std::isdigit(static_cast<unsigned char>(s[0]))) throw bad();
+  std::size_t i = 0, v = 0;
+  for (; i < s.size() && std::isdigit(static_cast<unsigned char>(s[i])); ++i) {
+    if (v > (std::numeric_limits<std::size_t>::max() - 9) / 10) throw bad();
+    v = v * 10 + static_cast<std::size_t>(s[i] - '0');
+  }
+  std::size_t mult = 1;
+  if (i < s.size()) {
+    const char c = static_cast<char>(std::toupper(static_cast<unsigned char>(s[i])));
+    mult = c == 'K'   ? std::size_t{1} << 10
+           : c == 'M' ? std::size_t{1} << 20
+           : c == 'G' ? std::size_t{1} << 30
+                      : 0;
+    if (mult == 0 || i + 1 != s.size()) throw bad();
+  }
+  if (v > std::numeric_limits<std::size_t>::max() / mult) throw bad();
+  return v * mult;
+}
+
+inline long parse_int(std::string_view flag, std::string_view s, long lo, long hi) {
+  char* end = nullptr;
+  const std::string str(s);
+  const long v = std::strtol(str.c_str(), &end, 10);
+  if (str.empty() || *end != '\0' || v < lo || v > hi)
+    throw invalid_argument("allreduce_perf: " + std::string(flag) + " '" + str +
+                           "' must be an integer in [" + std::to_string(lo) + ", " +
+                           std::to_string(hi) + "]");
+  return v;
+}
+
+/// Comma list checked against `known`; "all" expands to all of them.
+inline std::vector<std::string> parse_list(std::string_view flag, std::string_view s,
+                                           const std::vector<std::string>& known) {
+  if (s == "all") return known;
+  std::vector<std::string> out;
+  std::size_t pos = 0;
+  while (pos <= s.size()) {
+    const std::size_t end = std::min(s.find(',', pos), s.size());
+    std::string item(s.substr(pos, end - pos));
+    pos = end + 1;
+    if (item.empty()) continue;
+    // common aliases of the nccl-tests / PyTorch spellings
+    if (item == "float32" || item == "fp32" || item == "f32") item = "float";
+    if (item == "float64" || item == "fp64" || item == "f64") item = "double";
+    if (item == "float16" || item == "fp16" || item == "f16") item = "half";
+    if (item == "bf16") item = "bfloat16";
+    bool found = false;
+    for (const auto& k : known) found = found || k == item;
+    if (!found) {
+      std::string names;
+      for (const auto& k : known) names += (names.empty() ? "" : ", ") + k;
+      throw invalid_argument("allreduce_perf: " + std::string(flag) + " '" + item +
+                             "' is not one of " + names + " (or all)");
+    }
+    out.push_back(item);
+  }
+  if (out.empty()) throw invalid_argument("allreduce_perf: " + std::string(flag) + " is empty");
+  return out;
+}
+
+} // namespace detail
+
+/// Parses argv (argv[0] is the program). Throws `invalid_argument` naming the flag.
+inline perf_options parse_options(int argc, const char* const* argv) {
+  perf_options o;
+  for (int i = 1; i < argc; ++i) {
+    const std::string_view flag = argv[i];
+    if (flag == "-h" || flag == "--help") {
+      o.help = true;
+      continue;
+    }
+    if (i + 1 >= argc)
+      throw invalid_argument("allreduce_perf: " + std::string(flag) + " needs a value\n" + usage());
+    const std::string_view v = argv[++i];
+    if (flag == "-b")
+      o.min_bytes = detail::parse_bytes(flag, v);
+    else if (flag == "-e")
+      o.max_bytes = detail::parse_bytes(flag, v);
+    else if (flag == "-f") {
+      char* end = nullptr;
+      const std::string s(v);
+      o.step_factor = std::strtod(s.c_str(), &end);
+      if (s.empty() || *end != '\0' || !(o.step_factor > 1.0))
+        throw invalid_argument("allreduce_perf: -f '" + s + "' must be a number > 1");
+    } else if (flag == "-n")
+      o.iters = static_cast<int>(detail::parse_int(flag, v, 1, 1000000));
+    else if (flag == "-w")
+      o.warmup = static_cast<int>(detail::parse_int(flag, v, 0, 1000000));
+    else if (flag == "-c")
+      o.check = detail::parse_int(flag, v, 0, 1) == 1;
+    else if (flag == "-o")
+      o.ops = detail::parse_list(flag, v, all_ops());
+    else if (flag == "-d")
+      o.dtypes = detail::parse_list(flag, v, all_dtypes());
+    else if (flag == "-a")
+      o.algorithms = detail::parse_list(flag, v, all_algorithms());
+    else if (flag == "-t") {
+      o.transport = std::string(v);
+      if (o.transport != "threads" && o.transport != "mpi" && o.transport != "auto")
+        throw invalid_argument("allreduce_perf: -t '" + o.transport +
+                               "' is not one of threads, mpi, auto");
+    } else if (flag == "-g")
+      o.nranks = static_cast<int>(detail::parse_int(flag, v, 1, 1024));
+    else if (flag == "-R")
+      o.reps = static_cast<int>(detail::parse_int(flag, v, 1, 1000));
+    else if (flag == "-s")
+      o.segment_bytes = detail::parse_bytes(flag, v);
+    else if (flag == "-T")
+      o.timeout_s = static_cast<int>(detail::parse_int(flag, v, 1, 86400));
+    else if (flag == "--json")
+      o.json = std::string(v);
+    else
+      throw invalid_argument("allreduce_perf: unknown flag '" + std::string(flag) + "'\n" +
+                             usage());
+  }
+  if (o.min_bytes > o.max_bytes)
+    throw invalid_argument("allreduce_perf: -b " + std::to_string(o.min_bytes) +
+                           " is larger than -e " + std::to_string(o.max_bytes));
+  return o;
+}
+
+/// The message sizes of a run: min, min*f, ... up to max (each at least one element of
+/// `elem_bytes`, rounded down to whole elements, duplicates dropped).
+inline std::vector<std::size_t> sizes(const perf_options& o, std::size_t elem_bytes) {
+  std::vector<std::size_t> out;
+  for (double b = static_cast<double>(o.min_bytes);
+       b <= static_cast<double>(o.max_bytes) * 1.0000001; b *= o.step_factor) {
+    std::size_t bytes = static_cast<std::size_t>(b) / elem_bytes * elem_bytes;
+    if (out.empty() || bytes != out.back()) out.push_back(bytes);
+    if (o.min_bytes == 0 && b == 0) b = 1.0 / o.step_factor; // 0 -> 1 -> f ...
+  }
+  return out;
+}
+
+} // namespace tcoll::bench

@@ -1,0 +1,182 @@
+#pragma once
+/// \file
+/// Output of bench/allreduce_perf: nccl-tests style tables (one per algorithm, out-of-place
+/// then in-place columns), a side-by-side busbw summary when several algorithms ran, and
+/// the `--json` records (flat objects, read by tcoll::plan::read_bench_records).
+#include <algorithm>
+#include <cstddef>
+#include <cstdio>
+#include <map>
+#include <string>
+#include <vector>
+
+namespace tcoll::bench {
+
+/// One measurement: an algorithm at one size, one placement.
+struct measurement {
+  double time_us = 0; ///< median over reps of the per-iteration time (max over ranks)
+  double algbw_gbs = 0;
+  double busbw_gbs = 0;
+  long long wrong =
+      -1; ///< elements differing from the expectation, summed over ranks; -1: not checked
+};
+
+/// One table row: out-of-place and in-place at one size.
+struct row {
+  std::string algorithm, transport, dtype, op;
+  int ranks = 0;
+  std::size_t bytes = 0, count = 0;
+  measurement out_of_place, in_place;
+};
+
+/// busbw factor of allreduce: each rank sends and receives 2(n-1)/n of the data.
+inline double bus_factor(int nranks) {
+  return nranks > 1 ? 2.0 * (nranks - 1) / nranks : 0.0;
+}
+
+inline measurement make_measurement(double time_us, std::size_t bytes, int nranks,
+                                    long long wrong) {
+  measurement m;
+  m.time_us = time_us;
+  m.algbw_gbs = time_us > 0 ? static_cast<double>(bytes) / (time_us * 1e-6) / 1e9 : 0.0;
+  m.busbw_gbs = m.algbw_gbs * bus_factor(nranks);
+  m.wrong = wrong;
+  return m;
+}
+
+inline void print_table_header(std::FILE* f) {
+  std::fprintf(f, "#%79s%33s\n", "out-of-place", "in-place");
+  std::fprintf(f, "#%11s %12s %8s %6s %6s %9s %7s %7s %6s %9s %7s %7s %6s\n", "size", "count",
+               "type", "redop", "root", "time", "algbw", "busbw", "#wrong", "time", "algbw",
+               "busbw", "#wrong");
+  std::fprintf(f, "#%11s %12s %8s %6s %6s %9s %7s %7s %6s %9s %7s %7s %6s\n", "(B)", "(elements)",
+               "", "", "", "(us)", "(GB/s)", "(GB/s)", "", "(us)", "(GB/s)", "(GB/s)", "");
+}
+
+inline std::string wrong_text(long long w) {
+  return w < 0 ? "N/A" : std::to_string(w);
+}
+
+inline void print_row(std::FILE* f, const row& r) {
+  auto part = [&](const measurement& m) {
+    std::fprintf(f, " %9.2f %7.2f %7.2f %6s", m.time_us, m.algbw_gbs, m.busbw_gbs,
+                 wrong_text(m.wrong).c_str());
+  };
+  std::fprintf(f, " %11zu %12zu %8s %6s %6d", r.bytes, r.count, r.dtype.c_str(), r.op.c_str(), -1);
+  part(r.out_of_place);
+  part(r.in_place);
+  std::fprintf(f, "\n");
+}
+
+/// Prints every algorithm's table in first-seen order, then the summary lines nccl-tests
+/// prints (out-of-bounds values, average bus bandwidth) and, for several algorithms, a
+/// busbw comparison per size (out-of-place) with the best tcoll algorithm against
+/// passthrough (MPI_Allreduce) where it ran.
+inline void print_report(std::FILE* f, const std::vector<row>& rows) {
+  std::vector<std::string> algos;
+  for (const auto& r : rows)
+    if (std::find(algos.begin(), algos.end(), r.algorithm) == algos.end())
+      algos.push_back(r.algorithm);
+  long long wrong_total = 0;
+  for (const auto& a : algos) {
+    std::fprintf(f, "#\n# algorithm: %s\n", a.c_str());
+    print_table_header(f);
+    double bw_sum = 0;
+    int bw_n = 0;
+    for (const auto& r : rows)
+      if (r.algorithm == a) {
+        print_row(f, r);
+        for (const auto* m : {&r.out_of_place, &r.in_place}) {
+          wrong_total += std::max(0LL, m->wrong);
+          bw_sum += m->busbw_gbs;
+          ++bw_n;
+        }
+      }
+    std::fprintf(f, "# Avg bus bandwidth    : %g  (%s)\n", bw_n ? bw_sum / bw_n : 0.0, a.c_str());
+  }
+  std::fprintf(f, "#\n# Out of bounds values : %lld %s\n", wrong_total,
+               wrong_total == 0 ? "OK" : "FAILED");
+  if (algos.size() < 2) return;
+  // busbw side by side, keyed by (dtype, op, bytes)
+  std::fprintf(f, "#\n# busbw (GB/s, out-of-place) side by side%s\n",
+               std::find(algos.begin(), algos.end(), "passthrough") != algos.end()
+                   ? "; best/MPI = best tcoll algorithm / passthrough (MPI_Allreduce)"
+                   : "");
+  std::fprintf(f, "#%11s %8s %6s", "size", "type", "redop");
+  for (const auto& a : algos) std::fprintf(f, " %12.12s", a.c_str());
+  const bool have_pt = std::find(algos.begin(), algos.end(), "passthrough") != algos.end();
+  if (have_pt) std::fprintf(f, " %8s", "best/MPI");
+  std::fprintf(f, "\n");
+  std::map<std::tuple<std::string, std::string, std::size_t>, std::map<std::string, double>> table;
+  std::vector<std::tuple<std::string, std::string, std::size_t>> order;
+  for (const auto& r : rows) {
+    auto key = std::make_tuple(r.dtype, r.op, r.bytes);
+    if (!table.count(key)) order.push_back(key);
+    table[key][r.algorithm] = r.out_of_place.busbw_gbs;
+  }
+  for (const auto& key : order) {
+    const auto& m = table[key];
+    std::fprintf(f, " %11zu %8s %6s", std::get<2>(key), std::get<0>(key).c_str(),
+                 std::get<1>(key).c_str());
+    double best = 0;
+    for (const auto& a : algos) {
+      const auto it = m.find(a);
+      if (it == m.end())
+        std::fprintf(f, " %12s", "-");
+      else
+        std::fprintf(f, " %12.2f", it->second);
+      if (it != m.end() && a != "passthrough") best = std::max(best, it->second);
+    }
+    if (have_pt) {
+      const auto pt = m.find("passthrough");
+      if (pt != m.end() && pt->second > 0)
+        std::fprintf(f, " %8.2f", best / pt->second);
+      else
+        std::fprintf(f, " %8s", "-");
+    }
+    std::fprintf(f, "\n");
+  }
+}
+
+inline std::string json_escape(const std::string& s) {
+  std::string out;
+  for (char c : s) {
+    if (c == '"' || c == '\\')
+      out += '\\', out += c;
+    else if (static_cast<unsigned char>(c) < 0x20) {
+      char buf[8];
+      std::snprintf(buf, sizeof buf, "\\u%04x", c);
+      out += buf;
+    } else
+      out += c;
+  }
+  return out;
+}
+
+/// Writes the rows as a JSON array, one flat object per (row, placement); `wrong` is null
+/// when the check was off. Returns false if the file cannot be written.
+inline bool write_json(const std::string& path, const std::vector<row>& rows, int iters, int reps) {
+  std::FILE* f = std::fopen(path.c_str(), "w");
+  if (!f) return false;
+  std::fprintf(f, "[");
+  bool first = true;
+  for (const auto& r : rows)
+    for (int inplace = 0; inplace < 2; ++inplace) {
+      const measurement& m = inplace ? r.in_place : r.out_of_place;
+      std::fprintf(f,
+                   "%s\n {\"algorithm\": \"%s\", \"transport\": \"%s\", \"ranks\": %d, "
+                   "\"dtype\": \"%s\", \"op\": \"%s\", \"bytes\": %zu, \"count\": %zu, "
+                   "\"inplace\": %s, \"time_us\": %.4f, \"algbw_gbs\": %.6f, \"busbw_gbs\": %.6f, "
+                   "\"wrong\": %s, \"iters\": %d, \"reps\": %d}",
+                   first ? "" : ",", json_escape(r.algorithm).c_str(),
+                   json_escape(r.transport).c_str(), r.ranks, json_escape(r.dtype).c_str(),
+                   json_escape(r.op).c_str(), r.bytes, r.count, inplace ? "true" : "false",
+                   m.time_us, m.algbw_gbs, m.busbw_gbs,
+                   m.wrong < 0 ? "null" : std::to_string(m.wrong).c_str(), iters, reps);
+      first = false;
+    }
+  std::fprintf(f, "\n]\n");
+  return std::fclose(f) == 0;
+}
+
+} // namespace tcoll::bench

@@ -1,0 +1,169 @@
+#pragma once
+/// \file
+/// The measurement loop of bench/allreduce_perf, templated over the transport (one
+/// translation unit per transport instantiates it, so they compile in parallel).
+#include <algorithm>
+#include <chrono>
+#include <cstring>
+#include <string>
+#include <type_traits>
+#include <vector>
+
+#include <tcoll/collectives.hpp>
+
+#include "perf_check.hpp"
+#include "perf_options.hpp"
+#include "perf_report.hpp"
+
+namespace tcoll::bench {
+
+template <class T>
+struct type_tag {
+  using type = T;
+};
+
+/// Calls f(type_tag<T>{}) for the element type named `name`.
+template <class F>
+void with_dtype(const std::string& name, F&& f) {
+  if (name == "float") return f(type_tag<float>{});
+  if (name == "double") return f(type_tag<double>{});
+  if (name == "half") return f(type_tag<half>{});
+  if (name == "bfloat16") return f(type_tag<bfloat16>{});
+  if (name == "int8") return f(type_tag<std::int8_t>{});
+  if (name == "uint8") return f(type_tag<std::uint8_t>{});
+  if (name == "int32") return f(type_tag<std::int32_t>{});
+  if (name == "int64") return f(type_tag<std::int64_t>{});
+  throw invalid_argument("allreduce_perf: unknown dtype " + name);
+}
+
+template <class F>
+void with_op(const std::string& name, F&& f) {
+  if (name == "sum") return f(sum_op{});
+  if (name == "prod") return f(prod_op{});
+  if (name == "min") return f(min_op{});
+  if (name == "max") return f(max_op{});
+  if (name == "avg") return f(avg_op{});
+  throw invalid_argument("allreduce_perf: unknown op " + name);
+}
+
+/// Calls f(algorithm struct) for the algorithm named `name`, with the knobs of `o`.
+template <class F>
+void with_algorithm(const std::string& name, const perf_options& o, F&& f) {
+  ring rg{};
+  if (o.segment_bytes) rg.max_segment_bytes = o.segment_bytes;
+  if (name == "ring") return f(rg);
+  if (name == "recursive_doubling") return f(recursive_doubling{});
+  if (name == "recursive_halving_doubling") return f(recursive_halving_doubling{});
+  if (name == "binomial_tree") return f(binomial_tree{});
+  if (name == "automatic") {
+    automatic a{};
+    a.ring_knobs = rg;
+    return f(a);
+  }
+  if (name == "passthrough") return f(passthrough{});
+  throw invalid_argument("allreduce_perf: unknown algorithm " + name);
+}
+
+/// Maximum of a double over the ranks of `t` (tcoll's own allreduce, so it works on
+/// every transport).
+template <class Tr>
+double max_over_ranks(Tr& t, double v) {
+  allreduce(t, &v, &v, 1, max_op{}, recursive_doubling{});
+  return v;
+}
+template <class Tr>
+long long sum_over_ranks(Tr& t, long long v) {
+  allreduce(t, &v, &v, 1, sum_op{}, recursive_doubling{});
+  return v;
+}
+
+/// Times one (algorithm, size, placement); returns the median over reps of the per-call
+/// time (max over ranks) in microseconds and the number of wrong elements over all ranks.
+template <class T, class Op, class Tr, class Algo>
+measurement measure(Tr& t, const perf_options& o, const Algo& algo, T* send, T* recv,
+                    std::size_t count, bool in_place) {
+  const int P = t.size(), r = t.rank();
+  const Op op{};
+  auto call = [&] {
+    if (in_place)
+      allreduce(t, recv, recv, count, op, algo);
+    else
+      allreduce(t, send, recv, count, op, algo);
+  };
+  fill_input<T, Op>(send, count, r);
+  if (in_place) std::memcpy(static_cast<void*>(recv), send, count * sizeof(T));
+  for (int i = 0; i < o.warmup; ++i) call();
+  std::vector<double> times;
+  for (int rep = 0; rep < o.reps; ++rep) {
+    t.barrier();
+    const auto start = std::chrono::steady_clock::now();
+    for (int i = 0; i < o.iters; ++i) call();
+    const double us =
+        std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - start)
+            .count() /
+        o.iters;
+    times.push_back(max_over_ranks(t, us));
+  }
+  std::sort(times.begin(), times.end());
+  const double median = times.size() % 2
+                            ? times[times.size() / 2]
+                            : (times[times.size() / 2 - 1] + times[times.size() / 2]) / 2;
+  long long wrong = -1;
+  if (o.check) {
+    // Fresh inputs (in place they were reduced over and over) and a poisoned output.
+    fill_input<T, Op>(send, count, r);
+    if (in_place)
+      std::memcpy(static_cast<void*>(recv), send, count * sizeof(T));
+    else
+      std::memset(static_cast<void*>(recv), 0xA5, count * sizeof(T));
+    call();
+    wrong = sum_over_ranks(t, static_cast<long long>(count_wrong<T, Op>(recv, count, P)));
+  }
+  return make_measurement(median, count * sizeof(T), P, wrong);
+}
+
+/// Every size and algorithm of one (dtype, op) on transport `t`; rank 0 collects rows.
+template <class T, class Op, class Tr>
+void run_type_op(Tr& t, const perf_options& o, const std::string& transport_name,
+                 const std::string& op_name, std::vector<T>& send, std::vector<T>& recv,
+                 std::vector<row>& rows) {
+  for (std::size_t bytes : sizes(o, sizeof(T)))
+    for (const auto& aname : o.algorithms)
+      with_algorithm(aname, o, [&](const auto& algo) {
+        using Algo = std::decay_t<decltype(algo)>;
+        if constexpr (std::is_same_v<Algo, passthrough> && !has_native_allreduce<Tr, T, Op>) {
+          return; // removed from the list before (threads has no vendor allreduce)
+        } else {
+          row rw{aname,    transport_name, std::string(type_name<T>()), op_name,
+                 t.size(), bytes,          bytes / sizeof(T),           {},
+                 {}};
+          rw.out_of_place = measure<T, Op>(t, o, algo, send.data(), recv.data(), rw.count, false);
+          rw.in_place = measure<T, Op>(t, o, algo, send.data(), recv.data(), rw.count, true);
+          if (t.rank() == 0) rows.push_back(rw);
+        }
+      });
+}
+
+template <class T, class Tr>
+void run_type(Tr& t, const perf_options& o, const std::string& transport_name,
+              std::vector<row>& rows) {
+  const auto sz = sizes(o, sizeof(T));
+  const std::size_t max_count = sz.empty() ? 1 : std::max<std::size_t>(1, sz.back() / sizeof(T));
+  std::vector<T> send(max_count), recv(max_count);
+  for (const auto& oname : o.ops)
+    with_op(oname, [&](auto op) {
+      run_type_op<T, decltype(op)>(t, o, transport_name, oname, send, recv, rows);
+    });
+}
+
+/// Runs every configured (dtype, op, size, algorithm) on transport `t`; rank 0 collects rows.
+template <class Tr>
+void run_all(Tr& t, const perf_options& o, const std::string& transport_name,
+             std::vector<row>& rows) {
+  for (const auto& dname : o.dtypes)
+    with_dtype(dname, [&](auto tag) {
+      run_type<typename decltype(tag)::type>(t, o, transport_name, rows);
+    });
+}
+
+} // namespace tcoll::bench
