@@ -384,7 +384,7 @@ int main(int argc, char** argv) {
   check(cudaGetDeviceProperties(&prop, 0), "cudaGetDeviceProperties");
   try {
     if (o.type == "float") return run_op<float>(o, prop);
-    if (o.type == "half") return run_op<half>(o, prop);
+    if (o.type == "half") return run_op<tcoll::half>(o, prop);
     if (o.type == "bfloat16") return run_op<bfloat16>(o, prop);
     std::fprintf(stderr, "unknown type %s (float, half, bfloat16)\n", o.type.c_str());
     return 2;

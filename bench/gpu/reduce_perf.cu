@@ -209,7 +209,7 @@ int main(int argc, char** argv) {
     if (t == "float")
       run_type<float>(o, s, rows);
     else if (t == "half")
-      run_type<half>(o, s, rows);
+      run_type<tcoll::half>(o, s, rows);
     else if (t == "bfloat16")
       run_type<bfloat16>(o, s, rows);
     else {
