@@ -1,0 +1,230 @@
+#pragma once
+/// \file
+/// Hierarchical allreduce over two transports: `Intra` joins the ranks of one group (the
+/// devices or threads of a node: fast links), `Inter` joins groups (the network). Two forms:
+///  - `leader` (GradientFlow Sec. 2.4, Fig. 7b): reduce to the group's local rank 0
+///    (binomial tree), allreduce among the leaders with any inner algorithm (message size
+///    K*M/N per GradientFlow: the whole buffer), broadcast in the group.
+///  - `sharded` (bandwidth-optimal): ring reduce-scatter inside the group, allreduce of shard
+///    l across groups by the ranks of local index l (all shards in parallel), ring
+///    allgather inside the group. Each node sends one buffer across the network instead of
+///    the flat ring's 2(P-1)/P buffers per rank on the node's boundary links.
+/// Groups may have unequal sizes: with m = the smallest group size ("shards"), local ranks
+/// l >= m first fold their vector onto local rank l mod m, the m core ranks run the
+/// sharded form, and the folded ranks receive the result at the end. Counts need not
+/// divide: shards are the near-equal chunks of `chunk_begin`.
+/// Finalizing ops (avg) only accumulate inside the phases and are finalized once with the
+/// total rank count, so every rank ends with bitwise identical results.
+/// Costs: see docs/hierarchical.md (and plan/cost_model.hpp `hierarchical_*_allreduce_us`).
+#include <cstddef>
+#include <string>
+#include <string_view>
+
+#include "../collectives.hpp"
+#include "../core/concepts.hpp"
+#include "../core/error.hpp"
+#include "../core/ops.hpp"
+#include "../detail/executor.hpp"
+#include "../detail/schedule.hpp"
+#include "../detail/validate.hpp"
+#include "../reduce/cpu.hpp"
+#include "binomial_tree.hpp"
+#include "detail/phase_op.hpp"
+#include "ring.hpp"
+
+namespace tcoll {
+
+/// Which hierarchical allreduce to run.
+enum class hierarchical_form {
+  leader,  ///< reduce to the group leader, allreduce among leaders, broadcast (GradientFlow)
+  sharded, ///< reduce-scatter in the group, allreduce each shard across groups, allgather
+};
+
+/// Tuning knobs of the hierarchical allreduce. `InterAlgo` is the algorithm across groups:
+/// any allreduce algorithm of tcoll (ring, recursive_doubling, ..., automatic, passthrough).
+template <class InterAlgo = ring>
+struct hierarchical_options {
+  static constexpr std::string_view name = "hierarchical";
+  hierarchical_form form = hierarchical_form::sharded;
+  /// The algorithm across groups (among leaders, or per shard).
+  InterAlgo inter{};
+  /// Segmenting of the ring reduce-scatter/allgather inside a group (sharded form).
+  ring intra{};
+};
+
+/// Where this rank sits in the two-level machine (what the transports cannot tell).
+struct hierarchy_shape {
+  int world_rank = 0; ///< rank among all ranks (for error messages and tests)
+  int world_size = 1; ///< number of ranks of all groups (avg divides by it)
+  int shards = 1;     ///< smallest group size; local ranks below it have an inter transport
+};
+
+/// Two transports composed into one two-level machine. `inter` may be null on ranks whose
+/// local index is >= `shape.shards` (they never talk across groups).
+template <transport Intra, transport Inter>
+class hierarchical {
+public:
+  static constexpr std::string_view name = "hierarchical";
+
+  hierarchical(Intra& intra, Inter* inter, hierarchy_shape shape)
+      : intra_(&intra), inter_(inter), shape_(shape) {
+    const int l = intra.rank();
+    if (shape.shards < 1 || shape.shards > intra.size())
+      throw invalid_argument("hierarchical: shards " + std::to_string(shape.shards) +
+                                 " is outside [1, group size " + std::to_string(intra.size()) + "]",
+                             shape.world_rank);
+    if (shape.world_size < intra.size())
+      throw invalid_argument("hierarchical: world_size " + std::to_string(shape.world_size) +
+                                 " is smaller than the group",
+                             shape.world_rank);
+    if (l < shape.shards && inter == nullptr)
+      throw invalid_argument("hierarchical: local rank " + std::to_string(l) + " is below shards " +
+                                 std::to_string(shape.shards) + " but has no inter transport",
+                             shape.world_rank);
+  }
+
+  int rank() const noexcept { return shape_.world_rank; }
+  int size() const noexcept { return shape_.world_size; }
+  const hierarchy_shape& shape() const noexcept { return shape_; }
+  Intra& intra() noexcept { return *intra_; }
+  Inter* inter() noexcept { return inter_; }
+
+  /// The step descriptions of the two intra phases, for counting and symbolic tests.
+  /// Phase 1 (before the inter allreduce) and phase 3 (after it), sharded form.
+  template <class Sink>
+  static void sharded_phase1(Sink& s, int g, int l, int m, std::size_t n, const ring& knobs,
+                             std::size_t elem_bytes) {
+    using namespace detail;
+    const std::size_t seg = segment(knobs, elem_bytes);
+    const bool folding = g > m;
+    s.reserve(0, l < m ? (folding ? n : chunk_size(n, m, 0)) : 0);
+    buffer_id src = buffer_id::input;
+    const region all_in{buffer_id::input, 0, n}, all_out{buffer_id::output, 0, n};
+    if (folding) {
+      if (l >= m) {
+        s.round_begin();
+        s.send(l % m, all_in);
+        s.round_end();
+        return;
+      }
+      for (int e = l + m; e < g; e += m) {
+        s.round_begin();
+        s.recv_reduce(e, all_out, src == buffer_id::input ? all_in : all_out, false);
+        s.round_end();
+        src = buffer_id::output;
+      }
+    }
+    auto chunk = [&](buffer_id b, int c) {
+      const int cc = mod(c, m);
+      return region{b, chunk_begin(n, m, cc), chunk_size(n, m, cc)};
+    };
+    if (m == 1) {
+      s.round_begin();
+      s.copy(all_out, region{src, 0, n});
+      s.round_end();
+      return;
+    }
+    // ring reduce-scatter over the m core ranks; the local operand is `src` throughout
+    for (int k = 0; k < m - 1; ++k) {
+      s.round_begin();
+      ring::segments(chunk(k == 0 ? src : buffer_id::output, l - k - 1), seg,
+                     [&](region r) { s.send(mod(l + 1, m), r); });
+      ring::segments(chunk(buffer_id::output, l - k - 2), seg, [&](region r) {
+        s.recv_reduce(mod(l - 1, m), r, region{src, r.offset, r.count}, true);
+      });
+      s.round_end();
+    }
+  }
+  template <class Sink>
+  static void sharded_phase3(Sink& s, int g, int l, int m, std::size_t n, const ring& knobs,
+                             std::size_t elem_bytes) {
+    using namespace detail;
+    const region all_out{buffer_id::output, 0, n};
+    if (l < m && m > 1)
+      ring::allgather_steps(
+          s, m, l,
+          [&](int c) {
+            const int cc = mod(c, m);
+            return region{buffer_id::output, chunk_begin(n, m, cc), chunk_size(n, m, cc)};
+          },
+          segment(knobs, elem_bytes));
+    if (g > m) {
+      s.round_begin();
+      if (l >= m)
+        s.recv(l % m, all_out);
+      else
+        for (int e = l + m; e < g; e += m) s.send(e, all_out);
+      s.round_end();
+    }
+  }
+  /// Leader form, phase 1: binomial reduce to local rank 0; phase 3: binomial broadcast.
+  template <class Sink>
+  static void leader_phase1(Sink& s, int g, int l, std::size_t n) {
+    using namespace detail;
+    s.reserve(l == 0 ? 0 : n, n);
+    binomial_tree::reduce_steps(s, layout{l, g, n, 1, 0, false}, 0,
+                                l == 0 ? buffer_id::output : buffer_id::scratch);
+  }
+  template <class Sink>
+  static void leader_phase3(Sink& s, int g, int l, std::size_t n) {
+    binomial_tree::broadcast_steps(s, detail::layout{l, g, n, 1, 0, true}, 0);
+  }
+
+  /// Allreduce of `count` elements; see the free `allreduce` overload.
+  template <class T, class Op, class InterAlgo, reducer R>
+  void allreduce(const T* sendbuf, T* recvbuf, std::size_t count, const Op& op,
+                 const hierarchical_options<InterAlgo>& opt, R& red) {
+    static_assert(commutative_op<Op>, "tcoll: hierarchical allreduce reorders operands; it "
+                                      "needs a commutative op");
+    detail::check_support<R, Op, T>();
+    const int wr = shape_.world_rank;
+    detail::check_count(count, 1, sizeof(T), "allreduce", wr);
+    detail::check_pointer(sendbuf, count, "sendbuf", "allreduce", wr);
+    detail::check_pointer(recvbuf, count, "recvbuf", "allreduce", wr);
+    detail::check_overlap(sendbuf, count * sizeof(T), recvbuf, count * sizeof(T), recvbuf,
+                          "allreduce", wr);
+    const auto pop = detail::phase_op(op);
+    using PhaseOp = std::remove_cv_t<decltype(pop)>;
+    const int g = intra_->size(), l = intra_->rank(), m = shape_.shards;
+    detail::executor<Intra, R, T, PhaseOp> ex(*intra_, red, pop, sendbuf, count, recvbuf, count);
+    if (opt.form == hierarchical_form::leader) {
+      leader_phase1(ex, g, l, count);
+      if (l == 0) {
+        tcoll::allreduce(*inter_, recvbuf, recvbuf, count, pop, opt.inter, red);
+        red.finalize(op, recvbuf, count, shape_.world_size);
+        red.synchronize();
+      }
+      leader_phase3(ex, g, l, count);
+      return;
+    }
+    sharded_phase1(ex, g, l, m, count, opt.intra, sizeof(T));
+    if (l < m) {
+      T* shard = recvbuf + detail::chunk_begin(count, m, l);
+      const std::size_t n = detail::chunk_size(count, m, l);
+      tcoll::allreduce(*inter_, shard, shard, n, pop, opt.inter, red);
+      red.finalize(op, shard, n, shape_.world_size);
+      red.synchronize();
+    }
+    sharded_phase3(ex, g, l, m, count, opt.intra, sizeof(T));
+  }
+
+private:
+  static std::size_t segment(const ring& knobs, std::size_t elem_bytes) {
+    return knobs.segment_elems(detail::layout{0, 1, 0, elem_bytes, 0, false});
+  }
+
+  Intra* intra_;
+  Inter* inter_;
+  hierarchy_shape shape_;
+};
+
+/// Hierarchical allreduce: every rank of every group receives op over all ranks' `sendbuf`.
+/// `sendbuf == recvbuf` is the in-place form. Every rank of every group must call it.
+template <transport Intra, transport Inter, class T, class Op = sum_op, class InterAlgo = ring,
+          reducer R = cpu_reducer>
+void allreduce(hierarchical<Intra, Inter>& h, const T* sendbuf, T* recvbuf, std::size_t count,
+               const Op& op = {}, const hierarchical_options<InterAlgo>& opt = {}, R red = {}) {
+  h.allreduce(sendbuf, recvbuf, count, op, opt, red);
+}
+
+} // namespace tcoll

@@ -1,0 +1,127 @@
+#pragma once
+/// \file
+/// Tensor allreduce (MXNET-MPI Sec. 6.1-6.3): a rank that owns several local buffers (one per
+/// local device or thread) takes part as one member. Its buffers are reduced locally into
+/// the first, the first buffers of all ranks are allreduced by a ring, and the result is
+/// copied back to the other local buffers. The buffer is processed in segments so the local
+/// reduction of segment s+1 (and the local broadcast of segment s-1) runs while the first
+/// ring round of segment s is on the wire.
+/// Cost per segment of n bytes, B local buffers, P ranks:
+///   ring(P, n) + (B-1) n gamma_local + (B-1) n beta_local, with all but the first
+///   segment's local reduction and the last segment's broadcast hidden behind transfers.
+#include <cstddef>
+#include <cstdint>
+#include <initializer_list>
+#include <span>
+#include <string>
+#include <string_view>
+#include <utility>
+
+#include "../collectives.hpp"
+#include "../core/concepts.hpp"
+#include "../core/error.hpp"
+#include "../core/ops.hpp"
+#include "../detail/executor.hpp"
+#include "../detail/schedule.hpp"
+#include "../detail/validate.hpp"
+#include "../reduce/cpu.hpp"
+#include "detail/phase_op.hpp"
+#include "ring.hpp"
+
+namespace tcoll {
+
+namespace detail {
+template <class T>
+bool ranges_overlap(const T* a, const T* b, std::size_t n) {
+  const auto ia = reinterpret_cast<std::uintptr_t>(a), ib = reinterpret_cast<std::uintptr_t>(b);
+  return ia < ib + n * sizeof(T) && ib < ia + n * sizeof(T);
+}
+} // namespace detail
+
+/// Tuning knobs of `tensor_allreduce`.
+struct tensor_options {
+  static constexpr std::string_view name = "tensor";
+  /// Pipeline segment: the local reduction of one segment overlaps the ring of the previous.
+  std::size_t segment_bytes = std::size_t{4} << 20;
+  /// The ring across ranks.
+  ring inter{};
+};
+
+/// In-place allreduce of `count` elements over every local buffer of every rank: afterwards
+/// each of `buffers` (on every rank) holds op over all ranks' buffers. The local buffers
+/// must not overlap; the op must be commutative. avg divides by size() * buffers.size().
+template <transport Tr, class T, class Op = sum_op, reducer R = cpu_reducer>
+void tensor_allreduce(Tr& t, std::span<T* const> buffers, std::size_t count, const Op& op = {},
+                      const tensor_options& opt = {}, R red = {}) {
+  static_assert(commutative_op<Op>, "tcoll: tensor_allreduce reorders operands (ring); it needs "
+                                    "a commutative op");
+  detail::check_support<R, Op, T>();
+  const int rank = t.rank(), P = t.size();
+  const std::size_t B = buffers.size();
+  if (B == 0) throw invalid_argument("tensor_allreduce: buffers is empty", rank);
+  detail::check_count(count, 1, sizeof(T), "tensor_allreduce", rank);
+  for (std::size_t b = 0; b < B; ++b) {
+    const std::string arg = "buffers[" + std::to_string(b) + "]";
+    detail::check_pointer(buffers[b], count, arg.c_str(), "tensor_allreduce", rank);
+    for (std::size_t c = 0; c < b; ++c)
+      if (count && detail::ranges_overlap(buffers[b], buffers[c], count))
+        throw invalid_argument(
+            "tensor_allreduce: " + arg + " overlaps buffers[" + std::to_string(c) + "]", rank);
+  }
+  if (count == 0) return;
+  const auto pop = detail::phase_op(op);
+  using PhaseOp = std::remove_cv_t<decltype(pop)>;
+  const int members = P * static_cast<int>(B);
+  T* const acc = buffers[0];
+  const std::size_t seg = std::max<std::size_t>(1, opt.segment_bytes / sizeof(T));
+  const std::size_t nseg = (count + seg - 1) / seg;
+  auto extent = [&](std::size_t s) {
+    const std::size_t off = s * seg;
+    return std::pair{off, std::min(seg, count - off)};
+  };
+  auto local_reduce = [&](std::size_t s) {
+    const auto [off, n] = extent(s);
+    for (std::size_t b = 1; b < B; ++b) red.reduce(pop, acc + off, acc + off, buffers[b] + off, n);
+  };
+  auto local_broadcast = [&](std::size_t s) {
+    const auto [off, n] = extent(s);
+    for (std::size_t b = 1; b < B; ++b) red.copy(buffers[b] + off, acc + off, n);
+  };
+
+  local_reduce(0);
+  red.synchronize();
+  for (std::size_t s = 0; s < nseg; ++s) {
+    const auto [off, n] = extent(s);
+    detail::step_recorder rec;
+    opt.inter.allreduce(rec, detail::layout{rank, P, n, sizeof(T), 0, true});
+    detail::executor<Tr, R, T, PhaseOp> ex(t, red, pop, acc + off, n, acc + off, n);
+    ex.reserve(rec.scratch_count, rec.staging_count);
+    bool overlapped = false;
+    for (std::size_t i = 0; i < rec.rounds.size(); ++i) {
+      ex.round_begin();
+      for (const auto& st : rec.rounds[i]) ex.add(st);
+      // local work on other segments while this round's transfers are in flight
+      if (i == 0 && s + 1 < nseg) local_reduce(s + 1);
+      if (i == 0 && s > 0) local_broadcast(s - 1);
+      overlapped = true;
+      ex.round_end();
+    }
+    if (!overlapped) { // no round to hide behind (never for ring, kept for other inner algos)
+      if (s + 1 < nseg) local_reduce(s + 1);
+      if (s > 0) local_broadcast(s - 1);
+    }
+    red.finalize(op, acc + off, n, members);
+    red.synchronize();
+  }
+  local_broadcast(nseg - 1);
+  red.synchronize();
+}
+
+/// Overload for a braced list or vector of buffer pointers.
+template <transport Tr, class T, class Op = sum_op, reducer R = cpu_reducer>
+void tensor_allreduce(Tr& t, std::initializer_list<T*> buffers, std::size_t count,
+                      const Op& op = {}, const tensor_options& opt = {}, R red = {}) {
+  tensor_allreduce(t, std::span<T* const>(buffers.begin(), buffers.size()), count, op, opt, red);
+}
+
+} // namespace tcoll
