@@ -21,8 +21,9 @@ if [ ! -f "$build/build.ninja" ]; then
 fi
 targets=(tests/gpu/tcoll_gpu_tests tests/gpu/gpu_mixed_precision_cpu bench/gpu/reduce_perf
          bench/gpu/allreduce_perf_gpu)
-[ -f "$build/tests/gpu/tcoll_gpu_nccl_tests.p/test_nccl.cu.o" ] || grep -q tcoll_gpu_nccl_tests "$build/build.ninja" &&
+if grep -q tcoll_gpu_nccl_tests "$build/build.ninja"; then # only when NCCL was found
   targets+=(tests/gpu/tcoll_gpu_nccl_tests)
+fi
 ninja -C "$build" -j "$jobs" "${targets[@]}"
 
 rm -rf "$out"
