@@ -1,0 +1,574 @@
+// hier_perf: nccl-tests style benchmark of the two-level algorithms on an emulated cluster of
+// N nodes x G devices, side by side with the flat ring over all N*G ranks (and MPI_Allreduce
+// under MPI), with the alpha-beta-gamma model prediction of every measurement.
+//
+//   ./hier_perf -t threads -N 2 -G 2 --gbit 10 -b 1M -e 64M          # in process, shaped<>
+//   scripts/emulated_cluster.sh --rate 10gbit --np 2 -- ./hier_perf -t threads+mpi -G 2
+//
+// Transports:
+//   threads      one thread team of N*G ranks; messages between nodes pass a shaped<> link
+//                (--gbit, --alpha-us; one egress link per node, shared by its G threads).
+//   threads+mpi  one MPI process per node (N = MPI size), G threads in it; between nodes
+//                MPI (TCP inside scripts/emulated_cluster.sh, which shapes it), optionally
+//                shaped<> on top (--gbit > 0). Needs MPI_THREAD_MULTIPLE.
+// Algorithms (-a): ring (flat, all N*G ranks, composed transport), multi_ring (flat, -K rings),
+//   hierarchical_leader, hierarchical_sharded, tensor (one member per node owning G buffers),
+//   passthrough (threads+mpi: leader form with MPI_Allreduce among the node leaders).
+// Timing as nccl-tests: -w warm-up calls, barrier, -n timed calls; time = max over ranks of
+// elapsed/n; -R repetitions, median reported. busbw = algbw * 2(P-1)/P with P = N*G.
+// The check (-c 1) runs one more call on integer-valued inputs and compares every element
+// bit for bit with the sum computed independently in double.
+// Model: alpha and beta of the link between nodes are measured in the same run (a
+// simultaneous exchange of 8 B and 4 MiB between node 0 and node 1), the intra-node copy and
+// reduction rates by timing memcpy and a float sum; formulas in docs/hierarchical.md.
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <tcoll/algorithm/hierarchical.hpp>
+#include <tcoll/algorithm/multi_ring.hpp>
+#include <tcoll/algorithm/tensor_allreduce.hpp>
+#include <tcoll/collectives.hpp>
+#include <tcoll/plan/cost_model.hpp>
+#include <tcoll/transport/composed.hpp>
+#include <tcoll/transport/shaped.hpp>
+#include <tcoll/transport/subgroup.hpp>
+#include <tcoll/transport/threads.hpp>
+
+#ifdef TCOLL_HAVE_MPI
+#include <mpi.h>
+
+#include <tcoll/transport/mpi.hpp>
+#endif
+
+#include "../common/perf_report.hpp"
+
+namespace {
+
+using namespace tcoll;
+using namespace tcoll::bench;
+using fsec = std::chrono::duration<double>;
+
+struct options {
+  std::size_t min_bytes = std::size_t{1} << 20, max_bytes = std::size_t{16} << 20;
+  double factor = 2;
+  int iters = 10, warmup = 3, reps = 3;
+  bool check = true;
+  std::string transport = "threads";
+  int nodes = 2, G = 2, K = 2;
+  double gbit = 10, alpha_us = 0;
+  std::size_t segment = std::size_t{1} << 20;
+  std::vector<std::string> algorithms{
+      "ring", "multi_ring", "hierarchical_leader", "hierarchical_sharded", "tensor", "passthrough"};
+  std::string json;
+  int timeout_s = 120;
+};
+
+std::size_t parse_bytes(const std::string& s) {
+  char* end = nullptr;
+  const double v = std::strtod(s.c_str(), &end);
+  const std::string suf(end);
+  const double m = suf == "K" || suf == "k"   ? 1024.0
+                   : suf == "M" || suf == "m" ? 1048576.0
+                   : suf == "G" || suf == "g" ? 1073741824.0
+                   : suf.empty()              ? 1.0
+                                              : -1.0;
+  if (end == s.c_str() || m < 0 || v < 0)
+    throw invalid_argument("hier_perf: '" + s + "' is not a size (e.g. 64K, 1M)");
+  return static_cast<std::size_t>(v * m);
+}
+
+const char* usage =
+    "usage: hier_perf [-b min] [-e max] [-f factor] [-n iters] [-w warmup] [-R reps] [-c 0|1]\n"
+    "  [-t threads|threads+mpi] [-N nodes (threads)] [-G threads per node] [-K rings]\n"
+    "  [--gbit rate (0: unshaped)] [--alpha-us us] [-s segment bytes] [-T timeout s]\n"
+    "  [-a ring,multi_ring,hierarchical_leader,hierarchical_sharded,tensor,passthrough]\n"
+    "  [--json FILE]\n";
+
+options parse(int argc, char** argv) {
+  options o;
+  for (int i = 1; i < argc; ++i) {
+    const std::string f = argv[i];
+    if (f == "-h" || f == "--help") {
+      std::printf("%s", usage);
+      std::exit(0);
+    }
+    if (i + 1 >= argc) throw invalid_argument("hier_perf: " + f + " needs a value");
+    const std::string v = argv[++i];
+    if (f == "-b")
+      o.min_bytes = parse_bytes(v);
+    else if (f == "-e")
+      o.max_bytes = parse_bytes(v);
+    else if (f == "-f")
+      o.factor = std::stod(v);
+    else if (f == "-n")
+      o.iters = std::stoi(v);
+    else if (f == "-w")
+      o.warmup = std::stoi(v);
+    else if (f == "-R")
+      o.reps = std::stoi(v);
+    else if (f == "-c")
+      o.check = v != "0";
+    else if (f == "-t")
+      o.transport = v;
+    else if (f == "-N")
+      o.nodes = std::stoi(v);
+    else if (f == "-G" || f == "-g")
+      o.G = std::stoi(v);
+    else if (f == "-K")
+      o.K = std::stoi(v);
+    else if (f == "--gbit")
+      o.gbit = std::stod(v);
+    else if (f == "--alpha-us")
+      o.alpha_us = std::stod(v);
+    else if (f == "-s")
+      o.segment = parse_bytes(v);
+    else if (f == "-T")
+      o.timeout_s = std::stoi(v);
+    else if (f == "--json")
+      o.json = v;
+    else if (f == "-a") {
+      o.algorithms.clear();
+      std::size_t pos = 0;
+      while (pos <= v.size()) {
+        const auto end = std::min(v.find(',', pos), v.size());
+        if (end > pos) o.algorithms.push_back(v.substr(pos, end - pos));
+        pos = end + 1;
+      }
+    } else
+      throw invalid_argument("hier_perf: unknown flag " + f + "\n" + usage);
+  }
+  if (o.transport != "threads" && o.transport != "threads+mpi")
+    throw invalid_argument("hier_perf: -t must be threads or threads+mpi");
+  if (o.min_bytes < 4 || o.min_bytes > o.max_bytes || o.factor <= 1 || o.iters < 1 || o.reps < 1 ||
+      o.G < 1 || o.nodes < 1 || o.K < 1)
+    throw invalid_argument("hier_perf: bad sizes or counts");
+  return o;
+}
+
+float value(int r, std::size_t i) {
+  return static_cast<float>((r + 1) * (1 + int(i % 13)));
+}
+
+/// Link parameters measured in this run (seconds, seconds per byte).
+struct calibration {
+  double alpha = 0, beta = 0;  // between nodes
+  double alpha_intra = 0;      // one message inside a node
+  double copy = 0, reduce = 0; // per byte: memcpy, float sum dst = a + b
+};
+
+/// Model prediction (seconds) of one allreduce of `bytes` over N nodes x G ranks.
+double model(const std::string& algo, double bytes, int N, int G, int K, std::size_t segment,
+             const calibration& c) {
+  const int P = N * G;
+  const double lgG = std::ceil(std::log2(std::max(1, G)));
+  // ring over the network (N nodes) carrying `b` bytes per node per step set
+  auto net_ring = [&](double b, int ranks, double gamma) {
+    if (ranks <= 1) return 0.0;
+    return 2.0 * (ranks - 1) * c.alpha + 2.0 * (ranks - 1) / ranks * b * c.beta +
+           (ranks - 1.0) / ranks * b * gamma;
+  };
+  if (algo == "ring") {
+    // the boundary links are the slowest of the ring; every step waits for them
+    if (N == 1) return 2.0 * (P - 1) * c.alpha_intra + (P - 1.0) / P * bytes * (c.reduce + c.copy);
+    return 2.0 * (P - 1) * c.alpha + 2.0 * (P - 1) / P * bytes * c.beta +
+           (P - 1.0) / P * bytes * c.reduce;
+  }
+  if (algo == "multi_ring") {
+    if (N == 1) return 2.0 * (P - 1) * c.alpha_intra + (P - 1.0) / P * bytes * (c.reduce + c.copy);
+    // the reductions of all but the last ring of a step hide behind later transfers
+    return 2.0 * (P - 1) * c.alpha + 2.0 * (P - 1) / P * bytes * c.beta +
+           (P - 1.0) / P * bytes * c.reduce / K;
+  }
+  if (algo == "hierarchical_leader" || algo == "passthrough") {
+    const double intra = lgG * (2 * c.alpha_intra + bytes * (c.reduce + c.copy));
+    return intra + net_ring(bytes, N, c.reduce);
+  }
+  if (algo == "hierarchical_sharded") {
+    const double intra =
+        2.0 * (G - 1) * c.alpha_intra + (G - 1.0) / G * bytes * (c.reduce + c.copy);
+    // G shard rings of bytes/G share each node's link: bytes per node per step as one ring of
+    // `bytes`, but each thread reduces only its shard
+    double t = intra;
+    if (N > 1)
+      t += 2.0 * (N - 1) * c.alpha + 2.0 * (N - 1) / N * bytes * c.beta +
+           (N - 1.0) / N * bytes / G * c.reduce;
+    return t;
+  }
+  if (algo == "tensor") {
+    const double exposed = std::min(bytes, static_cast<double>(segment));
+    return (G - 1) * exposed * (c.reduce + c.copy) + net_ring(bytes, N, c.reduce);
+  }
+  return 0;
+}
+
+/// What a rank needs from the harness: barrier and reductions over all N*G ranks.
+struct harness {
+  std::function<void()> barrier;
+  std::function<double(double)> max_all;
+  std::function<long long(long long)> sum_all;
+};
+
+/// Shared per-node state: the G ranks' buffers (tensor) and scratch for reductions.
+struct node_state {
+  explicit node_state(int G) : outs(std::size_t(G)), dslot(std::size_t(G)), lslot(std::size_t(G)) {}
+  std::vector<float*> outs;
+  std::vector<double> dslot;
+  std::vector<long long> lslot;
+};
+
+template <class World, class Hier, class Leaders>
+std::vector<row> run_rank(const options& o, World& world, Hier& hier, Leaders* leaders, int local,
+                          node_state& node, const harness& h, const std::string& tname,
+                          calibration& cal,
+                          const std::function<void(const float*, float*, std::size_t)>& native) {
+  const int P = world.size(), me = world.rank(), G = o.G, N = P / G;
+  std::vector<row> rows;
+  // --- calibration -----------------------------------------------------------------------
+  {
+    auto exchange = [&](int peer, std::size_t bytes, int reps) {
+      std::vector<char> s(bytes, 1), r(bytes);
+      std::vector<double> t;
+      for (int i = 0; i < reps; ++i) {
+        const auto t0 = clock::now();
+        auto rr = world.irecv(peer, r.data(), bytes, 99);
+        auto rs = world.isend(peer, s.data(), bytes, 99);
+        world.wait(rr, clock::now() + std::chrono::seconds(o.timeout_s));
+        world.wait(rs, clock::now() + std::chrono::seconds(o.timeout_s));
+        t.push_back(fsec(clock::now() - t0).count());
+      }
+      std::sort(t.begin(), t.end());
+      return t[t.size() / 2];
+    };
+    const std::size_t big = std::size_t{4} << 20;
+    double a = 0, b = 0, ai = 0;
+    h.barrier();
+    if (N > 1 && (me == 0 || me == G)) {
+      exchange(me == 0 ? G : 0, 8, 5); // warm the connection
+      a = exchange(me == 0 ? G : 0, 8, 30);
+      b = (exchange(me == 0 ? G : 0, big, 5) - a) / double(big);
+    }
+    h.barrier();
+    if (G > 1 && (me == 0 || me == 1)) ai = exchange(1 - me, 8, 30);
+    h.barrier();
+    cal.alpha = h.max_all(a);
+    cal.beta = h.max_all(b);
+    cal.alpha_intra = h.max_all(ai);
+    if (me == 0) {
+      std::vector<float> x(big / 4, 1.0f), y(big / 4, 2.0f), z(big / 4);
+      cpu_reducer red;
+      double tc = 1e9, tr = 1e9;
+      for (int i = 0; i < 5; ++i) {
+        auto t0 = clock::now();
+        std::memcpy(z.data(), x.data(), big);
+        tc = std::min(tc, fsec(clock::now() - t0).count());
+        t0 = clock::now();
+        red.reduce(sum_op{}, z.data(), x.data(), y.data(), x.size());
+        tr = std::min(tr, fsec(clock::now() - t0).count());
+      }
+      cal.copy = tc / double(big);
+      cal.reduce = tr / double(big);
+    }
+    cal.copy = h.max_all(cal.copy);
+    cal.reduce = h.max_all(cal.reduce);
+  }
+
+  // --- measurements ----------------------------------------------------------------------
+  for (std::size_t bytes = o.min_bytes; bytes <= o.max_bytes;
+       bytes = std::max(bytes + 4, static_cast<std::size_t>(double(bytes) * o.factor))) {
+    const std::size_t n = bytes / sizeof(float);
+    std::vector<float> in(n), out(n);
+    for (const auto& algo : o.algorithms) {
+      if (algo == "passthrough" && !native) continue;
+      auto call = [&](const float* s, float* d) {
+        if (algo == "ring")
+          tcoll::allreduce(world, s, d, n, sum_op{}, ring{o.segment});
+        else if (algo == "multi_ring")
+          tcoll::allreduce(world, s, d, n, sum_op{},
+                           multi_ring{o.K, ring_order::alternate, o.segment});
+        else if (algo == "hierarchical_leader")
+          allreduce(hier, s, d, n, sum_op{},
+                    hierarchical_options<ring>{hierarchical_form::leader, ring{o.segment},
+                                               ring{o.segment}});
+        else if (algo == "hierarchical_sharded")
+          allreduce(hier, s, d, n, sum_op{},
+                    hierarchical_options<ring>{hierarchical_form::sharded, ring{o.segment},
+                                               ring{o.segment}});
+        else if (algo == "passthrough")
+          native(s, d, n);
+        else if (algo == "tensor") {
+          // one member per node owning the G buffers of its threads (in place)
+          if (s != d) std::memcpy(d, s, n * sizeof(float));
+          node.outs[std::size_t(local)] = d;
+          h.barrier();
+          if (local == 0)
+            tensor_allreduce(*leaders, std::span<float* const>(node.outs), n, sum_op{},
+                             tensor_options{std::size_t{4} << 20, ring{o.segment}});
+          h.barrier();
+        } else
+          throw invalid_argument("hier_perf: unknown algorithm " + algo);
+      };
+      row r;
+      r.algorithm = algo;
+      r.transport = tname;
+      r.dtype = "float";
+      r.op = "sum";
+      r.ranks = P;
+      r.bytes = n * sizeof(float);
+      r.count = n;
+      for (int inplace = 0; inplace < 2; ++inplace) {
+        auto fill = [&] {
+          for (std::size_t i = 0; i < n; ++i) in[i] = value(me, i);
+        };
+        float* dst = inplace ? in.data() : out.data();
+        fill();
+        for (int w = 0; w < o.warmup; ++w) {
+          call(in.data(), dst);
+          if (inplace) fill();
+        }
+        std::vector<double> times;
+        for (int rep = 0; rep < o.reps; ++rep) {
+          fill();
+          h.barrier();
+          const auto t0 = clock::now();
+          for (int it = 0; it < o.iters; ++it) call(in.data(), dst);
+          times.push_back(h.max_all(fsec(clock::now() - t0).count() / o.iters));
+        }
+        std::sort(times.begin(), times.end());
+        long long wrong = -1;
+        if (o.check) {
+          fill();
+          std::fill(out.begin(), out.end(), -1.0f);
+          call(in.data(), dst);
+          long long bad = 0;
+          for (std::size_t i = 0; i < n; ++i) {
+            double e = 0;
+            for (int q = 0; q < P; ++q) e += value(q, i);
+            if (dst[i] != static_cast<float>(e)) ++bad;
+          }
+          wrong = h.sum_all(bad);
+        }
+        (inplace ? r.in_place : r.out_of_place) =
+            make_measurement(times[times.size() / 2] * 1e6, r.bytes, P, wrong);
+      }
+      rows.push_back(r);
+    }
+    if (bytes == o.max_bytes) break;
+  }
+  return rows;
+}
+
+void print_model(const options& o, const std::vector<row>& rows, const calibration& c, int N) {
+  std::printf("#\n# link between nodes (measured): alpha %.2f us, beta %.4f ns/B (%.2f Gbit/s); "
+              "inside a node: alpha %.2f us, copy %.4f ns/B, reduce %.4f ns/B\n",
+              c.alpha * 1e6, c.beta * 1e9, c.beta > 0 ? 8e-9 / c.beta : 0.0, c.alpha_intra * 1e6,
+              c.copy * 1e9, c.reduce * 1e9);
+  std::printf("#\n# model vs measured (out-of-place), and busbw relative to flat ring\n");
+  std::printf("#%11s %22s %10s %10s %8s %8s\n", "size", "algorithm", "time(us)", "model(us)",
+              "meas/mod", "xring");
+  for (const auto& r : rows) {
+    double ring_bw = 0;
+    for (const auto& q : rows)
+      if (q.bytes == r.bytes && q.algorithm == "ring") ring_bw = q.out_of_place.busbw_gbs;
+    const double m = model(r.algorithm, double(r.bytes), N, o.G, o.K, o.segment, c) * 1e6;
+    std::printf(" %11zu %22s %10.1f %10.1f %8.2f %8.2f\n", r.bytes, r.algorithm.c_str(),
+                r.out_of_place.time_us, m, m > 0 ? r.out_of_place.time_us / m : 0.0,
+                ring_bw > 0 ? r.out_of_place.busbw_gbs / ring_bw : 0.0);
+  }
+}
+
+bool write_json_with_model(const options& o, const std::vector<row>& rows, const calibration& c,
+                           int N) {
+  std::FILE* f = std::fopen(o.json.c_str(), "w");
+  if (!f) return false;
+  std::fprintf(f, "[");
+  bool first = true;
+  for (const auto& r : rows)
+    for (int ip = 0; ip < 2; ++ip) {
+      const auto& m = ip ? r.in_place : r.out_of_place;
+      std::fprintf(f,
+                   "%s\n {\"algorithm\": \"%s\", \"transport\": \"%s\", \"ranks\": %d, "
+                   "\"nodes\": %d, \"per_node\": %d, \"rings\": %d, \"gbit\": %g, "
+                   "\"dtype\": \"float\", \"op\": \"sum\", \"bytes\": %zu, \"count\": %zu, "
+                   "\"inplace\": %s, \"time_us\": %.3f, \"algbw_gbs\": %.6f, \"busbw_gbs\": %.6f, "
+                   "\"model_us\": %.3f, \"wrong\": %s, \"iters\": %d, \"reps\": %d, "
+                   "\"alpha_us\": %.4f, \"beta_ns_per_byte\": %.6f, \"reduce_ns_per_byte\": %.6f, "
+                   "\"copy_ns_per_byte\": %.6f}",
+                   first ? "" : ",", r.algorithm.c_str(), r.transport.c_str(), r.ranks, N, o.G, o.K,
+                   o.gbit, r.bytes, r.count, ip ? "true" : "false", m.time_us, m.algbw_gbs,
+                   m.busbw_gbs,
+                   model(r.algorithm, double(r.bytes), N, o.G, o.K, o.segment, c) * 1e6,
+                   m.wrong < 0 ? "null" : std::to_string(m.wrong).c_str(), o.iters, o.reps,
+                   c.alpha * 1e6, c.beta * 1e9, c.reduce * 1e9, c.copy * 1e9);
+      first = false;
+    }
+  std::fprintf(f, "\n]\n");
+  return std::fclose(f) == 0;
+}
+
+int finish(const options& o, const std::vector<row>& rows, const calibration& c, int N) {
+  std::printf("# hier_perf: transport %s nodes %d x %d per node, shaped %g Gbit/s + %g us, "
+              "K %d, iters %d reps %d\n",
+              o.transport.c_str(), N, o.G, o.gbit, o.alpha_us, o.K, o.iters, o.reps);
+  print_report(stdout, rows);
+  print_model(o, rows, c, N);
+  if (!o.json.empty() && !write_json_with_model(o, rows, c, N)) {
+    std::fprintf(stderr, "hier_perf: cannot write %s\n", o.json.c_str());
+    return 1;
+  }
+  long long wrong = 0;
+  for (const auto& r : rows)
+    wrong += std::max(0LL, r.out_of_place.wrong) + std::max(0LL, r.in_place.wrong);
+  return wrong ? 3 : 0;
+}
+
+int run_threads(const options& o) {
+  const int P = o.nodes * o.G;
+  shaped_network net(
+      shaping{std::chrono::nanoseconds(static_cast<long long>(o.alpha_us * 1e3)), o.gbit, o.G});
+  std::vector<row> rows;
+  calibration cal;
+  node_state state(P); // one "node" for the harness: the whole team
+  // the G threads of one emulated node share its node_state (tensor buffers)
+  std::vector<std::unique_ptr<node_state>> nodes;
+  for (int k = 0; k < o.nodes; ++k) nodes.push_back(std::make_unique<node_state>(o.G));
+  thread_team(P, std::chrono::seconds(o.timeout_s)).run([&](thread_transport& t) {
+    shaped<thread_transport> world(t, net);
+    harness h;
+    h.barrier = [&] { world.barrier(); };
+    h.max_all = [&](double x) {
+      state.dslot[std::size_t(t.rank())] = x;
+      t.barrier();
+      const double m = *std::max_element(state.dslot.begin(), state.dslot.end());
+      t.barrier();
+      return m;
+    };
+    h.sum_all = [&](long long x) {
+      state.lslot[std::size_t(t.rank())] = x;
+      t.barrier();
+      long long s = 0;
+      for (auto v : state.lslot) s += v;
+      t.barrier();
+      return s;
+    };
+    auto v = split_groups(world, o.G);
+    hierarchical hier(v.intra, v.inter_ptr(), {v.world_rank, v.world_size, v.shards});
+    t.barrier();
+    auto r = run_rank(o, world, hier, v.inter_ptr(), v.local, *nodes[std::size_t(v.group)], h,
+                      "threads", cal, {});
+    if (t.rank() == 0) rows = std::move(r);
+  });
+  return finish(o, rows, cal, o.nodes);
+}
+
+#ifdef TCOLL_HAVE_MPI
+int run_mpi(const options& o) {
+  int provided = 0;
+  MPI_Query_thread(&provided);
+  if (provided < MPI_THREAD_MULTIPLE && o.G > 1) {
+    std::fprintf(stderr,
+                 "hier_perf: -t threads+mpi with G > 1 needs MPI_THREAD_MULTIPLE "
+                 "(provided level %d)\n",
+                 provided);
+    return 2;
+  }
+  int mrank = 0, msize = 1;
+  MPI_Comm_rank(MPI_COMM_WORLD, &mrank);
+  MPI_Comm_size(MPI_COMM_WORLD, &msize);
+  mpi_transport mpi(MPI_COMM_WORLD, std::chrono::milliseconds(o.timeout_s * 1000));
+  int* tag_ub = nullptr;
+  int flag = 0;
+  MPI_Comm_get_attr(MPI_COMM_WORLD, MPI_TAG_UB, &tag_ub, &flag);
+  const int max_tag = flag && tag_ub ? *tag_ub : 32767;
+  shaped_network net(
+      shaping{std::chrono::nanoseconds(static_cast<long long>(o.alpha_us * 1e3)), o.gbit, 1});
+  node_state node(o.G);
+  std::vector<row> rows;
+  calibration cal;
+  thread_team(o.G, std::chrono::seconds(o.timeout_s)).run([&](thread_transport& t) {
+    // every thread its own shaped endpoint over the shared MPI transport (shared egress
+    // clock in `net`), a flat world over all (process, thread) pairs, and its inter view
+    shaped<mpi_transport> link(mpi, net);
+    composed<thread_transport, shaped<mpi_transport>> world(t, link, max_tag);
+    std::vector<int> all(static_cast<std::size_t>(msize));
+    for (int i = 0; i < msize; ++i) all[std::size_t(i)] = i;
+    // tag offsets keep the G inter views (one per local index) apart on one communicator
+    subgroup<shaped<mpi_transport>> inter(link, all, inter_tag_offset + 64 * t.rank());
+    hierarchical hier(t, &inter, {world.rank(), world.size(), o.G});
+    harness h;
+    h.barrier = [&] { world.barrier(); };
+    h.max_all = [&](double x) {
+      node.dslot[std::size_t(t.rank())] = x;
+      t.barrier();
+      if (t.rank() == 0) {
+        double m = *std::max_element(node.dslot.begin(), node.dslot.end());
+        MPI_Allreduce(MPI_IN_PLACE, &m, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+        node.dslot[0] = m;
+      }
+      t.barrier();
+      const double m = node.dslot[0];
+      t.barrier();
+      return m;
+    };
+    h.sum_all = [&](long long x) {
+      node.lslot[std::size_t(t.rank())] = x;
+      t.barrier();
+      if (t.rank() == 0) {
+        long long s = 0;
+        for (auto v : node.lslot) s += v;
+        MPI_Allreduce(MPI_IN_PLACE, &s, 1, MPI_LONG_LONG, MPI_SUM, MPI_COMM_WORLD);
+        node.lslot[0] = s;
+      }
+      t.barrier();
+      const long long s = node.lslot[0];
+      t.barrier();
+      return s;
+    };
+    // passthrough: leader form with MPI_Allreduce (unshaped MPI) among the node leaders
+    hierarchical native_hier(t, t.rank() == 0 ? &mpi : nullptr, {world.rank(), world.size(), 1});
+    auto native = [&](const float* s, float* d, std::size_t n) {
+      allreduce(native_hier, s, d, n, sum_op{},
+                hierarchical_options<passthrough>{hierarchical_form::leader});
+    };
+    auto r = run_rank(o, world, hier, &inter, t.rank(), node, h, "threads+mpi", cal, native);
+    if (t.rank() == 0) rows = std::move(r);
+  });
+  return mrank == 0 ? finish(o, rows, cal, msize) : 0;
+}
+#endif
+
+} // namespace
+
+int main(int argc, char** argv) {
+  try {
+    const options o = parse(argc, argv);
+    if (o.transport == "threads") return run_threads(o);
+#ifdef TCOLL_HAVE_MPI
+    int provided = 0;
+    MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &provided);
+    int rc = 0;
+    try {
+      rc = run_mpi(o);
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "hier_perf: %s\n", e.what());
+      rc = 1;
+    }
+    MPI_Finalize();
+    return rc;
+#else
+    std::fprintf(stderr, "hier_perf: built without MPI; -t threads+mpi is not available\n");
+    return 2;
+#endif
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "hier_perf: %s\n", e.what());
+    return 1;
+  }
+}
