@@ -154,8 +154,12 @@ MPI_Op user_mpi_op(int rank) {
 /// Receive-and-reduce lands in the caller's staging buffer first (`zero_copy` is false);
 /// plain receives go straight into their destination. Non-copyable, movable.
 class mpi_transport {
+  /// State that requests share with their transport (heap-held so moves keep it in place).
   struct shared {
     std::atomic<bool> aborted{false};
+    /// Set when a pending request had to be handed back to MPI unfinished (a send nobody
+    /// received): MPI may still read that buffer, so the communicator is not reused.
+    std::atomic<bool> broken{false};
   };
 
 public:
@@ -163,9 +167,13 @@ public:
   static constexpr std::string_view name = "mpi";
 
   /// A pending transfer: one MPI request per piece of at most `max_message_bytes`.
-  /// Destroying a pending request cancels it and waits (bounded by the timeout) until MPI
-  /// has let go of the buffer, so unwinding after an error never leaves MPI writing into
-  /// freed memory.
+  /// Destroying a pending request cancels it (MPI_Cancel) and polls until MPI has let go of
+  /// the buffer, so unwinding after an error never leaves MPI writing into freed memory. A
+  /// receive that was already matched has its data in flight and is waited for (up to the
+  /// timeout). A send cannot be cancelled by every MPI (Open MPI ignores it); if nobody
+  /// receives it within a short grace period it is handed back to MPI (MPI_Request_free)
+  /// and the transport is marked broken: later operations throw `aborted_error` rather than
+  /// risk a late receiver matching a message whose buffer is gone.
   class request {
   public:
     request() = default;
@@ -202,6 +210,7 @@ public:
       staging_ = o.staging_;
       use_ = o.use_;
       grace_ = o.grace_;
+      state_ = std::move(o.state_);
     }
     /// Cancels what is still pending. A receive that was already matched cannot be
     /// cancelled; its data is in flight, so wait (bounded) for it to land.
@@ -213,15 +222,16 @@ public:
       MPI_Request* r = reqs();
       for (int i = 0; i < count_; ++i)
         if (r[i] != MPI_REQUEST_NULL) MPI_Cancel(&r[i]);
-      const deadline until = clock::now() + grace_;
+      const auto grace = kind_ == kind::send ? std::min(grace_, send_grace) : grace_;
+      const deadline until = clock::now() + grace;
       for (int i = 0; i < count_; ++i) {
         while (r[i] != MPI_REQUEST_NULL) {
           int flag = 0;
           if (MPI_Test(&r[i], &flag, MPI_STATUS_IGNORE) != MPI_SUCCESS || flag) break;
           if (clock::now() >= until) {
-            // Nothing more can be done without blocking forever (the peer stopped
-            // progressing); hand the request back to MPI.
+            // Waiting longer could block forever (the peer stopped progressing).
             MPI_Request_free(&r[i]);
+            if (state_) state_->broken.store(true);
             break;
           }
           std::this_thread::yield();
@@ -244,12 +254,14 @@ public:
     void* staging_ = nullptr;
     consumer use_{};
     std::chrono::milliseconds grace_{0};
+    std::shared_ptr<shared> state_;
+    static constexpr std::chrono::milliseconds send_grace{200};
   };
 
   /// Duplicates `comm` (the user keeps ownership of `comm`). Throws `transport_error` if
   /// MPI is not initialised, `invalid_argument` for bad options.
   explicit mpi_transport(MPI_Comm comm, mpi_options options = {})
-      : state_(std::make_unique<shared>()), options_(options) {
+      : state_(std::make_shared<shared>()), options_(options) {
     check_options();
     int initialized = 0, finalized = 0;
     MPI_Initialized(&initialized);
@@ -445,7 +457,7 @@ private:
   static constexpr adopt_t adopt{};
   /// Takes ownership of a communicator MPI just created for tcoll (no second dup).
   mpi_transport(adopt_t, MPI_Comm c, mpi_options options)
-      : state_(std::make_unique<shared>()), options_(options), comm_(c) {
+      : state_(std::make_shared<shared>()), options_(options), comm_(c) {
     adopt_setup();
   }
 
@@ -492,6 +504,7 @@ private:
     r.tag_ = tag;
     r.bytes_ = bytes;
     r.grace_ = options_.timeout;
+    r.state_ = state_;
     return r;
   }
 
@@ -500,6 +513,10 @@ private:
   void post(request& r, Post&& post_one) {
     if (state_->aborted.load(std::memory_order_relaxed))
       throw aborted_error(describe(r) + " posted after abort() on this rank", rank_, r.peer_);
+    if (state_->broken.load(std::memory_order_relaxed))
+      throw aborted_error(describe(r) + ": an earlier send on this transport was never "
+                                        "received (after a timeout); create a new mpi_transport",
+                          rank_, r.peer_);
     const std::size_t piece = options_.max_message_bytes;
     const std::size_t pieces = r.bytes_ == 0 ? 1 : (r.bytes_ + piece - 1) / piece;
     if (pieces > static_cast<std::size_t>(INT_MAX))
@@ -527,7 +544,7 @@ private:
            std::to_string(r.tag_) + ")";
   }
 
-  std::unique_ptr<shared> state_;
+  std::shared_ptr<shared> state_;
   mpi_options options_;
   MPI_Comm comm_ = MPI_COMM_NULL;
   int rank_ = -1;
