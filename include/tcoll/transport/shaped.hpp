@@ -12,7 +12,8 @@
 ///
 /// Implementation: a send is held back (not posted to the inner transport) until its
 /// delivery time; every `test`/`wait` of the rank posts the sends that are due. The
-/// receiver needs nothing special. The egress clocks of one emulated network live in a
+/// receiver needs nothing special. A waiting thread's timer slack is set to 1 us (Linux)
+/// so that sleeping until a delivery time wakes on time. The egress clocks of one emulated network live in a
 /// `shaped_network` that every rank of a node shares (one per process for MPI, one per
 /// team for threads).
 #include <algorithm>
@@ -25,6 +26,10 @@
 #include <string_view>
 #include <thread>
 #include <vector>
+
+#if defined(__linux__)
+#include <sys/prctl.h>
+#endif
 
 #include "../core/concepts.hpp"
 #include "../core/error.hpp"
@@ -174,27 +179,33 @@ public:
   }
 
   /// Blocks until `r` completes, posting held sends as they fall due; `timeout_error` at
-  /// `when`.
+  /// `when`. While sends are held it blocks in the inner transport's own wait with the next
+  /// delivery time as deadline (so an arriving message still wakes it at once), then posts.
   void wait(request& r, deadline when) {
-    for (unsigned polls = 0;; ++polls) {
+    precise_sleeps();
+    for (;;) {
       if (test(r)) return;
-      const auto now = clock::now();
-      if (now >= when) {
+      const auto next = next_due();
+      if (clock::now() >= when) {
         const int peer = r.send_ ? r.send_->peer : -1;
         throw timeout_error(std::string(r.send_ ? "send" : "receive") + " timed out after " +
                                 std::to_string(timeout().count()) + " ms (shaped)",
                             rank(), peer);
       }
-      // Sleep towards the next delivery time when it is far, otherwise yield: sleeping
-      // costs ~50 us of timer slack, which would distort small-alpha emulation.
-      const auto next = next_due();
-      if (next && *next - now > std::chrono::microseconds(200))
-        std::this_thread::sleep_until(
-            std::min(*next - std::chrono::microseconds(100), now + std::chrono::milliseconds(1)));
-      else if (!next && polls > 4096)
-        std::this_thread::sleep_for(std::chrono::microseconds(20));
-      else
-        std::this_thread::yield();
+      const deadline until = next ? std::min(*next, when) : when;
+      if (r.send_ && !r.send_->posted) { // nothing to block on before it is posted
+        std::this_thread::sleep_until(until);
+        continue;
+      }
+      auto& inner = r.send_ ? r.send_->inner : r.recv_;
+      if (until == when) return inner_->wait(inner, when);
+      try {
+        inner_->wait(inner, until);
+        return;
+      } catch (const timeout_error&) {
+        // the deadline was the next delivery time, not the caller's: post and go on
+        if (clock::now() >= when) throw;
+      }
     }
   }
 
@@ -211,6 +222,17 @@ public:
   Tr& inner() noexcept { return *inner_; }
 
 private:
+  /// Delivery times are honoured by sleeping; Linux's default timer slack (50 us) would
+  /// make every wake-up late, so the waiting thread's slack is set to 1 us (once per thread).
+  static void precise_sleeps() noexcept {
+#if defined(__linux__)
+    thread_local bool done = false;
+    if (!done) {
+      prctl(PR_SET_TIMERSLACK, 1000UL, 0UL, 0UL, 0UL);
+      done = true;
+    }
+#endif
+  }
   void progress(clock::time_point now) {
     if (held_.empty()) return;
     // Sends to one peer fall due in posting order (one egress clock per node), so posting
