@@ -1,0 +1,76 @@
+#!/usr/bin/env python3
+"""Turns allreduce_perf --json files into the side-by-side ratio tables of docs/benchmarks.md.
+
+For every (ranks, dtype, op, placement, size) of the MPI runs: the passthrough
+(MPI_Allreduce) busbw, the best tcoll algorithm and its busbw, their ratio; and, where a
+threads run has the same ranks/dtype/op/placement/size, the best threads busbw over the
+same MPI_Allreduce busbw. Goals (docs/benchmarks.md): best/MPI >= 0.9 at every size and
+>= 1.0 from 1 MiB; threads/MPI >= 2 from 16 MiB.
+
+Usage: allreduce_ratios.py [--inplace] FILE.json [FILE.json ...]   (stdlib only)
+"""
+import json
+import sys
+from collections import defaultdict
+
+
+def human(nbytes):
+    for unit, div in (("G", 1 << 30), ("M", 1 << 20), ("K", 1 << 10)):
+        if nbytes >= div and nbytes % div == 0:
+            return f"{nbytes // div}{unit}"
+    return str(nbytes)
+
+
+def main(argv):
+    inplace = "--inplace" in argv
+    files = [a for a in argv if not a.startswith("--")]
+    if not files:
+        print(__doc__, file=sys.stderr)
+        return 2
+    # (transport, ranks, dtype, op, inplace, bytes) -> {algorithm: busbw}
+    bw = defaultdict(dict)
+    wrong = 0
+    for path in files:
+        with open(path) as f:
+            for r in json.load(f):
+                key = (r["transport"], r["ranks"], r.get("dtype", "?"), r.get("op", "?"),
+                       bool(r.get("inplace", False)), int(r["bytes"]))
+                if r.get("wrong"):
+                    wrong += 1
+                    continue  # a wrong result never counts as fast
+                # several files may hold the same point (reruns): keep the median-of-reps
+                # figure of the last file, as each file is one complete side-by-side run
+                bw[key][r["algorithm"]] = r["busbw_gbs"]
+    groups = sorted({(k[1], k[2], k[3]) for k in bw if k[0] == "mpi" and k[4] == inplace})
+    placement = "in-place" if inplace else "out-of-place"
+    status = 0
+    for ranks, dtype, op in groups:
+        print(f"\n### {ranks} ranks, {dtype} {op}, {placement}\n")
+        print("| size | MPI_Allreduce busbw (GB/s) | best tcoll algorithm | busbw (GB/s) "
+              "| tcoll/MPI | threads busbw (GB/s) | threads/MPI |")
+        print("|---:|---:|:---|---:|---:|---:|---:|")
+        sizes = sorted(k[5] for k in bw if k[:5] == ("mpi", ranks, dtype, op, inplace))
+        for size in sizes:
+            m = bw[("mpi", ranks, dtype, op, inplace, size)]
+            base = m.get("passthrough")
+            tc = {a: v for a, v in m.items() if a != "passthrough"}
+            best = max(tc, key=tc.get) if tc else None
+            ratio = tc[best] / base if best and base else None
+            th = bw.get(("threads", ranks, dtype, op, inplace, size), {})
+            th_best = max(th.values()) if th else None
+            th_ratio = th_best / base if th_best is not None and base else None
+            goal = 1.0 if size >= (1 << 20) else 0.9
+            miss = ratio is not None and ratio < goal
+            th_miss = th_ratio is not None and size >= (16 << 20) and th_ratio < 2.0
+            fmt = lambda v, d=2: "-" if v is None else f"{v:.{d}f}"
+            print(f"| {human(size)} | {fmt(base)} | {best or '-'} | "
+                  f"{fmt(tc.get(best) if best else None)} | {fmt(ratio)}{' (miss)' if miss else ''} | "
+                  f"{fmt(th_best)} | {fmt(th_ratio)}{' (miss)' if th_miss else ''} |")
+    if wrong:
+        print(f"\n{wrong} records had wrong results and were left out", file=sys.stderr)
+        status = 1
+    return status
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
