@@ -43,7 +43,7 @@ const std::size_t counts[] = {0, 1, 2, 3, 5, 17, 1000, 4099};
 
 template <class InterAlgo>
 void check_sums(const shape_case& sc, hierarchical_form form, InterAlgo inter, bool in_place,
-                std::size_t seg_bytes) {
+                std::size_t seg_bytes, std::size_t pipeline_bytes = 256 << 10) {
   const int P = static_cast<int>(sc.group_of.size());
   for (std::size_t n : counts) {
     CAPTURE(n);
@@ -55,7 +55,7 @@ void check_sums(const shape_case& sc, hierarchical_form form, InterAlgo inter, b
       std::vector<float> in(n), res(n, -1.0f);
       for (std::size_t i = 0; i < n; ++i) in[i] = value(t.rank(), i);
       const auto original = in;
-      hierarchical_options<InterAlgo> opt{form, inter, ring{seg_bytes}};
+      hierarchical_options<InterAlgo> opt{form, inter, ring{seg_bytes}, pipeline_bytes};
       if (in_place) {
         allreduce(h, in.data(), in.data(), n, sum_op{}, opt);
         res = in;
@@ -86,6 +86,9 @@ TEST_CASE("hierarchical: bit-exact sums, every shape, both forms, in and out of 
         CAPTURE(form == hierarchical_form::leader ? "leader" : "sharded");
         CAPTURE(in_place);
         check_sums(sc, form, ring{}, in_place, std::size_t{1} << 20);
+        // pipeline of 48-byte segments (up to 64 of them): every stage overlap exercised
+        if (form == hierarchical_form::sharded)
+          check_sums(sc, form, ring{}, in_place, std::size_t{1} << 20, 48);
       }
 }
 
@@ -95,6 +98,8 @@ TEST_CASE("hierarchical: other inner algorithms and small segments") {
     check_sums(sc, form, recursive_doubling{}, false, 64);
     check_sums(sc, form, recursive_halving_doubling{}, true, 64);
     check_sums(sc, form, binomial_tree{}, false, 12);
+    check_sums(sc, form, recursive_doubling{}, true, 64, 100);
+    check_sums(sc, form, automatic{}, false, 64, 100); // not describable: phases in turn
   }
 }
 
@@ -110,7 +115,8 @@ TEST_CASE("hierarchical: symbolic proof, every rank's contribution exactly once"
           auto v = split_groups(t, std::span<const int>(sc.group_of));
           hierarchical h(v.intra, v.inter_ptr(), {v.world_rank, v.world_size, v.shards});
           std::vector<rank_set> in(n, rank_set::of(t.rank())), res(n);
-          hierarchical_options<ring> opt{form, ring{}, ring{8}}; // 1-element segments
+          // 1-element ring segments, 3-element pipeline segments
+          hierarchical_options<ring> opt{form, ring{}, ring{8}, 12};
           allreduce(h, in.data(), res.data(), n, symbolic::disjoint_union{}, opt);
           for (const auto& e : res)
             if (e != rank_set::all(P)) wrong += 1;
@@ -200,6 +206,27 @@ TEST_CASE("hierarchical: message and byte counts match the cost formulas") {
     });
     CHECK(inter.bytes == long(M) * 2L * (P - 1) * long(N) / P * long(sizeof(float)));
   }
+}
+
+TEST_CASE("hierarchical: the pipeline moves the same bytes in S times the messages") {
+  const int M = 2, g = 2, P = 4;
+  const std::size_t N = 4000; // 16000 bytes, pipeline of 4000 bytes: S = 4 segments
+  const auto group_of = consecutive(P, g);
+  traffic intra, inter;
+  thread_team(P).run([&](thread_transport& t) {
+    classify<thread_transport> c(t, group_of, intra, inter);
+    auto v = split_groups(c, std::span<const int>(group_of));
+    hierarchical h(v.intra, v.inter_ptr(), {v.world_rank, v.world_size, v.shards});
+    std::vector<float> in(N, 1.0f), out(N);
+    allreduce(h, in.data(), out.data(), N, sum_op{},
+              hierarchical_options<ring>{hierarchical_form::sharded, ring{}, ring{}, 4000});
+    for (float x : out) CHECK(x == 4.0f);
+  });
+  const long S = 4, E = sizeof(float);
+  CHECK(inter.bytes == 2L * (M - 1) * long(N) * E);
+  CHECK(intra.bytes == long(M) * 2L * (g - 1) * long(N) * E);
+  CHECK(inter.messages == S * g * M * 2L * (M - 1));
+  CHECK(intra.messages == S * M * 2L * g * (g - 1));
 }
 
 TEST_CASE("hierarchical: unequal groups fold the extra ranks (counts)") {

@@ -16,9 +16,13 @@
 /// Finalizing ops (avg) only accumulate inside the phases and are finalized once with the
 /// total rank count, so every rank ends with bitwise identical results.
 /// Costs: see docs/hierarchical.md (and plan/cost_model.hpp `hierarchical_*_allreduce_us`).
+#include <algorithm>
 #include <cstddef>
+#include <deque>
+#include <functional>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "../collectives.hpp"
 #include "../core/concepts.hpp"
@@ -50,6 +54,11 @@ struct hierarchical_options {
   InterAlgo inter{};
   /// Segmenting of the ring reduce-scatter/allgather inside a group (sharded form).
   ring intra{};
+  /// Sharded form: the buffer is cut into pipeline segments of about this size (at most
+  /// 64); segment s+1 is reduce-scattered inside the group (and s-1 allgathered) while
+  /// segment s crosses the network. 0 disables the pipeline. Needs an `InterAlgo` that
+  /// describes its steps (not `automatic` or `passthrough`, which run the phases in turn).
+  std::size_t pipeline_bytes = std::size_t{256} << 10;
 };
 
 /// Where this rank sits in the two-level machine (what the transports cannot tell).
@@ -197,18 +206,103 @@ public:
       leader_phase3(ex, g, l, count);
       return;
     }
-    sharded_phase1(ex, g, l, m, count, opt.intra, sizeof(T));
-    if (l < m) {
-      T* shard = recvbuf + detail::chunk_begin(count, m, l);
-      const std::size_t n = detail::chunk_size(count, m, l);
-      tcoll::allreduce(*inter_, shard, shard, n, pop, opt.inter, red);
-      red.finalize(op, shard, n, shape_.world_size);
-      red.synchronize();
+    if constexpr (allreduce_algorithm<InterAlgo>) {
+      sharded_pipelined(sendbuf, recvbuf, count, op, pop, opt, red);
+    } else {
+      sharded_phase1(ex, g, l, m, count, opt.intra, sizeof(T));
+      if (l < m) {
+        T* shard = recvbuf + detail::chunk_begin(count, m, l);
+        const std::size_t n = detail::chunk_size(count, m, l);
+        tcoll::allreduce(*inter_, shard, shard, n, pop, opt.inter, red);
+        red.finalize(op, shard, n, shape_.world_size);
+        red.synchronize();
+      }
+      sharded_phase3(ex, g, l, m, count, opt.intra, sizeof(T));
     }
-    sharded_phase3(ex, g, l, m, count, opt.intra, sizeof(T));
   }
 
 private:
+  /// One round of one lane of the pipeline: post its transfers, later wait for them.
+  struct lane_round {
+    std::function<void()> post;
+    std::function<void()> finish;
+  };
+
+  /// Sharded form as a software pipeline over S segments. Stage t runs, side by side, the
+  /// intra lane (reduce-scatter of segment t, then allgather of segment t-2) and the inter
+  /// lane (allreduce of segment t-1 across groups): round i of both lanes is posted before
+  /// either is waited for, so the network transfer of one segment overlaps the work inside
+  /// the group on others. The segments touch disjoint memory. S = 1 is the plain sequence.
+  template <class T, class Op, class PhaseOp, class InterAlgo, reducer R>
+  void sharded_pipelined(const T* sendbuf, T* recvbuf, std::size_t count, const Op& op,
+                         const PhaseOp& pop, const hierarchical_options<InterAlgo>& opt, R& red) {
+    using namespace detail;
+    const int g = intra_->size(), l = intra_->rank(), m = shape_.shards;
+    const std::size_t bytes = count * sizeof(T);
+    std::size_t S = opt.pipeline_bytes ? (bytes + opt.pipeline_bytes - 1) / opt.pipeline_bytes : 1;
+    S = std::clamp<std::size_t>(S, 1, 64);
+    std::deque<step_recorder> recs;
+    std::deque<executor<Intra, R, T, PhaseOp>> intra_ex;
+    std::deque<executor<Inter, R, T, PhaseOp>> inter_ex;
+    auto add_rounds = [](auto& ex, const step_recorder& rec, std::vector<lane_round>& lane) {
+      ex.reserve(rec.scratch_count, rec.staging_count);
+      for (const auto& round : rec.rounds)
+        lane.push_back({[&ex, &round] {
+                          ex.round_begin();
+                          for (const auto& st : round) ex.add(st);
+                        },
+                        [&ex] { ex.round_end(); }});
+    };
+    auto intra_phase = [&](std::size_t seg, bool gather, std::vector<lane_round>& lane) {
+      const std::size_t off = chunk_begin(count, static_cast<int>(S), static_cast<int>(seg));
+      const std::size_t n = chunk_size(count, static_cast<int>(S), static_cast<int>(seg));
+      auto& rec = recs.emplace_back();
+      if (gather)
+        sharded_phase3(rec, g, l, m, n, opt.intra, sizeof(T));
+      else
+        sharded_phase1(rec, g, l, m, n, opt.intra, sizeof(T));
+      add_rounds(intra_ex.emplace_back(*intra_, red, pop, sendbuf + off, n, recvbuf + off, n), rec,
+                 lane);
+    };
+    auto inter_phase = [&](std::size_t seg, std::vector<lane_round>& lane) {
+      const std::size_t off = chunk_begin(count, static_cast<int>(S), static_cast<int>(seg));
+      const std::size_t n = chunk_size(count, static_cast<int>(S), static_cast<int>(seg));
+      T* shard = recvbuf + off + chunk_begin(n, m, l);
+      const std::size_t sn = chunk_size(n, m, l);
+      auto& rec = recs.emplace_back();
+      opt.inter.allreduce(rec, layout{inter_->rank(), inter_->size(), sn, sizeof(T), 0, true});
+      add_rounds(inter_ex.emplace_back(*inter_, red, pop, shard, sn, shard, sn), rec, lane);
+      // the shard is final once its last round is done: finalize avg with the total count
+      auto done = [this, &red, &op, shard, sn] {
+        red.finalize(op, shard, sn, shape_.world_size);
+        red.synchronize();
+      };
+      if (lane.empty())
+        lane.push_back({[] {}, done});
+      else
+        lane.back().finish = [f = lane.back().finish, done] {
+          f();
+          done();
+        };
+    };
+    for (std::size_t t = 0; t < S + 2; ++t) {
+      std::vector<lane_round> a, b;
+      if (t < S) intra_phase(t, false, a);
+      if (t >= 2) intra_phase(t - 2, true, a);
+      if (t >= 1 && t - 1 < S && l < m) inter_phase(t - 1, b);
+      for (std::size_t i = 0; i < std::max(a.size(), b.size()); ++i) {
+        if (i < a.size()) a[i].post();
+        if (i < b.size()) b[i].post();
+        if (i < a.size()) a[i].finish();
+        if (i < b.size()) b[i].finish();
+      }
+      // every round of this stage has completed: its executors can go
+      intra_ex.clear();
+      inter_ex.clear();
+      recs.clear();
+    }
+  }
+
   static std::size_t segment(const ring& knobs, std::size_t elem_bytes) {
     return knobs.segment_elems(detail::layout{0, 1, 0, elem_bytes, 0, false});
   }
