@@ -19,11 +19,9 @@ TEST_CASE("bad arguments: clear invalid_argument naming argument and rank, input
     on_team(P, [](tcoll::thread_transport& t) {
       bad_input_cases(t);
       // the team is still usable afterwards (nothing was left half-posted)
-      matrix_options opt;
-      opt.counts = {5};
-      opt.types = {"float"};
-      opt.ops = {"sum"};
-      allreduce_matrix(t, opt);
+      allreduce_case<tcoll::thread_transport, float>(
+          t, tcoll::ring{}, tcoll::sum_op{}, op_kind::sum, 5, false,
+          case_id{"ring", "float", "sum", 5, t.size(), t.rank(), false}, 3, true);
     });
   }
 }

@@ -697,14 +697,28 @@ void reduced_precision_rounding(Tr& t, const std::vector<std::size_t>& counts,
 template <transport Tr, class Buffers = host_buffers>
 void noncommutative_cases(Tr& t, const std::vector<std::size_t>& counts, const Buffers& b = {}) {
   const int P = t.size(), rank = t.rank();
-  matrix_options opt;
-  opt.counts = counts;
-  opt.algorithms = {"recursive_doubling", "recursive_halving_doubling", "binomial_tree",
-                    "automatic"};
-  opt.ops = {"noncommutative"};
-  opt.types = {"uint8", "int16", "uint32", "int64", "uint64"};
-  opt.salt = 77;
-  allreduce_matrix(t, opt, b);
+  // allreduce through every order-keeping algorithm (and automatic, which must route the op
+  // to one); instantiated for these types only, to keep the suites' compile time down
+  for (const char* name :
+       {"recursive_doubling", "recursive_halving_doubling", "binomial_tree", "automatic"})
+    with_algorithm(name, 0, [&]<class Algo>(const Algo& algo) {
+      if constexpr (accepts_noncommutative<Algo>()) {
+        auto one = [&]<class T>(type_tag<T>) {
+          for (std::size_t n : counts)
+            for (int ip = 0; ip < 2; ++ip) {
+              const case_id id{
+                  algorithm_label(algo, 0), type_name<T>(), "noncommutative", n, P, rank, ip == 1};
+              allreduce_case<Tr, T>(t, algo, noncommutative_op, op_kind::noncommutative, n, ip == 1,
+                                    id, 77 + n, true, b);
+            }
+        };
+        one(type_tag<std::uint8_t>{});
+        one(type_tag<std::int16_t>{});
+        one(type_tag<std::uint32_t>{});
+        one(type_tag<std::int64_t>{});
+        one(type_tag<std::uint64_t>{});
+      }
+    });
 
   // reduce: rank-order fold at every root, out of place and in place at the root
   auto one = [&]<class T>(type_tag<T>) {
