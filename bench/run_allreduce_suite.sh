@@ -8,8 +8,8 @@
 #   BUILD=build-mpi REPS=7 OUT=/tmp/r bash bench/run_allreduce_suite.sh
 #
 # Sizes 8 B .. 128 MiB by factor 8 (8 * 8^k; the next step would pass 256 MiB). Small sizes
-# (<= 2 MiB) run -n 50 -w 10, large ones -n 5 -w 2, each measurement repeated $REPS times
-# (median reported). The mpirun flags are the project's test flags (meson.build's
+# (<= 2 MiB) run -n $SMALL_ITERS (50) after 10 warm-ups, large ones -n $LARGE_ITERS (3)
+# after 1, each measurement repeated $REPS times (median reported). The mpirun flags are the project's test flags (meson.build's
 # mpiexec_args), used for tcoll and for the MPI_Allreduce baseline alike.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -25,8 +25,8 @@ export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 exe=$BUILD/bench/allreduce_perf
 [ -x "$exe" ] || { echo "build $exe first (ninja -C $BUILD bench/allreduce_perf)" >&2; exit 2; }
 mkdir -p "$OUT"
-small=(-b 8 -e 2M -f 8 -n 50 -w 10)
-large=(-b 16M -e 128M -f 8 -n 5 -w 2)
+small=(-b 8 -e 2M -f 8 -n "${SMALL_ITERS:-50}" -w 10)
+large=(-b 16M -e 128M -f 8 -n "${LARGE_ITERS:-3}" -w 1)
 common=(-a all -d float -o sum -R "$REPS")
 
 {
