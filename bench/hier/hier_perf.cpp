@@ -66,6 +66,7 @@ struct options {
   int nodes = 2, G = 2, K = 2;
   double gbit = 10, alpha_us = 0;
   std::size_t segment = std::size_t{1} << 20;
+  std::size_t pipeline = std::size_t{4} << 20;
   std::vector<std::string> algorithms{
       "ring", "multi_ring", "hierarchical_leader", "hierarchical_sharded", "tensor", "passthrough"};
   std::string json;
@@ -90,6 +91,7 @@ const char* usage =
     "usage: hier_perf [-b min] [-e max] [-f factor] [-n iters] [-w warmup] [-R reps] [-c 0|1]\n"
     "  [-t threads|threads+mpi] [-N nodes (threads)] [-G threads per node] [-K rings]\n"
     "  [--gbit rate (0: unshaped)] [--alpha-us us] [-s segment bytes] [-T timeout s]\n"
+    "  [-P hierarchical pipeline segment bytes (0: no pipeline)]\n"
     "  [-a ring,multi_ring,hierarchical_leader,hierarchical_sharded,tensor,passthrough]\n"
     "  [--json FILE]\n";
 
@@ -131,6 +133,8 @@ options parse(int argc, char** argv) {
       o.alpha_us = std::stod(v);
     else if (f == "-s")
       o.segment = parse_bytes(v);
+    else if (f == "-P")
+      o.pipeline = parse_bytes(v);
     else if (f == "-T")
       o.timeout_s = std::stoi(v);
     else if (f == "--json")
@@ -301,7 +305,7 @@ std::vector<row> run_rank(const options& o, World& world, Hier& hier, Leaders* l
         else if (algo == "hierarchical_sharded")
           allreduce(hier, s, d, n, sum_op{},
                     hierarchical_options<ring>{hierarchical_form::sharded, ring{o.segment},
-                                               ring{o.segment}});
+                                               ring{o.segment}, o.pipeline});
         else if (algo == "passthrough")
           native(s, d, n);
         else if (algo == "tensor") {

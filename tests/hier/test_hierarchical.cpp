@@ -43,7 +43,7 @@ const std::size_t counts[] = {0, 1, 2, 3, 5, 17, 1000, 4099};
 
 template <class InterAlgo>
 void check_sums(const shape_case& sc, hierarchical_form form, InterAlgo inter, bool in_place,
-                std::size_t seg_bytes, std::size_t pipeline_bytes = 256 << 10) {
+                std::size_t seg_bytes, std::size_t pipeline_bytes = std::size_t{4} << 20) {
   const int P = static_cast<int>(sc.group_of.size());
   for (std::size_t n : counts) {
     CAPTURE(n);
