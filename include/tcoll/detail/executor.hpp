@@ -4,7 +4,10 @@
 /// goes through `irecv_consume`, so a zero-copy transport reduces straight from the sender's
 /// memory while a staging transport receives into a staging slice first; the algorithm
 /// does not know which.
+#include <array>
+#include <cstddef>
 #include <deque>
+#include <memory_resource>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -37,7 +40,7 @@ public:
 
   void round_begin() {
     staging_used_ = 0;
-    contexts_.clear();
+    contexts_used_ = 0; // contexts are reused, never freed: the arena does not recycle
   }
 
   void add(const step& s) {
@@ -56,8 +59,9 @@ public:
         staging = staging_.data() + staging_used_;
         staging_used_ += s.dst.count;
       }
-      auto& c = contexts_.emplace_back(
-          reduce_context{this, ptr(s.dst), cptr(s.src), s.dst.count, s.remote_first});
+      if (contexts_used_ == contexts_.size()) contexts_.emplace_back();
+      auto& c = contexts_[contexts_used_++];
+      c = reduce_context{this, ptr(s.dst), cptr(s.src), s.dst.count, s.remote_first};
       if (s.src.count != s.dst.count) throw std::logic_error("tcoll: recv_reduce size mismatch");
       recvs_.push_back(t_.irecv_consume(s.peer, s.dst.count * sizeof(T), tag_,
                                         consumer{&reduce_context::consume, &c}, staging));
@@ -81,11 +85,11 @@ public:
 
 private:
   struct reduce_context {
-    executor* self;
-    T* dst;
-    const T* local;
-    std::size_t n;
-    bool remote_first;
+    executor* self = nullptr;
+    T* dst = nullptr;
+    const T* local = nullptr;
+    std::size_t n = 0;
+    bool remote_first = false;
     static void consume(void* ctx, const void* data, std::size_t) {
       auto& c = *static_cast<reduce_context*>(ctx);
       const T* remote = static_cast<const T*>(data);
@@ -149,9 +153,15 @@ private:
   typename R::template buffer<T> scratch_{};
   typename R::template buffer<T> staging_{};
   std::size_t staging_used_ = 0;
-  std::vector<typename Tr::request> sends_, recvs_;
-  std::vector<step> locals_;
-  std::deque<reduce_context> contexts_;
+  // Small collectives are latency-bound: the bookkeeping of a call lives in an inline arena
+  // (falling back to the heap only for rounds with many segments), so a call allocates
+  // nothing but its scratch. Declared before the containers that draw on it.
+  alignas(std::max_align_t) std::array<std::byte, 4096> arena_bytes_;
+  std::pmr::monotonic_buffer_resource arena_{arena_bytes_.data(), arena_bytes_.size()};
+  std::pmr::vector<typename Tr::request> sends_{&arena_}, recvs_{&arena_};
+  std::pmr::vector<step> locals_{&arena_};
+  std::pmr::deque<reduce_context> contexts_{&arena_}; // stable addresses for consumers
+  std::size_t contexts_used_ = 0;
 };
 
 } // namespace tcoll::detail
