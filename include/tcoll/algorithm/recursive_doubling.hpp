@@ -29,7 +29,8 @@ struct recursive_doubling {
     // the input a partner is reading, so an odd count ends with a copy out of scratch.
     const int writes = f.core_steps() + (f.folded_receiver() ? 1 : 0);
     const bool copy_out = L.in_place && writes % 2 == 1;
-    s.reserve(L.size > 1 ? n : 0, n);
+    // scratch is needed only when results ping-pong (two or more writes) or end in it
+    s.reserve(writes >= 2 || copy_out ? n : 0, n);
     if (L.size == 1 || n == 0) {
       s.round_begin();
       s.copy({buffer_id::output, 0, n}, {buffer_id::input, 0, n});

@@ -22,7 +22,7 @@ struct ring {
   static constexpr bool keeps_operand_order = false;
 
   /// Largest message; a chunk larger than this is sent as several segments.
-  std::size_t max_segment_bytes = std::size_t{1} << 20;
+  std::size_t max_segment_bytes = std::size_t{256} << 10;
 
   /// Allreduce of `L.count` elements from input into output.
   template <class Sink>

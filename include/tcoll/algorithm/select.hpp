@@ -118,19 +118,27 @@ struct automatic {
   static constexpr std::string_view name = "automatic";
   std::vector<size_rule> rules = env_rules();
   std::size_t small_bytes = 32 * 1024;
+  /// On a transport with a vendor allreduce (MPI, NCCL), messages up to this size go to it:
+  /// at a few hundred nanoseconds per call, layering point-to-point messages over the same
+  /// library cannot beat the library's own collective (see docs/benchmarks.md).
+  std::size_t native_below_bytes = 16 * 1024;
   ring ring_knobs{};
 
   /// The algorithm for a message of `bytes` (commutative ops may use any; others only
   /// the order-keeping ones, so a ring choice becomes recursive halving-doubling).
-  algorithm_id choose(std::size_t bytes, bool commutative) const {
-    algorithm_id a = bytes <= small_bytes ? algorithm_id::recursive_doubling : algorithm_id::ring;
+  /// `has_native`: the transport offers `passthrough`.
+  algorithm_id choose(std::size_t bytes, bool commutative, bool has_native = false) const {
+    algorithm_id a = has_native && bytes <= native_below_bytes ? algorithm_id::passthrough
+                     : bytes <= small_bytes                    ? algorithm_id::recursive_doubling
+                                                               : algorithm_id::ring;
     for (const auto& r : rules)
       if (bytes >= r.min_bytes && bytes <= r.max_bytes) {
         a = r.algorithm;
         break;
       }
     if (!commutative && (a == algorithm_id::ring || a == algorithm_id::passthrough))
-      a = algorithm_id::recursive_halving_doubling;
+      a = bytes <= small_bytes ? algorithm_id::recursive_doubling
+                               : algorithm_id::recursive_halving_doubling;
     return a;
   }
 

@@ -28,7 +28,12 @@ public:
   executor(Tr& t, R& r, const Op& op, const T* input, std::size_t input_count, T* output,
            std::size_t output_count, int tag = collective_tag)
       : t_(t), r_(r), op_(op), input_(input), input_count_(input_count), output_(output),
-        output_count_(output_count), tag_(tag) {}
+        output_count_(output_count), tag_(tag) {
+    // the typical round has a handful of transfers: reserve once instead of regrowing
+    sends_.reserve(8);
+    recvs_.reserve(8);
+    locals_.reserve(8);
+  }
 
   /// Allocates scratch (algorithm workspace) and staging (receive-and-reduce landing space,
   /// skipped on zero-copy transports), both in elements.
@@ -73,11 +78,13 @@ public:
   }
 
   void round_end() {
-    const deadline when = clock::now() + t_.timeout();
-    for (auto& q : recvs_) t_.wait(q, when);
-    for (auto& q : sends_) t_.wait(q, when);
-    recvs_.clear();
-    sends_.clear();
+    if (!recvs_.empty() || !sends_.empty()) {
+      const deadline when = clock::now() + t_.timeout();
+      for (auto& q : recvs_) t_.wait(q, when);
+      for (auto& q : sends_) t_.wait(q, when);
+      recvs_.clear();
+      sends_.clear();
+    }
     for (const step& s : locals_) run_local(s);
     locals_.clear();
     r_.synchronize();
