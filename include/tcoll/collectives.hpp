@@ -71,7 +71,8 @@ void allreduce(Tr& t, const T* sendbuf, T* recvbuf, std::size_t count, const Op&
   detail::check_overlap(sendbuf, count * sizeof(T), recvbuf, count * sizeof(T), recvbuf,
                         "allreduce", rank);
   if constexpr (std::is_same_v<Algo, automatic>) {
-    switch (algo.choose(count * sizeof(T), commutative_op<Op>, has_native_allreduce<Tr, T, Op>)) {
+    switch (algo.choose(count * sizeof(T), commutative_op<Op>, has_native_allreduce<Tr, T, Op>,
+                        transport_is_zero_copy<Tr>())) {
     case algorithm_id::passthrough:
       if constexpr (has_native_allreduce<Tr, T, Op>)
         return allreduce(t, sendbuf, recvbuf, count, op, passthrough{}, red);

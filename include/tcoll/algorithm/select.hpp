@@ -118,6 +118,9 @@ struct automatic {
   static constexpr std::string_view name = "automatic";
   std::vector<size_rule> rules = env_rules();
   std::size_t small_bytes = 32 * 1024;
+  /// The same bound on a zero-copy transport (threads), where a whole-buffer exchange costs
+  /// one read of the peer's memory and recursive doubling wins up to about 256 KiB.
+  std::size_t small_bytes_zero_copy = 256 * 1024;
   /// On a transport with a vendor allreduce (MPI, NCCL), messages up to this size go to it:
   /// at a few hundred nanoseconds per call, layering point-to-point messages over the same
   /// library cannot beat the library's own collective (see docs/benchmarks.md).
@@ -127,9 +130,12 @@ struct automatic {
   /// The algorithm for a message of `bytes` (commutative ops may use any; others only
   /// the order-keeping ones, so a ring choice becomes recursive halving-doubling).
   /// `has_native`: the transport offers `passthrough`.
-  algorithm_id choose(std::size_t bytes, bool commutative, bool has_native = false) const {
+  /// `zero_copy`: the transport reads peers' memory directly.
+  algorithm_id choose(std::size_t bytes, bool commutative, bool has_native = false,
+                      bool zero_copy = false) const {
+    const std::size_t small = zero_copy ? small_bytes_zero_copy : small_bytes;
     algorithm_id a = has_native && bytes <= native_below_bytes ? algorithm_id::passthrough
-                     : bytes <= small_bytes                    ? algorithm_id::recursive_doubling
+                     : bytes <= small                          ? algorithm_id::recursive_doubling
                                                                : algorithm_id::ring;
     for (const auto& r : rules)
       if (bytes >= r.min_bytes && bytes <= r.max_bytes) {
@@ -137,8 +143,8 @@ struct automatic {
         break;
       }
     if (!commutative && (a == algorithm_id::ring || a == algorithm_id::passthrough))
-      a = bytes <= small_bytes ? algorithm_id::recursive_doubling
-                               : algorithm_id::recursive_halving_doubling;
+      a = bytes <= small ? algorithm_id::recursive_doubling
+                         : algorithm_id::recursive_halving_doubling;
     return a;
   }
 
