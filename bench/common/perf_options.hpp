@@ -11,6 +11,7 @@
 #include <string_view>
 #include <vector>
 
+#include <tcoll/algorithm/select.hpp>
 #include <tcoll/core/error.hpp>
 
 namespace tcoll::bench {
@@ -74,29 +75,13 @@ inline std::string usage() {
 
 namespace detail {
 
-/// "64", "8K", "256M", "1G" (binary multiples, as nccl-tests).
+/// "64", "8K", "256M", "1G" (binary multiples, as nccl-tests); the error names the flag.
 inline std::size_t parse_bytes(std::string_view flag, std::string_view s) {
-  auto bad = [&] {
-    return invalid_argument("allreduce_perf: " + std::string(flag) + " '" + std::string(s) +
-                            "' is not a size (digits with an optional K, M or G suffix)");
-  };
-  if (s.empty() || !std::isdigit(static_cast<unsigned char>(s[0]))) throw bad();
-  std::size_t i = 0, v = 0;
-  for (; i < s.size() && std::isdigit(static_cast<unsigned char>(s[i])); ++i) {
-    if (v > (std::numeric_limits<std::size_t>::max() - 9) / 10) throw bad();
-    v = v * 10 + static_cast<std::size_t>(s[i] - '0');
+  try {
+    return tcoll::parse_bytes(s);
+  } catch (const invalid_argument& e) {
+    throw invalid_argument("allreduce_perf: " + std::string(flag) + ": " + e.what());
   }
-  std::size_t mult = 1;
-  if (i < s.size()) {
-    const char c = static_cast<char>(std::toupper(static_cast<unsigned char>(s[i])));
-    mult = c == 'K'   ? std::size_t{1} << 10
-           : c == 'M' ? std::size_t{1} << 20
-           : c == 'G' ? std::size_t{1} << 30
-                      : 0;
-    if (mult == 0 || i + 1 != s.size()) throw bad();
-  }
-  if (v > std::numeric_limits<std::size_t>::max() / mult) throw bad();
-  return v * mult;
 }
 
 inline long parse_int(std::string_view flag, std::string_view s, long lo, long hi) {

@@ -34,6 +34,8 @@
 #include <tcoll/transport/nccl.hpp>
 #endif
 
+#include "gpu_bench_util.cuh"
+
 using namespace tcoll;
 
 namespace {
@@ -50,32 +52,11 @@ struct options {
 };
 
 std::size_t parse_bytes(const char* s) {
-  char* end = nullptr;
-  double v = std::strtod(s, &end);
-  switch (end && *end ? *end : ' ') {
-  case 'K':
-  case 'k':
-    v *= 1024;
-    break;
-  case 'M':
-  case 'm':
-    v *= 1024 * 1024;
-    break;
-  case 'G':
-  case 'g':
-    v *= 1024.0 * 1024 * 1024;
-    break;
-  default:
-    break;
-  }
-  return static_cast<std::size_t>(v);
+  return tcoll::bench::parse_bytes_or_exit("allreduce_perf_gpu", s);
 }
 
 void check(cudaError_t e, const char* what) {
-  if (e != cudaSuccess) {
-    std::fprintf(stderr, "allreduce_perf_gpu: %s: %s\n", what, cudaGetErrorString(e));
-    std::exit(1);
-  }
+  tcoll::bench::check_or_exit("allreduce_perf_gpu", e, what);
 }
 
 /// Input of rank r at element i: small integers, exact in every type for P <= 8 (sum <= 160).

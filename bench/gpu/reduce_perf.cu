@@ -19,6 +19,8 @@
 #include <tcoll/reduce/cuda.cuh>
 #include <tcoll/reduce/thrust.cuh>
 
+#include "gpu_bench_util.cuh"
+
 using namespace tcoll;
 
 namespace {
@@ -32,32 +34,11 @@ struct options {
 };
 
 std::size_t parse_bytes(const char* s) {
-  char* end = nullptr;
-  double v = std::strtod(s, &end);
-  switch (end && *end ? *end : ' ') {
-  case 'K':
-  case 'k':
-    v *= 1024;
-    break;
-  case 'M':
-  case 'm':
-    v *= 1024 * 1024;
-    break;
-  case 'G':
-  case 'g':
-    v *= 1024.0 * 1024 * 1024;
-    break;
-  default:
-    break;
-  }
-  return static_cast<std::size_t>(v);
+  return tcoll::bench::parse_bytes_or_exit("reduce_perf", s);
 }
 
 void check(cudaError_t e, const char* what) {
-  if (e != cudaSuccess) {
-    std::fprintf(stderr, "reduce_perf: %s: %s\n", what, cudaGetErrorString(e));
-    std::exit(1);
-  }
+  tcoll::bench::check_or_exit("reduce_perf", e, what);
 }
 
 /// Median time in ms of `iters` runs of f() on stream s.

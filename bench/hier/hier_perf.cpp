@@ -74,17 +74,7 @@ struct options {
 };
 
 std::size_t parse_bytes(const std::string& s) {
-  char* end = nullptr;
-  const double v = std::strtod(s.c_str(), &end);
-  const std::string suf(end);
-  const double m = suf == "K" || suf == "k"   ? 1024.0
-                   : suf == "M" || suf == "m" ? 1048576.0
-                   : suf == "G" || suf == "g" ? 1073741824.0
-                   : suf.empty()              ? 1.0
-                                              : -1.0;
-  if (end == s.c_str() || m < 0 || v < 0)
-    throw invalid_argument("hier_perf: '" + s + "' is not a size (e.g. 64K, 1M)");
-  return static_cast<std::size_t>(v * m);
+  return tcoll::parse_bytes(s);
 }
 
 const char* usage =

@@ -61,15 +61,15 @@ struct size_rule {
 };
 
 namespace detail {
-inline std::size_t parse_size(std::string_view s, std::string_view whole) {
+/// Parses a size with an optional K/M/G suffix, or `max`; errors start with `context`.
+inline std::size_t parse_size(std::string_view s, const std::string& context) {
   if (s == "max") return std::numeric_limits<std::size_t>::max();
   std::size_t i = 0, v = 0;
   if (s.empty() || !std::isdigit(static_cast<unsigned char>(s[0])))
-    throw invalid_argument("selection '" + std::string(whole) + "': bad size '" + std::string(s) +
-                           "'");
+    throw invalid_argument(context + ": bad size '" + std::string(s) + "'");
   for (; i < s.size() && std::isdigit(static_cast<unsigned char>(s[i])); ++i) {
     if (v > (std::numeric_limits<std::size_t>::max() - 9) / 10)
-      throw invalid_argument("selection '" + std::string(whole) + "': size too large");
+      throw invalid_argument(context + ": size too large");
     v = v * 10 + static_cast<std::size_t>(s[i] - '0');
   }
   std::size_t mult = 1;
@@ -77,14 +77,22 @@ inline std::size_t parse_size(std::string_view s, std::string_view whole) {
     const char c = static_cast<char>(std::toupper(static_cast<unsigned char>(s[i])));
     mult = c == 'K' ? 1u << 10 : c == 'M' ? 1u << 20 : c == 'G' ? 1u << 30 : 0;
     if (mult == 0 || i + 1 != s.size())
-      throw invalid_argument("selection '" + std::string(whole) + "': bad size suffix in '" +
-                             std::string(s) + "'");
+      throw invalid_argument(context + ": bad size suffix in '" + std::string(s) + "'");
   }
   if (v > std::numeric_limits<std::size_t>::max() / mult)
-    throw invalid_argument("selection '" + std::string(whole) + "': size too large");
+    throw invalid_argument(context + ": size too large");
   return v * mult;
 }
 } // namespace detail
+
+/// Parses a byte count: digits with an optional binary `K`, `M` or `G` suffix ("64", "8K",
+/// "256M", "1G"), as the benchmarks' `-b/-e` flags and selection strings write sizes.
+/// Throws `invalid_argument` naming the text otherwise.
+inline std::size_t parse_bytes(std::string_view text) {
+  const std::string context = "size '" + std::string(text) + "'";
+  if (text == "max") throw invalid_argument(context + ": not a number of bytes");
+  return detail::parse_size(text, context);
+}
 
 /// Parses `name:lo-hi;name:lo-hi;...`; throws `invalid_argument` naming the bad token.
 inline std::vector<size_rule> parse_selection(std::string_view text) {
@@ -101,8 +109,9 @@ inline std::vector<size_rule> parse_selection(std::string_view text) {
                              "' is not name:min-max");
     size_rule r;
     r.algorithm = parse_algorithm(tok.substr(0, colon));
-    r.min_bytes = detail::parse_size(tok.substr(colon + 1, dash - colon - 1), text);
-    r.max_bytes = detail::parse_size(tok.substr(dash + 1), text);
+    const std::string context = "selection '" + std::string(text) + "'";
+    r.min_bytes = detail::parse_size(tok.substr(colon + 1, dash - colon - 1), context);
+    r.max_bytes = detail::parse_size(tok.substr(dash + 1), context);
     if (r.min_bytes > r.max_bytes)
       throw invalid_argument("selection '" + std::string(text) + "': rule '" + std::string(tok) +
                              "' has min > max");

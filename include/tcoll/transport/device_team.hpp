@@ -37,6 +37,7 @@
 #include "../core/concepts.hpp"
 #include "../core/error.hpp"
 #include "../detail/cuda.hpp"
+#include "detail/rendezvous.hpp"
 
 namespace tcoll {
 
@@ -59,24 +60,8 @@ struct send_slot {
   }
 };
 
-struct doorbell {
-  std::mutex mutex;
-  std::condition_variable cv;
-  std::atomic<std::uint64_t> sequence{0};
-  std::atomic<int> sleepers{0};
-  void ring() {
-    sequence.fetch_add(1);
-    if (sleepers.load() > 0) {
-      std::lock_guard lock(mutex);
-      cv.notify_all();
-    }
-  }
-};
-
-struct mailbox {
-  std::mutex mutex;
-  std::deque<send_slot*> queue;
-};
+using doorbell = tcoll::detail::doorbell;
+using mailbox = tcoll::detail::mailbox<send_slot>;
 
 struct shared_state {
   shared_state(int n, std::chrono::milliseconds t, int dev)
@@ -201,27 +186,9 @@ public:
 
   /// Blocks until `r` completes; throws `timeout_error` at `when`.
   void wait(request& r, deadline when) {
-    for (int spin = 0; spin < 4000; ++spin) {
-      if (test(r)) return;
-      if ((spin & 63) == 63) std::this_thread::yield();
-    }
-    auto& bell = state_->bells[rank_];
-    for (;;) {
-      const auto seen = bell.sequence.load();
-      if (test(r)) return;
-      const auto now = clock::now();
-      if (now >= when)
-        throw timeout_error(std::string(r.kind_ == request::kind::send ? "send" : "receive") +
-                                " of " + std::to_string(r.bytes_) + " bytes (tag " +
-                                std::to_string(r.tag_) + ") timed out after " +
-                                std::to_string(state_->timeout.count()) + " ms",
-                            rank_, r.peer_);
-      std::unique_lock lock(bell.mutex);
-      bell.sleepers.fetch_add(1);
-      if (bell.sequence.load() == seen && !state_->aborted.load())
-        bell.cv.wait_until(lock, std::min(when, now + std::chrono::milliseconds(20)));
-      bell.sleepers.fetch_sub(1);
-    }
+    if (!state_->bells[rank_].wait([&] { return test(r); }, when, state_->aborted, 4000))
+      throw tcoll::detail::rendezvous_timeout(r.kind_ == request::kind::send, r.bytes_, r.tag_,
+                                              state_->timeout, rank_, r.peer_);
   }
 
   /// Makes every pending and future wait of every rank of the team throw `aborted_error`.

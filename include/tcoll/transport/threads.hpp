@@ -21,6 +21,7 @@
 
 #include "../core/concepts.hpp"
 #include "../core/error.hpp"
+#include "detail/rendezvous.hpp"
 
 namespace tcoll {
 
@@ -35,27 +36,8 @@ struct send_slot {
   std::atomic<int> state{0};
 };
 
-/// Wakes a rank when something it may wait for happened (a send to it was posted, or one of
-/// its sends was consumed). A sequence number prevents lost wake-ups.
-struct doorbell {
-  std::mutex mutex;
-  std::condition_variable cv;
-  std::atomic<std::uint64_t> sequence{0};
-  std::atomic<int> sleepers{0};
-
-  void ring() {
-    sequence.fetch_add(1);
-    if (sleepers.load() > 0) {
-      std::lock_guard lock(mutex); // orders the notify after a sleeper's check
-      cv.notify_all();
-    }
-  }
-};
-
-struct mailbox {
-  std::mutex mutex;
-  std::deque<send_slot*> queue;
-};
+using doorbell = detail::doorbell;
+using mailbox = detail::mailbox<send_slot>;
 
 struct shared_state {
   explicit shared_state(int n, std::chrono::milliseconds t)
@@ -174,28 +156,10 @@ public:
 
   /// Blocks until `r` completes; throws `timeout_error` at `when`.
   void wait(request& r, deadline when) {
-    if (test(r)) return;
-    auto& bell = state_->bells[rank_];
-    for (int spin = 0; state_->spin_allowed && spin < 20000; ++spin) {
-      if (test(r)) return;
-      if ((spin & 63) == 63) std::this_thread::yield();
-    }
-    for (;;) {
-      const auto seen = bell.sequence.load();
-      if (test(r)) return;
-      const auto now = clock::now();
-      if (now >= when)
-        throw timeout_error(std::string(r.kind_ == request::kind::send ? "send" : "receive") +
-                                " of " + std::to_string(r.bytes_) + " bytes (tag " +
-                                std::to_string(r.tag_) + ") timed out after " +
-                                std::to_string(state_->timeout.count()) + " ms",
-                            rank_, r.peer_);
-      std::unique_lock lock(bell.mutex);
-      bell.sleepers.fetch_add(1);
-      if (bell.sequence.load() == seen && !state_->aborted.load())
-        bell.cv.wait_until(lock, std::min(when, now + std::chrono::milliseconds(20)));
-      bell.sleepers.fetch_sub(1);
-    }
+    if (!state_->bells[rank_].wait([&] { return test(r); }, when, state_->aborted,
+                                   state_->spin_allowed ? 20000 : 0))
+      throw detail::rendezvous_timeout(r.kind_ == request::kind::send, r.bytes_, r.tag_,
+                                       state_->timeout, rank_, r.peer_);
   }
 
   /// Makes every pending and future wait of every rank of the team throw `aborted_error`.
