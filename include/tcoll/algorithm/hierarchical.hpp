@@ -58,7 +58,9 @@ struct hierarchical_options {
   /// 64); segment s+1 is reduce-scattered inside the group (and s-1 allgathered) while
   /// segment s crosses the network. 0 disables the pipeline. Needs an `InterAlgo` that
   /// describes its steps (not `automatic` or `passthrough`, which run the phases in turn).
-  std::size_t pipeline_bytes = std::size_t{4} << 20;
+  /// 1 MiB: best of 1/4 MiB on the quiet 2-node x 2-thread shaped 10 Gbit/s run
+  /// (docs/hierarchical.md); 4 MiB leaves a 4 MiB message unpipelined.
+  std::size_t pipeline_bytes = std::size_t{1} << 20;
 };
 
 /// Where this rank sits in the two-level machine (what the transports cannot tell).
