@@ -35,23 +35,15 @@ struct multi_ring {
   /// Directions of the rings.
   ring_order order = ring_order::alternate;
   /// Largest message; a chunk larger than this travels as several segments.
-  std::size_t max_segment_bytes = std::size_t{1} << 20;
+  std::size_t max_segment_bytes = ring{}.max_segment_bytes;
 
   template <class Sink>
   void allreduce(Sink& s, const detail::layout& L) const {
     using namespace detail;
     const int P = L.size, K = std::max(1, rings);
     const std::size_t n = L.count;
-    if (P == 1 || n == 0) {
-      s.reserve(0, 0);
-      s.round_begin();
-      s.copy({buffer_id::output, 0, n}, {buffer_id::input, 0, n});
-      s.finalize({buffer_id::output, 0, n});
-      s.round_end();
-      return;
-    }
-    const std::size_t seg =
-        std::max<std::size_t>(1, max_segment_bytes / std::max<std::size_t>(1, L.elem_bytes));
+    if (P == 1 || n == 0) return local_allreduce(s, n);
+    const std::size_t seg = ring{max_segment_bytes}.segment_elems(L);
     // staging: one round receives the largest chunk of every ring
     std::size_t staging = 0;
     for (int k = 0; k < K; ++k) staging += chunk_size(chunk_size(n, K, k), P, 0);

@@ -30,14 +30,8 @@ struct recursive_doubling {
     const int writes = f.core_steps() + (f.folded_receiver() ? 1 : 0);
     const bool copy_out = L.in_place && writes % 2 == 1;
     // scratch is needed only when results ping-pong (two or more writes) or end in it
+    if (L.size == 1 || n == 0) return local_allreduce(s, n);
     s.reserve(writes >= 2 || copy_out ? n : 0, n);
-    if (L.size == 1 || n == 0) {
-      s.round_begin();
-      s.copy({buffer_id::output, 0, n}, {buffer_id::input, 0, n});
-      s.finalize({buffer_id::output, 0, n});
-      s.round_end();
-      return;
-    }
     buffer_id cur = buffer_id::input;
     buffer_id next = writes % 2 == 1 && !copy_out ? buffer_id::output : buffer_id::scratch;
     auto whole = [n](buffer_id b) { return region{b, 0, n}; };
@@ -45,15 +39,7 @@ struct recursive_doubling {
       cur = next;
       next = next == buffer_id::output ? buffer_id::scratch : buffer_id::output;
     };
-    if (f.folded_sender()) { // give my data to my odd partner, receive the result at the end
-      s.round_begin();
-      s.send(f.fold_partner(), whole(buffer_id::input));
-      s.round_end();
-      s.round_begin();
-      s.recv(f.fold_partner(), whole(buffer_id::output));
-      s.round_end();
-      return;
-    }
+    if (f.folded_sender()) return f.sender_steps(s, n);
     if (f.folded_receiver()) {
       s.round_begin();
       s.recv_reduce(f.fold_partner(), whole(next), whole(cur), true); // partner is lower

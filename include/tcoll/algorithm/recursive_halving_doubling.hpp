@@ -24,24 +24,10 @@ struct recursive_halving_doubling {
     using namespace detail;
     const std::size_t n = L.count;
     const fold f(L.rank, L.size);
+    if (L.size == 1 || n == 0) return local_allreduce(s, n);
+    if (f.folded_sender()) return f.sender_steps(s, n);
     s.reserve(0, n);
     auto whole = [n](buffer_id b) { return region{b, 0, n}; };
-    if (L.size == 1 || n == 0) {
-      s.round_begin();
-      s.copy(whole(buffer_id::output), whole(buffer_id::input));
-      s.finalize(whole(buffer_id::output));
-      s.round_end();
-      return;
-    }
-    if (f.folded_sender()) {
-      s.round_begin();
-      s.send(f.fold_partner(), whole(buffer_id::input));
-      s.round_end();
-      s.round_begin();
-      s.recv(f.fold_partner(), whole(buffer_id::output));
-      s.round_end();
-      return;
-    }
     buffer_id cur = buffer_id::input;
     if (f.folded_receiver()) {
       s.round_begin();

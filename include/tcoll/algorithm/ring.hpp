@@ -30,14 +30,7 @@ struct ring {
     using namespace detail;
     const int P = L.size, r = L.rank;
     const std::size_t n = L.count;
-    if (P == 1 || n == 0) {
-      s.reserve(0, 0);
-      s.round_begin();
-      s.copy({buffer_id::output, 0, n}, {buffer_id::input, 0, n});
-      s.finalize({buffer_id::output, 0, n});
-      s.round_end();
-      return;
-    }
+    if (P == 1 || n == 0) return local_allreduce(s, n);
     const std::size_t seg = segment_elems(L);
     s.reserve(0, chunk_size(n, P, 0));
     auto chunk = [&](buffer_id b, int c) {

@@ -98,6 +98,17 @@ struct step_recorder : sink_base<step_recorder> {
   void add(const step& s) { rounds.back().push_back(s); }
 };
 
+/// The whole allreduce when there is nothing to exchange (one rank, or no elements):
+/// output = finalize(input).
+template <class Sink>
+void local_allreduce(Sink& s, std::size_t n) {
+  s.reserve(0, 0);
+  s.round_begin();
+  s.copy({buffer_id::output, 0, n}, {buffer_id::input, 0, n});
+  s.finalize({buffer_id::output, 0, n});
+  s.round_end();
+}
+
 /// Elements of chunk `c` when `n` elements are split into `parts` nearly equal chunks
 /// (the first n % parts chunks are one larger).
 constexpr std::size_t chunk_begin(std::size_t n, int parts, int c) {

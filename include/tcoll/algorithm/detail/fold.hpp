@@ -32,6 +32,17 @@ public:
   /// The original rank of core member `nr`.
   constexpr int old_rank(int nr) const { return nr < extra_ ? nr * 2 + 1 : nr + extra_; }
 
+  /// The whole part of a folded sender: hand the input to the partner, receive the result.
+  template <class Sink>
+  void sender_steps(Sink& s, std::size_t n) const {
+    s.round_begin();
+    s.send(fold_partner(), region{buffer_id::input, 0, n});
+    s.round_end();
+    s.round_begin();
+    s.recv(fold_partner(), region{buffer_id::output, 0, n});
+    s.round_end();
+  }
+
 private:
   int rank_, size_, core_, extra_;
 };
