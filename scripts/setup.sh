@@ -3,7 +3,7 @@
 set -euo pipefail
 need=()
 for pkg in meson ninja-build g++ pkg-config doctest-dev libopenmpi-dev openmpi-bin python3 \
-           iproute2 clang-format; do
+           iproute2 clang-format libeigen3-dev zlib1g-dev; do
   dpkg -s "$pkg" >/dev/null 2>&1 || need+=("$pkg")
 done
 # python3-matplotlib only draws the planner plot; not required for tests
@@ -19,4 +19,6 @@ if [ ${#need[@]} -gt 0 ]; then
 fi
 # OpenMPI refuses root and oversubscription unless told; CI runs as root on 2 cores.
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+# The MNIST subset examples/train learns from (a no-op when data/mnist already holds it).
+bash "$(dirname "$0")/fetch_mnist.sh" || echo "setup: MNIST not fetched; the example_train test will skip"
 echo "setup: ok ($(meson --version 2>/dev/null | sed 's/^/meson /'), $(mpirun --version 2>/dev/null | head -1))"

@@ -1,0 +1,513 @@
+// Data-parallel training of a multilayer perceptron on 5,000 MNIST digits with tcoll.
+//
+//   build/examples/train_mnist --ranks 4 --epochs 5                  (ranks as threads)
+//   mpirun -np 4 build/examples/train_mnist --transport mpi          (one rank per process)
+//
+// Every rank holds a full replica of the model. Each global batch is cut into one disjoint
+// shard per rank; every rank runs forward and backward on its shard, the gradient buffer is
+// averaged across ranks with tcoll::allreduce, and every rank applies the same SGD update,
+// so the replicas stay bitwise identical (checked after every epoch). See docs/train.md.
+#include <algorithm>
+#include <cerrno>
+#include <chrono>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <exception>
+#include <filesystem>
+#include <fstream>
+#include <limits>
+#include <numeric>
+#include <span>
+#include <string>
+#include <string_view>
+#include <tcoll/tcoll.hpp>
+#include <type_traits>
+#include <vector>
+
+#include "mlp.hpp"
+#include "mnist.hpp"
+
+#ifdef TCOLL_HAVE_MPI
+#include <mpi.h>
+
+#include <tcoll/transport/mpi.hpp>
+#endif
+
+namespace {
+
+/// Exit codes (77 is "skipped" for meson and automake test harnesses).
+enum exit_code : int {
+  exit_ok = 0,
+  exit_error = 1,
+  exit_usage = 2,
+  exit_replicas_differ = 3,
+  exit_no_learning = 4,
+  exit_data_missing = 77
+};
+
+/// Gradient exchange schemes; only `dense` (the whole buffer, every step) exists so far.
+constexpr std::string_view available_schemes[] = {"dense"};
+
+/// Everything the command line sets.
+struct options {
+  int ranks = 2;                 ///< thread ranks (ignored under MPI: the world size)
+  int epochs = 5;                ///< passes over the training set
+  std::size_t global_batch = 64; ///< samples per step over all ranks together
+  train::sgd_config sgd{};       ///< learning rate and momentum (constant schedule)
+  std::uint64_t seed = 1;        ///< weights and the per-epoch shuffles
+  std::string algorithm = "automatic";
+  std::string scheme = "dense";
+  std::string transport = "threads";
+  std::string json_path; ///< per-epoch records; empty: none
+  std::string data_path = "data/mnist/mnist_5k.csv.gz";
+  std::size_t train_samples = 0; ///< 0: the whole training split
+  std::size_t test_every = 5;    ///< every n-th sample of the file is a test sample
+  std::vector<std::size_t> hidden{512, 256};
+  std::size_t eval_chunk = 500;    ///< test samples per forward pass (bounds memory)
+  bool check_learning = false;     ///< fail unless the loss of the last steps is lower
+  std::size_t learning_window = 5; ///< steps averaged at each end for --check-learning
+  /// --check-learning demands last <= (1 - this) * first: a quarter less, well above the
+  /// batch-to-batch noise of an untrained model (within 5% at learning rate 0, seeds 1-6).
+  double min_loss_decrease = 0.25;
+};
+
+void print_usage(std::FILE* to) {
+  std::fprintf(to,
+               "usage: train_mnist [options]\n"
+               "  --ranks N           thread ranks (default 2; under MPI the world size)\n"
+               "  --epochs N          passes over the training set (default 5)\n"
+               "  --batch N           global batch, split over the ranks (default 64)\n"
+               "  --lr X              learning rate, constant (default 0.05)\n"
+               "  --momentum X        SGD momentum (default 0.9)\n"
+               "  --seed N            initial weights and shuffles (default 1)\n"
+               "  --algo NAME         automatic|ring|recursive_doubling|\n"
+               "                      recursive_halving_doubling|binomial_tree|passthrough (MPI)\n"
+               "  --scheme NAME       gradient exchange: dense (default, the only one so far)\n"
+               "  --transport NAME    threads (default) or mpi (when built with MPI)\n"
+               "  --json FILE         write per-epoch records\n"
+               "  --data FILE         MNIST csv.gz (default data/mnist/mnist_5k.csv.gz)\n"
+               "  --train-samples N   use a fixed random subset of N training samples\n"
+               "  --hidden A,B,...    hidden layer widths (default 512,256)\n"
+               "  --check-learning    exit 4 unless the mean loss of the last steps of the run is\n"
+               "                      below that of the first steps by a fraction\n"
+               "                      (--learning-window N steps, default 5;\n"
+               "                      --min-loss-decrease F, default 0.25)\n");
+}
+
+struct usage_error : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+std::size_t parse_count(std::string_view flag, const char* text) {
+  char* end = nullptr;
+  errno = 0;
+  const unsigned long long v = std::strtoull(text, &end, 10);
+  if (errno || end == text || *end || text[0] == '-')
+    throw usage_error(std::string(flag) + ": not a count: '" + text + "'");
+  return static_cast<std::size_t>(v);
+}
+
+float parse_real(std::string_view flag, const char* text) {
+  char* end = nullptr;
+  errno = 0;
+  const float v = std::strtof(text, &end);
+  if (errno || end == text || *end || !(v >= 0))
+    throw usage_error(std::string(flag) + ": not a non-negative number: '" + text + "'");
+  return v;
+}
+
+options parse_options(int argc, char** argv) {
+  options o;
+  bool ranks_given = false;
+  for (int i = 1; i < argc; ++i) {
+    const std::string_view flag = argv[i];
+    if (flag == "-h" || flag == "--help") {
+      print_usage(stdout);
+      std::exit(exit_ok);
+    }
+    if (flag == "--check-learning") {
+      o.check_learning = true;
+      continue;
+    }
+    if (i + 1 >= argc) throw usage_error(std::string(flag) + ": missing value");
+    const char* value = argv[++i];
+    if (flag == "--ranks") {
+      o.ranks = static_cast<int>(parse_count(flag, value));
+      ranks_given = true;
+    } else if (flag == "--epochs") {
+      o.epochs = static_cast<int>(parse_count(flag, value));
+    } else if (flag == "--batch") {
+      o.global_batch = parse_count(flag, value);
+    } else if (flag == "--lr") {
+      o.sgd.learning_rate = parse_real(flag, value);
+    } else if (flag == "--momentum") {
+      o.sgd.momentum = parse_real(flag, value);
+    } else if (flag == "--seed") {
+      o.seed = parse_count(flag, value);
+    } else if (flag == "--algo") {
+      o.algorithm = value;
+    } else if (flag == "--scheme") {
+      o.scheme = value;
+    } else if (flag == "--transport") {
+      o.transport = value;
+    } else if (flag == "--json") {
+      o.json_path = value;
+    } else if (flag == "--data") {
+      o.data_path = value;
+    } else if (flag == "--train-samples") {
+      o.train_samples = parse_count(flag, value);
+    } else if (flag == "--min-loss-decrease") {
+      o.min_loss_decrease = parse_real(flag, value);
+    } else if (flag == "--learning-window") {
+      o.learning_window = parse_count(flag, value);
+    } else if (flag == "--hidden") {
+      o.hidden.clear();
+      std::string_view rest = value;
+      while (!rest.empty()) {
+        const auto comma = std::min(rest.find(','), rest.size());
+        o.hidden.push_back(parse_count(flag, std::string(rest.substr(0, comma)).c_str()));
+        rest.remove_prefix(std::min(comma + 1, rest.size()));
+      }
+    } else {
+      throw usage_error("unknown flag " + std::string(flag) + " (see --help)");
+    }
+  }
+  if (o.ranks < 1) throw usage_error("--ranks must be at least 1");
+  if (o.epochs < 1) throw usage_error("--epochs must be at least 1");
+  if (o.global_batch < 1) throw usage_error("--batch must be at least 1");
+  if (o.learning_window < 1) throw usage_error("--learning-window must be at least 1");
+  if (o.min_loss_decrease >= 1) throw usage_error("--min-loss-decrease must be below 1");
+  for (std::size_t w : o.hidden)
+    if (w == 0) throw usage_error("--hidden: widths must be positive");
+  if (std::find(std::begin(available_schemes), std::end(available_schemes), o.scheme) ==
+      std::end(available_schemes)) {
+    std::string list;
+    for (auto s : available_schemes) list += (list.empty() ? "" : ", ") + std::string(s);
+    throw usage_error("unknown --scheme '" + o.scheme + "' (available: " + list + ")");
+  }
+  if (o.algorithm != "automatic") {
+    try {
+      (void)tcoll::parse_algorithm(o.algorithm);
+    } catch (const tcoll::invalid_argument& e) {
+      throw usage_error(std::string("--algo: ") + e.what() + " or automatic");
+    }
+  }
+  if (o.transport != "threads" && o.transport != "mpi")
+    throw usage_error("unknown --transport '" + o.transport + "' (threads, mpi)");
+#ifndef TCOLL_HAVE_MPI
+  if (o.transport == "mpi") throw usage_error("--transport mpi: this build has no MPI");
+#endif
+  if (o.transport == "mpi" && ranks_given)
+    std::fprintf(stderr, "train: --ranks is ignored under MPI (the world size counts)\n");
+  if (o.algorithm == "passthrough" && o.transport != "mpi")
+    throw usage_error("--algo passthrough needs a vendor allreduce: use --transport mpi");
+  return o;
+}
+
+/// Calls `f` with the tuning struct of the algorithm named `name` (checked by parse_options).
+template <class F>
+void with_algorithm(const std::string& name, F&& f) {
+  if (name == "automatic") return f(tcoll::automatic{});
+  switch (tcoll::parse_algorithm(name)) {
+  case tcoll::algorithm_id::ring:
+    return f(tcoll::ring{});
+  case tcoll::algorithm_id::recursive_doubling:
+    return f(tcoll::recursive_doubling{});
+  case tcoll::algorithm_id::recursive_halving_doubling:
+    return f(tcoll::recursive_halving_doubling{});
+  case tcoll::algorithm_id::binomial_tree:
+    return f(tcoll::binomial_tree{});
+  case tcoll::algorithm_id::passthrough:
+    return f(tcoll::passthrough{});
+  }
+}
+
+/// Fisher-Yates shuffle driven by splitmix64, so every rank (and every platform) draws the
+/// same permutation from the same seed.
+void shuffle(std::vector<std::size_t>& order, std::uint64_t seed) {
+  train::detail::splitmix64 rng{seed};
+  for (std::size_t i = order.size(); i > 1; --i) std::swap(order[i - 1], order[rng.next() % i]);
+}
+
+/// FNV-1a over the bytes of the parameters: equal hashes on all ranks (compared with a min
+/// and a max allreduce) mean the replicas agree.
+std::uint64_t parameter_hash(std::span<const float> parameters) {
+  constexpr std::uint64_t fnv_offset = 0xcbf29ce484222325ULL, fnv_prime = 0x100000001b3ULL;
+  std::uint64_t h = fnv_offset;
+  const auto* bytes = reinterpret_cast<const unsigned char*>(parameters.data());
+  for (std::size_t i = 0; i < parameters.size_bytes(); ++i) h = (h ^ bytes[i]) * fnv_prime;
+  return h;
+}
+
+/// What one epoch measured (the same on every rank after the statistics allreduce).
+struct epoch_record {
+  int epoch = 0;
+  double train_loss = 0;       ///< mean over the epoch's samples, before each update
+  double first_steps_loss = 0; ///< mean over the first `learning_window` steps
+  double last_steps_loss = 0;  ///< mean over the last `learning_window` steps
+  double test_loss = 0;
+  double test_accuracy = 0;
+  std::vector<double> bytes_sent_per_rank; ///< gradient allreduce traffic, this epoch
+  double seconds = 0;                      ///< rank 0's wall time of the epoch
+  bool replicas_identical = false;
+  std::uint64_t parameter_hash = 0;
+};
+
+/// Input, hidden and output widths of the network `o` asks for.
+std::vector<std::size_t> layer_widths(const options& o) {
+  std::vector<std::size_t> widths{train::mnist_pixels};
+  widths.insert(widths.end(), o.hidden.begin(), o.hidden.end());
+  widths.push_back(train::mnist_classes);
+  return widths;
+}
+
+/// One rank's whole training run over any tcoll transport.
+template <class Transport>
+std::vector<epoch_record> train_rank(Transport& t, const options& o,
+                                     const train::train_test_split& data,
+                                     const std::vector<std::size_t>& train_subset) {
+  const int rank = t.rank(), ranks = t.size();
+  train::mlp model(train::mlp_config{layer_widths(o), o.seed});
+  train::sgd_momentum optimiser(model.parameters().size(), o.sgd);
+  tcoll::counting<Transport> counted(t);
+
+  const std::size_t samples = train_subset.size();
+  const std::size_t steps = (samples + o.global_batch - 1) / o.global_batch;
+  std::vector<float> batch_pixels;
+  std::vector<std::uint8_t> batch_labels;
+  std::vector<std::size_t> order = train_subset;
+  std::vector<epoch_record> records;
+
+  // Test shard of this rank, evaluated in chunks.
+  const std::size_t test_size = data.test.size();
+  const std::size_t test_begin = test_size * rank / ranks,
+                    test_end = test_size * (rank + 1) / ranks;
+
+  for (int epoch = 1; epoch <= o.epochs; ++epoch) {
+    const auto started = std::chrono::steady_clock::now();
+    counted.reset();
+    shuffle(order, o.seed + static_cast<std::uint64_t>(epoch));
+    // Statistics summed over ranks once per epoch: per-step loss sums, the test loss sum,
+    // the test hits, and each rank's bytes in its own slot.
+    std::vector<double> stats(steps + 2 + static_cast<std::size_t>(ranks), 0.0);
+    for (std::size_t step = 0; step < steps; ++step) {
+      const std::size_t begin = step * o.global_batch;
+      const std::size_t count = std::min(o.global_batch, samples - begin);
+      const std::size_t shard_begin = begin + count * rank / ranks;
+      const std::size_t shard_end = begin + count * (rank + 1) / ranks;
+      batch_pixels.clear();
+      batch_labels.clear();
+      for (std::size_t k = shard_begin; k < shard_end; ++k) {
+        const std::size_t i = order[k];
+        const float* image = data.train.pixels.data() + i * train::mnist_pixels;
+        batch_pixels.insert(batch_pixels.end(), image, image + train::mnist_pixels);
+        batch_labels.push_back(data.train.labels[i]);
+      }
+      // Scaled so that the average over ranks is the mean gradient over the global batch,
+      // whatever the shard sizes: sum_r (ranks/count * shard sum) / ranks = total / count.
+      const float scale = static_cast<float>(ranks) / static_cast<float>(count);
+      const auto result = model.forward_backward(batch_pixels.data(), batch_labels.data(),
+                                                 batch_labels.size(), scale);
+      stats[step] = result.loss_sum;
+      with_algorithm(o.algorithm, [&](const auto& algo) {
+        using algo_type = std::decay_t<decltype(algo)>;
+        if constexpr (std::is_same_v<algo_type, tcoll::passthrough> &&
+                      !tcoll::has_native_allreduce<tcoll::counting<Transport>, float,
+                                                   tcoll::avg_op>)
+          throw tcoll::invalid_argument("passthrough: this transport has no vendor allreduce");
+        else
+          tcoll::allreduce(counted, std::span<float>(model.gradients()), tcoll::avg_op{}, algo);
+      });
+      optimiser.step(model.parameters(), model.gradients());
+    }
+
+    train::batch_result test;
+    for (std::size_t c = test_begin; c < test_end; c += o.eval_chunk) {
+      const std::size_t n = std::min(o.eval_chunk, test_end - c);
+      const auto r = model.evaluate(data.test.pixels.data() + c * train::mnist_pixels,
+                                    data.test.labels.data() + c, n);
+      test.loss_sum += r.loss_sum;
+      test.correct += r.correct;
+    }
+    stats[steps] = test.loss_sum;
+    stats[steps + 1] = static_cast<double>(test.correct);
+    stats[steps + 2 + static_cast<std::size_t>(rank)] =
+        static_cast<double>(counted.counts().bytes_sent);
+    tcoll::allreduce(t, std::span<double>(stats), tcoll::sum_op{}, tcoll::automatic{});
+
+    std::uint64_t hash_min = parameter_hash(model.parameters()), hash_max = hash_min;
+    tcoll::allreduce(t, std::span<std::uint64_t>(&hash_min, 1), tcoll::min_op{},
+                     tcoll::automatic{});
+    tcoll::allreduce(t, std::span<std::uint64_t>(&hash_max, 1), tcoll::max_op{},
+                     tcoll::automatic{});
+
+    epoch_record rec;
+    rec.epoch = epoch;
+    const auto step_samples = [&](std::size_t step) {
+      return static_cast<double>(std::min(o.global_batch, samples - step * o.global_batch));
+    };
+    const auto window_mean = [&](std::size_t first, std::size_t last) {
+      double loss = 0, n = 0;
+      for (std::size_t s = first; s < last; ++s) loss += stats[s], n += step_samples(s);
+      return loss / n;
+    };
+    const std::size_t window = std::min(o.learning_window, steps);
+    rec.train_loss = window_mean(0, steps);
+    rec.first_steps_loss = window_mean(0, window);
+    rec.last_steps_loss = window_mean(steps - window, steps);
+    rec.test_loss = test_size ? stats[steps] / static_cast<double>(test_size) : 0;
+    rec.test_accuracy = test_size ? stats[steps + 1] / static_cast<double>(test_size) : 0;
+    rec.bytes_sent_per_rank.assign(stats.begin() + static_cast<std::ptrdiff_t>(steps + 2),
+                                   stats.end());
+    rec.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+    rec.replicas_identical = hash_min == hash_max;
+    rec.parameter_hash = hash_min;
+    if (rank == 0) {
+      double mean_bytes = 0;
+      for (double b : rec.bytes_sent_per_rank) mean_bytes += b / ranks;
+      std::printf("epoch %d  train_loss %.4f  test_loss %.4f  test_accuracy %.2f%%  "
+                  "sent/rank %.1f MB  %.2f s%s\n",
+                  epoch, rec.train_loss, rec.test_loss, 100 * rec.test_accuracy, mean_bytes / 1e6,
+                  rec.seconds, rec.replicas_identical ? "" : "  REPLICAS DIFFER");
+      std::fflush(stdout);
+    }
+    records.push_back(std::move(rec));
+  }
+  return records;
+}
+
+/// A float as the short decimal that was typed (0.05, not 0.0500000007).
+std::string shortest(float value) {
+  char text[32];
+  std::snprintf(text, sizeof text, "%.*g", std::numeric_limits<float>::digits10 + 1,
+                static_cast<double>(value));
+  return text;
+}
+
+void write_json(const std::string& path, const options& o, int ranks, std::size_t train_samples,
+                std::size_t test_samples, const std::vector<epoch_record>& records) {
+  std::size_t parameters = 0;
+  const auto widths = layer_widths(o);
+  for (std::size_t l = 0; l + 1 < widths.size(); ++l) parameters += (widths[l] + 1) * widths[l + 1];
+  std::ofstream out(path);
+  if (!out) throw std::runtime_error("cannot write " + path);
+  out.precision(9);
+  out << "{\n  \"config\": {\"ranks\": " << ranks << ", \"transport\": \"" << o.transport
+      << "\", \"algorithm\": \"" << o.algorithm << "\", \"scheme\": \"" << o.scheme
+      << "\", \"epochs\": " << o.epochs << ", \"global_batch\": " << o.global_batch
+      << ", \"learning_rate\": " << shortest(o.sgd.learning_rate)
+      << ", \"momentum\": " << shortest(o.sgd.momentum) << ", \"seed\": " << o.seed
+      << ", \"train_samples\": " << train_samples << ", \"test_samples\": " << test_samples
+      << ", \"parameters\": " << parameters << ", \"layer_widths\": [";
+  for (std::size_t l = 0; l < widths.size(); ++l) out << (l ? ", " : "") << widths[l];
+  out << "]},\n  \"epochs\": [";
+  for (std::size_t i = 0; i < records.size(); ++i) {
+    const auto& r = records[i];
+    out << (i ? ",\n" : "\n") << "    {\"epoch\": " << r.epoch
+        << ", \"train_loss\": " << r.train_loss << ", \"first_steps_loss\": " << r.first_steps_loss
+        << ", \"last_steps_loss\": " << r.last_steps_loss << ", \"test_loss\": " << r.test_loss
+        << ", \"test_accuracy\": " << r.test_accuracy << ", \"bytes_sent_per_rank\": [";
+    for (std::size_t k = 0; k < r.bytes_sent_per_rank.size(); ++k)
+      out << (k ? ", " : "") << static_cast<std::uint64_t>(r.bytes_sent_per_rank[k]);
+    out << "], \"seconds\": " << r.seconds
+        << ", \"replicas_identical\": " << (r.replicas_identical ? "true" : "false") << "}";
+  }
+  out << "\n  ]\n}\n";
+}
+
+/// Loads the data, runs the ranks over `run_ranks(body)`, reports; returns the exit code.
+template <class RunRanks>
+int run(const options& o, bool is_root, RunRanks&& run_ranks) {
+  if (!std::filesystem::exists(o.data_path)) {
+    std::printf("train: skipped: %s is missing; run scripts/fetch_mnist.sh\n", o.data_path.c_str());
+    return exit_data_missing;
+  }
+  const train::train_test_split data =
+      train::split_every_nth(train::load_mnist_csv_gz(o.data_path), o.test_every);
+  // A fixed random subset (the file is sorted by label, so a prefix would hold few digits).
+  std::vector<std::size_t> subset(data.train.size());
+  std::iota(subset.begin(), subset.end(), std::size_t{0});
+  if (o.train_samples && o.train_samples < subset.size()) {
+    shuffle(subset, o.seed);
+    subset.resize(o.train_samples);
+  }
+  std::vector<epoch_record> records;
+  int ranks = 0;
+  run_ranks([&](auto& t) {
+    if (t.rank() == 0 && is_root)
+      std::printf("train: %d ranks (%s), %zu training / %zu test samples, global batch %zu, "
+                  "lr %g, momentum %g, algo %s, scheme %s\n",
+                  t.size(), o.transport.c_str(), subset.size(), data.test.size(), o.global_batch,
+                  static_cast<double>(o.sgd.learning_rate), static_cast<double>(o.sgd.momentum),
+                  o.algorithm.c_str(), o.scheme.c_str());
+    auto mine = train_rank(t, o, data, subset);
+    if (t.rank() == 0) {
+      records = std::move(mine);
+      ranks = t.size();
+    }
+  });
+  if (!is_root) return exit_ok; // MPI ranks other than 0 report nothing
+  if (!o.json_path.empty())
+    write_json(o.json_path, o, ranks, subset.size(), data.test.size(), records);
+  const auto& last = records.back();
+  const bool agree = std::all_of(records.begin(), records.end(),
+                                 [](const epoch_record& r) { return r.replicas_identical; });
+  std::printf("replicas: %s (parameter hash %016llx)\n",
+              agree ? "bitwise identical on every rank" : "DIFFER",
+              static_cast<unsigned long long>(last.parameter_hash));
+  if (!agree) return exit_replicas_differ;
+  if (o.check_learning) {
+    const double first = records.front().first_steps_loss, final_loss = last.last_steps_loss;
+    const bool learned = final_loss <= (1 - o.min_loss_decrease) * first;
+    std::printf("learning: mean loss of the first %zu steps %.4f, of the last %zu steps %.4f: "
+                "%s (by %.0f%%, %.0f%% required)\n",
+                o.learning_window, first, o.learning_window, final_loss,
+                learned ? "decreased" : "DID NOT DECREASE ENOUGH", 100 * (1 - final_loss / first),
+                100 * o.min_loss_decrease);
+    if (!learned) return exit_no_learning;
+  }
+  return exit_ok;
+}
+
+} // namespace
+
+int main(int argc, char** argv) {
+  options o;
+  try {
+    o = parse_options(argc, argv);
+  } catch (const usage_error& e) {
+    std::fprintf(stderr, "train: %s\n", e.what());
+    return exit_usage;
+  }
+  try {
+    if (o.transport == "threads") {
+      tcoll::thread_team team(o.ranks);
+      return run(o, true,
+                 [&](auto&& body) { team.run([&](tcoll::thread_transport& t) { body(t); }); });
+    }
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "train: error: %s\n", e.what());
+    return exit_error;
+  }
+#ifdef TCOLL_HAVE_MPI
+  MPI_Init(&argc, &argv); // the application owns MPI; tcoll works on a duplicate
+  int world_rank = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &world_rank);
+  int code = exit_error;
+  try {
+    tcoll::mpi_transport t(MPI_COMM_WORLD);
+    code = run(o, world_rank == 0, [&](auto&& body) { body(t); });
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "train: rank %d: error: %s\n", world_rank, e.what());
+    MPI_Abort(MPI_COMM_WORLD, exit_error);
+  }
+  // Only rank 0 reports; every process exits with its verdict.
+  MPI_Bcast(&code, 1, MPI_INT, 0, MPI_COMM_WORLD);
+  MPI_Finalize();
+  return code;
+#else
+  return exit_error; // unreachable: parse_options rejects --transport mpi without MPI
+#endif
+}
