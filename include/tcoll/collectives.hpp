@@ -18,6 +18,7 @@
 #include "algorithm/select.hpp"
 #include "core/concepts.hpp"
 #include "core/ops.hpp"
+#include "detail/collective_scope.hpp"
 #include "detail/executor.hpp"
 #include "detail/validate.hpp"
 #include "reduce/cpu.hpp"
@@ -57,36 +58,29 @@ constexpr void check_support() {
 }
 } // namespace detail
 
-/// Allreduce of `count` elements: every rank's `recvbuf` receives op over all ranks'
-/// `sendbuf`. `sendbuf == recvbuf` is the in-place form. `algo` is an algorithm tuning
-/// struct (`ring{}`, `recursive_doubling{}`, ..., `passthrough{}`) or `automatic{}`.
-template <transport Tr, class T, class Op = sum_op, class Algo = automatic, reducer R = cpu_reducer>
-void allreduce(Tr& t, const T* sendbuf, T* recvbuf, std::size_t count, const Op& op = {},
-               const Algo& algo = {}, R red = {}) {
-  detail::check_support<R, Op, T>();
-  const int rank = t.rank();
-  detail::check_count(count, 1, sizeof(T), "allreduce", rank);
-  detail::check_pointer(sendbuf, count, "sendbuf", "allreduce", rank);
-  detail::check_pointer(recvbuf, count, "recvbuf", "allreduce", rank);
-  detail::check_overlap(sendbuf, count * sizeof(T), recvbuf, count * sizeof(T), recvbuf,
-                        "allreduce", rank);
+namespace detail {
+/// The allreduce itself, arguments already checked, in the message space `tag`.
+template <transport Tr, class T, class Op, class Algo, reducer R>
+void allreduce_tagged(Tr& t, int tag, const T* sendbuf, T* recvbuf, std::size_t count,
+                      const Op& op, const Algo& algo, R& red) {
   if constexpr (std::is_same_v<Algo, automatic>) {
     switch (algo.choose(count * sizeof(T), commutative_op<Op>, has_native_allreduce<Tr, T, Op>,
                         transport_is_zero_copy<Tr>())) {
     case algorithm_id::passthrough:
       if constexpr (has_native_allreduce<Tr, T, Op>)
-        return allreduce(t, sendbuf, recvbuf, count, op, passthrough{}, red);
+        return allreduce_tagged(t, tag, sendbuf, recvbuf, count, op, passthrough{}, red);
       [[fallthrough]];
     case algorithm_id::ring:
       if constexpr (commutative_op<Op>)
-        return allreduce(t, sendbuf, recvbuf, count, op, algo.ring_knobs, red);
+        return allreduce_tagged(t, tag, sendbuf, recvbuf, count, op, algo.ring_knobs, red);
       [[fallthrough]];
     case algorithm_id::recursive_halving_doubling:
-      return allreduce(t, sendbuf, recvbuf, count, op, recursive_halving_doubling{}, red);
+      return allreduce_tagged(t, tag, sendbuf, recvbuf, count, op, recursive_halving_doubling{},
+                              red);
     case algorithm_id::recursive_doubling:
-      return allreduce(t, sendbuf, recvbuf, count, op, recursive_doubling{}, red);
+      return allreduce_tagged(t, tag, sendbuf, recvbuf, count, op, recursive_doubling{}, red);
     case algorithm_id::binomial_tree:
-      return allreduce(t, sendbuf, recvbuf, count, op, binomial_tree{}, red);
+      return allreduce_tagged(t, tag, sendbuf, recvbuf, count, op, binomial_tree{}, red);
     }
   } else if constexpr (std::is_same_v<Algo, passthrough>) {
     static_assert(has_native_allreduce<Tr, T, Op>,
@@ -94,11 +88,36 @@ void allreduce(Tr& t, const T* sendbuf, T* recvbuf, std::size_t count, const Op&
     t.native_allreduce(sendbuf, recvbuf, count, op);
   } else {
     static_assert(allreduce_algorithm<Algo>, "tcoll: not an allreduce algorithm");
-    detail::check_order<Op, Algo>();
-    detail::layout L{rank, t.size(), count, sizeof(T), 0, sendbuf == recvbuf};
-    detail::executor<Tr, R, T, Op> ex(t, red, op, sendbuf, count, recvbuf, count);
+    check_order<Op, Algo>();
+    layout L{t.rank(), t.size(), count, sizeof(T), 0, sendbuf == recvbuf};
+    executor<Tr, R, T, Op> ex(t, red, op, sendbuf, count, recvbuf, count, tag);
     algo.allreduce(ex, L);
   }
+}
+
+/// Argument checks of allreduce (they name the argument and the rank).
+template <class T>
+void check_allreduce_args(const T* sendbuf, T* recvbuf, std::size_t count, int rank) {
+  check_count(count, 1, sizeof(T), "allreduce", rank);
+  check_pointer(sendbuf, count, "sendbuf", "allreduce", rank);
+  check_pointer(recvbuf, count, "recvbuf", "allreduce", rank);
+  check_overlap(sendbuf, count * sizeof(T), recvbuf, count * sizeof(T), recvbuf, "allreduce",
+                rank);
+}
+} // namespace detail
+
+/// Allreduce of `count` elements: every rank's `recvbuf` receives op over all ranks'
+/// `sendbuf`. `sendbuf == recvbuf` is the in-place form. `algo` is an algorithm tuning
+/// struct (`ring{}`, `recursive_doubling{}`, ..., `passthrough{}`) or `automatic{}`.
+/// Runs in the next message space of `t`; a failure breaks `t` (see collective_context).
+template <transport Tr, class T, class Op = sum_op, class Algo = automatic, reducer R = cpu_reducer>
+void allreduce(Tr& t, const T* sendbuf, T* recvbuf, std::size_t count, const Op& op = {},
+               const Algo& algo = {}, R red = {}) {
+  detail::check_support<R, Op, T>();
+  detail::check_allreduce_args(sendbuf, recvbuf, count, t.rank());
+  const int tag = detail::begin_collective(t);
+  detail::guarded(
+      t, [&] { detail::allreduce_tagged(t, tag, sendbuf, recvbuf, count, op, algo, red); });
 }
 
 /// In-place allreduce over a span.
@@ -132,8 +151,11 @@ void reduce_scatter(Tr& t, const T* sendbuf, T* recvbuf, std::size_t count, cons
   detail::check_overlap(sendbuf, count * P * sizeof(T), recvbuf, count * sizeof(T), nullptr,
                         "reduce_scatter", rank);
   detail::layout L{rank, P, count, sizeof(T), 0, false};
-  detail::executor<Tr, R, T, Op> ex(t, red, op, sendbuf, count * P, recvbuf, count);
-  algo.reduce_scatter(ex, L);
+  const int tag = detail::begin_collective(t);
+  detail::guarded(t, [&] {
+    detail::executor<Tr, R, T, Op> ex(t, red, op, sendbuf, count * P, recvbuf, count, tag);
+    algo.reduce_scatter(ex, L);
+  });
 }
 
 /// Allgather: rank r's `sendbuf` (count elements) lands in block r of every `recvbuf`
@@ -148,9 +170,12 @@ void allgather(Tr& t, const T* sendbuf, T* recvbuf, std::size_t count, const rin
   detail::check_overlap(sendbuf, count * sizeof(T), recvbuf, count * P * sizeof(T),
                         recvbuf ? recvbuf + std::size_t(rank) * count : nullptr, "allgather", rank);
   detail::layout L{rank, P, count, sizeof(T), 0, false};
-  detail::executor<Tr, R, T, detail::no_reduce_op> ex(t, red, detail::no_reduce_op{}, sendbuf,
-                                                      count, recvbuf, count * P);
-  algo.allgather(ex, L);
+  const int tag = detail::begin_collective(t);
+  detail::guarded(t, [&] {
+    detail::executor<Tr, R, T, detail::no_reduce_op> ex(t, red, detail::no_reduce_op{}, sendbuf,
+                                                        count, recvbuf, count * P, tag);
+    algo.allgather(ex, L);
+  });
 }
 
 /// Broadcast of `count` elements of `buffer` from `root` (binomial tree).
@@ -162,9 +187,12 @@ void broadcast(Tr& t, T* buffer, std::size_t count, int root, const binomial_tre
   detail::check_count(count, 1, sizeof(T), "broadcast", rank);
   detail::check_pointer(buffer, count, "buffer", "broadcast", rank);
   detail::layout L{rank, t.size(), count, sizeof(T), root, true};
-  detail::executor<Tr, R, T, detail::no_reduce_op> ex(t, red, detail::no_reduce_op{}, buffer, count,
-                                                      buffer, count);
-  algo.broadcast(ex, L);
+  const int tag = detail::begin_collective(t);
+  detail::guarded(t, [&] {
+    detail::executor<Tr, R, T, detail::no_reduce_op> ex(t, red, detail::no_reduce_op{}, buffer,
+                                                        count, buffer, count, tag);
+    algo.broadcast(ex, L);
+  });
 }
 
 /// Reduce to `root`: root's `recvbuf` receives op over every rank's `sendbuf`; `recvbuf`
@@ -191,16 +219,19 @@ void reduce(Tr& t, const T* sendbuf, T* recvbuf, std::size_t count, int root, co
   auto forward_space = red.template allocate<T>(holds && !is_root ? count : 0);
   T* acc = is_root ? recvbuf : holds ? forward_space.data() : nullptr;
   detail::layout L{rank, P, count, sizeof(T), tree_root, sendbuf == acc};
-  detail::executor<Tr, R, T, Op> ex(t, red, op, sendbuf, count, acc, acc ? count : 0);
-  algo.reduce(ex, L);
-  if (tree_root != root && (holds || is_root)) {
-    ex.round_begin();
-    if (holds)
-      ex.send(root, detail::region{detail::buffer_id::output, 0, count});
-    else
-      ex.recv(tree_root, detail::region{detail::buffer_id::output, 0, count});
-    ex.round_end();
-  }
+  const int tag = detail::begin_collective(t);
+  detail::guarded(t, [&] {
+    detail::executor<Tr, R, T, Op> ex(t, red, op, sendbuf, count, acc, acc ? count : 0, tag);
+    algo.reduce(ex, L);
+    if (tree_root != root && (holds || is_root)) {
+      ex.round_begin();
+      if (holds)
+        ex.send(root, detail::region{detail::buffer_id::output, 0, count});
+      else
+        ex.recv(tree_root, detail::region{detail::buffer_id::output, 0, count});
+      ex.round_end();
+    }
+  });
 }
 
 } // namespace tcoll

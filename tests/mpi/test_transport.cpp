@@ -224,7 +224,7 @@ TEST_CASE("mpi_transport: the user's messages on the original communicator do no
   const int right = (r + 1) % P, left = (r - 1 + P) % P;
   // The user posts messages with tcoll's own collective tag (and ANY_TAG receives) on
   // MPI_COMM_WORLD around a tcoll allreduce; neither may see the other's data.
-  const int tag = tcoll::detail::collective_tag;
+  const int tag = t.collectives().next_tag();
   std::vector<float> user_out(64, -1.0f - r), user_in(64, 0.0f);
   MPI_Request user_recv, user_send;
   MPI_Irecv(user_in.data(), 64, MPI_FLOAT, left, MPI_ANY_TAG, MPI_COMM_WORLD, &user_recv);
@@ -265,7 +265,7 @@ TEST_CASE("mpi_transport: split_shared and split") {
   CHECK_THROWS_AS(t.split(-1, 0), tcoll::invalid_argument);
 }
 
-TEST_CASE("mpi_transport: a rank that skips the collective makes the others time out") {
+TEST_CASE("mpi_transport: a rank that skips the collective makes the others fail") {
   const int P = world_size(), r = world_rank();
   if (P < 2) return;
   const int skipper = P - 1;
@@ -274,22 +274,64 @@ TEST_CASE("mpi_transport: a rank that skips the collective makes the others time
     std::vector<float> data(16, 1.0f);
     if (r != skipper) {
       const auto start = tcoll::clock::now();
+      // A rank next to the skipper times out; it announces the failure, so the others
+      // may stop with aborted_error (naming the announcing rank) before their own timeout.
       try {
         tcoll::allreduce(t, std::span<float>(data), tcoll::sum_op{}, tcoll::ring{});
         FAIL("allreduce without one rank did not throw");
       } catch (const tcoll::timeout_error& e) {
         CHECK(e.rank() == r);
         CHECK(std::string(e.what()).find("timed out") != std::string::npos);
+        CHECK(tcoll::clock::now() - start >= 500ms);
+      } catch (const tcoll::aborted_error& e) {
+        CHECK(e.rank() == r);
+        CHECK(std::string(e.what()).find("announced a failure") != std::string::npos);
       }
-      const auto took = tcoll::clock::now() - start;
-      CHECK(took >= 500ms);
-      CHECK(took < 10s);
+      CHECK(tcoll::clock::now() - start < 10s);
+      // The transport is broken: the next collective throws at once.
+      const auto again = tcoll::clock::now();
+      CHECK_THROWS(tcoll::allreduce(t, std::span<float>(data), tcoll::sum_op{}, tcoll::ring{}));
+      CHECK(tcoll::clock::now() - again < 100ms);
     }
     // Clean up: everybody meets on the user's communicator, then the transport (and the
     // messages stranded in its duplicate) goes away.
     MPI_Barrier(MPI_COMM_WORLD);
   }
   // A fresh transport works normally afterwards.
+  auto t = mpi_test::make();
+  std::vector<float> data(16, 1.0f);
+  tcoll::allreduce(t, std::span<float>(data), tcoll::sum_op{}, tcoll::ring{});
+  for (float v : data) CHECK(v == float(P));
+}
+
+TEST_CASE("mpi_transport: peers of a failed rank fail within a second, not after the timeout") {
+  const int P = world_size(), r = world_rank();
+  if (P < 2) return;
+  const int failing = P / 2;
+  {
+    tcoll::mpi_transport t(MPI_COMM_WORLD, 20s);
+    std::vector<float> data(1000, 0.25f);
+    const auto start = tcoll::clock::now();
+    if (r == failing) {
+      // This rank's collective "fails" before it sends anything.
+      std::this_thread::sleep_for(200ms);
+      t.abort();
+    } else {
+      try {
+        tcoll::allreduce(t, std::span<float>(data), tcoll::sum_op{}, tcoll::ring{});
+        FAIL("allreduce with an aborted peer did not throw");
+      } catch (const tcoll::aborted_error& e) {
+        const std::string msg = e.what();
+        CHECK_MESSAGE(msg.find("rank " + std::to_string(failing) + " announced") !=
+                          std::string::npos,
+                      msg);
+        CHECK(e.rank() == r);
+      }
+      const auto took = tcoll::clock::now() - start;
+      CHECK_MESSAGE(took < 1200ms, "took " << std::chrono::duration<double>(took).count());
+    }
+    MPI_Barrier(MPI_COMM_WORLD);
+  }
   auto t = mpi_test::make();
   std::vector<float> data(16, 1.0f);
   tcoll::allreduce(t, std::span<float>(data), tcoll::sum_op{}, tcoll::ring{});

@@ -197,29 +197,42 @@ public:
     const auto pop = detail::phase_op(op);
     using PhaseOp = std::remove_cv_t<decltype(pop)>;
     const int g = intra_->size(), l = intra_->rank(), m = shape_.shards;
-    detail::executor<Intra, R, T, PhaseOp> ex(*intra_, red, pop, sendbuf, count, recvbuf, count);
-    if (opt.form == hierarchical_form::leader) {
-      leader_phase1(ex, g, l, count);
-      if (l == 0) {
-        tcoll::allreduce(*inter_, recvbuf, recvbuf, count, pop, opt.inter, red);
-        red.finalize(op, recvbuf, count, shape_.world_size);
-        red.synchronize();
+    // Both message spaces are drawn before anything moves, so the collective's place in the
+    // start order of each transport does not depend on how its phases interleave.
+    const int intra_tag = detail::begin_collective(*intra_);
+    const int inter_tag = inter_ ? detail::begin_collective(*inter_) : 0;
+    try {
+      detail::executor<Intra, R, T, PhaseOp> ex(*intra_, red, pop, sendbuf, count, recvbuf, count,
+                                                intra_tag);
+      if (opt.form == hierarchical_form::leader) {
+        leader_phase1(ex, g, l, count);
+        if (l == 0) {
+          detail::allreduce_tagged(*inter_, inter_tag, recvbuf, recvbuf, count, pop, opt.inter,
+                                   red);
+          red.finalize(op, recvbuf, count, shape_.world_size);
+          red.synchronize();
+        }
+        leader_phase3(ex, g, l, count);
+        return;
       }
-      leader_phase3(ex, g, l, count);
-      return;
-    }
-    if constexpr (allreduce_algorithm<InterAlgo>) {
-      sharded_pipelined(sendbuf, recvbuf, count, op, pop, opt, red);
-    } else {
-      sharded_phase1(ex, g, l, m, count, opt.intra, sizeof(T));
-      if (l < m) {
-        T* shard = recvbuf + detail::chunk_begin(count, m, l);
-        const std::size_t n = detail::chunk_size(count, m, l);
-        tcoll::allreduce(*inter_, shard, shard, n, pop, opt.inter, red);
-        red.finalize(op, shard, n, shape_.world_size);
-        red.synchronize();
+      if constexpr (allreduce_algorithm<InterAlgo>) {
+        sharded_pipelined(sendbuf, recvbuf, count, op, pop, opt, red, intra_tag, inter_tag);
+      } else {
+        sharded_phase1(ex, g, l, m, count, opt.intra, sizeof(T));
+        if (l < m) {
+          T* shard = recvbuf + detail::chunk_begin(count, m, l);
+          const std::size_t n = detail::chunk_size(count, m, l);
+          detail::allreduce_tagged(*inter_, inter_tag, shard, shard, n, pop, opt.inter, red);
+          red.finalize(op, shard, n, shape_.world_size);
+          red.synchronize();
+        }
+        sharded_phase3(ex, g, l, m, count, opt.intra, sizeof(T));
       }
-      sharded_phase3(ex, g, l, m, count, opt.intra, sizeof(T));
+    } catch (...) {
+      const auto cause = std::current_exception();
+      detail::fail_transport(*intra_, cause);
+      if (inter_) detail::fail_transport(*inter_, cause);
+      throw;
     }
   }
 
@@ -237,7 +250,8 @@ private:
   /// the group on others. The segments touch disjoint memory. S = 1 is the plain sequence.
   template <class T, class Op, class PhaseOp, class InterAlgo, reducer R>
   void sharded_pipelined(const T* sendbuf, T* recvbuf, std::size_t count, const Op& op,
-                         const PhaseOp& pop, const hierarchical_options<InterAlgo>& opt, R& red) {
+                         const PhaseOp& pop, const hierarchical_options<InterAlgo>& opt, R& red,
+                         int intra_tag, int inter_tag) {
     using namespace detail;
     const int g = intra_->size(), l = intra_->rank(), m = shape_.shards;
     const std::size_t bytes = count * sizeof(T);
@@ -263,8 +277,9 @@ private:
         sharded_phase3(rec, g, l, m, n, opt.intra, sizeof(T));
       else
         sharded_phase1(rec, g, l, m, n, opt.intra, sizeof(T));
-      add_rounds(intra_ex.emplace_back(*intra_, red, pop, sendbuf + off, n, recvbuf + off, n), rec,
-                 lane);
+      add_rounds(
+          intra_ex.emplace_back(*intra_, red, pop, sendbuf + off, n, recvbuf + off, n, intra_tag),
+          rec, lane);
     };
     auto inter_phase = [&](std::size_t seg, std::vector<lane_round>& lane) {
       const std::size_t off = chunk_begin(count, static_cast<int>(S), static_cast<int>(seg));
@@ -273,7 +288,8 @@ private:
       const std::size_t sn = chunk_size(n, m, l);
       auto& rec = recs.emplace_back();
       opt.inter.allreduce(rec, layout{inter_->rank(), inter_->size(), sn, sizeof(T), 0, true});
-      add_rounds(inter_ex.emplace_back(*inter_, red, pop, shard, sn, shard, sn), rec, lane);
+      add_rounds(inter_ex.emplace_back(*inter_, red, pop, shard, sn, shard, sn, inter_tag), rec,
+                 lane);
       // the shard is final once its last round is done: finalize avg with the total count
       auto done = [this, &red, &op, shard, sn] {
         red.finalize(op, shard, sn, shape_.world_size);

@@ -14,19 +14,19 @@
 
 #include "../core/concepts.hpp"
 #include "../core/error.hpp"
+#include "collective_scope.hpp"
 #include "schedule.hpp"
 
 namespace tcoll::detail {
 
-/// Message tag of tcoll's collectives (all messages of one call share it and are matched
-/// in posting order, which every transport guarantees per pair of ranks).
-inline constexpr int collective_tag = 7001;
-
+/// Runs one collective's steps. `tag` is the collective's message space (every message of
+/// one call shares it and is matched in posting order, which every transport guarantees per
+/// pair of ranks); see `begin_collective`.
 template <transport Tr, reducer R, class T, class Op>
 class executor : public sink_base<executor<Tr, R, T, Op>> {
 public:
   executor(Tr& t, R& r, const Op& op, const T* input, std::size_t input_count, T* output,
-           std::size_t output_count, int tag = collective_tag)
+           std::size_t output_count, int tag)
       : t_(t), r_(r), op_(op), input_(input), input_count_(input_count), output_(output),
         output_count_(output_count), tag_(tag) {
     // the typical round has a handful of transfers: reserve once instead of regrowing
@@ -35,12 +35,31 @@ public:
     locals_.reserve(8);
   }
 
-  /// Allocates scratch (algorithm workspace) and staging (receive-and-reduce landing space,
-  /// skipped on zero-copy transports), both in elements.
+  /// Lends the executor scratch and staging space (in elements) that outlives it, so that
+  /// `reserve` allocates nothing when they are large enough (prepared collectives).
+  void use_workspace(T* scratch, std::size_t scratch_count, T* staging,
+                     std::size_t staging_count) noexcept {
+    scratch_ptr_ = scratch;
+    scratch_cap_ = scratch_count;
+    staging_ptr_ = staging;
+    staging_cap_ = staging_count;
+  }
+
+  /// Makes sure of scratch (algorithm workspace) and staging (receive-and-reduce landing
+  /// space, skipped on zero-copy transports), both in elements; allocates what the lent
+  /// workspace does not cover.
   void reserve(std::size_t scratch, std::size_t staging) {
-    if (scratch > scratch_.size()) scratch_ = r_.template allocate<T>(scratch);
+    if (scratch > scratch_cap_) {
+      scratch_ = r_.template allocate<T>(scratch);
+      scratch_ptr_ = scratch_.data();
+      scratch_cap_ = scratch;
+    }
     if constexpr (!transport_is_zero_copy<Tr>())
-      if (staging > staging_.size()) staging_ = r_.template allocate<T>(staging);
+      if (staging > staging_cap_) {
+        staging_ = r_.template allocate<T>(staging);
+        staging_ptr_ = staging_.data();
+        staging_cap_ = staging;
+      }
   }
 
   void round_begin() {
@@ -59,9 +78,9 @@ public:
     case step_kind::recv_reduce: {
       T* staging = nullptr;
       if constexpr (!transport_is_zero_copy<Tr>()) {
-        if (staging_used_ + s.dst.count > staging_.size())
+        if (staging_used_ + s.dst.count > staging_cap_)
           throw std::logic_error("tcoll: algorithm under-reserved its staging space");
-        staging = staging_.data() + staging_used_;
+        staging = staging_ptr_ + staging_used_;
         staging_used_ += s.dst.count;
       }
       if (contexts_used_ == contexts_.size()) contexts_.emplace_back();
@@ -128,10 +147,10 @@ private:
   std::size_t capacity(buffer_id b) const {
     return b == buffer_id::input    ? input_count_
            : b == buffer_id::output ? output_count_
-                                    : scratch_.size();
+                                    : scratch_cap_;
   }
   const T* base(buffer_id b) const {
-    return b == buffer_id::input ? input_ : b == buffer_id::output ? output_ : scratch_.data();
+    return b == buffer_id::input ? input_ : b == buffer_id::output ? output_ : scratch_ptr_;
   }
   void check(const region& g) const {
     if (g.offset + g.count > capacity(g.buf))
@@ -159,6 +178,10 @@ private:
   int tag_;
   typename R::template buffer<T> scratch_{};
   typename R::template buffer<T> staging_{};
+  T* scratch_ptr_ = nullptr;
+  std::size_t scratch_cap_ = 0;
+  T* staging_ptr_ = nullptr;
+  std::size_t staging_cap_ = 0;
   std::size_t staging_used_ = 0;
   // Small collectives are latency-bound: the bookkeeping of a call lives in an inline arena
   // (falling back to the heap only for rounds with many segments), so a call allocates

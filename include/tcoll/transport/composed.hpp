@@ -13,9 +13,11 @@
 #include <chrono>
 #include <cstddef>
 #include <limits>
+#include <memory>
 #include <string>
 #include <string_view>
 
+#include "../core/collective_context.hpp"
 #include "../core/concepts.hpp"
 #include "../core/error.hpp"
 
@@ -44,7 +46,20 @@ public:
   /// `inter` joins the nodes (its rank is this node); every node has `intra.size()` ranks.
   /// `max_tag` bounds the tags the inter transport accepts (MPI_TAG_UB for MPI).
   composed(Intra& intra, Inter& inter, int max_tag = std::numeric_limits<int>::max())
-      : intra_(&intra), inter_(&inter), max_tag_(max_tag) {}
+      : intra_(&intra), inter_(&inter), max_tag_(max_tag),
+        context_(std::make_unique<collective_context>(first_collective_tag)) {}
+  composed(composed&&) noexcept = default;
+  composed& operator=(composed&&) noexcept = default;
+  ~composed() {
+    if (context_) context_->detach();
+  }
+
+  /// Tags of the composed transport's own collectives start here: above the message spaces
+  /// of `intra` and `inter` themselves and of their subgroup views, so collectives on the
+  /// composed world and on either level never share a tag.
+  static constexpr int first_collective_tag = (3 << 16) + collective_context::default_first_tag;
+  /// Message spaces, broken state and engine of the composed world's collectives.
+  collective_context& collectives() noexcept { return *context_; }
 
   int rank() const { return inter_->rank() * intra_->size() + intra_->rank(); }
   int size() const { return inter_->size() * intra_->size(); }
@@ -139,6 +154,7 @@ private:
   Intra* intra_;
   Inter* inter_;
   int max_tag_;
+  std::unique_ptr<collective_context> context_; // last: destroyed first
 };
 
 } // namespace tcoll

@@ -10,6 +10,7 @@
 #include <cstddef>
 #include <string_view>
 
+#include "../core/collective_context.hpp"
 #include "../core/concepts.hpp"
 
 namespace tcoll {
@@ -63,6 +64,13 @@ public:
   bool test(request& r) { return inner_->test(r); }
   void wait(request& r, deadline when) { inner_->wait(r, when); }
   void abort() noexcept { inner_->abort(); }
+
+  /// The inner transport's collective context (same ranks, same message spaces).
+  collective_context& collectives() noexcept
+    requires has_collective_context<Inner>
+  {
+    return inner_->collectives();
+  }
 
   /// Forwarded only when `Inner` offers a vendor allreduce (keeps `passthrough` usable).
   template <class T, class Op>

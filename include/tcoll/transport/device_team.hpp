@@ -34,6 +34,7 @@
 #include <thread>
 #include <vector>
 
+#include "../core/collective_context.hpp"
 #include "../core/concepts.hpp"
 #include "../core/error.hpp"
 #include "../detail/cuda.hpp"
@@ -228,8 +229,12 @@ public:
   }
 
   ~device_transport() {
+    context_.detach(); // stop the engine before the slots go
     for (auto* s : free_) delete s;
   }
+
+  /// Message spaces, broken state and engine of this rank's collectives.
+  collective_context& collectives() noexcept { return context_; }
 
 private:
   request make(request::kind k, int peer, int tag, std::size_t bytes) {
@@ -371,6 +376,7 @@ private:
   int rank_;
   cudaStream_t stream_;
   std::vector<detail::devteam::send_slot*> free_;
+  collective_context context_;
 };
 
 static_assert(check_transport<device_transport>());

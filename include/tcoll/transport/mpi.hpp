@@ -26,6 +26,7 @@
 #include <utility>
 
 #include "../algorithm/passthrough.hpp"
+#include "../core/collective_context.hpp"
 #include "../core/concepts.hpp"
 #include "../core/error.hpp"
 #include "../core/ops.hpp"
@@ -160,6 +161,22 @@ class mpi_transport {
     /// Set when a pending request had to be handed back to MPI unfinished (a send nobody
     /// received): MPI may still read that buffer, so the communicator is not reused.
     std::atomic<bool> broken{false};
+    /// Message spaces and broken state of the collectives (created with the communicator,
+    /// whose MPI_TAG_UB bounds the tags).
+    std::unique_ptr<collective_context> context;
+    /// A second duplicate that carries only failure announcements. It is never freed:
+    /// Open MPI reuses the context id of a freed communicator, and a message that arrives
+    /// for a freed one is delivered to its successor and desynchronises that one's message
+    /// ordering (its next messages are never matched). An announcement may arrive after
+    /// its receiver has destroyed the transport, so it must land on a communicator that
+    /// stays. One leaked communicator per transport; MPI_Finalize releases them.
+    MPI_Comm control = MPI_COMM_NULL;
+    /// Rank whose failure announcement aborted this one (-1: none, or a local abort).
+    std::atomic<int> failed_peer{-1};
+    /// abort() was called where MPI may not be called (another thread below
+    /// MPI_THREAD_MULTIPLE): the announcement goes out with this rank's next MPI call.
+    std::atomic<bool> announce_pending{false};
+    std::atomic<bool> announced{false};
   };
 
 public:
@@ -286,6 +303,7 @@ public:
         comm_(std::exchange(o.comm_, MPI_COMM_NULL)), rank_(o.rank_), size_(o.size_) {}
   mpi_transport& operator=(mpi_transport&& o) noexcept {
     if (this != &o) {
+      if (state_ && state_->context) state_->context->detach();
       free_comm();
       state_ = std::move(o.state_);
       options_ = o.options_;
@@ -297,12 +315,20 @@ public:
   }
   /// Frees the duplicate communicator (requests still pending on it were cancelled by their
   /// own destructors; they must not outlive the transport).
-  ~mpi_transport() { free_comm(); }
+  ~mpi_transport() {
+    if (state_ && state_->context) state_->context->detach(); // stop the engine first
+    free_comm();
+  }
 
   int rank() const noexcept { return rank_; }
   int size() const noexcept { return size_; }
   std::chrono::milliseconds timeout() const noexcept { return options_.timeout; }
   const mpi_options& options() const noexcept { return options_; }
+  /// Message spaces, broken state and engine of the collectives on this transport.
+  collective_context& collectives() noexcept { return *state_->context; }
+  /// The communicator failure announcements travel on (tag `announce_tag`). Never freed.
+  MPI_Comm control_comm() const noexcept { return state_->control; }
+  static constexpr int announce_tag = 0;
   /// The duplicate communicator tcoll talks on (for barriers or user-side diagnostics; do
   /// not free it).
   MPI_Comm comm() const noexcept { return comm_; }
@@ -345,8 +371,10 @@ public:
   /// `abort()`, `transport_error` on an MPI error or a size mismatch.
   bool test(request& r) {
     if (r.remaining_ == 0) return true;
-    if (state_->aborted.load(std::memory_order_relaxed))
-      throw aborted_error("operation aborted (abort() was called on this rank)", rank_, r.peer_);
+    if (state_->aborted.load(std::memory_order_relaxed)) {
+      flush_announcement(); // deferred by an abort() from a thread that may not call MPI
+      throw_aborted(describe(r), r.peer_);
+    }
     MPI_Request* q = r.reqs();
     for (int i = r.count_ - r.remaining_; i < r.count_; ++i) {
       int flag = 0;
@@ -380,6 +408,7 @@ public:
     for (int polls = 1;; ++polls) {
       if (test(r)) return;
       if (polls % options_.polls_per_yield == 0) {
+        poll_announcements();
         if (clock::now() >= when)
           throw timeout_error(describe(r) + " timed out after " +
                                   std::to_string(options_.timeout.count()) + " ms",
@@ -389,11 +418,36 @@ public:
     }
   }
 
-  /// Makes every pending and future `test`/`wait` of this rank throw `aborted_error`
-  /// (safe to call from another thread). Other ranks are not told; they fail by timeout.
-  /// Never calls MPI_Abort: the job is the user's.
+  /// Makes every pending and future `test`/`wait` of this rank throw `aborted_error` and
+  /// announces the failure to every other rank of the communicator (a one-int message on
+  /// `announce_tag` of `control_comm()`), whose waits then throw `aborted_error` naming this rank within a
+  /// few polls instead of running into their timeout. Safe to call from another thread:
+  /// below MPI_THREAD_MULTIPLE, outside the main thread, the announcement goes out with
+  /// this rank's next MPI call. Never calls MPI_Abort: the job is the user's.
   void abort() noexcept {
-    if (state_) state_->aborted.store(true);
+    if (!state_) return;
+    state_->aborted.store(true);
+    if (state_->failed_peer.load() >= 0) return; // a peer failed first: it told everyone
+    state_->announce_pending.store(true);
+    if (may_call_mpi_here()) flush_announcement();
+  }
+
+  /// Receives a pending failure announcement of a peer, if any, and aborts this rank with
+  /// it. `wait` calls it between polls; call it from an idle loop to notice failures early.
+  void poll_announcements() {
+    if (!state_ || comm_ == MPI_COMM_NULL) return;
+    flush_announcement();
+    if (state_->aborted.load(std::memory_order_relaxed)) return; // nothing more to learn
+    int flag = 0;
+    MPI_Status st;
+    if (MPI_Iprobe(MPI_ANY_SOURCE, announce_tag, state_->control, &flag, &st) != MPI_SUCCESS ||
+        !flag)
+      return;
+    int code = 0;
+    MPI_Recv(&code, 1, MPI_INT, st.MPI_SOURCE, announce_tag, state_->control, MPI_STATUS_IGNORE);
+    int expected = -1;
+    state_->failed_peer.compare_exchange_strong(expected, st.MPI_SOURCE);
+    state_->aborted.store(true);
   }
 
   /// MPI_Barrier on the duplicate communicator (benchmarks, tests). Blocking, no timeout.
@@ -482,18 +536,81 @@ private:
                          "MPI_Comm_set_errhandler", world_rank);
       detail::mpi::check(MPI_Comm_rank(comm_, &rank_), "MPI_Comm_rank", world_rank);
       detail::mpi::check(MPI_Comm_size(comm_, &size_), "MPI_Comm_size", world_rank);
+      int* tag_ub = nullptr;
+      int has_ub = 0;
+      detail::mpi::check(MPI_Comm_get_attr(comm_, MPI_TAG_UB, &tag_ub, &has_ub),
+                         "MPI_Comm_get_attr(MPI_TAG_UB)", world_rank);
+      // MPI guarantees at least 32767.
+      const int ub = has_ub && tag_ub ? *tag_ub : 32767;
+      const int first = collective_context::default_first_tag;
+      state_->context = std::make_unique<collective_context>(
+          first, std::min(collective_context::default_tag_count, ub - first + 1));
+      detail::mpi::check(MPI_Comm_dup(comm_, &state_->control), "MPI_Comm_dup(control)",
+                         world_rank);
+      detail::mpi::check(MPI_Comm_set_errhandler(state_->control, MPI_ERRORS_RETURN),
+                         "MPI_Comm_set_errhandler(control)", world_rank);
     } catch (...) {
       free_comm();
       throw;
     }
   }
 
+  /// Frees the communicator, unless this rank saw a failure on it: then peers may still
+  /// send to it (messages of the failed collective), and a message arriving for a freed
+  /// communicator would land in the next one MPI creates with the same context id (see
+  /// `shared::control`). Such a communicator is left to MPI_Finalize.
   void free_comm() noexcept {
     if (comm_ == MPI_COMM_NULL) return;
     int finalized = 0;
     MPI_Finalized(&finalized);
-    if (!finalized) MPI_Comm_free(&comm_);
+    const bool failed = state_ && (state_->aborted.load() || state_->broken.load() ||
+                                   (state_->context && state_->context->broken()));
+    if (!finalized && !failed) MPI_Comm_free(&comm_);
     comm_ = MPI_COMM_NULL;
+  }
+
+  /// Throws the `aborted_error` of an aborted transport: naming the peer whose
+  /// announcement aborted it, or saying that abort() was called here.
+  [[noreturn]] void throw_aborted(const std::string& what, int peer) const {
+    const int failed = state_->failed_peer.load();
+    if (failed >= 0)
+      throw aborted_error(what + " aborted: rank " + std::to_string(failed) +
+                              " announced a failure (timeout or error of a collective, or "
+                              "abort())",
+                          rank_, failed);
+    throw aborted_error(what + " aborted (abort() was called on this rank, or a collective "
+                               "of it failed)",
+                        rank_, peer);
+  }
+
+  /// May this thread call MPI now? Always with MPI_THREAD_MULTIPLE; below it only the main
+  /// thread (the thread that uses MPI, FUNNELED's rule).
+  bool may_call_mpi_here() const noexcept {
+    int finalized = 0;
+    MPI_Finalized(&finalized);
+    if (finalized || comm_ == MPI_COMM_NULL) return false;
+    int level = MPI_THREAD_SINGLE, is_main = 0;
+    MPI_Query_thread(&level);
+    if (level == MPI_THREAD_MULTIPLE) return true;
+    MPI_Is_thread_main(&is_main);
+    return is_main != 0;
+  }
+
+  /// Sends the failure announcement to every peer, once, on the control communicator. The
+  /// message is one int from static storage, so it may outlive this transport; the
+  /// requests are freed (an announcement nobody receives stays on the control
+  /// communicator, which is never freed).
+  void flush_announcement() noexcept {
+    if (!state_->announce_pending.load(std::memory_order_relaxed)) return;
+    if (state_->announced.exchange(true)) return;
+    static const int code = 1;
+    for (int peer = 0; peer < size_; ++peer) {
+      if (peer == rank_) continue;
+      MPI_Request q = MPI_REQUEST_NULL;
+      if (MPI_Isend(const_cast<int*>(&code), 1, MPI_INT, peer, announce_tag, state_->control, &q) ==
+          MPI_SUCCESS)
+        MPI_Request_free(&q);
+    }
   }
 
   request make(request::kind k, int peer, int tag, std::size_t bytes) const {
@@ -511,8 +628,9 @@ private:
   /// Posts the pieces of `r` (one empty message for zero bytes, so sizes still match up).
   template <class Post>
   void post(request& r, Post&& post_one) {
+    flush_announcement();
     if (state_->aborted.load(std::memory_order_relaxed))
-      throw aborted_error(describe(r) + " posted after abort() on this rank", rank_, r.peer_);
+      throw_aborted(describe(r) + " posted after the transport", r.peer_);
     if (state_->broken.load(std::memory_order_relaxed))
       throw aborted_error(describe(r) + ": an earlier send on this transport was never "
                                         "received (after a timeout); create a new mpi_transport",

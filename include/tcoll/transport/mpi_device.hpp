@@ -112,6 +112,7 @@ public:
   mpi_device_transport(const mpi_device_transport&) = delete;
   mpi_device_transport& operator=(const mpi_device_transport&) = delete;
   ~mpi_device_transport() {
+    base_.collectives().detach(); // stop the engine first
     for (auto& q : sends_) q.clear();
     (void)cudaStreamQuery(stream_);
     for (auto& p : pool_)
@@ -119,6 +120,8 @@ public:
     for (auto e : events_) (void)cudaEventDestroy(e);
   }
 
+  /// The host transport's collective context (same communicator, same message spaces).
+  collective_context& collectives() noexcept { return base_.collectives(); }
   int rank() const noexcept { return base_.rank(); }
   int size() const noexcept { return base_.size(); }
   std::chrono::milliseconds timeout() const noexcept { return base_.timeout(); }

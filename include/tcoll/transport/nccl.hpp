@@ -33,6 +33,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "../core/collective_context.hpp"
 #include "../core/concepts.hpp"
 #include "../core/error.hpp"
 #include "../core/ops.hpp"
@@ -151,10 +152,14 @@ public:
   nccl_transport(const nccl_transport&) = delete;
   nccl_transport& operator=(const nccl_transport&) = delete;
   ~nccl_transport() {
+    context_.detach(); // stop the engine first
     if (open_ && !aborted_) (void)ncclGroupEnd(); // never leave NCCL inside a group
     for (auto e : events_) (void)cudaEventDestroy(e);
   }
 
+  /// Message spaces (NCCL ignores tags; the sequence still orders collectives), broken
+  /// state and engine of this rank's collectives.
+  collective_context& collectives() noexcept { return context_; }
   int rank() const noexcept { return rank_; }
   int size() const noexcept { return size_; }
   std::chrono::milliseconds timeout() const noexcept { return knobs_.timeout; }
@@ -317,6 +322,7 @@ private:
   std::shared_ptr<detail::nccl::group> current_;
   std::vector<std::shared_ptr<detail::nccl::group>> groups_;
   std::vector<cudaEvent_t> free_events_;
+  collective_context context_;
   std::vector<cudaEvent_t> events_; // every event created, destroyed with the transport
 };
 

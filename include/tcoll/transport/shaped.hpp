@@ -31,6 +31,7 @@
 #include <sys/prctl.h>
 #endif
 
+#include "../core/collective_context.hpp"
 #include "../core/concepts.hpp"
 #include "../core/error.hpp"
 
@@ -210,6 +211,13 @@ public:
   }
 
   void abort() noexcept { inner_->abort(); }
+
+  /// The inner transport's collective context (same ranks, same message spaces).
+  collective_context& collectives() noexcept
+    requires has_collective_context<Tr>
+  {
+    return inner_->collectives();
+  }
 
   /// Forwards the inner transport's barrier (benchmarks and tests).
   void barrier() requires requires(Tr& t) { t.barrier(); }

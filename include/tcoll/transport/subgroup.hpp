@@ -11,6 +11,7 @@
 #include <algorithm>
 #include <chrono>
 #include <map>
+#include <memory>
 #include <optional>
 #include <span>
 #include <string>
@@ -18,6 +19,7 @@
 #include <utility>
 #include <vector>
 
+#include "../core/collective_context.hpp"
 #include "../core/concepts.hpp"
 #include "../core/error.hpp"
 
@@ -33,7 +35,8 @@ public:
 
   /// The view of `members` (distinct parent ranks, including the caller's own).
   subgroup(Tr& parent, std::vector<int> members, int tag_offset = 0)
-      : parent_(&parent), members_(std::move(members)), tag_offset_(tag_offset) {
+      : parent_(&parent), members_(std::move(members)), tag_offset_(tag_offset),
+        context_(std::make_unique<collective_context>()) {
     const int me = parent.rank();
     for (std::size_t i = 0; i < members_.size(); ++i) {
       const int m = members_[i];
@@ -71,6 +74,16 @@ public:
   void wait(request& r, deadline when) { parent_->wait(r, when); }
   void abort() noexcept { parent_->abort(); }
 
+  /// The view's own message spaces (its tags are shifted by the view's offset into the
+  /// parent's), broken state and engine.
+  collective_context& collectives() noexcept { return *context_; }
+
+  subgroup(subgroup&&) noexcept = default;
+  subgroup& operator=(subgroup&&) noexcept = default;
+  ~subgroup() {
+    if (context_) context_->detach();
+  }
+
 private:
   int map(int peer, const char* what) const {
     if (peer < 0 || peer >= size())
@@ -84,6 +97,7 @@ private:
   std::vector<int> members_;
   int tag_offset_;
   int rank_ = -1;
+  std::unique_ptr<collective_context> context_; // last: destroyed first
 };
 
 /// Tag offsets of the two levels (intra and inter views never share a pair of ranks; the

@@ -19,6 +19,7 @@
 #include <thread>
 #include <vector>
 
+#include "../core/collective_context.hpp"
 #include "../core/concepts.hpp"
 #include "../core/error.hpp"
 #include "detail/rendezvous.hpp"
@@ -113,6 +114,13 @@ public:
   };
 
   thread_transport(detail::threads::shared_state& s, int rank) : state_(&s), rank_(rank) {}
+  thread_transport(const thread_transport&) = delete;
+  thread_transport& operator=(const thread_transport&) = delete;
+  /// Stops this rank's communication engine (if one was started) before the endpoint goes.
+  ~thread_transport() { context_.detach(); }
+
+  /// Message spaces, broken state and engine of this rank's collectives.
+  collective_context& collectives() noexcept { return context_; }
 
   int rank() const noexcept { return rank_; }
   int size() const noexcept { return state_->nranks; }
@@ -242,6 +250,7 @@ private:
 
   detail::threads::shared_state* state_;
   int rank_;
+  collective_context context_; // last: destroyed first
 };
 
 static_assert(check_transport<thread_transport>());
