@@ -61,8 +61,8 @@ constexpr void check_support() {
 namespace detail {
 /// The allreduce itself, arguments already checked, in the message space `tag`.
 template <transport Tr, class T, class Op, class Algo, reducer R>
-void allreduce_tagged(Tr& t, int tag, const T* sendbuf, T* recvbuf, std::size_t count,
-                      const Op& op, const Algo& algo, R& red) {
+void allreduce_tagged(Tr& t, int tag, const T* sendbuf, T* recvbuf, std::size_t count, const Op& op,
+                      const Algo& algo, R& red) {
   if constexpr (std::is_same_v<Algo, automatic>) {
     switch (algo.choose(count * sizeof(T), commutative_op<Op>, has_native_allreduce<Tr, T, Op>,
                         transport_is_zero_copy<Tr>())) {
@@ -95,14 +95,71 @@ void allreduce_tagged(Tr& t, int tag, const T* sendbuf, T* recvbuf, std::size_t 
   }
 }
 
+/// Reduce-scatter in the message space `tag`, arguments already checked.
+template <transport Tr, class T, class Op, reducer R>
+void reduce_scatter_tagged(Tr& t, int tag, const T* sendbuf, T* recvbuf, std::size_t count,
+                           const Op& op, const ring& algo, R& red) {
+  const int P = t.size();
+  layout L{t.rank(), P, count, sizeof(T), 0, false};
+  executor<Tr, R, T, Op> ex(t, red, op, sendbuf, count * P, recvbuf, count, tag);
+  algo.reduce_scatter(ex, L);
+}
+
+/// Allgather in the message space `tag`, arguments already checked.
+template <transport Tr, class T, reducer R>
+void allgather_tagged(Tr& t, int tag, const T* sendbuf, T* recvbuf, std::size_t count,
+                      const ring& algo, R& red) {
+  const int P = t.size();
+  layout L{t.rank(), P, count, sizeof(T), 0, false};
+  executor<Tr, R, T, no_reduce_op> ex(t, red, no_reduce_op{}, sendbuf, count, recvbuf, count * P,
+                                      tag);
+  algo.allgather(ex, L);
+}
+
+/// Broadcast in the message space `tag`, arguments already checked.
+template <transport Tr, class T, reducer R>
+void broadcast_tagged(Tr& t, int tag, T* buffer, std::size_t count, int root,
+                      const binomial_tree& algo, R& red) {
+  layout L{t.rank(), t.size(), count, sizeof(T), root, true};
+  executor<Tr, R, T, no_reduce_op> ex(t, red, no_reduce_op{}, buffer, count, buffer, count, tag);
+  algo.broadcast(ex, L);
+}
+
+/// Argument checks of reduce_scatter.
+template <class T>
+void check_reduce_scatter_args(const T* sendbuf, T* recvbuf, std::size_t count, int rank, int P) {
+  check_count(count, P, sizeof(T), "reduce_scatter", rank);
+  check_pointer(sendbuf, count * P, "sendbuf", "reduce_scatter", rank);
+  check_pointer(recvbuf, count, "recvbuf", "reduce_scatter", rank);
+  check_overlap(sendbuf, count * P * sizeof(T), recvbuf, count * sizeof(T), nullptr,
+                "reduce_scatter", rank);
+}
+
+/// Argument checks of allgather.
+template <class T>
+void check_allgather_args(const T* sendbuf, T* recvbuf, std::size_t count, int rank, int P) {
+  check_count(count, P, sizeof(T), "allgather", rank);
+  check_pointer(sendbuf, count, "sendbuf", "allgather", rank);
+  check_pointer(recvbuf, count * P, "recvbuf", "allgather", rank);
+  check_overlap(sendbuf, count * sizeof(T), recvbuf, count * P * sizeof(T),
+                recvbuf ? recvbuf + std::size_t(rank) * count : nullptr, "allgather", rank);
+}
+
+/// Argument checks of broadcast.
+template <class T>
+void check_broadcast_args(const T* buffer, std::size_t count, int root, int rank, int P) {
+  check_root(root, P, "broadcast", rank);
+  check_count(count, 1, sizeof(T), "broadcast", rank);
+  check_pointer(buffer, count, "buffer", "broadcast", rank);
+}
+
 /// Argument checks of allreduce (they name the argument and the rank).
 template <class T>
 void check_allreduce_args(const T* sendbuf, T* recvbuf, std::size_t count, int rank) {
   check_count(count, 1, sizeof(T), "allreduce", rank);
   check_pointer(sendbuf, count, "sendbuf", "allreduce", rank);
   check_pointer(recvbuf, count, "recvbuf", "allreduce", rank);
-  check_overlap(sendbuf, count * sizeof(T), recvbuf, count * sizeof(T), recvbuf, "allreduce",
-                rank);
+  check_overlap(sendbuf, count * sizeof(T), recvbuf, count * sizeof(T), recvbuf, "allreduce", rank);
 }
 } // namespace detail
 
@@ -144,18 +201,10 @@ void reduce_scatter(Tr& t, const T* sendbuf, T* recvbuf, std::size_t count, cons
                     const ring& algo = {}, R red = {}) {
   detail::check_support<R, Op, T>();
   detail::check_order<Op, ring>();
-  const int rank = t.rank(), P = t.size();
-  detail::check_count(count, P, sizeof(T), "reduce_scatter", rank);
-  detail::check_pointer(sendbuf, count * P, "sendbuf", "reduce_scatter", rank);
-  detail::check_pointer(recvbuf, count, "recvbuf", "reduce_scatter", rank);
-  detail::check_overlap(sendbuf, count * P * sizeof(T), recvbuf, count * sizeof(T), nullptr,
-                        "reduce_scatter", rank);
-  detail::layout L{rank, P, count, sizeof(T), 0, false};
+  detail::check_reduce_scatter_args(sendbuf, recvbuf, count, t.rank(), t.size());
   const int tag = detail::begin_collective(t);
-  detail::guarded(t, [&] {
-    detail::executor<Tr, R, T, Op> ex(t, red, op, sendbuf, count * P, recvbuf, count, tag);
-    algo.reduce_scatter(ex, L);
-  });
+  detail::guarded(
+      t, [&] { detail::reduce_scatter_tagged(t, tag, sendbuf, recvbuf, count, op, algo, red); });
 }
 
 /// Allgather: rank r's `sendbuf` (count elements) lands in block r of every `recvbuf`
@@ -163,36 +212,18 @@ void reduce_scatter(Tr& t, const T* sendbuf, T* recvbuf, std::size_t count, cons
 template <transport Tr, class T, reducer R = cpu_reducer>
 void allgather(Tr& t, const T* sendbuf, T* recvbuf, std::size_t count, const ring& algo = {},
                R red = {}) {
-  const int rank = t.rank(), P = t.size();
-  detail::check_count(count, P, sizeof(T), "allgather", rank);
-  detail::check_pointer(sendbuf, count, "sendbuf", "allgather", rank);
-  detail::check_pointer(recvbuf, count * P, "recvbuf", "allgather", rank);
-  detail::check_overlap(sendbuf, count * sizeof(T), recvbuf, count * P * sizeof(T),
-                        recvbuf ? recvbuf + std::size_t(rank) * count : nullptr, "allgather", rank);
-  detail::layout L{rank, P, count, sizeof(T), 0, false};
+  detail::check_allgather_args(sendbuf, recvbuf, count, t.rank(), t.size());
   const int tag = detail::begin_collective(t);
-  detail::guarded(t, [&] {
-    detail::executor<Tr, R, T, detail::no_reduce_op> ex(t, red, detail::no_reduce_op{}, sendbuf,
-                                                        count, recvbuf, count * P, tag);
-    algo.allgather(ex, L);
-  });
+  detail::guarded(t, [&] { detail::allgather_tagged(t, tag, sendbuf, recvbuf, count, algo, red); });
 }
 
 /// Broadcast of `count` elements of `buffer` from `root` (binomial tree).
 template <transport Tr, class T, reducer R = cpu_reducer>
 void broadcast(Tr& t, T* buffer, std::size_t count, int root, const binomial_tree& algo = {},
                R red = {}) {
-  const int rank = t.rank();
-  detail::check_root(root, t.size(), "broadcast", rank);
-  detail::check_count(count, 1, sizeof(T), "broadcast", rank);
-  detail::check_pointer(buffer, count, "buffer", "broadcast", rank);
-  detail::layout L{rank, t.size(), count, sizeof(T), root, true};
+  detail::check_broadcast_args(buffer, count, root, t.rank(), t.size());
   const int tag = detail::begin_collective(t);
-  detail::guarded(t, [&] {
-    detail::executor<Tr, R, T, detail::no_reduce_op> ex(t, red, detail::no_reduce_op{}, buffer,
-                                                        count, buffer, count, tag);
-    algo.broadcast(ex, L);
-  });
+  detail::guarded(t, [&] { detail::broadcast_tagged(t, tag, buffer, count, root, algo, red); });
 }
 
 /// Reduce to `root`: root's `recvbuf` receives op over every rank's `sendbuf`; `recvbuf`

@@ -322,9 +322,8 @@ TEST_CASE("mpi_transport: peers of a failed rank fail within a second, not after
         FAIL("allreduce with an aborted peer did not throw");
       } catch (const tcoll::aborted_error& e) {
         const std::string msg = e.what();
-        CHECK_MESSAGE(msg.find("rank " + std::to_string(failing) + " announced") !=
-                          std::string::npos,
-                      msg);
+        CHECK_MESSAGE(
+            msg.find("rank " + std::to_string(failing) + " announced") != std::string::npos, msg);
         CHECK(e.rank() == r);
       }
       const auto took = tcoll::clock::now() - start;

@@ -22,6 +22,7 @@
 #include <functional>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "../collectives.hpp"
@@ -194,13 +195,28 @@ public:
     detail::check_pointer(recvbuf, count, "recvbuf", "allreduce", wr);
     detail::check_overlap(sendbuf, count * sizeof(T), recvbuf, count * sizeof(T), recvbuf,
                           "allreduce", wr);
+    const auto [intra_tag, inter_tag] = begin();
+    allreduce_tagged(intra_tag, inter_tag, sendbuf, recvbuf, count, op, opt, red);
+  }
+
+  /// Draws the message spaces of one hierarchical collective on both transports, before
+  /// anything moves, so its place in the start order of each transport does not depend on
+  /// how its phases interleave. Throws the cause if either transport is broken.
+  std::pair<int, int> begin() {
+    const int intra_tag = detail::begin_collective(*intra_);
+    const int inter_tag = inter_ ? detail::begin_collective(*inter_) : 0;
+    return {intra_tag, inter_tag};
+  }
+
+  /// The allreduce in message spaces drawn by `begin()`, arguments already checked (the
+  /// non-blocking entry points draw the tags when the call is queued).
+  template <class T, class Op, class InterAlgo, reducer R>
+  void allreduce_tagged(int intra_tag, int inter_tag, const T* sendbuf, T* recvbuf,
+                        std::size_t count, const Op& op, const hierarchical_options<InterAlgo>& opt,
+                        R& red) {
     const auto pop = detail::phase_op(op);
     using PhaseOp = std::remove_cv_t<decltype(pop)>;
     const int g = intra_->size(), l = intra_->rank(), m = shape_.shards;
-    // Both message spaces are drawn before anything moves, so the collective's place in the
-    // start order of each transport does not depend on how its phases interleave.
-    const int intra_tag = detail::begin_collective(*intra_);
-    const int inter_tag = inter_ ? detail::begin_collective(*inter_) : 0;
     try {
       detail::executor<Intra, R, T, PhaseOp> ex(*intra_, red, pop, sendbuf, count, recvbuf, count,
                                                 intra_tag);

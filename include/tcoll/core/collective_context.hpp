@@ -44,8 +44,8 @@ public:
   /// `first_sequence` offsets the sequence (MPI transports start each communicator at a
   /// different point, so stale messages of a freed communicator whose context id MPI
   /// reuses are unlikely to match a new collective).
-  explicit collective_context(int first_tag = default_first_tag,
-                              int tag_count = default_tag_count, std::uint64_t first_sequence = 0)
+  explicit collective_context(int first_tag = default_first_tag, int tag_count = default_tag_count,
+                              std::uint64_t first_sequence = 0)
       : first_tag_(first_tag), tag_count_(tag_count), first_sequence_(first_sequence),
         sequence_(first_sequence) {
     if (first_tag < 0 || tag_count < 1 ||
@@ -74,7 +74,7 @@ public:
   /// The tag the next collective started here will use.
   int next_tag() const noexcept {
     return first_tag_ + static_cast<int>(sequence_.load(std::memory_order_relaxed) %
-                                          static_cast<std::uint64_t>(tag_count_));
+                                         static_cast<std::uint64_t>(tag_count_));
   }
   int tag_count() const noexcept { return tag_count_; }
 

@@ -98,8 +98,7 @@ inline void write_chrome_trace(std::ostream& out, const timeline& t,
                              ",\"first\":" + quoted(name_of(e.first_tensor)) +
                              ",\"last\":" + quoted(name_of(e.end_tensor - 1)) +
                              ",\"wait_us\":" + std::to_string(e.wait_us()) + "}";
-    detail::write_slice(out, first, "ALLREDUCE bucket " + std::to_string(b), 1, e.start_us,
-                        e.duration_us(), args);
+    detail::write_slice(out, first, "ALLREDUCE", 1, e.start_us, e.duration_us(), args);
   }
   out << "\n]}\n";
   out.precision(old_precision);

@@ -77,6 +77,11 @@ struct cpu_reducer {
   void copy(T* dst, const T* src, std::size_t n) const {
     if (n && dst != src) std::memcpy(static_cast<void*>(dst), src, n * sizeof(T));
   }
+  /// dst[0..n) = all-zero bytes (0 for every arithmetic type, half and bfloat16).
+  template <class T>
+  void zero(T* dst, std::size_t n) const {
+    if (n) std::memset(static_cast<void*>(dst), 0, n * sizeof(T));
+  }
   /// Final step of finalizing ops (avg divides by nranks); a no-op for the others.
   template <class Op, class T>
   void finalize(const Op& op, T* dst, std::size_t n, int nranks) const {

@@ -285,6 +285,14 @@ struct cuda_reducer {
                         "cuda_reducer::copy (cudaMemcpyAsync)");
   }
 
+  /// dst[0..n) = all-zero bytes (cudaMemsetAsync on `stream`).
+  template <class T>
+  void zero(T* dst, std::size_t n) const {
+    if (n == 0) return;
+    detail::cuda::check(cudaMemsetAsync(dst, 0, n * sizeof(T), stream),
+                        "cuda_reducer::zero (cudaMemsetAsync)");
+  }
+
   /// Final step of finalizing ops (avg divides by nranks); a no-op for the others.
   template <class Op, class T>
   void finalize(const Op& op, T* dst, std::size_t n, int nranks) const {

@@ -93,6 +93,14 @@ struct thrust_reducer {
     detail::cuda::check(cudaGetLastError(), "thrust_reducer::copy");
   }
 
+  /// dst[0..n) = all-zero bytes (cudaMemsetAsync on `stream`).
+  template <class T>
+  void zero(T* dst, std::size_t n) const {
+    if (n == 0) return;
+    detail::cuda::check(cudaMemsetAsync(dst, 0, n * sizeof(T), stream),
+                        "thrust_reducer::zero (cudaMemsetAsync)");
+  }
+
   template <class Op, class T>
   void finalize(const Op& op, T* dst, std::size_t n, int nranks) const {
     if constexpr (finalizing_op<Op>) {

@@ -66,11 +66,12 @@ public:
   void abort() noexcept { inner_->abort(); }
 
   /// The inner transport's collective context (same ranks, same message spaces).
-  collective_context& collectives() noexcept
-    requires has_collective_context<Inner>
-  {
+  collective_context& collectives() noexcept requires has_collective_context<Inner> {
     return inner_->collectives();
   }
+  /// Forwards the inner transport's check that it may be driven from the engine thread.
+  void check_concurrent_use() const requires requires(const Inner& i) { i.check_concurrent_use(); }
+  { inner_->check_concurrent_use(); }
 
   /// Forwarded only when `Inner` offers a vendor allreduce (keeps `passthrough` usable).
   template <class T, class Op>

@@ -326,6 +326,23 @@ public:
   const mpi_options& options() const noexcept { return options_; }
   /// Message spaces, broken state and engine of the collectives on this transport.
   collective_context& collectives() noexcept { return *state_->context; }
+  /// Non-blocking collectives run on tcoll's engine thread while the application may call
+  /// MPI too: throws `transport_error` unless MPI runs at `MPI_THREAD_MULTIPLE`.
+  void check_concurrent_use() const {
+    int level = MPI_THREAD_SINGLE;
+    MPI_Query_thread(&level);
+    if (level != MPI_THREAD_MULTIPLE)
+      throw transport_error(
+          std::string("mpi_transport: non-blocking collectives (iallreduce, the overlap "
+                      "scheduler) run on tcoll's communication thread and need "
+                      "MPI_THREAD_MULTIPLE; MPI was initialised at ") +
+              (level == MPI_THREAD_SINGLE       ? "MPI_THREAD_SINGLE"
+               : level == MPI_THREAD_FUNNELED   ? "MPI_THREAD_FUNNELED"
+               : level == MPI_THREAD_SERIALIZED ? "MPI_THREAD_SERIALIZED"
+                                                : "an unknown level") +
+              " (call MPI_Init_thread with MPI_THREAD_MULTIPLE)",
+          rank_);
+  }
   /// The communicator failure announcements travel on (tag `announce_tag`). Never freed.
   MPI_Comm control_comm() const noexcept { return state_->control; }
   static constexpr int announce_tag = 0;
@@ -420,8 +437,8 @@ public:
 
   /// Makes every pending and future `test`/`wait` of this rank throw `aborted_error` and
   /// announces the failure to every other rank of the communicator (a one-int message on
-  /// `announce_tag` of `control_comm()`), whose waits then throw `aborted_error` naming this rank within a
-  /// few polls instead of running into their timeout. Safe to call from another thread:
+  /// `announce_tag` of `control_comm()`), whose waits then throw `aborted_error` naming this rank
+  /// within a few polls instead of running into their timeout. Safe to call from another thread:
   /// below MPI_THREAD_MULTIPLE, outside the main thread, the announcement goes out with
   /// this rank's next MPI call. Never calls MPI_Abort: the job is the user's.
   void abort() noexcept {

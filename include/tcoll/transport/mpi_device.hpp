@@ -122,6 +122,8 @@ public:
 
   /// The host transport's collective context (same communicator, same message spaces).
   collective_context& collectives() noexcept { return base_.collectives(); }
+  /// MPI_THREAD_MULTIPLE check of the host transport (non-blocking collectives).
+  void check_concurrent_use() const { base_.check_concurrent_use(); }
   int rank() const noexcept { return base_.rank(); }
   int size() const noexcept { return base_.size(); }
   std::chrono::milliseconds timeout() const noexcept { return base_.timeout(); }

@@ -152,7 +152,7 @@ public:
   nccl_transport(const nccl_transport&) = delete;
   nccl_transport& operator=(const nccl_transport&) = delete;
   ~nccl_transport() {
-    context_.detach(); // stop the engine first
+    context_.detach();                            // stop the engine first
     if (open_ && !aborted_) (void)ncclGroupEnd(); // never leave NCCL inside a group
     for (auto e : events_) (void)cudaEventDestroy(e);
   }

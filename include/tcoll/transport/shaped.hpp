@@ -13,8 +13,8 @@
 /// Implementation: a send is held back (not posted to the inner transport) until its
 /// delivery time; every `test`/`wait` of the rank posts the sends that are due. The
 /// receiver needs nothing special. A waiting thread's timer slack is set to 1 us (Linux)
-/// so that sleeping until a delivery time wakes on time. The egress clocks of one emulated network live in a
-/// `shaped_network` that every rank of a node shares (one per process for MPI, one per
+/// so that sleeping until a delivery time wakes on time. The egress clocks of one emulated network
+/// live in a `shaped_network` that every rank of a node shares (one per process for MPI, one per
 /// team for threads).
 #include <algorithm>
 #include <chrono>
@@ -213,11 +213,12 @@ public:
   void abort() noexcept { inner_->abort(); }
 
   /// The inner transport's collective context (same ranks, same message spaces).
-  collective_context& collectives() noexcept
-    requires has_collective_context<Tr>
-  {
+  collective_context& collectives() noexcept requires has_collective_context<Tr> {
     return inner_->collectives();
   }
+  /// Forwards the inner transport's check that it may be driven from the engine thread.
+  void check_concurrent_use() const requires requires(const Tr& i) { i.check_concurrent_use(); }
+  { inner_->check_concurrent_use(); }
 
   /// Forwards the inner transport's barrier (benchmarks and tests).
   void barrier() requires requires(Tr& t) { t.barrier(); }

@@ -1,0 +1,296 @@
+#pragma once
+/// \file
+/// The communication engine: one background thread per transport that runs the transport's
+/// queued collectives one after another, while the threads that queued them go on
+/// computing (Horovod's background thread, MG-WFBP's communication thread). And `request`,
+/// the handle of one queued collective.
+///
+/// Thread-safety contract:
+///  - Queueing (`iallreduce`, ..., the overlap scheduler) may happen from any thread. A
+///    collective's message space (tag) is drawn when it is queued, under the engine's lock,
+///    so the queue order is the start order. MPI's rule applies to that order: every rank
+///    queues (and starts blocking collectives on the same transport) in the same order.
+///    Several threads of one rank that queue on one transport must therefore agree on an
+///    order among themselves (for example by taking turns on a mutex in a fixed sequence).
+///  - A blocking collective called while non-blocking ones are queued draws the next tag
+///    and runs concurrently with the engine: the transport is then used by two threads.
+///    The in-process transports allow it; MPI needs `MPI_THREAD_MULTIPLE` for any engine
+///    (the engine thread calls MPI while the main thread may too), checked when the engine
+///    is created.
+///  - A `request` is owned by one thread at a time (like `MPI_Request`); `test`, `wait` and
+///    `wait_for` are not to be called on one request from two threads at once.
+///  - The engine lives in the transport's `collective_context` and stops when the transport
+///    is destroyed: a running collective is allowed to finish (it is bounded by the
+///    transport timeout), queued ones fail with `aborted_error`.
+#include <chrono>
+#include <condition_variable>
+#include <deque>
+#include <exception>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <utility>
+
+#include "../core/collective_context.hpp"
+#include "../core/concepts.hpp"
+#include "../core/error.hpp"
+#include "../detail/collective_scope.hpp"
+
+namespace tcoll {
+
+namespace detail {
+
+/// One queued collective. `run()` performs it (blocking) on the engine thread.
+class task {
+public:
+  enum class state : int { queued, running, done, failed };
+  virtual ~task() = default;
+  virtual void run() = 0;
+
+  state status() const {
+    std::lock_guard lock(mutex_);
+    return state_;
+  }
+  bool finished() const {
+    const state s = status();
+    return s == state::done || s == state::failed;
+  }
+  /// Waits until finished or `until`; true when finished.
+  bool wait_until(clock::time_point until) {
+    std::unique_lock lock(mutex_);
+    return cv_.wait_until(lock, until,
+                          [&] { return state_ == state::done || state_ == state::failed; });
+  }
+  void wait() {
+    std::unique_lock lock(mutex_);
+    cv_.wait(lock, [&] { return state_ == state::done || state_ == state::failed; });
+  }
+  std::exception_ptr error() const {
+    std::lock_guard lock(mutex_);
+    return error_;
+  }
+
+  /// When the task was queued, started and finished (zero until then).
+  struct times {
+    clock::time_point queued, started, finished;
+  };
+  times timestamps() const {
+    std::lock_guard lock(mutex_);
+    return {queued_at, started_at, finished_at};
+  }
+  /// Makes a finished (or never queued) task queueable again (reused tasks allocate
+  /// nothing per call).
+  void reset() {
+    std::lock_guard lock(mutex_);
+    state_ = state::queued;
+    error_ = nullptr;
+    queued_at = started_at = finished_at = clock::time_point{};
+  }
+  void mark_queued() {
+    std::lock_guard lock(mutex_);
+    queued_at = clock::now();
+  }
+
+  void mark_running() {
+    std::lock_guard lock(mutex_);
+    started_at = clock::now();
+    state_ = state::running;
+  }
+  void mark_finished(std::exception_ptr e) {
+    {
+      std::lock_guard lock(mutex_);
+      finished_at = clock::now();
+      if (started_at == clock::time_point{}) started_at = finished_at;
+      error_ = e;
+      state_ = e ? state::failed : state::done;
+    }
+    cv_.notify_all();
+  }
+
+private:
+  mutable std::mutex mutex_;
+  std::condition_variable cv_;
+  state state_ = state::queued;
+  std::exception_ptr error_;
+  clock::time_point queued_at{}, started_at{}, finished_at{};
+};
+
+/// A task that runs a callable.
+template <class F>
+class function_task final : public task {
+public:
+  explicit function_task(F f) : f_(std::move(f)) {}
+  void run() override { f_(); }
+
+private:
+  F f_;
+};
+
+/// The engine of one transport (see the file comment).
+class engine final : public collective_context::attachment {
+public:
+  explicit engine(int rank) : rank_(rank), thread_([this] { loop(); }) {}
+  engine(const engine&) = delete;
+  engine& operator=(const engine&) = delete;
+  ~engine() override {
+    {
+      std::lock_guard lock(mutex_);
+      stopping_ = true;
+    }
+    cv_.notify_all();
+    if (thread_.joinable()) thread_.join();
+  }
+
+  /// Queues a collective: `prepare()` runs under the engine's lock (it checks the arguments
+  /// and draws the message space, so queue order is tag order) and returns the task.
+  template <class Prepare>
+  std::shared_ptr<task> submit(Prepare&& prepare) {
+    std::shared_ptr<task> t;
+    {
+      std::lock_guard lock(mutex_);
+      if (stopping_) throw aborted_error("collective queued on a transport being destroyed", rank_);
+      t = prepare();
+      t->mark_queued();
+      queue_.push_back(t);
+    }
+    cv_.notify_one();
+    return t;
+  }
+
+  /// Collectives queued and not yet started.
+  std::size_t queued() const {
+    std::lock_guard lock(mutex_);
+    return queue_.size();
+  }
+
+private:
+  void loop() {
+    for (;;) {
+      std::shared_ptr<task> t;
+      {
+        std::unique_lock lock(mutex_);
+        cv_.wait(lock, [&] { return stopping_ || !queue_.empty(); });
+        if (queue_.empty()) return; // stopping, nothing left
+        t = std::move(queue_.front());
+        queue_.pop_front();
+        if (stopping_) {
+          lock.unlock();
+          t->mark_finished(std::make_exception_ptr(aborted_error(
+              "the transport was destroyed before this queued collective started", rank_)));
+          continue;
+        }
+      }
+      t->mark_running();
+      std::exception_ptr error;
+      try {
+        t->run();
+      } catch (...) {
+        error = std::current_exception();
+      }
+      t->mark_finished(error);
+    }
+  }
+
+  int rank_;
+  mutable std::mutex mutex_;
+  std::condition_variable cv_;
+  std::deque<std::shared_ptr<task>> queue_;
+  bool stopping_ = false;
+  std::thread thread_; // last: starts after the rest is built
+};
+
+/// The engine of transport `t`, started on first use. Checks that `t` may be driven from
+/// the engine thread (`check_concurrent_use()`, e.g. MPI's thread level).
+template <transport Tr>
+engine& engine_of(Tr& t) {
+  static_assert(has_collective_context<Tr>,
+                "tcoll: non-blocking collectives need a transport with a collective_context "
+                "(every tcoll transport has one; a user transport adds `collectives()`)");
+  collective_context& c = t.collectives();
+  if (auto* a = dynamic_cast<engine*>(c.attached())) return *a;
+  if constexpr (requires { t.check_concurrent_use(); }) t.check_concurrent_use();
+  const int rank = t.rank();
+  return c.template attach<engine>([rank] { return std::make_unique<engine>(rank); });
+}
+
+/// Queues `body(tag)` on `t`'s engine: draws the tag at once (throwing if `t` is broken),
+/// runs the body on the engine thread under `guarded` (a failure breaks `t`). A collective
+/// whose transport broke while it was queued throws the cause without communicating.
+template <transport Tr, class Body>
+std::shared_ptr<task> submit_collective(Tr& t, Body body) {
+  engine& e = engine_of(t);
+  return e.submit([&] {
+    const int tag = begin_collective(t);
+    auto run = [&t, tag, body = std::move(body)]() mutable {
+      if (collective_context* c = context_of(t)) c->throw_if_broken(t.rank());
+      guarded(t, [&] { body(tag); });
+    };
+    return std::make_shared<function_task<decltype(run)>>(std::move(run));
+  });
+}
+
+} // namespace detail
+
+/// Handle of a non-blocking collective (`iallreduce`, ...). Move-only. The buffers of the
+/// call must stay valid, and unread, until it completes. Destroying an unfinished request
+/// waits for it (bounded: the collective fails at the transport's timeout), so no request
+/// ever leaks or touches freed memory; errors surface from `test`/`wait`, not from the
+/// destructor.
+class request {
+public:
+  request() = default;
+  explicit request(std::shared_ptr<detail::task> t) : task_(std::move(t)) {}
+  request(request&&) noexcept = default;
+  request& operator=(request&& o) noexcept {
+    if (this != &o) {
+      settle();
+      task_ = std::move(o.task_);
+    }
+    return *this;
+  }
+  request(const request&) = delete;
+  request& operator=(const request&) = delete;
+  ~request() { settle(); }
+
+  /// True when the collective has completed; rethrows its error if it failed.
+  bool test() {
+    if (!task_) return true;
+    if (!task_->finished()) return false;
+    rethrow();
+    return true;
+  }
+  /// Blocks until the collective completes; rethrows its error.
+  void wait() {
+    if (!task_) return;
+    task_->wait();
+    rethrow();
+  }
+  /// Waits at most `d`; true when complete (rethrows its error), false on time-out (the
+  /// collective goes on).
+  template <class Rep, class Period>
+  bool wait_for(std::chrono::duration<Rep, Period> d) {
+    if (!task_) return true;
+    if (!task_->wait_until(clock::now() + std::chrono::duration_cast<clock::duration>(d)))
+      return false;
+    rethrow();
+    return true;
+  }
+  /// False for a default-constructed or moved-from request.
+  bool valid() const noexcept { return task_ != nullptr; }
+  /// When the collective was queued, started on the engine, and finished (zero until then).
+  detail::task::times timestamps() const {
+    return task_ ? task_->timestamps() : detail::task::times{};
+  }
+
+private:
+  void rethrow() {
+    if (auto e = task_->error()) std::rethrow_exception(e);
+  }
+  void settle() noexcept {
+    if (task_) task_->wait();
+  }
+  std::shared_ptr<detail::task> task_;
+};
+
+} // namespace tcoll

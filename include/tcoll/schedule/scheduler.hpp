@@ -1,0 +1,467 @@
+#pragma once
+/// \file
+/// The overlap scheduler (MG-WFBP Algorithm 2, PyTorch DDP's reducer, Poseidon's wait-free
+/// backpropagation): the backward pass writes each gradient into its tensor of a
+/// `gradient_pool` and calls `mark_ready(i)`; a bucket of the plan starts its allreduce, in
+/// place on its contiguous range of the pool, as soon as all of its tensors are ready and
+/// every bucket before it has started (buckets start in plan order on every rank, so their
+/// message spaces match), on the transport's communication engine while backward goes on.
+/// `finish()` waits for the last bucket and returns the iteration's timings.
+///
+/// Choices where the papers leave room (see docs/schedule.md):
+///  - Buckets run one at a time on the engine thread (MG-WFBP's single communication
+///    thread, Horovod's background thread); a bucket waits in the engine's queue while the
+///    previous one runs.
+///  - A plan's `dispatch_delay_us` (OSF's fusion-buffer wait) is ignored in execution:
+///    a bucket starts when ready. The simulator models it; here it would only add latency.
+///  - Every bucket's steps are recorded once per plan and replayed with one workspace
+///    shared by all buckets (they never run at the same time), so an iteration allocates
+///    nothing after the first on transports (hierarchical buckets allocate their pipeline
+///    bookkeeping per call).
+///  - Autotune fits `plan::linear_cost` to the measured bucket times of the first K
+///    iterations and the backward time of each tensor to the gaps between ready marks,
+///    re-plans with the chosen planner, and every rank adopts rank 0's plan.
+#include <algorithm>
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <span>
+#include <string>
+#include <type_traits>
+#include <vector>
+
+#include "../algorithm/hierarchical.hpp"
+#include "../collectives.hpp"
+#include "../plan/any_planner.hpp"
+#include "../plan/bucket_plan.hpp"
+#include "../plan/calibrate.hpp"
+#include "engine.hpp"
+#include "gradient_pool.hpp"
+#include "prepared.hpp"
+
+namespace tcoll {
+
+/// Knobs of the overlap scheduler.
+struct scheduler_options {
+  /// Exchange a hash of the plan (and of the pool's shape) at construction and after every
+  /// re-plan, throwing a clear error naming the first rank that differs from rank 0
+  /// instead of deadlocking. One small allreduce; leave on.
+  bool check_plan = true;
+  /// Autotune: measure this many iterations, then re-plan with `autotune_planner` (0: off).
+  std::size_t autotune_iterations = 0;
+  plan::any_planner autotune_planner = plan::optimal_planner{};
+};
+
+/// Timings of one bucket in one iteration (steady clock).
+struct bucket_timing {
+  std::size_t bucket = 0, first_tensor = 0, end_tensor = 0;
+  std::size_t bytes = 0;
+  clock::time_point first_ready{}; ///< its first tensor was marked ready
+  clock::time_point ready{};       ///< its last tensor was marked ready
+  clock::time_point queued{};      ///< handed to the engine (= start of QUEUE)
+  clock::time_point started{};     ///< its allreduce began
+  clock::time_point finished{};    ///< its allreduce ended
+};
+
+/// Timings of one scheduled iteration.
+struct iteration_timing {
+  clock::time_point begin{};                   ///< end of the previous finish() (or construction)
+  clock::time_point end{};                     ///< finish() returned
+  std::vector<clock::time_point> tensor_ready; ///< per tensor, in backward order
+  std::vector<bucket_timing> buckets;          ///< in plan order
+  std::string algorithm;
+};
+
+namespace detail {
+
+template <class C>
+struct is_hierarchical : std::false_type {};
+template <class I, class E>
+struct is_hierarchical<hierarchical<I, E>> : std::true_type {};
+
+/// The algorithm a scheduler uses by default on `Comm`.
+template <class Comm>
+struct default_algorithm {
+  using type = automatic;
+};
+template <class I, class E>
+struct default_algorithm<hierarchical<I, E>> {
+  using type = hierarchical_options<ring>;
+};
+
+inline std::uint64_t fnv1a(std::uint64_t h, std::uint64_t v) {
+  for (int i = 0; i < 8; ++i) h = (h ^ ((v >> (8 * i)) & 0xff)) * 1099511628211ull;
+  return h;
+}
+
+template <class Algo>
+std::string algorithm_label(const Algo&) {
+  if constexpr (requires { Algo::name; })
+    return std::string(Algo::name);
+  else
+    return "hierarchical";
+}
+
+} // namespace detail
+
+/// The overlap scheduler (see the file comment). `Comm` is a transport or a
+/// `hierarchical<Intra, Inter>`; `Algo` an allreduce algorithm struct (`automatic`, `ring`,
+/// `multi_ring`, `passthrough`, ...) or, for hierarchical, `hierarchical_options<...>`.
+/// `mark_ready` may be called from several threads; `finish` from one.
+template <class Comm, class T, class Op = sum_op,
+          class Algo = typename detail::default_algorithm<Comm>::type, reducer R = cpu_reducer>
+class overlap_scheduler {
+  static constexpr bool hier = detail::is_hierarchical<Comm>::value;
+
+public:
+  overlap_scheduler(gradient_pool<T, R>& pool, Comm& comm, plan::bucket_plan plan,
+                    const Op& op = {}, const Algo& algo = {}, scheduler_options options = {})
+      : pool_(&pool), comm_(&comm), op_(op), algo_(algo), options_(std::move(options)) {
+    detail::check_support<R, Op, T>();
+    if constexpr (hier)
+      engine_ = &detail::engine_of(comm.intra());
+    else
+      engine_ = &detail::engine_of(comm);
+    adopt(std::move(plan));
+    timing_.begin = clock::now();
+  }
+  overlap_scheduler(const overlap_scheduler&) = delete;
+  overlap_scheduler& operator=(const overlap_scheduler&) = delete;
+  /// Waits for buckets still running (their buffers are the pool's).
+  ~overlap_scheduler() {
+    for (auto& b : buckets_)
+      if (b.task && b.submitted) b.task->wait();
+  }
+
+  int rank() const noexcept { return comm_->rank(); }
+  const plan::bucket_plan& plan() const noexcept { return plan_; }
+  std::size_t iterations() const noexcept { return iterations_; }
+  /// The last finished iteration's timings (and the current one's marks so far).
+  const iteration_timing& last_timing() const noexcept { return timing_; }
+
+  /// Tensor `i` of the pool holds its final gradient: may start its bucket's allreduce.
+  /// Throws `invalid_argument` for a tensor out of range or already marked this iteration.
+  void mark_ready(std::size_t i) {
+    std::lock_guard lock(mutex_);
+    const auto now = clock::now();
+    if (i >= marked_.size())
+      throw invalid_argument("overlap_scheduler::mark_ready: tensor " + std::to_string(i) +
+                                 " is out of range (the pool holds " +
+                                 std::to_string(marked_.size()) + " tensors)",
+                             rank());
+    if (marked_[i])
+      throw invalid_argument("overlap_scheduler::mark_ready: tensor " + std::to_string(i) +
+                                 " was already marked ready in this iteration",
+                             rank());
+    marked_[i] = 1;
+    ++marked_count_;
+    timing_.tensor_ready[i] = now;
+    const std::size_t b = bucket_of_[i];
+    auto& bt = timing_.buckets[b];
+    if (bt.first_ready == clock::time_point{}) bt.first_ready = now;
+    if (--remaining_[b] == 0) bt.ready = now;
+    while (next_ < buckets_.size() && remaining_[next_] == 0) start(next_++);
+  }
+
+  /// Waits for every bucket (each bounded by the transport's timeout) and returns the
+  /// iteration's timings; the pool then holds the reduced gradients. If a tensor was never
+  /// marked, the started buckets are waited for, the transport is broken (so the peers
+  /// fail at once instead of waiting out their timeout), the unsent buckets are left
+  /// untouched, and `invalid_argument` names the first unmarked tensor. A failed bucket
+  /// rethrows its cause.
+  const iteration_timing& finish() {
+    std::exception_ptr first_error;
+    std::size_t unmarked = marked_.size();
+    {
+      std::lock_guard lock(mutex_);
+      for (std::size_t i = 0; i < marked_.size(); ++i)
+        if (!marked_[i]) {
+          unmarked = i;
+          break;
+        }
+    }
+    for (auto& b : buckets_) {
+      if (!b.submitted) continue;
+      b.task->wait();
+      b.submitted = false;
+      if (auto e = b.task->error(); e && !first_error) first_error = e;
+    }
+    timing_.end = clock::now();
+    for (std::size_t k = 0; k < buckets_.size(); ++k) {
+      const auto ts = buckets_[k].task->timestamps();
+      timing_.buckets[k].queued = ts.queued;
+      timing_.buckets[k].started = ts.started;
+      timing_.buckets[k].finished = ts.finished;
+    }
+    if (unmarked < marked_.size() && !first_error) {
+      const auto cause = std::make_exception_ptr(invalid_argument(
+          "overlap_scheduler::finish: tensor " + std::to_string(unmarked) +
+              " was never marked ready (" + std::to_string(marked_.size() - marked_count_) +
+              " unmarked); the buckets not started are left as they are and the transport is "
+              "broken so the other ranks stop",
+          rank()));
+      fail(cause);
+      reset_marks();
+      std::rethrow_exception(cause);
+    }
+    reset_marks();
+    if (first_error) std::rethrow_exception(first_error);
+    ++iterations_;
+    if (options_.autotune_iterations) autotune_step();
+    return timing_;
+  }
+
+  /// Switches to `plan` (collective: every rank calls it between iterations, with the same
+  /// plan; checked like at construction).
+  void replan(plan::bucket_plan plan) { adopt(std::move(plan)); }
+
+private:
+  struct bucket_task final : detail::task {
+    void run() override { owner->run_bucket(index, tags); }
+    overlap_scheduler* owner = nullptr;
+    std::size_t index = 0;
+    std::pair<int, int> tags{};
+  };
+  struct bucket {
+    std::size_t first = 0, end = 0, offset = 0, count = 0;
+    detail::recorded_allreduce steps;
+    std::shared_ptr<bucket_task> task;
+    bool submitted = false;
+  };
+
+  void adopt(plan::bucket_plan plan) {
+    const std::size_t L = pool_->tensor_count();
+    if (L == 0) {
+      if (!plan.ends.empty())
+        throw invalid_argument("overlap_scheduler: the pool holds no tensors but the plan has " +
+                                   std::to_string(plan.ends.size()) + " buckets",
+                               rank());
+    } else if (!plan::is_valid(plan, L)) {
+      throw invalid_argument("overlap_scheduler: the plan does not partition the pool's " +
+                                 std::to_string(L) +
+                                 " tensors into non-empty contiguous buckets in order",
+                             rank());
+    }
+    if (options_.check_plan) check_same_plan(plan);
+    plan_ = std::move(plan);
+    buckets_.clear();
+    bucket_of_.assign(L, 0);
+    std::size_t scratch = 0, staging = 0;
+    for (std::size_t k = 0; k < plan_.bucket_count(); ++k) {
+      bucket b;
+      b.first = plan_.begin(k);
+      b.end = plan_.end(k);
+      b.offset = pool_->range_offset(b.first, b.end);
+      b.count = pool_->range_size(b.first, b.end);
+      for (std::size_t i = b.first; i < b.end; ++i) bucket_of_[i] = k;
+      if constexpr (!hier) {
+        b.steps = detail::record_allreduce<Comm, T, Op>(*comm_, b.count, true, algo_);
+        scratch = std::max(scratch, b.steps.steps.scratch_count);
+        staging = std::max(staging, b.steps.steps.staging_count);
+      }
+      b.task = std::make_shared<bucket_task>();
+      b.task->owner = this;
+      b.task->index = k;
+      buckets_.push_back(std::move(b));
+    }
+    if constexpr (!hier) {
+      if (scratch > scratch_count_) {
+        scratch_ = pool_->reducer().template allocate<T>(scratch);
+        scratch_count_ = scratch;
+      }
+      if constexpr (!transport_is_zero_copy<Comm>())
+        if (staging > staging_count_) {
+          staging_ = pool_->reducer().template allocate<T>(staging);
+          staging_count_ = staging;
+        }
+    }
+    remaining_.resize(buckets_.size());
+    timing_.tensor_ready.assign(L, {});
+    timing_.buckets.assign(buckets_.size(), {});
+    timing_.algorithm = detail::algorithm_label(algo_);
+    samples_.clear();
+    backward_.assign(L, {});
+    reset_marks();
+  }
+
+  void reset_marks() {
+    marked_.assign(pool_->tensor_count(), 0);
+    marked_count_ = 0;
+    next_ = 0;
+    for (std::size_t k = 0; k < buckets_.size(); ++k) {
+      remaining_[k] = buckets_[k].end - buckets_[k].first;
+      auto& bt = timing_.buckets[k];
+      bt = bucket_timing{};
+      bt.bucket = k;
+      bt.first_tensor = buckets_[k].first;
+      bt.end_tensor = buckets_[k].end;
+      bt.bytes = buckets_[k].count * sizeof(T);
+    }
+    const auto now = clock::now();
+    if (timing_.end != clock::time_point{})
+      timing_.begin = timing_.end;
+    else
+      timing_.begin = now;
+    std::fill(timing_.tensor_ready.begin(), timing_.tensor_ready.end(), clock::time_point{});
+  }
+
+  void start(std::size_t k) {
+    auto& b = buckets_[k];
+    b.task->reset();
+    engine_->submit([&] {
+      if constexpr (hier)
+        b.task->tags = comm_->begin();
+      else
+        b.task->tags = {detail::begin_collective(*comm_), 0};
+      return std::static_pointer_cast<detail::task>(b.task);
+    });
+    b.submitted = true;
+  }
+
+  void run_bucket(std::size_t k, std::pair<int, int> tags) {
+    auto& b = buckets_[k];
+    T* data = pool_->data() + b.offset;
+    R& red = pool_->reducer();
+    if constexpr (hier) {
+      if (auto* c = detail::context_of(comm_->intra())) c->throw_if_broken(rank());
+      if (comm_->inter())
+        if (auto* c = detail::context_of(*comm_->inter())) c->throw_if_broken(rank());
+      if (b.count)
+        comm_->allreduce_tagged(tags.first, tags.second, data, data, b.count, op_, algo_, red);
+    } else {
+      if (auto* c = detail::context_of(*comm_)) c->throw_if_broken(rank());
+      detail::guarded(*comm_, [&] {
+        detail::replay_allreduce(*comm_, tags.first, b.steps, data, data, op_, red, scratch_.data(),
+                                 scratch_count_, staging_.data(), staging_count_);
+      });
+    }
+  }
+
+  void fail(std::exception_ptr cause) {
+    if constexpr (hier) {
+      detail::fail_transport(comm_->intra(), cause);
+      if (comm_->inter()) detail::fail_transport(*comm_->inter(), cause);
+    } else {
+      detail::fail_transport(*comm_, cause);
+    }
+  }
+
+  /// Blocking sum-allreduce of a few uint64 on the scheduler's transport (plan checks and
+  /// the plan broadcast); goes through the pool's reducer, so device transports work too.
+  void exchange(std::vector<std::uint64_t>& v) {
+    if (v.empty()) return;
+    R& red = pool_->reducer();
+    auto buf = red.template allocate<std::uint64_t>(v.size());
+    red.copy(buf.data(), v.data(), v.size());
+    red.synchronize();
+    if constexpr (hier)
+      tcoll::allreduce(*comm_, buf.data(), buf.data(), v.size(), sum_op{},
+                       hierarchical_options<ring>{}, red);
+    else
+      tcoll::allreduce(*comm_, buf.data(), buf.data(), v.size(), sum_op{}, ring{}, red);
+    red.copy(v.data(), buf.data(), v.size());
+    red.synchronize();
+  }
+
+  void check_same_plan(const plan::bucket_plan& plan) {
+    std::uint64_t h = 1469598103934665603ull;
+    h = detail::fnv1a(h, sizeof(T));
+    h = detail::fnv1a(h, pool_->tensor_count());
+    for (std::size_t i = 0; i < pool_->tensor_count(); ++i)
+      h = detail::fnv1a(h, pool_->tensor_size(i));
+    h = detail::fnv1a(h, plan.ends.size());
+    for (auto e : plan.ends) h = detail::fnv1a(h, e);
+    h = detail::fnv1a(h, options_.autotune_iterations);
+    const int P = comm_->size(), r = comm_->rank();
+    std::vector<std::uint64_t> all(static_cast<std::size_t>(P), 0);
+    all[static_cast<std::size_t>(r)] = h;
+    exchange(all);
+    for (int q = 1; q < P; ++q)
+      if (all[static_cast<std::size_t>(q)] != all[0])
+        throw invalid_argument("overlap_scheduler: rank " + std::to_string(q) +
+                                   " runs a different plan or pool than rank 0 (plan/pool hash " +
+                                   std::to_string(all[static_cast<std::size_t>(q)]) + " vs " +
+                                   std::to_string(all[0]) + "); every rank must run the same plan",
+                               r, q);
+  }
+
+  void autotune_step() {
+    // measurements of this iteration
+    for (const auto& bt : timing_.buckets)
+      samples_.push_back(
+          {static_cast<double>(bt.bytes),
+           std::chrono::duration<double, std::micro>(bt.finished - bt.started).count()});
+    auto prev = timing_.begin;
+    for (std::size_t i = 0; i < backward_.size(); ++i) {
+      backward_[i].push_back(std::max(
+          0.0, std::chrono::duration<double, std::micro>(timing_.tensor_ready[i] - prev).count()));
+      prev = std::max(prev, timing_.tensor_ready[i]);
+    }
+    if (iterations_ != options_.autotune_iterations) return;
+    plan::workload w;
+    for (std::size_t i = 0; i < backward_.size(); ++i) {
+      auto v = backward_[i];
+      std::nth_element(v.begin(), v.begin() + v.size() / 2, v.end());
+      w.bytes.push_back(pool_->tensor_size(i) * sizeof(T));
+      w.backward_us.push_back(v.empty() ? 0.0 : v[v.size() / 2]);
+    }
+    plan::linear_cost cost{};
+    try {
+      cost = plan::fit_linear(samples_);
+    } catch (const std::invalid_argument&) {
+      // one bucket size only: a line through the origin
+      double bytes = 0, us = 0;
+      for (const auto& s : samples_) bytes += s.bytes, us += s.time_us;
+      cost = {0.0, bytes > 0 ? us / bytes : 0.0};
+    }
+    cost.startup_us = std::max(0.0, cost.startup_us);
+    cost.per_byte_us = std::max(0.0, cost.per_byte_us);
+    fitted_ = cost;
+    plan::bucket_plan mine = plan::make_plan(options_.autotune_planner, w, cost);
+    // rank 0's plan for everybody: [bucket count, ends...] summed with zeros elsewhere
+    std::vector<std::uint64_t> v(backward_.size() + 1, 0);
+    if (comm_->rank() == 0) {
+      v[0] = mine.ends.size();
+      for (std::size_t k = 0; k < mine.ends.size(); ++k) v[k + 1] = mine.ends[k];
+    }
+    exchange(v);
+    plan::bucket_plan agreed;
+    for (std::size_t k = 0; k < v[0]; ++k)
+      agreed.ends.push_back(static_cast<std::size_t>(v[k + 1]));
+    const auto keep_end = timing_.end;
+    adopt(std::move(agreed));
+    timing_.end = keep_end;
+    autotuned_ = true;
+  }
+
+public:
+  /// After autotune: the cost model it fitted (nullopt before).
+  std::optional<plan::linear_cost> fitted_cost() const { return fitted_; }
+  bool autotuned() const noexcept { return autotuned_; }
+
+private:
+  gradient_pool<T, R>* pool_;
+  Comm* comm_;
+  Op op_;
+  Algo algo_;
+  scheduler_options options_;
+  detail::engine* engine_ = nullptr;
+  plan::bucket_plan plan_;
+  std::vector<bucket> buckets_;
+  std::vector<std::size_t> bucket_of_, remaining_;
+  std::vector<unsigned char> marked_;
+  std::size_t marked_count_ = 0, next_ = 0, iterations_ = 0;
+  typename R::template buffer<T> scratch_{}, staging_{};
+  std::size_t scratch_count_ = 0, staging_count_ = 0;
+  std::mutex mutex_;
+  iteration_timing timing_;
+  std::vector<plan::sample> samples_;
+  std::vector<std::vector<double>> backward_;
+  std::optional<plan::linear_cost> fitted_;
+  bool autotuned_ = false;
+};
+
+} // namespace tcoll
