@@ -171,7 +171,7 @@ private:
   void check(const T* sendbuf, T* recvbuf) const {
     const int rank = t_->rank();
     detail::check_allreduce_args(sendbuf, recvbuf, rec_.count, rank);
-    if ((sendbuf == recvbuf) != rec_.in_place)
+    if (rec_.count && (sendbuf == recvbuf) != rec_.in_place)
       throw invalid_argument(std::string("prepared_allreduce: prepared ") +
                                  (rec_.in_place ? "in place" : "out of place") + " but called " +
                                  (rec_.in_place ? "out of place" : "in place"),

@@ -139,8 +139,8 @@ public:
   int rank() const noexcept { return comm_->rank(); }
   const plan::bucket_plan& plan() const noexcept { return plan_; }
   std::size_t iterations() const noexcept { return iterations_; }
-  /// The last finished iteration's timings (and the current one's marks so far).
-  const iteration_timing& last_timing() const noexcept { return timing_; }
+  /// The last finished iteration's timings (what `finish()` returned).
+  const iteration_timing& last_timing() const noexcept { return last_; }
 
   /// Tensor `i` of the pool holds its final gradient: may start its bucket's allreduce.
   /// Throws `invalid_argument` for a tensor out of range or already marked this iteration.
@@ -207,11 +207,16 @@ public:
       reset_marks();
       std::rethrow_exception(cause);
     }
+    std::swap(last_, timing_); // both keep their capacity: no allocation per iteration
+    timing_.algorithm = last_.algorithm;
+    timing_.tensor_ready.resize(last_.tensor_ready.size());
+    timing_.buckets.resize(last_.buckets.size());
+    timing_.end = last_.end;
     reset_marks();
     if (first_error) std::rethrow_exception(first_error);
     ++iterations_;
     if (options_.autotune_iterations) autotune_step();
-    return timing_;
+    return last_;
   }
 
   /// Switches to `plan` (collective: every rank calls it between iterations, with the same
@@ -390,17 +395,18 @@ private:
 
   void autotune_step() {
     // measurements of this iteration
-    for (const auto& bt : timing_.buckets)
+    for (const auto& bt : last_.buckets)
       samples_.push_back(
           {static_cast<double>(bt.bytes),
            std::chrono::duration<double, std::micro>(bt.finished - bt.started).count()});
-    auto prev = timing_.begin;
+    auto prev = last_.begin;
     for (std::size_t i = 0; i < backward_.size(); ++i) {
       backward_[i].push_back(std::max(
-          0.0, std::chrono::duration<double, std::micro>(timing_.tensor_ready[i] - prev).count()));
-      prev = std::max(prev, timing_.tensor_ready[i]);
+          0.0, std::chrono::duration<double, std::micro>(last_.tensor_ready[i] - prev).count()));
+      prev = std::max(prev, last_.tensor_ready[i]);
     }
     if (iterations_ != options_.autotune_iterations) return;
+    // (the measurements above read last_, the iteration just finished)
     plan::workload w;
     for (std::size_t i = 0; i < backward_.size(); ++i) {
       auto v = backward_[i];
@@ -431,9 +437,9 @@ private:
     plan::bucket_plan agreed;
     for (std::size_t k = 0; k < v[0]; ++k)
       agreed.ends.push_back(static_cast<std::size_t>(v[k + 1]));
-    const auto keep_end = timing_.end;
     adopt(std::move(agreed));
-    timing_.end = keep_end;
+    timing_.end = last_.end;
+    timing_.begin = last_.end;
     autotuned_ = true;
   }
 
@@ -457,7 +463,8 @@ private:
   typename R::template buffer<T> scratch_{}, staging_{};
   std::size_t scratch_count_ = 0, staging_count_ = 0;
   std::mutex mutex_;
-  iteration_timing timing_;
+  iteration_timing timing_; // the iteration in progress
+  iteration_timing last_;   // the last finished one
   std::vector<plan::sample> samples_;
   std::vector<std::vector<double>> backward_;
   std::optional<plan::linear_cost> fitted_;

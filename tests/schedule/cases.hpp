@@ -1,0 +1,469 @@
+#pragma once
+// Rank-level bodies of the execution-layer suite (non-blocking collectives, prepared
+// allreduce, gradient pool, overlap scheduler), written once over any transport and
+// instantiated for the threads transport (test_threads.cpp) and MPI (test_mpi.cpp).
+// Expectations never come from the code path under test: a scheduled iteration is compared
+// with blocking allreduces of copies of the same inputs, and identity across ranks with an
+// allgather of hashes.
+#include <doctest/doctest.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <mutex>
+#include <random>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <tcoll/schedule.hpp>
+#include <tcoll/tcoll.hpp>
+
+namespace schedule_test {
+
+using namespace std::chrono_literals;
+
+/// Fractional input of rank r, stream s, element i: sums round differently in different
+/// orders, so they expose any drift between ranks or between algorithms.
+inline float fractional(int r, int s, std::size_t i) {
+  const std::uint32_t h =
+      static_cast<std::uint32_t>(i * 2654435761u) ^ static_cast<std::uint32_t>(r * 40503 + s * 977);
+  return 0.1f + static_cast<float>(h % 100003) / 7919.0f * (r % 2 ? -1.0f : 1.0f) + 0.01f * r;
+}
+/// Integer-valued input (exact in any order).
+inline float integral(int r, int s, std::size_t i) {
+  return static_cast<float>((r + 1) * (1 + int((i + s) % 13)));
+}
+
+inline std::uint64_t hash_bytes(const void* p, std::size_t n) {
+  const auto* b = static_cast<const unsigned char*>(p);
+  std::uint64_t h = 1469598103934665603ull;
+  for (std::size_t i = 0; i < n; ++i) h = (h ^ b[i]) * 1099511628211ull;
+  return h;
+}
+
+/// True when `n` bytes at `p` are the same on every rank (blocking allgather of hashes).
+template <class Tr>
+bool identical_on_all_ranks(Tr& t, const void* p, std::size_t n) {
+  const std::uint64_t mine = hash_bytes(p, n);
+  std::vector<std::uint64_t> all(static_cast<std::size_t>(t.size()));
+  tcoll::allgather(t, &mine, all.data(), 1);
+  return std::all_of(all.begin(), all.end(), [&](std::uint64_t h) { return h == mine; });
+}
+
+inline bool same_bits(const std::vector<float>& a, std::span<const float> b) {
+  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+}
+
+// ---------------------------------------------------------------------------------------
+// Non-blocking collectives.
+
+/// `count` requests of mixed sizes and algorithms in flight at once, issued by `threads`
+/// threads of this rank taking turns in a fixed order (the same on every rank); each
+/// result must equal, bit for bit, a blocking allreduce of a copy of its input with the
+/// same algorithm, and be identical on every rank.
+template <class Tr>
+void many_in_flight_case(Tr& t, int requests, int threads) {
+  const int r = t.rank();
+  const std::size_t sizes[] = {0, 1, 7, 1000, 4099, 30000};
+  std::vector<std::vector<float>> data(static_cast<std::size_t>(requests));
+  for (int k = 0; k < requests; ++k) {
+    auto& d = data[static_cast<std::size_t>(k)];
+    d.resize(sizes[k % 6]);
+    for (std::size_t i = 0; i < d.size(); ++i) d[i] = fractional(r, k, i);
+  }
+  const auto inputs = data;
+  std::vector<tcoll::request> reqs(static_cast<std::size_t>(requests));
+  std::atomic<int> turn{0};
+  auto issue = [&](int k) {
+    auto& d = data[static_cast<std::size_t>(k)];
+    std::span<float> s(d);
+    switch (k % 4) {
+    case 0:
+      return tcoll::iallreduce(t, s, tcoll::sum_op{}, tcoll::ring{});
+    case 1:
+      return tcoll::iallreduce(t, s, tcoll::sum_op{}, tcoll::recursive_doubling{});
+    case 2:
+      return tcoll::iallreduce(t, s, tcoll::avg_op{}, tcoll::recursive_halving_doubling{});
+    default:
+      return tcoll::iallreduce(t, s, tcoll::sum_op{}, tcoll::multi_ring{});
+    }
+  };
+  std::vector<std::thread> pool;
+  std::exception_ptr error;
+  std::mutex error_mutex;
+  for (int j = 0; j < threads; ++j)
+    pool.emplace_back([&, j] {
+      try {
+        for (int k = j; k < requests; k += threads) {
+          while (turn.load() != k) std::this_thread::yield();
+          reqs[static_cast<std::size_t>(k)] = issue(k);
+          turn.store(k + 1);
+        }
+      } catch (...) {
+        std::lock_guard lock(error_mutex);
+        error = std::current_exception();
+        turn.store(requests + 1000); // let the others run out
+      }
+    });
+  for (auto& th : pool) th.join();
+  if (error) std::rethrow_exception(error);
+  // completion in reverse order: waiting must not depend on the start order
+  for (int k = requests - 1; k >= 0; --k) reqs[static_cast<std::size_t>(k)].wait();
+  for (int k = 0; k < requests; ++k) {
+    auto expect = inputs[static_cast<std::size_t>(k)];
+    std::span<float> s(expect);
+    switch (k % 4) {
+    case 0:
+      tcoll::allreduce(t, s, tcoll::sum_op{}, tcoll::ring{});
+      break;
+    case 1:
+      tcoll::allreduce(t, s, tcoll::sum_op{}, tcoll::recursive_doubling{});
+      break;
+    case 2:
+      tcoll::allreduce(t, s, tcoll::avg_op{}, tcoll::recursive_halving_doubling{});
+      break;
+    default:
+      tcoll::allreduce(t, s, tcoll::sum_op{}, tcoll::multi_ring{});
+    }
+    CHECK_MESSAGE(same_bits(expect, data[static_cast<std::size_t>(k)]),
+                  "request " << k << " rank " << r);
+    CHECK(identical_on_all_ranks(t, data[static_cast<std::size_t>(k)].data(),
+                                 data[static_cast<std::size_t>(k)].size() * sizeof(float)));
+  }
+}
+
+/// ireduce_scatter, iallgather, ibroadcast and iallreduce in flight together, checked
+/// against exact (integer-valued) expectations.
+template <class Tr>
+void mixed_collectives_case(Tr& t) {
+  const int P = t.size(), r = t.rank();
+  const std::size_t n = 37;
+  std::vector<double> rs_in(n * P), rs_out(n);
+  for (std::size_t i = 0; i < rs_in.size(); ++i) rs_in[i] = double(r + 1) * double(i % 11);
+  std::vector<std::int32_t> ag_out(n * P), ag_in(n);
+  for (std::size_t i = 0; i < n; ++i) ag_in[i] = r * 1000 + int(i);
+  std::vector<float> bc(n, r == P - 1 ? 2.5f : -1.0f);
+  std::vector<float> ar(n, 0.5f * float(r + 1));
+  auto q1 = tcoll::ireduce_scatter(t, rs_in.data(), rs_out.data(), n);
+  auto q2 = tcoll::iallgather(t, ag_in.data(), ag_out.data(), n);
+  auto q3 = tcoll::ibroadcast(t, bc.data(), n, P - 1);
+  auto q4 = tcoll::iallreduce(t, std::span<float>(ar));
+  int spins = 0;
+  while (!q4.test()) ++spins, std::this_thread::yield();
+  CHECK(q3.wait_for(30s));
+  q2.wait();
+  q1.wait();
+  const double ranks_sum = double(P) * double(P + 1) / 2;
+  for (std::size_t i = 0; i < n; ++i)
+    CHECK(rs_out[i] == ranks_sum * double((std::size_t(r) * n + i) % 11));
+  for (int q = 0; q < P; ++q)
+    for (std::size_t i = 0; i < n; ++i) CHECK(ag_out[std::size_t(q) * n + i] == q * 1000 + int(i));
+  for (float v : bc) CHECK(v == 2.5f);
+  for (float v : ar) CHECK(v == 0.5f * float(ranks_sum));
+}
+
+/// A request destroyed before it completes waits for it: the data is final afterwards.
+template <class Tr>
+void destroyed_request_waits_case(Tr& t) {
+  const int P = t.size();
+  std::vector<float> v(5000, 1.0f);
+  { auto q = tcoll::iallreduce(t, std::span<float>(v), tcoll::sum_op{}, tcoll::ring{}); }
+  for (float x : v) REQUIRE(x == float(P));
+  // a moved-over request waits for the one it replaces
+  std::vector<float> a(100, 1.0f), b(100, 2.0f);
+  auto q = tcoll::iallreduce(t, std::span<float>(a));
+  q = tcoll::iallreduce(t, std::span<float>(b));
+  for (float x : a) REQUIRE(x == float(P));
+  q.wait();
+  for (float x : b) REQUIRE(x == 2.0f * float(P));
+}
+
+/// wait_for reports false while a peer has not joined yet, then true.
+template <class Tr>
+void wait_for_case(Tr& t) {
+  if (t.size() < 2) return;
+  std::vector<float> v(64, 1.0f);
+  if (t.rank() == 1) std::this_thread::sleep_for(300ms);
+  auto q = tcoll::iallreduce(t, std::span<float>(v));
+  if (t.rank() == 0) CHECK_FALSE(q.wait_for(50ms));
+  CHECK(q.wait_for(30s));
+  for (float x : v) CHECK(x == float(t.size()));
+  CHECK(q.test());
+}
+
+/// Arguments are checked when the call is made, not on the engine.
+template <class Tr>
+void nonblocking_bad_arguments_case(Tr& t) {
+  std::vector<float> v(10);
+  CHECK_THROWS_AS((void)tcoll::iallreduce(t, static_cast<const float*>(nullptr), v.data(), 10),
+                  tcoll::invalid_argument);
+  CHECK_THROWS_AS((void)tcoll::ibroadcast(t, v.data(), 10, t.size()), tcoll::invalid_argument);
+  CHECK_THROWS_AS((void)tcoll::iallgather(t, v.data(), static_cast<float*>(nullptr), 10),
+                  tcoll::invalid_argument);
+  // the transport is still fine (nothing was queued)
+  auto q = tcoll::iallreduce(t, std::span<float>(v));
+  q.wait();
+}
+
+// ---------------------------------------------------------------------------------------
+// Prepared allreduce.
+
+template <class Tr, class Algo>
+void prepared_case(Tr& t, const Algo& algo, std::size_t n) {
+  const int r = t.rank();
+  tcoll::prepared_allreduce<Tr, float, tcoll::sum_op, Algo> in_place(t, n, true, {}, algo);
+  tcoll::prepared_allreduce<Tr, float, tcoll::sum_op, Algo> out_of_place(t, n, false, {}, algo);
+  for (int rep = 0; rep < 3; ++rep) {
+    std::vector<float> a(n), out(n);
+    for (std::size_t i = 0; i < n; ++i) a[i] = fractional(r, rep, i);
+    const auto input = a;
+    auto expect = a;
+    tcoll::allreduce(t, std::span<float>(expect), tcoll::sum_op{}, algo);
+    if (rep == 1) {
+      in_place.start(a.data()).wait();
+    } else {
+      in_place.run(a.data());
+    }
+    CHECK(same_bits(expect, a));
+    out_of_place.run(input.data(), out.data());
+    CHECK(same_bits(expect, out));
+  }
+  std::vector<float> a(n), b(n);
+  if (n) {
+    CHECK_THROWS_AS(in_place.run(a.data(), b.data()), tcoll::invalid_argument);
+    CHECK_THROWS_AS(out_of_place.run(a.data()), tcoll::invalid_argument);
+  }
+}
+
+// ---------------------------------------------------------------------------------------
+// The overlap scheduler.
+
+/// A random plan over `L` tensors.
+inline tcoll::plan::bucket_plan random_plan(std::size_t L, std::mt19937& rng) {
+  tcoll::plan::bucket_plan p;
+  std::bernoulli_distribution close(0.4);
+  for (std::size_t k = 0; k < L; ++k)
+    if (k + 1 == L || close(rng)) p.ends.push_back(k + 1);
+  return p;
+}
+
+/// Random tensor sizes (empty ones included).
+inline std::vector<std::size_t> random_sizes(std::mt19937& rng, std::size_t max_tensors) {
+  std::uniform_int_distribution<std::size_t> count(1, max_tensors);
+  std::uniform_int_distribution<int> kind(0, 5);
+  std::vector<std::size_t> sizes(count(rng));
+  for (auto& s : sizes) {
+    const int k = kind(rng);
+    s = k == 0 ? 0 : k == 1 ? 1 + rng() % 3 : k < 5 ? rng() % 500 : 1000 + rng() % 20000;
+  }
+  return sizes;
+}
+
+/// Marks every tensor of a pool in a random order that releases buckets in plan order.
+/// Tensors of one bucket are marked in random order, and the next bucket's tensors may be
+/// interleaved with the current one's (a bucket waits for the one before it anyway).
+template <class S>
+void mark_all_random(S& s, std::size_t L, std::mt19937& rng) {
+  std::vector<std::size_t> order(L);
+  for (std::size_t i = 0; i < L; ++i) order[i] = i;
+  // local shuffles in windows of 5 keep it backward-like but out of order
+  for (std::size_t i = 0; i < L; i += 5)
+    std::shuffle(order.begin() + i, order.begin() + std::min(L, i + 5), rng);
+  for (auto i : order) s.mark_ready(i);
+}
+
+/// Algorithms whose result does not depend on how the data is cut into buckets (they
+/// combine every element in the same rank order): a scheduled iteration equals one
+/// allreduce of the whole pool bit for bit, with fractional inputs.
+template <class Algo>
+constexpr bool bucketing_invariant = Algo::keeps_operand_order;
+
+/// One scheduled iteration with a random plan, sizes and ready order (the same on every
+/// rank: `seed` is shared), compared with (a) one allreduce of the whole pool when the
+/// algorithm is bucketing-invariant, (b) one blocking allreduce per bucket otherwise; and
+/// identical on every rank. `integer_inputs` uses exact integer-valued inputs, for which
+/// every algorithm must also match the whole-pool allreduce.
+template <class Tr, class Algo, class Op = tcoll::sum_op>
+void scheduler_random_case(Tr& t, const Algo& algo, unsigned seed, bool integer_inputs,
+                           tcoll::gradient_pool_options pool_options = {}) {
+  const int r = t.rank();
+  std::mt19937 rng(seed);
+  const auto sizes = random_sizes(rng, 24);
+  const auto plan = random_plan(sizes.size(), rng);
+  tcoll::gradient_pool<float> pool(sizes, pool_options);
+  tcoll::overlap_scheduler<Tr, float, Op, Algo> s(pool, t, plan, Op{}, algo);
+  for (int it = 0; it < 2; ++it) {
+    for (std::size_t i = 0; i < pool.tensor_count(); ++i) {
+      auto g = pool.tensor(i);
+      for (std::size_t j = 0; j < g.size(); ++j)
+        g[j] = integer_inputs ? integral(r, int(i) + it, j) : fractional(r, int(i) + it, j);
+    }
+    const std::vector<float> input(pool.all().begin(), pool.all().end());
+    std::mt19937 order_rng(seed * 31 + it);
+    mark_all_random(s, pool.tensor_count(), order_rng);
+    const auto& timing = s.finish();
+    REQUIRE(timing.buckets.size() == plan.bucket_count());
+    for (const auto& b : timing.buckets) {
+      CHECK(b.started >= b.ready);
+      CHECK(b.finished >= b.started);
+    }
+    const std::string what = std::string(Algo::name) + " seed " + std::to_string(seed) +
+                             " iteration " + std::to_string(it) + " rank " + std::to_string(r);
+    if (bucketing_invariant<Algo> || integer_inputs) {
+      auto whole = input;
+      tcoll::allreduce(t, std::span<float>(whole), Op{}, algo);
+      CHECK_MESSAGE(same_bits(whole, pool.all()), what << ": differs from a whole-pool allreduce");
+    }
+    if (!bucketing_invariant<Algo>) {
+      auto per_bucket = input;
+      for (std::size_t k = 0; k < plan.bucket_count(); ++k) {
+        const std::size_t off = pool.range_offset(plan.begin(k), plan.end(k));
+        const std::size_t n = pool.range_size(plan.begin(k), plan.end(k));
+        tcoll::allreduce(t, std::span<float>(per_bucket.data() + off, n), Op{}, algo);
+      }
+      CHECK_MESSAGE(same_bits(per_bucket, pool.all()),
+                    what << ": differs from a blocking allreduce per bucket");
+    }
+    CHECK_MESSAGE(identical_on_all_ranks(t, pool.data(), pool.bytes()), what);
+  }
+}
+
+/// Autotune: measures two iterations, re-plans, and every rank adopts the same plan;
+/// results stay correct across the switch.
+template <class Tr>
+void autotune_case(Tr& t) {
+  const int P = t.size(), r = t.rank();
+  std::vector<std::size_t> sizes{4000, 10, 8000, 300, 20000, 50, 1000};
+  tcoll::gradient_pool<float> pool(sizes);
+  tcoll::scheduler_options opt;
+  opt.autotune_iterations = 2;
+  opt.autotune_planner = tcoll::plan::mgwfbp_planner{};
+  tcoll::overlap_scheduler<Tr, float> s(pool, t, tcoll::plan::bucket_plan{{1, 2, 3, 4, 5, 6, 7}},
+                                        tcoll::sum_op{}, tcoll::automatic{}, opt);
+  for (int it = 0; it < 4; ++it) {
+    for (std::size_t i = 0; i < pool.tensor_count(); ++i) {
+      for (auto& x : pool.tensor(i)) x = float(r + 1);
+      std::this_thread::sleep_for(std::chrono::microseconds(200 * (r + 1)));
+      s.mark_ready(i);
+    }
+    s.finish();
+    for (float x : pool.all()) REQUIRE(x == float(P * (P + 1) / 2));
+    CHECK(s.autotuned() == (it >= 1));
+  }
+  REQUIRE(s.fitted_cost().has_value());
+  const auto& ends = s.plan().ends;
+  CHECK(identical_on_all_ranks(t, ends.data(), ends.size() * sizeof(std::size_t)));
+  CHECK(tcoll::plan::is_valid(s.plan(), sizes.size()));
+}
+
+/// Plans that differ across ranks: every rank throws, naming the first differing rank.
+template <class Tr>
+void plan_mismatch_case(Tr& t) {
+  if (t.size() < 2) return;
+  const int odd = t.size() - 1;
+  std::vector<std::size_t> sizes{10, 20, 30};
+  tcoll::gradient_pool<float> pool(sizes);
+  tcoll::plan::bucket_plan p =
+      t.rank() == odd ? tcoll::plan::bucket_plan{{1, 3}} : tcoll::plan::bucket_plan{{2, 3}};
+  try {
+    tcoll::overlap_scheduler<Tr, float> s(pool, t, p);
+    FAIL_CHECK("a plan that differs across ranks was accepted");
+  } catch (const tcoll::invalid_argument& e) {
+    const std::string msg = e.what();
+    CHECK_MESSAGE(msg.find("rank " + std::to_string(odd) + " runs a different plan") !=
+                      std::string::npos,
+                  msg);
+    CHECK(e.peer() == odd);
+  }
+  // invalid plans are rejected locally, before any communication
+  CHECK_THROWS_AS((tcoll::overlap_scheduler<Tr, float>(pool, t, {{1, 2}})),
+                  tcoll::invalid_argument);
+  CHECK_THROWS_AS((tcoll::overlap_scheduler<Tr, float>(pool, t, {{2, 2, 3}})),
+                  tcoll::invalid_argument);
+}
+
+/// Marking twice or out of range is a local invalid_argument; the iteration still works.
+template <class Tr>
+void bad_marks_case(Tr& t) {
+  std::vector<std::size_t> sizes{5, 6};
+  tcoll::gradient_pool<float> pool(sizes);
+  tcoll::overlap_scheduler<Tr, float> s(pool, t, {{1, 2}});
+  for (auto& x : pool.all()) x = 1.0f;
+  s.mark_ready(1);
+  try {
+    s.mark_ready(1);
+    FAIL_CHECK("a tensor marked twice was accepted");
+  } catch (const tcoll::invalid_argument& e) {
+    CHECK(std::string(e.what()).find("tensor 1 was already marked") != std::string::npos);
+    CHECK(e.rank() == t.rank());
+  }
+  CHECK_THROWS_AS(s.mark_ready(2), tcoll::invalid_argument);
+  s.mark_ready(0);
+  s.finish();
+  for (float x : pool.all()) CHECK(x == float(t.size()));
+}
+
+/// `finish()` on `early` before its last tensor is marked: that rank gets invalid_argument
+/// naming the tensor, its unsent bucket is untouched, and the other ranks fail (aborted or
+/// timed out) well within the transport timeout, without hanging.
+template <class Tr>
+void finish_early_case(Tr& t, int early) {
+  if (t.size() < 2) return;
+  std::vector<std::size_t> sizes{100, 200, 300};
+  tcoll::gradient_pool<float> pool(sizes);
+  tcoll::overlap_scheduler<Tr, float> s(pool, t, {{1, 2, 3}});
+  for (auto& x : pool.all()) x = 0.75f;
+  const auto start = tcoll::clock::now();
+  if (t.rank() == early) {
+    s.mark_ready(0);
+    try {
+      s.finish();
+      FAIL_CHECK("finish() with an unmarked tensor did not throw");
+    } catch (const tcoll::invalid_argument& e) {
+      CHECK(std::string(e.what()).find("tensor 1 was never marked") != std::string::npos);
+    } catch (const tcoll::error& e) {
+      // a peer's failure may surface first through bucket 0
+      CHECK(std::string(e.what()).find("[rank " + std::to_string(t.rank()) + "]") !=
+            std::string::npos);
+    }
+    for (std::size_t i = 1; i < 3; ++i)
+      for (float x : pool.tensor(i)) REQUIRE(x == 0.75f); // never sent
+  } else {
+    for (std::size_t i = 0; i < 3; ++i) s.mark_ready(i);
+    CHECK_THROWS_AS(s.finish(), tcoll::error);
+  }
+  CHECK(tcoll::clock::now() - start < t.timeout() * 2 + 1s);
+}
+
+/// A peer that never marks its last tensor (and never calls finish): the others' last
+/// bucket fails within the transport timeout with a clear error.
+template <class Tr>
+void silent_peer_case(Tr& t, int silent) {
+  if (t.size() < 2) return;
+  std::vector<std::size_t> sizes{64, 64};
+  tcoll::gradient_pool<float> pool(sizes);
+  tcoll::overlap_scheduler<Tr, float> s(pool, t, {{1, 2}});
+  for (auto& x : pool.all()) x = 1.0f;
+  const auto start = tcoll::clock::now();
+  s.mark_ready(0);
+  if (t.rank() == silent) {
+    // leaves without marking tensor 1; its scheduler waits for bucket 0 on destruction
+    return;
+  }
+  s.mark_ready(1);
+  try {
+    s.finish();
+    FAIL_CHECK("a bucket without one rank completed");
+  } catch (const tcoll::timeout_error& e) {
+    CHECK(e.rank() == t.rank());
+  } catch (const tcoll::aborted_error& e) {
+    CHECK(e.rank() == t.rank());
+  }
+  CHECK(tcoll::clock::now() - start < t.timeout() * 3 + 1s);
+}
+
+} // namespace schedule_test
