@@ -27,6 +27,9 @@ def load(paths):
     for path in paths:
         with open(path) as f:
             doc = json.load(f)
+        if not isinstance(doc, dict) or "settings" not in doc:
+            print(f"{path}: not a train_sim --json file (a trace?), skipped", file=sys.stderr)
+            continue
         for s in doc["settings"]:
             s["_file"] = os.path.basename(path)
             s["_machine"] = doc.get("machine", {})
@@ -87,7 +90,7 @@ def plot(settings, out):
     axes.flat[0].legend(fontsize=7, loc="upper right")
     fig.suptitle("train_sim: scheduled iterations (threads + shaped<>, 2-core VM) vs the simulator",
                  fontsize=11)
-    fig.tight_layout()
+    fig.tight_layout(rect=(0, 0, 1, 0.98))
     fig.savefig(out, dpi=110)
     print(f"wrote {out}")
 
@@ -97,6 +100,45 @@ def fmt(x, spec=".1f"):
 
 
 def markdown(settings):
+    # compact: one row per setting, one column per planner
+    names = [n for n in PLANNER_ORDER if any(p["name"] == n for s in settings for p in s["planners"])]
+    print("Iteration time in ms, measured median / simulated (buckets):\n")
+    print("| setting | compute | " + " | ".join(names) + " |")
+    print("|---|---:|" + "---:|" * len(names))
+    for s in settings:
+        ps = {p["name"]: p for p in s["planners"]}
+        cells = []
+        for n in names:
+            p = ps.get(n)
+            cells.append("-" if p is None else
+                         f"{p['measured_us'] / 1e3:.1f} / {p['sim_us'] / 1e3:.1f} ({p['buckets']})")
+        print(f"| {s['profile']} {s['network']} P={s['ranks']} | {s['compute_us'] / 1e3:.0f} | "
+              + " | ".join(cells) + " |")
+    print()
+
+    # optimal per setting
+    print("| setting | optimal: error % | non-overlapped meas. / sim. (ms) | vs layerwise meas. (sim.) "
+          "| vs single meas. (sim.) | best other (ms) | autotune (ms, buckets) | IQR % |")
+    print("|---|---:|---:|---:|---:|---|---:|---:|")
+    for s in settings:
+        ps = {p["name"]: p for p in s["planners"]}
+        o = ps.get("optimal")
+        if o is None:
+            continue
+        others = [(p["measured_us"], n) for n, p in ps.items() if n not in ("optimal", "autotune")]
+        best = min(others) if others else None
+        at = ps.get("autotune")
+        print(f"| {s['profile']} {s['network']} P={s['ranks']} | {o['error_pct']:+.1f} | "
+              f"{o['nonoverlap_measured_us'] / 1e3:.1f} / {o['nonoverlap_sim_us'] / 1e3:.1f} | "
+              f"{fmt(o['speedup_vs_layerwise'], '.2f')} ({fmt(o['sim_speedup_vs_layerwise'], '.2f')}) | "
+              f"{fmt(o['speedup_vs_single'], '.2f')} ({fmt(o['sim_speedup_vs_single'], '.2f')}) | "
+              + (f"{best[1]} {best[0] / 1e3:.1f} | " if best else "- | ")
+              + (f"{at['measured_us'] / 1e3:.1f} ({at['buckets']}) | " if at else "- | ")
+              + f"{o['noise_iqr_pct']:.1f} |")
+    print()
+
+    # everything, folded
+    print("<details><summary>Every planner and setting</summary>\n")
     print("| setting | planner | buckets | measured (ms) | IQR % | simulated (ms) | error % | "
           "non-overlapped meas. / sim. (ms) | vs layerwise meas. (sim.) | vs single meas. (sim.) | "
           "fitted-cost sim. error % |")
@@ -110,7 +152,7 @@ def markdown(settings):
                   f"{fmt(p['speedup_vs_layerwise'], '.2f')} ({fmt(p['sim_speedup_vs_layerwise'], '.2f')}) | "
                   f"{fmt(p['speedup_vs_single'], '.2f')} ({fmt(p['sim_speedup_vs_single'], '.2f')}) | "
                   f"{p['sim_fit_error_pct']:+.1f} |")
-    print()
+    print("\n</details>\n")
 
     # per setting: overheads, memory, fitted cost
     print("| setting | pool / rank (MiB) | peak RSS (MiB) | pools all ranks (MiB) | wrong | "
@@ -147,13 +189,19 @@ def markdown(settings):
              if p["name"] != "autotune"]
         if e:
             print(f"    {net}: median |error| {statistics.median(e):.1f} % over {len(e)} cells")
+    for most in (8, 16):
+        e = [abs(p["error_pct"]) for s in settings for p in s["planners"]
+             if p["name"] != "autotune" and p["buckets"] <= most]
+        if e:
+            print(f"    plans with <= {most} buckets: median |error| {statistics.median(e):.1f} % "
+                  f"over {len(e)} cells, within 10 %: {sum(x <= 10 for x in e)}")
     print("(b) optimal vs every other planner (noise = larger IQR of the two, % of median):")
     for s in settings:
         ps = {p["name"]: p for p in s["planners"]}
         if "optimal" not in ps:
             continue
         o = ps["optimal"]
-        losses = []
+        losses, within = [], []
         for name, p in ps.items():
             if name in ("optimal", "autotune"):
                 continue
@@ -161,10 +209,14 @@ def markdown(settings):
             slower = 100 * (o["measured_us"] / p["measured_us"] - 1)
             if slower > noise:
                 losses.append(f"{name} by {slower:.1f} % (noise {noise:.1f} %)")
+            elif slower > 0:
+                within.append(f"{name} +{slower:.1f} % (noise {noise:.1f} %)")
         best_other = min((p["measured_us"], n) for n, p in ps.items() if n not in ("optimal",
                                                                                     "autotune"))
         line = f"    {s['profile']} {s['network']} P={s['ranks']}: "
-        line += "no slower than any" if not losses else "slower than " + "; ".join(losses)
+        line += "no slower than any" if not losses else "SLOWER than " + "; ".join(losses)
+        if within:
+            line += " [within noise: " + ", ".join(within) + "]"
         line += f"; best other {best_other[1]} {best_other[0] / 1e3:.2f} ms vs optimal "
         line += f"{o['measured_us'] / 1e3:.2f} ms"
         for ref in ("layerwise", "single"):
@@ -172,7 +224,12 @@ def markdown(settings):
             if ssp is not None and ssp >= 1.3:
                 line += f"; vs {ref} {sp:.2f}x (sim {ssp:.2f}x) {'ok' if sp >= 1.3 else 'MISSED'}"
         if "autotune" in ps:
-            line += f"; autotune {ps['autotune']['measured_us'] / 1e3:.2f} ms"
+            a = ps["autotune"]
+            slower = 100 * (a["measured_us"] / best_other[0] - 1)
+            noise = max(a["noise_iqr_pct"], ps[best_other[1]]["noise_iqr_pct"])
+            verdict = "best" if slower <= 0 else ("within noise" if slower <= noise else "SLOWER")
+            line += (f"; autotune {a['measured_us'] / 1e3:.2f} ms ({slower:+.1f} % vs best other, "
+                     f"noise {noise:.1f} %: {verdict})")
         print(line)
     ov = [s["overhead_median_us"] for s in settings]
     print(f"(c) scheduler overhead per bucket, median per setting: {min(ov):.1f}-{max(ov):.1f} us "
