@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <numeric>
 #include <string>
+#include <tcoll/schedule/nonblocking.hpp>
 #include <tcoll/tcoll.hpp>
 #include <tcoll/transport/mpi.hpp>
 #include <thread>
@@ -335,4 +336,21 @@ TEST_CASE("mpi_transport: peers of a failed rank fail within a second, not after
   std::vector<float> data(16, 1.0f);
   tcoll::allreduce(t, std::span<float>(data), tcoll::sum_op{}, tcoll::ring{});
   for (float v : data) CHECK(v == float(P));
+}
+
+TEST_CASE("mpi_transport: non-blocking collectives below MPI_THREAD_MULTIPLE are a clear error") {
+  int level = 0;
+  MPI_Query_thread(&level);
+  if (level == MPI_THREAD_MULTIPLE) return; // this suite initialises MPI without threads
+  auto t = mpi_test::make();
+  std::vector<float> v(8, 1.0f);
+  try {
+    auto q = tcoll::iallreduce(t, std::span<float>(v));
+    FAIL("iallreduce without MPI_THREAD_MULTIPLE was accepted");
+  } catch (const tcoll::transport_error& e) {
+    CHECK(std::string(e.what()).find("MPI_THREAD_MULTIPLE") != std::string::npos);
+  }
+  // nothing was queued: blocking collectives still work
+  tcoll::allreduce(t, std::span<float>(v));
+  for (float x : v) CHECK(x == float(t.size()));
 }

@@ -18,6 +18,7 @@
 #include <climits>
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -475,7 +476,9 @@ public:
   /// types and user ops go through a cached `MPI_Op_create` op (commutativity from the op's
   /// trait) on a contiguous byte datatype; avg is a sum divided afterwards. Counts above
   /// INT_MAX elements run as several allreduces (the operation is element-wise).
-  /// Blocking inside MPI: `timeout()` does not apply here.
+  /// Runs as `MPI_Iallreduce` on a copy, polled: `timeout()` and failure announcements
+  /// apply as to every other call (the copy keeps a timed-out request away from the
+  /// caller's memory).
   template <class T, class Op>
   requires element<T>
   void native_allreduce(const T* send, T* recv, std::size_t count, const Op& op) {
@@ -492,12 +495,42 @@ public:
       const Op* saved;
       ~restore() { detail::mpi::current_op<Op> = saved; }
     } guard{saved};
-    const bool in_place = static_cast<const void*>(send) == static_cast<void*>(recv);
+    // MPI_Iallreduce on a buffer owned by the call, polled against the transport timeout
+    // and the peers' failure announcements. A collective request cannot be cancelled: on
+    // time-out or abort it is left to MPI together with its buffer (leaked, so a late
+    // completion never writes freed or user memory) and the transport is broken.
     constexpr std::size_t step = INT_MAX;
+    const std::size_t chunk = std::min(step, count);
+    std::unique_ptr<T[]> work(new T[chunk]);
     for (std::size_t off = 0; off < count; off += step) {
-      const int n = static_cast<int>(std::min(step, count - off));
-      const void* s = in_place ? MPI_IN_PLACE : static_cast<const void*>(send + off);
-      detail::mpi::check(MPI_Allreduce(s, recv + off, n, type, mop, comm_), "MPI_Allreduce", rank_);
+      const std::size_t n = std::min(step, count - off);
+      std::memcpy(static_cast<void*>(work.get()), send + off, n * sizeof(T));
+      MPI_Request q = MPI_REQUEST_NULL;
+      detail::mpi::check(
+          MPI_Iallreduce(MPI_IN_PLACE, work.get(), static_cast<int>(n), type, mop, comm_, &q),
+          "MPI_Iallreduce", rank_);
+      const deadline when = clock::now() + options_.timeout;
+      for (int polls = 1;; ++polls) {
+        int flag = 0;
+        detail::mpi::check(MPI_Test(&q, &flag, MPI_STATUS_IGNORE), "MPI_Test(MPI_Iallreduce)",
+                           rank_);
+        if (flag) break;
+        if (polls % options_.polls_per_yield != 0) continue;
+        poll_announcements();
+        const bool aborted = state_->aborted.load(std::memory_order_relaxed);
+        if (aborted || clock::now() >= when) {
+          (void)work.release(); // MPI may still write it
+          state_->broken.store(true);
+          if (aborted)
+            throw_aborted("native_allreduce of " + std::to_string(count) + " elements", -1);
+          throw timeout_error("native_allreduce (MPI_Iallreduce) of " + std::to_string(count) +
+                                  " elements timed out after " +
+                                  std::to_string(options_.timeout.count()) + " ms",
+                              rank_);
+        }
+        std::this_thread::yield();
+      }
+      std::memcpy(static_cast<void*>(recv + off), work.get(), n * sizeof(T));
     }
     if constexpr (finalizing_op<Op>)
       for (std::size_t i = 0; i < count; ++i) recv[i] = finalize_op(op, recv[i], size_);

@@ -1,0 +1,133 @@
+// The execution layer on MPI (suite 'schedule', under mpirun): the same rank-level bodies
+// as the threads suite, plus MPI's own rules: the engine needs MPI_THREAD_MULTIPLE, and the
+// peers of a failed rank fail within a second through the failure announcement.
+#define DOCTEST_CONFIG_IMPLEMENT
+#include <doctest/doctest.h>
+#include <mpi.h>
+
+#include <cstdio>
+#include <sstream>
+#include <tcoll/transport/mpi.hpp>
+
+#include "cases.hpp"
+
+using namespace schedule_test;
+using namespace std::chrono_literals;
+
+namespace {
+int world_rank() {
+  int r = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &r);
+  return r;
+}
+tcoll::mpi_transport make(std::chrono::milliseconds timeout = 30s) {
+  return tcoll::mpi_transport(MPI_COMM_WORLD, timeout);
+}
+} // namespace
+
+TEST_CASE("mpi: many non-blocking allreduces in flight, issued from several threads") {
+  auto t = make();
+  many_in_flight_case(t, 24, 1);
+  many_in_flight_case(t, 24, 3);
+}
+
+TEST_CASE("mpi: mixed non-blocking collectives, requests, argument errors") {
+  auto t = make();
+  mixed_collectives_case(t);
+  destroyed_request_waits_case(t);
+  wait_for_case(t);
+  nonblocking_bad_arguments_case(t);
+}
+
+TEST_CASE("mpi: prepared allreduce, including passthrough to MPI_Allreduce") {
+  auto t = make();
+  for (std::size_t n : {std::size_t{0}, std::size_t{1}, std::size_t{999}, std::size_t{65537}}) {
+    prepared_case(t, tcoll::ring{}, n);
+    prepared_case(t, tcoll::recursive_doubling{}, n);
+    prepared_case(t, tcoll::automatic{}, n);
+    prepared_case(t, tcoll::passthrough{}, n);
+  }
+}
+
+TEST_CASE("mpi: scheduler with random plans, sizes and ready orders, fractional inputs") {
+  auto t = make();
+  for (unsigned seed = 1; seed <= 4; ++seed) {
+    scheduler_random_case(t, tcoll::recursive_doubling{}, seed, false);
+    scheduler_random_case(t, tcoll::binomial_tree{}, seed + 100, false);
+    scheduler_random_case(t, tcoll::ring{}, seed + 200, false);
+    scheduler_random_case(t, tcoll::ring{}, seed + 300, true);
+    scheduler_random_case(t, tcoll::passthrough{}, seed + 400, false);
+  }
+}
+
+TEST_CASE("mpi: scheduler errors and autotune") {
+  {
+    auto t = make();
+    plan_mismatch_case(t);
+    bad_marks_case(t);
+    autotune_case(t);
+  }
+  {
+    auto t = make(2s);
+    finish_early_case(t, 0);
+    MPI_Barrier(MPI_COMM_WORLD);
+  }
+  {
+    auto t = make(500ms);
+    silent_peer_case(t, t.size() - 1);
+    MPI_Barrier(MPI_COMM_WORLD);
+  }
+}
+
+TEST_CASE("mpi: peers of a failed rank fail within a second, not after the timeout") {
+  int P = 0;
+  MPI_Comm_size(MPI_COMM_WORLD, &P);
+  if (P < 2) return;
+  {
+    auto t = make(20s);
+    std::vector<float> v(1000, 0.5f);
+    const auto start = tcoll::clock::now();
+    if (world_rank() == 0) {
+      // rank 0's collective fails locally (a bad call on its engine) and breaks the transport
+      std::this_thread::sleep_for(200ms);
+      t.abort();
+    } else {
+      auto q = tcoll::iallreduce(t, std::span<float>(v), tcoll::sum_op{}, tcoll::ring{});
+      CHECK_THROWS_AS(q.wait(), tcoll::aborted_error);
+      CHECK(tcoll::clock::now() - start < 1200ms);
+    }
+    MPI_Barrier(MPI_COMM_WORLD);
+  }
+}
+
+int main(int argc, char** argv) {
+  int provided = 0;
+  MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &provided);
+  const int rank = world_rank();
+  if (provided != MPI_THREAD_MULTIPLE) {
+    if (rank == 0)
+      std::printf("SKIP: this MPI does not provide MPI_THREAD_MULTIPLE (got level %d)\n", provided);
+    MPI_Finalize();
+    return 77;
+  }
+  // as tests/mpi/main.cpp: rank 0 reports, the others only when they saw a failure
+  std::ostringstream captured;
+  int result = 0;
+  {
+    doctest::Context context;
+    context.setOption("no-colors", true);
+    context.applyCommandLine(argc, argv);
+    if (rank != 0) context.setCout(&captured);
+    result = context.run();
+  }
+  if (rank != 0 && result != 0) {
+    std::istringstream lines(captured.str());
+    std::string line, out;
+    while (std::getline(lines, line)) out += "[rank " + std::to_string(rank) + "] " + line + "\n";
+    std::fputs(out.c_str(), stderr);
+  }
+  int worst = 0;
+  MPI_Allreduce(&result, &worst, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+  MPI_Finalize();
+  return worst;
+}
