@@ -394,6 +394,7 @@ private:
   }
 
   void autotune_step() {
+    if (autotuned_) return; // measured once; no growth after the re-plan
     // measurements of this iteration
     for (const auto& bt : last_.buckets)
       samples_.push_back(
