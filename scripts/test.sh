@@ -17,7 +17,7 @@ run_suite() { # build-dir, then meson test arguments
 
 # The sanitizer builds compile only the executables of these suites (not the benchmarks,
 # planner or examples), which keeps the whole run well under 30 minutes on 2 cores.
-sanitized_suites=(--suite threads --suite hier --no-suite bench)
+sanitized_suites=(--suite threads --suite hier --suite schedule --no-suite bench)
 sanitized_targets() { # build dir -> its ninja targets behind the sanitized suites
   meson introspect "$1" --tests | python3 -c '
 import json, os, sys
@@ -26,7 +26,7 @@ targets = set()
 for test in json.load(sys.stdin):
     suites = {s.split(":")[-1] for s in test["suite"]}
     exe = test["cmd"][0]
-    if suites & {"threads", "hier"} and "bench" not in suites and exe.startswith(build + "/"):
+    if suites & {"threads", "hier", "schedule"} and "bench" not in suites and exe.startswith(build + "/"):
         targets.add(os.path.relpath(exe, build))
 print(" ".join(sorted(targets)))' "$1"
 }
@@ -35,7 +35,7 @@ print(" ".join(sorted(targets)))' "$1"
 ninja -C build -j "$jobs"
 run_suite build
 
-# Sanitizers on the in-process transports (threads suite and hierarchical/multi-ring), with the
+# Sanitizers on the in-process transports (threads, hierarchical/multi-ring, schedule), with the
 # quick test matrix (TCOLL_TEST_LEVEL, read in tests/common/collective_cases.hpp).
 [ -d build-asan ] || meson setup build-asan --buildtype=debugoptimized -Db_sanitize=address,undefined \
   -Db_lundef=false -Dmpi=disabled -Dcuda=disabled
