@@ -164,11 +164,19 @@ constexpr double allreduce_us(allreduce_algorithm a, double bytes, int ranks, hi
 }
 
 /// A communication cost model: callable with a message size in bytes, returns
-/// microseconds. Planners accept any such model; the optimal planner additionally
-/// needs it not to decrease when the message grows.
+/// microseconds. Planners accept any such model; the optimal planner's shortcuts
+/// additionally need it not to decrease when the message grows.
 template <class M>
 concept cost_model = requires(const M& m, double bytes) {
   { m(bytes) } -> std::convertible_to<double>;
+};
+
+/// A cost model that knows whether it is nondecreasing in the size and says so with
+/// `nondecreasing()`. The optimal planner takes its monotone shortcuts only for models
+/// that say yes (or, for models that cannot say, when the caller vouches for them).
+template <class M>
+concept monotonicity_reporting_cost_model = cost_model<M> && requires(const M& m) {
+  { m.nondecreasing() } -> std::convertible_to<bool>;
 };
 
 /// MG-WFBP Eq. 9: T(M) = a + b M.
@@ -180,6 +188,8 @@ struct linear_cost {
   }
   /// Models affine in the size expose their a + b M form (planners use it for speed).
   constexpr linear_cost affine() const noexcept { return *this; }
+  /// True when T does not decrease with the size (b >= 0).
+  constexpr bool nondecreasing() const noexcept { return per_byte_us >= 0.0; }
 };
 
 /// A cost model that is exactly a + b M and says so: planners may use the coefficients.
@@ -203,6 +213,8 @@ struct allreduce_cost {
     const double a = (*this)(0.0);
     return {a, ((*this)(probe)-a) / probe};
   }
+  /// True when the cost does not decrease with the size (nonnegative link parameters).
+  constexpr bool nondecreasing() const { return affine().nondecreasing(); }
 };
 
 /// Convenience: the cost of `algorithm` over `ranks` ranks of a flat network.
@@ -214,6 +226,8 @@ constexpr allreduce_cost flat_allreduce(allreduce_algorithm algorithm, int ranks
 /// OSF Eq. 18: t(D) = a1 log2(D) + b1 below the threshold, a2 D + b2 at or above it.
 /// The threshold is the bandwidth-delay product of the link. Sizes below one byte are
 /// evaluated at one byte, so t(0) = b1 is the cost of the smallest message.
+/// The two pieces are fitted separately, so the model may jump down at the threshold;
+/// `nondecreasing()` says whether it does (the optimal planner then scans in full).
 struct piecewise_cost {
   double log_slope_us = 0.0;     ///< a1, microseconds per doubling of the size
   double log_offset_us = 0.0;    ///< b1
@@ -225,6 +239,16 @@ struct piecewise_cost {
     if (bytes < threshold_bytes)
       return log_slope_us * detail::log2(bytes < 1.0 ? 1.0 : bytes) + log_offset_us;
     return linear_slope_us * bytes + linear_offset_us;
+  }
+
+  /// True when t does not decrease with the size: both slopes nonnegative and no drop at
+  /// the threshold (the linear piece there is at least the log piece's limit from below).
+  constexpr bool nondecreasing() const noexcept {
+    if (log_slope_us < 0.0 || linear_slope_us < 0.0) return false;
+    if (threshold_bytes <= 0.0) return true; // the linear piece alone
+    const double below =
+        log_slope_us * detail::log2(threshold_bytes < 1.0 ? 1.0 : threshold_bytes) + log_offset_us;
+    return linear_slope_us * threshold_bytes + linear_offset_us >= below;
   }
 };
 

@@ -12,7 +12,9 @@
 ///
 /// For a cost model that does not decrease with the size the scan over i, from j-1
 /// downward, stops once ready(j) + T(S(j) - S(i)) reaches the best value found: every
-/// earlier i gives a bucket at least that large, so it cannot do better.
+/// earlier i gives a bucket at least that large, so it cannot do better. Which models
+/// get that shortcut: see `optimal_options::cost_is_monotone`. A model that drops (the
+/// piecewise model of OSF Eq. 18 can drop at its threshold) is scanned in full.
 ///
 /// For an affine model T = a + b M with b >= 0 (every allreduce algorithm's model) the
 /// DP runs in O(L): F is then nondecreasing in j, so the i with F(i) <= ready(j) form a
@@ -20,6 +22,7 @@
 /// (F(i) - b S(i)) + a + b S(j), and a monotone queue keeps the minimum of F(i) - b S(i)
 /// over the window p(j) < i < j, whose ends only move right.
 
+#include <optional>
 #include <vector>
 
 #include "tcoll/plan/bucket_plan.hpp"
@@ -28,8 +31,12 @@ namespace tcoll::plan {
 
 /// Tuning knob of the optimal planner.
 struct optimal_options {
-  /// Allow the shortcuts that are exact only for cost models nondecreasing in size.
-  bool cost_is_monotone = true;
+  /// Whether the shortcuts that are exact only for cost models nondecreasing in size
+  /// may be used. nullopt (the default): ask the model. A model with `nondecreasing()`
+  /// (all of tcoll's models) gets the shortcuts exactly when it says yes; a model that
+  /// cannot say (a lambda) is scanned in full. true: the caller vouches for models that
+  /// cannot say (a model that says no is still scanned in full). false: never.
+  std::optional<bool> cost_is_monotone{};
 };
 
 /// Minimizes the simulated iteration time over all contiguous bucketings.
@@ -41,9 +48,19 @@ struct optimal_planner {
   constexpr bucket_plan plan(const workload& w, const Cost& cost) const {
     if constexpr (affine_cost_model<Cost>) {
       const linear_cost line = cost.affine();
-      if (options.cost_is_monotone && line.per_byte_us >= 0) return plan_affine(w, line);
+      if (shortcuts_allowed(cost) && line.per_byte_us >= 0) return plan_affine(w, line);
     }
     return plan_general(w, cost);
+  }
+
+  /// Whether the monotone shortcuts are exact for `cost` under these options.
+  template <cost_model Cost>
+  constexpr bool shortcuts_allowed(const Cost& cost) const {
+    if (options.cost_is_monotone == false) return false;
+    if constexpr (monotonicity_reporting_cost_model<Cost>)
+      return static_cast<bool>(cost.nondecreasing());
+    else
+      return options.cost_is_monotone.value_or(false);
   }
 
   /// The O(L^2) dynamic program for any cost model (used directly by tests).
@@ -54,12 +71,13 @@ struct optimal_planner {
     const auto s = prefixes(w);
     std::vector<double> finish(L + 1, 0.0);
     std::vector<std::size_t> previous_end(L + 1, 0);
+    const bool monotone = shortcuts_allowed(cost);
     for (std::size_t j = 1; j <= L; ++j) {
       double best = 0.0;
       std::size_t best_i = j;
       for (std::size_t i = j; i-- > 0;) {
         const double bucket_cost = static_cast<double>(cost(s.bytes[j] - s.bytes[i]));
-        if (options.cost_is_monotone && best_i != j && s.ready[j] + bucket_cost >= best) break;
+        if (monotone && best_i != j && s.ready[j] + bucket_cost >= best) break;
         const double start = finish[i] > s.ready[j] ? finish[i] : s.ready[j];
         const double candidate = start + bucket_cost;
         if (best_i == j || candidate < best) {
