@@ -163,3 +163,67 @@ TEST_CASE("tensor_allreduce: argument errors") {
                          doctest::Contains("buffers[1] is null"), invalid_argument);
   });
 }
+
+TEST_CASE("tensor_allreduce: avg divides by the buffers of all ranks when ranks own different "
+          "numbers (issue 11)") {
+  // rank r owns r + 1 buffers; buffer b of rank r holds 0.25 (member + 1) + 0.5 i with
+  // member = its index over all ranks' buffers: sums of quarters are exact, so the
+  // expected mean is the exact sum divided once by the member count.
+  for (int P : {1, 2, 3, 4})
+    for (std::size_t n : {std::size_t{1}, std::size_t{7}, std::size_t{100}}) {
+      CAPTURE(P);
+      CAPTURE(n);
+      const int members = P * (P + 1) / 2;
+      double member_sum = 0; // sum over members of 0.25 (member + 1)
+      for (int m = 0; m < members; ++m) member_sum += 0.25 * (m + 1);
+      std::atomic<int> wrong{0};
+      results<double> first(P);
+      thread_team(P).run([&](thread_transport& t) {
+        const int B = t.rank() + 1, first_member = t.rank() * (t.rank() + 1) / 2;
+        std::vector<std::vector<double>> bufs(static_cast<std::size_t>(B), std::vector<double>(n));
+        std::vector<double*> ptrs;
+        for (int b = 0; b < B; ++b) {
+          for (std::size_t i = 0; i < n; ++i)
+            bufs[std::size_t(b)][i] = 0.25 * (first_member + b + 1) + 0.5 * double(i);
+          ptrs.push_back(bufs[std::size_t(b)].data());
+        }
+        tensor_allreduce(t, std::span<double* const>(ptrs), n, avg_op{}, tensor_options{64});
+        for (const auto& v : bufs)
+          for (std::size_t i = 0; i < n; ++i)
+            if (v[i] != (member_sum + 0.5 * double(i) * members) / members) wrong += 1;
+        first.per_rank[std::size_t(t.rank())] = bufs[0];
+        // sum needs no exchange and sums every buffer of every rank
+        for (auto& v : bufs) std::fill(v.begin(), v.end(), 1.5);
+        tensor_allreduce(t, std::span<double* const>(ptrs), n, sum_op{}, tensor_options{64});
+        for (const auto& v : bufs)
+          for (double x : v)
+            if (x != 1.5 * members) wrong += 1;
+      });
+      CHECK(wrong == 0);
+      CHECK(first.identical());
+    }
+}
+
+TEST_CASE("tensor_allreduce: avg with different element counts fails on every rank, naming the "
+          "rank that differs, and leaves the transport usable") {
+  std::atomic<int> thrown{0}, wrong{0};
+  thread_team(3).run([&](thread_transport& t) {
+    const std::size_t n = t.rank() == 2 ? 12 : 10; // rank 2 passes a different count
+    std::vector<double> a(12, 1.0);
+    std::vector<double*> ptrs{a.data()};
+    try {
+      tensor_allreduce(t, std::span<double* const>(ptrs), n, avg_op{});
+    } catch (const invalid_argument& e) {
+      const std::string what = e.what();
+      if (what.find("rank 0 passed 10, rank 2 passed 12") != std::string::npos && e.peer() == 2)
+        thrown += 1;
+    }
+    // nothing broke: the next collective runs
+    std::fill(a.begin(), a.end(), 0.5 * (t.rank() + 1));
+    tensor_allreduce(t, std::span<double* const>(ptrs), 12, avg_op{});
+    for (double x : a)
+      if (x != 1.0) wrong += 1;
+  });
+  CHECK(thrown == 3);
+  CHECK(wrong == 0);
+}

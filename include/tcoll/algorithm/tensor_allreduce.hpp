@@ -9,13 +9,20 @@
 /// Cost per segment of n bytes, B local buffers, P ranks:
 ///   ring(P, n) + (B-1) n gamma_local + (B-1) n beta_local, with all but the first
 ///   segment's local reduction and the last segment's broadcast hidden behind transfers.
+/// Ranks may own different numbers of buffers. A finalizing op (avg) divides by the total
+/// number of buffers over all ranks, which a small allgather of every rank's (buffer count,
+/// element count) finds first; that allgather also checks that every rank passed the
+/// same element count (an invalid_argument on every rank naming the first rank that
+/// differs from rank 0). Other ops need no exchange and do not check.
 #include <cstddef>
 #include <cstdint>
 #include <initializer_list>
+#include <limits>
 #include <span>
 #include <string>
 #include <string_view>
 #include <utility>
+#include <vector>
 
 #include "../collectives.hpp"
 #include "../core/concepts.hpp"
@@ -36,6 +43,33 @@ bool ranges_overlap(const T* a, const T* b, std::size_t n) {
   const auto ia = reinterpret_cast<std::uintptr_t>(a), ib = reinterpret_cast<std::uintptr_t>(b);
   return ia < ib + n * sizeof(T) && ib < ia + n * sizeof(T);
 }
+
+/// The total number of local buffers over all ranks of `t`, from an allgather (in the
+/// message space `tag`, host memory) of every rank's (buffer count, element count).
+/// Throws invalid_argument, on every rank alike, when the element counts differ.
+template <transport Tr>
+int tensor_members(Tr& t, int tag, std::size_t buffers, std::size_t count, const ring& algo) {
+  const int rank = t.rank(), P = t.size();
+  const std::uint64_t mine[2] = {buffers, count};
+  std::vector<std::uint64_t> all(2 * static_cast<std::size_t>(P));
+  cpu_reducer host;
+  guarded(t, [&] { allgather_tagged(t, tag, mine, all.data(), 2, algo, host); });
+  std::uint64_t total = 0;
+  for (int r = 0; r < P; ++r) {
+    const std::size_t i = 2 * static_cast<std::size_t>(r);
+    if (all[i + 1] != all[1])
+      throw invalid_argument("tensor_allreduce: count differs across ranks: rank 0 passed " +
+                                 std::to_string(all[1]) + ", rank " + std::to_string(r) +
+                                 " passed " + std::to_string(all[i + 1]),
+                             rank, r);
+    total += all[i];
+  }
+  if (total > static_cast<std::uint64_t>(std::numeric_limits<int>::max()))
+    throw invalid_argument("tensor_allreduce: " + std::to_string(total) +
+                               " buffers over all ranks is more than avg can divide by",
+                           rank);
+  return static_cast<int>(total);
+}
 } // namespace detail
 
 /// Tuning knobs of `tensor_allreduce`.
@@ -49,7 +83,8 @@ struct tensor_options {
 
 /// In-place allreduce of `count` elements over every local buffer of every rank: afterwards
 /// each of `buffers` (on every rank) holds op over all ranks' buffers. The local buffers
-/// must not overlap; the op must be commutative. avg divides by size() * buffers.size().
+/// must not overlap; the op must be commutative. `count` must be the same on every rank;
+/// `buffers.size()` may differ. avg divides by the number of buffers over all ranks.
 template <transport Tr, class T, class Op = sum_op, reducer R = cpu_reducer>
 void tensor_allreduce(Tr& t, std::span<T* const> buffers, std::size_t count, const Op& op = {},
                       const tensor_options& opt = {}, R red = {}) {
@@ -68,10 +103,16 @@ void tensor_allreduce(Tr& t, std::span<T* const> buffers, std::size_t count, con
         throw invalid_argument(
             "tensor_allreduce: " + arg + " overlaps buffers[" + std::to_string(c) + "]", rank);
   }
+  int members = P * static_cast<int>(B); // every rank's buffers; exchanged for avg
+  int tag = 0;
+  if constexpr (finalizing_op<Op>) {
+    tag = detail::begin_collective(t);
+    members = detail::tensor_members(t, tag, B, count, opt.inter);
+  }
   if (count == 0) return;
+  if constexpr (!finalizing_op<Op>) tag = detail::begin_collective(t);
   const auto pop = detail::phase_op(op);
   using PhaseOp = std::remove_cv_t<decltype(pop)>;
-  const int members = P * static_cast<int>(B);
   T* const acc = buffers[0];
   const std::size_t seg = std::max<std::size_t>(1, opt.segment_bytes / sizeof(T));
   const std::size_t nseg = (count + seg - 1) / seg;
@@ -88,7 +129,6 @@ void tensor_allreduce(Tr& t, std::span<T* const> buffers, std::size_t count, con
     for (std::size_t b = 1; b < B; ++b) red.copy(buffers[b] + off, acc + off, n);
   };
 
-  const int tag = detail::begin_collective(t);
   detail::guarded(t, [&] {
     local_reduce(0);
     red.synchronize();
