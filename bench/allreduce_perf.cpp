@@ -18,6 +18,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <string>
+#include <string_view>
 #include <unistd.h>
 #include <vector>
 
@@ -96,7 +97,12 @@ int run_mpi(const perf_options& o, int& argc, char**& argv) {
   MPI_Init(&argc, &argv);
   int status = 0;
   {
-    mpi_transport t(MPI_COMM_WORLD, std::chrono::seconds(o.timeout_s));
+    // passthrough is the baseline: MPI_Allreduce itself, not tcoll's polled MPI_Iallreduce
+    // (TCOLL_BENCH_NATIVE=polled measures the latter, the default of mpi_transport).
+    const char* native = std::getenv("TCOLL_BENCH_NATIVE");
+    const bool polled = native && std::string_view(native) == "polled";
+    mpi_transport t(MPI_COMM_WORLD, mpi_options{.timeout = std::chrono::seconds(o.timeout_s),
+                                                .blocking_native_allreduce = !polled});
     char host[256] = "?";
     gethostname(host, sizeof host - 1);
     std::vector<char> hosts(static_cast<std::size_t>(t.size()) * 256);

@@ -195,6 +195,16 @@ TEST_CASE("allreduce on MPI: zero, small, uneven and segmented counts") {
   check_case<tcoll::half, tcoll::avg_op>(t, big, true, tcoll::passthrough{});
 }
 
+TEST_CASE("passthrough with blocking_native_allreduce (MPI_Allreduce itself) is checked too") {
+  tcoll::mpi_transport t(MPI_COMM_WORLD,
+                         tcoll::mpi_options{.timeout = 30s, .blocking_native_allreduce = true});
+  for (bool in_place : {false, true}) {
+    for (std::size_t count : {std::size_t{0}, std::size_t{7}, std::size_t{4099}})
+      check_case<float, tcoll::sum_op>(t, count, in_place, tcoll::passthrough{});
+    check_case<double, tcoll::avg_op>(t, 1000, in_place, tcoll::passthrough{});
+  }
+}
+
 TEST_CASE("allreduce on MPI: transfers split into many MPI messages") {
   tcoll::mpi_transport t(MPI_COMM_WORLD, tcoll::mpi_options{30s, 4096});
   check_case<float, tcoll::sum_op>(t, 100003, false, tcoll::ring{});

@@ -46,6 +46,11 @@ struct mpi_options {
   /// is fastest when every rank has a core; with more ranks than cores, yielding lets the
   /// peer that holds the data run.
   int polls_per_yield = 64;
+  /// `native_allreduce` (`tcoll::passthrough`) calls `MPI_Allreduce` itself instead of
+  /// polling `MPI_Iallreduce` on a copy: no copy and MPI's own progress loop, but no
+  /// timeout and no failure announcements (a peer that dies hangs the call). Benchmarks
+  /// set it to measure the vendor collective as it is.
+  bool blocking_native_allreduce = false;
 };
 
 namespace detail::mpi {
@@ -495,6 +500,18 @@ public:
       const Op* saved;
       ~restore() { detail::mpi::current_op<Op> = saved; }
     } guard{saved};
+    if (options_.blocking_native_allreduce) {
+      const bool in_place = static_cast<const void*>(send) == static_cast<void*>(recv);
+      for (std::size_t off = 0; off < count; off += INT_MAX) {
+        const int n = static_cast<int>(std::min<std::size_t>(INT_MAX, count - off));
+        const void* s = in_place ? MPI_IN_PLACE : static_cast<const void*>(send + off);
+        detail::mpi::check(MPI_Allreduce(s, recv + off, n, type, mop, comm_), "MPI_Allreduce",
+                           rank_);
+      }
+      if constexpr (finalizing_op<Op>)
+        for (std::size_t i = 0; i < count; ++i) recv[i] = finalize_op(op, recv[i], size_);
+      return;
+    }
     // MPI_Iallreduce on a buffer owned by the call, polled against the transport timeout
     // and the peers' failure announcements. A collective request cannot be cancelled: on
     // time-out or abort it is left to MPI together with its buffer (leaked, so a late
@@ -509,7 +526,8 @@ public:
       detail::mpi::check(
           MPI_Iallreduce(MPI_IN_PLACE, work.get(), static_cast<int>(n), type, mop, comm_, &q),
           "MPI_Iallreduce", rank_);
-      const deadline when = clock::now() + options_.timeout;
+      const auto started = clock::now();
+      const deadline when = started + options_.timeout;
       for (int polls = 1;; ++polls) {
         int flag = 0;
         detail::mpi::check(MPI_Test(&q, &flag, MPI_STATUS_IGNORE), "MPI_Test(MPI_Iallreduce)",
@@ -518,7 +536,8 @@ public:
         if (polls % options_.polls_per_yield != 0) continue;
         poll_announcements();
         const bool aborted = state_->aborted.load(std::memory_order_relaxed);
-        if (aborted || clock::now() >= when) {
+        const auto now = clock::now();
+        if (aborted || now >= when) {
           (void)work.release(); // MPI may still write it
           state_->broken.store(true);
           if (aborted)
@@ -528,7 +547,10 @@ public:
                                   std::to_string(options_.timeout.count()) + " ms",
                               rank_);
         }
-        std::this_thread::yield();
+        // Spin like MPI's own blocking loop for the first millisecond (libnbc progresses
+        // only inside MPI_Test; a yield under load costs a time slice per round), then let
+        // an oversubscribed peer run.
+        if (now - started > std::chrono::milliseconds(1)) std::this_thread::yield();
       }
       std::memcpy(static_cast<void*>(recv + off), work.get(), n * sizeof(T));
     }
