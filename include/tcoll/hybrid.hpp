@@ -1,0 +1,10 @@
+#pragma once
+/// \file
+/// The hybrid-communication adaptor (Poseidon Sec. 3.2): per-layer choice between dense
+/// allreduce and sufficient-factor broadcasting (`best_scheme`, `best_schemes`, Poseidon's
+/// Algorithm 1 as `poseidon_best_scheme`), and the SFB collective itself (`sfb_allreduce`,
+/// `isfb_allreduce`) with its GEMM policy (`host_gemm`). The Eigen GEMM policy is in
+/// hybrid/eigen_gemm.hpp (include it where Eigen is available). See docs/hybrid.md.
+#include "hybrid/best_scheme.hpp"
+#include "hybrid/gemm.hpp"
+#include "hybrid/sfb.hpp"

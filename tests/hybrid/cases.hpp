@@ -1,0 +1,363 @@
+#pragma once
+// Rank-level bodies of the hybrid suite (sufficient-factor allreduce), written once over any
+// transport and GEMM policy. Expectations never come from the code under test: exact sums
+// are computed here in 64-bit integers, dense references by this file's own loops and a
+// dense tcoll::allreduce, rounding bounds by this file's own formula, identity across ranks
+// by an allgather of hashes.
+#include <doctest/doctest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <random>
+#include <span>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <tcoll/hybrid.hpp>
+#include <tcoll/schedule.hpp>
+#include <tcoll/tcoll.hpp>
+
+#include "../common/collective_cases.hpp"
+
+namespace hybrid_test {
+
+using tcoll::hybrid::host_gemm;
+
+inline bool quick() {
+  return tcoll::testing::level() == tcoll::testing::test_level::quick;
+}
+
+inline std::uint64_t mix(std::uint64_t x) {
+  x ^= x >> 33;
+  x *= 0xff51afd7ed558ccdull;
+  x ^= x >> 33;
+  x *= 0xc4ceb9fe1a85ec53ull;
+  x ^= x >> 33;
+  return x;
+}
+
+/// A layer's factors on one rank: u is K x M, v is K x N (row k = sample k).
+template <class T>
+struct factors {
+  std::vector<T> u, v;
+};
+
+/// Rank r's factors of case `seed`: integer-valued in [-3, 3] (`integral`), else fractional
+/// in (-1, 1) with many mantissa bits set. Every rank can build every rank's factors.
+template <class T>
+factors<T> make_factors(std::uint64_t seed, int r, std::size_t K, std::size_t M, std::size_t N,
+                        bool integral) {
+  auto value = [&](std::uint64_t which, std::size_t i) {
+    const std::uint64_t h = mix(seed * 1000003ull + static_cast<std::uint64_t>(r) * 7919ull +
+                                which * 104729ull + i * 2654435761ull);
+    if (integral) return static_cast<T>(static_cast<int>(h % 7) - 3);
+    return static_cast<T>((static_cast<double>(h % 2000003) - 1000001.0) / 1000003.0 + 1e-7);
+  };
+  factors<T> f;
+  f.u.resize(K * M);
+  f.v.resize(K * N);
+  for (std::size_t i = 0; i < f.u.size(); ++i) f.u[i] = value(1, i);
+  for (std::size_t i = 0; i < f.v.size(); ++i) f.v[i] = value(2, i);
+  return f;
+}
+
+inline std::uint64_t hash_bytes(const void* p, std::size_t n) {
+  const auto* b = static_cast<const unsigned char*>(p);
+  std::uint64_t h = 1469598103934665603ull;
+  for (std::size_t i = 0; i < n; ++i) h = (h ^ b[i]) * 1099511628211ull;
+  return h;
+}
+
+/// True when `n` bytes at `p` are the same on every rank.
+template <class Tr>
+bool identical_on_all_ranks(Tr& t, const void* p, std::size_t n) {
+  const std::uint64_t mine = hash_bytes(p, n);
+  std::vector<std::uint64_t> all(static_cast<std::size_t>(t.size()));
+  tcoll::allgather(t, &mine, all.data(), 1);
+  return std::all_of(all.begin(), all.end(), [&](std::uint64_t h) { return h == mine; });
+}
+
+template <class T>
+bool same_bits(const std::vector<T>& a, const std::vector<T>& b) {
+  return a.size() == b.size() &&
+         (a.empty() || std::memcmp(a.data(), b.data(), a.size() * sizeof(T)) == 0);
+}
+
+/// gamma(n) = n u / (1 - n u), this file's own copy of the standard bound.
+inline double gamma_n(double n, double u) {
+  return n * u / (1.0 - n * u);
+}
+
+template <class T>
+constexpr double unit_roundoff() {
+  return std::is_same_v<T, float> ? 0x1p-24 : 0x1p-53;
+}
+
+/// Random shape of case `seed` (the same on every rank).
+struct shape {
+  std::size_t K, M, N;
+};
+inline shape random_shape(std::uint64_t seed, std::size_t max_mn, std::size_t max_k) {
+  std::mt19937_64 g(seed);
+  return {1 + g() % max_k, 1 + g() % max_mn, 1 + g() % max_mn};
+}
+
+// ---------------------------------------------------------------------------------------
+// Reconstruction against references.
+
+/// Integer-valued factors: every element of the SFB sum (and of avg, for P a power of two)
+/// equals the exact sum over all ranks' samples, computed here in 64-bit integers.
+template <class T, class Gemm = host_gemm, class Tr>
+void exact_case(Tr& t, std::uint64_t seed, shape s, bool average = false) {
+  const int P = t.size(), r = t.rank();
+  const auto mine = make_factors<T>(seed, r, s.K, s.M, s.N, true);
+  std::vector<T> grad(s.M * s.N, T(-77));
+  if (average)
+    tcoll::hybrid::sfb_allreduce(t, mine.u.data(), mine.v.data(), s.K, s.M, s.N, grad.data(),
+                                 tcoll::avg_op{}, Gemm{});
+  else
+    tcoll::hybrid::sfb_allreduce(t, mine.u.data(), mine.v.data(), s.K, s.M, s.N, grad.data(),
+                                 tcoll::sum_op{}, Gemm{});
+  std::vector<std::int64_t> exact(s.M * s.N, 0);
+  for (int q = 0; q < P; ++q) {
+    const auto f = make_factors<T>(seed, q, s.K, s.M, s.N, true);
+    for (std::size_t k = 0; k < s.K; ++k)
+      for (std::size_t i = 0; i < s.M; ++i)
+        for (std::size_t j = 0; j < s.N; ++j)
+          exact[i * s.N + j] += static_cast<std::int64_t>(f.u[k * s.M + i]) *
+                                static_cast<std::int64_t>(f.v[k * s.N + j]);
+  }
+  std::size_t wrong = 0;
+  for (std::size_t e = 0; e < exact.size(); ++e) {
+    const double want = average ? static_cast<double>(exact[e]) / P : static_cast<double>(exact[e]);
+    if (static_cast<double>(grad[e]) != want) ++wrong;
+  }
+  CHECK(wrong == 0);
+}
+
+/// Fractional factors: the result is bitwise identical on every rank, within gamma(PK) S of
+/// the exact sum (long double), and within
+/// (gamma(PK) + gamma(K+P-1)) S of a dense allreduce of per-rank gradients that this file
+/// computes with its own loop; for avg the bound is (gamma(PK+1) + gamma(K+P)) S / P.
+template <class T, class Gemm = host_gemm, class Tr>
+void fractional_case(Tr& t, std::uint64_t seed, shape s, bool average = false) {
+  const int P = t.size(), r = t.rank();
+  const std::size_t MN = s.M * s.N;
+  const auto mine = make_factors<T>(seed, r, s.K, s.M, s.N, false);
+  std::vector<T> grad(MN, T(-77));
+  if (average)
+    tcoll::hybrid::sfb_allreduce(t, mine.u.data(), mine.v.data(), s.K, s.M, s.N, grad.data(),
+                                 tcoll::avg_op{}, Gemm{});
+  else
+    tcoll::hybrid::sfb_allreduce(t, mine.u.data(), mine.v.data(), s.K, s.M, s.N, grad.data(),
+                                 tcoll::sum_op{}, Gemm{});
+  CHECK(identical_on_all_ranks(t, grad.data(), MN * sizeof(T)));
+
+  // Dense path: this rank's K-term gradient, then a dense allreduce (sum or avg).
+  std::vector<T> local(MN, T(0));
+  for (std::size_t i = 0; i < s.M; ++i)
+    for (std::size_t j = 0; j < s.N; ++j) {
+      T acc = 0;
+      for (std::size_t k = 0; k < s.K; ++k) acc += mine.u[k * s.M + i] * mine.v[k * s.N + j];
+      local[i * s.N + j] = acc;
+    }
+  std::vector<T> dense(MN);
+  if (average)
+    tcoll::allreduce(t, local.data(), dense.data(), MN, tcoll::avg_op{});
+  else
+    tcoll::allreduce(t, local.data(), dense.data(), MN, tcoll::sum_op{});
+
+  // Exact sums and magnitudes over every rank's samples, in long double.
+  std::vector<long double> exact(MN, 0.0L), mag(MN, 0.0L);
+  for (int q = 0; q < P; ++q) {
+    const auto f = make_factors<T>(seed, q, s.K, s.M, s.N, false);
+    for (std::size_t k = 0; k < s.K; ++k)
+      for (std::size_t i = 0; i < s.M; ++i)
+        for (std::size_t j = 0; j < s.N; ++j) {
+          const long double p = static_cast<long double>(f.u[k * s.M + i]) * f.v[k * s.N + j];
+          exact[i * s.N + j] += p;
+          mag[i * s.N + j] += std::fabs(p);
+        }
+  }
+  const double u = unit_roundoff<T>();
+  const double n = static_cast<double>(P) * static_cast<double>(s.K);
+  const double to_exact = average ? gamma_n(n + 1, u) / P : gamma_n(n, u);
+  const double to_dense = average ? (gamma_n(n + 1, u) + gamma_n(s.K + P, u)) / P
+                                  : gamma_n(n, u) + gamma_n(s.K + P - 1, u);
+  // A slack of 1e-3 relative to the bound absorbs the long double reference's own error.
+  std::size_t beyond_exact = 0, beyond_dense = 0;
+  for (std::size_t e = 0; e < MN; ++e) {
+    const long double want = average ? exact[e] / P : exact[e];
+    const long double err_exact = std::fabs(static_cast<long double>(grad[e]) - want);
+    const long double err_dense =
+        std::fabs(static_cast<long double>(grad[e]) - static_cast<long double>(dense[e]));
+    if (err_exact > to_exact * 1.001 * mag[e]) ++beyond_exact;
+    if (err_dense > to_dense * 1.001 * mag[e]) ++beyond_dense;
+  }
+  CHECK(beyond_exact == 0);
+  CHECK(beyond_dense == 0);
+  // The library states the same bound.
+  CHECK(tcoll::hybrid::sfb_reassociation_bound(s.K, P, u, average) ==
+        doctest::Approx(to_dense).epsilon(1e-12));
+}
+
+// ---------------------------------------------------------------------------------------
+// Non-blocking.
+
+/// Poseidon's Algorithm 2 shape: one SFB job per FC layer, started from the last layer to
+/// the first as if backward produced them, a dense iallreduce of each layer's bias in
+/// between, all in flight together, waited in another order (and one polled with test()).
+/// Every result must equal, bit for bit, the blocking call on the same inputs.
+template <class T, class Gemm = host_gemm, class Tr>
+void nonblocking_case(Tr& t, std::uint64_t seed) {
+  const int r = t.rank();
+  const shape shapes[] = {{3, 17, 9}, {1, 1, 1}, {8, 40, 33}, {5, 64, 2}, {2, 6, 71}};
+  constexpr std::size_t L = std::size(shapes);
+  std::vector<factors<T>> f;
+  std::vector<std::vector<T>> grad(L), bias(L), bias_blocking(L);
+  for (std::size_t l = 0; l < L; ++l) {
+    f.push_back(make_factors<T>(seed + l, r, shapes[l].K, shapes[l].M, shapes[l].N, false));
+    grad[l].assign(shapes[l].M * shapes[l].N, T(-1));
+    bias[l].resize(shapes[l].M);
+    for (std::size_t i = 0; i < shapes[l].M; ++i)
+      bias[l][i] = static_cast<T>(0.1 + 0.37 * static_cast<double>(r) + 0.013 * i);
+    bias_blocking[l] = bias[l];
+  }
+  using handle = tcoll::hybrid::sfb_request<T, tcoll::avg_op, Gemm, tcoll::cpu_reducer>;
+  std::vector<handle> sfb(L);
+  std::vector<tcoll::request> dense(L);
+  for (std::size_t l = L; l-- > 0;) {
+    const shape& s = shapes[l];
+    sfb[l] = tcoll::hybrid::isfb_allreduce(t, f[l].u.data(), f[l].v.data(), s.K, s.M, s.N,
+                                           grad[l].data(), tcoll::avg_op{}, Gemm{});
+    dense[l] = tcoll::iallreduce(t, std::span<T>(bias[l]), tcoll::avg_op{});
+  }
+  // poll one, wait the others in forward order
+  while (!sfb[2].test()) std::this_thread::yield();
+  for (std::size_t l = 0; l < L; ++l) {
+    sfb[l].wait();
+    dense[l].wait();
+  }
+  for (std::size_t l = 0; l < L; ++l) {
+    const shape& s = shapes[l];
+    std::vector<T> blocking(s.M * s.N, T(-2));
+    tcoll::hybrid::sfb_allreduce(t, f[l].u.data(), f[l].v.data(), s.K, s.M, s.N, blocking.data(),
+                                 tcoll::avg_op{}, Gemm{});
+    CHECK(same_bits(grad[l], blocking));
+    CHECK(identical_on_all_ranks(t, grad[l].data(), grad[l].size() * sizeof(T)));
+    tcoll::allreduce(t, std::span<T>(bias_blocking[l]), tcoll::avg_op{});
+    CHECK(same_bits(bias[l], bias_blocking[l]));
+  }
+}
+
+/// avg is the sum divided by P, once per element: checked against this file's own division
+/// of the blocking sum.
+template <class T, class Tr>
+void average_is_sum_over_p_case(Tr& t, std::uint64_t seed, shape s) {
+  const int P = t.size();
+  const auto f = make_factors<T>(seed, t.rank(), s.K, s.M, s.N, false);
+  std::vector<T> sum(s.M * s.N), avg(s.M * s.N);
+  tcoll::hybrid::sfb_allreduce(t, f.u.data(), f.v.data(), s.K, s.M, s.N, sum.data());
+  tcoll::hybrid::sfb_allreduce(t, f.u.data(), f.v.data(), s.K, s.M, s.N, avg.data(),
+                               tcoll::avg_op{});
+  for (T& x : sum) x = x / static_cast<T>(P);
+  CHECK(same_bits(sum, avg));
+}
+
+// ---------------------------------------------------------------------------------------
+// Bad input.
+
+/// Runs `f` and returns the invalid_argument it throws (its what() and peer()); fails the
+/// test if it throws nothing.
+struct caught {
+  std::string what;
+  int peer = -2;
+  bool thrown = false;
+};
+template <class F>
+caught catch_invalid(F&& f) {
+  caught c;
+  try {
+    f();
+  } catch (const tcoll::invalid_argument& e) {
+    c = {e.what(), e.peer(), true};
+  }
+  CHECK(c.thrown);
+  return c;
+}
+
+inline bool contains(const std::string& s, const std::string& part) {
+  return s.find(part) != std::string::npos;
+}
+
+/// One rank passes a bad argument or a different shape: every rank throws
+/// tcoll::invalid_argument naming that rank and the argument, blocking and non-blocking,
+/// and the transport stays usable (a correct call afterwards gives the exact result).
+template <class Tr>
+void bad_input_case(Tr& t) {
+  const int P = t.size(), r = t.rank();
+  const int bad = P - 1;
+  const shape s{2, 3, 4};
+  const auto f = make_factors<float>(5, r, s.K, s.M, s.N, true);
+  std::vector<float> grad(s.M * s.N);
+  auto expect_named = [&](const caught& c, const std::string& what) {
+    CAPTURE(c.what);
+    CHECK(contains(c.what, "sfb_allreduce: rank " + std::to_string(bad)));
+    CHECK(contains(c.what, what));
+    CHECK(c.peer == (r == bad ? -1 : bad));
+  };
+  auto sfb = [&](const float* u, const float* v, std::size_t K, std::size_t M, std::size_t N,
+                 float* g) { tcoll::hybrid::sfb_allreduce(t, u, v, K, M, N, g); };
+  auto isfb = [&](const float* u, const float* v, std::size_t K, std::size_t M, std::size_t N,
+                  float* g) {
+    auto q = tcoll::hybrid::isfb_allreduce(t, u, v, K, M, N, g);
+    q.wait();
+  };
+  const bool me = r == bad;
+  for (int nb = 0; nb < 2; ++nb) {
+    auto call = [&](auto&&... a) { nb ? isfb(a...) : sfb(a...); };
+    expect_named(
+        catch_invalid([&] { call(f.u.data(), f.v.data(), me ? 0 : s.K, s.M, s.N, grad.data()); }),
+        "K (samples per rank) is 0");
+    expect_named(catch_invalid([&] {
+                   call(me ? nullptr : f.u.data(), f.v.data(), s.K, s.M, s.N, grad.data());
+                 }),
+                 "u is null but K x M = 2 x 3 elements");
+    expect_named(catch_invalid([&] {
+                   call(f.u.data(), me ? nullptr : f.v.data(), s.K, s.M, s.N, grad.data());
+                 }),
+                 "v is null");
+    expect_named(catch_invalid([&] {
+                   call(f.u.data(), f.v.data(), s.K, s.M, s.N, me ? nullptr : grad.data());
+                 }),
+                 "grad is null but M x N = 3 x 4 elements");
+    expect_named(
+        catch_invalid([&] { call(f.u.data(), f.v.data(), s.K, me ? 0 : s.M, s.N, grad.data()); }),
+        "M (rows of the gradient, length of u) is 0");
+    expect_named(
+        catch_invalid([&] { call(f.u.data(), f.v.data(), s.K, s.M, me ? 0 : s.N, grad.data()); }),
+        "N (columns of the gradient, length of v) is 0");
+    expect_named(catch_invalid([&] {
+                   call(f.u.data(), f.v.data(), s.K, me ? std::size_t(1) << 62 : s.M, s.N,
+                        grad.data());
+                 }),
+                 "overflows the address space");
+    if (P > 1) {
+      // shape mismatches: the rank that differs from rank 0 is named
+      expect_named(catch_invalid([&] {
+                     call(f.u.data(), f.v.data(), s.K, me ? s.M - 1 : s.M, s.N, grad.data());
+                   }),
+                   "has factor shapes K = 2, M = 2, N = 4 but rank 0 has K = 2, M = 3, N = 4");
+      expect_named(
+          catch_invalid([&] { call(f.u.data(), f.v.data(), me ? 1 : s.K, s.M, s.N, grad.data()); }),
+          "K = 1, M = 3, N = 4 but rank 0 has K = 2");
+    }
+  }
+  // The errors left the transport usable: a correct call gives the exact sum.
+  exact_case<float>(t, 11, s);
+}
+
+} // namespace hybrid_test

@@ -1,0 +1,116 @@
+// The hybrid adaptor on the threads transport (suite 'hybrid'): sufficient-factor allreduce
+// against exact and dense references for random shapes on 1-16 ranks, bitwise identity
+// across ranks, avg, the non-blocking path, bad input, and the host GEMM's fixed order.
+#define DOCTEST_CONFIG_IMPLEMENT_WITH_MAIN
+#include <doctest/doctest.h>
+
+#include "cases.hpp"
+
+using namespace hybrid_test;
+using namespace std::chrono_literals;
+
+namespace {
+template <class F>
+void on_team(int P, F&& f) {
+  tcoll::thread_team(P, 30s).run(f);
+}
+std::vector<int> rank_counts() {
+  if (quick()) return {1, 2, 3, 5, 8, 16};
+  std::vector<int> all;
+  for (int P = 1; P <= 16; ++P) all.push_back(P);
+  return all;
+}
+} // namespace
+
+TEST_CASE("SFB equals the exact sum for integer-valued factors, random shapes, 1-16 ranks") {
+  const int shapes_per_p = quick() ? 1 : 3;
+  for (int P : rank_counts())
+    for (int c = 0; c < shapes_per_p; ++c) {
+      const std::uint64_t seed = 100 * static_cast<std::uint64_t>(P) + c;
+      const shape s = random_shape(seed, 48, 12);
+      CAPTURE(P);
+      CAPTURE(s.K);
+      CAPTURE(s.M);
+      CAPTURE(s.N);
+      on_team(P, [&](tcoll::thread_transport& t) {
+        exact_case<float>(t, seed, s);
+        exact_case<double>(t, seed, s);
+        if ((P & (P - 1)) == 0) exact_case<float>(t, seed, s, true); // exact division
+      });
+    }
+}
+
+TEST_CASE("SFB with fractional factors: identical bits on every rank, within the "
+          "reassociation bound of the exact sum and of a dense allreduce") {
+  const int shapes_per_p = quick() ? 1 : 3;
+  for (int P : rank_counts())
+    for (int c = 0; c < shapes_per_p; ++c) {
+      const std::uint64_t seed = 7000 + 100 * static_cast<std::uint64_t>(P) + c;
+      const shape s = random_shape(seed, 48, 12);
+      CAPTURE(P);
+      CAPTURE(s.K);
+      CAPTURE(s.M);
+      CAPTURE(s.N);
+      on_team(P, [&](tcoll::thread_transport& t) {
+        fractional_case<float>(t, seed, s);
+        fractional_case<float>(t, seed, s, true);
+        fractional_case<double>(t, seed, s);
+        average_is_sum_over_p_case<float>(t, seed, s);
+      });
+    }
+}
+
+TEST_CASE("SFB on a larger layer (several GEMM tiles in both directions)") {
+  const shape s = quick() ? shape{4, 70, 600} : shape{16, 300, 1100};
+  for (int P : {2, 4}) {
+    CAPTURE(P);
+    on_team(P, [&](tcoll::thread_transport& t) {
+      exact_case<float>(t, 31, s);
+      fractional_case<float>(t, 32, s);
+    });
+  }
+}
+
+TEST_CASE("isfb_allreduce: per-layer jobs in flight with dense bias allreduces, same bits "
+          "as the blocking call") {
+  for (int P : {1, 2, 3, 6}) {
+    CAPTURE(P);
+    on_team(P, [&](tcoll::thread_transport& t) {
+      nonblocking_case<float>(t, 900);
+      nonblocking_case<double>(t, 901);
+    });
+  }
+}
+
+TEST_CASE("bad input: every rank throws invalid_argument naming the rank and argument; the "
+          "transport stays usable") {
+  for (int P : {1, 2, 4}) {
+    CAPTURE(P);
+    on_team(P, [](tcoll::thread_transport& t) { bad_input_case(t); });
+  }
+}
+
+TEST_CASE("host_gemm sums every element in sample order, whatever the tile sizes") {
+  const std::size_t rows = 37, M = 45, N = 70;
+  const auto f = make_factors<float>(3, 0, rows, M, N, false);
+  // the documented order: (((0 + u0 v0) + u1 v1) + ...)
+  std::vector<float> want(M * N);
+  for (std::size_t i = 0; i < M; ++i)
+    for (std::size_t j = 0; j < N; ++j) {
+      float acc = 0.0f;
+      for (std::size_t k = 0; k < rows; ++k) {
+        const float p = f.u[k * M + i] * f.v[k * N + j];
+        acc = acc + p;
+      }
+      want[i * N + j] = acc;
+    }
+  for (auto [tr, tc] :
+       {std::pair<std::size_t, std::size_t>{32, 512}, {1, 1}, {3, 7}, {0, 0}, {1000, 1000}}) {
+    CAPTURE(tr);
+    CAPTURE(tc);
+    std::vector<float> g(M * N, 123.0f);
+    tcoll::hybrid::host_gemm{tr, tc}.sum_outer_products(f.u.data(), f.v.data(), rows, M, N,
+                                                        g.data());
+    CHECK(same_bits(g, want));
+  }
+}
