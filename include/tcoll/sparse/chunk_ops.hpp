@@ -1,0 +1,116 @@
+#pragma once
+/// \file
+/// The per-chunk local work of the sparse-chunk adaptor, in one policy: chunk L1 norms,
+/// gathering a chunk into the send buffer (with a cast to the wire type), scattering it
+/// back, the residual update of Algorithm 1 and the momentum-SGD update. `host_chunk_ops`
+/// runs them as plain loops on host memory. A device version (CUDA kernels over device
+/// pointers) provides the same members; nothing else in `sparse/` touches element data.
+///
+/// Arithmetic happens in `accumulator_t<T>` (float for half and bfloat16); norms are summed
+/// in double per chunk and stored as float.
+#include <cmath>
+#include <cstddef>
+#include <cstring>
+#include <type_traits>
+
+#include "../core/types.hpp"
+#include "chunks.hpp"
+
+namespace tcoll::sparse {
+
+/// What the residual of an unsent element becomes (Algorithm 1 line 11 or DGC).
+enum class residual_rule {
+  /// GradientFlow Algorithm 1: hg_t = momentum * g_t (the unsent accumulated gradient is
+  /// scaled by the momentum coefficient; a fraction 1 - momentum of it is dropped).
+  momentum_scaled,
+  /// Plain error feedback (DGC, top-k): hg_t = g_t; nothing is dropped, so sent plus
+  /// residual is exactly the accumulated gradient.
+  error_feedback,
+};
+
+/// Host implementation of the per-chunk work (see the file comment).
+struct host_chunk_ops {
+  /// Preprocess of Algorithm 1 (lines 7-11) on `n` elements of one chunk: g += residual;
+  /// then residual = 0 if `important`, else `factor * g` (factor: the momentum, or 1 for
+  /// error feedback).
+  template <class T>
+  void accumulate_residual(T* g, T* residual, std::size_t n, bool important, double factor) const {
+    using A = accumulator_t<T>;
+    const A f = static_cast<A>(factor);
+    for (std::size_t i = 0; i < n; ++i) {
+      const A v = static_cast<A>(g[i]) + static_cast<A>(residual[i]);
+      g[i] = static_cast<T>(v);
+      residual[i] = important ? T{} : static_cast<T>(f * static_cast<A>(g[i]));
+    }
+  }
+
+  /// dst[i] = Wire(src[i] * scale) (scale is only applied when it is not 1).
+  template <class Wire, class T>
+  void gather(Wire* dst, const T* src, std::size_t n, float scale) const {
+    if constexpr (std::is_same_v<Wire, T>) {
+      if (scale == 1.0f) {
+        if (n) std::memcpy(static_cast<void*>(dst), src, n * sizeof(T));
+        return;
+      }
+    }
+    using A = accumulator_t<T>;
+    for (std::size_t i = 0; i < n; ++i)
+      dst[i] =
+          static_cast<Wire>(static_cast<float>(static_cast<A>(src[i]) * static_cast<A>(scale)));
+  }
+
+  /// dst[i] = T(src[i] * inv_scale).
+  template <class T, class Wire>
+  void scatter(T* dst, const Wire* src, std::size_t n, float inv_scale) const {
+    if constexpr (std::is_same_v<Wire, T>) {
+      if (inv_scale == 1.0f) {
+        if (n) std::memcpy(static_cast<void*>(dst), src, n * sizeof(T));
+        return;
+      }
+    }
+    using A = accumulator_t<Wire>;
+    for (std::size_t i = 0; i < n; ++i)
+      dst[i] = static_cast<T>(static_cast<A>(src[i]) * static_cast<A>(inv_scale));
+  }
+
+  /// out[c] = L1 norm of chunk c of `pool`, divided by `divide_important` when
+  /// `important[c]` and by `divide_all` always (sum in double, stored as float).
+  template <class T>
+  void chunk_norms(const T* pool, const chunk_layout& chunks, const unsigned char* important,
+                   double divide_important, double divide_all, float* out) const {
+    const std::size_t n = chunks.count();
+    for (std::size_t c = 0; c < n; ++c) {
+      const T* p = pool + chunks.begin(c);
+      const std::size_t m = chunks.size(c);
+      double s = 0.0;
+      for (std::size_t i = 0; i < m; ++i)
+        s += std::fabs(static_cast<double>(static_cast<accumulator_t<T>>(p[i])));
+      if (important[c]) s /= divide_important;
+      s /= divide_all;
+      out[c] = static_cast<float>(s);
+    }
+  }
+
+  /// Momentum-SGD update of Algorithm 1 (lines 14-15) on `n` elements of important chunks:
+  /// u = momentum * u + lr * g; w = w - u (descent) or w + u (the printed sign).
+  template <class T>
+  void momentum_update(T* w, T* u, const T* g, std::size_t n, double lr, double momentum,
+                       bool descent) const {
+    using A = accumulator_t<T>;
+    const A l = static_cast<A>(lr), m = static_cast<A>(momentum);
+    for (std::size_t i = 0; i < n; ++i) {
+      const A nu = m * static_cast<A>(u[i]) + l * static_cast<A>(g[i]);
+      u[i] = static_cast<T>(nu);
+      w[i] = static_cast<T>(descent ? static_cast<A>(w[i]) - nu : static_cast<A>(w[i]) + nu);
+    }
+  }
+
+  /// Copies `n` floats of the norm vector to host memory (a device version downloads).
+  void download(float* host, const float* src, std::size_t n) const {
+    if (n && host != src) std::memcpy(host, src, n * sizeof(float));
+  }
+  /// Waits for queued work (a device version synchronizes its stream).
+  void synchronize() const noexcept {}
+};
+
+} // namespace tcoll::sparse

@@ -1,0 +1,241 @@
+// The sparse-chunk adaptor on the threads transport (suite 'sparse'): selection identical
+// on every rank (1-16 ranks, ties, a final short chunk), the norm division, Algorithm 1 by
+// hand, conservation of gradient mass, warm-up, equality with a dense allreduce on the
+// important chunks for every algorithm, bytes against the ring closed form, overlap,
+// bitwise identity across ranks, bad input, and the top-k baseline.
+#define DOCTEST_CONFIG_IMPLEMENT_WITH_MAIN
+#include <doctest/doctest.h>
+
+#include <tcoll/transport/subgroup.hpp>
+
+#include "cases.hpp"
+
+using namespace sparse_test;
+using namespace std::chrono_literals;
+namespace tt = tcoll::testing;
+
+namespace {
+template <class F>
+void on_team(int P, F&& f, std::chrono::milliseconds timeout = 20s) {
+  tcoll::thread_team(P, timeout).run(f);
+}
+bool quick() {
+  return tt::level() == tt::test_level::quick;
+}
+} // namespace
+
+TEST_CASE("chunk layout, kept counts, warm-up endpoints, top chunks with ties and NaN") {
+  const sp::chunk_layout L{1000, 300};
+  CHECK(L.count() == 4);
+  CHECK(L.size(0) == 300);
+  CHECK(L.size(3) == 100); // the final short chunk
+  CHECK(L.chunk_of(899) == 2);
+  CHECK(L.chunk_of(900) == 3);
+  CHECK(sp::chunk_layout{0, 5}.count() == 0);
+  CHECK(sp::chunks_kept(0.15, 100) == 15);
+  CHECK(sp::chunks_kept(0.1, 1903) == 190);
+  CHECK(sp::chunks_kept(0.25, 10) == 3); // 2.5 rounds up
+  CHECK(sp::chunks_kept(0.01, 10) == 1); // positive density keeps at least one
+  CHECK(sp::chunks_kept(0.0, 10) == 0);
+  CHECK(sp::chunks_kept(1.0, 10) == 10);
+  CHECK(sp::warmup_density(0.15, 100, 0) == 1.0);
+  CHECK(sp::warmup_density(0.15, 100, 50) == doctest::Approx(0.575));
+  CHECK(sp::warmup_density(0.15, 100, 100) == 0.15);
+  CHECK(sp::warmup_density(0.15, 100, 5000) == 0.15);
+  CHECK(sp::warmup_density(0.15, 0, 0) == 0.15);
+  const float nan = std::nanf("");
+  const std::vector<float> norms{1, 5, 5, nan, 2, 5, 0};
+  CHECK(sp::select_top_chunks(norms, 0) == std::vector<unsigned char>{0, 0, 0, 0, 0, 0, 0});
+  CHECK(sp::select_top_chunks(norms, 1) == std::vector<unsigned char>{0, 0, 0, 1, 0, 0, 0});
+  CHECK(sp::select_top_chunks(norms, 3) == std::vector<unsigned char>{0, 1, 1, 1, 0, 0, 0});
+  CHECK(sp::select_top_chunks(norms, 4) == std::vector<unsigned char>{0, 1, 1, 1, 0, 1, 0});
+  CHECK(sp::select_top_chunks(norms, 9) == std::vector<unsigned char>{1, 1, 1, 1, 1, 1, 1});
+}
+
+TEST_CASE("selection: identical important sets on every rank, 1-16 ranks, random pools") {
+  std::vector<int> ranks;
+  if (quick())
+    ranks = {1, 2, 3, 5, 8, 16};
+  else
+    for (int P = 1; P <= 16; ++P) ranks.push_back(P);
+  for (int P : ranks)
+    for (std::uint32_t seed : {1u, 2u}) {
+      CAPTURE(P);
+      CAPTURE(seed);
+      on_team(P, [&](tcoll::thread_transport& t) {
+        identical_selection_case(t, seed * 100 + static_cast<std::uint32_t>(P));
+      });
+    }
+}
+
+TEST_CASE("selection: ties go to the lower chunk index, the short last chunk loses") {
+  for (int P : {1, 3, 4, 7})
+    for (std::size_t keep :
+         {std::size_t{0}, std::size_t{1}, std::size_t{4}, std::size_t{8}, std::size_t{9}}) {
+      CAPTURE(P);
+      CAPTURE(keep);
+      on_team(P, [&](tcoll::thread_transport& t) { ties_case(t, keep); });
+    }
+}
+
+TEST_CASE("selection: important chunks' norms are divided by the rank count") {
+  for (int P : {1, 2, 4, 8}) {
+    CAPTURE(P);
+    on_team(P, [](tcoll::thread_transport& t) { norm_division_case(t); });
+  }
+}
+
+TEST_CASE("Algorithm 1: three iterations and momentum steps against a hand computation") {
+  on_team(2, [](tcoll::thread_transport& t) { hand_computation_case(t); });
+}
+
+TEST_CASE("Algorithm 1: residuals conserve gradient mass (error feedback) and follow lines "
+          "7-11 (momentum-scaled)") {
+  for (int P : {1, 2, 3, 5})
+    for (auto rule : {sp::residual_rule::error_feedback, sp::residual_rule::momentum_scaled}) {
+      CAPTURE(P);
+      CAPTURE(static_cast<int>(rule));
+      on_team(P, [&](tcoll::thread_transport& t) { conservation_case(t, rule); });
+    }
+}
+
+TEST_CASE("warm-up: density ramps linearly from dense to the target") {
+  on_team(3, [](tcoll::thread_transport& t) { warmup_case(t); });
+}
+
+TEST_CASE("communication: important chunks equal a dense allreduce, others stay local") {
+  for (int P : {1, 2, 3, 4, 7}) {
+    CAPTURE(P);
+    on_team(P, [](tcoll::thread_transport& t) {
+      for (std::size_t theta : {std::size_t{0}, std::size_t{2000}, std::size_t{1} << 30}) {
+        CAPTURE(theta);
+        matches_dense_case(t, tcoll::sum_op{}, tcoll::ring{}, theta);
+        matches_dense_case(t, tcoll::avg_op{}, tcoll::ring{}, theta);
+        matches_dense_case(t, tcoll::sum_op{}, tcoll::recursive_doubling{}, theta);
+        matches_dense_case(t, tcoll::sum_op{}, tcoll::recursive_halving_doubling{}, theta);
+        matches_dense_case(t, tcoll::sum_op{}, tcoll::binomial_tree{}, theta);
+        matches_dense_case(t, tcoll::sum_op{}, tcoll::multi_ring{}, theta);
+        matches_dense_case(t, tcoll::avg_op{}, tcoll::automatic{}, theta);
+        // half on the wire: integer sums this small are exact in half
+        matches_dense_case<tcoll::thread_transport, tcoll::sum_op, tcoll::ring, tcoll::half>(
+            t, tcoll::sum_op{}, tcoll::ring{}, theta);
+      }
+    });
+  }
+}
+
+TEST_CASE("communication: over a hierarchical allreduce (groups of 2)") {
+  on_team(6, [](tcoll::thread_transport& t) {
+    auto v = tcoll::split_groups(t, 2);
+    tcoll::hierarchical h(v.intra, v.inter_ptr(), {v.world_rank, v.world_size, v.shards});
+    tcoll::gradient_pool<float> pool(std::vector<std::size_t>{700, 1300});
+    sp::csc_options o;
+    o.chunk_elements = 100;
+    o.density = 0.3;
+    o.warmup_iterations = 0;
+    o.threshold_bytes = 1000;
+    sp::csc_allreduce<decltype(h), float> a(pool, h, o);
+    for (int it = 0; it < 2; ++it) {
+      const std::vector<unsigned char> imp(a.important().begin(), a.important().end());
+      fill_pool(pool, t.rank(), it, integral);
+      const std::vector<float> input(pool.all().begin(), pool.all().end());
+      auto dense = input;
+      tcoll::allreduce(t, std::span<float>(dense), tcoll::sum_op{}, tcoll::ring{});
+      a.mark_all_ready();
+      const auto& s = a.finish();
+      CHECK_FALSE(s.bytes_exact); // hierarchical: the ring estimate
+      std::size_t bad = 0;
+      for (std::size_t i = 0; i < pool.size(); ++i)
+        bad += pool.data()[i] != (imp[a.chunks().chunk_of(i)] ? dense[i] : input[i]);
+      CHECK(bad == 0);
+    }
+  });
+}
+
+TEST_CASE("bytes: counting<> equals the ring closed form of buffers plus norm vector") {
+  for (int P : {1, 2, 3, 4, 6}) {
+    CAPTURE(P);
+    on_team(P, [](tcoll::thread_transport& t) {
+      bytes_case<tcoll::thread_transport, float>(t);
+      bytes_case<tcoll::thread_transport, tcoll::half>(t);
+    });
+  }
+}
+
+TEST_CASE("overlap: a buffer starts during backward once its chunks are filled, in order") {
+  on_team(3, [](tcoll::thread_transport& t) { overlap_case(t); });
+}
+
+TEST_CASE("every rank ends every iteration with bitwise identical important chunks") {
+  for (int P : quick() ? std::vector<int>{2, 5} : std::vector<int>{2, 3, 5, 8}) {
+    CAPTURE(P);
+    on_team(P, [](tcoll::thread_transport& t) {
+      bitwise_case(t, tcoll::ring{});
+      bitwise_case(t, tcoll::recursive_halving_doubling{});
+      bitwise_case(t, tcoll::automatic{});
+      bitwise_case<tcoll::thread_transport, tcoll::ring, tcoll::bfloat16>(t, tcoll::ring{});
+    });
+  }
+}
+
+TEST_CASE("bad input: chunk size 0, density outside [0, 1], bad marks, step sizes") {
+  for (int P : {1, 2}) on_team(P, [](tcoll::thread_transport& t) { bad_options_case(t); });
+}
+
+TEST_CASE("bad input: a pool or options that differ across ranks give a clear error") {
+  on_team(4, [](tcoll::thread_transport& t) { pool_mismatch_case(t, 2); });
+  on_team(2, [](tcoll::thread_transport& t) { pool_mismatch_case(t, 1); });
+}
+
+TEST_CASE("bad input: finish() with a tensor never marked fails on every rank, fast") {
+  const auto start = tcoll::clock::now();
+  on_team(
+      3, [](tcoll::thread_transport& t) { unmarked_case(t); }, 5s);
+  CHECK(tcoll::clock::now() - start < 2s);
+}
+
+TEST_CASE("top-k baseline: per-rank top-k, allgather of pairs, sum; bytes") {
+  for (int P : {1, 2, 3, 4, 7}) {
+    CAPTURE(P);
+    on_team(P, [](tcoll::thread_transport& t) {
+      for (std::size_t k : {std::size_t{0}, std::size_t{1}, std::size_t{37}, std::size_t{500}})
+        topk_case(t, 500, k);
+    });
+  }
+}
+
+TEST_CASE("CSC against top-k at the same density: bytes per rank") {
+  const int P = 8;
+  const std::size_t n = 64 * 1000; // 64 chunks of 1000
+  const double density = 0.125;
+  std::vector<std::size_t> csc_bytes(P), topk_bytes(P);
+  on_team(P, [&](tcoll::thread_transport& t) {
+    tcoll::counting<tcoll::thread_transport> c(t);
+    tcoll::gradient_pool<float> pool(std::vector<std::size_t>{n});
+    sp::csc_options o;
+    o.chunk_elements = 1000;
+    o.density = density;
+    o.warmup_iterations = 0;
+    sp::csc_allreduce<decltype(c), float, tcoll::sum_op, tcoll::ring> a(pool, c, o);
+    fill_pool(pool, t.rank(), 0, fractional);
+    a.mark_all_ready();
+    a.finish(); // dense iteration 0
+    fill_pool(pool, t.rank(), 1, fractional);
+    c.reset();
+    a.mark_all_ready();
+    a.finish();
+    csc_bytes[static_cast<std::size_t>(t.rank())] = c.counts().bytes_sent;
+    std::vector<float> in(n), out(n);
+    for (std::size_t i = 0; i < n; ++i) in[i] = fractional(t.rank(), 1, i);
+    c.reset();
+    sp::topk_allreduce_density(c, in.data(), out.data(), n, density);
+    topk_bytes[static_cast<std::size_t>(t.rank())] = c.counts().bytes_sent;
+  });
+  // closed forms: CSC ring 2 (P-1)/P k 4 B plus the 64-float norm vector; top-k (P-1) k 8 B
+  const std::size_t k = 8000;
+  CHECK(csc_bytes[0] == 2 * (P - 1) * k * 4 / P + 2 * (P - 1) * 64 * 4 / P);
+  CHECK(topk_bytes[0] == std::size_t(P - 1) * k * 8);
+  MESSAGE("P=8, 64000 floats, density 0.125: CSC sends "
+          << csc_bytes[0] << " B per rank, top-k " << topk_bytes[0] << " B ("
+          << double(topk_bytes[0]) / csc_bytes[0] << "x)");
+}
