@@ -98,6 +98,7 @@ public:
     }
     parameters_.assign(offset, 0.0f);
     gradients_.assign(offset, 0.0f);
+    gradient_storage_ = gradients_;
     for (const auto& t : tensors_) gradient_sizes_.push_back(t.size());
     initialise();
   }
@@ -114,8 +115,18 @@ public:
   std::span<float> parameters() noexcept { return parameters_; }
   std::span<const float> parameters() const noexcept { return parameters_; }
   /// Every gradient of the last `forward_backward`, in the layout of `tensors()`.
-  std::span<float> gradients() noexcept { return gradients_; }
-  std::span<const float> gradients() const noexcept { return gradients_; }
+  std::span<float> gradients() noexcept { return gradient_storage_; }
+  std::span<const float> gradients() const noexcept { return gradient_storage_; }
+  /// Backward writes the gradients into `storage` from now on (same layout, e.g. a
+  /// `tcoll::gradient_pool` built from `gradient_tensor_sizes()`): zero copy into the
+  /// communication buffer. `storage` must outlive its use here.
+  void bind_gradients(std::span<float> storage) {
+    if (storage.size() != gradients_.size())
+      throw std::invalid_argument("mlp::bind_gradients: " + std::to_string(storage.size()) +
+                                  " elements given, the model has " +
+                                  std::to_string(gradients_.size()) + " gradients");
+    gradient_storage_ = storage;
+  }
 
   /// Index in `tensors()` of layer `layer`'s weight (its bias follows it).
   std::size_t weight_tensor(std::size_t layer) const noexcept {
@@ -190,12 +201,12 @@ private:
   }
   matrix_view gradient_matrix(std::size_t tensor) {
     const auto& t = tensors_[tensor];
-    return {gradients_.data() + t.offset, static_cast<Eigen::Index>(t.rows),
+    return {gradient_storage_.data() + t.offset, static_cast<Eigen::Index>(t.rows),
             static_cast<Eigen::Index>(t.columns)};
   }
   vector_view gradient_vector(std::size_t tensor) {
     const auto& t = tensors_[tensor];
-    return {gradients_.data() + t.offset, static_cast<Eigen::Index>(t.rows)};
+    return {gradient_storage_.data() + t.offset, static_cast<Eigen::Index>(t.rows)};
   }
   Eigen::Map<const matrix> input_of(std::size_t layer, const float* inputs, std::size_t samples) {
     if (layer == 0)
@@ -246,9 +257,10 @@ private:
   std::vector<std::size_t> gradient_sizes_;
   std::vector<float> parameters_;
   std::vector<float> gradients_;
-  std::vector<matrix> activations_; ///< hidden layers' outputs after ReLU
-  matrix output_delta_;             ///< d(loss)/d(logits), then scaled
-  matrix hidden_delta_;             ///< d(loss)/d(pre-activation) of the layer being visited
+  std::span<float> gradient_storage_; ///< gradients_, or the buffer of bind_gradients
+  std::vector<matrix> activations_;   ///< hidden layers' outputs after ReLU
+  matrix output_delta_;               ///< d(loss)/d(logits), then scaled
+  matrix hidden_delta_;               ///< d(loss)/d(pre-activation) of the layer being visited
 };
 
 /// Knobs of SGD with momentum.

@@ -26,6 +26,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "exchange.hpp"
 #include "mlp.hpp"
 #include "mnist.hpp"
 
@@ -59,6 +60,8 @@ struct options {
   std::uint64_t seed = 1;        ///< weights and the per-epoch shuffles
   std::string algorithm = "automatic";
   std::string scheme = "dense";
+  std::string overlap = "none"; ///< a planner: backward overlaps the scheduled buckets
+  std::size_t autotune_steps = 5;
   std::string transport = "threads";
   std::string json_path; ///< per-epoch records; empty: none
   std::string data_path = "data/mnist/mnist_5k.csv.gz";
@@ -85,6 +88,12 @@ void print_usage(std::FILE* to) {
                "  --algo NAME         automatic|ring|recursive_doubling|\n"
                "                      recursive_halving_doubling|binomial_tree|passthrough (MPI)\n"
                "  --scheme NAME       gradient exchange: dense (default, the only one so far)\n"
+               "  --overlap PLANNER   none (default: one allreduce after backward), or a fusion\n"
+               "                      planner (layerwise|single|threshold|ddp|mgwfbp|adafusion|\n"
+               "                      optimal): backward writes into a gradient pool and the\n"
+               "                      overlap scheduler allreduces the planned buckets meanwhile\n"
+               "  --autotune N        with --overlap: re-plan after N measured steps (default 5,\n"
+               "                      0: keep the first plan)\n"
                "  --transport NAME    threads (default) or mpi (when built with MPI)\n"
                "  --json FILE         write per-epoch records\n"
                "  --data FILE         MNIST csv.gz (default data/mnist/mnist_5k.csv.gz)\n"
@@ -150,6 +159,10 @@ options parse_options(int argc, char** argv) {
       o.algorithm = value;
     } else if (flag == "--scheme") {
       o.scheme = value;
+    } else if (flag == "--overlap") {
+      o.overlap = value;
+    } else if (flag == "--autotune") {
+      o.autotune_steps = parse_count(flag, value);
     } else if (flag == "--transport") {
       o.transport = value;
     } else if (flag == "--json") {
@@ -194,6 +207,9 @@ options parse_options(int argc, char** argv) {
       throw usage_error(std::string("--algo: ") + e.what() + " or automatic");
     }
   }
+  if (o.overlap != "none" && !tcoll::plan::planner_by_name(o.overlap))
+    throw usage_error("unknown --overlap planner '" + o.overlap +
+                      "' (none, layerwise, single, threshold, ddp, mgwfbp, adafusion, optimal)");
   if (o.transport != "threads" && o.transport != "mpi")
     throw usage_error("unknown --transport '" + o.transport + "' (threads, mpi)");
 #ifndef TCOLL_HAVE_MPI
@@ -272,6 +288,21 @@ std::vector<epoch_record> train_rank(Transport& t, const options& o,
   train::mlp model(train::mlp_config{layer_widths(o), o.seed});
   train::sgd_momentum optimiser(model.parameters().size(), o.sgd);
   tcoll::counting<Transport> counted(t);
+  std::unique_ptr<train::gradient_exchange> exchange;
+  with_algorithm(o.algorithm, [&](const auto& algo) {
+    using algo_type = std::decay_t<decltype(algo)>;
+    using comm_type = tcoll::counting<Transport>;
+    if constexpr (std::is_same_v<algo_type, tcoll::passthrough> &&
+                  !tcoll::has_native_allreduce<comm_type, float, tcoll::avg_op>)
+      throw tcoll::invalid_argument("passthrough: this transport has no vendor allreduce");
+    else if (o.overlap == "none")
+      exchange =
+          std::make_unique<train::after_backward<comm_type, algo_type>>(counted, model, algo);
+    else
+      exchange = std::make_unique<train::overlapped<comm_type, algo_type>>(
+          counted, model, algo, train::overlap_options{o.overlap, o.autotune_steps});
+  });
+  model.on_gradient_ready = [&](std::size_t i) { exchange->gradient_ready(i); };
 
   const std::size_t samples = train_subset.size();
   const std::size_t steps = (samples + o.global_batch - 1) / o.global_batch;
@@ -311,15 +342,7 @@ std::vector<epoch_record> train_rank(Transport& t, const options& o,
       const auto result = model.forward_backward(batch_pixels.data(), batch_labels.data(),
                                                  batch_labels.size(), scale);
       stats[step] = result.loss_sum;
-      with_algorithm(o.algorithm, [&](const auto& algo) {
-        using algo_type = std::decay_t<decltype(algo)>;
-        if constexpr (std::is_same_v<algo_type, tcoll::passthrough> &&
-                      !tcoll::has_native_allreduce<tcoll::counting<Transport>, float,
-                                                   tcoll::avg_op>)
-          throw tcoll::invalid_argument("passthrough: this transport has no vendor allreduce");
-        else
-          tcoll::allreduce(counted, std::span<float>(model.gradients()), tcoll::avg_op{}, algo);
-      });
+      exchange->finish_step();
       optimiser.step(model.parameters(), model.gradients());
     }
 
@@ -375,6 +398,7 @@ std::vector<epoch_record> train_rank(Transport& t, const options& o,
     }
     records.push_back(std::move(rec));
   }
+  if (rank == 0 && !exchange->describe().empty()) std::printf("%s\n", exchange->describe().c_str());
   return records;
 }
 
@@ -383,6 +407,12 @@ std::string shortest(float value) {
   char text[32];
   std::snprintf(text, sizeof text, "%.*g", std::numeric_limits<float>::digits10 + 1,
                 static_cast<double>(value));
+  return text;
+}
+
+std::string hex64(std::uint64_t v) {
+  char text[17];
+  std::snprintf(text, sizeof text, "%016llx", static_cast<unsigned long long>(v));
   return text;
 }
 
@@ -396,7 +426,8 @@ void write_json(const std::string& path, const options& o, int ranks, std::size_
   out.precision(9);
   out << "{\n  \"config\": {\"ranks\": " << ranks << ", \"transport\": \"" << o.transport
       << "\", \"algorithm\": \"" << o.algorithm << "\", \"scheme\": \"" << o.scheme
-      << "\", \"epochs\": " << o.epochs << ", \"global_batch\": " << o.global_batch
+      << "\", \"overlap\": \"" << o.overlap << "\", \"epochs\": " << o.epochs
+      << ", \"global_batch\": " << o.global_batch
       << ", \"learning_rate\": " << shortest(o.sgd.learning_rate)
       << ", \"momentum\": " << shortest(o.sgd.momentum) << ", \"seed\": " << o.seed
       << ", \"train_samples\": " << train_samples << ", \"test_samples\": " << test_samples
@@ -412,7 +443,8 @@ void write_json(const std::string& path, const options& o, int ranks, std::size_
     for (std::size_t k = 0; k < r.bytes_sent_per_rank.size(); ++k)
       out << (k ? ", " : "") << static_cast<std::uint64_t>(r.bytes_sent_per_rank[k]);
     out << "], \"seconds\": " << r.seconds
-        << ", \"replicas_identical\": " << (r.replicas_identical ? "true" : "false") << "}";
+        << ", \"replicas_identical\": " << (r.replicas_identical ? "true" : "false")
+        << ", \"parameter_hash\": \"" << hex64(r.parameter_hash) << "\"}";
   }
   out << "\n  ]\n}\n";
 }
@@ -438,10 +470,10 @@ int run(const options& o, bool is_root, RunRanks&& run_ranks) {
   run_ranks([&](auto& t) {
     if (t.rank() == 0 && is_root)
       std::printf("train: %d ranks (%s), %zu training / %zu test samples, global batch %zu, "
-                  "lr %g, momentum %g, algo %s, scheme %s\n",
+                  "lr %g, momentum %g, algo %s, scheme %s, overlap %s\n",
                   t.size(), o.transport.c_str(), subset.size(), data.test.size(), o.global_batch,
                   static_cast<double>(o.sgd.learning_rate), static_cast<double>(o.sgd.momentum),
-                  o.algorithm.c_str(), o.scheme.c_str());
+                  o.algorithm.c_str(), o.scheme.c_str(), o.overlap.c_str());
     auto mine = train_rank(t, o, data, subset);
     if (t.rank() == 0) {
       records = std::move(mine);
