@@ -1,0 +1,79 @@
+// The sufficient-factor allreduce on MPI ranks (suite 'hybrid', under mpirun): the same
+// rank-level bodies as the threads suite. The non-blocking path needs MPI_THREAD_MULTIPLE
+// (the engine thread calls MPI), else the program skips (exit 77).
+#define DOCTEST_CONFIG_IMPLEMENT
+#include <doctest/doctest.h>
+#include <mpi.h>
+
+#include <cstdio>
+#include <sstream>
+#include <tcoll/transport/mpi.hpp>
+
+#include "cases.hpp"
+
+using namespace hybrid_test;
+using namespace std::chrono_literals;
+
+namespace {
+tcoll::mpi_transport make() {
+  return tcoll::mpi_transport(MPI_COMM_WORLD, 30s);
+}
+} // namespace
+
+TEST_CASE("mpi: SFB against exact and dense references, identical bits on every rank") {
+  auto t = make();
+  for (std::uint64_t c = 0; c < (quick() ? 2u : 6u); ++c) {
+    const shape s = random_shape(300 + c, 48, 12);
+    CAPTURE(s.K);
+    CAPTURE(s.M);
+    CAPTURE(s.N);
+    exact_case<float>(t, 300 + c, s);
+    fractional_case<float>(t, 400 + c, s);
+    fractional_case<float>(t, 400 + c, s, true);
+    fractional_case<double>(t, 500 + c, s);
+    average_is_sum_over_p_case<float>(t, 600 + c, s);
+  }
+}
+
+TEST_CASE("mpi: isfb_allreduce per layer with dense bias allreduces, same bits as blocking") {
+  auto t = make();
+  nonblocking_case<float>(t, 700);
+}
+
+TEST_CASE("mpi: bad input throws on every rank, naming the rank; transport stays usable") {
+  auto t = make();
+  bad_input_case(t);
+}
+
+int main(int argc, char** argv) {
+  int provided = 0;
+  MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &provided);
+  int rank = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  if (provided != MPI_THREAD_MULTIPLE) {
+    if (rank == 0)
+      std::printf("SKIP: this MPI does not provide MPI_THREAD_MULTIPLE (got level %d)\n", provided);
+    MPI_Finalize();
+    return 77;
+  }
+  // rank 0 reports, the others only when they saw a failure
+  std::ostringstream captured;
+  int result = 0;
+  {
+    doctest::Context context;
+    context.setOption("no-colors", true);
+    context.applyCommandLine(argc, argv);
+    if (rank != 0) context.setCout(&captured);
+    result = context.run();
+  }
+  if (rank != 0 && result != 0) {
+    std::istringstream lines(captured.str());
+    std::string line, out;
+    while (std::getline(lines, line)) out += "[rank " + std::to_string(rank) + "] " + line + "\n";
+    std::fputs(out.c_str(), stderr);
+  }
+  int worst = 0;
+  MPI_Allreduce(&result, &worst, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+  MPI_Finalize();
+  return worst;
+}
