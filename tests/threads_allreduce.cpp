@@ -6,6 +6,7 @@
 #include "common/collective_cases.hpp"
 #include "common/threads_team.hpp"
 
+#include <atomic>
 #include <cmath>
 #include <cstring>
 #include <string>
@@ -160,6 +161,11 @@ void with_flat_algorithm(std::string_view name, F&& f) {
     a.rules.clear(); // the built-in choice, whatever TCOLL_ALLREDUCE_ALGO says
     return f(a);
   }
+  if (name == "automatic{multi_ring:1K-max}") {
+    automatic a{};
+    a.rules = parse_selection("multi_ring:1K-max");
+    return f(a);
+  }
   FAIL("unknown algorithm " << name);
 }
 
@@ -170,7 +176,8 @@ const std::vector<std::string> flat_algorithm_names = {"ring",
                                                        "binomial_tree",
                                                        "multi_ring",
                                                        "multi_ring{3,forward,seg=256B}",
-                                                       "automatic"};
+                                                       "automatic",
+                                                       "automatic{multi_ring:1K-max}"};
 
 std::vector<std::size_t> identity_counts(int P) {
   std::vector<std::size_t> c = {1, std::size_t(P + 1), std::size_t(3 * P + 2), 1000, 4099};
@@ -260,4 +267,30 @@ TEST_CASE("every flat algorithm: bitwise identical results on every rank for fra
           fractional_identity_case<double>(P, algo, tcoll::avg_op{}, true, n, in_place, name);
         }
     });
+}
+
+TEST_CASE("automatic runs multi_ring for a multi_ring selection rule (traffic of K rings)") {
+  // ring: 2(P-1) messages per rank for a count that needs no segmenting; multi_ring with
+  // K rings: 2(P-1) K. The rule must reach the real multi_ring, not the ring.
+  for (int P : {2, 3, 5}) {
+    CAPTURE(P);
+    std::atomic<int> wrong{0};
+    on_team(P, [&](tcoll::thread_transport& t) {
+      tcoll::counting<tcoll::thread_transport> c(t);
+      tcoll::automatic a{};
+      a.rules = tcoll::parse_selection("multi_ring:0-max");
+      a.multi_ring_knobs.rings = 3;
+      const std::size_t n = 1000;
+      std::vector<double> v(n);
+      for (std::size_t i = 0; i < n; ++i) v[i] = fractional_input<double>(t.rank(), i);
+      tcoll::allreduce(c, v.data(), v.data(), n, tcoll::sum_op{}, a);
+      if (c.counts().messages_sent != std::size_t(2 * (P - 1) * 3)) wrong += 1;
+      // and the same bits as multi_ring itself
+      std::vector<double> w(n);
+      for (std::size_t i = 0; i < n; ++i) w[i] = fractional_input<double>(t.rank(), i);
+      tcoll::allreduce(t, w.data(), w.data(), n, tcoll::sum_op{}, a.multi_ring_knobs);
+      if (std::memcmp(v.data(), w.data(), n * sizeof(double)) != 0) wrong += 1;
+    });
+    CHECK(wrong == 0);
+  }
 }

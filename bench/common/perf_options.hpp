@@ -20,7 +20,8 @@ namespace tcoll::bench {
 inline const std::vector<std::string>& all_algorithms() {
   static const std::vector<std::string> names{
       "ring",          "recursive_doubling", "recursive_halving_doubling",
-      "binomial_tree", "automatic",          "passthrough"};
+      "binomial_tree", "multi_ring",         "automatic",
+      "passthrough"};
   return names;
 }
 inline const std::vector<std::string>& all_dtypes() {
@@ -64,11 +65,11 @@ inline std::string usage() {
          "  -o op         sum|prod|min|max|avg, comma list or all (default sum)\n"
          "  -d dtype      float|double|half|bfloat16|int8|uint8|int32|int64, list or all\n"
          "  -a algo       ring|recursive_doubling|recursive_halving_doubling|binomial_tree|\n"
-         "                automatic|passthrough, comma list or all (default all)\n"
+         "                multi_ring|automatic|passthrough, comma list or all (default all)\n"
          "  -t transport  threads|mpi|auto (auto: mpi under mpirun, else threads)\n"
          "  -g nranks     ranks of the threads transport (default 2)\n"
          "  -R reps       repeat each measurement, report the median (default 1)\n"
-         "  -s bytes      ring segment size (default: ring{}'s)\n"
+         "  -s bytes      ring (and multi_ring) segment size (default: ring{}'s)\n"
          "  -T seconds    transport timeout (default 120)\n"
          "  --json FILE   write one record per measurement (JSON array)\n";
 }

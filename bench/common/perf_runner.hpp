@@ -55,9 +55,13 @@ void with_algorithm(const std::string& name, const perf_options& o, F&& f) {
   if (name == "recursive_doubling") return f(recursive_doubling{});
   if (name == "recursive_halving_doubling") return f(recursive_halving_doubling{});
   if (name == "binomial_tree") return f(binomial_tree{});
+  multi_ring mr{}; // 2 rings in alternate directions
+  if (o.segment_bytes) mr.max_segment_bytes = o.segment_bytes;
+  if (name == "multi_ring") return f(mr);
   if (name == "automatic") {
     automatic a{};
     a.ring_knobs = rg;
+    a.multi_ring_knobs = mr;
     return f(a);
   }
   if (name == "passthrough") return f(passthrough{});

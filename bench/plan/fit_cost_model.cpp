@@ -35,8 +35,9 @@ namespace {
 }
 
 std::optional<allreduce_algorithm> flat_algorithm(const std::string& name) {
-  for (auto a : {allreduce_algorithm::ring, allreduce_algorithm::recursive_doubling,
-                 allreduce_algorithm::halving_doubling, allreduce_algorithm::binomial_tree})
+  for (auto a :
+       {allreduce_algorithm::ring, allreduce_algorithm::recursive_doubling,
+        allreduce_algorithm::recursive_halving_doubling, allreduce_algorithm::binomial_tree})
     if (name == algorithm_name(a)) return a;
   return std::nullopt;
 }

@@ -65,7 +65,11 @@ void allreduce_tagged(Tr& t, int tag, const T* sendbuf, T* recvbuf, std::size_t 
                       const Algo& algo, R& red) {
   if constexpr (std::is_same_v<Algo, automatic>) {
     switch (algo.choose(count * sizeof(T), commutative_op<Op>, has_native_allreduce<Tr, T, Op>,
-                        transport_is_zero_copy<Tr>())) {
+                        transport_is_zero_copy<Tr>(), /*with_multi_ring=*/true)) {
+    case algorithm_id::multi_ring:
+      if constexpr (commutative_op<Op>)
+        return allreduce_tagged(t, tag, sendbuf, recvbuf, count, op, algo.multi_ring_knobs, red);
+      [[fallthrough]];
     case algorithm_id::passthrough:
       if constexpr (has_native_allreduce<Tr, T, Op>)
         return allreduce_tagged(t, tag, sendbuf, recvbuf, count, op, passthrough{}, red);

@@ -2,7 +2,12 @@
 // 10 GbE ring startup measurements.
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <string_view>
+
+#include "../../bench/common/perf_options.hpp"
+#include "tcoll/algorithm/select.hpp"
 
 #include "tcoll/plan/calibrate.hpp"
 #include "tcoll/plan/cost_model.hpp"
@@ -29,7 +34,7 @@ TEST_CASE("MG-WFBP Table II for power-of-two N") {
     const row rows[] = {
         {allreduce_algorithm::binomial_tree, 2 * alpha * lg, (2 * beta + gamma) * lg},
         {allreduce_algorithm::recursive_doubling, alpha * lg, (beta + gamma) * lg},
-        {allreduce_algorithm::halving_doubling, 2 * alpha * lg,
+        {allreduce_algorithm::recursive_halving_doubling, 2 * alpha * lg,
          2 * beta - (2 * beta + gamma) / N + gamma},
         {allreduce_algorithm::ring, 2 * (N - 1) * alpha,
          2.0 * (N - 1) / N * beta + (N - 1.0) / N * gamma},
@@ -49,7 +54,7 @@ TEST_CASE("non-power-of-two folds (MPICH) by hand") {
   // p = 6: core 4 -> 2 rounds of (1 + 10) = 22; fold: 2 messages + 2 whole vectors = 22
   CHECK(recursive_doubling_allreduce_us(10, 6, unit) == doctest::Approx(44.0));
   // halving-doubling p = 6, n = 8: core 4: 2*2*1 + 2*3/4*8 = 16; fold 2 + 16 = 18
-  CHECK(halving_doubling_allreduce_us(8, 6, unit) == doctest::Approx(34.0));
+  CHECK(recursive_halving_doubling_allreduce_us(8, 6, unit) == doctest::Approx(34.0));
   // with gamma: fold reduces the whole vector once: p = 3, n = 10, gamma = 0.5:
   // core 2: 1*(1 + 10 + 5) = 16; fold 2 + 20 + 5 = 27
   CHECK(recursive_doubling_allreduce_us(10, 3, {1.0, 1.0, 0.5}) == doctest::Approx(43.0));
@@ -114,4 +119,59 @@ TEST_CASE("constexpr log2 and sqrt match <cmath>") {
   static_assert(tcoll::plan::detail::log2(1024.0) == 10.0);
   static_assert(tcoll::plan::detail::ceil_log2(5) == 3 && tcoll::plan::detail::floor_log2(5) == 2);
   static_assert(ring_allreduce_us(1000, 4, {1.0, 0.01, 0.0}) == 6.0 + 15.0);
+}
+
+TEST_CASE("one name per algorithm: the planner's names are the library's and the benchmark's") {
+  // every flat algorithm the planner models is a selectable algorithm of the same name
+  // and an allreduce_perf -a name (issue 11: the planner said "halving_doubling")
+  for (auto a :
+       {allreduce_algorithm::ring, allreduce_algorithm::recursive_doubling,
+        allreduce_algorithm::recursive_halving_doubling, allreduce_algorithm::binomial_tree}) {
+    const std::string_view name = algorithm_name(a);
+    CAPTURE(name);
+    CHECK(tcoll::to_string(tcoll::parse_algorithm(name)) == name);
+    const auto& bench = tcoll::bench::all_algorithms();
+    CHECK(std::find(bench.begin(), bench.end(), name) != bench.end());
+  }
+  CHECK(algorithm_name(allreduce_algorithm::recursive_halving_doubling) ==
+        "recursive_halving_doubling");
+  // every selectable algorithm is an allreduce_perf -a name
+  for (auto id :
+       {tcoll::algorithm_id::ring, tcoll::algorithm_id::recursive_doubling,
+        tcoll::algorithm_id::recursive_halving_doubling, tcoll::algorithm_id::binomial_tree,
+        tcoll::algorithm_id::passthrough, tcoll::algorithm_id::multi_ring}) {
+    const auto& bench = tcoll::bench::all_algorithms();
+    CHECK(std::find(bench.begin(), bench.end(), tcoll::to_string(id)) != bench.end());
+  }
+  // the deprecated spellings still compile and mean the same
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wdeprecated-declarations"
+  CHECK(allreduce_algorithm::halving_doubling == allreduce_algorithm::recursive_halving_doubling);
+  CHECK(halving_doubling_allreduce_us(1000, 6, {1, 0.01, 0.001}) ==
+        recursive_halving_doubling_allreduce_us(1000, 6, {1, 0.01, 0.001}));
+#pragma GCC diagnostic pop
+  CHECK_THROWS_AS(tcoll::parse_algorithm("halving_doubling"), tcoll::invalid_argument);
+}
+
+TEST_CASE("multi_ring in selection strings and automatic") {
+  using tcoll::algorithm_id;
+  const auto rules = tcoll::parse_selection("multi_ring:1M-max;ring:0-64K");
+  REQUIRE(rules.size() == 2);
+  CHECK(rules[0].algorithm == algorithm_id::multi_ring);
+  CHECK(tcoll::parse_algorithm("multi_ring", true) == algorithm_id::multi_ring);
+  CHECK_THROWS_WITH_AS(tcoll::parse_algorithm("multi_ring"), doctest::Contains("'multi_ring'"),
+                       tcoll::invalid_argument);
+  tcoll::automatic a{};
+  a.rules = rules;
+  CHECK(a.choose(2 << 20, true, false, false, true) == algorithm_id::multi_ring);
+  CHECK(a.choose(1024, true, false, false, true) == algorithm_id::ring);
+  // dispatchers that predate multi_ring get the ring for a multi_ring rule
+  CHECK(a.choose(2 << 20, true) == algorithm_id::ring);
+  // non-commutative ops never get a ring of any kind
+  CHECK(a.choose(2 << 20, false, false, false, true) == algorithm_id::recursive_halving_doubling);
+  // the built-in choice never picks multi_ring
+  a.rules.clear();
+  for (std::size_t bytes :
+       {std::size_t{0}, std::size_t{1} << 10, std::size_t{1} << 20, std::size_t{1} << 30})
+    CHECK(a.choose(bytes, true, false, false, true) != algorithm_id::multi_ring);
 }

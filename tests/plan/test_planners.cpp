@@ -149,7 +149,7 @@ TEST_CASE("every planner returns a valid plan for every profile; optimal is neve
     const auto w = make_workload(prof, compute_model{});
     for (int ranks : {3, 16, 1000}) {
       const auto cost =
-          flat_allreduce(allreduce_algorithm::halving_doubling, ranks, {20, 1e-3, 1e-5});
+          flat_allreduce(allreduce_algorithm::recursive_halving_doubling, ranks, {20, 1e-3, 1e-5});
       const double best = iteration_time_us(w, cost, optimal_planner{}.plan(w, cost));
       for (auto name :
            {"layerwise", "single", "threshold", "ddp", "mgwfbp", "adafusion", "optimal"}) {

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "../core/error.hpp"
+#include "multi_ring.hpp"
 #include "ring.hpp"
 
 namespace tcoll {
@@ -22,7 +23,8 @@ enum class algorithm_id {
   recursive_doubling,
   recursive_halving_doubling,
   binomial_tree,
-  passthrough
+  passthrough,
+  multi_ring, ///< K rings over K parts (automatic::multi_ring_knobs); last, see parse_algorithm
 };
 
 /// Name as used in selection strings, benchmarks and docs.
@@ -38,19 +40,29 @@ constexpr std::string_view to_string(algorithm_id a) {
     return "binomial_tree";
   case algorithm_id::passthrough:
     return "passthrough";
+  case algorithm_id::multi_ring:
+    return "multi_ring";
   }
   return "?";
 }
 
 /// Parses an algorithm name; throws `invalid_argument` naming it otherwise.
-inline algorithm_id parse_algorithm(std::string_view name) {
+/// `with_multi_ring`: also accept "multi_ring". Selection strings (and so
+/// TCOLL_ALLREDUCE_ALGO) always do; the default (false) keeps the five names that callers
+/// written before multi_ring joined (a `switch` over the five) can dispatch, so such a
+/// caller rejects "multi_ring" instead of silently running nothing. Deprecated default:
+/// it becomes true once those callers (examples/train, bench/gpu) handle multi_ring.
+inline algorithm_id parse_algorithm(std::string_view name, bool with_multi_ring = false) {
   for (auto a : {algorithm_id::ring, algorithm_id::recursive_doubling,
                  algorithm_id::recursive_halving_doubling, algorithm_id::binomial_tree,
                  algorithm_id::passthrough})
     if (to_string(a) == name) return a;
+  if (with_multi_ring && name == to_string(algorithm_id::multi_ring))
+    return algorithm_id::multi_ring;
   throw invalid_argument("unknown algorithm '" + std::string(name) +
                          "' (ring, recursive_doubling, recursive_halving_doubling, "
-                         "binomial_tree, passthrough)");
+                         "binomial_tree, passthrough" +
+                         (with_multi_ring ? ", multi_ring)" : ")"));
 }
 
 /// One selection rule: use `algorithm` for messages of [min_bytes, max_bytes] bytes.
@@ -108,7 +120,7 @@ inline std::vector<size_rule> parse_selection(std::string_view text) {
       throw invalid_argument("selection '" + std::string(text) + "': rule '" + std::string(tok) +
                              "' is not name:min-max");
     size_rule r;
-    r.algorithm = parse_algorithm(tok.substr(0, colon));
+    r.algorithm = parse_algorithm(tok.substr(0, colon), /*with_multi_ring=*/true);
     const std::string context = "selection '" + std::string(text) + "'";
     r.min_bytes = detail::parse_size(tok.substr(colon + 1, dash - colon - 1), context);
     r.max_bytes = detail::parse_size(tok.substr(dash + 1), context);
@@ -123,6 +135,11 @@ inline std::vector<size_rule> parse_selection(std::string_view text) {
 /// Picks the algorithm by message size. Rules are tried in order; sizes no rule covers
 /// use the built-in choice (recursive doubling up to `small_bytes`, ring above).
 /// A default-constructed `automatic` reads `TCOLL_ALLREDUCE_ALGO` once per process.
+/// Candidates: ring, recursive_doubling, recursive_halving_doubling, binomial_tree,
+/// passthrough (transports with a vendor allreduce) and multi_ring (`multi_ring_knobs`).
+/// multi_ring is chosen only by a rule: the built-in choice never picks it, since no
+/// measurement here shows it ahead of the ring on one link (its gain is on full-duplex
+/// links with a reduction that overlaps the transfers, MXNET-MPI Sec. 6.3.2).
 struct automatic {
   static constexpr std::string_view name = "automatic";
   std::vector<size_rule> rules = env_rules();
@@ -135,13 +152,19 @@ struct automatic {
   /// library cannot beat the library's own collective (see docs/benchmarks.md).
   std::size_t native_below_bytes = 16 * 1024;
   ring ring_knobs{};
+  /// The rings of a multi_ring rule.
+  multi_ring multi_ring_knobs{};
 
   /// The algorithm for a message of `bytes` (commutative ops may use any; others only
-  /// the order-keeping ones, so a ring choice becomes recursive halving-doubling).
-  /// `has_native`: the transport offers `passthrough`.
+  /// the order-keeping ones, so a ring or multi_ring choice becomes recursive
+  /// halving-doubling). `has_native`: the transport offers `passthrough`.
   /// `zero_copy`: the transport reads peers' memory directly.
+  /// `with_multi_ring`: the caller dispatches algorithm_id::multi_ring. With the default
+  /// (false, deprecated: for dispatchers written before multi_ring joined, such as
+  /// schedule/prepared.hpp) a multi_ring rule yields ring, which computes the same sums
+  /// with one ring instead of K.
   algorithm_id choose(std::size_t bytes, bool commutative, bool has_native = false,
-                      bool zero_copy = false) const {
+                      bool zero_copy = false, bool with_multi_ring = false) const {
     const std::size_t small = zero_copy ? small_bytes_zero_copy : small_bytes;
     algorithm_id a = has_native && bytes <= native_below_bytes ? algorithm_id::passthrough
                      : bytes <= small                          ? algorithm_id::recursive_doubling
@@ -151,7 +174,9 @@ struct automatic {
         a = r.algorithm;
         break;
       }
-    if (!commutative && (a == algorithm_id::ring || a == algorithm_id::passthrough))
+    if (a == algorithm_id::multi_ring && !with_multi_ring) a = algorithm_id::ring;
+    if (!commutative && (a == algorithm_id::ring || a == algorithm_id::passthrough ||
+                         a == algorithm_id::multi_ring))
       a = bytes <= small ? algorithm_id::recursive_doubling
                          : algorithm_id::recursive_halving_doubling;
     return a;

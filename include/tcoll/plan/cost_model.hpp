@@ -57,13 +57,21 @@ constexpr double recursive_doubling_allreduce_us(double bytes, int ranks, link_p
 /// Recursive halving-doubling (Rabenseifner): reduce-scatter by recursive halving then
 /// allgather by recursive doubling on the core p' = 2^floor(lg p):
 /// 2 lg p' alpha + 2 (p'-1)/p' n beta + (p'-1)/p' n gamma, plus the fold.
-constexpr double halving_doubling_allreduce_us(double bytes, int ranks, link_params l) noexcept {
+constexpr double recursive_halving_doubling_allreduce_us(double bytes, int ranks,
+                                                         link_params l) noexcept {
   if (ranks <= 1) return 0.0;
   const int core = power_of_two_core(ranks);
   const double p = core;
   const double rounds = detail::floor_log2(static_cast<std::uint64_t>(core));
   return 2.0 * rounds * l.alpha_us + 2.0 * (p - 1) / p * bytes * l.beta_us_per_byte +
          (p - 1) / p * bytes * l.gamma_us_per_byte + non_power_of_two_fold_us(bytes, ranks, l);
+}
+
+/// Deprecated name of `recursive_halving_doubling_allreduce_us` (the algorithm's one name is
+/// recursive_halving_doubling, as in algorithm/recursive_halving_doubling.hpp).
+[[deprecated("use recursive_halving_doubling_allreduce_us")]] constexpr double
+halving_doubling_allreduce_us(double bytes, int ranks, link_params l) noexcept {
+  return recursive_halving_doubling_allreduce_us(bytes, ranks, l);
 }
 
 /// Binomial tree reduce to a root followed by binomial tree broadcast; each has
@@ -118,10 +126,12 @@ constexpr double hierarchical_sharded_allreduce_us(double bytes, int ranks, hier
 enum class allreduce_algorithm {
   ring,
   recursive_doubling,
-  halving_doubling,
+  recursive_halving_doubling,
   binomial_tree,
   hierarchical_leader,
   hierarchical_sharded,
+  /// Deprecated name of recursive_halving_doubling (same value).
+  halving_doubling [[deprecated("use recursive_halving_doubling")]] = recursive_halving_doubling,
 };
 
 /// Library name of an algorithm ("ring", "recursive_doubling", ...).
@@ -131,8 +141,8 @@ constexpr std::string_view algorithm_name(allreduce_algorithm a) noexcept {
     return "ring";
   case allreduce_algorithm::recursive_doubling:
     return "recursive_doubling";
-  case allreduce_algorithm::halving_doubling:
-    return "halving_doubling";
+  case allreduce_algorithm::recursive_halving_doubling:
+    return "recursive_halving_doubling";
   case allreduce_algorithm::binomial_tree:
     return "binomial_tree";
   case allreduce_algorithm::hierarchical_leader:
@@ -151,8 +161,8 @@ constexpr double allreduce_us(allreduce_algorithm a, double bytes, int ranks, hi
     return ring_allreduce_us(bytes, ranks, h.inter);
   case allreduce_algorithm::recursive_doubling:
     return recursive_doubling_allreduce_us(bytes, ranks, h.inter);
-  case allreduce_algorithm::halving_doubling:
-    return halving_doubling_allreduce_us(bytes, ranks, h.inter);
+  case allreduce_algorithm::recursive_halving_doubling:
+    return recursive_halving_doubling_allreduce_us(bytes, ranks, h.inter);
   case allreduce_algorithm::binomial_tree:
     return binomial_tree_allreduce_us(bytes, ranks, h.inter);
   case allreduce_algorithm::hierarchical_leader:
