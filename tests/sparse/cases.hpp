@@ -13,6 +13,7 @@
 #include <numeric>
 #include <random>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include <tcoll/sparse.hpp>
@@ -487,6 +488,46 @@ void bitwise_case(Tr& t, const Algo& algo) {
       if (imp[a.chunks().chunk_of(i)]) important.push_back(pool.data()[i]);
     CHECK(identical_on_all_ranks(t, important.data(), important.size() * sizeof(float)));
     CHECK(identical_on_all_ranks(t, imp.data(), imp.size()));
+  }
+}
+
+/// mark_ready from several threads of each rank, in an order that differs between ranks
+/// and iterations: the pool equals a dense allreduce on the important chunks (integer
+/// inputs) and no buffer starts out of order (which would mismatch or hang).
+template <class Tr>
+void threaded_marks_case(Tr& t, int threads) {
+  const int r = t.rank();
+  tcoll::gradient_pool<float> pool(std::vector<std::size_t>(24, 97));
+  sp::csc_options o;
+  o.chunk_elements = 64;
+  o.density = 0.5;
+  o.warmup_iterations = 0;
+  o.threshold_bytes = 600;
+  sp::csc_allreduce<Tr, float> a(pool, t, o);
+  std::mt19937 g(77u + static_cast<unsigned>(r));
+  // iterations 0 (dense) and 1 (its residual is zero: iteration 0 sent everything)
+  for (int it = 0; it < 2; ++it) {
+    const std::vector<unsigned char> imp(a.important().begin(), a.important().end());
+    fill_pool(pool, r, it, integral);
+    const std::vector<float> input(pool.all().begin(), pool.all().end());
+    auto dense = input;
+    tcoll::allreduce(t, std::span<float>(dense), tcoll::sum_op{}, tcoll::ring{});
+    std::vector<std::size_t> order(pool.tensor_count());
+    std::iota(order.begin(), order.end(), std::size_t{0});
+    std::shuffle(order.begin(), order.end(), g);
+    std::vector<std::thread> pool_threads;
+    for (int j = 0; j < threads; ++j)
+      pool_threads.emplace_back([&, j] {
+        for (std::size_t k = static_cast<std::size_t>(j); k < order.size();
+             k += static_cast<std::size_t>(threads))
+          a.mark_ready(order[k]);
+      });
+    for (auto& th : pool_threads) th.join();
+    a.finish();
+    std::size_t bad = 0;
+    for (std::size_t i = 0; i < pool.size(); ++i)
+      bad += pool.data()[i] != (imp[a.chunks().chunk_of(i)] ? dense[i] : input[i]);
+    CHECK(bad == 0);
   }
 }
 

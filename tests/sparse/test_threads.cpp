@@ -166,6 +166,15 @@ TEST_CASE("overlap: a buffer starts during backward once its chunks are filled, 
   on_team(3, [](tcoll::thread_transport& t) { overlap_case(t); });
 }
 
+TEST_CASE("overlap: mark_ready from several threads per rank, orders differing by rank") {
+  for (int P : {2, 4})
+    for (int threads : {1, 3}) {
+      CAPTURE(P);
+      CAPTURE(threads);
+      on_team(P, [&](tcoll::thread_transport& t) { threaded_marks_case(t, threads); });
+    }
+}
+
 TEST_CASE("every rank ends every iteration with bitwise identical important chunks") {
   for (int P : quick() ? std::vector<int>{2, 5} : std::vector<int>{2, 3, 5, 8}) {
     CAPTURE(P);

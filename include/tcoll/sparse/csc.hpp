@@ -212,8 +212,11 @@ public:
     }
   }
 
+  using ops_type = Ops;
   int rank() const noexcept { return comm_->rank(); }
   int size() const noexcept { return comm_->size(); }
+  /// The per-chunk policy (the momentum step uses it too).
+  const Ops& ops() const noexcept { return ops_; }
   const csc_options& options() const noexcept { return options_; }
   const chunk_layout& chunks() const noexcept { return layout_; }
   gradient_pool<T, R>& pool() noexcept { return *pool_; }

@@ -77,7 +77,8 @@ void csc_momentum_step(const Adaptor& adaptor, std::span<T> weights, std::span<T
                        const csc_sgd_options& options) {
   const auto& pool = adaptor.pool();
   csc_momentum_step<T>(std::span<const T>(pool.data(), pool.size()), weights, history,
-                       adaptor.chunks(), adaptor.last_important(), options, {}, adaptor.rank());
+                       adaptor.chunks(), adaptor.last_important(), options, adaptor.ops(),
+                       adaptor.rank());
 }
 
 } // namespace tcoll::sparse
