@@ -22,21 +22,39 @@ struct link_params {
   double gamma_us_per_byte = 0.0; ///< time to reduce one byte of received data into a buffer
 };
 
-/// Ring allreduce (reduce-scatter ring + allgather ring), any number of ranks:
-/// 2(p-1) alpha + 2(p-1)/p n beta + (p-1)/p n gamma.
-constexpr double ring_allreduce_us(double bytes, int ranks, link_params l) noexcept {
-  if (ranks <= 1) return 0.0;
-  const double p = ranks;
-  return 2.0 * (p - 1) * l.alpha_us + 2.0 * (p - 1) / p * bytes * l.beta_us_per_byte +
-         (p - 1) / p * bytes * l.gamma_us_per_byte;
+/// The traffic a flat algorithm's cost formula assumes on its busiest rank, the one set of
+/// formulas the costs below are computed from (tests/plan/test_cost_counts.cpp checks each
+/// field against what the counting transport and a counting reducer record for the real
+/// algorithm). A round in which the rank sends and receives at once (full duplex) costs
+/// one alpha and its received bytes once: `duplex_rounds` and `duplex_bytes` say how much
+/// of the traffic overlaps that way. Sizes in bytes; exact when the ring's chunks (p | n)
+/// and the halving's ranges (p' | n) divide evenly and every chunk is one segment.
+struct rank_traffic {
+  double messages_sent = 0, messages_received = 0;
+  double bytes_sent = 0, bytes_received = 0;
+  double bytes_reduced = 0; ///< received bytes combined into a buffer (the gamma term)
+  double duplex_rounds = 0; ///< rounds that send and receive at once
+  double duplex_bytes = 0;  ///< bytes received in those rounds
+
+  /// alpha (messages - duplex rounds) + beta (bytes - duplex bytes) + gamma reduced.
+  constexpr double us(link_params l) const noexcept {
+    return (messages_sent + messages_received - duplex_rounds) * l.alpha_us +
+           (bytes_sent + bytes_received - duplex_bytes) * l.beta_us_per_byte +
+           bytes_reduced * l.gamma_us_per_byte;
+  }
+};
+
+/// Ring (reduce-scatter ring + allgather ring), any p: every rank sends and receives
+/// 2(p-1) chunks of n/p, all in full-duplex rounds, and reduces p-1 of them.
+constexpr rank_traffic ring_allreduce_traffic(double bytes, int ranks) noexcept {
+  if (ranks <= 1) return {};
+  const double p = ranks, moved = 2.0 * (p - 1) / p * bytes;
+  return {2.0 * (p - 1), 2.0 * (p - 1), moved, moved, (p - 1) / p * bytes, 2.0 * (p - 1), moved};
 }
 
-/// Cost of the MPICH non-power-of-two fold: the r = p - 2^floor(lg p) extra ranks send
-/// their whole vector to a partner in the core (one message, one reduction) before
-/// the core runs, and receive the whole result afterwards (one message).
-constexpr double non_power_of_two_fold_us(double bytes, int ranks, link_params l) noexcept {
-  if (ranks <= 1 || detail::is_power_of_two(static_cast<std::uint64_t>(ranks))) return 0.0;
-  return 2.0 * l.alpha_us + 2.0 * bytes * l.beta_us_per_byte + bytes * l.gamma_us_per_byte;
+/// Ring allreduce: 2(p-1) alpha + 2(p-1)/p n beta + (p-1)/p n gamma.
+constexpr double ring_allreduce_us(double bytes, int ranks, link_params l) noexcept {
+  return ring_allreduce_traffic(bytes, ranks).us(l);
 }
 
 /// Largest power of two <= ranks: the core that folded algorithms run on.
@@ -44,27 +62,66 @@ constexpr int power_of_two_core(int ranks) noexcept {
   return ranks <= 1 ? 1 : 1 << detail::floor_log2(static_cast<std::uint64_t>(ranks));
 }
 
-/// Recursive doubling: lg p rounds exchanging the whole vector,
-/// lg p (alpha + n beta + n gamma) on the power-of-two core plus the fold.
+/// The MPICH non-power-of-two fold on its busiest rank (a core rank with an extra
+/// partner): it receives the partner's whole vector and reduces it before the core runs,
+/// and sends the whole result back afterwards; neither overlaps anything.
+constexpr rank_traffic non_power_of_two_fold_traffic(double bytes, int ranks) noexcept {
+  if (ranks <= 1 || detail::is_power_of_two(static_cast<std::uint64_t>(ranks))) return {};
+  return {1.0, 1.0, bytes, bytes, bytes, 0.0, 0.0};
+}
+
+/// The fold's cost: 2 alpha + 2 n beta + n gamma.
+constexpr double non_power_of_two_fold_us(double bytes, int ranks, link_params l) noexcept {
+  return non_power_of_two_fold_traffic(bytes, ranks).us(l);
+}
+
+namespace detail {
+constexpr rank_traffic operator+(rank_traffic a, const rank_traffic& b) noexcept {
+  a.messages_sent += b.messages_sent;
+  a.messages_received += b.messages_received;
+  a.bytes_sent += b.bytes_sent;
+  a.bytes_received += b.bytes_received;
+  a.bytes_reduced += b.bytes_reduced;
+  a.duplex_rounds += b.duplex_rounds;
+  a.duplex_bytes += b.duplex_bytes;
+  return a;
+}
+} // namespace detail
+
+/// Recursive doubling: lg p' full-duplex exchanges of the whole vector on the core
+/// p' = 2^floor(lg p), each reduced, plus the fold.
+constexpr rank_traffic recursive_doubling_allreduce_traffic(double bytes, int ranks) noexcept {
+  if (ranks <= 1) return {};
+  const double rounds = detail::floor_log2(static_cast<std::uint64_t>(power_of_two_core(ranks)));
+  const rank_traffic core{rounds,         rounds, rounds * bytes, rounds * bytes,
+                          rounds * bytes, rounds, rounds * bytes};
+  return detail::operator+(core, non_power_of_two_fold_traffic(bytes, ranks));
+}
+
+/// Recursive doubling: lg p' (alpha + n beta + n gamma) plus the fold.
 constexpr double recursive_doubling_allreduce_us(double bytes, int ranks, link_params l) noexcept {
-  if (ranks <= 1) return 0.0;
-  const int core = power_of_two_core(ranks);
-  const double rounds = detail::floor_log2(static_cast<std::uint64_t>(core));
-  return rounds * (l.alpha_us + bytes * l.beta_us_per_byte + bytes * l.gamma_us_per_byte) +
-         non_power_of_two_fold_us(bytes, ranks, l);
+  return recursive_doubling_allreduce_traffic(bytes, ranks).us(l);
 }
 
 /// Recursive halving-doubling (Rabenseifner): reduce-scatter by recursive halving then
-/// allgather by recursive doubling on the core p' = 2^floor(lg p):
-/// 2 lg p' alpha + 2 (p'-1)/p' n beta + (p'-1)/p' n gamma, plus the fold.
+/// allgather by recursive doubling on the core p' (2 lg p' full-duplex exchanges moving
+/// (p'-1)/p' n each way per phase, the halving's reduced), plus the fold.
+constexpr rank_traffic recursive_halving_doubling_allreduce_traffic(double bytes,
+                                                                    int ranks) noexcept {
+  if (ranks <= 1) return {};
+  const int core_ranks = power_of_two_core(ranks);
+  const double p = core_ranks;
+  const double rounds = 2.0 * detail::floor_log2(static_cast<std::uint64_t>(core_ranks));
+  const double half = (p - 1) / p * bytes;
+  const rank_traffic core{rounds, rounds, 2 * half, 2 * half, half, rounds, 2 * half};
+  return detail::operator+(core, non_power_of_two_fold_traffic(bytes, ranks));
+}
+
+/// Recursive halving-doubling: 2 lg p' alpha + 2 (p'-1)/p' n beta + (p'-1)/p' n gamma,
+/// plus the fold.
 constexpr double recursive_halving_doubling_allreduce_us(double bytes, int ranks,
                                                          link_params l) noexcept {
-  if (ranks <= 1) return 0.0;
-  const int core = power_of_two_core(ranks);
-  const double p = core;
-  const double rounds = detail::floor_log2(static_cast<std::uint64_t>(core));
-  return 2.0 * rounds * l.alpha_us + 2.0 * (p - 1) / p * bytes * l.beta_us_per_byte +
-         (p - 1) / p * bytes * l.gamma_us_per_byte + non_power_of_two_fold_us(bytes, ranks, l);
+  return recursive_halving_doubling_allreduce_traffic(bytes, ranks).us(l);
 }
 
 /// Deprecated name of `recursive_halving_doubling_allreduce_us` (the algorithm's one name is
@@ -75,13 +132,17 @@ halving_doubling_allreduce_us(double bytes, int ranks, link_params l) noexcept {
 }
 
 /// Binomial tree reduce to a root followed by binomial tree broadcast; each has
-/// ceil(lg p) rounds for any p, so no fold is needed:
-/// ceil(lg p) (alpha + n beta + n gamma) + ceil(lg p) (alpha + n beta).
-constexpr double binomial_tree_allreduce_us(double bytes, int ranks, link_params l) noexcept {
-  if (ranks <= 1) return 0.0;
+/// ceil(lg p) rounds for any p, so no fold is needed. The root receives (and reduces)
+/// ceil(lg p) whole vectors, then sends ceil(lg p); nothing overlaps.
+constexpr rank_traffic binomial_tree_allreduce_traffic(double bytes, int ranks) noexcept {
+  if (ranks <= 1) return {};
   const double rounds = detail::ceil_log2(static_cast<std::uint64_t>(ranks));
-  return rounds *
-         (2.0 * l.alpha_us + 2.0 * bytes * l.beta_us_per_byte + bytes * l.gamma_us_per_byte);
+  return {rounds, rounds, rounds * bytes, rounds * bytes, rounds * bytes, 0.0, 0.0};
+}
+
+/// Binomial tree: ceil(lg p) (alpha + n beta + n gamma) + ceil(lg p) (alpha + n beta).
+constexpr double binomial_tree_allreduce_us(double bytes, int ranks, link_params l) noexcept {
+  return binomial_tree_allreduce_traffic(bytes, ranks).us(l);
 }
 
 /// Two-level machine: groups of `group_size` ranks joined by `intra` links, groups
@@ -151,6 +212,25 @@ constexpr std::string_view algorithm_name(allreduce_algorithm a) noexcept {
     return "hierarchical_sharded";
   }
   return "unknown";
+}
+
+/// The busiest rank's traffic of a flat algorithm (see `rank_traffic`).
+/// Throws std::invalid_argument for the hierarchical forms (two link classes).
+constexpr rank_traffic allreduce_traffic(allreduce_algorithm a, double bytes, int ranks) {
+  switch (a) {
+  case allreduce_algorithm::ring:
+    return ring_allreduce_traffic(bytes, ranks);
+  case allreduce_algorithm::recursive_doubling:
+    return recursive_doubling_allreduce_traffic(bytes, ranks);
+  case allreduce_algorithm::recursive_halving_doubling:
+    return recursive_halving_doubling_allreduce_traffic(bytes, ranks);
+  case allreduce_algorithm::binomial_tree:
+    return binomial_tree_allreduce_traffic(bytes, ranks);
+  case allreduce_algorithm::hierarchical_leader:
+  case allreduce_algorithm::hierarchical_sharded:
+    break;
+  }
+  throw std::invalid_argument("allreduce_traffic: only the flat algorithms have one link class");
 }
 
 /// Cost of one allreduce of `bytes` on `ranks` ranks. Flat algorithms use `h.inter` as
