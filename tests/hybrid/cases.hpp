@@ -10,6 +10,8 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <exception>
+#include <mutex>
 #include <random>
 #include <span>
 #include <string>
@@ -277,12 +279,24 @@ struct caught {
   int peer = -2;
   bool thrown = false;
 };
+/// Exceptions caught from non-blocking calls were created on the engine thread and are
+/// shared with it through std::exception_ptr, whose reference count lives in uninstrumented
+/// libstdc++: if the engine thread dropped the last reference, ThreadSanitizer would report
+/// the destructor as racing with our what(). Keeping a reference until exit (after every
+/// engine thread has been joined) makes the destruction ordered for TSan too.
+inline void keep_until_exit(std::exception_ptr e) {
+  static std::mutex m;
+  static std::vector<std::exception_ptr> kept;
+  std::lock_guard lock(m);
+  kept.push_back(std::move(e));
+}
 template <class F>
 caught catch_invalid(F&& f) {
   caught c;
   try {
     f();
   } catch (const tcoll::invalid_argument& e) {
+    keep_until_exit(std::current_exception());
     c = {e.what(), e.peer(), true};
   }
   CHECK(c.thrown);

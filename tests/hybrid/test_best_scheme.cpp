@@ -123,6 +123,37 @@ TEST_CASE("tcoll's decider: latency, the algorithm, the GEMM cost and ties") {
   CHECK(dense_cost_us(layer::fc(20, 4), 2, dbl) == 640.0);
 }
 
+TEST_CASE("tcoll's decider on arbitrary calibrated models (model_costs)") {
+  using tcoll::plan::linear_cost;
+  // Linear models equal to a ring allreduce and a ring allgather on 8 ranks of a
+  // bandwidth-only link (beta = 1): allreduce 2*7/8 bytes, allgather 7 bytes per rank.
+  const model_costs<linear_cost, linear_cost> ring8{{0.0, 1.75}, {0.0, 7.0}};
+  CHECK(dense_cost_us(vgg_fc, 8, ring8) == 117440512.0);
+  CHECK(sfb_cost_us(vgg_fc, 8, 32, ring8) == 7.0 * (32 + 32.0 * 8192 * 4));
+  CHECK(best_scheme(vgg_fc, 8, 511, ring8) == scheme::sfb);
+  CHECK(best_scheme(vgg_fc, 8, 512, ring8) == scheme::dense);
+  // A startup cost per allgather: FC 64x64, K = 1: dense 1.75*16384 = 28672; SFB
+  // 3*1000 + 7*(32 + 256 + 256) = 6808 -> SFB; with 10000 us per startup: 33808 -> dense.
+  const model_costs<linear_cost, linear_cost> lat1{{0.0, 1.75}, {1000.0, 7.0}};
+  const model_costs<linear_cost, linear_cost> lat10{{0.0, 1.75}, {10000.0, 7.0}};
+  CHECK(sfb_cost_us(layer::fc(64, 64), 8, 1, lat1) == 6808.0);
+  CHECK(best_scheme(layer::fc(64, 64), 8, 1, lat1) == scheme::sfb);
+  CHECK(best_scheme(layer::fc(64, 64), 8, 1, lat10) == scheme::dense);
+  // OSF's piecewise model (log below 1 MB, linear above) for both collectives.
+  const tcoll::plan::piecewise_cost pw{10.0, 50.0, 0.001, 100.0, 1048576.0};
+  const model_costs<tcoll::plan::piecewise_cost, tcoll::plan::piecewise_cost> osf{pw, pw};
+  // dense 4096x4096 floats: 0.001*67108864 + 100; SFB: 3 small allgathers on the log piece:
+  // 10*log2(32) + 50 + 2 * (10*log2(32*4096*4) + 50) = 100 + 2*(190 + 50) = 580.
+  CHECK(dense_cost_us(vgg_fc, 8, osf) == doctest::Approx(67208.864));
+  CHECK(sfb_cost_us(vgg_fc, 8, 32, osf) == doctest::Approx(580.0));
+  CHECK(best_scheme(vgg_fc, 8, 32, osf) == scheme::sfb);
+  const std::array<layer, 2> m = {vgg_fc, layer::dense(10)};
+  CHECK(best_schemes(m, 8, 32, osf) == std::vector<scheme>{scheme::sfb, scheme::dense});
+  static_assert(best_scheme(layer::fc(64, 64), 8, 1,
+                            model_costs<linear_cost, linear_cost>{{0.0, 1.75}, {1000.0, 7.0}}) ==
+                scheme::sfb);
+}
+
 TEST_CASE("per-model helpers: one scheme per layer, FC weights and dense biases") {
   // VGG-19's classifier at P = 8, K = 32: fc6 25088 -> 4096, fc7 4096 -> 4096, fc8 4096 ->
   // 1000 (M = outputs, N = inputs), each with a dense bias, plus a CONV layer.
@@ -174,6 +205,6 @@ TEST_CASE("bad arguments of the deciders name the argument") {
         std::string::npos);
   const std::array<layer, 2> two = {vgg_fc, vgg_fc};
   std::array<scheme, 1> one{};
-  CHECK(message([&] { best_schemes(two, 4, 1, {}, one); }).find("out has 1 entries") !=
+  CHECK(message([&] { best_schemes(two, 4, 1, sfb_costs{}, one); }).find("out has 1 entries") !=
         std::string::npos);
 }

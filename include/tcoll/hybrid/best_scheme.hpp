@@ -31,6 +31,7 @@
 ///    Poseidon calls it "often negligible compared to communication", POS L135).
 ///  - Flat algorithms and the allgathers read `machine.inter` (as plan::allreduce_us does);
 ///    hierarchical dense algorithms use both levels, the SFB allgathers stay flat rings.
+#include <concepts>
 #include <cstddef>
 #include <cstdint>
 #include <span>
@@ -187,9 +188,50 @@ constexpr double sfb_cost_us(const layer& l, int ranks, int batch, const sfb_cos
          c.gemm_us_per_multiply_add * static_cast<double>(ranks) * K * M * N;
 }
 
+/// The same comparison on any calibrated cost models (plan::cost_model: bytes -> us), for
+/// example OSF's piecewise model fitted by plan/calibrate.hpp: `allreduce(bytes)` is the time
+/// of a dense allreduce of `bytes` on the ranks in question, `allgather(bytes)` the time of
+/// an allgather of `bytes` per rank. SFB costs the three allgathers plus the GEMM.
+template <plan::cost_model Allreduce, plan::cost_model Allgather>
+struct model_costs {
+  Allreduce allreduce{};
+  Allgather allgather{};
+  std::size_t element_bytes = 4;         ///< bytes per gradient element
+  double gemm_us_per_multiply_add = 0.0; ///< as in sfb_costs
+  bool ties_go_to_sfb = false;           ///< as in sfb_costs
+};
+
+/// Modelled cost of a dense allreduce of layer `l` (model_costs form).
+template <class A, class G>
+constexpr double dense_cost_us(const layer& l, int, const model_costs<A, G>& c) {
+  return static_cast<double>(
+      c.allreduce(static_cast<double>(l.parameters()) * static_cast<double>(c.element_bytes)));
+}
+
+/// Modelled cost of `sfb_allreduce` of FC layer `l` (model_costs form).
+template <class A, class G>
+constexpr double sfb_cost_us(const layer& l, int ranks, int batch, const model_costs<A, G>& c) {
+  const double K = batch, M = static_cast<double>(l.rows), N = static_cast<double>(l.cols);
+  const double eb = static_cast<double>(c.element_bytes);
+  return static_cast<double>(c.allgather(sfb_shape_record_bytes)) +
+         static_cast<double>(c.allgather(K * M * eb)) +
+         static_cast<double>(c.allgather(K * N * eb)) +
+         c.gemm_us_per_multiply_add * static_cast<double>(ranks) * K * M * N;
+}
+
+/// What `best_scheme` needs of its costs: `sfb_costs` or a `model_costs`.
+template <class C>
+concept scheme_costs = requires(const C& c, const layer& l, int n) {
+  { dense_cost_us(l, n, c) } -> std::convertible_to<double>;
+  { sfb_cost_us(l, n, n, c) } -> std::convertible_to<double>;
+  { c.ties_go_to_sfb } -> std::convertible_to<bool>;
+};
+
 /// tcoll's decider: SFB when the layer is FC and `sfb_cost_us` is below `dense_cost_us`
-/// (ties: `c.ties_go_to_sfb`), dense otherwise. `ranks` and `batch` (K per rank) >= 1.
-constexpr scheme best_scheme(const layer& l, int ranks, int batch, const sfb_costs& c = {}) {
+/// (ties: `c.ties_go_to_sfb`), dense otherwise; one rank is always dense. `ranks` and
+/// `batch` (K per rank) must be >= 1 (else tcoll::invalid_argument naming them).
+template <scheme_costs C = sfb_costs>
+constexpr scheme best_scheme(const layer& l, int ranks, int batch, const C& c = {}) {
   if (ranks < 1) detail::check_positive(ranks, "ranks", "best_scheme");
   if (batch < 1) detail::check_positive(batch, "batch (K)", "best_scheme");
   detail::check_layer(l, "best_scheme");
@@ -220,7 +262,8 @@ constexpr std::vector<scheme> poseidon_best_schemes(std::span<const layer> layer
 /// The scheme of every layer of a model by tcoll's cost comparison; `out` has one entry
 /// per layer (else tcoll::invalid_argument). Call it at plan time: the answer depends only
 /// on shapes, rank count, batch and the calibrated machine, so every rank gets the same.
-constexpr void best_schemes(std::span<const layer> layers, int ranks, int batch, const sfb_costs& c,
+template <scheme_costs C>
+constexpr void best_schemes(std::span<const layer> layers, int ranks, int batch, const C& c,
                             std::span<scheme> out) {
   if (out.size() != layers.size())
     throw invalid_argument("best_schemes: out has " + std::to_string(out.size()) +
@@ -229,10 +272,11 @@ constexpr void best_schemes(std::span<const layer> layers, int ranks, int batch,
 }
 
 /// The scheme of every layer of a model by tcoll's cost comparison.
+template <scheme_costs C = sfb_costs>
 constexpr std::vector<scheme> best_schemes(std::span<const layer> layers, int ranks, int batch,
-                                           const sfb_costs& c = {}) {
+                                           const C& c = {}) {
   std::vector<scheme> out(layers.size());
-  best_schemes(layers, ranks, batch, c, out);
+  best_schemes(layers, ranks, batch, c, std::span<scheme>(out));
   return out;
 }
 
