@@ -4,7 +4,9 @@
 
 #include <random>
 
+#if TCOLL_HAVE_NLOHMANN_JSON // the JSON reader is optional (nlohmann/json)
 #include "tcoll/plan/bench_records.hpp"
+#endif
 #include "tcoll/plan/calibrate.hpp"
 
 using namespace tcoll::plan;
@@ -99,6 +101,7 @@ TEST_CASE("alpha and beta of every flat algorithm from a linear fit") {
   }
 }
 
+#if TCOLL_HAVE_NLOHMANN_JSON
 TEST_CASE("allreduce_perf --json records: extra fields, filters, fit") {
   const char* json = R"([
     {"algorithm":"ring","transport":"threads","ranks":4,"dtype":"float32","op":"sum","bytes":1024,
@@ -163,8 +166,30 @@ TEST_CASE("fuzz: the JSON reader throws runtime_error on garbage, never anything
   }
   CHECK(ok > 50);
   CHECK(bad > 2000);
+  // not an array of objects, with the reason
+  CHECK_THROWS_WITH_AS(parse_json_records(R"({"algorithm":"ring"})"),
+                       doctest::Contains("expected an array"), std::runtime_error);
+  CHECK_THROWS_WITH_AS(parse_json_records(R"([{"a":1}, 3])"),
+                       doctest::Contains("element 1 is not an object"), std::runtime_error);
+  // the 0-based offset of the offending character (the second comma)
+  CHECK_THROWS_WITH_AS(parse_json_records(R"([{"a":1},, ])"), doctest::Contains("offset 9:"),
+                       std::runtime_error);
+  // scalars kept with their types, nested values skipped, \u escapes decoded
+  const auto r =
+      parse_json_records(R"([{"n":null,"b":true,"x":-2.5e1,"s":"caf\u00e9","o":{"p":1}}])");
+  REQUIRE(r.size() == 1);
+  CHECK(std::holds_alternative<std::monostate>(r[0].at("n")));
+  CHECK(std::get<bool>(r[0].at("b")));
+  CHECK(std::get<double>(r[0].at("x")) == -25.0);
+  CHECK(std::get<std::string>(r[0].at("s")) == "caf\xc3\xa9");
+  CHECK(r[0].count("o") == 0);
+  // nesting up to the bound is fine
+  CHECK(
+      parse_json_records("[{\"a\":" + std::string(60, '[') + std::string(60, ']') + "}]").size() ==
+      1);
   // deep nesting is bounded
   CHECK_THROWS_AS(
       parse_json_records("[{\"a\":" + std::string(1000, '[') + std::string(1000, ']') + "}]"),
       std::runtime_error);
 }
+#endif // TCOLL_HAVE_NLOHMANN_JSON

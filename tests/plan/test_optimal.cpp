@@ -7,6 +7,11 @@
 
 #include "tcoll/plan.hpp"
 
+// The planning layer itself needs no JSON library (only plan/bench_records.hpp does).
+#ifdef NLOHMANN_JSON_VERSION_MAJOR
+#error "tcoll/plan.hpp pulls in nlohmann/json"
+#endif
+
 using namespace tcoll::plan;
 
 namespace {

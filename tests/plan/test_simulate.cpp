@@ -6,6 +6,9 @@
 #include <sstream>
 
 #include "tcoll/plan.hpp"
+#if TCOLL_HAVE_NLOHMANN_JSON // the JSON reader is optional (nlohmann/json)
+#include "tcoll/plan/bench_records.hpp"
+#endif
 
 using namespace tcoll::plan;
 
@@ -131,6 +134,7 @@ TEST_CASE("OSF Eq. 3, 8-10: scaling factor of the no-fusion timeline") {
   }
 }
 
+#if TCOLL_HAVE_NLOHMANN_JSON
 TEST_CASE("Chrome trace: one compute and one communication track, buckets in args") {
   const workload w{{100, 200, 300}, {2, 3, 4}, 10};
   const linear_cost c{5, 0.01};
@@ -162,3 +166,4 @@ TEST_CASE("Chrome trace: one compute and one communication track, buckets in arg
   CHECK(json.find("\"first\":\"fc.bias\",\"last\":\"fc.\\\"weight\\\"\"") != std::string::npos);
   CHECK(json.find("\"ts\":15,\"dur\":8") != std::string::npos); // bucket 0: ready 15, 5 + 3 us
 }
+#endif // TCOLL_HAVE_NLOHMANN_JSON

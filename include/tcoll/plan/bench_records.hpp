@@ -5,6 +5,10 @@
 /// time_us, algbw_gbs, busbw_gbs, wrong, and whatever fields are added later). Unknown
 /// fields are skipped, nested values included. Malformed input throws
 /// std::runtime_error with the byte offset.
+///
+/// Parsing is nlohmann/json's (Debian `nlohmann-json3-dev`, Meson `nlohmann_json`), an
+/// optional dependency of the calibration tools only: this header is not part of
+/// tcoll/plan.hpp, include it explicitly.
 
 #include <cstdint>
 #include <map>
@@ -14,6 +18,8 @@
 #include <string_view>
 #include <variant>
 #include <vector>
+
+#include <nlohmann/json.hpp>
 
 #include "tcoll/plan/calibrate.hpp"
 
@@ -25,225 +31,54 @@ using json_scalar = std::variant<std::monostate, bool, double, std::string>;
 using json_record = std::map<std::string, json_scalar, std::less<>>;
 
 namespace detail {
-
-class flat_json_reader {
-public:
-  explicit flat_json_reader(std::string_view text) : text_(text) {}
-
-  std::vector<json_record> read_array() {
-    std::vector<json_record> records;
-    skip_space();
-    expect('[');
-    skip_space();
-    if (peek() == ']') {
-      ++pos_;
-      return finish(records);
-    }
-    for (;;) {
-      skip_space();
-      records.push_back(read_object());
-      skip_space();
-      if (peek() == ',') {
-        ++pos_;
-        continue;
-      }
-      expect(']');
-      return finish(records);
-    }
-  }
-
-private:
-  static constexpr int max_depth = 64;
-  std::string_view text_;
-  std::size_t pos_ = 0;
-
-  std::vector<json_record> finish(std::vector<json_record>& records) {
-    skip_space();
-    if (pos_ != text_.size()) error("trailing characters after the array");
-    return std::move(records);
-  }
-  [[noreturn]] void error(const std::string& why) const {
-    throw std::runtime_error("bench json: offset " + std::to_string(pos_) + ": " + why);
-  }
-  char peek() const { return pos_ < text_.size() ? text_[pos_] : '\0'; }
-  void expect(char c) {
-    if (peek() != c || pos_ >= text_.size()) error(std::string("expected '") + c + "'");
-    ++pos_;
-  }
-  void skip_space() {
-    while (pos_ < text_.size() && (text_[pos_] == ' ' || text_[pos_] == '\n' ||
-                                   text_[pos_] == '\r' || text_[pos_] == '\t'))
-      ++pos_;
-  }
-
-  json_record read_object() {
-    json_record record;
-    expect('{');
-    skip_space();
-    if (peek() == '}') {
-      ++pos_;
-      return record;
-    }
-    for (;;) {
-      skip_space();
-      std::string key = read_string();
-      skip_space();
-      expect(':');
-      skip_space();
-      if (peek() == '{' || peek() == '[')
-        skip_nested(0);
-      else
-        record[key] = read_scalar();
-      skip_space();
-      if (peek() == ',') {
-        ++pos_;
-        continue;
-      }
-      expect('}');
-      return record;
-    }
-  }
-
-  void skip_nested(int depth) {
-    if (depth > max_depth) error("nesting too deep");
-    const char close = peek() == '{' ? '}' : ']';
-    const bool object = close == '}';
-    ++pos_;
-    skip_space();
-    if (peek() == close) {
-      ++pos_;
-      return;
-    }
-    for (;;) {
-      skip_space();
-      if (object) {
-        read_string();
-        skip_space();
-        expect(':');
-        skip_space();
-      }
-      if (peek() == '{' || peek() == '[')
-        skip_nested(depth + 1);
-      else
-        read_scalar();
-      skip_space();
-      if (peek() == ',') {
-        ++pos_;
-        continue;
-      }
-      expect(close);
-      return;
-    }
-  }
-
-  json_scalar read_scalar() {
-    const char c = peek();
-    if (c == '"') return read_string();
-    if (text_.substr(pos_, 4) == "true") {
-      pos_ += 4;
-      return true;
-    }
-    if (text_.substr(pos_, 5) == "false") {
-      pos_ += 5;
-      return false;
-    }
-    if (text_.substr(pos_, 4) == "null") {
-      pos_ += 4;
-      return std::monostate{};
-    }
-    return read_number();
-  }
-
-  double read_number() {
-    const std::size_t start = pos_;
-    if (peek() == '-') ++pos_;
-    auto digits = [&] {
-      const std::size_t from = pos_;
-      while (pos_ < text_.size() && text_[pos_] >= '0' && text_[pos_] <= '9') ++pos_;
-      return pos_ > from;
-    };
-    if (!digits()) error("expected a value");
-    if (peek() == '.') {
-      ++pos_;
-      if (!digits()) error("digits expected after '.'");
-    }
-    if (peek() == 'e' || peek() == 'E') {
-      ++pos_;
-      if (peek() == '+' || peek() == '-') ++pos_;
-      if (!digits()) error("digits expected in exponent");
-    }
-    try {
-      return std::stod(std::string(text_.substr(start, pos_ - start)));
-    } catch (const std::out_of_range&) {
-      error("number out of range");
-    }
-  }
-
-  std::string read_string() {
-    expect('"');
-    std::string out;
-    for (;;) {
-      if (pos_ >= text_.size()) error("unterminated string");
-      const char c = text_[pos_++];
-      if (c == '"') return out;
-      if (static_cast<unsigned char>(c) < 0x20) error("control character in string");
-      if (c != '\\') {
-        out += c;
-        continue;
-      }
-      if (pos_ >= text_.size()) error("unterminated escape");
-      const char e = text_[pos_++];
-      switch (e) {
-      case '"':
-      case '\\':
-      case '/':
-        out += e;
-        break;
-      case 'b':
-        out += '\b';
-        break;
-      case 'f':
-        out += '\f';
-        break;
-      case 'n':
-        out += '\n';
-        break;
-      case 'r':
-        out += '\r';
-        break;
-      case 't':
-        out += '\t';
-        break;
-      case 'u': {
-        if (pos_ + 4 > text_.size()) error("short \\u escape");
-        unsigned code = 0;
-        for (int i = 0; i < 4; ++i) {
-          const char h = text_[pos_++];
-          code <<= 4;
-          if (h >= '0' && h <= '9')
-            code |= h - '0';
-          else if (h >= 'a' && h <= 'f')
-            code |= h - 'a' + 10;
-          else if (h >= 'A' && h <= 'F')
-            code |= h - 'A' + 10;
-          else
-            error("bad hex digit in \\u escape");
-        }
-        out += code < 0x80 ? static_cast<char>(code) : '?'; // names are ASCII; keep going otherwise
-        break;
-      }
-      default:
-        error("unknown escape");
-      }
-    }
-  }
-};
-
+/// Deepest nesting the reader accepts (the records are flat; this bounds hostile input).
+inline constexpr std::size_t max_json_depth = 64;
 } // namespace detail
 
-/// Parse a flat JSON array of flat objects.
+/// Parse a flat JSON array of flat objects (nlohmann/json underneath). Nested values are
+/// skipped; anything that is not an array of objects, malformed text or nesting deeper
+/// than 64 throws std::runtime_error (with the byte offset where the parser has one).
 inline std::vector<json_record> parse_json_records(std::string_view text) {
-  return detail::flat_json_reader(text).read_array();
+  using nlohmann::json;
+  json document;
+  try {
+    const json::parser_callback_t bound_depth = [](int depth, json::parse_event_t event, json&) {
+      if ((event == json::parse_event_t::object_start ||
+           event == json::parse_event_t::array_start) &&
+          static_cast<std::size_t>(depth) >= detail::max_json_depth)
+        throw std::runtime_error("bench json: nesting deeper than " +
+                                 std::to_string(detail::max_json_depth));
+      return true;
+    };
+    document = json::parse(text.begin(), text.end(), bound_depth);
+  } catch (const json::parse_error& e) { // e.byte: 1-based; report the 0-based offset
+    throw std::runtime_error("bench json: offset " + std::to_string(e.byte > 0 ? e.byte - 1 : 0) +
+                             ": " + e.what());
+  } catch (const json::exception& e) {
+    throw std::runtime_error(std::string("bench json: ") + e.what());
+  }
+  if (!document.is_array()) throw std::runtime_error("bench json: expected an array of records");
+  std::vector<json_record> records;
+  records.reserve(document.size());
+  for (std::size_t i = 0; i < document.size(); ++i) {
+    const json& object = document[i];
+    if (!object.is_object())
+      throw std::runtime_error("bench json: element " + std::to_string(i) + " is not an object");
+    json_record record;
+    for (const auto& [key, value] : object.items()) {
+      if (value.is_null())
+        record[key] = std::monostate{};
+      else if (value.is_boolean())
+        record[key] = value.get<bool>();
+      else if (value.is_number())
+        record[key] = value.get<double>();
+      else if (value.is_string())
+        record[key] = value.get<std::string>();
+      // nested objects and arrays: skipped
+    }
+    records.push_back(std::move(record));
+  }
+  return records;
 }
 
 /// One allreduce_perf measurement.
