@@ -104,8 +104,9 @@ TEST_CASE("host_gemm sums every element in sample order, whatever the tile sizes
       }
       want[i * N + j] = acc;
     }
-  for (auto [tr, tc] :
+  for (const auto& tile :
        {std::pair<std::size_t, std::size_t>{32, 512}, {1, 1}, {3, 7}, {0, 0}, {1000, 1000}}) {
+    const std::size_t tr = tile.first, tc = tile.second;
     CAPTURE(tr);
     CAPTURE(tc);
     std::vector<float> g(M * N, 123.0f);
