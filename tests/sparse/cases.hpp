@@ -344,7 +344,8 @@ void warmup_case(Tr& t) {
 /// equal a dense blocking allreduce of a copy of the pool restricted to them (integer
 /// inputs), the other chunks keep the local values; with op `Op` and algorithm `Algo`.
 template <class Tr, class Op, class Algo, class Wire = float>
-void matches_dense_case(Tr& t, const Op& op, const Algo& algo, std::size_t threshold) {
+void matches_dense_case(Tr& t, const Op& op, const Algo& algo, std::size_t threshold,
+                        std::size_t in_place_min_bytes = 0) {
   const int r = t.rank();
   tcoll::gradient_pool<float> pool(std::vector<std::size_t>{333, 1, 2000, 64, 900});
   sp::csc_options o;
@@ -352,6 +353,7 @@ void matches_dense_case(Tr& t, const Op& op, const Algo& algo, std::size_t thres
   o.density = 0.25;
   o.warmup_iterations = 0;
   o.threshold_bytes = threshold;
+  o.in_place_min_bytes = in_place_min_bytes;
   sp::csc_allreduce<Tr, float, Op, Algo, tcoll::cpu_reducer, Wire> a(pool, t, o, op, algo);
   // (later iterations add residuals: covered by conservation_case)
   for (int it = 0; it < 2; ++it) {
@@ -463,7 +465,7 @@ void overlap_case(Tr& t) {
 /// Every rank ends every iteration with bitwise identical important chunks (fractional
 /// inputs, each rank marking its tensors in its own random order).
 template <class Tr, class Algo, class Wire = float>
-void bitwise_case(Tr& t, const Algo& algo) {
+void bitwise_case(Tr& t, const Algo& algo, std::size_t in_place_min_bytes = 0) {
   const int r = t.rank();
   const auto sizes = random_sizes(99, 9, 3000);
   tcoll::gradient_pool<float> pool(sizes);
@@ -472,6 +474,7 @@ void bitwise_case(Tr& t, const Algo& algo) {
   o.density = 0.3;
   o.warmup_iterations = 2;
   o.threshold_bytes = 2048;
+  o.in_place_min_bytes = in_place_min_bytes;
   sp::csc_allreduce<Tr, float, tcoll::sum_op, Algo, tcoll::cpu_reducer, Wire> a(pool, t, o, {},
                                                                                 algo);
   std::mt19937 g(1234u + static_cast<unsigned>(r));
@@ -529,6 +532,35 @@ void threaded_marks_case(Tr& t, int threads) {
       bad += pool.data()[i] != (imp[a.chunks().chunk_of(i)] ? dense[i] : input[i]);
     CHECK(bad == 0);
   }
+}
+
+/// In-place runs: with every chunk important and one run, a single in-place buffer per
+/// threshold split; runs shorter than the minimum are copied (their own buffers).
+template <class Tr>
+void in_place_layout_case(Tr& t) {
+  tcoll::gradient_pool<float> pool(std::vector<std::size_t>{1000});
+  sp::csc_options o;
+  o.chunk_elements = 100;
+  o.density = 1.0;
+  o.threshold_bytes = 1 << 20;
+  o.in_place_min_bytes = 1;
+  sp::csc_allreduce<Tr, float> a(pool, t, o);
+  CHECK(a.buffer_count() == 1);
+  fill_pool(pool, t.rank(), 0, integral);
+  std::vector<float> dense(pool.all().begin(), pool.all().end());
+  tcoll::allreduce(t, std::span<float>(dense), tcoll::sum_op{}, tcoll::ring{});
+  a.mark_all_ready();
+  const auto& s = a.finish();
+  CHECK(s.buffers == 1);
+  CHECK(std::equal(dense.begin(), dense.end(), pool.data()));
+  // a half wire cannot reduce in place: copied, same result
+  tcoll::gradient_pool<float> pool2(std::vector<std::size_t>{1000});
+  sp::csc_allreduce<Tr, float, tcoll::sum_op, tcoll::ring, tcoll::cpu_reducer, tcoll::half> b(pool2,
+                                                                                              t, o);
+  fill_pool(pool2, t.rank(), 0, integral);
+  b.mark_all_ready();
+  b.finish();
+  CHECK(std::equal(dense.begin(), dense.end(), pool2.data()));
 }
 
 // ---------------------------------------------------------------------------------------

@@ -116,6 +116,9 @@ TEST_CASE("communication: important chunks equal a dense allreduce, others stay 
         matches_dense_case(t, tcoll::sum_op{}, tcoll::binomial_tree{}, theta);
         matches_dense_case(t, tcoll::sum_op{}, tcoll::multi_ring{}, theta);
         matches_dense_case(t, tcoll::avg_op{}, tcoll::automatic{}, theta);
+        // runs of >= 2 chunks (1 KiB) reduced in place in the pool, the others copied
+        matches_dense_case(t, tcoll::sum_op{}, tcoll::ring{}, theta, 1024);
+        matches_dense_case(t, tcoll::avg_op{}, tcoll::recursive_doubling{}, theta, 1);
         // half on the wire: integer sums this small are exact in half
         matches_dense_case<tcoll::thread_transport, tcoll::sum_op, tcoll::ring, tcoll::half>(
             t, tcoll::sum_op{}, tcoll::ring{}, theta);
@@ -166,6 +169,10 @@ TEST_CASE("overlap: a buffer starts during backward once its chunks are filled, 
   on_team(3, [](tcoll::thread_transport& t) { overlap_case(t); });
 }
 
+TEST_CASE("in place: runs of important chunks reduced in the pool") {
+  for (int P : {1, 3}) on_team(P, [](tcoll::thread_transport& t) { in_place_layout_case(t); });
+}
+
 TEST_CASE("overlap: mark_ready from several threads per rank, orders differing by rank") {
   for (int P : {2, 4})
     for (int threads : {1, 3}) {
@@ -182,6 +189,7 @@ TEST_CASE("every rank ends every iteration with bitwise identical important chun
       bitwise_case(t, tcoll::ring{});
       bitwise_case(t, tcoll::recursive_halving_doubling{});
       bitwise_case(t, tcoll::automatic{});
+      bitwise_case(t, tcoll::ring{}, 2048); // runs of >= 2 chunks in place
       bitwise_case<tcoll::thread_transport, tcoll::ring, tcoll::bfloat16>(t, tcoll::ring{});
     });
   }

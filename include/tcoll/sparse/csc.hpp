@@ -86,6 +86,11 @@ struct csc_options {
   /// Wire types half/bfloat16: values are multiplied by this before the cast and divided
   /// after (a power of two adds no error); must be positive and finite.
   float wire_scale = 1.0f;
+  /// A run of consecutive important chunks of at least this many bytes is allreduced in
+  /// place in the pool (no copy into the send buffer, no scatter back), split into buffers
+  /// by `threshold_bytes` like the copied chunks (0: off, the paper's copy). Only when the
+  /// wire type is T and `wire_scale` is 1.
+  std::size_t in_place_min_bytes = 0;
   /// Exchange a hash of the pool's shape and these options at construction and throw a
   /// clear error naming the first rank that differs from rank 0 (one small allreduce).
   bool check_pool = true;
@@ -317,7 +322,7 @@ public:
     // scatter the reduced important chunks back into the pool
     const float inv = 1.0f / options_.wire_scale;
     for (std::size_t c = 0; c < layout_.count(); ++c)
-      if (important_[c])
+      if (important_[c] && !in_place_[c])
         ops_.scatter(pool_->data() + layout_.begin(c), send_.data() + slot_[c], layout_.size(c),
                      inv);
     // statistics of this iteration
@@ -360,8 +365,9 @@ public:
 
 private:
   struct buffer {
-    std::size_t offset = 0, count = 0; // in the send buffer
+    std::size_t offset = 0, count = 0; // in the send buffer (in the pool when in_place)
     std::size_t remaining = 0;         // chunks not yet filled
+    bool in_place = false;             // a run of important chunks reduced in the pool
     bool started = false;
     request req;
   };
@@ -386,27 +392,55 @@ private:
     const std::size_t C = layout_.count();
     slot_.assign(C, 0);
     buffer_of_.assign(C, 0);
+    in_place_.assign(C, 0);
     buffers_.clear();
     important_count_ = important_elements_ = 0;
-    std::size_t at = 0;
-    buffer cur;
-    for (std::size_t c = 0; c < C; ++c) {
-      if (!important_[c]) continue;
-      const std::size_t m = layout_.size(c);
-      slot_[c] = at;
-      buffer_of_[c] = buffers_.size();
-      if (cur.count == 0) cur.offset = at;
-      cur.count += m;
-      ++cur.remaining;
-      at += m;
-      ++important_count_;
-      important_elements_ += m;
-      if (cur.count * sizeof(Wire) > options_.threshold_bytes) {
-        buffers_.push_back(std::move(cur));
-        cur = buffer{};
+    std::size_t at = 0; // next free slot of the send buffer
+    buffer cur;         // the buffer being grouped
+    auto close = [&] {
+      if (cur.remaining) buffers_.push_back(std::move(cur));
+      cur = buffer{};
+    };
+    for (std::size_t c = 0; c < C;) {
+      if (!important_[c]) {
+        ++c;
+        continue;
       }
+      std::size_t e = c; // the run of consecutive important chunks [c, e)
+      while (e < C && important_[e]) ++e;
+      const std::size_t run = layout_.begin(e - 1) + layout_.size(e - 1) - layout_.begin(c);
+      const bool in_place = in_place_allowed() && options_.in_place_min_bytes > 0 &&
+                            run * sizeof(T) >= options_.in_place_min_bytes;
+      if (in_place) close(); // an in-place buffer never shares with copied chunks
+      for (std::size_t j = c; j < e; ++j) {
+        const std::size_t m = layout_.size(j);
+        buffer_of_[j] = buffers_.size();
+        if (in_place) {
+          in_place_[j] = 1;
+          if (cur.remaining == 0) {
+            cur.in_place = true;
+            cur.offset = layout_.begin(j); // in the pool
+          }
+        } else {
+          slot_[j] = at;
+          if (cur.remaining == 0) cur.offset = at; // in the send buffer
+          at += m;
+        }
+        cur.count += m;
+        ++cur.remaining;
+        ++important_count_;
+        important_elements_ += m;
+        if (cur.count * sizeof(Wire) > options_.threshold_bytes) close();
+      }
+      if (in_place) close();
+      c = e;
     }
-    if (cur.remaining) buffers_.push_back(std::move(cur));
+    close();
+  }
+
+  /// In-place runs need the pool's own type on the wire, unscaled.
+  bool in_place_allowed() const noexcept {
+    return std::is_same_v<Wire, T> && options_.wire_scale == 1.0f;
   }
 
   void reset_marks() {
@@ -429,7 +463,8 @@ private:
         options_.residual == residual_rule::momentum_scaled ? options_.momentum : 1.0;
     ops_.accumulate_residual(pool_->data() + b, residual_.data() + b, m, imp, factor);
     if (imp) {
-      ops_.gather(send_.data() + slot_[c], pool_->data() + b, m, options_.wire_scale);
+      if (!in_place_[c])
+        ops_.gather(send_.data() + slot_[c], pool_->data() + b, m, options_.wire_scale);
       --buffers_[buffer_of_[c]].remaining;
     }
   }
@@ -438,6 +473,8 @@ private:
     auto& b = buffers_[k];
     ops_.synchronize();
     Wire* p = send_.data() + b.offset;
+    if constexpr (std::is_same_v<Wire, T>)
+      if (b.in_place) p = pool_->data() + b.offset;
     b.req = tcoll::iallreduce(*comm_, p, p, b.count, op_, algo_, pool_->reducer());
     b.started = true;
   }
@@ -472,6 +509,7 @@ private:
     h = fnv1a(h, bits);
     h = fnv1a(h, options_.warmup_iterations);
     h = fnv1a(h, options_.threshold_bytes);
+    h = fnv1a(h, options_.in_place_min_bytes);
     h = fnv1a(h, static_cast<std::uint64_t>(options_.residual));
     std::uint32_t sbits = 0;
     std::memcpy(&sbits, &options_.wire_scale, sizeof(sbits));
@@ -509,7 +547,7 @@ private:
   chunk_layout layout_;
   std::vector<std::size_t> first_chunk_, end_chunk_, deps_, remaining_;
   std::vector<std::size_t> slot_, buffer_of_;
-  std::vector<unsigned char> important_, last_important_, marked_;
+  std::vector<unsigned char> important_, last_important_, marked_, in_place_;
   std::size_t important_count_ = 0, important_elements_ = 0;
   std::vector<buffer> buffers_;
   std::size_t next_ = 0, marked_count_ = 0, iterations_ = 0;
