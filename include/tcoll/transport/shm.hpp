@@ -1,0 +1,630 @@
+#pragma once
+/// \file
+/// `shm_transport`: the processes of one node exchange messages through one POSIX
+/// shared-memory segment, with no MPI call, no lock shared between processes and no
+/// allocation on the hot path. MPI is used only to build it (one `MPI_Bcast` of the
+/// segment's name and two barriers).
+///
+/// Layout: every rank owns an *inbox* in the segment with, for each sender, `lanes`
+/// lanes; a lane carries one message at a time, in fragments of `slot_bytes` through
+/// `slots` slots (a pipeline: the sender fills slot k+1 while the receiver drains slot k).
+/// Every header and slot flag sits on its own cache line.
+///  - Send: the sender takes a free lane of the pair (in posting order, so messages
+///    between one pair with the same tag match in order), writes tag and size, then
+///    copies fragments into free slots; the send completes when the last fragment is in
+///    shared memory (the user's buffer is free again).
+///  - Receive: the receiver matches a lane of that sender by tag (the oldest such message)
+///    and copies each fragment out (`irecv`) or hands it to the consumer (`irecv_consume`:
+///    a message of at most `slot_bytes` is reduced straight from the slot, one copy in all;
+///    a longer one is gathered into the staging buffer first).
+///  - Waiting spins on the flags, then yields; with more ranks on the node than cores it
+///    yields from the start. Every wait has the timeout; `abort()` raises a team-wide flag
+///    in the segment that every wait of every rank checks.
+///  - The segment's file is unlinked as soon as every rank has mapped it, so nothing is
+///    left in /dev/shm whatever happens to the processes later.
+///
+/// Limits: a lane is held by its message until the receiver has drained it, so a sender
+/// with more than `lanes` messages to one peer that the peer does not receive yet waits
+/// (the collectives never have more than two or three in flight per pair per collective;
+/// raise `lanes` for many concurrent collectives). A peer process that dies is seen as a
+/// timeout naming it.
+#include <mpi.h>
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <deque>
+#include <exception>
+#include <memory>
+#include <mutex>
+#include <new>
+#include <random>
+#include <string>
+#include <string_view>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include "../core/collective_context.hpp"
+#include "../core/concepts.hpp"
+#include "../core/error.hpp"
+
+namespace tcoll {
+
+/// Tuning knobs of `shm_transport`.
+struct shm_options {
+  /// Longest any blocking wait may take before it throws `timeout_error`.
+  std::chrono::milliseconds timeout = std::chrono::seconds(60);
+  /// Messages in flight at once from one rank to another.
+  std::size_t lanes = 4;
+  /// Pipeline depth of a lane.
+  std::size_t slots = 2;
+  /// Fragment size; also the largest message reduced straight from shared memory.
+  std::size_t slot_bytes = 32 * 1024;
+  /// Failed polls before a waiting rank starts yielding the CPU (0: yield at once). With
+  /// more ranks on the node than cores, waits always yield at once.
+  int spins_before_yield = 2000;
+};
+
+namespace detail::shm {
+
+inline constexpr std::size_t line = 64;
+
+inline std::size_t round_up(std::size_t n, std::size_t to) {
+  return (n + to - 1) / to * to;
+}
+
+/// The first cache line of the segment: the team-wide abort flag.
+struct alignas(line) control {
+  std::atomic<std::uint32_t> aborted{0};
+  std::atomic<std::int32_t> aborted_by{-1};
+};
+
+/// A lane's header: which message occupies it (0: free; else the sender's message number
+/// for this pair, counting from 1), its tag and size. Written by the sender before `message`
+/// is published; `message` is reset to 0 by the receiver once it drained the lane.
+struct alignas(line) lane_header {
+  std::atomic<std::uint64_t> message{0};
+  std::uint64_t bytes = 0;
+  std::int32_t tag = 0;
+};
+
+/// A slot's flag: 0 empty, k + 1 when it holds fragment k of the lane's message.
+struct alignas(line) slot_header {
+  std::atomic<std::uint64_t> fragment{0};
+  std::uint64_t bytes = 0;
+};
+
+static_assert(std::atomic<std::uint64_t>::is_always_lock_free &&
+                  std::atomic<std::uint32_t>::is_always_lock_free,
+              "shm_transport needs lock-free atomics to share them between processes");
+
+/// Byte offsets inside the segment.
+struct layout {
+  int ranks = 0;
+  std::size_t lanes = 0, slots = 0, slot_bytes = 0;
+  std::size_t slot_stride = 0, lane_stride = 0, inbox_stride = 0, total = 0;
+
+  layout(int p, const shm_options& o)
+      : ranks(p), lanes(o.lanes), slots(o.slots), slot_bytes(o.slot_bytes) {
+    slot_stride = sizeof(slot_header) + round_up(slot_bytes, line);
+    lane_stride = sizeof(lane_header) + slots * slot_stride;
+    inbox_stride = round_up(static_cast<std::size_t>(p) * lanes * lane_stride, 4096);
+    total = 4096 + static_cast<std::size_t>(p) * inbox_stride;
+  }
+  std::size_t lane_offset(int receiver, int sender, std::size_t lane) const {
+    return 4096 + static_cast<std::size_t>(receiver) * inbox_stride +
+           (static_cast<std::size_t>(sender) * lanes + lane) * lane_stride;
+  }
+  std::size_t slot_offset(int receiver, int sender, std::size_t lane, std::size_t slot) const {
+    return lane_offset(receiver, sender, lane) + sizeof(lane_header) + slot * slot_stride;
+  }
+};
+
+inline void check_mpi(int code, const char* what, int rank) {
+  if (code == MPI_SUCCESS) return;
+  char text[MPI_MAX_ERROR_STRING] = {};
+  int length = 0;
+  MPI_Error_string(code, text, &length);
+  throw transport_error(std::string("shm_transport: ") + what + " failed: " + text, rank);
+}
+
+} // namespace detail::shm
+
+/// Ranks are the processes of an MPI communicator on one node (see the file comment);
+/// satisfies `tcoll::transport`. Collective to construct (every rank of `comm`); the
+/// destructor is local. Not copyable or movable (peers' requests point into it).
+class shm_transport {
+  struct send_state;
+  struct recv_state;
+
+public:
+  static constexpr bool zero_copy = false;
+  static constexpr std::string_view name = "shm";
+
+  /// A pending transfer. Destroying a pending one withdraws it from the transport.
+  class request {
+  public:
+    request() = default;
+    request(request&& o) noexcept { *this = std::move(o); }
+    request& operator=(request&& o) noexcept {
+      if (this != &o) {
+        withdraw();
+        owner_ = std::exchange(o.owner_, nullptr);
+        send_ = std::move(o.send_);
+        recv_ = std::move(o.recv_);
+        done_ = std::exchange(o.done_, true);
+      }
+      return *this;
+    }
+    request(const request&) = delete;
+    request& operator=(const request&) = delete;
+    ~request() { withdraw(); }
+    bool done() const noexcept { return done_; }
+
+  private:
+    friend class shm_transport;
+    void withdraw() noexcept {
+      if (owner_) owner_->forget(*this);
+      owner_ = nullptr;
+    }
+    shm_transport* owner_ = nullptr;
+    std::unique_ptr<send_state> send_; ///< owned here; the transport lists point to it
+    std::unique_ptr<recv_state> recv_;
+    bool done_ = true;
+  };
+
+  /// Maps the node's segment. Throws `invalid_argument` when the ranks of `comm` do not
+  /// all share memory with this one, `transport_error` when the segment cannot be made.
+  explicit shm_transport(MPI_Comm comm, shm_options options = {})
+      : options_(options), layout_(1, options) {
+    int world_rank = -1;
+    MPI_Comm_rank(MPI_COMM_WORLD, &world_rank);
+    detail::shm::check_mpi(MPI_Comm_rank(comm, &rank_), "MPI_Comm_rank", world_rank);
+    detail::shm::check_mpi(MPI_Comm_size(comm, &size_), "MPI_Comm_size", world_rank);
+    check_options(options, rank_);
+    MPI_Comm node = MPI_COMM_NULL;
+    detail::shm::check_mpi(
+        MPI_Comm_split_type(comm, MPI_COMM_TYPE_SHARED, rank_, MPI_INFO_NULL, &node),
+        "MPI_Comm_split_type", rank_);
+    int node_size = 0;
+    MPI_Comm_size(node, &node_size);
+    MPI_Comm_free(&node);
+    if (node_size != size_)
+      throw invalid_argument("shm_transport: the communicator spans several nodes (" +
+                                 std::to_string(node_size) + " of its " + std::to_string(size_) +
+                                 " ranks share memory with this one); use "
+                                 "mpi_transport::split_shared() or hierarchical<>",
+                             rank_);
+    layout_ = detail::shm::layout(size_, options);
+    spin_allowed_ =
+        static_cast<unsigned>(size_) <= std::max(1u, std::thread::hardware_concurrency());
+    map_segment(comm);
+    sent_count_.assign(static_cast<std::size_t>(size_), 0);
+    claimed_.assign(static_cast<std::size_t>(size_) * options_.lanes, 0);
+    observed_.assign(static_cast<std::size_t>(size_), 0);
+    sends_.resize(static_cast<std::size_t>(size_));
+    recvs_.resize(static_cast<std::size_t>(size_));
+  }
+  shm_transport(const shm_transport&) = delete;
+  shm_transport& operator=(const shm_transport&) = delete;
+  ~shm_transport() {
+    context_.detach(); // stops a communication engine that still uses this transport
+    if (base_) munmap(base_, layout_.total);
+  }
+
+  collective_context& collectives() noexcept { return context_; }
+  int rank() const noexcept { return rank_; }
+  int size() const noexcept { return size_; }
+  std::chrono::milliseconds timeout() const noexcept { return options_.timeout; }
+  const shm_options& options() const noexcept { return options_; }
+  /// Bytes of the shared segment (all ranks' inboxes).
+  std::size_t segment_bytes() const noexcept { return layout_.total; }
+
+  request isend(int peer, const void* data, std::size_t bytes, int tag) {
+    check_peer(peer, "isend");
+    check_buffer(data, bytes, "isend", peer);
+    auto s = std::make_unique<send_state>();
+    s->peer = peer;
+    s->data = static_cast<const unsigned char*>(data);
+    s->bytes = bytes;
+    s->tag = tag;
+    request r = make();
+    std::lock_guard lock(mutex_);
+    s->message = ++sent_count_[static_cast<std::size_t>(peer)];
+    sends_[static_cast<std::size_t>(peer)].push_back(s.get());
+    r.send_ = std::move(s);
+    progress_sends(peer);
+    return r;
+  }
+  request irecv(int peer, void* dst, std::size_t bytes, int tag) {
+    check_peer(peer, "irecv");
+    check_buffer(dst, bytes, "irecv", peer);
+    return post_recv(peer, static_cast<unsigned char*>(dst), bytes, tag, {});
+  }
+  request irecv_consume(int peer, std::size_t bytes, int tag, consumer use, void* staging) {
+    check_peer(peer, "irecv_consume");
+    if (bytes > options_.slot_bytes) check_buffer(staging, bytes, "irecv_consume staging", peer);
+    return post_recv(peer, static_cast<unsigned char*>(staging), bytes, tag, use);
+  }
+
+  /// Progresses every pending transfer (to and from every peer) once; true when `r` is
+  /// complete.
+  bool test(request& r) {
+    if (r.done_) return true;
+    throw_if_aborted(r);
+    std::lock_guard lock(mutex_);
+    // Every peer, not only r's: a rank waiting for its left neighbour must keep feeding
+    // its right one, or a ring of multi-fragment messages deadlocks.
+    for (int peer = 0; peer < size_; ++peer) {
+      if (!sends_[static_cast<std::size_t>(peer)].empty()) progress_sends(peer);
+      if (!recvs_[static_cast<std::size_t>(peer)].empty()) progress_recvs(peer);
+    }
+    return finished(r);
+  }
+
+  /// Blocks until `r` completes; throws `timeout_error` naming the peer at `when`.
+  void wait(request& r, deadline when) {
+    int polls = 0;
+    while (!test(r)) {
+      ++polls;
+      if ((polls & 63) == 0 && clock::now() >= when) {
+        const bool is_send = r.send_ != nullptr;
+        const int peer = is_send ? r.send_->peer : r.recv_->peer;
+        const std::size_t bytes = is_send ? r.send_->bytes : r.recv_->bytes;
+        const int tag = is_send ? r.send_->tag : r.recv_->tag;
+        throw timeout_error(std::string(is_send ? "send" : "receive") + " of " +
+                                std::to_string(bytes) + " bytes (tag " + std::to_string(tag) +
+                                ") through shared memory timed out after " +
+                                std::to_string(options_.timeout.count()) + " ms",
+                            rank_, peer);
+      }
+      if (!spin_allowed_ || polls > options_.spins_before_yield) std::this_thread::yield();
+    }
+  }
+
+  /// Makes every pending and future wait of every rank of the node throw `aborted_error`.
+  void abort() noexcept {
+    int expected = -1;
+    control().aborted_by.compare_exchange_strong(expected, rank_);
+    control().aborted.store(1, std::memory_order_release);
+  }
+
+private:
+  struct send_state {
+    int peer = 0, tag = 0;
+    const unsigned char* data = nullptr;
+    std::size_t bytes = 0;
+    std::uint64_t message = 0; ///< number among this rank's messages to `peer`, from 1
+    std::ptrdiff_t lane = -1;  ///< lane held, -1 before one is free
+    std::size_t fragments_written = 0;
+    bool done = false;
+  };
+  struct recv_state {
+    int peer = 0, tag = 0;
+    unsigned char* dst = nullptr; ///< user buffer (irecv) or staging (irecv_consume)
+    std::size_t bytes = 0;
+    consumer use{};
+    std::ptrdiff_t lane = -1;
+    std::size_t fragments_read = 0;
+    bool done = false;
+    std::exception_ptr error;
+  };
+
+  detail::shm::control& control() const {
+    return *std::launder(reinterpret_cast<detail::shm::control*>(base_));
+  }
+  detail::shm::lane_header& lane(int receiver, int sender, std::size_t l) const {
+    return *std::launder(reinterpret_cast<detail::shm::lane_header*>(
+        base_ + layout_.lane_offset(receiver, sender, l)));
+  }
+  detail::shm::slot_header& slot(int receiver, int sender, std::size_t l, std::size_t s) const {
+    return *std::launder(reinterpret_cast<detail::shm::slot_header*>(
+        base_ + layout_.slot_offset(receiver, sender, l, s)));
+  }
+  unsigned char* payload(int receiver, int sender, std::size_t l, std::size_t s) const {
+    return base_ + layout_.slot_offset(receiver, sender, l, s) + sizeof(detail::shm::slot_header);
+  }
+  std::size_t fragments(std::size_t bytes) const {
+    return std::max<std::size_t>(1, (bytes + options_.slot_bytes - 1) / options_.slot_bytes);
+  }
+
+  static void check_options(const shm_options& o, int rank) {
+    if (o.timeout.count() <= 0)
+      throw invalid_argument("shm_transport: options.timeout must be positive", rank);
+    if (o.lanes < 1 || o.lanes > 64)
+      throw invalid_argument(
+          "shm_transport: options.lanes must be in [1, 64], got " + std::to_string(o.lanes), rank);
+    if (o.slots < 1 || o.slots > 64)
+      throw invalid_argument(
+          "shm_transport: options.slots must be in [1, 64], got " + std::to_string(o.slots), rank);
+    if (o.slot_bytes < 64 || o.slot_bytes > (std::size_t{1} << 30))
+      throw invalid_argument("shm_transport: options.slot_bytes must be in [64, 2^30], got " +
+                                 std::to_string(o.slot_bytes),
+                             rank);
+  }
+  void check_peer(int peer, const char* what) const {
+    if (peer < 0 || peer >= size_)
+      throw invalid_argument(std::string(what) + ": peer " + std::to_string(peer) +
+                                 " is outside [0, " + std::to_string(size_) + ")",
+                             rank_);
+  }
+  void check_buffer(const void* p, std::size_t bytes, const char* what, int peer) const {
+    if (bytes && !p)
+      throw invalid_argument(
+          std::string(what) + ": null buffer for " + std::to_string(bytes) + " bytes", rank_, peer);
+  }
+  void throw_if_aborted(const request& r) const {
+    if (control().aborted.load(std::memory_order_acquire)) {
+      const int peer = r.send_ ? r.send_->peer : r.recv_ ? r.recv_->peer : -1;
+      const int by = control().aborted_by.load(std::memory_order_relaxed);
+      throw aborted_error("operation aborted because rank " + std::to_string(by) +
+                              " of the shared-memory team failed",
+                          rank_, peer);
+    }
+  }
+
+  request make() {
+    request r;
+    r.owner_ = this;
+    r.done_ = false;
+    return r;
+  }
+
+  request post_recv(int peer, unsigned char* dst, std::size_t bytes, int tag, consumer use) {
+    auto s = std::make_unique<recv_state>();
+    s->peer = peer;
+    s->dst = dst;
+    s->bytes = bytes;
+    s->tag = tag;
+    s->use = use;
+    request r = make();
+    std::lock_guard lock(mutex_);
+    recvs_[static_cast<std::size_t>(peer)].push_back(s.get());
+    r.recv_ = std::move(s);
+    return r;
+  }
+
+  /// Lanes are taken in message order; fragments of every laned send are written as slots
+  /// free up.
+  void progress_sends(int peer) {
+    auto& list = sends_[static_cast<std::size_t>(peer)];
+    for (send_state* s : list) {
+      if (s->done) continue;
+      if (s->lane < 0) {
+        for (std::size_t l = 0; l < options_.lanes && s->lane < 0; ++l) {
+          auto& h = lane(peer, rank_, l);
+          if (h.message.load(std::memory_order_acquire) != 0) continue;
+          h.bytes = s->bytes;
+          h.tag = s->tag;
+          h.message.store(s->message, std::memory_order_release);
+          s->lane = static_cast<std::ptrdiff_t>(l);
+        }
+        if (s->lane < 0) break; // later sends must not overtake this one
+      }
+      write_fragments(*s);
+    }
+  }
+
+  void write_fragments(send_state& s) {
+    const std::size_t total = fragments(s.bytes);
+    const auto l = static_cast<std::size_t>(s.lane);
+    while (s.fragments_written < total) {
+      const std::size_t k = s.fragments_written;
+      auto& h = slot(s.peer, rank_, l, k % options_.slots);
+      if (h.fragment.load(std::memory_order_acquire) != 0) return; // not drained yet
+      const std::size_t offset = k * options_.slot_bytes;
+      const std::size_t n = std::min(options_.slot_bytes, s.bytes - std::min(s.bytes, offset));
+      if (n) std::memcpy(payload(s.peer, rank_, l, k % options_.slots), s.data + offset, n);
+      h.bytes = n;
+      h.fragment.store(k + 1, std::memory_order_release);
+      ++s.fragments_written;
+    }
+    s.done = true;
+    s.lane = -1; // the receiver frees the lane itself
+  }
+
+  void progress_recvs(int peer) {
+    auto& list = recvs_[static_cast<std::size_t>(peer)];
+    std::uint64_t blocked_tags_seen = 0; // tags without a match this pass (small set)
+    std::int32_t blocked[8];
+    auto is_blocked = [&](int tag) {
+      for (std::uint64_t i = 0; i < std::min<std::uint64_t>(blocked_tags_seen, 8); ++i)
+        if (blocked[i] == tag) return true;
+      return blocked_tags_seen > 8; // too many to track: keep strict posting order
+    };
+    for (recv_state* r : list) {
+      if (r->done) continue;
+      if (r->lane < 0) {
+        if (is_blocked(r->tag)) continue;
+        if (!claim(*r)) {
+          if (blocked_tags_seen < 8) blocked[blocked_tags_seen] = r->tag;
+          ++blocked_tags_seen;
+          continue;
+        }
+      }
+      read_fragments(*r);
+    }
+  }
+
+  /// Takes the oldest unclaimed message of `r.peer` with `r.tag`, if any.
+  ///
+  /// One scan of the lanes is not a snapshot: the sender may publish message m into a
+  /// lane already scanned and m + 1 into one not yet scanned, and taking m + 1 would
+  /// break the matching order. A message stays in its lane until this rank drains it, so
+  /// `observed_[peer]` (every message up to it has been seen in a lane) only grows, and
+  /// only messages up to it are candidates: all of them are visible in every later scan.
+  bool claim(recv_state& r) {
+    const std::size_t peer = static_cast<std::size_t>(r.peer);
+    std::uint64_t present[64];
+    std::size_t count = 0;
+    for (std::size_t l = 0; l < options_.lanes; ++l)
+      present[count++] = lane(rank_, r.peer, l).message.load(std::memory_order_acquire);
+    for (bool advanced = true; advanced;) {
+      advanced = false;
+      for (std::size_t i = 0; i < count; ++i)
+        if (present[i] == observed_[peer] + 1) ++observed_[peer], advanced = true;
+    }
+    std::uint64_t best = 0;
+    std::size_t best_lane = 0;
+    for (std::size_t l = 0; l < options_.lanes; ++l) {
+      const std::uint64_t m = present[l];
+      if (m == 0 || m > observed_[peer] || claimed_[claim_index(r.peer, l)] == m) continue;
+      if (lane(rank_, r.peer, l).tag != r.tag) continue;
+      if (best == 0 || m < best) best = m, best_lane = l;
+    }
+    if (best == 0) return false;
+    claimed_[claim_index(r.peer, best_lane)] = best;
+    r.lane = static_cast<std::ptrdiff_t>(best_lane);
+    const std::uint64_t sent = lane(rank_, r.peer, best_lane).bytes;
+    if (sent != r.bytes)
+      r.error = std::make_exception_ptr(transport_error(
+          "receive of " + std::to_string(r.bytes) + " bytes (tag " + std::to_string(r.tag) +
+              ") matched a send of " + std::to_string(sent) + " bytes",
+          rank_, r.peer));
+    return true;
+  }
+  std::size_t claim_index(int peer, std::size_t l) const {
+    return static_cast<std::size_t>(peer) * options_.lanes + l;
+  }
+
+  void read_fragments(recv_state& r) {
+    const auto l = static_cast<std::size_t>(r.lane);
+    auto& h = lane(rank_, r.peer, l);
+    const std::size_t total = fragments(h.bytes);
+    const bool direct = r.use.fn && total == 1; // consume straight from the slot
+    while (r.fragments_read < total) {
+      const std::size_t k = r.fragments_read;
+      auto& sh = slot(rank_, r.peer, l, k % options_.slots);
+      if (sh.fragment.load(std::memory_order_acquire) != k + 1) return; // not written yet
+      const unsigned char* data = payload(rank_, r.peer, l, k % options_.slots);
+      if (!r.error) {
+        try {
+          if (direct) {
+            r.use(data, sh.bytes);
+          } else if (sh.bytes) {
+            std::memcpy(r.dst + k * options_.slot_bytes, data, sh.bytes);
+          }
+        } catch (...) {
+          r.error = std::current_exception();
+        }
+      }
+      sh.fragment.store(0, std::memory_order_release);
+      ++r.fragments_read;
+    }
+    h.message.store(0, std::memory_order_release); // the lane is free for the sender
+    r.done = true;
+    if (!r.error && r.use.fn && !direct) {
+      try {
+        r.use(r.dst, r.bytes);
+      } catch (...) {
+        r.error = std::current_exception();
+      }
+    }
+  }
+
+  /// Under the lock: true when `r` completed (its state is then dropped); rethrows a
+  /// receive's error.
+  bool finished(request& r) {
+    std::exception_ptr error;
+    if (r.send_) {
+      if (!r.send_->done) return false;
+      erase(sends_[static_cast<std::size_t>(r.send_->peer)], r.send_.get());
+      r.send_.reset();
+    } else {
+      if (!r.recv_->done) return false;
+      error = r.recv_->error;
+      erase(recvs_[static_cast<std::size_t>(r.recv_->peer)], r.recv_.get());
+      r.recv_.reset();
+    }
+    r.done_ = true;
+    r.owner_ = nullptr;
+    if (error) std::rethrow_exception(error);
+    return true;
+  }
+
+  /// Drops a request's state from the lists (abandoned while unwinding: a half-sent or
+  /// half-read message then stays in its lane; the transport is broken by then anyway).
+  void forget(request& r) noexcept {
+    std::lock_guard lock(mutex_);
+    if (r.send_) erase(sends_[static_cast<std::size_t>(r.send_->peer)], r.send_.get());
+    if (r.recv_) erase(recvs_[static_cast<std::size_t>(r.recv_->peer)], r.recv_.get());
+  }
+  template <class List, class State>
+  static void erase(List& list, State* s) noexcept {
+    const auto it = std::find(list.begin(), list.end(), s);
+    if (it != list.end()) list.erase(it);
+  }
+
+  void map_segment(MPI_Comm comm) {
+    char name[64] = {};
+    int fd = -1;
+    if (rank_ == 0) {
+      std::random_device rd;
+      std::snprintf(name, sizeof name, "/tcoll-shm-%d-%08x", static_cast<int>(getpid()),
+                    static_cast<unsigned>(rd()));
+      fd = shm_open(name, O_CREAT | O_EXCL | O_RDWR, 0600);
+      int ok = fd >= 0 && ftruncate(fd, static_cast<off_t>(layout_.total)) == 0 &&
+               posix_fallocate(fd, 0, static_cast<off_t>(layout_.total)) == 0;
+      if (!ok) {
+        if (fd >= 0) close(fd), shm_unlink(name);
+        name[0] = 0; // tells the others it failed
+      }
+    }
+    detail::shm::check_mpi(MPI_Bcast(name, sizeof name, MPI_CHAR, 0, comm), "MPI_Bcast", rank_);
+    if (!name[0])
+      throw transport_error("shm_transport: cannot create a shared segment of " +
+                                std::to_string(layout_.total) +
+                                " bytes in /dev/shm (too small? lower options.lanes, slots "
+                                "or slot_bytes)",
+                            rank_, 0);
+    if (rank_ != 0) fd = shm_open(name, O_RDWR, 0600);
+    void* p = fd >= 0 ? mmap(nullptr, layout_.total, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0)
+                      : MAP_FAILED;
+    if (fd >= 0) close(fd);
+    int mapped = p != MAP_FAILED ? 1 : 0, all_mapped = 0;
+    if (mapped) base_ = static_cast<unsigned char*>(p);
+    // Everyone has it mapped (or failed): the name can go.
+    MPI_Allreduce(&mapped, &all_mapped, 1, MPI_INT, MPI_MIN, comm);
+    if (rank_ == 0) shm_unlink(name);
+    if (!all_mapped) {
+      if (base_) munmap(base_, layout_.total), base_ = nullptr;
+      throw transport_error(std::string("shm_transport: mapping the shared segment failed") +
+                                (mapped ? " on another rank" : " here"),
+                            rank_);
+    }
+    // Each rank constructs the headers of its own inbox (the segment starts zeroed).
+    if (rank_ == 0) new (base_) detail::shm::control();
+    for (int sender = 0; sender < size_; ++sender)
+      for (std::size_t l = 0; l < options_.lanes; ++l) {
+        new (base_ + layout_.lane_offset(rank_, sender, l)) detail::shm::lane_header();
+        for (std::size_t s = 0; s < options_.slots; ++s)
+          new (base_ + layout_.slot_offset(rank_, sender, l, s)) detail::shm::slot_header();
+      }
+    detail::shm::check_mpi(MPI_Barrier(comm), "MPI_Barrier", rank_);
+  }
+
+  shm_options options_;
+  detail::shm::layout layout_;
+  int rank_ = 0, size_ = 1;
+  bool spin_allowed_ = true;
+  unsigned char* base_ = nullptr;
+  std::mutex mutex_; ///< this process's bookkeeping (the engine thread and callers share it)
+  std::vector<std::uint64_t> sent_count_;      ///< per peer: messages posted so far
+  std::vector<std::uint64_t> claimed_;         ///< per (peer, lane): message this rank claimed
+  std::vector<std::uint64_t> observed_;        ///< per peer: messages 1..n all seen in a lane
+  std::vector<std::deque<send_state*>> sends_; ///< per peer, in posting order
+  std::vector<std::deque<recv_state*>> recvs_;
+  collective_context context_; // last: destroyed first
+};
+
+static_assert(check_transport<shm_transport>());
+
+} // namespace tcoll

@@ -1,0 +1,215 @@
+// shm_transport (processes of one node over a POSIX shared-memory segment): the shared
+// rank-level bodies of tests/common/collective_cases.hpp (the same ones the threads, MPI and
+// GPU suites run), plus what is particular to it: fragments and lanes, tag matching with
+// several messages in flight, concurrent collectives from the engine, errors, abort, an
+// absent peer, and no file left in /dev/shm.
+#include <doctest/doctest.h>
+#include <mpi.h>
+
+#include <chrono>
+#include <filesystem>
+#include <string>
+#include <tcoll/schedule.hpp>
+#include <tcoll/transport/shm.hpp>
+#include <vector>
+
+#include "../common/collective_cases.hpp"
+
+using namespace tcoll::testing;
+using namespace std::chrono_literals;
+
+namespace {
+
+int world_size() {
+  int s = 0;
+  MPI_Comm_size(MPI_COMM_WORLD, &s);
+  return s;
+}
+
+/// Small slots and lanes, so the tests cross fragment and lane boundaries at small counts.
+tcoll::shm_options small_slots(std::chrono::milliseconds timeout = 30s) {
+  tcoll::shm_options o;
+  o.timeout = timeout;
+  o.slot_bytes = 256;
+  o.slots = 2;
+  o.lanes = 2;
+  return o;
+}
+
+std::size_t tcoll_files_in_dev_shm() {
+  std::size_t n = 0;
+  std::error_code ec;
+  for (const auto& e : std::filesystem::directory_iterator("/dev/shm", ec))
+    if (e.path().filename().string().rfind("tcoll-shm-", 0) == 0) ++n;
+  return n;
+}
+
+} // namespace
+
+TEST_CASE("shm: allreduce float sum, every algorithm and count, default and tiny slots") {
+  for (const auto& options : {tcoll::shm_options{}, small_slots()}) {
+    tcoll::shm_transport t(MPI_COMM_WORLD, options);
+    const int P = t.size();
+    matrix_options opt;
+    opt.types = {"float"};
+    opt.ops = {"sum"};
+    opt.counts = {0, 1, std::size_t(P + 1), 1000, (std::size_t{1} << 16) + 3};
+    allreduce_matrix(t, opt);
+  }
+}
+
+TEST_CASE("shm: allreduce every type x op at a few counts") {
+  tcoll::shm_transport t(MPI_COMM_WORLD, small_slots());
+  matrix_options opt;
+  opt.counts = {std::size_t(t.size() + 1), 257};
+  allreduce_matrix(t, opt);
+}
+
+TEST_CASE("shm: fractional rounding, non-commutative order, the other collectives") {
+  tcoll::shm_transport t(MPI_COMM_WORLD, small_slots());
+  const int P = t.size();
+  reduced_precision_rounding(t, {1, std::size_t(P + 1), 1000});
+  noncommutative_cases(t, {1, std::size_t(P + 1), 257});
+  collectives_values(t, {1, std::size_t(P + 1), 1000});
+  collectives_values(t, {std::size_t(P + 2), 41}, 8);
+}
+
+TEST_CASE("shm: symbolic proof and traffic closed forms") {
+  tcoll::shm_transport t(MPI_COMM_WORLD);
+  const int P = t.size();
+  for (std::size_t n : {std::size_t{1}, std::size_t(P + 1), std::size_t(2 * P + 3)})
+    symbolic_all(t, n);
+  traffic_cases(t, {1, std::size_t(P + 1), 1000});
+}
+
+TEST_CASE("shm: bad input names argument and rank; transport still usable") {
+  tcoll::shm_transport t(MPI_COMM_WORLD, small_slots(10s));
+  bad_input_cases(t);
+  matrix_options opt;
+  opt.counts = {5};
+  opt.types = {"float"};
+  opt.ops = {"sum"};
+  allreduce_matrix(t, opt);
+  CHECK_THROWS_AS(t.isend(t.size(), nullptr, 0, 1), tcoll::invalid_argument);
+  CHECK_THROWS_AS(t.irecv(-1, nullptr, 0, 1), tcoll::invalid_argument);
+  CHECK_THROWS_AS(t.irecv(0, nullptr, 8, 1), tcoll::invalid_argument);
+}
+
+TEST_CASE("shm: bad options are invalid_argument") {
+  auto with = [](auto change) {
+    tcoll::shm_options o;
+    change(o);
+    return o;
+  };
+  CHECK_THROWS_AS(tcoll::shm_transport(MPI_COMM_WORLD, with([](auto& o) { o.lanes = 0; })),
+                  tcoll::invalid_argument);
+  CHECK_THROWS_AS(tcoll::shm_transport(MPI_COMM_WORLD, with([](auto& o) { o.slots = 0; })),
+                  tcoll::invalid_argument);
+  CHECK_THROWS_AS(tcoll::shm_transport(MPI_COMM_WORLD, with([](auto& o) { o.slot_bytes = 8; })),
+                  tcoll::invalid_argument);
+  CHECK_THROWS_AS(tcoll::shm_transport(MPI_COMM_WORLD, with([](auto& o) { o.timeout = 0ms; })),
+                  tcoll::invalid_argument);
+}
+
+TEST_CASE("shm: many messages in flight between a pair match by tag, in posting order") {
+  tcoll::shm_transport t(MPI_COMM_WORLD, small_slots());
+  const int P = t.size(), r = t.rank();
+  if (P < 2) return;
+  const int to = (r + 1) % P, from = (r + P - 1) % P;
+  // 6 messages to the right neighbour: tags 5,6,5,6,5,6 of sizes spanning 0..3 fragments;
+  // the receiver posts them tag 6 first, then tag 5 (more messages than lanes: the
+  // sender's later ones wait for lanes the receiver frees).
+  const std::size_t sizes[6] = {0, 100, 256, 300, 513, 700};
+  std::vector<std::vector<unsigned char>> out(6), in(6);
+  std::vector<tcoll::shm_transport::request> sends, recvs;
+  for (int k = 0; k < 6; ++k) {
+    out[k].resize(sizes[k]);
+    for (std::size_t i = 0; i < sizes[k]; ++i)
+      out[k][i] = static_cast<unsigned char>(r * 31 + k * 7 + i);
+    sends.push_back(t.isend(to, out[k].data(), sizes[k], 5 + k % 2));
+  }
+  for (int k : {1, 3, 5, 0, 2, 4}) {
+    in[k].assign(sizes[k], 0xee);
+    recvs.push_back(t.irecv(from, in[k].data(), sizes[k], 5 + k % 2));
+  }
+  const auto when = tcoll::clock::now() + t.timeout();
+  for (auto& q : recvs) t.wait(q, when);
+  for (auto& q : sends) t.wait(q, when);
+  for (int k = 0; k < 6; ++k)
+    for (std::size_t i = 0; i < sizes[k]; ++i)
+      CHECK(in[k][i] == static_cast<unsigned char>(from * 31 + k * 7 + i));
+}
+
+TEST_CASE("shm: a size mismatch is a transport_error naming the peer") {
+  tcoll::shm_transport t(MPI_COMM_WORLD, small_slots(5s));
+  const int P = t.size(), r = t.rank();
+  if (P < 2) return;
+  std::vector<float> data(100, 1.0f);
+  if (r == 0) {
+    auto s = t.isend(1, data.data(), 400, 9);
+    t.wait(s, tcoll::clock::now() + t.timeout());
+  } else if (r == 1) {
+    auto q = t.irecv(0, data.data(), 200, 9);
+    try {
+      t.wait(q, tcoll::clock::now() + t.timeout());
+      FAIL_CHECK("mismatched receive did not throw");
+    } catch (const tcoll::transport_error& e) {
+      CHECK(e.peer() == 0);
+      CHECK(std::string(e.what()).find("matched a send of 400 bytes") != std::string::npos);
+    }
+  }
+  MPI_Barrier(MPI_COMM_WORLD);
+}
+
+TEST_CASE("shm: non-blocking collectives from the engine overlap blocking ones") {
+  tcoll::shm_transport t(MPI_COMM_WORLD);
+  const int P = t.size();
+  const float frac = 0.1f + 0.01f * static_cast<float>(t.rank());
+  std::vector<std::vector<float>> bufs(6, std::vector<float>(5000, frac));
+  std::vector<tcoll::request> pending;
+  for (int k = 0; k < 5; ++k)
+    pending.push_back(
+        tcoll::iallreduce(t, std::span<float>(bufs[k]), tcoll::sum_op{}, tcoll::ring{}));
+  std::vector<float> blocking(5000, frac);
+  tcoll::allreduce(t, std::span<float>(blocking), tcoll::sum_op{}, tcoll::ring{});
+  for (auto& q : pending) q.wait();
+  for (int k = 0; k < 5; ++k)
+    CHECK(std::memcmp(bufs[k].data(), blocking.data(), blocking.size() * sizeof(float)) == 0);
+  float expect = 0;
+  for (int q = 0; q < P; ++q) expect += 0.1f + 0.01f * static_cast<float>(q);
+  CHECK(std::abs(blocking[0] - expect) < 1e-4f * P);
+}
+
+TEST_CASE("shm: abort on one rank makes every other rank fail at once") {
+  const int P = world_size();
+  if (P < 2) return;
+  tcoll::shm_transport t(MPI_COMM_WORLD, small_slots(20s));
+  std::vector<float> data(1000, 0.5f);
+  const auto start = tcoll::clock::now();
+  if (t.rank() == P - 1) {
+    std::this_thread::sleep_for(100ms);
+    t.abort();
+  } else {
+    CHECK_THROWS_AS(tcoll::allreduce(t, std::span<float>(data), tcoll::sum_op{}, tcoll::ring{}),
+                    tcoll::aborted_error);
+    CHECK(tcoll::clock::now() - start < 2s);
+  }
+  MPI_Barrier(MPI_COMM_WORLD);
+}
+
+TEST_CASE("shm: an absent peer makes the others time out or abort, input untouched") {
+  const int P = world_size();
+  if (P < 2) return;
+  for (int absent : {0, P - 1}) {
+    tcoll::shm_transport t(MPI_COMM_WORLD, small_slots(300ms));
+    absent_peer_case(t, absent, tcoll::ring{});
+    MPI_Barrier(MPI_COMM_WORLD);
+  }
+}
+
+TEST_CASE("shm: the segment leaves no file in /dev/shm") {
+  MPI_Barrier(MPI_COMM_WORLD);
+  tcoll::shm_transport t(MPI_COMM_WORLD);
+  CHECK(t.segment_bytes() > 0);
+  CHECK(tcoll_files_in_dev_shm() == 0);
+}
