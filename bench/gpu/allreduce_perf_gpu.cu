@@ -91,8 +91,9 @@ template <class F>
 void with_algorithm(const options& o, F&& f) {
   ring rg{};
   rg.max_segment_bytes = o.segment;
-  const algorithm_id a =
-      o.algorithm == "automatic" ? algorithm_id::ring : parse_algorithm(o.algorithm);
+  const algorithm_id a = o.algorithm == "automatic"
+                             ? algorithm_id::ring
+                             : parse_algorithm(o.algorithm, /*with_multi_ring=*/true);
   if (o.algorithm == "automatic") {
     automatic au{};
     au.ring_knobs = rg;
@@ -101,6 +102,8 @@ void with_algorithm(const options& o, F&& f) {
   switch (a) {
   case algorithm_id::ring:
     return f(rg);
+  case algorithm_id::multi_ring:
+    return f(multi_ring{});
   case algorithm_id::recursive_doubling:
     return f(recursive_doubling{});
   case algorithm_id::recursive_halving_doubling:

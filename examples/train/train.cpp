@@ -85,7 +85,7 @@ void print_usage(std::FILE* to) {
                "  --lr X              learning rate, constant (default 0.05)\n"
                "  --momentum X        SGD momentum (default 0.9)\n"
                "  --seed N            initial weights and shuffles (default 1)\n"
-               "  --algo NAME         automatic|ring|recursive_doubling|\n"
+               "  --algo NAME         automatic|ring|multi_ring|recursive_doubling|\n"
                "                      recursive_halving_doubling|binomial_tree|passthrough (MPI)\n"
                "  --scheme NAME       gradient exchange: dense (default, the only one so far)\n"
                "  --overlap PLANNER   none (default: one allreduce after backward), or a fusion\n"
@@ -202,7 +202,7 @@ options parse_options(int argc, char** argv) {
   }
   if (o.algorithm != "automatic") {
     try {
-      (void)tcoll::parse_algorithm(o.algorithm);
+      (void)tcoll::parse_algorithm(o.algorithm, /*with_multi_ring=*/true);
     } catch (const tcoll::invalid_argument& e) {
       throw usage_error(std::string("--algo: ") + e.what() + " or automatic");
     }
@@ -226,9 +226,11 @@ options parse_options(int argc, char** argv) {
 template <class F>
 void with_algorithm(const std::string& name, F&& f) {
   if (name == "automatic") return f(tcoll::automatic{});
-  switch (tcoll::parse_algorithm(name)) {
+  switch (tcoll::parse_algorithm(name, /*with_multi_ring=*/true)) {
   case tcoll::algorithm_id::ring:
     return f(tcoll::ring{});
+  case tcoll::algorithm_id::multi_ring:
+    return f(tcoll::multi_ring{});
   case tcoll::algorithm_id::recursive_doubling:
     return f(tcoll::recursive_doubling{});
   case tcoll::algorithm_id::recursive_halving_doubling:

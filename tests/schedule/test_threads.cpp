@@ -135,13 +135,13 @@ TEST_CASE("scheduler: random plans, sizes and ready orders, fractional inputs") 
 TEST_CASE("scheduler: one-tensor pool and a pool of empty tensors") {
   on_team(3, [](tcoll::thread_transport& t) {
     tcoll::gradient_pool<float> one(std::vector<std::size_t>{1000});
-    tcoll::overlap_scheduler<tcoll::thread_transport, float> s(one, t, {{1}});
+    tcoll::overlap_scheduler<tcoll::thread_transport, float> s(one, t, plan_with_ends({1}));
     for (auto& x : one.all()) x = 0.5f;
     s.mark_ready(0);
     s.finish();
     for (float x : one.all()) CHECK(x == 1.5f);
     tcoll::gradient_pool<float> empty(std::vector<std::size_t>{0, 0});
-    tcoll::overlap_scheduler<tcoll::thread_transport, float> e(empty, t, {{1, 2}});
+    tcoll::overlap_scheduler<tcoll::thread_transport, float> e(empty, t, plan_with_ends({1, 2}));
     e.mark_ready(1);
     e.mark_ready(0);
     CHECK(e.finish().buckets.size() == 2);
@@ -155,7 +155,7 @@ TEST_CASE("scheduler over a hierarchical allreduce (groups of 2 and 3)") {
       tcoll::hierarchical h(v.intra, v.inter_ptr(), {v.world_rank, v.world_size, v.shards});
       std::vector<std::size_t> sizes{100, 5000, 3, 20000};
       tcoll::gradient_pool<float> pool(sizes);
-      tcoll::overlap_scheduler<decltype(h), float> s(pool, h, {{2, 4}});
+      tcoll::overlap_scheduler<decltype(h), float> s(pool, h, plan_with_ends({2, 4}));
       for (int it = 0; it < 2; ++it) {
         for (std::size_t i = 0; i < pool.tensor_count(); ++i) {
           auto g = pool.tensor(i);
@@ -219,7 +219,7 @@ TEST_CASE("scheduler: plans from every planner, and one computed at compile time
     std::vector<tcoll::plan::bucket_plan> plans;
     for (auto name : {"layerwise", "single", "threshold", "ddp", "mgwfbp", "adafusion", "optimal"})
       plans.push_back(tcoll::plan::make_plan(*tcoll::plan::planner_by_name(name), w, cost));
-    plans.push_back({{compile_time.begin(), compile_time.end()}});
+    plans.push_back(plan_with_ends({compile_time.begin(), compile_time.end()}));
     tcoll::gradient_pool<float> pool(sizes);
     for (const auto& p : plans) {
       tcoll::overlap_scheduler<tcoll::thread_transport, float> s(pool, t, p);
@@ -236,7 +236,7 @@ TEST_CASE("measured Chrome trace: Horovod's phase names, bucket args, one proces
   on_team(2, [&](tcoll::thread_transport& t) {
     tcoll::gradient_pool<float> pool(std::vector<std::size_t>{100, 200, 300});
     tcoll::overlap_scheduler<tcoll::thread_transport, float, tcoll::sum_op, tcoll::ring> s(
-        pool, t, {{2, 3}});
+        pool, t, plan_with_ends({2, 3}));
     for (std::size_t i = 0; i < 3; ++i) {
       std::this_thread::sleep_for(2ms);
       s.mark_ready(i);

@@ -25,7 +25,10 @@ template <class Tr, class T, class Op, class Algo, class F>
 void with_resolved_algorithm(const Algo& algo, std::size_t count, F&& f) {
   if constexpr (std::is_same_v<Algo, automatic>) {
     switch (algo.choose(count * sizeof(T), commutative_op<Op>, has_native_allreduce<Tr, T, Op>,
-                        transport_is_zero_copy<Tr>())) {
+                        transport_is_zero_copy<Tr>(), /*with_multi_ring=*/true)) {
+    case algorithm_id::multi_ring:
+      if constexpr (commutative_op<Op>) return f(algo.multi_ring_knobs);
+      [[fallthrough]];
     case algorithm_id::passthrough:
       if constexpr (has_native_allreduce<Tr, T, Op>) return f(passthrough{});
       [[fallthrough]];
