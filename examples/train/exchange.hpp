@@ -1,6 +1,7 @@
 #pragma once
 /// \file
-/// How the training app exchanges gradients: one interface, one implementation per scheme.
+/// How the training app exchanges gradients: one interface, one implementation per scheme
+/// (`--scheme dense` here; `csc` and `topk` in sparse_exchange.hpp).
 /// `after_backward` exchanges the whole buffer with one blocking allreduce once backward
 /// is done (the baseline); `overlapped` writes backward straight into a
 /// `tcoll::gradient_pool` and lets the overlap scheduler allreduce the buckets of a fusion
@@ -25,6 +26,13 @@ public:
   virtual void gradient_ready(std::size_t i) = 0;
   /// Backward is over: on return `model.gradients()` holds the averaged gradients.
   virtual void finish_step() = 0;
+  /// After `finish_step()`: applies this step's update to `model.parameters()`. The
+  /// default is the optimiser's dense step on `model.gradients()`; a scheme that changes
+  /// the update itself (CSC's momentum correction updates only the communicated chunks)
+  /// overrides it. Every rank must end with bitwise identical parameters.
+  virtual void apply_update(mlp& model, sgd_momentum& optimiser) {
+    optimiser.step(model.parameters(), model.gradients());
+  }
   /// One line on what runs (plan, buckets), for the run's header; empty for none.
   virtual std::string describe() const { return {}; }
 };

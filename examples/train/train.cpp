@@ -29,6 +29,7 @@
 #include "exchange.hpp"
 #include "mlp.hpp"
 #include "mnist.hpp"
+#include "sparse_exchange.hpp"
 
 #ifdef TCOLL_HAVE_MPI
 #include <mpi.h>
@@ -48,8 +49,9 @@ enum exit_code : int {
   exit_data_missing = 77
 };
 
-/// Gradient exchange schemes; only `dense` (the whole buffer, every step) exists so far.
-constexpr std::string_view available_schemes[] = {"dense"};
+/// Gradient exchange schemes: `dense` (the whole buffer, every step; exchange.hpp), `csc`
+/// (GradientFlow's sparse chunks) and `topk` (element-wise top-k; both sparse_exchange.hpp).
+constexpr std::string_view available_schemes[] = {"dense", "csc", "topk"};
 
 /// Everything the command line sets.
 struct options {
@@ -60,7 +62,8 @@ struct options {
   std::uint64_t seed = 1;        ///< weights and the per-epoch shuffles
   std::string algorithm = "automatic";
   std::string scheme = "dense";
-  std::string overlap = "none"; ///< a planner: backward overlaps the scheduled buckets
+  train::sparse_options sparse{}; ///< --density, --chunk, --warmup, --residual (csc, topk)
+  std::string overlap = "none";   ///< a planner: backward overlaps the scheduled buckets
   std::size_t autotune_steps = 5;
   std::string transport = "threads";
   std::string json_path; ///< per-epoch records; empty: none
@@ -87,7 +90,14 @@ void print_usage(std::FILE* to) {
                "  --seed N            initial weights and shuffles (default 1)\n"
                "  --algo NAME         automatic|ring|multi_ring|recursive_doubling|\n"
                "                      recursive_halving_doubling|binomial_tree|passthrough (MPI)\n"
-               "  --scheme NAME       gradient exchange: dense (default, the only one so far)\n"
+               "  --scheme NAME       gradient exchange: dense (default: the whole gradient),\n"
+               "                      csc (GradientFlow sparse chunks) or topk (element-wise)\n"
+               "  --density X         csc/topk: fraction of chunks (csc) or elements (topk)\n"
+               "                      communicated after warm-up, in [0, 1] (default 0.15)\n"
+               "  --chunk N           csc: elements per chunk (default 1000)\n"
+               "  --warmup N          csc/topk: steps of linear ramp from dense (default 30)\n"
+               "  --residual RULE     csc/topk: what unsent gradient becomes: momentum\n"
+               "                      (momentum * g, Algorithm 1; default) or error_feedback (g)\n"
                "  --overlap PLANNER   none (default: one allreduce after backward), or a fusion\n"
                "                      planner (layerwise|single|threshold|ddp|mgwfbp|adafusion|\n"
                "                      optimal): backward writes into a gradient pool and the\n"
@@ -127,9 +137,20 @@ float parse_real(std::string_view flag, const char* text) {
   return v;
 }
 
+/// A fraction in [0, 1], read as a double (0.15 stays 0.15 in the JSON).
+double parse_fraction(std::string_view flag, const char* text) {
+  char* end = nullptr;
+  errno = 0;
+  const double v = std::strtod(text, &end);
+  if (errno || end == text || *end || !(v >= 0 && v <= 1))
+    throw usage_error(std::string(flag) + ": not a number in [0, 1]: '" + text + "'");
+  return v;
+}
+
 options parse_options(int argc, char** argv) {
   options o;
   bool ranks_given = false;
+  std::string_view sparse_flag; ///< the last of --density, --chunk, --warmup, --residual given
   for (int i = 1; i < argc; ++i) {
     const std::string_view flag = argv[i];
     if (flag == "-h" || flag == "--help") {
@@ -159,6 +180,23 @@ options parse_options(int argc, char** argv) {
       o.algorithm = value;
     } else if (flag == "--scheme") {
       o.scheme = value;
+    } else if (flag == "--density") {
+      o.sparse.density = parse_fraction(flag, value);
+      sparse_flag = flag;
+    } else if (flag == "--chunk") {
+      o.sparse.chunk_elements = parse_count(flag, value);
+      if (o.sparse.chunk_elements == 0) throw usage_error("--chunk must be at least 1");
+      sparse_flag = flag;
+    } else if (flag == "--warmup") {
+      o.sparse.warmup_steps = parse_count(flag, value);
+      sparse_flag = flag;
+    } else if (flag == "--residual") {
+      try {
+        o.sparse.residual = train::parse_residual(value);
+      } catch (const std::invalid_argument& e) {
+        throw usage_error(std::string("--residual: ") + e.what());
+      }
+      sparse_flag = flag;
     } else if (flag == "--overlap") {
       o.overlap = value;
     } else if (flag == "--autotune") {
@@ -207,6 +245,11 @@ options parse_options(int argc, char** argv) {
       throw usage_error(std::string("--algo: ") + e.what() + " or automatic");
     }
   }
+  if (!sparse_flag.empty() && o.scheme == "dense")
+    throw usage_error(std::string(sparse_flag) + " applies to --scheme csc or topk");
+  if (o.overlap != "none" && o.scheme != "dense")
+    throw usage_error("--overlap applies to --scheme dense (csc overlaps its own buffers with "
+                      "backward; topk exchanges after backward)");
   if (o.overlap != "none" && !tcoll::plan::planner_by_name(o.overlap))
     throw usage_error("unknown --overlap planner '" + o.overlap +
                       "' (none, layerwise, single, threshold, ddp, mgwfbp, adafusion, optimal)");
@@ -297,6 +340,12 @@ std::vector<epoch_record> train_rank(Transport& t, const options& o,
     if constexpr (std::is_same_v<algo_type, tcoll::passthrough> &&
                   !tcoll::has_native_allreduce<comm_type, float, tcoll::avg_op>)
       throw tcoll::invalid_argument("passthrough: this transport has no vendor allreduce");
+    else if (o.scheme == "csc")
+      exchange = std::make_unique<train::csc_exchange<comm_type, algo_type>>(counted, model, algo,
+                                                                             o.sparse, o.sgd);
+    else if (o.scheme == "topk")
+      exchange = std::make_unique<train::topk_exchange<comm_type, algo_type>>(counted, model, algo,
+                                                                              o.sparse, o.sgd);
     else if (o.overlap == "none")
       exchange =
           std::make_unique<train::after_backward<comm_type, algo_type>>(counted, model, algo);
@@ -345,7 +394,7 @@ std::vector<epoch_record> train_rank(Transport& t, const options& o,
                                                  batch_labels.size(), scale);
       stats[step] = result.loss_sum;
       exchange->finish_step();
-      optimiser.step(model.parameters(), model.gradients());
+      exchange->apply_update(model, optimiser);
     }
 
     train::batch_result test;
@@ -431,8 +480,12 @@ void write_json(const std::string& path, const options& o, int ranks, std::size_
       << "\", \"overlap\": \"" << o.overlap << "\", \"epochs\": " << o.epochs
       << ", \"global_batch\": " << o.global_batch
       << ", \"learning_rate\": " << shortest(o.sgd.learning_rate)
-      << ", \"momentum\": " << shortest(o.sgd.momentum) << ", \"seed\": " << o.seed
-      << ", \"train_samples\": " << train_samples << ", \"test_samples\": " << test_samples
+      << ", \"momentum\": " << shortest(o.sgd.momentum) << ", \"seed\": " << o.seed;
+  if (o.scheme != "dense")
+    out << ", \"density\": " << o.sparse.density << ", \"warmup_steps\": " << o.sparse.warmup_steps
+        << ", \"residual\": \"" << train::residual_name(o.sparse.residual) << "\"";
+  if (o.scheme == "csc") out << ", \"chunk_elements\": " << o.sparse.chunk_elements;
+  out << ", \"train_samples\": " << train_samples << ", \"test_samples\": " << test_samples
       << ", \"parameters\": " << parameters << ", \"layer_widths\": [";
   for (std::size_t l = 0; l < widths.size(); ++l) out << (l ? ", " : "") << widths[l];
   out << "]},\n  \"epochs\": [";
@@ -526,7 +579,10 @@ int main(int argc, char** argv) {
     return exit_error;
   }
 #ifdef TCOLL_HAVE_MPI
-  MPI_Init(&argc, &argv); // the application owns MPI; tcoll works on a duplicate
+  // The application owns MPI; tcoll works on a duplicate. Non-blocking collectives (csc's
+  // lazy buffers, --overlap) run on tcoll's communication thread: MPI_THREAD_MULTIPLE.
+  int provided = MPI_THREAD_SINGLE;
+  MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &provided);
   int world_rank = 0;
   MPI_Comm_rank(MPI_COMM_WORLD, &world_rank);
   int code = exit_error;
