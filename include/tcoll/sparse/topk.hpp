@@ -69,13 +69,14 @@ topk_report topk_allreduce(Tr& t, const T* input, T* output, std::size_t count, 
         std::string("topk_allreduce: ") + (!input ? "input" : "output") + " is null", rank);
   using E = sparse_entry<T, Index>;
   // local selection: k largest |x|, ties to the lower index, NaN largest
-  std::vector<std::size_t> idx(count);
-  std::iota(idx.begin(), idx.end(), std::size_t{0});
-  auto key = [&](std::size_t i) {
+  // indices as Index (count - 1 fits, checked above): half the memory of size_t for 32-bit
+  std::vector<Index> idx(count);
+  std::iota(idx.begin(), idx.end(), Index{0});
+  auto key = [&](Index i) {
     const double v = std::fabs(static_cast<double>(static_cast<accumulator_t<T>>(input[i])));
     return std::isnan(v) ? std::numeric_limits<double>::infinity() : v;
   };
-  auto before = [&](std::size_t a, std::size_t b) {
+  auto before = [&](Index a, Index b) {
     const double x = key(a), y = key(b);
     return x > y || (x == y && a < b);
   };
@@ -83,7 +84,7 @@ topk_report topk_allreduce(Tr& t, const T* input, T* output, std::size_t count, 
     std::nth_element(idx.begin(), idx.begin() + static_cast<std::ptrdiff_t>(k), idx.end(), before);
   std::sort(idx.begin(), idx.begin() + static_cast<std::ptrdiff_t>(k));
   std::vector<E> mine(k), all(k * static_cast<std::size_t>(P));
-  for (std::size_t j = 0; j < k; ++j) mine[j] = E{static_cast<Index>(idx[j]), input[idx[j]]};
+  for (std::size_t j = 0; j < k; ++j) mine[j] = E{idx[j], input[idx[j]]};
   if (residual) {
     for (std::size_t i = 0; i < count; ++i) residual[i] = input[i];
     for (std::size_t j = 0; j < k; ++j) residual[idx[j]] = T{};
