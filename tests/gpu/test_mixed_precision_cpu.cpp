@@ -6,7 +6,7 @@
 
 #include <cmath>
 
-#include <tcoll/hybrid/mixed_precision.hpp>
+#include <tcoll/compress/mixed_precision.hpp>
 #include <tcoll/tcoll.hpp>
 
 #include "../common/collective_cases.hpp"

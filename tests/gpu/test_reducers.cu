@@ -11,7 +11,7 @@
 #include <vector>
 
 #include <tcoll/collectives.hpp>
-#include <tcoll/hybrid/mixed_precision.hpp>
+#include <tcoll/compress/mixed_precision.hpp>
 #include <tcoll/reduce/cuda.cuh>
 #include <tcoll/reduce/thrust.cuh>
 #include <tcoll/transport/device_team.hpp>

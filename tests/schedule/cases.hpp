@@ -19,6 +19,7 @@
 #include <thread>
 #include <vector>
 
+#include <tcoll/compress/mixed_precision.hpp>
 #include <tcoll/schedule.hpp>
 #include <tcoll/tcoll.hpp>
 
@@ -337,6 +338,66 @@ void scheduler_random_case(Tr& t, const Algo& algo, unsigned seed, bool integer_
     }
     CHECK_MESSAGE(identical_on_all_ranks(t, pool.data(), pool.bytes()), what);
   }
+}
+
+/// Mixed-precision wire: a float pool whose buckets travel as `Wire` equals, bit for bit,
+/// `allreduce_mixed<Wire>` of each bucket's range with the same algorithm and scale; it is
+/// within the adaptor's stated error bound of the float sum; identical on every rank; the
+/// timings count wire bytes; a bad scale is refused.
+template <class Wire, class Tr, class Algo>
+void scheduler_mixed_case(Tr& t, const Algo& algo, unsigned seed, float scale) {
+  const int r = t.rank();
+  std::mt19937 rng(seed);
+  const auto sizes = random_sizes(rng, 16);
+  const auto plan = random_plan(sizes.size(), rng);
+  tcoll::gradient_pool<float> pool(sizes);
+  tcoll::scheduler_options options;
+  options.wire_scale = scale;
+  tcoll::mixed_precision_scheduler<Wire, Tr, tcoll::sum_op, Algo> s(pool, t, plan, {}, algo,
+                                                                    options);
+  for (std::size_t i = 0; i < pool.tensor_count(); ++i) {
+    auto g = pool.tensor(i);
+    for (std::size_t j = 0; j < g.size(); ++j) g[j] = fractional(r, int(i), j) / 64.0f;
+  }
+  const std::vector<float> input(pool.all().begin(), pool.all().end());
+  std::mt19937 order_rng(seed * 7 + 1);
+  mark_all_random(s, pool.tensor_count(), order_rng);
+  const auto& timing = s.finish();
+  for (std::size_t k = 0; k < plan.bucket_count(); ++k)
+    CHECK(timing.buckets[k].bytes == pool.range_size(plan.begin(k), plan.end(k)) * sizeof(Wire));
+
+  std::vector<float> reference(input.size());
+  tcoll::mixed_precision_report report;
+  for (std::size_t k = 0; k < plan.bucket_count(); ++k) {
+    const std::size_t off = pool.range_offset(plan.begin(k), plan.end(k));
+    const std::size_t n = pool.range_size(plan.begin(k), plan.end(k));
+    if (n == 0) continue;
+    report =
+        tcoll::allreduce_mixed<Wire>(t, input.data() + off, reference.data() + off, n,
+                                     tcoll::sum_op{}, algo, tcoll::cpu_reducer{}, {.scale = scale});
+  }
+  const std::string what =
+      std::string(Algo::name) + " seed " + std::to_string(seed) + " rank " + std::to_string(r);
+  CHECK_MESSAGE(same_bits(reference, pool.all()),
+                what << ": differs from allreduce_mixed of each bucket");
+  // against the float sum, within the adaptor's first-order bound
+  std::vector<float> exact = input, magnitude(input.size());
+  for (std::size_t i = 0; i < input.size(); ++i) magnitude[i] = std::fabs(input[i]);
+  tcoll::allreduce(t, std::span<float>(exact), tcoll::sum_op{}, tcoll::recursive_doubling{});
+  tcoll::allreduce(t, std::span<float>(magnitude), tcoll::sum_op{}, tcoll::recursive_doubling{});
+  if (report.roundings == 0) report.roundings = t.size() + 1; // only empty buckets
+  std::size_t outside = 0;
+  for (std::size_t i = 0; i < input.size(); ++i)
+    if (std::fabs(double(pool.all()[i]) - exact[i]) > report.bound(magnitude[i]) * 1.01 + 1e-6)
+      ++outside;
+  CHECK_MESSAGE(outside == 0, what << ": " << outside << " elements outside the error bound");
+  CHECK_MESSAGE(identical_on_all_ranks(t, pool.data(), pool.bytes()), what);
+
+  tcoll::scheduler_options bad;
+  bad.wire_scale = 0.0f;
+  CHECK_THROWS_AS((tcoll::mixed_precision_scheduler<Wire, Tr, tcoll::sum_op, Algo>(pool, t, plan,
+                                                                                   {}, algo, bad)),
+                  tcoll::invalid_argument);
 }
 
 /// Autotune: measures two iterations, re-plans, and every rank adopts the same plan;

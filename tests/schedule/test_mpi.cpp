@@ -60,6 +60,14 @@ TEST_CASE("mpi: scheduler with random plans, sizes and ready orders, fractional 
   }
 }
 
+TEST_CASE("mpi: scheduler with a mixed-precision wire (half, bfloat16)") {
+  auto t = make();
+  for (unsigned seed = 1; seed <= 2; ++seed) {
+    scheduler_mixed_case<tcoll::half>(t, tcoll::ring{}, seed, 1.0f);
+    scheduler_mixed_case<tcoll::bfloat16>(t, tcoll::recursive_doubling{}, seed + 10, 1.0f);
+  }
+}
+
 TEST_CASE("mpi: scheduler errors and autotune") {
   {
     auto t = make();

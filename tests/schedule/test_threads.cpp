@@ -148,6 +148,20 @@ TEST_CASE("scheduler: one-tensor pool and a pool of empty tensors") {
   });
 }
 
+TEST_CASE("scheduler: mixed-precision wire (half, bfloat16) equals allreduce_mixed per bucket") {
+  for (int P : {1, 2, 3, 5}) {
+    CAPTURE(P);
+    on_team(P, [&](tcoll::thread_transport& t) {
+      for (unsigned seed = 1; seed <= 3; ++seed) {
+        scheduler_mixed_case<tcoll::half>(t, tcoll::ring{}, seed, 1.0f);
+        scheduler_mixed_case<tcoll::half>(t, tcoll::recursive_doubling{}, seed + 10, 256.0f);
+        scheduler_mixed_case<tcoll::bfloat16>(t, tcoll::ring{}, seed + 20, 1.0f);
+        scheduler_mixed_case<tcoll::bfloat16>(t, tcoll::automatic{}, seed + 30, 1.0f);
+      }
+    });
+  }
+}
+
 TEST_CASE("scheduler over a hierarchical allreduce (groups of 2 and 3)") {
   for (int group : {2, 3})
     on_team(6, [&](tcoll::thread_transport& t) {

@@ -21,8 +21,14 @@
 ///  - Autotune fits `plan::linear_cost` to the measured bucket times of the first K
 ///    iterations and the backward time of each tensor to the gaps between ready marks,
 ///    re-plans with the chosen planner, and every rank adopts rank 0's plan.
+///  - Mixed precision (`Wire` = half or bfloat16 on a float pool, GradientFlow Sec. 2.5):
+///    a bucket is cast into a wire buffer (one, as large as the largest bucket, shared by
+///    all buckets since they run one at a time), reduced there in place and cast back into
+///    the pool, exactly like `allreduce_mixed` on that range.
 #include <algorithm>
+#include <bit>
 #include <chrono>
+#include <cmath>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -38,6 +44,7 @@
 #include "../plan/any_planner.hpp"
 #include "../plan/bucket_plan.hpp"
 #include "../plan/calibrate.hpp"
+#include "../reduce/convert.hpp"
 #include "engine.hpp"
 #include "gradient_pool.hpp"
 #include "prepared.hpp"
@@ -53,12 +60,16 @@ struct scheduler_options {
   /// Autotune: measure this many iterations, then re-plan with `autotune_planner` (0: off).
   std::size_t autotune_iterations = 0;
   plan::any_planner autotune_planner = plan::optimal_planner{};
+  /// Mixed-precision wire only (`Wire` differs from the pool's type): gradients are
+  /// multiplied by this before the cast to the wire type and divided by it after (a power
+  /// of two is exact; raise it to keep small gradients out of half's subnormal range).
+  float wire_scale = 1.0f;
 };
 
 /// Timings of one bucket in one iteration (steady clock).
 struct bucket_timing {
   std::size_t bucket = 0, first_tensor = 0, end_tensor = 0;
-  std::size_t bytes = 0;
+  std::size_t bytes = 0;           ///< on the wire (the pool's bytes unless a mixed-precision wire)
   clock::time_point first_ready{}; ///< its first tensor was marked ready
   clock::time_point ready{};       ///< its last tensor was marked ready
   clock::time_point queued{};      ///< handed to the engine (= start of QUEUE)
@@ -110,17 +121,28 @@ std::string algorithm_label(const Algo&) {
 /// The overlap scheduler (see the file comment). `Comm` is a transport or a
 /// `hierarchical<Intra, Inter>`; `Algo` an allreduce algorithm struct (`automatic`, `ring`,
 /// `multi_ring`, `passthrough`, ...) or, for hierarchical, `hierarchical_options<...>`.
-/// `mark_ready` may be called from several threads; `finish` from one.
+/// `mark_ready` may be called from several threads; `finish` from one. `Wire` is the type
+/// on the wire: `T` (default), or half / bfloat16 for a float pool (mixed precision, see
+/// the file comment and `mixed_precision_scheduler`).
 template <class Comm, class T, class Op = sum_op,
-          class Algo = typename detail::default_algorithm<Comm>::type, reducer R = cpu_reducer>
+          class Algo = typename detail::default_algorithm<Comm>::type, reducer R = cpu_reducer,
+          class Wire = T>
 class overlap_scheduler {
   static constexpr bool hier = detail::is_hierarchical<Comm>::value;
+  static constexpr bool mixed = !std::is_same_v<Wire, T>;
+  static_assert(!mixed || (std::is_same_v<T, float> && is_reduced_precision_v<Wire>),
+                "tcoll: a mixed-precision wire is half or bfloat16 over a float pool");
 
 public:
   overlap_scheduler(gradient_pool<T, R>& pool, Comm& comm, plan::bucket_plan plan,
                     const Op& op = {}, const Algo& algo = {}, scheduler_options options = {})
       : pool_(&pool), comm_(&comm), op_(op), algo_(algo), options_(std::move(options)) {
-    detail::check_support<R, Op, T>();
+    detail::check_support<R, Op, Wire>();
+    if (mixed && (!(options_.wire_scale > 0.0f) || !std::isfinite(options_.wire_scale)))
+      throw invalid_argument("overlap_scheduler: options.wire_scale must be a positive finite "
+                             "number, got " +
+                                 std::to_string(options_.wire_scale),
+                             comm.rank());
     if constexpr (hier)
       engine_ = &detail::engine_of(comm.intra());
     else
@@ -254,16 +276,17 @@ private:
     plan_ = std::move(plan);
     buckets_.clear();
     bucket_of_.assign(L, 0);
-    std::size_t scratch = 0, staging = 0;
+    std::size_t scratch = 0, staging = 0, largest = 0;
     for (std::size_t k = 0; k < plan_.bucket_count(); ++k) {
       bucket b;
       b.first = plan_.begin(k);
       b.end = plan_.end(k);
       b.offset = pool_->range_offset(b.first, b.end);
       b.count = pool_->range_size(b.first, b.end);
+      largest = std::max(largest, b.count);
       for (std::size_t i = b.first; i < b.end; ++i) bucket_of_[i] = k;
       if constexpr (!hier) {
-        b.steps = detail::record_allreduce<Comm, T, Op>(*comm_, b.count, true, algo_);
+        b.steps = detail::record_allreduce<Comm, Wire, Op>(*comm_, b.count, true, algo_);
         scratch = std::max(scratch, b.steps.steps.scratch_count);
         staging = std::max(staging, b.steps.steps.staging_count);
       }
@@ -272,14 +295,19 @@ private:
       b.task->index = k;
       buckets_.push_back(std::move(b));
     }
+    if constexpr (mixed)
+      if (largest > wire_count_) {
+        wire_ = pool_->reducer().template allocate<Wire>(largest);
+        wire_count_ = largest;
+      }
     if constexpr (!hier) {
       if (scratch > scratch_count_) {
-        scratch_ = pool_->reducer().template allocate<T>(scratch);
+        scratch_ = pool_->reducer().template allocate<Wire>(scratch);
         scratch_count_ = scratch;
       }
       if constexpr (!transport_is_zero_copy<Comm>())
         if (staging > staging_count_) {
-          staging_ = pool_->reducer().template allocate<T>(staging);
+          staging_ = pool_->reducer().template allocate<Wire>(staging);
           staging_count_ = staging;
         }
     }
@@ -303,7 +331,7 @@ private:
       bt.bucket = k;
       bt.first_tensor = buckets_[k].first;
       bt.end_tensor = buckets_[k].end;
-      bt.bytes = buckets_[k].count * sizeof(T);
+      bt.bytes = buckets_[k].count * sizeof(Wire); // on the wire
     }
     const auto now = clock::now();
     if (timing_.end != clock::time_point{})
@@ -328,8 +356,15 @@ private:
 
   void run_bucket(std::size_t k, std::pair<int, int> tags) {
     auto& b = buckets_[k];
-    T* data = pool_->data() + b.offset;
+    T* const pool_data = pool_->data() + b.offset;
     R& red = pool_->reducer();
+    Wire* data = nullptr;
+    if constexpr (mixed) {
+      data = wire_.data();
+      detail::convert(red, data, pool_data, b.count, options_.wire_scale);
+    } else {
+      data = pool_data;
+    }
     if constexpr (hier) {
       if (auto* c = detail::context_of(comm_->intra())) c->throw_if_broken(rank());
       if (comm_->inter())
@@ -342,6 +377,10 @@ private:
         detail::replay_allreduce(*comm_, tags.first, b.steps, data, data, op_, red, scratch_.data(),
                                  scratch_count_, staging_.data(), staging_count_);
       });
+    }
+    if constexpr (mixed) {
+      detail::convert(red, pool_data, data, b.count, 1.0f / options_.wire_scale);
+      red.synchronize();
     }
   }
 
@@ -374,6 +413,8 @@ private:
   void check_same_plan(const plan::bucket_plan& plan) {
     std::uint64_t h = 1469598103934665603ull;
     h = detail::fnv1a(h, sizeof(T));
+    h = detail::fnv1a(h, mixed ? sizeof(Wire) * 256 + (std::is_same_v<Wire, half> ? 1 : 2) : 0);
+    if (mixed) h = detail::fnv1a(h, std::bit_cast<std::uint32_t>(options_.wire_scale));
     h = detail::fnv1a(h, pool_->tensor_count());
     for (std::size_t i = 0; i < pool_->tensor_count(); ++i)
       h = detail::fnv1a(h, pool_->tensor_size(i));
@@ -412,7 +453,7 @@ private:
     for (std::size_t i = 0; i < backward_.size(); ++i) {
       auto v = backward_[i];
       std::nth_element(v.begin(), v.begin() + v.size() / 2, v.end());
-      w.bytes.push_back(pool_->tensor_size(i) * sizeof(T));
+      w.bytes.push_back(pool_->tensor_size(i) * sizeof(Wire));
       w.backward_us.push_back(v.empty() ? 0.0 : v[v.size() / 2]);
     }
     plan::linear_cost cost{};
@@ -461,8 +502,10 @@ private:
   std::vector<std::size_t> bucket_of_, remaining_;
   std::vector<unsigned char> marked_;
   std::size_t marked_count_ = 0, next_ = 0, iterations_ = 0;
-  typename R::template buffer<T> scratch_{}, staging_{};
+  typename R::template buffer<Wire> scratch_{}, staging_{};
   std::size_t scratch_count_ = 0, staging_count_ = 0;
+  typename R::template buffer<Wire> wire_{}; ///< mixed precision: the bucket on the wire
+  std::size_t wire_count_ = 0;
   std::mutex mutex_;
   iteration_timing timing_; // the iteration in progress
   iteration_timing last_;   // the last finished one
@@ -471,5 +514,11 @@ private:
   std::optional<plan::linear_cost> fitted_;
   bool autotuned_ = false;
 };
+
+/// The overlap scheduler with a mixed-precision wire: a float pool whose buckets travel as
+/// `Wire` (half or bfloat16), e.g. `mixed_precision_scheduler<half, thread_transport>`.
+template <class Wire, class Comm, class Op = sum_op,
+          class Algo = typename detail::default_algorithm<Comm>::type, reducer R = cpu_reducer>
+using mixed_precision_scheduler = overlap_scheduler<Comm, float, Op, Algo, R, Wire>;
 
 } // namespace tcoll
