@@ -17,6 +17,7 @@
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <limits>
 #include <numeric>
 #include <string>
@@ -68,29 +69,43 @@ topk_report topk_allreduce(Tr& t, const T* input, T* output, std::size_t count, 
     throw invalid_argument(
         std::string("topk_allreduce: ") + (!input ? "input" : "output") + " is null", rank);
   using E = sparse_entry<T, Index>;
-  // local selection: k largest |x|, ties to the lower index, NaN largest
-  // indices as Index (count - 1 fits, checked above): half the memory of size_t for 32-bit
-  std::vector<Index> idx(count);
-  std::iota(idx.begin(), idx.end(), Index{0});
-  auto key = [&](Index i) {
-    const double v = std::fabs(static_cast<double>(static_cast<accumulator_t<T>>(input[i])));
-    return std::isnan(v) ? std::numeric_limits<double>::infinity() : v;
+  using A = accumulator_t<T>;
+  // local selection: k largest |x|, ties to the lower index, NaN largest. The k-th largest
+  // magnitude comes from nth_element over a copy of the magnitudes (sequential memory access;
+  // nth_element over indices with an indirect comparator is several times slower on large
+  // pools), then one pass in index order takes every element above it and the lowest-indexed
+  // ones equal to it, so `mine` is in index order.
+  using K = std::conditional_t<std::is_same_v<A, float>, float, double>;
+  auto key = [&](std::size_t i) {
+    const K v = std::fabs(static_cast<K>(static_cast<A>(input[i])));
+    return std::isnan(v) ? std::numeric_limits<K>::infinity() : v;
   };
-  auto before = [&](Index a, Index b) {
-    const double x = key(a), y = key(b);
-    return x > y || (x == y && a < b);
-  };
-  if (k < count)
-    std::nth_element(idx.begin(), idx.begin() + static_cast<std::ptrdiff_t>(k), idx.end(), before);
-  std::sort(idx.begin(), idx.begin() + static_cast<std::ptrdiff_t>(k));
   std::vector<E> mine(k), all(k * static_cast<std::size_t>(P));
-  for (std::size_t j = 0; j < k; ++j) mine[j] = E{idx[j], input[idx[j]]};
-  if (residual) {
-    for (std::size_t i = 0; i < count; ++i) residual[i] = input[i];
-    for (std::size_t j = 0; j < k; ++j) residual[idx[j]] = T{};
+  if (k == count) {
+    for (std::size_t i = 0; i < count; ++i) mine[i] = E{static_cast<Index>(i), input[i]};
+    if (residual) std::fill(residual, residual + count, T{});
+  } else {
+    K threshold{};
+    std::size_t ties = 0; // elements equal to the threshold still to take
+    if (k) {
+      std::vector<K> mag(count);
+      for (std::size_t i = 0; i < count; ++i) mag[i] = key(i);
+      const auto kth = mag.begin() + static_cast<std::ptrdiff_t>(k - 1);
+      std::nth_element(mag.begin(), kth, mag.end(), std::greater<K>());
+      threshold = *kth;
+      std::size_t above = 0; // every element above the threshold is in [begin, kth)
+      for (auto it = mag.begin(); it != kth; ++it) above += *it > threshold;
+      ties = k - above;
+    }
+    std::size_t j = 0;
+    for (std::size_t i = 0; i < count; ++i) {
+      const K v = k ? key(i) : K{};
+      const bool take = k && (v > threshold || (v == threshold && ties && (--ties, true)));
+      if (take) mine[j++] = E{static_cast<Index>(i), input[i]};
+      if (residual) residual[i] = take ? T{} : input[i];
+    }
   }
   if (k) tcoll::allgather(t, mine.data(), all.data(), k, ring{}, red);
-  using A = accumulator_t<T>;
   std::fill(output, output + count, T{});
   for (const E& e : all)
     output[e.index] = static_cast<T>(static_cast<A>(output[e.index]) + static_cast<A>(e.value));
