@@ -19,6 +19,7 @@
 /// send goes through the transport they are given (the app passes `tcoll::counting<>`).
 #include <algorithm>
 #include <cstddef>
+#include <cstdio>
 #include <span>
 #include <stdexcept>
 #include <string>
@@ -47,6 +48,13 @@ struct sparse_options {
   /// `error_feedback` (g).
   tcoll::sparse::residual_rule residual = tcoll::sparse::residual_rule::momentum_scaled;
 };
+
+/// `x` as the shortest decimal that reads back the same (0.15, not 0.150000).
+inline std::string shortest_decimal(double x) {
+  char text[32];
+  std::snprintf(text, sizeof text, "%.15g", x);
+  return text;
+}
 
 /// The command-line name of a residual rule.
 inline const char* residual_name(tcoll::sparse::residual_rule r) {
@@ -87,7 +95,7 @@ public:
     const auto& layout = csc_.chunks();
     const auto& last = csc_.last();
     return "csc: " + std::to_string(layout.count()) + " chunks of " + std::to_string(layout.chunk) +
-           " elements, density " + std::to_string(options_.density) + " (" +
+           " elements, density " + shortest_decimal(options_.density) + " (" +
            std::to_string(tcoll::sparse::chunks_kept(options_.density, layout.count())) +
            " chunks) after a " + std::to_string(options_.warmup_steps) +
            "-step warm-up, residual " + residual_name(options_.residual) +
@@ -154,8 +162,9 @@ public:
     return "topk: " +
            std::to_string(tcoll::sparse::topk_count(options_.density, residual_.size())) + " of " +
            std::to_string(residual_.size()) + " elements per rank (density " +
-           std::to_string(options_.density) + ") after a " + std::to_string(options_.warmup_steps) +
-           "-step warm-up, residual " + residual_name(options_.residual);
+           shortest_decimal(options_.density) + ") after a " +
+           std::to_string(options_.warmup_steps) + "-step warm-up, residual " +
+           residual_name(options_.residual);
   }
 
 private:
