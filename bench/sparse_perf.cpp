@@ -795,11 +795,11 @@ const local_part* find_local(const std::vector<local_part>& ls, const std::strin
   return nullptr;
 }
 
-void print_report(std::FILE* f, const options& o, const std::vector<result>& rs,
-                  const std::vector<local_part>& ls,
-                  const std::map<std::string, std::pair<std::size_t, std::size_t>>& shapes) {
-  for (const auto& pool : o.pools) {
-    const auto [n, tensors] = shapes.at(pool);
+/// The tables of one pool (every network), then its local part.
+void print_pool(std::FILE* f, const options& o, const std::vector<result>& rs,
+                const std::vector<local_part>& ls, const std::string& pool, std::size_t n,
+                std::size_t tensors) {
+  {
     const std::size_t C = (n + o.chunk - 1) / o.chunk;
     for (const auto& net : o.networks) {
       const network_spec spec = network_of(net);
@@ -846,7 +846,9 @@ void print_report(std::FILE* f, const options& o, const std::vector<result>& rs,
         }
     }
   }
-  if (!ls.empty()) {
+  bool any_local = false;
+  for (const auto& l : ls) any_local = any_local || l.pool == pool;
+  if (any_local) {
     std::fprintf(f, "#\n# CSC's local part, one rank alone (medians; ms): local = norms + select + "
                     "gather + scatter; residual = Algorithm 1's g += hg pass; csc@1 = a whole CSC "
                     "iteration at one rank\n");
@@ -854,14 +856,13 @@ void print_report(std::FILE* f, const options& o, const std::vector<result>& rs,
                  "chunks", "important", "residual", "norms", "select", "gather", "scatter", "local",
                  "csc@1");
     for (const auto& l : ls)
-      std::fprintf(f, " %9s %7.4g %7zu %9zu | %8.2f %8.2f %8.3f %8.2f %8.2f | %8.2f | %8.2f\n",
-                   l.pool.c_str(), l.density, l.chunks, l.important, l.residual * 1e3,
-                   l.norms * 1e3, l.select * 1e3, l.gather * 1e3, l.scatter * 1e3, l.local() * 1e3,
-                   l.csc_iteration * 1e3);
+      if (l.pool == pool)
+        std::fprintf(f, " %9s %7.4g %7zu %9zu | %8.2f %8.2f %8.3f %8.2f %8.2f | %8.2f | %8.2f\n",
+                     l.pool.c_str(), l.density, l.chunks, l.important, l.residual * 1e3,
+                     l.norms * 1e3, l.select * 1e3, l.gather * 1e3, l.scatter * 1e3,
+                     l.local() * 1e3, l.csc_iteration * 1e3);
   }
-  long long wrong = 0;
-  for (const auto& r : rs) wrong += std::max(0LL, r.wrong);
-  std::fprintf(f, "#\n# Out of bounds values : %lld %s\n", wrong, wrong == 0 ? "OK" : "FAILED");
+  std::fflush(f);
 }
 
 bool write_json(const std::string& path, const options& o, const std::vector<result>& rs,
@@ -948,7 +949,6 @@ int main(int argc, char** argv) {
     std::fflush(stdout);
     std::vector<result> results;
     std::vector<local_part> locals;
-    std::map<std::string, std::pair<std::size_t, std::size_t>> shapes;
     const auto wall0 = std::chrono::steady_clock::now();
     for (const auto& pool_name : o.pools) {
       const plan::profile prof = plan::load_profile(o.profile_dir + "/" + pool_name + ".csv");
@@ -958,7 +958,6 @@ int main(int argc, char** argv) {
             1, static_cast<std::size_t>(std::llround(static_cast<double>(t.elements) * o.scale))));
       std::size_t n = 0;
       for (auto s : sizes) n += s;
-      shapes[pool_name] = {n, sizes.size()};
       if (o.local && has_method(o, "csc"))
         for (double d : o.densities) locals.push_back(measure_local(pool_name, sizes, d, o));
       for (int P : o.ranks) {
@@ -969,15 +968,18 @@ int main(int argc, char** argv) {
                     seconds_d(std::chrono::steady_clock::now() - wall0).count());
         std::fflush(stdout);
       }
+      print_pool(stdout, o, results, locals, pool_name, n, sizes.size());
     }
-    print_report(stdout, o, results, locals, shapes);
+    long long wrong = 0;
+    for (const auto& r : results) wrong += std::max(0LL, r.wrong);
+    std::printf("#\n# Out of bounds values : %lld %s\n# total %.1f s\n", wrong,
+                wrong == 0 ? "OK" : "FAILED",
+                seconds_d(std::chrono::steady_clock::now() - wall0).count());
     std::fflush(stdout);
     if (!o.json.empty() && !write_json(o.json, o, results, locals)) {
       std::fprintf(stderr, "sparse_perf: cannot write --json file '%s'\n", o.json.c_str());
       return 1;
     }
-    long long wrong = 0;
-    for (const auto& r : results) wrong += std::max(0LL, r.wrong);
     return wrong == 0 ? 0 : 3;
   } catch (const tcoll::invalid_argument& e) {
     std::fprintf(stderr, "%s\n", e.what());
