@@ -74,6 +74,7 @@ public:
       slot_ = std::move(o.slot_);
       state_ = o.state_;
       kind_ = o.kind_;
+      owner_ = o.owner_;
       peer_ = o.peer_;
       tag_ = o.tag_;
       dst_ = o.dst_;
