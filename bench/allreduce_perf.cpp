@@ -4,6 +4,7 @@
 //
 //   ./allreduce_perf -b 8 -e 64M -f 8 -g 2                  # threads, 2 ranks
 //   mpirun -np 4 ./allreduce_perf -t mpi -b 8 -e 256M -f 8 -R 5 --json out.json
+//   mpirun -np 4 ./allreduce_perf -t shm -a ring,recursive_doubling,passthrough
 //
 // Timing (as nccl-tests): after `-w` warm-up calls and a barrier, `-n` back-to-back calls
 // are timed on every rank; the iteration time is the elapsed time / n, and the time of the
@@ -29,6 +30,7 @@
 #include <mpi.h>
 
 #include <tcoll/transport/mpi.hpp>
+#include <tcoll/transport/shm.hpp>
 #endif
 
 #include "common/perf_entry.hpp"
@@ -93,7 +95,9 @@ int run_threads(perf_options o) {
 }
 
 #ifdef TCOLL_HAVE_MPI
-int run_mpi(const perf_options& o, int& argc, char**& argv) {
+/// `shm`: the processes of MPI_COMM_WORLD through one shared segment (`shm_transport`), with
+/// MPI_Allreduce on the same processes as passthrough; else the MPI transport.
+int run_mpi(const perf_options& o, int& argc, char**& argv, bool shm) {
   MPI_Init(&argc, &argv);
   int status = 0;
   {
@@ -111,7 +115,7 @@ int run_mpi(const perf_options& o, int& argc, char**& argv) {
     MPI_Gather(host, 256, MPI_CHAR, hosts.data(), 256, MPI_CHAR, 0, MPI_COMM_WORLD);
     MPI_Gather(&pid, 1, MPI_INT, pids.data(), 1, MPI_INT, 0, MPI_COMM_WORLD);
     if (t.rank() == 0) {
-      print_header(stdout, o, "mpi", t.size());
+      print_header(stdout, o, shm ? "shm" : "mpi", t.size());
       for (int r = 0; r < t.size(); ++r)
         std::printf("#  Rank %2d Pid %6d on %s\n", r, pids[r],
                     &hosts[static_cast<std::size_t>(r) * 256]);
@@ -119,7 +123,12 @@ int run_mpi(const perf_options& o, int& argc, char**& argv) {
     }
     std::vector<row> rows;
     try {
-      run_all_mpi(t, o, rows);
+      if (shm) {
+        shm_transport s(MPI_COMM_WORLD, shm_options{.timeout = std::chrono::seconds(o.timeout_s)});
+        run_all_shm(s, t, o, rows);
+      } else {
+        run_all_mpi(t, o, rows);
+      }
     } catch (const std::exception& e) {
       // The other ranks are stuck in a collective this rank left; end the job.
       std::fprintf(stderr, "allreduce_perf [rank %d]: %s\n", t.rank(), e.what());
@@ -150,12 +159,14 @@ int main(int argc, char** argv) {
   std::string transport = o.transport;
   if (transport == "auto") transport = under_mpi_launcher() ? "mpi" : "threads";
   try {
-    if (transport == "mpi") {
+    if (transport == "mpi" || transport == "shm") {
 #ifdef TCOLL_HAVE_MPI
-      return run_mpi(o, argc, argv);
+      return run_mpi(o, argc, argv, transport == "shm");
 #else
-      std::fprintf(stderr, "allreduce_perf: -t mpi: this build has no MPI (reconfigure with "
-                           "-Dmpi=enabled and an MPI installation)\n");
+      std::fprintf(stderr,
+                   "allreduce_perf: -t %s: this build has no MPI (reconfigure with "
+                   "-Dmpi=enabled and an MPI installation)\n",
+                   transport.c_str());
       return 2;
 #endif
     }

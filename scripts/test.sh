@@ -16,37 +16,48 @@ run_suite() { # build-dir, then meson test arguments
 }
 
 # The sanitizer builds compile only the executables of these suites (not the benchmarks,
-# planner or examples), which keeps the whole run well under 30 minutes on 2 cores.
-sanitized_suites=(--suite threads --suite hier --suite schedule --no-suite bench)
-sanitized_targets() { # build dir -> its ninja targets behind the sanitized suites
-  meson introspect "$1" --tests | python3 -c '
+# planner or examples), which keeps the whole run well under 30 minutes on 2 cores. The
+# sanitizer builds have no MPI, so only the in-process parts of each suite run there.
+asan_suites=(threads hier schedule sparse hybrid elastic)
+tsan_suites=(threads hier schedule sparse hybrid elastic)
+suite_args() { # suite names -> meson test arguments
+  local a=()
+  for s in "$@"; do a+=(--suite "$s"); done
+  echo "${a[@]}" --no-suite bench
+}
+sanitized_targets() { # build dir, suite names -> ninja targets behind those suites
+  local dir=$1; shift
+  meson introspect "$dir" --tests | python3 -c '
 import json, os, sys
 build = os.path.abspath(sys.argv[1])
+wanted = set(sys.argv[2:])
 targets = set()
 for test in json.load(sys.stdin):
     suites = {s.split(":")[-1] for s in test["suite"]}
     exe = test["cmd"][0]
-    if suites & {"threads", "hier", "schedule"} and "bench" not in suites and exe.startswith(build + "/"):
+    if suites & wanted and "bench" not in suites and exe.startswith(build + "/"):
         targets.add(os.path.relpath(exe, build))
-print(" ".join(sorted(targets)))' "$1"
+print(" ".join(sorted(targets)))' "$dir" "$@"
 }
 
 [ -d build ] || meson setup build --buildtype=release
 ninja -C build -j "$jobs"
 run_suite build
 
-# Sanitizers on the in-process transports (threads, hierarchical/multi-ring, schedule), with the
+# Sanitizers on the in-process transports and adaptors (threads, hierarchical/multi-ring,
+# schedule, sparse, hybrid, elastic), with the
 # quick test matrix (TCOLL_TEST_LEVEL, read in tests/common/collective_cases.hpp).
 [ -d build-asan ] || meson setup build-asan --buildtype=debugoptimized -Db_sanitize=address,undefined \
   -Db_lundef=false -Dmpi=disabled -Dcuda=disabled
-ninja -C build-asan -j "$jobs" $(sanitized_targets build-asan)
+ninja -C build-asan -j "$jobs" $(sanitized_targets build-asan "${asan_suites[@]}")
 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 TCOLL_TEST_LEVEL=quick \
-  run_suite build-asan --no-rebuild "${sanitized_suites[@]}"
+  run_suite build-asan --no-rebuild $(suite_args "${asan_suites[@]}")
 
 [ -d build-tsan ] || meson setup build-tsan --buildtype=debugoptimized -Db_sanitize=thread \
   -Db_lundef=false -Dmpi=disabled -Dcuda=disabled
-ninja -C build-tsan -j "$jobs" $(sanitized_targets build-tsan)
-TSAN_OPTIONS=halt_on_error=1 TCOLL_TEST_LEVEL=quick run_suite build-tsan --no-rebuild "${sanitized_suites[@]}"
+ninja -C build-tsan -j "$jobs" $(sanitized_targets build-tsan "${tsan_suites[@]}")
+TSAN_OPTIONS=halt_on_error=1 TCOLL_TEST_LEVEL=quick \
+  run_suite build-tsan --no-rebuild $(suite_args "${tsan_suites[@]}")
 
 # One closing line over every suite and build: "tests: N passed, N failed, N skipped".
 python3 - build build-asan build-tsan <<'PY'

@@ -45,7 +45,7 @@ struct perf_options {
   std::vector<std::string> ops{"sum"};                    ///< -o (comma list or all)
   std::vector<std::string> dtypes{"float"};               ///< -d (comma list or all)
   std::vector<std::string> algorithms = all_algorithms(); ///< -a (comma list or all)
-  std::string transport = "auto";                         ///< -t threads | mpi | auto
+  std::string transport = "auto";                         ///< -t threads | mpi | shm | auto
   int nranks = 2;                                         ///< -g ranks of the threads transport
   int reps = 1;                  ///< -R repeat the measurement, report median
   std::string json;              ///< --json FILE
@@ -66,7 +66,9 @@ inline std::string usage() {
          "  -d dtype      float|double|half|bfloat16|int8|uint8|int32|int64, list or all\n"
          "  -a algo       ring|recursive_doubling|recursive_halving_doubling|binomial_tree|\n"
          "                multi_ring|automatic|passthrough, comma list or all (default all)\n"
-         "  -t transport  threads|mpi|auto (auto: mpi under mpirun, else threads)\n"
+         "  -t transport  threads|mpi|shm|auto (auto: mpi under mpirun, else threads;\n"
+         "                shm: processes of one node through shared memory, under mpirun,\n"
+         "                passthrough = MPI_Allreduce on the same processes)\n"
          "  -g nranks     ranks of the threads transport (default 2)\n"
          "  -R reps       repeat each measurement, report the median (default 1)\n"
          "  -s bytes      ring (and multi_ring) segment size (default: ring{}'s)\n"
@@ -164,9 +166,10 @@ inline perf_options parse_options(int argc, const char* const* argv) {
       o.algorithms = detail::parse_list(flag, v, all_algorithms());
     else if (flag == "-t") {
       o.transport = std::string(v);
-      if (o.transport != "threads" && o.transport != "mpi" && o.transport != "auto")
+      if (o.transport != "threads" && o.transport != "mpi" && o.transport != "shm" &&
+          o.transport != "auto")
         throw invalid_argument("allreduce_perf: -t '" + o.transport +
-                               "' is not one of threads, mpi, auto");
+                               "' is not one of threads, mpi, shm, auto");
     } else if (flag == "-g")
       o.nranks = static_cast<int>(detail::parse_int(flag, v, 1, 1024));
     else if (flag == "-R")

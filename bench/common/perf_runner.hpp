@@ -127,16 +127,35 @@ measurement measure(Tr& t, const perf_options& o, const Algo& algo, T* send, T* 
 }
 
 /// Every size and algorithm of one (dtype, op) on transport `t`; rank 0 collects rows.
-template <class T, class Op, class Tr>
+/// `native`, when given, runs `passthrough` for a transport without a vendor allreduce
+/// (shm: MPI_Allreduce over the same processes), interleaved with the others per size.
+template <class T, class Op, class Tr, class Native>
 void run_type_op(Tr& t, const perf_options& o, const std::string& transport_name,
                  const std::string& op_name, std::vector<T>& send, std::vector<T>& recv,
-                 std::vector<row>& rows) {
+                 std::vector<row>& rows, Native* native) {
   for (std::size_t bytes : sizes(o, sizeof(T)))
     for (const auto& aname : o.algorithms)
       with_algorithm(aname, o, [&](const auto& algo) {
         using Algo = std::decay_t<decltype(algo)>;
         if constexpr (std::is_same_v<Algo, passthrough> && !has_native_allreduce<Tr, T, Op>) {
-          return; // removed from the list before (threads has no vendor allreduce)
+          if constexpr (has_native_allreduce<Native, T, Op>) {
+            if (!native) return;
+            row rw{aname,
+                   "mpi",
+                   std::string(type_name<T>()),
+                   op_name,
+                   native->size(),
+                   bytes,
+                   bytes / sizeof(T),
+                   {},
+                   {}};
+            rw.out_of_place =
+                measure<T, Op>(*native, o, algo, send.data(), recv.data(), rw.count, false);
+            rw.in_place =
+                measure<T, Op>(*native, o, algo, send.data(), recv.data(), rw.count, true);
+            if (t.rank() == 0) rows.push_back(rw);
+          }
+          return; // else removed from the list before (threads has no vendor allreduce)
         } else {
           row rw{aname,    transport_name, std::string(type_name<T>()), op_name,
                  t.size(), bytes,          bytes / sizeof(T),           {},
@@ -148,25 +167,25 @@ void run_type_op(Tr& t, const perf_options& o, const std::string& transport_name
       });
 }
 
-template <class T, class Tr>
+template <class T, class Tr, class Native>
 void run_type(Tr& t, const perf_options& o, const std::string& transport_name,
-              std::vector<row>& rows) {
+              std::vector<row>& rows, Native* native) {
   const auto sz = sizes(o, sizeof(T));
   const std::size_t max_count = sz.empty() ? 1 : std::max<std::size_t>(1, sz.back() / sizeof(T));
   std::vector<T> send(max_count), recv(max_count);
   for (const auto& oname : o.ops)
     with_op(oname, [&](auto op) {
-      run_type_op<T, decltype(op)>(t, o, transport_name, oname, send, recv, rows);
+      run_type_op<T, decltype(op)>(t, o, transport_name, oname, send, recv, rows, native);
     });
 }
 
 /// Runs every configured (dtype, op, size, algorithm) on transport `t`; rank 0 collects rows.
-template <class Tr>
+template <class Tr, class Native = Tr>
 void run_all(Tr& t, const perf_options& o, const std::string& transport_name,
-             std::vector<row>& rows) {
+             std::vector<row>& rows, Native* native = nullptr) {
   for (const auto& dname : o.dtypes)
     with_dtype(dname, [&](auto tag) {
-      run_type<typename decltype(tag)::type>(t, o, transport_name, rows);
+      run_type<typename decltype(tag)::type>(t, o, transport_name, rows, native);
     });
 }
 

@@ -11,6 +11,7 @@
 #include <string>
 #include <tcoll/schedule.hpp>
 #include <tcoll/transport/shm.hpp>
+#include <thread>
 #include <vector>
 
 #include "../common/collective_cases.hpp"
@@ -212,4 +213,27 @@ TEST_CASE("shm: the segment leaves no file in /dev/shm") {
   tcoll::shm_transport t(MPI_COMM_WORLD);
   CHECK(t.segment_bytes() > 0);
   CHECK(tcoll_files_in_dev_shm() == 0);
+}
+
+TEST_CASE("shm: barrier holds every rank until the last arrives, and times out alone") {
+  tcoll::shm_transport t(MPI_COMM_WORLD, small_slots(2s));
+  const int r = t.rank(), P = t.size();
+  for (int round = 0; round < 3; ++round) {
+    // ranks arrive 15 ms apart (the order changes with the round)
+    std::this_thread::sleep_for(std::chrono::milliseconds(15 * ((r + round) % P)));
+    const double entered =
+        std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+    t.barrier();
+    const double left =
+        std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+    double last_entry = 0, first_exit = 0;
+    MPI_Allreduce(&entered, &last_entry, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+    MPI_Allreduce(&left, &first_exit, 1, MPI_DOUBLE, MPI_MIN, MPI_COMM_WORLD);
+    CHECK_MESSAGE(first_exit >= last_entry, "a rank left the barrier before the last arrived");
+  }
+  if (P > 1) {
+    tcoll::shm_transport lone(MPI_COMM_WORLD, small_slots(300ms));
+    if (r == 0) CHECK_THROWS_AS(lone.barrier(), tcoll::timeout_error);
+    MPI_Barrier(MPI_COMM_WORLD);
+  }
 }

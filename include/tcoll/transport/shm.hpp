@@ -81,11 +81,15 @@ inline std::size_t round_up(std::size_t n, std::size_t to) {
   return (n + to - 1) / to * to;
 }
 
-/// The first cache line of the segment: the team-wide abort flag.
+/// The first lines of the segment: the team-wide abort flag, then the barrier's counter
+/// and generation on a line of their own (everybody writes them).
 struct alignas(line) control {
   std::atomic<std::uint32_t> aborted{0};
   std::atomic<std::int32_t> aborted_by{-1};
+  alignas(line) std::atomic<std::uint32_t> arrived{0};
+  std::atomic<std::uint32_t> generation{0};
 };
+static_assert(sizeof(control) <= 4096, "the control block fits in the segment's first page");
 
 /// A lane's header: which message occupies it (0: free; else the sender's message number
 /// for this pair, counting from 1), its tag and size. Written by the sender before `message`
@@ -286,6 +290,33 @@ public:
                                 std::to_string(options_.timeout.count()) + " ms",
                             rank_, peer);
       }
+      if (!spin_allowed_ || polls > options_.spins_before_yield) std::this_thread::yield();
+    }
+  }
+
+  /// Blocks until every rank of the node has called it (a counter in shared memory; no
+  /// message, so it does not use a message space). Throws `timeout_error` after the
+  /// timeout and `aborted_error` after an abort.
+  void barrier() {
+    auto& c = control();
+    const std::uint32_t generation = c.generation.load(std::memory_order_acquire);
+    if (c.arrived.fetch_add(1, std::memory_order_acq_rel) + 1 ==
+        static_cast<std::uint32_t>(size_)) {
+      c.arrived.store(0, std::memory_order_relaxed);
+      c.generation.store(generation + 1, std::memory_order_release);
+      return;
+    }
+    const auto when = clock::now() + options_.timeout;
+    for (int polls = 1; c.generation.load(std::memory_order_acquire) == generation; ++polls) {
+      if (c.aborted.load(std::memory_order_acquire))
+        throw aborted_error("barrier aborted because rank " +
+                                std::to_string(c.aborted_by.load(std::memory_order_relaxed)) +
+                                " of the shared-memory team failed",
+                            rank_);
+      if ((polls & 63) == 0 && clock::now() >= when)
+        throw timeout_error("barrier through shared memory timed out after " +
+                                std::to_string(options_.timeout.count()) + " ms",
+                            rank_);
       if (!spin_allowed_ || polls > options_.spins_before_yield) std::this_thread::yield();
     }
   }
