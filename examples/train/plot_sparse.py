@@ -123,7 +123,7 @@ def markdown(runs):
     for ranks in sorted({r["ranks"] for r in runs.values()}):
         chosen = main_runs(runs, ranks) + sorted(
             [r for r in runs.values() if r["ranks"] == ranks and r["seed"] == 1
-             and r["residual"] != "momentum"], key=lambda r: r["scheme"])
+             and r["residual"] != "momentum"], key=lambda r: (r["scheme"], -r["density"]))
         _, dacc, _, _, dmb = series(dense[ranks]["doc"]) if ranks in dense else (0, [0], 0, 0, [1])
         for run in chosen:
             epochs, acc, train_loss, test_loss, mb = series(run["doc"])
