@@ -1,0 +1,204 @@
+/// \file
+/// libtcoll_mpi.so: MPI_Allreduce and MPI_Iallreduce through tcoll.
+#include "tcoll_mpi.hpp"
+
+#include <cstring>
+#include <exception>
+#include <new>
+
+#include <tcoll/schedule/nonblocking.hpp>
+
+#undef MPI_Allreduce
+#undef MPI_Iallreduce
+
+namespace tcoll::preload {
+namespace {
+
+/// Runs an allreduce with algorithm `a` (not passthrough or empty) in `s`.
+template <class T, class Op>
+void run_allreduce(comm_state& s, algo a, const T* send, T* recv, std::size_t n, const Op& op) {
+  if (a == algo::hierarchical) {
+    tcoll::allreduce(s.hierarchy(), send, recv, n, op);
+    return;
+  }
+  mpi_transport& t = s.transport();
+  switch (a) {
+  case algo::recursive_doubling:
+    return tcoll::allreduce(t, send, recv, n, op, recursive_doubling{});
+  case algo::recursive_halving_doubling:
+    return tcoll::allreduce(t, send, recv, n, op, recursive_halving_doubling{});
+  case algo::binomial_tree:
+    return tcoll::allreduce(t, send, recv, n, op, binomial_tree{});
+  case algo::multi_ring:
+    return tcoll::allreduce(t, send, recv, n, op, multi_ring{});
+  default:
+    return tcoll::allreduce(t, send, recv, n, op, ring{});
+  }
+}
+
+/// State of one MPI_Iallreduce run by tcoll: the generalized request's extra state.
+struct ireq {
+  MPI_Request handle = MPI_REQUEST_NULL;
+  tcoll::request work; ///< tcoll's request (its destructor waits for the engine to let go)
+  std::atomic<int> code{MPI_SUCCESS};
+};
+
+int query_fn(void* extra, MPI_Status* status) {
+  const int code = static_cast<ireq*>(extra)->code.load();
+  PMPI_Status_set_elements(status, MPI_BYTE, 0);
+  PMPI_Status_set_cancelled(status, 0);
+  status->MPI_SOURCE = MPI_UNDEFINED;
+  status->MPI_TAG = MPI_UNDEFINED;
+  status->MPI_ERROR = code;
+  return code;
+}
+int free_fn(void* extra) {
+  delete static_cast<ireq*>(extra);
+  return MPI_SUCCESS;
+}
+int cancel_fn(void*, int) {
+  return MPI_SUCCESS;
+} // a started collective runs to its end
+
+/// Queues the allreduce on the engine of the communicator's transport; the engine thread
+/// completes the generalized request `r->handle` when the data is in place (or failed).
+template <class T, class Op>
+void queue_iallreduce(comm_state& s, algo a, const T* send, T* recv, std::size_t n, const Op& op,
+                      ireq* r) {
+  mpi_transport& t = s.transport();
+  auto body = [&t, a, send, recv, n, op, r](int tag) {
+    try {
+      cpu_reducer red;
+      switch (a) {
+      case algo::recursive_doubling:
+        detail::allreduce_tagged(t, tag, send, recv, n, op, recursive_doubling{}, red);
+        break;
+      case algo::recursive_halving_doubling:
+        detail::allreduce_tagged(t, tag, send, recv, n, op, recursive_halving_doubling{}, red);
+        break;
+      case algo::binomial_tree:
+        detail::allreduce_tagged(t, tag, send, recv, n, op, binomial_tree{}, red);
+        break;
+      case algo::multi_ring:
+        detail::allreduce_tagged(t, tag, send, recv, n, op, multi_ring{}, red);
+        break;
+      default:
+        detail::allreduce_tagged(t, tag, send, recv, n, op, ring{}, red);
+        break;
+      }
+    } catch (const std::exception& e) {
+      r->code.store(MPI_ERR_OTHER);
+      print_error(coll::iallreduce, e.what()); // MPI_Wait returns the code
+      PMPI_Grequest_complete(r->handle);
+      throw;
+    }
+    PMPI_Grequest_complete(r->handle);
+  };
+  detail::check_allreduce_args(send, recv, n, t.rank());
+  r->work = tcoll::request(detail::submit_collective(t, std::move(body)));
+}
+
+} // namespace
+} // namespace tcoll::preload
+
+using namespace tcoll::preload;
+
+/// MPI_Allreduce through tcoll for the predefined C integer and floating types and the
+/// predefined ops tcoll runs (see docs/preload.md); PMPI_Allreduce otherwise.
+TCOLL_PRELOAD_EXPORT int MPI_Allreduce(const void* sendbuf, void* recvbuf, int count,
+                                       MPI_Datatype datatype, MPI_Op op, MPI_Comm comm) {
+  constexpr coll c = coll::allreduce;
+  if (!mpi_active()) {
+    count_fallback(c, fallback::not_initialized);
+    return PMPI_Allreduce(sendbuf, recvbuf, count, datatype, op, comm);
+  }
+  const reduction r = classify_reduction(datatype, op);
+  fallback why = r.why;
+  const bool usable = r.ok() && !is_intercomm(comm) && count >= 0 && recvbuf != nullptr &&
+                      sendbuf != nullptr && comm != MPI_COMM_NULL;
+  if (r.ok() && !usable) why = is_intercomm(comm) ? fallback::intercomm : fallback::arguments;
+  if (!usable) {
+    count_fallback(c, why);
+    return PMPI_Allreduce(sendbuf, recvbuf, count, datatype, op, comm);
+  }
+  if (!config().error.empty()) return report_settings_error(c, comm);
+  const std::size_t n = static_cast<std::size_t>(count), bytes = n * r.size;
+  const algo a = n == 0 ? algo::empty : choose(c, bytes);
+  count_call(c, a, bytes, comm);
+  if (a == algo::empty) return MPI_SUCCESS;
+  if (a == algo::passthrough) return PMPI_Allreduce(sendbuf, recvbuf, count, datatype, op, comm);
+  try {
+    comm_state& s = state_of(comm);
+    dispatch(r.type, r.op, [&]<class T>(const auto& o) {
+      T* out = static_cast<T*>(recvbuf);
+      const T* in = sendbuf == MPI_IN_PLACE ? out : static_cast<const T*>(sendbuf);
+      run_allreduce(s, a, in, out, n, o);
+    });
+  } catch (const std::exception& e) {
+    return report_error(c, comm, MPI_ERR_OTHER, e.what());
+  }
+  return MPI_SUCCESS;
+}
+
+/// MPI_Iallreduce through tcoll's engine thread (a generalized request completed by it) when
+/// MPI runs at MPI_THREAD_MULTIPLE; PMPI_Iallreduce otherwise, for passthrough sizes and for
+/// sizes a rule sends to `hierarchical`.
+TCOLL_PRELOAD_EXPORT int MPI_Iallreduce(const void* sendbuf, void* recvbuf, int count,
+                                        MPI_Datatype datatype, MPI_Op op, MPI_Comm comm,
+                                        MPI_Request* request) {
+  constexpr coll c = coll::iallreduce;
+  if (!mpi_active()) {
+    count_fallback(c, fallback::not_initialized);
+    return PMPI_Iallreduce(sendbuf, recvbuf, count, datatype, op, comm, request);
+  }
+  const reduction r = classify_reduction(datatype, op);
+  fallback why = r.why;
+  int level = MPI_THREAD_SINGLE;
+  PMPI_Query_thread(&level);
+  bool usable = r.ok() && !is_intercomm(comm) && count >= 0 && recvbuf != nullptr &&
+                sendbuf != nullptr && comm != MPI_COMM_NULL && request != nullptr;
+  if (r.ok() && !usable)
+    why = is_intercomm(comm) ? fallback::intercomm : fallback::arguments;
+  else if (usable && level != MPI_THREAD_MULTIPLE) {
+    usable = false;
+    why = fallback::thread_level;
+  }
+  const std::size_t n = usable ? static_cast<std::size_t>(count) : 0, bytes = n * r.size;
+  const algo a = usable ? (n == 0 ? algo::passthrough : choose(c, bytes)) : algo::empty;
+  if (usable && a == algo::hierarchical) {
+    usable = false;
+    why = fallback::blocking_only;
+  }
+  if (!usable) {
+    count_fallback(c, why);
+    return PMPI_Iallreduce(sendbuf, recvbuf, count, datatype, op, comm, request);
+  }
+  if (!config().error.empty()) return report_settings_error(c, comm);
+  count_call(c, a, bytes, comm);
+  if (a == algo::passthrough)
+    return PMPI_Iallreduce(sendbuf, recvbuf, count, datatype, op, comm, request);
+  ireq* q = new (std::nothrow) ireq;
+  if (q == nullptr) return report_error(c, comm, MPI_ERR_NO_MEM, "out of memory");
+  const int rc = PMPI_Grequest_start(&query_fn, &free_fn, &cancel_fn, q, &q->handle);
+  if (rc != MPI_SUCCESS) {
+    delete q;
+    return report_error(c, comm, rc, "PMPI_Grequest_start failed");
+  }
+  try {
+    comm_state& s = state_of(comm);
+    dispatch(r.type, r.op, [&]<class T>(const auto& o) {
+      T* out = static_cast<T*>(recvbuf);
+      const T* in = sendbuf == MPI_IN_PLACE ? out : static_cast<const T*>(sendbuf);
+      queue_iallreduce(s, a, in, out, n, o, q);
+    });
+  } catch (const std::exception& e) {
+    // Nothing was queued: complete the request with the error and hand it back, so the
+    // caller's MPI_Wait sees it too when its error handler returns.
+    q->code.store(MPI_ERR_OTHER);
+    PMPI_Grequest_complete(q->handle);
+    *request = q->handle;
+    return report_error(c, comm, MPI_ERR_OTHER, e.what());
+  }
+  *request = q->handle;
+  return MPI_SUCCESS;
+}

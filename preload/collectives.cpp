@@ -1,0 +1,190 @@
+/// \file
+/// libtcoll_mpi.so: MPI_Reduce_scatter_block, MPI_Allgather, MPI_Bcast and MPI_Reduce
+/// through tcoll.
+#include "tcoll_mpi.hpp"
+
+#include <cstring>
+#include <exception>
+
+#undef MPI_Reduce_scatter_block
+#undef MPI_Allgather
+#undef MPI_Bcast
+#undef MPI_Reduce
+
+using namespace tcoll::preload;
+
+namespace {
+
+/// The checks every wrapper makes first; returns the fallback reason or nothing.
+bool common_fallback(coll c, MPI_Comm comm, bool args_ok) {
+  if (!mpi_active()) {
+    count_fallback(c, fallback::not_initialized);
+    return true;
+  }
+  if (comm == MPI_COMM_NULL || !args_ok) {
+    count_fallback(c, fallback::arguments);
+    return true;
+  }
+  if (is_intercomm(comm)) {
+    count_fallback(c, fallback::intercomm);
+    return true;
+  }
+  return false;
+}
+
+int comm_size(MPI_Comm comm) {
+  int p = 0;
+  PMPI_Comm_size(comm, &p);
+  return p;
+}
+
+} // namespace
+
+/// MPI_Reduce_scatter_block through tcoll's ring (reduction types and ops as MPI_Allreduce).
+TCOLL_PRELOAD_EXPORT int MPI_Reduce_scatter_block(const void* sendbuf, void* recvbuf, int recvcount,
+                                                  MPI_Datatype datatype, MPI_Op op, MPI_Comm comm) {
+  constexpr coll c = coll::reduce_scatter_block;
+  auto pmpi = [&] {
+    return PMPI_Reduce_scatter_block(sendbuf, recvbuf, recvcount, datatype, op, comm);
+  };
+  if (common_fallback(c, comm, recvcount >= 0 && sendbuf && recvbuf)) return pmpi();
+  const reduction r = classify_reduction(datatype, op);
+  if (!r.ok()) {
+    count_fallback(c, r.why);
+    return pmpi();
+  }
+  if (!config().error.empty()) return report_settings_error(c, comm);
+  const int P = comm_size(comm);
+  const std::size_t n = static_cast<std::size_t>(recvcount), bytes = n * P * r.size;
+  const algo a = n == 0 ? algo::empty : choose(c, bytes);
+  count_call(c, a, bytes, comm);
+  if (a == algo::empty) return MPI_SUCCESS;
+  if (a == algo::passthrough) return pmpi();
+  try {
+    comm_state& s = state_of(comm);
+    const void* in = sendbuf;
+    if (sendbuf == MPI_IN_PLACE) { // the input is recvbuf's P blocks; the result its first
+      std::byte* copy = s.scratch_bytes(bytes);
+      std::memcpy(copy, recvbuf, bytes);
+      in = copy;
+    }
+    dispatch(r.type, r.op, [&]<class T>(const auto& o) {
+      tcoll::reduce_scatter(s.transport(), static_cast<const T*>(in), static_cast<T*>(recvbuf), n,
+                            o);
+    });
+  } catch (const std::exception& e) {
+    return report_error(c, comm, MPI_ERR_OTHER, e.what());
+  }
+  return MPI_SUCCESS;
+}
+
+/// MPI_Allgather through tcoll's ring for predefined contiguous types (moved as bytes).
+TCOLL_PRELOAD_EXPORT int MPI_Allgather(const void* sendbuf, int sendcount, MPI_Datatype sendtype,
+                                       void* recvbuf, int recvcount, MPI_Datatype recvtype,
+                                       MPI_Comm comm) {
+  constexpr coll c = coll::allgather;
+  auto pmpi = [&] {
+    return PMPI_Allgather(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, comm);
+  };
+  const bool in_place = sendbuf == MPI_IN_PLACE;
+  if (common_fallback(c, comm,
+                      recvcount >= 0 && recvbuf && sendbuf && (in_place || sendcount >= 0)))
+    return pmpi();
+  const std::size_t rsize = contiguous_size(recvtype);
+  const std::size_t ssize = in_place ? rsize : contiguous_size(sendtype);
+  if (rsize == 0 || ssize == 0) {
+    count_fallback(c, fallback::datatype);
+    return pmpi();
+  }
+  const std::size_t block = static_cast<std::size_t>(recvcount) * rsize;
+  if (!in_place && static_cast<std::size_t>(sendcount) * ssize != block) {
+    count_fallback(c, fallback::arguments); // MPI reports the mismatch
+    return pmpi();
+  }
+  if (!config().error.empty()) return report_settings_error(c, comm);
+  const int P = comm_size(comm);
+  const std::size_t bytes = block * P;
+  const algo a = block == 0 ? algo::empty : choose(c, bytes);
+  count_call(c, a, bytes, comm);
+  if (a == algo::empty) return MPI_SUCCESS;
+  if (a == algo::passthrough) return pmpi();
+  try {
+    comm_state& s = state_of(comm);
+    auto* out = static_cast<unsigned char*>(recvbuf);
+    const auto* in = in_place ? out + static_cast<std::size_t>(s.rank) * block
+                              : static_cast<const unsigned char*>(sendbuf);
+    tcoll::allgather(s.transport(), in, out, block);
+  } catch (const std::exception& e) {
+    return report_error(c, comm, MPI_ERR_OTHER, e.what());
+  }
+  return MPI_SUCCESS;
+}
+
+/// MPI_Bcast through tcoll's binomial tree for predefined contiguous types (moved as bytes).
+TCOLL_PRELOAD_EXPORT int MPI_Bcast(void* buffer, int count, MPI_Datatype datatype, int root,
+                                   MPI_Comm comm) {
+  constexpr coll c = coll::bcast;
+  auto pmpi = [&] { return PMPI_Bcast(buffer, count, datatype, root, comm); };
+  if (common_fallback(c, comm, count >= 0 && buffer != nullptr)) return pmpi();
+  const int P = comm_size(comm);
+  if (root < 0 || root >= P) {
+    count_fallback(c, fallback::arguments);
+    return pmpi();
+  }
+  const std::size_t size = contiguous_size(datatype);
+  if (size == 0) {
+    count_fallback(c, fallback::datatype);
+    return pmpi();
+  }
+  if (!config().error.empty()) return report_settings_error(c, comm);
+  const std::size_t bytes = static_cast<std::size_t>(count) * size;
+  const algo a = bytes == 0 ? algo::empty : choose(c, bytes);
+  count_call(c, a, bytes, comm);
+  if (a == algo::empty) return MPI_SUCCESS;
+  if (a == algo::passthrough) return pmpi();
+  try {
+    tcoll::broadcast(state_of(comm).transport(), static_cast<unsigned char*>(buffer), bytes, root);
+  } catch (const std::exception& e) {
+    return report_error(c, comm, MPI_ERR_OTHER, e.what());
+  }
+  return MPI_SUCCESS;
+}
+
+/// MPI_Reduce through tcoll's binomial tree (reduction types and ops as MPI_Allreduce).
+TCOLL_PRELOAD_EXPORT int MPI_Reduce(const void* sendbuf, void* recvbuf, int count,
+                                    MPI_Datatype datatype, MPI_Op op, int root, MPI_Comm comm) {
+  constexpr coll c = coll::reduce;
+  auto pmpi = [&] { return PMPI_Reduce(sendbuf, recvbuf, count, datatype, op, root, comm); };
+  if (common_fallback(c, comm, count >= 0 && sendbuf != nullptr)) return pmpi();
+  const int P = comm_size(comm);
+  int rank = 0;
+  PMPI_Comm_rank(comm, &rank);
+  const bool is_root = rank == root;
+  if (root < 0 || root >= P || (is_root && recvbuf == nullptr) ||
+      (!is_root && sendbuf == MPI_IN_PLACE)) {
+    count_fallback(c, fallback::arguments);
+    return pmpi();
+  }
+  const reduction r = classify_reduction(datatype, op);
+  if (!r.ok()) {
+    count_fallback(c, r.why);
+    return pmpi();
+  }
+  if (!config().error.empty()) return report_settings_error(c, comm);
+  const std::size_t n = static_cast<std::size_t>(count), bytes = n * r.size;
+  const algo a = n == 0 ? algo::empty : choose(c, bytes);
+  count_call(c, a, bytes, comm);
+  if (a == algo::empty) return MPI_SUCCESS;
+  if (a == algo::passthrough) return pmpi();
+  try {
+    comm_state& s = state_of(comm);
+    dispatch(r.type, r.op, [&]<class T>(const auto& o) {
+      T* out = is_root ? static_cast<T*>(recvbuf) : nullptr;
+      const T* in = sendbuf == MPI_IN_PLACE ? out : static_cast<const T*>(sendbuf);
+      tcoll::reduce(s.transport(), in, out, n, root, o);
+    });
+  } catch (const std::exception& e) {
+    return report_error(c, comm, MPI_ERR_OTHER, e.what());
+  }
+  return MPI_SUCCESS;
+}

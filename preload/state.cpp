@@ -1,0 +1,531 @@
+/// \file
+/// libtcoll_mpi.so: settings, counters, per-communicator state, MPI_Finalize and the query
+/// functions. The collectives themselves are in allreduce.cpp and collectives.cpp.
+#include "tcoll_mpi.hpp"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <mutex>
+#include <set>
+#include <utility>
+
+#undef MPI_Finalize
+
+namespace tcoll::preload {
+
+const char* coll_name(coll c) noexcept {
+  static const char* const names[coll_count] = {"MPI_Allreduce", "MPI_Reduce_scatter_block",
+                                                "MPI_Allgather", "MPI_Bcast",
+                                                "MPI_Reduce",    "MPI_Iallreduce"};
+  return names[static_cast<int>(c)];
+}
+
+const char* fallback_name(fallback f) noexcept {
+  static const char* const names[fallback_count] = {"user-defined op",
+                                                    "op not run by tcoll on this datatype",
+                                                    "derived or unsupported datatype",
+                                                    "intercommunicator",
+                                                    "below MPI_THREAD_MULTIPLE",
+                                                    "hierarchical is blocking only",
+                                                    "arguments left to MPI",
+                                                    "MPI not initialised"};
+  return names[static_cast<int>(f)];
+}
+
+const char* algo_name(algo a) noexcept {
+  static const char* const names[algo_count] = {
+      "passthrough",   "ring",       "recursive_doubling", "recursive_halving_doubling",
+      "binomial_tree", "multi_ring", "hierarchical",       "empty"};
+  return names[static_cast<int>(a)];
+}
+
+namespace {
+
+/// The environment variable of each collective's selection string.
+const char* const algo_env[coll_count] = {"TCOLL_ALLREDUCE_ALGO", "TCOLL_REDUCE_SCATTER_ALGO",
+                                          "TCOLL_ALLGATHER_ALGO", "TCOLL_BCAST_ALGO",
+                                          "TCOLL_REDUCE_ALGO",    nullptr};
+
+/// The names a collective's selection string accepts.
+std::vector<algo> accepted(coll c) {
+  switch (c) {
+  case coll::allreduce:
+  case coll::iallreduce:
+    return {algo::ring,          algo::recursive_doubling, algo::recursive_halving_doubling,
+            algo::binomial_tree, algo::passthrough,        algo::multi_ring,
+            algo::hierarchical};
+  case coll::reduce_scatter_block:
+  case coll::allgather:
+    return {algo::ring, algo::passthrough};
+  default:
+    return {algo::binomial_tree, algo::passthrough};
+  }
+}
+
+/// Parses one selection string strictly: `name:min-max` rules separated by `;`, sizes with
+/// K/M/G suffixes or `max` (tcoll's own parser reads the sizes). Throws invalid_argument.
+std::vector<rule> parse_rules(coll c, const char* var, std::string_view text) {
+  const std::vector<algo> ok = accepted(c);
+  std::string names;
+  for (algo a : ok) names += std::string(names.empty() ? "" : ", ") + algo_name(a);
+  std::vector<rule> rules;
+  std::size_t pos = 0;
+  while (pos <= text.size()) {
+    const std::size_t end = std::min(text.find(';', pos), text.size());
+    const std::string_view tok = text.substr(pos, end - pos);
+    pos = end + 1;
+    if (tok.empty()) continue;
+    const std::size_t colon = tok.find(':');
+    const std::string name(tok.substr(0, colon));
+    const auto known =
+        std::find_if(ok.begin(), ok.end(), [&](algo a) { return name == algo_name(a); });
+    if (known == ok.end())
+      throw invalid_argument(std::string(var) + "='" + std::string(text) +
+                             "': unknown algorithm '" + name + "' in rule '" + std::string(tok) +
+                             "' (" + names + ")");
+    if (colon == tok.npos)
+      throw invalid_argument(std::string(var) + "='" + std::string(text) + "': rule '" +
+                             std::string(tok) + "' is not name:min-max");
+    // tcoll's parser checks the sizes (ring stands in for the name it may not know).
+    std::vector<size_rule> sizes;
+    try {
+      sizes = parse_selection("ring" + std::string(tok.substr(colon)));
+    } catch (const invalid_argument& e) {
+      throw invalid_argument(std::string(var) + "='" + std::string(text) + "': rule '" +
+                             std::string(tok) + "': " + e.what());
+    }
+    rules.push_back(rule{*known, sizes.at(0).min_bytes, sizes.at(0).max_bytes});
+  }
+  return rules;
+}
+
+settings read_settings() {
+  settings s;
+  try {
+    for (int i = 0; i < coll_count; ++i)
+      if (const char* v = algo_env[i] ? std::getenv(algo_env[i]) : nullptr)
+        s.rules[i] = parse_rules(static_cast<coll>(i), algo_env[i], v);
+    s.rules[static_cast<int>(coll::iallreduce)] = s.rules[static_cast<int>(coll::allreduce)];
+    if (const char* v = std::getenv("TCOLL_DEBUG"); v && *v) {
+      const std::string_view d(v);
+      if (d == "0")
+        s.debug = 0;
+      else if (d == "1")
+        s.debug = 1;
+      else if (d == "2")
+        s.debug = 2;
+      else
+        throw invalid_argument("TCOLL_DEBUG='" + std::string(d) + "': expected 0, 1 or 2");
+    }
+    long seconds = 3600;
+    if (const char* v = std::getenv("TCOLL_TIMEOUT"); v && *v) {
+      char* end = nullptr;
+      seconds = std::strtol(v, &end, 10);
+      if (*end != '\0' || seconds <= 0 || seconds > 24L * 3600 * 365)
+        throw invalid_argument("TCOLL_TIMEOUT='" + std::string(v) +
+                               "': expected a positive number of seconds");
+    }
+    s.timeout = std::chrono::seconds(seconds);
+  } catch (const std::exception& e) {
+    s.error = e.what();
+  }
+  return s;
+}
+
+// Counters. The totals are always kept (tcoll_mpi_counts); the table by algorithm and size
+// only under TCOLL_DEBUG.
+std::atomic<unsigned long long> through_total{0}, fallback_total{0};
+constexpr int size_buckets = 65; // 0 bytes, then [2^k, 2^(k+1)) for k = 0..63
+std::atomic<unsigned long long> by_algo[coll_count][algo_count][size_buckets];
+std::atomic<unsigned long long> by_reason[coll_count][fallback_count];
+
+int bucket_of(std::size_t bytes) {
+  if (bytes == 0) return 0;
+  int k = 0;
+  while (bytes >>= 1) ++k;
+  return k + 1;
+}
+
+/// "4K" style text of a power of two.
+std::string pow2_text(int k) {
+  static const char* const unit[] = {"", "K", "M", "G", "T", "P", "E"};
+  return std::to_string(1ull << (k % 10)) + unit[k / 10];
+}
+
+int world_rank() {
+  int r = -1;
+  if (mpi_active()) PMPI_Comm_rank(MPI_COMM_WORLD, &r);
+  return r;
+}
+
+/// Writes `text` to stderr in one call (lines of several ranks do not interleave).
+void emit(const std::string& text) {
+  std::size_t done = 0;
+  while (done < text.size()) {
+    const ssize_t n = ::write(2, text.data() + done, text.size() - done);
+    if (n <= 0) break;
+    done += static_cast<std::size_t>(n);
+  }
+}
+
+std::string prefix() {
+  return "tcoll_mpi[rank " + std::to_string(world_rank()) + "]: ";
+}
+
+void print_summary() {
+  const std::string p = prefix();
+  std::string out = p + "summary: " + std::to_string(through_total.load()) +
+                    " calls through tcoll (passthrough included), " +
+                    std::to_string(fallback_total.load()) + " fell back to PMPI\n";
+  for (int c = 0; c < coll_count; ++c) {
+    for (int a = 0; a < algo_count; ++a)
+      for (int b = 0; b < size_buckets; ++b)
+        if (const auto n = by_algo[c][a][b].load()) {
+          std::string range = "0 B";
+          if (b > 0) {
+            range = "[";
+            range += pow2_text(b - 1);
+            range += ", ";
+            range += pow2_text(b);
+            range += ") B";
+          }
+          out += p + "  " + coll_name(static_cast<coll>(c)) + " " +
+                 algo_name(static_cast<algo>(a)) + " " + range + ": " + std::to_string(n) +
+                 " calls\n";
+        }
+    for (int f = 0; f < fallback_count; ++f)
+      if (const auto n = by_reason[c][f].load())
+        out += p + "  " + coll_name(static_cast<coll>(c)) + " fallback (" +
+               fallback_name(static_cast<fallback>(f)) + "): " + std::to_string(n) + " calls\n";
+  }
+  emit(out);
+}
+
+// Per-communicator state: an attribute whose delete callback frees it, and a registry so
+// that MPI_Finalize can free what the user never freed while MPI still works.
+std::mutex registry_mutex;
+std::set<comm_state*> registry;
+int keyval = MPI_KEYVAL_INVALID;
+std::once_flag keyval_once;
+
+int delete_state(MPI_Comm, int, void* value, void*) {
+  auto* s = static_cast<comm_state*>(value);
+  {
+    std::lock_guard lock(registry_mutex);
+    registry.erase(s);
+  }
+  delete s; // frees the duplicate communicators (noexcept)
+  return MPI_SUCCESS;
+}
+
+} // namespace
+
+const settings& config() {
+  static const settings s = read_settings();
+  return s;
+}
+
+algo choose(coll c, std::size_t bytes) {
+  const settings& s = config();
+  for (const rule& r : s.rules[static_cast<int>(c)])
+    if (bytes >= r.min_bytes && bytes <= r.max_bytes) return r.algorithm;
+  if (bytes <= s.native_below_bytes) return algo::passthrough;
+  switch (c) {
+  case coll::allreduce:
+  case coll::iallreduce: {
+    // tcoll's built-in choice without the environment's rules (read above).
+    automatic a{.rules = {}};
+    switch (a.choose(bytes, /*commutative=*/true, /*has_native=*/true, /*zero_copy=*/false,
+                     /*with_multi_ring=*/true)) {
+    case algorithm_id::recursive_doubling:
+      return algo::recursive_doubling;
+    case algorithm_id::recursive_halving_doubling:
+      return algo::recursive_halving_doubling;
+    case algorithm_id::binomial_tree:
+      return algo::binomial_tree;
+    case algorithm_id::passthrough:
+      return algo::passthrough;
+    case algorithm_id::multi_ring:
+      return algo::multi_ring;
+    default:
+      return algo::ring;
+    }
+  }
+  case coll::reduce_scatter_block:
+  case coll::allgather:
+    return algo::ring;
+  default:
+    return algo::binomial_tree;
+  }
+}
+
+void count_call(coll c, algo a, std::size_t bytes, MPI_Comm comm) {
+  through_total.fetch_add(1, std::memory_order_relaxed);
+  const int d = config().debug;
+  if (d == 0) return;
+  by_algo[static_cast<int>(c)][static_cast<int>(a)][bucket_of(bytes)].fetch_add(
+      1, std::memory_order_relaxed);
+  if (d >= 2) {
+    int size = 0;
+    PMPI_Comm_size(comm, &size);
+    emit(prefix() + coll_name(c) + " " + std::to_string(bytes) + " B on " + std::to_string(size) +
+         " ranks: " + algo_name(a) + "\n");
+  }
+}
+
+void count_fallback(coll c, fallback why) {
+  fallback_total.fetch_add(1, std::memory_order_relaxed);
+  const int d = config().debug;
+  if (d == 0) return;
+  by_reason[static_cast<int>(c)][static_cast<int>(why)].fetch_add(1, std::memory_order_relaxed);
+  if (d >= 2) emit(prefix() + coll_name(c) + ": PMPI fallback (" + fallback_name(why) + ")\n");
+}
+
+bool mpi_active() noexcept {
+  int initialized = 0, finalized = 0;
+  PMPI_Initialized(&initialized);
+  PMPI_Finalized(&finalized);
+  return initialized && !finalized;
+}
+
+void print_error(coll c, const std::string& what) {
+  emit(prefix() + coll_name(c) + " failed: " + what + "\n");
+}
+
+int report_error(coll c, MPI_Comm comm, int code, const std::string& what) {
+  print_error(c, what);
+  const int rc = PMPI_Comm_call_errhandler(comm, code);
+  (void)rc;
+  return code;
+}
+
+int report_settings_error(coll c, MPI_Comm comm) {
+  return report_error(c, comm, MPI_ERR_ARG, "invalid environment: " + config().error);
+}
+
+mpi_transport& comm_state::transport() {
+  if (!flat) {
+    mpi_options o;
+    o.timeout = config().timeout;
+    flat = std::make_unique<mpi_transport>(user, o);
+  }
+  return *flat;
+}
+
+hierarchical<mpi_transport, mpi_transport>& comm_state::hierarchy() {
+  if (!hier) {
+    mpi_transport& t = transport();
+    intra = std::make_unique<mpi_transport>(t.split_shared());
+    inter = std::make_unique<mpi_transport>(t.split(intra->rank(), rank));
+    int local = intra->size(), shards = 0;
+    detail::mpi::check(PMPI_Allreduce(&local, &shards, 1, MPI_INT, MPI_MIN, user),
+                       "PMPI_Allreduce(group size)", rank);
+    hier = std::make_unique<hierarchical<mpi_transport, mpi_transport>>(
+        *intra, intra->rank() < shards ? inter.get() : nullptr,
+        hierarchy_shape{rank, size, shards});
+  }
+  return *hier;
+}
+
+std::byte* comm_state::scratch_bytes(std::size_t bytes) {
+  if (scratch.size() < bytes) scratch.resize(bytes);
+  return scratch.data();
+}
+
+comm_state& state_of(MPI_Comm comm) {
+  std::call_once(keyval_once, [] {
+    detail::mpi::check(
+        PMPI_Comm_create_keyval(MPI_COMM_NULL_COPY_FN, &delete_state, &keyval, nullptr),
+        "PMPI_Comm_create_keyval", world_rank());
+  });
+  void* value = nullptr;
+  int found = 0;
+  detail::mpi::check(PMPI_Comm_get_attr(comm, keyval, &value, &found), "PMPI_Comm_get_attr",
+                     world_rank());
+  if (found) return *static_cast<comm_state*>(value);
+  auto s = std::make_unique<comm_state>();
+  s->user = comm;
+  PMPI_Comm_rank(comm, &s->rank);
+  PMPI_Comm_size(comm, &s->size);
+  detail::mpi::check(PMPI_Comm_set_attr(comm, keyval, s.get()), "PMPI_Comm_set_attr", world_rank());
+  std::lock_guard lock(registry_mutex);
+  registry.insert(s.get());
+  return *s.release();
+}
+
+bool is_intercomm(MPI_Comm comm) {
+  if (comm == MPI_COMM_NULL) return false;
+  int inter = 0;
+  return PMPI_Comm_test_inter(comm, &inter) == MPI_SUCCESS && inter;
+}
+
+namespace {
+enum class cls { sint, uint, real, byte };
+struct named_type {
+  MPI_Datatype type;
+  cls kind;
+};
+/// The predefined C integer and floating types (and MPI_BYTE for the bitwise ops).
+const std::vector<named_type>& reducible_types() {
+  static const std::vector<named_type> table = {
+      {MPI_INT, cls::sint},
+      {MPI_FLOAT, cls::real},
+      {MPI_DOUBLE, cls::real},
+      {MPI_LONG, cls::sint},
+      {MPI_UNSIGNED, cls::uint},
+      {MPI_UNSIGNED_LONG, cls::uint},
+      {MPI_LONG_LONG_INT, cls::sint},
+      {MPI_LONG_LONG, cls::sint},
+      {MPI_UNSIGNED_LONG_LONG, cls::uint},
+      {MPI_SHORT, cls::sint},
+      {MPI_UNSIGNED_SHORT, cls::uint},
+      {MPI_SIGNED_CHAR, cls::sint},
+      {MPI_UNSIGNED_CHAR, cls::uint},
+      {MPI_INT8_T, cls::sint},
+      {MPI_INT16_T, cls::sint},
+      {MPI_INT32_T, cls::sint},
+      {MPI_INT64_T, cls::sint},
+      {MPI_UINT8_T, cls::uint},
+      {MPI_UINT16_T, cls::uint},
+      {MPI_UINT32_T, cls::uint},
+      {MPI_UINT64_T, cls::uint},
+      {MPI_AINT, cls::sint},
+      {MPI_OFFSET, cls::sint},
+      {MPI_COUNT, cls::sint},
+      {MPI_LONG_DOUBLE, cls::real},
+      {MPI_BYTE, cls::byte},
+  };
+  return table;
+}
+} // namespace
+
+reduction classify_reduction(MPI_Datatype type, MPI_Op op) {
+  reduction r;
+  opk o = opk::none;
+  if (op == MPI_SUM)
+    o = opk::sum;
+  else if (op == MPI_PROD)
+    o = opk::prod;
+  else if (op == MPI_MIN)
+    o = opk::min;
+  else if (op == MPI_MAX)
+    o = opk::max;
+  else if (op == MPI_BAND)
+    o = opk::band;
+  else if (op == MPI_BOR)
+    o = opk::bor;
+  else if (op == MPI_BXOR)
+    o = opk::bxor;
+  else if (op == MPI_LAND)
+    o = opk::land;
+  else if (op == MPI_LOR)
+    o = opk::lor;
+  else if (op == MPI_LXOR)
+    o = opk::lxor;
+  if (o == opk::none) {
+    // MPI_MAXLOC, MPI_MINLOC, MPI_REPLACE, MPI_NO_OP are predefined; anything else is a user op.
+    const bool predefined = op == MPI_MAXLOC || op == MPI_MINLOC || op == MPI_REPLACE ||
+                            op == MPI_NO_OP || op == MPI_OP_NULL;
+    r.why = predefined ? fallback::op_type : fallback::user_op;
+    return r;
+  }
+  const auto& table = reducible_types();
+  const auto it =
+      std::find_if(table.begin(), table.end(), [&](const named_type& n) { return n.type == type; });
+  if (it == table.end()) {
+    r.why = fallback::datatype;
+    return r;
+  }
+  int size = 0;
+  PMPI_Type_size(type, &size);
+  const bool bitwise = o == opk::band || o == opk::bor || o == opk::bxor;
+  const bool logical = o == opk::land || o == opk::lor || o == opk::lxor;
+  const bool order = o == opk::min || o == opk::max;
+  r.why = fallback::op_type;
+  if (it->kind == cls::real) {
+    if (bitwise || logical) return r;
+    if (size == 4)
+      r.type = elem::f32;
+    else if (size == 8)
+      r.type = elem::f64;
+    else if (size == static_cast<int>(sizeof(long double)))
+      r.type = elem::f80;
+    else {
+      r.why = fallback::datatype;
+      return r;
+    }
+  } else {
+    if (it->kind == cls::byte && !bitwise) return r;
+    const bool keep_sign = it->kind == cls::sint && order;
+    switch (size) {
+    case 1:
+      r.type = keep_sign ? elem::i8 : elem::u8;
+      break;
+    case 2:
+      r.type = keep_sign ? elem::i16 : elem::u16;
+      break;
+    case 4:
+      r.type = keep_sign ? elem::i32 : elem::u32;
+      break;
+    case 8:
+      r.type = keep_sign ? elem::i64 : elem::u64;
+      break;
+    default:
+      r.why = fallback::datatype;
+      return r;
+    }
+  }
+  r.op = o;
+  r.size = static_cast<std::size_t>(size);
+  return r;
+}
+
+std::size_t contiguous_size(MPI_Datatype type) {
+  if (type == MPI_DATATYPE_NULL) return 0;
+  int ints = 0, addrs = 0, types = 0, combiner = 0;
+  if (PMPI_Type_get_envelope(type, &ints, &addrs, &types, &combiner) != MPI_SUCCESS ||
+      combiner != MPI_COMBINER_NAMED)
+    return 0;
+  int size = 0;
+  MPI_Aint lb = 0, extent = 0;
+  if (PMPI_Type_size(type, &size) != MPI_SUCCESS ||
+      PMPI_Type_get_extent(type, &lb, &extent) != MPI_SUCCESS)
+    return 0;
+  if (size <= 0 || lb != 0 || extent != size) return 0;
+  return static_cast<std::size_t>(size);
+}
+
+} // namespace tcoll::preload
+
+using namespace tcoll::preload;
+
+/// Prints the TCOLL_DEBUG summary, frees every communicator's tcoll state while MPI still
+/// works, then finalises MPI.
+TCOLL_PRELOAD_EXPORT int MPI_Finalize(void) {
+  if (mpi_active()) {
+    // TCOLL_DEBUG=1: world rank 0's summary; 2: every rank's.
+    if (config().debug >= 2 || (config().debug == 1 && world_rank() == 0)) print_summary();
+    std::vector<comm_state*> live;
+    {
+      std::lock_guard lock(registry_mutex);
+      live.assign(registry.begin(), registry.end());
+    }
+    for (comm_state* s : live) PMPI_Comm_delete_attr(s->user, keyval); // runs delete_state
+    if (keyval != MPI_KEYVAL_INVALID) PMPI_Comm_free_keyval(&keyval);
+  }
+  return PMPI_Finalize();
+}
+
+/// Query symbol: the calls run through tcoll (passthrough included) and the calls that fell
+/// back to PMPI so far in this process; either pointer may be null. Returns 1 (the library
+/// is loaded). Look it up with dlsym(RTLD_DEFAULT, "tcoll_mpi_counts").
+TCOLL_PRELOAD_EXPORT int tcoll_mpi_counts(unsigned long long* through_tcoll,
+                                          unsigned long long* fell_back) {
+  if (through_tcoll) *through_tcoll = through_total.load();
+  if (fell_back) *fell_back = fallback_total.load();
+  return 1;
+}

@@ -1,0 +1,299 @@
+#pragma once
+/// \file
+/// Internals of `libtcoll_mpi.so`, the PMPI interposition library (see docs/preload.md):
+/// the per-communicator state, the environment settings, the call counters and the
+/// classification of MPI datatypes and ops. Every source file of the library includes this
+/// header first.
+#include <mpi.h>
+
+// tcoll's own headers call MPI_Allreduce/MPI_Iallreduce (mpi_transport's native allreduce)
+// and MPI_Bcast/MPI_Allreduce (shm_transport's setup). Inside this library those calls
+// must reach MPI, not the wrappers below them (from any thread, the engine thread of a
+// non-blocking collective included), so every function the library intercepts is renamed
+// to its profiling entry point while tcoll's headers are read. Each wrapper file #undefs
+// the names after its includes (see `TCOLL_PRELOAD_WRAPPERS`).
+#define MPI_Allreduce PMPI_Allreduce
+#define MPI_Iallreduce PMPI_Iallreduce
+#define MPI_Reduce_scatter_block PMPI_Reduce_scatter_block
+#define MPI_Allgather PMPI_Allgather
+#define MPI_Bcast PMPI_Bcast
+#define MPI_Reduce PMPI_Reduce
+#define MPI_Finalize PMPI_Finalize
+
+#include <atomic>
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <tcoll/algorithm/hierarchical.hpp>
+#include <tcoll/algorithm/multi_ring.hpp>
+#include <tcoll/algorithm/select.hpp>
+#include <tcoll/collectives.hpp>
+#include <tcoll/transport/mpi.hpp>
+
+/// Marks the symbols the library exports (everything else is hidden: a program that uses
+/// tcoll's headers itself never shares inline functions with this library).
+#define TCOLL_PRELOAD_EXPORT extern "C" __attribute__((visibility("default")))
+
+namespace tcoll::preload {
+
+/// The intercepted collectives (indices of the counters).
+enum class coll : int {
+  allreduce,
+  reduce_scatter_block,
+  allgather,
+  bcast,
+  reduce,
+  iallreduce,
+};
+inline constexpr int coll_count = 6;
+/// "MPI_Allreduce", ...
+const char* coll_name(coll c) noexcept;
+
+/// Why a call went to `PMPI_*` instead of tcoll (indices of the fallback counters).
+enum class fallback : int {
+  user_op,         ///< an op made by MPI_Op_create
+  op_type,         ///< a predefined op tcoll does not run on this type (MAXLOC, logical on float)
+  datatype,        ///< a derived datatype, or a predefined one tcoll does not reduce
+  intercomm,       ///< an intercommunicator
+  thread_level,    ///< MPI_Iallreduce below MPI_THREAD_MULTIPLE (tcoll's engine is a thread)
+  blocking_only,   ///< MPI_Iallreduce chosen to run hierarchical (blocking only)
+  arguments,       ///< arguments MPI itself should judge (negative count, bad root, MPI_BOTTOM,
+                   ///< different send and receive types)
+  not_initialized, ///< called before MPI_Init or after MPI_Finalize
+};
+inline constexpr int fallback_count = 8;
+/// "user-defined op", ...
+const char* fallback_name(fallback f) noexcept;
+
+/// What a selection rule or the built-in choice runs. `hierarchical` only for allreduce.
+enum class algo : int {
+  passthrough,
+  ring,
+  recursive_doubling,
+  recursive_halving_doubling,
+  binomial_tree,
+  multi_ring,
+  hierarchical,
+  empty, ///< count 0: nothing moves
+};
+inline constexpr int algo_count = 8;
+/// The name used in selection strings and TCOLL_DEBUG output.
+const char* algo_name(algo a) noexcept;
+
+/// One rule of a selection string: `algorithm` for messages of [min_bytes, max_bytes].
+struct rule {
+  algo algorithm = algo::ring;
+  std::size_t min_bytes = 0;
+  std::size_t max_bytes = 0;
+};
+
+/// The settings read from the environment once per process (see docs/preload.md).
+struct settings {
+  std::vector<rule> rules[coll_count]; ///< TCOLL_<COLL>_ALGO (iallreduce shares allreduce's)
+  int debug = 0; ///< TCOLL_DEBUG: 0, 1 (rank 0's summary) or 2 (every rank's, every call)
+  std::chrono::milliseconds timeout{}; ///< TCOLL_TIMEOUT (seconds)
+  /// Messages up to this size run MPI's own collective unless a rule says otherwise
+  /// (automatic::native_below_bytes, 16 KiB).
+  std::size_t native_below_bytes = 16 * 1024;
+  std::string error; ///< non-empty: the environment is invalid and every call fails with it
+};
+/// The settings, parsed on first use (thread-safe).
+const settings& config();
+
+/// The algorithm for a call of collective `c` moving `bytes` (see docs/preload.md for what
+/// the size of each collective is): the first matching rule, else the built-in choice.
+algo choose(coll c, std::size_t bytes);
+
+/// Counts a call that ran through tcoll (or passthrough) and, at TCOLL_DEBUG=2, prints it.
+void count_call(coll c, algo a, std::size_t bytes, MPI_Comm comm);
+/// Counts a call that fell back to `PMPI_*` and, at TCOLL_DEBUG=2, prints it.
+void count_fallback(coll c, fallback why);
+
+/// tcoll's state of one user communicator, kept as an attribute of it and freed with it.
+/// Transports are created on first need: that is a collective step (MPI_Comm_dup), which
+/// every rank reaches at the same call because the choice of algorithm is made from the
+/// arguments all ranks share.
+struct comm_state {
+  MPI_Comm user = MPI_COMM_NULL; ///< the user's handle (Finalize deletes the attribute on it)
+  int rank = 0;
+  int size = 1;
+  std::unique_ptr<mpi_transport> flat;  ///< duplicate of the user's communicator
+  std::unique_ptr<mpi_transport> intra; ///< ranks of this node (hierarchical)
+  std::unique_ptr<mpi_transport> inter; ///< ranks of this node index on every node
+  std::unique_ptr<hierarchical<mpi_transport, mpi_transport>> hier;
+  std::vector<std::byte> scratch; ///< in-place reduce_scatter_block copies its input here
+
+  /// The flat transport over the whole communicator (created on first call).
+  mpi_transport& transport();
+  /// The two-level machine: shared-memory groups (MPI_COMM_TYPE_SHARED) joined across
+  /// nodes by local index (created on first call).
+  hierarchical<mpi_transport, mpi_transport>& hierarchy();
+  /// `bytes` of scratch space (grows, never shrinks).
+  std::byte* scratch_bytes(std::size_t bytes);
+};
+
+/// The state of an intracommunicator, created on first use. Throws on MPI errors.
+comm_state& state_of(MPI_Comm comm);
+
+/// Is MPI usable now (initialised, not finalised)?
+bool mpi_active() noexcept;
+
+/// Prints a failure of a tcoll call on this rank (always, whatever TCOLL_DEBUG says).
+void print_error(coll c, const std::string& what);
+/// Reports a failure of a tcoll call on `comm`: prints it (every rank, always), then calls
+/// the communicator's error handler with `code`, whose return value is passed back.
+int report_error(coll c, MPI_Comm comm, int code, const std::string& what);
+/// The error path of an invalid environment: report_error with MPI_ERR_ARG.
+int report_settings_error(coll c, MPI_Comm comm);
+
+/// Element kinds of reductions. Signed integers appear only for min and max: sum, prod and
+/// the bitwise and logical ops give the same bits on the unsigned type of the same size.
+enum class elem : int { none, i8, i16, i32, i64, u8, u16, u32, u64, f32, f64, f80 };
+/// Reduction ops of MPI that tcoll runs.
+enum class opk : int { none, sum, prod, min, max, band, bor, bxor, land, lor, lxor };
+
+/// The element kind `op` reduces for `type`, or why it cannot (op_type, datatype, user_op).
+struct reduction {
+  elem type = elem::none;
+  opk op = opk::none;
+  std::size_t size = 0; ///< bytes per element
+  fallback why = fallback::datatype;
+  bool ok() const noexcept { return type != elem::none; }
+};
+reduction classify_reduction(MPI_Datatype type, MPI_Op op);
+/// Bytes per element of a predefined, contiguous datatype (data movement), or 0.
+std::size_t contiguous_size(MPI_Datatype type);
+/// Is `comm` an intercommunicator? (false for MPI_COMM_NULL: MPI reports that itself)
+bool is_intercomm(MPI_Comm comm);
+
+/// Bitwise and logical ops (MPI_BAND, ..., MPI_LXOR) as tcoll ops on unsigned integers.
+struct band_op {
+  static constexpr bool commutative = true;
+  static constexpr std::string_view name = "band";
+  template <class A>
+  constexpr A operator()(A a, A b) const {
+    return static_cast<A>(a & b);
+  }
+};
+/// MPI_BOR.
+struct bor_op {
+  static constexpr bool commutative = true;
+  static constexpr std::string_view name = "bor";
+  template <class A>
+  constexpr A operator()(A a, A b) const {
+    return static_cast<A>(a | b);
+  }
+};
+/// MPI_BXOR.
+struct bxor_op {
+  static constexpr bool commutative = true;
+  static constexpr std::string_view name = "bxor";
+  template <class A>
+  constexpr A operator()(A a, A b) const {
+    return static_cast<A>(a ^ b);
+  }
+};
+/// MPI_LAND: 1 if both are non-zero, else 0.
+struct land_op {
+  static constexpr bool commutative = true;
+  static constexpr std::string_view name = "land";
+  template <class A>
+  constexpr A operator()(A a, A b) const {
+    return static_cast<A>((a != 0) && (b != 0));
+  }
+};
+/// MPI_LOR.
+struct lor_op {
+  static constexpr bool commutative = true;
+  static constexpr std::string_view name = "lor";
+  template <class A>
+  constexpr A operator()(A a, A b) const {
+    return static_cast<A>((a != 0) || (b != 0));
+  }
+};
+/// MPI_LXOR.
+struct lxor_op {
+  static constexpr bool commutative = true;
+  static constexpr std::string_view name = "lxor";
+  template <class A>
+  constexpr A operator()(A a, A b) const {
+    return static_cast<A>((a != 0) != (b != 0));
+  }
+};
+
+/// Calls `f.template operator()<T>(op)` with the C++ element type of `e` and the tcoll op
+/// of `o` (a combination classify_reduction accepted).
+template <class F>
+decltype(auto) dispatch(elem e, opk o, F&& f) {
+  auto with_type = [&]<class T>() -> decltype(auto) {
+    if constexpr (std::is_integral_v<T> && std::is_unsigned_v<T>) {
+      switch (o) {
+      case opk::sum:
+        return f.template operator()<T>(sum_op{});
+      case opk::prod:
+        return f.template operator()<T>(prod_op{});
+      case opk::band:
+        return f.template operator()<T>(band_op{});
+      case opk::bor:
+        return f.template operator()<T>(bor_op{});
+      case opk::bxor:
+        return f.template operator()<T>(bxor_op{});
+      case opk::land:
+        return f.template operator()<T>(land_op{});
+      case opk::lor:
+        return f.template operator()<T>(lor_op{});
+      case opk::lxor:
+        return f.template operator()<T>(lxor_op{});
+      case opk::max:
+        return f.template operator()<T>(max_op{});
+      default:
+        return f.template operator()<T>(min_op{});
+      }
+    } else if constexpr (std::is_integral_v<T>) {
+      if (o == opk::max) return f.template operator()<T>(max_op{});
+      return f.template operator()<T>(min_op{});
+    } else {
+      switch (o) {
+      case opk::sum:
+        return f.template operator()<T>(sum_op{});
+      case opk::prod:
+        return f.template operator()<T>(prod_op{});
+      case opk::max:
+        return f.template operator()<T>(max_op{});
+      default:
+        return f.template operator()<T>(min_op{});
+      }
+    }
+  };
+  switch (e) {
+  case elem::i8:
+    return with_type.template operator()<std::int8_t>();
+  case elem::i16:
+    return with_type.template operator()<std::int16_t>();
+  case elem::i32:
+    return with_type.template operator()<std::int32_t>();
+  case elem::i64:
+    return with_type.template operator()<std::int64_t>();
+  case elem::u8:
+    return with_type.template operator()<std::uint8_t>();
+  case elem::u16:
+    return with_type.template operator()<std::uint16_t>();
+  case elem::u32:
+    return with_type.template operator()<std::uint32_t>();
+  case elem::u64:
+    return with_type.template operator()<std::uint64_t>();
+  case elem::f32:
+    return with_type.template operator()<float>();
+  case elem::f64:
+    return with_type.template operator()<double>();
+  default:
+    return with_type.template operator()<long double>();
+  }
+}
+
+} // namespace tcoll::preload

@@ -1,0 +1,563 @@
+/* An unmodified MPI program (it calls only MPI) that checks the results of MPI_Allreduce,
+ * MPI_Iallreduce, MPI_Reduce_scatter_block, MPI_Reduce, MPI_Allgather and MPI_Bcast for
+ * every predefined C integer and floating type x every predefined op MPI allows on it x
+ * in place or not x several communicators (the world, halves with reversed rank order, a
+ * singleton and the rest, MPI_COMM_SELF, short-lived duplicates) x counts 0, 1, 7 and a
+ * large one. It also makes the calls libtcoll_mpi.so must leave to MPI (a user op, derived
+ * datatypes, MAXLOC, an intercommunicator) and checks those results too.
+ *
+ * Run under mpirun with or without LD_PRELOAD=libtcoll_mpi.so; the test runner
+ * (run_preload.py) checks that the preload was active from its TCOLL_DEBUG summary.
+ * Arguments: [full|quick] [multiple|single] (MPI_Init_thread level; single: MPI_Init).
+ * Every rank prints its error count; the exit code is non-zero if any check failed. */
+#include <mpi.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static int errors = 0;
+static long checks = 0;
+static int world_rank = 0;
+static int quick = 0;
+
+enum { OP_SUM, OP_PROD, OP_MIN, OP_MAX, OP_BAND, OP_BOR, OP_BXOR, OP_LAND, OP_LOR, OP_LXOR, OP_N };
+static const char* const op_names[OP_N] = {"SUM", "PROD", "MIN",  "MAX", "BAND",
+                                           "BOR", "BXOR", "LAND", "LOR", "LXOR"};
+
+static MPI_Op mpi_op(int o) {
+  switch (o) {
+  case OP_SUM:
+    return MPI_SUM;
+  case OP_PROD:
+    return MPI_PROD;
+  case OP_MIN:
+    return MPI_MIN;
+  case OP_MAX:
+    return MPI_MAX;
+  case OP_BAND:
+    return MPI_BAND;
+  case OP_BOR:
+    return MPI_BOR;
+  case OP_BXOR:
+    return MPI_BXOR;
+  case OP_LAND:
+    return MPI_LAND;
+  case OP_LOR:
+    return MPI_LOR;
+  default:
+    return MPI_LXOR;
+  }
+}
+
+/* Rank r's input at element i for op o: small values, so no signed type overflows (at most
+ * 8 ranks: |sum| <= 64, |prod| <= 8) and every float result is exact in any order. */
+static int minmax_nonneg = 0; /* see the types table */
+static long long input(int o, int r, long long i) {
+  switch (o) {
+  case OP_MIN:
+  case OP_MAX:
+    if (minmax_nonneg) return (long long)((r * 7 + i * 3) % 17);
+    return (long long)((r * 7 + i * 3) % 17) - 8;
+  case OP_PROD:
+    return ((r + i) % 3 == 0) ? 2 : (((r + i) % 2) ? -1 : 1);
+  case OP_BAND:
+  case OP_BOR:
+  case OP_BXOR:
+    return (long long)((r * 37 + i * 11 + 5) & 0x7f);
+  case OP_LAND:
+  case OP_LOR:
+  case OP_LXOR:
+    return ((r + i) % 3 == 0) ? 0 : (r + 2 * i) % 5 + 1;
+  default:
+    return (long long)((r * 7 + i * 3) % 17) - 8;
+  }
+}
+
+/* One element type: how to store, fold and compare values of it. */
+typedef struct {
+  const char* name;
+  MPI_Datatype type;
+  size_t size;
+  int kind;   /* 0: integer (all ops), 1: floating (sum, prod, min, max), 2: MPI_BYTE (bitwise) */
+  int nonneg; /* min and max only on non-negative values (see below) */
+  void (*set)(void* buf, size_t i, long long v);
+  void (*fold)(int o, void* acc, size_t i, long long v); /* acc[i] = op(acc[i], v) */
+  int (*eq)(const void* a, const void* b, size_t i);
+  double (*value)(const void* a, size_t i);
+} tdesc;
+
+#define INT_TYPE(NAME, CT)                                                                         \
+  static void NAME##_set(void* b, size_t i, long long v) {                                         \
+    ((CT*)b)[i] = (CT)v;                                                                           \
+  }                                                                                                \
+  static void NAME##_fold(int o, void* acc, size_t i, long long v) {                               \
+    CT a = ((CT*)acc)[i], b = (CT)v, r;                                                            \
+    switch (o) {                                                                                   \
+    case OP_SUM:                                                                                   \
+      r = (CT)((unsigned long long)a + (unsigned long long)b);                                     \
+      break;                                                                                       \
+    case OP_PROD:                                                                                  \
+      r = (CT)((unsigned long long)a * (unsigned long long)b);                                     \
+      break;                                                                                       \
+    case OP_MIN:                                                                                   \
+      r = b < a ? b : a;                                                                           \
+      break;                                                                                       \
+    case OP_MAX:                                                                                   \
+      r = a < b ? b : a;                                                                           \
+      break;                                                                                       \
+    case OP_BAND:                                                                                  \
+      r = (CT)(a & b);                                                                             \
+      break;                                                                                       \
+    case OP_BOR:                                                                                   \
+      r = (CT)(a | b);                                                                             \
+      break;                                                                                       \
+    case OP_BXOR:                                                                                  \
+      r = (CT)(a ^ b);                                                                             \
+      break;                                                                                       \
+    case OP_LAND:                                                                                  \
+      r = (CT)((a != 0) && (b != 0));                                                              \
+      break;                                                                                       \
+    case OP_LOR:                                                                                   \
+      r = (CT)((a != 0) || (b != 0));                                                              \
+      break;                                                                                       \
+    default:                                                                                       \
+      r = (CT)((a != 0) != (b != 0));                                                              \
+      break;                                                                                       \
+    }                                                                                              \
+    ((CT*)acc)[i] = r;                                                                             \
+  }                                                                                                \
+  static int NAME##_eq(const void* a, const void* b, size_t i) {                                   \
+    return ((const CT*)a)[i] == ((const CT*)b)[i];                                                 \
+  }                                                                                                \
+  static double NAME##_value(const void* a, size_t i) {                                            \
+    return (double)((const CT*)a)[i];                                                              \
+  }
+
+#define FLOAT_TYPE(NAME, CT)                                                                       \
+  static void NAME##_set(void* b, size_t i, long long v) {                                         \
+    ((CT*)b)[i] = (CT)v;                                                                           \
+  }                                                                                                \
+  static void NAME##_fold(int o, void* acc, size_t i, long long v) {                               \
+    CT a = ((CT*)acc)[i], b = (CT)v, r;                                                            \
+    switch (o) {                                                                                   \
+    case OP_SUM:                                                                                   \
+      r = a + b;                                                                                   \
+      break;                                                                                       \
+    case OP_PROD:                                                                                  \
+      r = a * b;                                                                                   \
+      break;                                                                                       \
+    case OP_MIN:                                                                                   \
+      r = b < a ? b : a;                                                                           \
+      break;                                                                                       \
+    default:                                                                                       \
+      r = a < b ? b : a;                                                                           \
+      break;                                                                                       \
+    }                                                                                              \
+    ((CT*)acc)[i] = r;                                                                             \
+  }                                                                                                \
+  static int NAME##_eq(const void* a, const void* b, size_t i) {                                   \
+    return ((const CT*)a)[i] == ((const CT*)b)[i];                                                 \
+  }                                                                                                \
+  static double NAME##_value(const void* a, size_t i) {                                            \
+    return (double)((const CT*)a)[i];                                                              \
+  }
+
+INT_TYPE(schar, signed char)
+INT_TYPE(uchar, unsigned char)
+INT_TYPE(sshort, short)
+INT_TYPE(ushort, unsigned short)
+INT_TYPE(sint, int)
+INT_TYPE(uint, unsigned)
+INT_TYPE(slong, long)
+INT_TYPE(ulong, unsigned long)
+INT_TYPE(sllong, long long)
+INT_TYPE(ullong, unsigned long long)
+INT_TYPE(i8, int8_t)
+INT_TYPE(i16, int16_t)
+INT_TYPE(i32, int32_t)
+INT_TYPE(i64, int64_t)
+INT_TYPE(u8, uint8_t)
+INT_TYPE(u16, uint16_t)
+INT_TYPE(u32, uint32_t)
+INT_TYPE(u64, uint64_t)
+INT_TYPE(aint, MPI_Aint)
+INT_TYPE(offset, MPI_Offset)
+INT_TYPE(count, MPI_Count)
+FLOAT_TYPE(flt, float)
+FLOAT_TYPE(dbl, double)
+FLOAT_TYPE(ldbl, long double)
+
+#define DESC(NAME, CT, MT, KIND)                                                                   \
+  { #MT, MT, sizeof(CT), KIND, 0, NAME##_set, NAME##_fold, NAME##_eq, NAME##_value }
+/* Open MPI 4.1.4 itself computes MPI_MIN and MPI_MAX wrongly on MPI_UNSIGNED_LONG (as if
+ * signed) and on MPI_OFFSET (as if unsigned): min(2, (unsigned long)-5) comes back as
+ * (unsigned long)-5. Those two types get non-negative min/max inputs, so that the checks
+ * hold at passthrough sizes (where MPI computes) too; tcoll gets them right either way. */
+#define DESC_NONNEG(NAME, CT, MT, KIND)                                                            \
+  { #MT, MT, sizeof(CT), KIND, 1, NAME##_set, NAME##_fold, NAME##_eq, NAME##_value }
+static tdesc types[] = {
+    DESC(schar, signed char, MPI_SIGNED_CHAR, 0),
+    DESC(uchar, unsigned char, MPI_UNSIGNED_CHAR, 0),
+    DESC(sshort, short, MPI_SHORT, 0),
+    DESC(ushort, unsigned short, MPI_UNSIGNED_SHORT, 0),
+    DESC(sint, int, MPI_INT, 0),
+    DESC(uint, unsigned, MPI_UNSIGNED, 0),
+    DESC(slong, long, MPI_LONG, 0),
+    DESC_NONNEG(ulong, unsigned long, MPI_UNSIGNED_LONG, 0),
+    DESC(sllong, long long, MPI_LONG_LONG, 0),
+    DESC(ullong, unsigned long long, MPI_UNSIGNED_LONG_LONG, 0),
+    DESC(i8, int8_t, MPI_INT8_T, 0),
+    DESC(i16, int16_t, MPI_INT16_T, 0),
+    DESC(i32, int32_t, MPI_INT32_T, 0),
+    DESC(i64, int64_t, MPI_INT64_T, 0),
+    DESC(u8, uint8_t, MPI_UINT8_T, 0),
+    DESC(u16, uint16_t, MPI_UINT16_T, 0),
+    DESC(u32, uint32_t, MPI_UINT32_T, 0),
+    DESC(u64, uint64_t, MPI_UINT64_T, 0),
+    DESC(aint, MPI_Aint, MPI_AINT, 0),
+    DESC_NONNEG(offset, MPI_Offset, MPI_OFFSET, 0),
+    DESC(count, MPI_Count, MPI_COUNT, 0),
+    DESC(flt, float, MPI_FLOAT, 1),
+    DESC(dbl, double, MPI_DOUBLE, 1),
+    DESC(ldbl, long double, MPI_LONG_DOUBLE, 1),
+    DESC(uchar, unsigned char, MPI_BYTE, 2),
+};
+#define NTYPES ((int)(sizeof types / sizeof types[0]))
+
+static int op_allowed(const tdesc* t, int o) {
+  if (t->kind == 0) return 1;
+  if (t->kind == 1) return o <= OP_MAX;
+  return o == OP_BAND || o == OP_BOR || o == OP_BXOR;
+}
+
+static void* xmalloc(size_t n) {
+  void* p = malloc(n ? n : 1);
+  if (!p) {
+    fprintf(stderr, "rank %d: out of memory\n", world_rank);
+    MPI_Abort(MPI_COMM_WORLD, 2);
+  }
+  return p;
+}
+
+/* Compares n elements of got with want; reports the first mismatch. */
+static void compare(const tdesc* t, const void* got, const void* want, size_t n, const char* what,
+                    int o, int inplace, MPI_Comm comm) {
+  int r, P;
+  MPI_Comm_rank(comm, &r);
+  MPI_Comm_size(comm, &P);
+  ++checks;
+  for (size_t i = 0; i < n; ++i)
+    if (!t->eq(got, want, i)) {
+      if (errors < 20)
+        fprintf(stderr,
+                "rank %d (%d of %d): %s %s %s%s count %zu: element %zu is %g, expected %g\n",
+                world_rank, r, P, what, t->name, o >= 0 ? op_names[o] : "-",
+                inplace ? " in place" : "", n, i, t->value(got, i), t->value(want, i));
+      ++errors;
+      return;
+    }
+}
+
+static void check_call(int rc, const char* what) {
+  if (rc != MPI_SUCCESS) {
+    fprintf(stderr, "rank %d: %s returned %d\n", world_rank, what, rc);
+    ++errors;
+  }
+}
+
+/* expect[i] = op over ranks 0..P-1 of input(o, q, base + i). */
+static void expected(const tdesc* t, int o, int P, size_t n, size_t base, void* expect) {
+  for (size_t i = 0; i < n; ++i) {
+    t->set(expect, i, input(o, 0, (long long)(base + i)));
+    for (int q = 1; q < P; ++q) t->fold(o, expect, i, input(o, q, (long long)(base + i)));
+  }
+}
+
+static void check_allreduce(MPI_Comm comm, const tdesc* t, int o, int inplace, size_t n) {
+  int r, P;
+  MPI_Comm_rank(comm, &r);
+  MPI_Comm_size(comm, &P);
+  char *in = xmalloc(n * t->size), *out = xmalloc(n * t->size), *want = xmalloc(n * t->size),
+       *keep = xmalloc(n * t->size);
+  for (size_t i = 0; i < n; ++i) t->set(in, i, input(o, r, (long long)i));
+  memcpy(keep, in, n * t->size);
+  expected(t, o, P, n, 0, want);
+  if (inplace) {
+    memcpy(out, in, n * t->size);
+    check_call(MPI_Allreduce(MPI_IN_PLACE, out, (int)n, t->type, mpi_op(o), comm), "MPI_Allreduce");
+  } else {
+    memset(out, 0x5a, n * t->size);
+    check_call(MPI_Allreduce(in, out, (int)n, t->type, mpi_op(o), comm), "MPI_Allreduce");
+    compare(t, in, keep, n, "MPI_Allreduce (input unchanged)", o, 0, comm);
+  }
+  compare(t, out, want, n, "MPI_Allreduce", o, inplace, comm);
+  free(in), free(out), free(want), free(keep);
+}
+
+/* Three MPI_Iallreduce in flight with a blocking MPI_Allreduce between them. */
+static void check_iallreduce(MPI_Comm comm, const tdesc* t, int o, size_t n) {
+  int r, P;
+  MPI_Comm_rank(comm, &r);
+  MPI_Comm_size(comm, &P);
+  const size_t b = n * t->size;
+  char *in = xmalloc(b), *out[3], *want = xmalloc(b), *mid = xmalloc(b);
+  for (size_t i = 0; i < n; ++i) t->set(in, i, input(o, r, (long long)i));
+  expected(t, o, P, n, 0, want);
+  MPI_Request q[3];
+  for (int k = 0; k < 3; ++k) {
+    out[k] = xmalloc(b);
+    memcpy(out[k], in, b);
+    if (k == 1)
+      check_call(MPI_Iallreduce(MPI_IN_PLACE, out[k], (int)n, t->type, mpi_op(o), comm, &q[k]),
+                 "MPI_Iallreduce");
+    else
+      check_call(MPI_Iallreduce(in, out[k], (int)n, t->type, mpi_op(o), comm, &q[k]),
+                 "MPI_Iallreduce");
+    if (k == 1) {
+      check_call(MPI_Allreduce(in, mid, (int)n, t->type, mpi_op(o), comm), "MPI_Allreduce");
+      compare(t, mid, want, n, "MPI_Allreduce between MPI_Iallreduce", o, 0, comm);
+    }
+  }
+  check_call(MPI_Waitall(3, q, MPI_STATUSES_IGNORE), "MPI_Waitall");
+  for (int k = 0; k < 3; ++k) {
+    compare(t, out[k], want, n, "MPI_Iallreduce", o, k == 1, comm);
+    free(out[k]);
+  }
+  free(in), free(want), free(mid);
+}
+
+static void check_reduce_scatter(MPI_Comm comm, const tdesc* t, int o, int inplace, size_t n) {
+  int r, P;
+  MPI_Comm_rank(comm, &r);
+  MPI_Comm_size(comm, &P);
+  const size_t all = n * (size_t)P;
+  char *in = xmalloc(all * t->size), *out = xmalloc(all * t->size), *want = xmalloc(n * t->size);
+  for (size_t i = 0; i < all; ++i) t->set(in, i, input(o, r, (long long)i));
+  expected(t, o, P, n, (size_t)r * n, want);
+  if (inplace) {
+    memcpy(out, in, all * t->size);
+    check_call(MPI_Reduce_scatter_block(MPI_IN_PLACE, out, (int)n, t->type, mpi_op(o), comm),
+               "MPI_Reduce_scatter_block");
+  } else {
+    memset(out, 0x5a, n * t->size);
+    check_call(MPI_Reduce_scatter_block(in, out, (int)n, t->type, mpi_op(o), comm),
+               "MPI_Reduce_scatter_block");
+  }
+  compare(t, out, want, n, "MPI_Reduce_scatter_block", o, inplace, comm);
+  free(in), free(out), free(want);
+}
+
+static void check_reduce(MPI_Comm comm, const tdesc* t, int o, int inplace, size_t n, int root) {
+  int r, P;
+  MPI_Comm_rank(comm, &r);
+  MPI_Comm_size(comm, &P);
+  char *in = xmalloc(n * t->size), *out = xmalloc(n * t->size), *want = xmalloc(n * t->size);
+  for (size_t i = 0; i < n; ++i) t->set(in, i, input(o, r, (long long)i));
+  expected(t, o, P, n, 0, want);
+  memset(out, 0x5a, n * t->size);
+  if (inplace && r == root) {
+    memcpy(out, in, n * t->size);
+    check_call(MPI_Reduce(MPI_IN_PLACE, out, (int)n, t->type, mpi_op(o), root, comm), "MPI_Reduce");
+  } else {
+    check_call(MPI_Reduce(in, r == root ? out : NULL, (int)n, t->type, mpi_op(o), root, comm),
+               "MPI_Reduce");
+  }
+  if (r == root) compare(t, out, want, n, "MPI_Reduce", o, inplace, comm);
+  free(in), free(out), free(want);
+}
+
+static void check_allgather(MPI_Comm comm, const tdesc* t, int inplace, size_t n) {
+  int r, P;
+  MPI_Comm_rank(comm, &r);
+  MPI_Comm_size(comm, &P);
+  const size_t all = n * (size_t)P;
+  char *in = xmalloc(n * t->size), *out = xmalloc(all * t->size), *want = xmalloc(all * t->size);
+  for (size_t i = 0; i < n; ++i) t->set(in, i, input(OP_SUM, r, (long long)i));
+  for (int q = 0; q < P; ++q)
+    for (size_t i = 0; i < n; ++i) t->set(want, (size_t)q * n + i, input(OP_SUM, q, (long long)i));
+  memset(out, 0x5a, all * t->size);
+  if (inplace) {
+    memcpy(out + (size_t)r * n * t->size, in, n * t->size);
+    check_call(MPI_Allgather(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, out, (int)n, t->type, comm),
+               "MPI_Allgather");
+  } else {
+    check_call(MPI_Allgather(in, (int)n, t->type, out, (int)n, t->type, comm), "MPI_Allgather");
+  }
+  compare(t, out, want, all, "MPI_Allgather", -1, inplace, comm);
+  free(in), free(out), free(want);
+}
+
+static void check_bcast(MPI_Comm comm, const tdesc* t, size_t n, int root) {
+  int r;
+  MPI_Comm_rank(comm, &r);
+  char *buf = xmalloc(n * t->size), *want = xmalloc(n * t->size);
+  for (size_t i = 0; i < n; ++i) t->set(want, i, input(OP_SUM, root, (long long)i));
+  if (r == root)
+    memcpy(buf, want, n * t->size);
+  else
+    memset(buf, 0x5a, n * t->size);
+  check_call(MPI_Bcast(buf, (int)n, t->type, root, comm), "MPI_Bcast");
+  compare(t, buf, want, n, "MPI_Bcast", -1, 1, comm);
+  free(buf), free(want);
+}
+
+/* Every collective for type t on comm: all allowed ops (or `ops` if non-zero, a bit mask),
+ * in place or not, the given counts. */
+static void check_type(MPI_Comm comm, const tdesc* t, const size_t* counts, int ncounts, int ops,
+                       int nonblocking) {
+  int r, P;
+  MPI_Comm_rank(comm, &r);
+  MPI_Comm_size(comm, &P);
+  minmax_nonneg = t->nonneg;
+  for (int c = 0; c < ncounts; ++c) {
+    const size_t n = counts[c];
+    for (int o = 0; o < OP_N; ++o) {
+      if (!op_allowed(t, o) || (ops && !(ops & (1 << o)))) continue;
+      /* reduce_scatter_block and reduce share allreduce's type and op dispatch: one op of
+       * each family (arithmetic, order, bitwise, logical) is enough for them */
+      const int family = o == OP_SUM || o == OP_MIN || o == OP_BAND || o == OP_LOR ||
+                         (t->kind == 2 && o == OP_BXOR);
+      for (int inplace = 0; inplace < 2; ++inplace) {
+        check_allreduce(comm, t, o, inplace, n);
+        if (!family) continue;
+        check_reduce_scatter(comm, t, o, inplace, n);
+        check_reduce(comm, t, o, inplace, n, (int)((n + (size_t)o) % (size_t)P));
+      }
+      if (nonblocking) check_iallreduce(comm, t, o, n);
+    }
+    for (int inplace = 0; inplace < 2; ++inplace) check_allgather(comm, t, inplace, n);
+    check_bcast(comm, t, n, (int)(n % (size_t)P));
+    check_bcast(comm, t, n, P - 1);
+  }
+}
+
+/* The calls libtcoll_mpi.so leaves to MPI, with their results checked. */
+static void user_sum(void* in, void* inout, int* len, MPI_Datatype* type) {
+  (void)type;
+  for (int i = 0; i < *len; ++i) ((int*)inout)[i] += ((int*)in)[i];
+}
+
+static void check_fallbacks(MPI_Comm comm) {
+  int r, P;
+  MPI_Comm_rank(comm, &r);
+  MPI_Comm_size(comm, &P);
+  enum { N = 5 };
+  int in[2 * N], out[2 * N], want[2 * N];
+  /* a user-defined op */
+  MPI_Op op;
+  MPI_Op_create(user_sum, 1, &op);
+  for (int i = 0; i < N; ++i) in[i] = r + i, want[i] = P * (P - 1) / 2 + P * i;
+  check_call(MPI_Allreduce(in, out, N, MPI_INT, op, comm), "MPI_Allreduce(user op)");
+  compare(&types[4], out, want, N, "MPI_Allreduce(user op)", OP_SUM, 0, comm);
+  MPI_Op_free(&op);
+  /* a derived datatype: pairs of ints, gathered */
+  MPI_Datatype pair;
+  MPI_Type_contiguous(2, MPI_INT, &pair);
+  MPI_Type_commit(&pair);
+  int *all = xmalloc(sizeof(int) * 2 * (size_t)P), *all_want = xmalloc(sizeof(int) * 2 * (size_t)P);
+  for (int q = 0; q < 2 * P; ++q) all_want[q] = 100 * (q / 2) + q % 2;
+  in[0] = 100 * r, in[1] = 100 * r + 1;
+  check_call(MPI_Allgather(in, 1, pair, all, 1, pair, comm), "MPI_Allgather(derived type)");
+  compare(&types[4], all, all_want, 2 * (size_t)P, "MPI_Allgather(derived type)", -1, 0, comm);
+  free(all), free(all_want);
+  /* a strided broadcast */
+  MPI_Datatype strided;
+  MPI_Type_vector(N, 1, 2, MPI_INT, &strided);
+  MPI_Type_commit(&strided);
+  for (int i = 0; i < 2 * N; ++i) {
+    out[i] = r == 0 ? 1000 + i : -7 - i;
+    want[i] = (i % 2 == 0 || r == 0) ? 1000 + i : -7 - i; /* odd elements are not sent */
+  }
+  check_call(MPI_Bcast(out, 1, strided, 0, comm), "MPI_Bcast(vector type)");
+  compare(&types[4], out, want, 2 * N, "MPI_Bcast(vector type)", -1, 1, comm);
+  MPI_Type_free(&strided);
+  MPI_Type_free(&pair);
+  /* MPI_MAXLOC on MPI_2INT: a predefined op tcoll does not run */
+  int loc_in[2] = {r % 3, r}, loc_out[2] = {-1, -1};
+  check_call(MPI_Allreduce(loc_in, loc_out, 1, MPI_2INT, MPI_MAXLOC, comm),
+             "MPI_Allreduce(MAXLOC)");
+  {
+    int best = -1, at = -1;
+    for (int q = 0; q < P; ++q)
+      if (q % 3 > best) best = q % 3, at = q;
+    int w[2] = {best, at};
+    compare(&types[4], loc_out, w, 2, "MPI_Allreduce(MAXLOC)", OP_MAX, 0, comm);
+  }
+  /* an intercommunicator between the lower and the upper half: each side receives the sum
+   * over the other side */
+  if (P >= 2) {
+    const int low = r < P / 2;
+    MPI_Comm half, inter;
+    MPI_Comm_split(comm, low, r, &half);
+    MPI_Intercomm_create(half, 0, comm, low ? P / 2 : 0, 77, &inter);
+    int mine = r + 1, got = -1, other = 0;
+    for (int q = 0; q < P; ++q)
+      if ((q < P / 2) != low) other += q + 1;
+    check_call(MPI_Allreduce(&mine, &got, 1, MPI_INT, MPI_SUM, inter),
+               "MPI_Allreduce(intercommunicator)");
+    compare(&types[4], &got, &other, 1, "MPI_Allreduce(intercommunicator)", OP_SUM, 0, comm);
+    MPI_Comm_free(&inter);
+    MPI_Comm_free(&half);
+  }
+}
+
+int main(int argc, char** argv) {
+  quick = argc > 1 && strcmp(argv[1], "quick") == 0;
+  const int single = argc > 2 && strcmp(argv[2], "single") == 0;
+  int provided = MPI_THREAD_SINGLE;
+  if (single)
+    MPI_Init(&argc, &argv);
+  else
+    MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &provided);
+  const int nonblocking = 1; /* MPI_Iallreduce works at every level (the preload falls back) */
+  int P;
+  MPI_Comm_rank(MPI_COMM_WORLD, &world_rank);
+  MPI_Comm_size(MPI_COMM_WORLD, &P);
+
+  /* 1. Every type and op on the world, counts 0, 1 and 7. */
+  const size_t small[] = {0, 1, 7};
+  for (int k = 0; k < NTYPES; ++k)
+    if (!quick || k == 0 || k == 4 || k == 17 || types[k].kind != 0)
+      check_type(MPI_COMM_WORLD, &types[k], small, 3, 0, nonblocking && k % 4 == 0);
+
+  /* 2. A large count (more than 16 KiB for every type: past the default passthrough
+   * bound) for a few types and ops. */
+  const size_t large[] = {20011};
+  const int large_types[] = {0, 4, 14, 21, 22, 23};
+  for (int k = 0; k < (int)(sizeof large_types / sizeof large_types[0]); ++k)
+    if (!quick || k % 2 == 0)
+      check_type(MPI_COMM_WORLD, &types[large_types[k]], large, 1,
+                 (1 << OP_SUM) | (1 << OP_MAX) | (quick ? 0 : (1 << OP_BXOR)), nonblocking);
+
+  /* 3. Communicator splits: halves with reversed rank order, a singleton and the rest,
+   * MPI_COMM_SELF, and short-lived duplicates (tcoll state freed with each). */
+  const size_t split_counts[] = {1, 7, 4099};
+  const int split_types[] = {4, 22, 14};
+  MPI_Comm halves, lone, dup;
+  MPI_Comm_split(MPI_COMM_WORLD, world_rank % 2, -world_rank, &halves);
+  MPI_Comm_split(MPI_COMM_WORLD, world_rank == 0, world_rank, &lone);
+  MPI_Comm comms[3] = {halves, lone, MPI_COMM_SELF};
+  for (int c = 0; c < 3; ++c)
+    for (int k = 0; k < 3; ++k)
+      if (!quick || k == c)
+        check_type(comms[c], &types[split_types[k]], split_counts, 3,
+                   (1 << OP_SUM) | (1 << OP_MIN) | (1 << OP_BOR), nonblocking && k == 0);
+  for (int round = 0; round < 3; ++round) {
+    MPI_Comm_dup(MPI_COMM_WORLD, &dup);
+    check_type(dup, &types[4 + round], split_counts + 1, 2, (1 << OP_SUM), 0);
+    MPI_Comm_free(&dup);
+  }
+  MPI_Comm_free(&halves);
+  MPI_Comm_free(&lone);
+
+  /* 4. What the preload leaves to MPI. */
+  check_fallbacks(MPI_COMM_WORLD);
+
+  printf("rank %d of %d: %ld checks, %d errors (thread level %d)\n", world_rank, P, checks, errors,
+         single ? -1 : provided);
+  fflush(stdout);
+  MPI_Finalize();
+  return errors ? 1 : 0;
+}

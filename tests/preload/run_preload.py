@@ -1,0 +1,148 @@
+#!/usr/bin/env python3
+"""Runs an unmodified MPI program under mpirun with libtcoll_mpi.so preloaded and checks it.
+
+Modes:
+  check    the program must exit 0 under the preload, and world rank 0's TCOLL_DEBUG=1
+           summary must be there (the preload was active) and list every --expect
+           (`MPI_Allreduce ring`: that collective ran that algorithm at least once;
+           `fallback:user-defined op`: at least one call fell back for that reason).
+  fail     the program must exit non-zero under the preload with every --expect text in its
+           output (a bad TCOLL_* variable).
+  compare  the program runs without the preload and with it; the lines starting with
+           RESULT must be identical (and the preloaded run must pass the checks of `check`).
+Reference runs set OMPI_MCA_op=^avx: Open MPI 4.1.4's AVX ops saturate 8-bit integer sums.
+"""
+import argparse
+import os
+import re
+import subprocess
+import sys
+
+
+def run(cmd, env, timeout):
+    try:
+        p = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout)
+    except subprocess.TimeoutExpired as e:
+        out = (e.stdout or b"").decode() if isinstance(e.stdout, bytes) else (e.stdout or "")
+        err = (e.stderr or b"").decode() if isinstance(e.stderr, bytes) else (e.stderr or "")
+        print(out[-4000:], err[-4000:])
+        sys.exit(f"FAIL: {' '.join(cmd)} did not finish within {timeout} s")
+    return p.returncode, p.stdout, p.stderr
+
+
+def summary_of(text):
+    """World rank 0's summary lines (TCOLL_DEBUG=1), without the prefix."""
+    lines = [l.split(": ", 1)[1] for l in text.splitlines()
+             if l.startswith("tcoll_mpi[rank 0]: ") and ": " in l]
+    return lines
+
+
+def check_summary(text, expects):
+    lines = summary_of(text)
+    if not any(l.startswith("summary: ") for l in lines):
+        print(text[-6000:])
+        sys.exit("FAIL: no TCOLL_DEBUG summary from rank 0: the preload was not active")
+    head = next(l for l in lines if l.startswith("summary: "))
+    m = re.match(r"summary: (\d+) calls through tcoll", head)
+    if not m or int(m.group(1)) == 0:
+        sys.exit(f"FAIL: no call went through the preload ({head})")
+    missing = []
+    for e in expects:
+        if e.startswith("fallback:"):
+            reason = e.split(":", 1)[1]
+            ok = any(f"fallback ({reason}): " in l for l in lines)
+        else:
+            coll, algo = e.split()
+            ok = any(re.match(rf"\s*{re.escape(coll)} {re.escape(algo)} (0 B|\[)", l) for l in lines)
+        if not ok:
+            missing.append(e)
+    if missing:
+        print("\n".join(lines))
+        sys.exit(f"FAIL: the summary lacks {missing}")
+    print("\n".join(lines[:1]))
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--mode", choices=["check", "fail", "compare"], default="check")
+    ap.add_argument("--mpirun", required=True)
+    ap.add_argument("--mpi-arg", action="append", default=[], help="argument for mpirun (repeat)")
+    ap.add_argument("--lib", required=True, help="path of libtcoll_mpi.so")
+    ap.add_argument("--np", type=int, required=True)
+    ap.add_argument("--env", action="append", default=[], help="NAME=VALUE for the ranks (repeat)")
+    ap.add_argument("--expect", action="append", default=[])
+    ap.add_argument("--timeout", type=int, default=120)
+    ap.add_argument("--needs-module", help="skip (exit 77) unless the program's interpreter imports it")
+    ap.add_argument("program", nargs=argparse.REMAINDER)
+    a = ap.parse_args()
+    prog = a.program[1:] if a.program and a.program[0] == "--" else a.program
+    if not prog:
+        sys.exit("no program given")
+    if a.needs_module:
+        # the program's own interpreter (the first word of the program) must import it
+        probe = subprocess.run([prog[0], "-c", f"import {a.needs_module}"], capture_output=True)
+        if probe.returncode != 0:
+            print(f"SKIP: {prog[0]} cannot import {a.needs_module} (scripts/setup.sh installs "
+                  "Debian's python3-mpi4py for /usr/bin/python3)")
+            sys.exit(77)
+    if not os.path.exists(a.lib):
+        sys.exit(f"FAIL: {a.lib} does not exist")
+
+    env = dict(os.environ)
+    env.update({"OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1",
+                "OMPI_MCA_op": "^avx", "TCOLL_TIMEOUT": "100"})
+    for k in [k for k in env if k.startswith("TCOLL_") and k != "TCOLL_TIMEOUT"]:
+        del env[k]  # only what this test sets
+    for kv in a.env:
+        k, v = kv.split("=", 1)
+        env[k] = v
+    env.setdefault("TCOLL_DEBUG", "1")
+    base = [a.mpirun] + a.mpi_arg + ["-np", str(a.np)]
+    preload = base + ["-x", f"LD_PRELOAD={os.path.abspath(a.lib)}"] + prog
+
+    rc, out, err = run(preload, env, a.timeout)
+    text = out + err
+    if a.mode == "fail":
+        if rc == 0:
+            print(text[-6000:])
+            sys.exit("FAIL: the program succeeded under the preload; a failure was expected")
+        missing = [e for e in a.expect if e not in text]
+        if missing:
+            print(text[-6000:])
+            sys.exit(f"FAIL: the output lacks {missing}")
+        print(f"ok: failed as expected (exit {rc}) with {a.expect}")
+        return
+    if rc != 0:
+        print(text[-8000:])
+        sys.exit(f"FAIL: exit {rc} under the preload")
+    check_summary(text, a.expect)
+    if a.mode == "compare":
+        plain_env = {k: v for k, v in env.items() if not k.startswith("TCOLL_")}
+        rc2, out2, err2 = run(base + prog, plain_env, a.timeout)
+        if rc2 != 0:
+            print((out2 + err2)[-8000:])
+            sys.exit(f"FAIL: exit {rc2} without the preload")
+        loaded = [l for l in out.splitlines() if l.startswith("PRELOAD rank")]
+        if len(loaded) != a.np or any("not loaded" in l for l in loaded):
+            print("\n".join(loaded))
+            sys.exit("FAIL: the program's own check (tcoll_mpi_counts) did not find the preload "
+                     "on every rank")
+        with_pl = sorted(l for l in out.splitlines() if l.startswith("RESULT"))
+        without = sorted(l for l in out2.splitlines() if l.startswith("RESULT"))
+        if not without:
+            sys.exit("FAIL: the program printed no RESULT lines")
+        if with_pl != without:
+            for x, y in zip(with_pl, without):
+                if x != y:
+                    print("with preload:   ", x[:300])
+                    print("without preload:", y[:300])
+            sys.exit(f"FAIL: results differ with the preload ({len(with_pl)} vs {len(without)} lines)")
+        print(f"ok: {len(without)} RESULT lines identical with and without the preload")
+    for l in out.splitlines():
+        if "errors" in l and l.startswith("rank 0"):
+            print(l)
+    print("ok")
+
+
+if __name__ == "__main__":
+    main()
