@@ -72,6 +72,8 @@ def main():
     ap.add_argument("--env", action="append", default=[], help="NAME=VALUE for the ranks (repeat)")
     ap.add_argument("--expect", action="append", default=[])
     ap.add_argument("--timeout", type=int, default=120)
+    ap.add_argument("--no-preload", action="store_true",
+                    help="run without LD_PRELOAD (the checks must then fail: a test of the test)")
     ap.add_argument("--needs-module", help="skip (exit 77) unless the program's interpreter imports it")
     ap.add_argument("program", nargs=argparse.REMAINDER)
     a = ap.parse_args()
@@ -98,7 +100,7 @@ def main():
         env[k] = v
     env.setdefault("TCOLL_DEBUG", "1")
     base = [a.mpirun] + a.mpi_arg + ["-np", str(a.np)]
-    preload = base + ["-x", f"LD_PRELOAD={os.path.abspath(a.lib)}"] + prog
+    preload = base + ([] if a.no_preload else ["-x", f"LD_PRELOAD={os.path.abspath(a.lib)}"]) + prog
 
     rc, out, err = run(preload, env, a.timeout)
     text = out + err
