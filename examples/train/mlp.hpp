@@ -133,6 +133,20 @@ public:
     return 2 * (layer_count() - 1 - layer);
   }
 
+  /// The sufficient factors of one layer's weight gradient (Poseidon/SFB): the gradient
+  /// (rows x columns, column-major) is `delta * input^T` summed over the samples, `delta`
+  /// rows x samples and `input` columns x samples, both column-major (so `input` is a
+  /// samples x columns row-major matrix of u's and `delta` one of v's). Valid only inside
+  /// `on_gradient_ready(weight_tensor(layer))`; `layer` says which.
+  struct factors {
+    std::size_t layer = 0;
+    const float* delta = nullptr;
+    const float* input = nullptr;
+    std::size_t samples = 0;
+  };
+  /// The factors of the weight tensor being announced (see `factors`).
+  const factors& current_factors() const noexcept { return factors_; }
+
   /// Forward pass over `samples` inputs (column-major `input width x samples`) and their
   /// labels, then backward: the gradients of `gradient_scale * sum of per-sample losses`
   /// replace `gradients()`, and `on_gradient_ready` fires once per tensor in backward order.
@@ -154,6 +168,7 @@ public:
         dw.noalias() = delta * input_of(layer, inputs, samples).transpose();
         db.noalias() = delta.rowwise().sum();
       }
+      factors_ = {layer, delta.data(), input_of(layer, inputs, samples).data(), samples};
       notify(w);
       notify(w + 1);
       if (layer > 0) {
@@ -261,6 +276,7 @@ private:
   std::vector<matrix> activations_;   ///< hidden layers' outputs after ReLU
   matrix output_delta_;               ///< d(loss)/d(logits), then scaled
   matrix hidden_delta_;               ///< d(loss)/d(pre-activation) of the layer being visited
+  factors factors_{};                 ///< of the weight tensor being announced
 };
 
 /// Knobs of SGD with momentum.

@@ -8,6 +8,7 @@
 // averaged across ranks with tcoll::allreduce, and every rank applies the same SGD update,
 // so the replicas stay bitwise identical (checked after every epoch). See docs/train.md.
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
 #include <chrono>
 #include <cstdint>
@@ -23,10 +24,13 @@
 #include <string>
 #include <string_view>
 #include <tcoll/tcoll.hpp>
+#include <tcoll/transport/shaped.hpp>
 #include <type_traits>
 #include <vector>
 
+#include "elastic_exchange.hpp"
 #include "exchange.hpp"
+#include "hybrid_exchange.hpp"
 #include "mlp.hpp"
 #include "mnist.hpp"
 #include "sparse_exchange.hpp"
@@ -51,7 +55,9 @@ enum exit_code : int {
 
 /// Gradient exchange schemes: `dense` (the whole buffer, every step; exchange.hpp), `csc`
 /// (GradientFlow's sparse chunks) and `topk` (element-wise top-k; both sparse_exchange.hpp).
-constexpr std::string_view available_schemes[] = {"dense", "csc", "topk"};
+/// `hybrid` (Poseidon's per-layer SFB or dense; hybrid_exchange.hpp) and `easgd` (elastic
+/// averaging across client groups; elastic_exchange.hpp).
+constexpr std::string_view available_schemes[] = {"dense", "csc", "topk", "hybrid", "easgd"};
 
 /// Everything the command line sets.
 struct options {
@@ -77,6 +83,12 @@ struct options {
   /// --check-learning demands last <= (1 - this) * first: a quarter less, well above the
   /// batch-to-batch noise of an untrained model (within 5% at learning rate 0, seeds 1-6).
   double min_loss_decrease = 0.25;
+  int clients = 2;    ///< easgd: client groups (plus one server rank)
+  int interval = 64;  ///< easgd: iterations between elastic exchanges
+  double alpha = 0;   ///< easgd: elastic rate; 0 = 0.9 / clients
+  double link_gbit = 0;        ///< threads: emulated link between nodes (0: none)
+  double link_latency_us = 20; ///< threads: its per-message latency
+  int node_ranks = 0;          ///< threads: ranks per emulated node (0: 1, easgd: per client)
 };
 
 void print_usage(std::FILE* to) {
@@ -98,6 +110,15 @@ void print_usage(std::FILE* to) {
                "  --warmup N          csc/topk: steps of linear ramp from dense (default 30)\n"
                "  --residual RULE     csc/topk: what unsent gradient becomes: momentum\n"
                "                      (momentum * g, Algorithm 1; default) or error_feedback (g)\n"
+               "  --scheme hybrid     per FC layer SFB or dense by best_scheme at plan time,\n"
+               "                      biases dense (model link: --link-gbit, else 10 Gbit/s)\n"
+               "  --scheme easgd      elastic averaging: the last rank is the server, the\n"
+               "                      others form --clients C groups (default 2) that train\n"
+               "                      synchronously inside and exchange with the center every\n"
+               "                      --interval I iterations (64) with --alpha A (0.9/C)\n"
+               "  --link-gbit G       threads: emulate G Gbit/s between nodes (tcoll::shaped)\n"
+               "  --link-latency-us L   with --link-latency-us L per message (default 20)\n"
+               "  --node-ranks N        and N ranks per node (default 1; easgd: a client's)\n"
                "  --overlap PLANNER   none (default: one allreduce after backward), or a fusion\n"
                "                      planner (layerwise|single|threshold|ddp|mgwfbp|adafusion|\n"
                "                      optimal): backward writes into a gradient pool and the\n"
@@ -197,6 +218,19 @@ options parse_options(int argc, char** argv) {
         throw usage_error(std::string("--residual: ") + e.what());
       }
       sparse_flag = flag;
+    } else if (flag == "--clients") {
+      o.clients = static_cast<int>(parse_count(flag, value));
+    } else if (flag == "--interval") {
+      o.interval = static_cast<int>(parse_count(flag, value));
+    } else if (flag == "--alpha") {
+      o.alpha = parse_real(flag, value);
+      if (!(o.alpha > 0 && o.alpha <= 1)) throw usage_error("--alpha must be in (0, 1]");
+    } else if (flag == "--link-gbit") {
+      o.link_gbit = parse_real(flag, value);
+    } else if (flag == "--link-latency-us") {
+      o.link_latency_us = parse_real(flag, value);
+    } else if (flag == "--node-ranks") {
+      o.node_ranks = static_cast<int>(parse_count(flag, value));
     } else if (flag == "--overlap") {
       o.overlap = value;
     } else if (flag == "--autotune") {
@@ -250,6 +284,14 @@ options parse_options(int argc, char** argv) {
   if (o.overlap != "none" && o.scheme != "dense")
     throw usage_error("--overlap applies to --scheme dense (csc overlaps its own buffers with "
                       "backward; topk exchanges after backward)");
+  if (o.scheme == "easgd") {
+    if (o.clients < 1) throw usage_error("--clients must be at least 1");
+    if (o.interval < 1) throw usage_error("--interval must be at least 1");
+    if (o.transport == "threads" && o.ranks < o.clients + 1)
+      throw usage_error("--scheme easgd needs --ranks >= clients + 1 (one server)");
+  }
+  if (o.link_gbit > 0 && o.transport != "threads")
+    throw usage_error("--link-gbit emulates links between thread ranks: --transport threads");
   if (o.overlap != "none" && !tcoll::plan::planner_by_name(o.overlap))
     throw usage_error("unknown --overlap planner '" + o.overlap +
                       "' (none, layerwise, single, threshold, ddp, mgwfbp, adafusion, optimal)");
@@ -343,6 +385,11 @@ std::vector<epoch_record> train_rank(Transport& t, const options& o,
     else if (o.scheme == "csc")
       exchange = std::make_unique<train::csc_exchange<comm_type, algo_type>>(counted, model, algo,
                                                                              o.sparse, o.sgd);
+    else if (o.scheme == "hybrid")
+      exchange = std::make_unique<train::hybrid_exchange<comm_type, algo_type>>(
+          counted, model, algo,
+          train::hybrid_config{o.global_batch, o.link_gbit > 0 ? o.link_gbit : 10.0,
+                               o.link_gbit > 0 ? o.link_latency_us : 20.0});
     else if (o.scheme == "topk")
       exchange = std::make_unique<train::topk_exchange<comm_type, algo_type>>(counted, model, algo,
                                                                               o.sparse, o.sgd);
@@ -522,6 +569,20 @@ int run(const options& o, bool is_root, RunRanks&& run_ranks) {
   }
   std::vector<epoch_record> records;
   int ranks = 0;
+  if (o.scheme == "easgd") { // its own loop and reports (elastic_exchange.hpp)
+    train::easgd_config c{o.clients, o.interval, o.alpha, o.epochs, o.global_batch, o.sgd,
+                          o.seed, layer_widths(o), o.eval_chunk, o.json_path};
+    std::atomic<int> code{exit_ok};
+    run_ranks([&](auto& t) {
+      if (t.rank() == 0 && is_root)
+        std::printf("train: easgd, %d ranks (%s): %d clients + server (rank %d), interval %d, "
+                    "%zu training / %zu test samples, batch %zu per step over all clients\n",
+                    t.size(), o.transport.c_str(), o.clients, t.size() - 1, o.interval,
+                    subset.size(), data.test.size(), o.global_batch);
+      if (train::run_easgd(t, c, data, subset) != 0) code = exit_replicas_differ;
+    });
+    return code;
+  }
   run_ranks([&](auto& t) {
     if (t.rank() == 0 && is_root)
       std::printf("train: %d ranks (%s), %zu training / %zu test samples, global batch %zu, "
@@ -571,6 +632,21 @@ int main(int argc, char** argv) {
   try {
     if (o.transport == "threads") {
       tcoll::thread_team team(o.ranks);
+      if (o.link_gbit > 0) { // emulated nodes joined by a slower link (tcoll::shaped)
+        int per_node = o.node_ranks;
+        if (per_node < 1) per_node = o.scheme == "easgd" ? (o.ranks - 1) / o.clients : 1;
+        tcoll::shaped_network net(tcoll::shaping{
+            std::chrono::nanoseconds(static_cast<long long>(o.link_latency_us * 1e3)),
+            o.link_gbit, per_node});
+        std::printf("train: emulated link %.3g Gbit/s, %.3g us between nodes of %d ranks\n",
+                    o.link_gbit, o.link_latency_us, per_node);
+        return run(o, true, [&](auto&& body) {
+          team.run([&](tcoll::thread_transport& t) {
+            tcoll::shaped<tcoll::thread_transport> s(t, net);
+            body(s);
+          });
+        });
+      }
       return run(o, true,
                  [&](auto&& body) { team.run([&](tcoll::thread_transport& t) { body(t); }); });
     }

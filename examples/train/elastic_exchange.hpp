@@ -1,0 +1,228 @@
+#pragma once
+/// \file
+/// `--scheme easgd`: elastic averaging SGD (MXNET-MPI Sec. 5, Fig. 8) with
+/// `tcoll::elastic`. One job is cut into a server (the last rank, holding the center) and
+/// `clients` groups of consecutive ranks. Inside a group: synchronous data-parallel SGD
+/// (average allreduce of the gradients on the group's subgroup transport). Every
+/// `interval` iterations, after backward and before the update (Fig. 8), the group's leader
+/// pushes its parameters to the server (Eq. 2), applies Eq. 3 with the returned center and
+/// broadcasts inside the group.
+///
+/// Data: the training samples are dealt once (fixed permutation of the seed) into one
+/// partition per client; each epoch a client shuffles its own partition and walks it in
+/// batches of `global_batch / clients` samples split over its ranks, so one epoch is one
+/// pass of the whole job over the data and the per-rank batch equals that of synchronous
+/// SGD over the same training ranks.
+///
+/// Reports: after each of its epochs a client evaluates its own parameters on the whole
+/// test split (sharded over its ranks); its leader prints a line with the wall time since
+/// the start. At the end the server evaluates the center and gathers every client's
+/// records (point-to-point, with the transport's timeout; a dropped client is skipped).
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <cstdio>
+#include <fstream>
+#include <span>
+#include <string>
+#include <tcoll/elastic.hpp>
+#include <tcoll/tcoll.hpp>
+#include <vector>
+
+#include "mlp.hpp"
+#include "mnist.hpp"
+
+namespace train {
+
+/// What `--scheme easgd` needs from the command line.
+struct easgd_config {
+  int clients = 2;
+  int interval = 64;
+  double alpha = 0; ///< 0: the library's default, 0.9 / clients
+  int epochs = 5;
+  std::size_t global_batch = 64;
+  sgd_config sgd{};
+  std::uint64_t seed = 1;
+  std::vector<std::size_t> widths;
+  std::size_t eval_chunk = 500;
+  std::string json_path;
+};
+
+/// One client epoch as reported.
+struct easgd_epoch {
+  double epoch = 0, test_accuracy = 0, test_loss = 0, train_loss = 0, seconds = 0, exchanges = 0,
+         bytes_in_client = 0;
+  static constexpr std::size_t fields = 7;
+};
+
+namespace easgd_detail {
+inline void shuffle(std::vector<std::size_t>& order, std::uint64_t seed) {
+  detail::splitmix64 rng{seed};
+  for (std::size_t i = order.size(); i > 1; --i) std::swap(order[i - 1], order[rng.next() % i]);
+}
+inline std::uint64_t hash(std::span<const float> p) {
+  std::uint64_t h = 0xcbf29ce484222325ULL;
+  const auto* b = reinterpret_cast<const unsigned char*>(p.data());
+  for (std::size_t i = 0; i < p.size_bytes(); ++i) h = (h ^ b[i]) * 0x100000001b3ULL;
+  return h;
+}
+/// Test loss sum and hits of `model` over test samples [begin, end).
+inline batch_result evaluate(mlp& model, const dataset& test, std::size_t begin, std::size_t end,
+                             std::size_t chunk) {
+  batch_result out;
+  for (std::size_t c = begin; c < end; c += chunk) {
+    const std::size_t n = std::min(chunk, end - c);
+    const auto r = model.evaluate(test.pixels.data() + c * mnist_pixels, test.labels.data() + c, n);
+    out.loss_sum += r.loss_sum;
+    out.correct += r.correct;
+  }
+  return out;
+}
+constexpr int records_tag = 900; ///< client leader -> server: the epoch records
+} // namespace easgd_detail
+
+/// Runs `--scheme easgd` on rank `t.rank()` of `t`; returns 0, or 3 when a client's
+/// replicas differ. Rank t.size()-1 is the server.
+template <class Transport>
+int run_easgd(Transport& t, const easgd_config& c, const train_test_split& data,
+              const std::vector<std::size_t>& subset) {
+  using clock = std::chrono::steady_clock;
+  namespace el = tcoll::elastic;
+  const auto start = clock::now();
+  el::options eo;
+  eo.clients = c.clients;
+  eo.interval = c.interval;
+  if (c.alpha > 0) eo.alpha = c.alpha;
+  eo.server_rank = t.size() - 1;
+  mlp model(mlp_config{c.widths, c.seed});
+  const std::size_t count = model.parameters().size();
+  const std::size_t test_size = data.test.size();
+  const auto fields = easgd_epoch::fields;
+
+  if (t.rank() == eo.server_rank) {
+    el::server<Transport> server(t, std::span<const float>(model.parameters()), eo);
+    const auto report = server.serve();
+    std::copy(server.center().begin(), server.center().end(), model.parameters().begin());
+    const auto center = easgd_detail::evaluate(model, data.test, 0, test_size, c.eval_chunk);
+    const double center_accuracy = test_size ? double(center.correct) / double(test_size) : 0;
+    std::printf("easgd server: %llu pushes served in %.2f s; center test_accuracy %.2f%%; "
+                "dropped clients: %zu\n",
+                static_cast<unsigned long long>(report.pushes), report.seconds,
+                100 * center_accuracy, report.dropped().size());
+    // gather the clients' records
+    std::vector<std::vector<double>> records(static_cast<std::size_t>(c.clients));
+    for (int k = 0; k < c.clients; ++k) {
+      if (report.clients[static_cast<std::size_t>(k)].dropped) continue;
+      auto& r = records[static_cast<std::size_t>(k)];
+      r.resize(fields * static_cast<std::size_t>(c.epochs));
+      auto req = t.irecv(report.clients[static_cast<std::size_t>(k)].leader, r.data(),
+                         r.size() * sizeof(double), easgd_detail::records_tag);
+      t.wait(req, tcoll::clock::now() + t.timeout());
+    }
+    if (!c.json_path.empty()) {
+      std::ofstream out(c.json_path);
+      out.precision(9);
+      out << "{\n  \"config\": {\"scheme\": \"easgd\", \"ranks\": " << t.size()
+          << ", \"clients\": " << c.clients << ", \"interval\": " << c.interval
+          << ", \"alpha\": " << el::alpha_of(eo) << ", \"epochs\": " << c.epochs
+          << ", \"global_batch\": " << c.global_batch << ", \"seed\": " << c.seed
+          << ", \"learning_rate\": " << c.sgd.learning_rate
+          << "},\n  \"server\": {\"pushes\": " << report.pushes
+          << ", \"seconds\": " << report.seconds
+          << ", \"center_test_accuracy\": " << center_accuracy << "},\n  \"clients\": [";
+      for (int k = 0; k < c.clients; ++k) {
+        out << (k ? ",\n" : "\n") << "    {\"client\": " << k
+            << ", \"ranks\": " << server.layout().client_sizes[static_cast<std::size_t>(k)]
+            << ", \"epochs\": [";
+        const auto& r = records[static_cast<std::size_t>(k)];
+        for (std::size_t e = 0; e * fields < r.size(); ++e) {
+          const double* f = r.data() + e * fields;
+          out << (e ? ", " : "") << "{\"epoch\": " << f[0] << ", \"test_accuracy\": " << f[1]
+              << ", \"test_loss\": " << f[2] << ", \"train_loss\": " << f[3]
+              << ", \"seconds\": " << f[4] << ", \"exchanges\": " << f[5]
+              << ", \"bytes_in_client\": " << f[6] << "}";
+        }
+        out << "]}";
+      }
+      out << "\n  ]\n}\n";
+    }
+    return 0;
+  }
+
+  el::client<Transport> client(t, count, eo);
+  auto& group = client.group();
+  tcoll::counting<tcoll::subgroup<Transport>> counted(group);
+  sgd_momentum optimiser(count, c.sgd);
+  const int me = group.rank(), size = group.size(), id = client.id();
+  // this client's partition of the training samples
+  std::vector<std::size_t> dealt = subset;
+  easgd_detail::shuffle(dealt, c.seed * 0x9e3779b97f4a7c15ULL + 17);
+  const std::size_t S = dealt.size(), C = static_cast<std::size_t>(c.clients);
+  std::vector<std::size_t> part(dealt.begin() + static_cast<std::ptrdiff_t>(S * id / C),
+                                dealt.begin() + static_cast<std::ptrdiff_t>(S * (id + 1) / C));
+  const std::size_t batch = std::max<std::size_t>(1, c.global_batch / C);
+  const std::size_t steps = (part.size() + batch - 1) / batch;
+  std::vector<float> pixels;
+  std::vector<std::uint8_t> labels;
+  std::vector<double> records;
+  int code = 0;
+  for (int epoch = 1; epoch <= c.epochs; ++epoch) {
+    counted.reset();
+    easgd_detail::shuffle(part, c.seed + static_cast<std::uint64_t>(epoch) +
+                                    7919ULL * static_cast<std::uint64_t>(id + 1));
+    double loss = 0;
+    for (std::size_t step = 0; step < steps; ++step) {
+      const std::size_t begin = step * batch, n = std::min(batch, part.size() - begin);
+      const std::size_t lo = begin + n * me / size, hi = begin + n * (me + 1) / size;
+      pixels.clear();
+      labels.clear();
+      for (std::size_t k = lo; k < hi; ++k) {
+        const float* image = data.train.pixels.data() + part[k] * mnist_pixels;
+        pixels.insert(pixels.end(), image, image + mnist_pixels);
+        labels.push_back(data.train.labels[part[k]]);
+      }
+      const float scale = static_cast<float>(size) / static_cast<float>(n);
+      loss += model.forward_backward(pixels.data(), labels.data(), labels.size(), scale).loss_sum;
+      tcoll::allreduce(counted, model.gradients(), tcoll::avg_op{}, tcoll::automatic{});
+      client.step(model.parameters()); // Fig. 8: elastic step before the SGD update
+      optimiser.step(model.parameters(), model.gradients());
+    }
+    const std::size_t tb = test_size * me / size, te = test_size * (me + 1) / size;
+    const auto test = easgd_detail::evaluate(model, data.test, tb, te, c.eval_chunk);
+    std::vector<double> stats{loss, test.loss_sum, double(test.correct),
+                              double(counted.counts().bytes_sent)};
+    tcoll::allreduce(group, std::span<double>(stats), tcoll::sum_op{}, tcoll::automatic{});
+    std::uint64_t hmin = easgd_detail::hash(model.parameters()), hmax = hmin;
+    tcoll::allreduce(group, std::span<std::uint64_t>(&hmin, 1), tcoll::min_op{},
+                     tcoll::automatic{});
+    tcoll::allreduce(group, std::span<std::uint64_t>(&hmax, 1), tcoll::max_op{},
+                     tcoll::automatic{});
+    if (hmin != hmax) code = 3;
+    const easgd_epoch rec{double(epoch),
+                          test_size ? stats[2] / double(test_size) : 0,
+                          test_size ? stats[1] / double(test_size) : 0,
+                          part.empty() ? 0 : stats[0] / double(part.size()),
+                          std::chrono::duration<double>(clock::now() - start).count(),
+                          double(client.exchanges()),
+                          stats[3] / size};
+    records.insert(records.end(), {rec.epoch, rec.test_accuracy, rec.test_loss, rec.train_loss,
+                                   rec.seconds, rec.exchanges, rec.bytes_in_client});
+    if (client.leader()) {
+      std::printf("client %d epoch %d  train_loss %.4f  test_loss %.4f  test_accuracy %.2f%%  "
+                  "exchanges %llu  at %.2f s%s\n",
+                  id, epoch, rec.train_loss, rec.test_loss, 100 * rec.test_accuracy,
+                  static_cast<unsigned long long>(client.exchanges()), rec.seconds,
+                  hmin == hmax ? "" : "  REPLICAS DIFFER");
+      std::fflush(stdout);
+    }
+  }
+  client.finish();
+  if (client.leader()) {
+    auto req = t.isend(eo.server_rank, records.data(), records.size() * sizeof(double),
+                       easgd_detail::records_tag);
+    t.wait(req, tcoll::clock::now() + t.timeout());
+  }
+  return code;
+}
+
+} // namespace train

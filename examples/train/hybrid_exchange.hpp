@@ -1,0 +1,152 @@
+#pragma once
+/// \file
+/// `--scheme hybrid`: Poseidon's hybrid communication (Sec. 3.2) with `tcoll::hybrid`.
+/// At plan time (construction) every weight layer is given a scheme by
+/// `tcoll::hybrid::best_scheme` (tcoll's alpha-beta comparison of a dense ring allreduce
+/// of the M x N gradient against `sfb_allreduce`'s ring allgathers of the K x M and K x N
+/// factors, K = samples per rank); biases always go dense. Every rank computes the same
+/// plan from the same shapes and link parameters.
+///
+/// During backward, `gradient_ready(weight of an SFB layer)` copies the layer's factors
+/// (`mlp::current_factors`: inputs are the u's, output errors the v's) into K_pad x M and
+/// K_pad x N buffers, K_pad = ceil(global batch / ranks) on every rank (a shorter shard
+/// is padded with zero rows, which add exact zeros: `sfb_allreduce` needs equal K). After
+/// backward, `finish_step` averages the tensors in backward order: dense ones with
+/// `tcoll::allreduce(avg)`, SFB ones with `sfb_allreduce(avg)` into the weight gradient.
+/// The per-tensor bytes posted are counted on the counting transport.
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <string>
+#include <tcoll/hybrid.hpp>
+#include <tcoll/tcoll.hpp>
+#include <vector>
+
+#include "exchange.hpp"
+#include "mlp.hpp"
+
+namespace train {
+
+/// Link parameters the plan is made for.
+struct hybrid_config {
+  std::size_t global_batch = 64;
+  double link_gbit = 10.0;   ///< bandwidth of the modelled link
+  double link_alpha_us = 20; ///< latency of one message on it
+};
+
+/// Per-layer SFB or dense exchange, chosen at plan time (see the file comment).
+template <class Comm, class Algo>
+class hybrid_exchange final : public gradient_exchange {
+public:
+  hybrid_exchange(Comm& comm, mlp& model, const Algo& algo, const hybrid_config& c)
+      : comm_(&comm), model_(&model), algo_(algo) {
+    const int P = comm.size();
+    k_pad_ = (c.global_batch + static_cast<std::size_t>(P) - 1) / static_cast<std::size_t>(P);
+    tcoll::hybrid::sfb_costs costs;
+    costs.machine.inter.alpha_us = c.link_alpha_us;
+    costs.machine.inter.beta_us_per_byte = c.link_gbit > 0 ? 8.0 / (c.link_gbit * 1e3) : 0.0;
+    const auto& tensors = model.tensors();
+    entries_.resize(tensors.size());
+    for (std::size_t layer = 0; layer < model.layer_count(); ++layer) {
+      const std::size_t w = model.weight_tensor(layer);
+      const auto& t = tensors[w];
+      entry& e = entries_[w];
+      e.layer = layer;
+      e.M = t.columns; // u = the layer's input
+      e.N = t.rows;    // v = the error of its output
+      const auto fc = tcoll::hybrid::layer::fc(e.M, e.N);
+      e.sfb = tcoll::hybrid::best_scheme(fc, P, static_cast<int>(k_pad_), costs) ==
+              tcoll::hybrid::scheme::sfb;
+      e.dense_us = tcoll::hybrid::dense_cost_us(fc, P, costs);
+      e.sfb_us = tcoll::hybrid::sfb_cost_us(fc, P, static_cast<int>(k_pad_), costs);
+      if (e.sfb) {
+        e.u.assign(k_pad_ * e.M, 0.0f);
+        e.v.assign(k_pad_ * e.N, 0.0f);
+      }
+    }
+  }
+
+  void gradient_ready(std::size_t i) override {
+    entry& e = entries_[i];
+    if (!e.sfb) return;
+    const auto& f = model_->current_factors();
+    if (f.samples > k_pad_)
+      throw tcoll::invalid_argument("hybrid: shard of " + std::to_string(f.samples) +
+                                        " samples exceeds the planned K " + std::to_string(k_pad_),
+                                    comm_->rank());
+    std::memcpy(e.u.data(), f.input, f.samples * e.M * sizeof(float));
+    std::memcpy(e.v.data(), f.delta, f.samples * e.N * sizeof(float));
+    std::fill(e.u.begin() + static_cast<std::ptrdiff_t>(f.samples * e.M), e.u.end(), 0.0f);
+    std::fill(e.v.begin() + static_cast<std::ptrdiff_t>(f.samples * e.N), e.v.end(), 0.0f);
+  }
+
+  void finish_step() override {
+    const auto& tensors = model_->tensors();
+    auto grads = model_->gradients();
+    for (std::size_t i = 0; i < tensors.size(); ++i) {
+      entry& e = entries_[i];
+      const auto before = bytes_now();
+      float* g = grads.data() + tensors[i].offset;
+      if (e.sfb)
+        tcoll::hybrid::sfb_allreduce(*comm_, e.u.data(), e.v.data(), k_pad_, e.M, e.N, g,
+                                     tcoll::avg_op{});
+      else
+        tcoll::allreduce(*comm_, std::span<float>(g, tensors[i].size()), tcoll::avg_op{}, algo_);
+      e.bytes += bytes_now() - before;
+    }
+    ++steps_;
+  }
+
+  /// One line per tensor: the scheme, the modelled costs and the bytes per step posted.
+  std::string describe() const override {
+    std::string out = "hybrid plan (K = " + std::to_string(k_pad_) + " per rank, " +
+                      std::to_string(comm_->size()) + " ranks):";
+    const auto& tensors = model_->tensors();
+    for (std::size_t i = 0; i < tensors.size(); ++i) {
+      const entry& e = entries_[i];
+      char line[256];
+      const bool weight = e.M > 0;
+      std::snprintf(
+          line, sizeof line, "\n  %-14s %-5s %s  bytes/step/rank %.0f", tensors[i].name.c_str(),
+          e.sfb ? "sfb" : "dense",
+          weight
+              ? ("(model: dense " + fmt(e.dense_us) + " us, sfb " + fmt(e.sfb_us) + " us)").c_str()
+              : "(bias: always dense)",
+          steps_ ? static_cast<double>(e.bytes) / static_cast<double>(steps_) : 0.0);
+      out += line;
+    }
+    return out;
+  }
+
+  /// Is tensor `i` exchanged as sufficient factors?
+  bool is_sfb(std::size_t i) const { return entries_[i].sfb; }
+
+private:
+  struct entry {
+    std::size_t layer = 0, M = 0, N = 0;
+    bool sfb = false;
+    double dense_us = 0, sfb_us = 0;
+    std::vector<float> u, v;
+    std::uint64_t bytes = 0;
+  };
+  static std::string fmt(double us) {
+    char b[32];
+    std::snprintf(b, sizeof b, "%.0f", us);
+    return b;
+  }
+  std::uint64_t bytes_now() const {
+    if constexpr (requires { comm_->counts().bytes_sent; })
+      return static_cast<std::uint64_t>(comm_->counts().bytes_sent);
+    else
+      return 0;
+  }
+
+  Comm* comm_;
+  mlp* model_;
+  Algo algo_;
+  std::size_t k_pad_ = 1;
+  std::vector<entry> entries_;
+  std::uint64_t steps_ = 0;
+};
+
+} // namespace train
