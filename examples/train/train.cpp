@@ -83,9 +83,9 @@ struct options {
   /// --check-learning demands last <= (1 - this) * first: a quarter less, well above the
   /// batch-to-batch noise of an untrained model (within 5% at learning rate 0, seeds 1-6).
   double min_loss_decrease = 0.25;
-  int clients = 2;    ///< easgd: client groups (plus one server rank)
-  int interval = 64;  ///< easgd: iterations between elastic exchanges
-  double alpha = 0;   ///< easgd: elastic rate; 0 = 0.9 / clients
+  int clients = 2;             ///< easgd: client groups (plus one server rank)
+  int interval = 64;           ///< easgd: iterations between elastic exchanges
+  double alpha = 0;            ///< easgd: elastic rate; 0 = 0.9 / clients
   double link_gbit = 0;        ///< threads: emulated link between nodes (0: none)
   double link_latency_us = 20; ///< threads: its per-message latency
   int node_ranks = 0;          ///< threads: ranks per emulated node (0: 1, easgd: per client)
@@ -570,8 +570,8 @@ int run(const options& o, bool is_root, RunRanks&& run_ranks) {
   std::vector<epoch_record> records;
   int ranks = 0;
   if (o.scheme == "easgd") { // its own loop and reports (elastic_exchange.hpp)
-    train::easgd_config c{o.clients, o.interval, o.alpha, o.epochs, o.global_batch, o.sgd,
-                          o.seed, layer_widths(o), o.eval_chunk, o.json_path};
+    train::easgd_config c{o.clients, o.interval, o.alpha,         o.epochs,     o.global_batch,
+                          o.sgd,     o.seed,     layer_widths(o), o.eval_chunk, o.json_path};
     std::atomic<int> code{exit_ok};
     run_ranks([&](auto& t) {
       if (t.rank() == 0 && is_root)
@@ -636,8 +636,8 @@ int main(int argc, char** argv) {
         int per_node = o.node_ranks;
         if (per_node < 1) per_node = o.scheme == "easgd" ? (o.ranks - 1) / o.clients : 1;
         tcoll::shaped_network net(tcoll::shaping{
-            std::chrono::nanoseconds(static_cast<long long>(o.link_latency_us * 1e3)),
-            o.link_gbit, per_node});
+            std::chrono::nanoseconds(static_cast<long long>(o.link_latency_us * 1e3)), o.link_gbit,
+            per_node});
         std::printf("train: emulated link %.3g Gbit/s, %.3g us between nodes of %d ranks\n",
                     o.link_gbit, o.link_latency_us, per_node);
         return run(o, true, [&](auto&& body) {
