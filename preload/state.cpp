@@ -285,11 +285,23 @@ void count_fallback(coll c, fallback why) {
   if (d >= 2) emit(prefix() + coll_name(c) + ": PMPI fallback (" + fallback_name(why) + ")\n");
 }
 
+namespace {
+/// 0: not known to be initialised yet, 1: initialised, 2: MPI_Finalize was called. Once
+/// MPI is up only the MPI_Finalize wrapper changes it, so the wrappers skip
+/// MPI_Initialized/MPI_Finalized (a mutex each in Open MPI) on every call.
+std::atomic<int> mpi_state{0};
+} // namespace
+
 bool mpi_active() noexcept {
+  const int known = mpi_state.load(std::memory_order_acquire);
+  if (known != 0) return known == 1;
   int initialized = 0, finalized = 0;
   PMPI_Initialized(&initialized);
   PMPI_Finalized(&finalized);
-  return initialized && !finalized;
+  if (!initialized || finalized) return false;
+  int expected = 0;
+  mpi_state.compare_exchange_strong(expected, 1);
+  return mpi_state.load() == 1;
 }
 
 void print_error(coll c, const std::string& what) {
@@ -517,6 +529,7 @@ TCOLL_PRELOAD_EXPORT int MPI_Finalize(void) {
     for (comm_state* s : live) PMPI_Comm_delete_attr(s->user, keyval); // runs delete_state
     if (keyval != MPI_KEYVAL_INVALID) PMPI_Comm_free_keyval(&keyval);
   }
+  mpi_state.store(2, std::memory_order_release);
   return PMPI_Finalize();
 }
 

@@ -1,0 +1,60 @@
+#!/usr/bin/env bash
+# Times an unmodified MPI_Allreduce loop (bench/preload/allreduce_loop.c, float sum, out of
+# place) three ways in one script, interleaved, `reps` times each: plain MPI, under
+# libtcoll_mpi.so with the default selection (passthrough up to 16 KiB), and under it with
+# tcoll's own algorithms only (recursive_doubling up to 32 KiB, ring above). Prints a
+# Markdown table of the medians over the repetitions (time per call and busbw ratio to MPI).
+# usage: bash bench/preload/run.sh [build dir, default build] [reps, 5] ["2 4" rank counts]
+#        [-b -e -f -r -t arguments for the loop]
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+build=${1:-build}
+reps=${2:-5}
+nps=${3:-"2 4"}
+shift $(( $# < 3 ? $# : 3 ))
+loop_args=("$@")
+lib=$PWD/$build/preload/libtcoll_mpi.so
+[ -f "$lib" ] || { echo "run.sh: $lib missing (ninja -C $build preload/libtcoll_mpi.so)" >&2; exit 1; }
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+mpicc -O2 -o "$tmp/loop" bench/preload/allreduce_loop.c
+M=(mpirun --oversubscribe --mca btl self,vader,tcp --mca btl_vader_single_copy_mechanism none)
+for np in $nps; do
+  for rep in $(seq "$reps"); do
+    env -u TCOLL_ALLREDUCE_ALGO "${M[@]}" -np "$np" "$tmp/loop" "${loop_args[@]}" > "$tmp/mpi.$np.$rep"
+    env -u TCOLL_ALLREDUCE_ALGO "${M[@]}" -np "$np" -x LD_PRELOAD="$lib" "$tmp/loop" \
+      "${loop_args[@]}" > "$tmp/default.$np.$rep"
+    TCOLL_ALLREDUCE_ALGO="recursive_doubling:0-32K;ring:32K-max" "${M[@]}" -np "$np" \
+      -x LD_PRELOAD="$lib" -x TCOLL_ALLREDUCE_ALGO "$tmp/loop" "${loop_args[@]}" > "$tmp/own.$np.$rep"
+  done
+done
+python3 - "$tmp" "$reps" $nps <<'PY'
+import statistics, sys
+tmp, reps, nps = sys.argv[1], int(sys.argv[2]), sys.argv[3:]
+def load(kind, np):
+    runs = []
+    for rep in range(1, reps + 1):
+        rows = {}
+        for line in open(f"{tmp}/{kind}.{np}.{rep}"):
+            if line.startswith("#"): continue
+            size, us, bw, wrong = line.split()
+            if int(wrong): sys.exit(f"{kind} np {np}: {wrong} wrong elements at {size} B")
+            rows[int(size)] = float(us)
+        runs.append(rows)
+    return {s: statistics.median(r[s] for r in runs) for s in runs[0]}
+def human(b):
+    for u in ("B", "KiB", "MiB", "GiB"):
+        if b < 1024: return f"{b} {u}"
+        b //= 1024
+for np in nps:
+    mpi, dflt, own = load("mpi", np), load("default", np), load("own", np)
+    print(f"\n{np} processes (medians of {reps} runs; ratio = MPI time / preload time = busbw ratio)\n")
+    print("| size | MPI_Allreduce us | MPI busbw GB/s | preload default us | ratio | preload tcoll-only us | ratio |")
+    print("|---:|---:|---:|---:|---:|---:|---:|")
+    n = int(np)
+    for s in sorted(mpi):
+        bw = s / (mpi[s] * 1e-6) * 2 * (n - 1) / n / 1e9
+        print(f"| {human(s)} | {mpi[s]:.2f} | {bw:.2f} | {dflt[s]:.2f} | {mpi[s] / dflt[s]:.2f} | "
+              f"{own[s]:.2f} | {mpi[s] / own[s]:.2f} |")
+PY
