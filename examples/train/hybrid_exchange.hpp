@@ -12,13 +12,17 @@
 /// K_pad x N buffers, K_pad = ceil(global batch / ranks) on every rank (a shorter shard
 /// is padded with zero rows, which add exact zeros: `sfb_allreduce` needs equal K). After
 /// backward, `finish_step` averages the tensors in backward order: dense ones with
-/// `tcoll::allreduce(avg)`, SFB ones with `sfb_allreduce(avg)` into the weight gradient.
+/// `tcoll::allreduce(avg)`, SFB ones with `sfb_allreduce(avg)` into the weight gradient
+/// (reconstructed with `eigen_gemm`: the app links Eigen anyway, and it is several times
+/// faster than `host_gemm` here). Backward still computes the dense weight gradient of an
+/// SFB layer, which the reconstruction then overwrites (the mlp has no switch to skip it).
 /// The per-tensor bytes posted are counted on the counting transport.
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
 #include <string>
 #include <tcoll/hybrid.hpp>
+#include <tcoll/hybrid/eigen_gemm.hpp>
 #include <tcoll/tcoll.hpp>
 #include <vector>
 
@@ -89,7 +93,7 @@ public:
       float* g = grads.data() + tensors[i].offset;
       if (e.sfb)
         tcoll::hybrid::sfb_allreduce(*comm_, e.u.data(), e.v.data(), k_pad_, e.M, e.N, g,
-                                     tcoll::avg_op{});
+                                     tcoll::avg_op{}, tcoll::hybrid::eigen_gemm{});
       else
         tcoll::allreduce(*comm_, std::span<float>(g, tensors[i].size()), tcoll::avg_op{}, algo_);
       e.bytes += bytes_now() - before;

@@ -1,0 +1,51 @@
+#!/usr/bin/env bash
+# The training runs behind docs/hybrid.md, "In the training app": dense against
+# --scheme hybrid (Poseidon's per-layer SFB or dense) on thread ranks, ring allreduce for
+# every dense tensor (the algorithm best_scheme's model assumes).
+#  1. accuracy: 2, 4, 8, 16 ranks, 3 epochs, no emulated link;
+#  2. time per iteration on emulated links (tcoll::shaped, one rank per node, 20 us):
+#     global batch 32, 128, 512, 2048 at 4 ranks on 1 and 10 Gbit/s, and 2, 4, 8, 16 ranks at
+#     batch 256 on 1 Gbit/s; one epoch over the 4,000 training samples (evaluation of the
+#     1,000 test samples included, the same for both schemes).
+# One JSON and one stdout log (with the per-layer plan and bytes) per run in OUT_DIR;
+# plot with examples/train/plot_hybrid.py.
+#
+#   bash examples/train/hybrid_runs.sh [BUILD_DIR] [OUT_DIR] [PARTS]
+#
+# PARTS: "acc time" (default), or one of them.
+set -euo pipefail
+build=${1:-build-hybrid}
+out=${2:-docs/results/hybrid}
+parts=${3:-acc time}
+exe="$build/examples/train_mnist"
+[ -x "$exe" ] || { echo "hybrid_runs: $exe not built" >&2; exit 1; }
+mkdir -p "$out"
+run() { # NAME ARGS...
+  local name=$1
+  shift
+  "$exe" --algo ring --json "$out/$name.json" "$@" > "$out/$name.txt"
+  echo "== $name: $(grep -E '^epoch' "$out/$name.txt" | tail -n 1)"
+}
+[[ " $parts " == *" acc "* ]] && for ranks in 2 4 8 16; do
+  for scheme in dense hybrid; do
+    run "acc_${scheme}_p${ranks}" --ranks "$ranks" --epochs 3 --scheme "$scheme"
+  done
+done
+[[ " $parts " == *" time "* ]] || exit 0
+for gbit in 1 10; do
+  for batch in 32 128 512 2048; do
+    for scheme in dense hybrid; do
+      run "time_${scheme}_g${gbit}_p4_b${batch}" --ranks 4 --batch "$batch" --epochs 1 \
+        --link-gbit "$gbit" --scheme "$scheme"
+    done
+  done
+done
+for ranks in 2 8 16; do # 4 ranks at batch 256: between the batch sweep's points; run it too
+  for scheme in dense hybrid; do
+    run "time_${scheme}_g1_p${ranks}_b256" --ranks "$ranks" --batch 256 --epochs 1 \
+      --link-gbit 1 --scheme "$scheme"
+  done
+done
+for scheme in dense hybrid; do
+  run "time_${scheme}_g1_p4_b256" --ranks 4 --batch 256 --epochs 1 --link-gbit 1 --scheme "$scheme"
+done

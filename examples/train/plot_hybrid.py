@@ -1,0 +1,82 @@
+#!/usr/bin/env python3
+"""Time per iteration of dense vs --scheme hybrid from the runs of hybrid_runs.sh.
+
+    python3 examples/train/plot_hybrid.py [RESULTS_DIR] [PNG] [--markdown]
+
+Time per iteration = the epoch's wall time (evaluation of the test split included, the
+same for both schemes) / steps. --markdown prints the tables used in docs/hybrid.md.
+"""
+import glob
+import json
+import math
+import os
+import re
+import sys
+
+
+def load(results):
+    out = {}
+    for path in glob.glob(os.path.join(results, "time_*.json")):
+        m = re.match(r"time_(dense|hybrid)_g(\d+)_p(\d+)_b(\d+)\.json", os.path.basename(path))
+        if not m:
+            continue
+        with open(path) as f:
+            run = json.load(f)
+        steps = math.ceil(run["config"]["train_samples"] / run["config"]["global_batch"])
+        e = run["epochs"][0]
+        out[(m[1], int(m[2]), int(m[3]), int(m[4]))] = {
+            "ms": 1e3 * e["seconds"] / steps, "steps": steps,
+            "mb": sum(e["bytes_sent_per_rank"]) / len(e["bytes_sent_per_rank"]) / steps / 1e6}
+    return out
+
+
+def main():
+    args = [a for a in sys.argv[1:] if not a.startswith("--")]
+    results = args[0] if args else "docs/results/hybrid"
+    png = args[1] if len(args) > 1 else "docs/img/hybrid_crossover.png"
+    runs = load(results)
+    keys = sorted({k[1:] for k in runs})
+    if "--markdown" in sys.argv:
+        print("| link | ranks | batch | steps | dense ms/it | hybrid ms/it | hybrid/dense "
+              "| dense MB/it/rank | hybrid MB/it/rank |")
+        print("|---|---|---|---|---|---|---|---|---|")
+        for g, p, b in keys:
+            d, h = runs.get(("dense", g, p, b)), runs.get(("hybrid", g, p, b))
+            if d and h:
+                print(f"| {g} Gbit/s | {p} | {b} | {d['steps']} | {d['ms']:.1f} | {h['ms']:.1f} "
+                      f"| {h['ms'] / d['ms']:.2f} | {d['mb']:.2f} | {h['mb']:.2f} |")
+        return
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(11, 4))
+    for g, style in ((1, "-"), (10, "--")):
+        bs = sorted(b for (s, gg, p, b) in runs if s == "dense" and gg == g and p == 4)
+        for scheme, color in (("dense", "C0"), ("hybrid", "C1")):
+            ys = [runs[(scheme, g, 4, b)]["ms"] for b in bs if (scheme, g, 4, b) in runs]
+            if ys:
+                ax1.plot(bs[:len(ys)], ys, style, color=color, marker="o",
+                         label=f"{scheme}, {g} Gbit/s")
+    ax1.set_xscale("log", base=2)
+    ax1.set_yscale("log")
+    ax1.set_xlabel("global batch (4 ranks)")
+    ps = sorted({p for (s, g, p, b) in runs if g == 1 and b == 256})
+    for scheme, color in (("dense", "C0"), ("hybrid", "C1")):
+        ys = [runs[(scheme, 1, p, 256)]["ms"] for p in ps if (scheme, 1, p, 256) in runs]
+        ax2.plot(ps[:len(ys)], ys, color=color, marker="o", label=f"{scheme}, 1 Gbit/s")
+    ax2.set_xscale("log", base=2)
+    ax2.set_xlabel("ranks (global batch 256)")
+    for ax in (ax1, ax2):
+        ax.set_ylabel("time per iteration [ms]")
+        ax.grid(alpha=0.3, which="both")
+        ax.legend(fontsize=8)
+    fig.suptitle("MNIST MLP 784-512-256-10: dense ring allreduce vs per-layer hybrid (SFB), "
+                 "emulated links")
+    fig.tight_layout()
+    os.makedirs(os.path.dirname(png), exist_ok=True)
+    fig.savefig(png, dpi=110)
+    print("wrote", png)
+
+
+if __name__ == "__main__":
+    main()
