@@ -399,7 +399,7 @@ double mem_dense(std::size_t n, int P) {
   return 4.0 * n * P;
 }
 double mem_csc(std::size_t n, int P, double d) {
-  return (8.0 + 4.0 * d) * n * P;
+  return (8.0 + (d < 1.0 ? 4.0 * d : 0.0)) * n * P; // density 1 runs in place: no send buffer
 }
 double mem_topk(std::size_t n, int P, double d) {
   const double k = static_cast<double>(topk_count(d, n));
