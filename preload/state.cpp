@@ -11,6 +11,7 @@
 #include <cstring>
 #include <mutex>
 #include <set>
+#include <thread>
 #include <utility>
 
 #undef MPI_Finalize
@@ -319,8 +320,37 @@ int report_settings_error(coll c, MPI_Comm comm) {
   return report_error(c, comm, MPI_ERR_ARG, "invalid environment: " + config().error);
 }
 
+/// Waits (at most TCOLL_TIMEOUT, then throws timeout_error) until every rank of `s` has
+/// reached this point, before a blocking creation step. `what` names it for errors.
+static void join(const comm_state& s, const char* what) {
+  const MPI_Comm user = s.user;
+  const int rank = s.rank, size = s.size;
+  // MPI_Comm_dup and MPI_Comm_split block without a timeout until every rank calls them. An
+  // MPI_Ibarrier polled against TCOLL_TIMEOUT first makes sure every rank is here (after it
+  // the creation is bounded), so a rank that never joins is reported instead of hanging.
+  MPI_Request q = MPI_REQUEST_NULL;
+  detail::mpi::check(PMPI_Ibarrier(user, &q), "PMPI_Ibarrier", rank);
+  const auto started = clock::now();
+  const auto until = started + config().timeout;
+  for (;;) {
+    int done = 0;
+    detail::mpi::check(PMPI_Test(&q, &done, MPI_STATUS_IGNORE), "PMPI_Test(PMPI_Ibarrier)", rank);
+    if (done) return;
+    const auto now = clock::now();
+    if (now >= until) // the request stays with MPI (a collective cannot be cancelled)
+      throw timeout_error(std::string("creating tcoll's transport for ") + what +
+                              ": not every rank of the communicator (size " + std::to_string(size) +
+                              ") arrived within " +
+                              std::to_string(config().timeout.count() / 1000) +
+                              " s (TCOLL_TIMEOUT)",
+                          rank);
+    if (now - started > std::chrono::milliseconds(1)) std::this_thread::yield();
+  }
+}
+
 mpi_transport& comm_state::transport() {
   if (!flat) {
+    join(*this, "its first collective");
     mpi_options o;
     o.timeout = config().timeout;
     flat = std::make_unique<mpi_transport>(user, o);
@@ -330,7 +360,9 @@ mpi_transport& comm_state::transport() {
 
 hierarchical<mpi_transport, mpi_transport>& comm_state::hierarchy() {
   if (!hier) {
-    mpi_transport& t = transport();
+    const bool fresh = !flat;
+    mpi_transport& t = transport(); // joins when it creates the flat transport
+    if (!fresh) join(*this, "hierarchical");
     intra = std::make_unique<mpi_transport>(t.split_shared());
     inter = std::make_unique<mpi_transport>(t.split(intra->rank(), rank));
     int local = intra->size(), shards = 0;

@@ -1,3 +1,4 @@
+#define _POSIX_C_SOURCE 200809L /* nanosleep */
 /* An unmodified MPI program (it calls only MPI) that checks the results of MPI_Allreduce,
  * MPI_Iallreduce, MPI_Reduce_scatter_block, MPI_Reduce, MPI_Allgather and MPI_Bcast for
  * every predefined C integer and floating type x every predefined op MPI allows on it x
@@ -16,6 +17,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 static int errors = 0;
 static long checks = 0;
@@ -503,8 +505,38 @@ static void check_fallbacks(MPI_Comm comm) {
   }
 }
 
+/* Modes "stall" and "stall_first": rank 0 starts a 1 MiB MPI_Allreduce that no other rank
+ * joins (they sleep, then finalize), after one good call or as the very first call (then the
+ * creation of tcoll's transport waits). Under MPI alone that hangs; under the preload the tcoll
+ * call must fail after TCOLL_TIMEOUT with an error naming the peer (the test expects that message).
+ */
+static int stall(int first) {
+  enum { N = 1 << 18 };
+  float* buf = xmalloc(sizeof(float) * N);
+  for (int i = 0; i < N; ++i) buf[i] = 1.0f;
+  if (!first) /* one good call first: the stall then hits tcoll's own waits, not its setup */
+    MPI_Allreduce(MPI_IN_PLACE, buf, N, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
+  if (world_rank == 0) {
+    MPI_Allreduce(MPI_IN_PLACE, buf, N, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
+    fprintf(stderr, "rank 0: the stalled MPI_Allreduce returned\n");
+  } else {
+    for (int i = 0; i < 30; ++i) {
+      struct timespec t = {1, 0};
+      nanosleep(&t, NULL);
+    }
+  }
+  free(buf);
+  MPI_Finalize();
+  return 1;
+}
+
 int main(int argc, char** argv) {
   quick = argc > 1 && strcmp(argv[1], "quick") == 0;
+  if (argc > 1 && strncmp(argv[1], "stall", 5) == 0) {
+    MPI_Init(&argc, &argv);
+    MPI_Comm_rank(MPI_COMM_WORLD, &world_rank);
+    return stall(strcmp(argv[1], "stall_first") == 0);
+  }
   const int single = argc > 2 && strcmp(argv[2], "single") == 0;
   int provided = MPI_THREAD_SINGLE;
   if (single)
