@@ -447,7 +447,25 @@ const std::vector<named_type>& reducible_types() {
 }
 } // namespace
 
+namespace {
+reduction classify_uncached(MPI_Datatype type, MPI_Op op);
+} // namespace
+
 reduction classify_reduction(MPI_Datatype type, MPI_Op op) {
+  // Programs repeat the same (type, op): one remembered answer per thread skips the table
+  // scan and MPI_Type_size. Only predefined ops and types are remembered (their handles
+  // never change meaning; a freed user op's handle could be reused).
+  thread_local MPI_Datatype last_type = MPI_DATATYPE_NULL;
+  thread_local MPI_Op last_op = MPI_OP_NULL;
+  thread_local reduction last;
+  if (type == last_type && op == last_op && type != MPI_DATATYPE_NULL) return last;
+  const reduction r = classify_uncached(type, op);
+  if (r.ok()) last_type = type, last_op = op, last = r;
+  return r;
+}
+
+namespace {
+reduction classify_uncached(MPI_Datatype type, MPI_Op op) {
   reduction r;
   opk o = opk::none;
   if (op == MPI_SUM)
@@ -527,6 +545,8 @@ reduction classify_reduction(MPI_Datatype type, MPI_Op op) {
   r.size = static_cast<std::size_t>(size);
   return r;
 }
+
+} // namespace
 
 std::size_t contiguous_size(MPI_Datatype type) {
   if (type == MPI_DATATYPE_NULL) return 0;
