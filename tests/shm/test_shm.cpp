@@ -7,8 +7,10 @@
 #include <mpi.h>
 
 #include <chrono>
+#include <cstring>
 #include <filesystem>
 #include <string>
+#include <tcoll/node_hierarchy.hpp>
 #include <tcoll/schedule.hpp>
 #include <tcoll/transport/shm.hpp>
 #include <thread>
@@ -236,4 +238,40 @@ TEST_CASE("shm: barrier holds every rank until the last arrives, and times out a
     if (r == 0) CHECK_THROWS_AS(lone.barrier(), tcoll::timeout_error);
     MPI_Barrier(MPI_COMM_WORLD);
   }
+}
+
+TEST_CASE("shm: hierarchical<shm, mpi> (mpi_node_hierarchy) equals MPI_Allreduce, both forms") {
+  const int P = world_size();
+  for (int per_node : {0, 1, 2, 3}) {
+    if (per_node > P) continue;
+    CAPTURE(per_node);
+    tcoll::mpi_node_hierarchy machine(MPI_COMM_WORLD, {.ranks_per_node = per_node});
+    const int r = machine.rank();
+    CHECK(machine.size() == P);
+    if (per_node > 0)
+      CHECK(machine.intra().size() == std::min(per_node, P - r / per_node * per_node));
+    for (auto form : {tcoll::hierarchical_form::leader, tcoll::hierarchical_form::sharded})
+      for (std::size_t n : {std::size_t{1}, std::size_t{7}, std::size_t{10000}}) {
+        CAPTURE(n);
+        // integer-valued inputs: any order gives the same bits, so MPI is an exact reference
+        std::vector<float> in(n), out(n, -1.0f), want(n);
+        for (std::size_t i = 0; i < n; ++i) in[i] = float((r + 1) * 3 + int(i % 13));
+        const auto before = in;
+        tcoll::hierarchical_options<tcoll::ring> opt;
+        opt.form = form;
+        tcoll::allreduce(machine.get(), in.data(), out.data(), n, tcoll::sum_op{}, opt);
+        MPI_Allreduce(in.data(), want.data(), int(n), MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
+        CHECK(in == before);
+        CHECK(out == want);
+        // fractional inputs: bitwise identical on every rank
+        for (std::size_t i = 0; i < n; ++i) in[i] = 0.1f * float(r + 1) + 1e-3f * float(i % 97);
+        tcoll::allreduce(machine.get(), in.data(), in.data(), n, tcoll::sum_op{}, opt);
+        std::vector<float> first(n);
+        if (r == 0) first = in;
+        MPI_Bcast(first.data(), int(n * sizeof(float)), MPI_BYTE, 0, MPI_COMM_WORLD);
+        CHECK(std::memcmp(first.data(), in.data(), n * sizeof(float)) == 0);
+      }
+  }
+  CHECK_THROWS_AS(tcoll::mpi_node_hierarchy(MPI_COMM_WORLD, {.ranks_per_node = -1}),
+                  tcoll::invalid_argument);
 }
