@@ -9,6 +9,7 @@
 #include <chrono>
 #include <cstring>
 #include <filesystem>
+#include <limits>
 #include <string>
 #include <tcoll/node_hierarchy.hpp>
 #include <tcoll/schedule.hpp>
@@ -36,7 +37,25 @@ tcoll::shm_options small_slots(std::chrono::milliseconds timeout = 30s) {
   o.slot_bytes = 256;
   o.slots = 2;
   o.lanes = 2;
+  o.single_copy_min_bytes = std::numeric_limits<std::size_t>::max();
   return o;
+}
+
+/// Tiny slots with single copy from 512 bytes in 128-byte pieces: the cross-memory-attach
+/// path (where permitted) at small counts, across piece boundaries.
+tcoll::shm_options small_single_copy(std::chrono::milliseconds timeout = 30s) {
+  tcoll::shm_options o = small_slots(timeout);
+  o.single_copy_min_bytes = 512;
+  o.single_copy_piece_bytes = 128;
+  return o;
+}
+
+/// Same answer on every rank (they must all send the same way).
+bool single_copy_agreed(const tcoll::shm_transport& t) {
+  int mine = t.single_copy() ? 1 : 0, low = 0, high = 0;
+  MPI_Allreduce(&mine, &low, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
+  MPI_Allreduce(&mine, &high, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+  return low == high;
 }
 
 std::size_t tcoll_files_in_dev_shm() {
@@ -50,8 +69,9 @@ std::size_t tcoll_files_in_dev_shm() {
 } // namespace
 
 TEST_CASE("shm: allreduce float sum, every algorithm and count, default and tiny slots") {
-  for (const auto& options : {tcoll::shm_options{}, small_slots()}) {
+  for (const auto& options : {tcoll::shm_options{}, small_slots(), small_single_copy()}) {
     tcoll::shm_transport t(MPI_COMM_WORLD, options);
+    CHECK(single_copy_agreed(t));
     const int P = t.size();
     matrix_options opt;
     opt.types = {"float"};
@@ -69,12 +89,46 @@ TEST_CASE("shm: allreduce every type x op at a few counts") {
 }
 
 TEST_CASE("shm: fractional rounding, non-commutative order, the other collectives") {
-  tcoll::shm_transport t(MPI_COMM_WORLD, small_slots());
-  const int P = t.size();
-  reduced_precision_rounding(t, {1, std::size_t(P + 1), 1000});
-  noncommutative_cases(t, {1, std::size_t(P + 1), 257});
-  collectives_values(t, {1, std::size_t(P + 1), 1000});
-  collectives_values(t, {std::size_t(P + 2), 41}, 8);
+  for (const auto& options : {small_slots(), small_single_copy()}) {
+    tcoll::shm_transport t(MPI_COMM_WORLD, options);
+    const int P = t.size();
+    reduced_precision_rounding(t, {1, std::size_t(P + 1), 1000});
+    noncommutative_cases(t, {1, std::size_t(P + 1), 257});
+    collectives_values(t, {1, std::size_t(P + 1), 1000});
+    collectives_values(t, {std::size_t(P + 2), 41}, 8);
+  }
+}
+
+TEST_CASE("shm: single copy is probed once, agreed by every rank, and off on request") {
+  {
+    tcoll::shm_transport t(MPI_COMM_WORLD, small_slots());
+    CHECK_FALSE(t.single_copy()); // turned off by single_copy_min_bytes = SIZE_MAX
+  }
+  tcoll::shm_transport t(MPI_COMM_WORLD, small_single_copy());
+  CHECK(single_copy_agreed(t));
+  if (t.size() > 1 && !t.single_copy())
+    MESSAGE("process_vm_readv between these processes is not permitted: single copy is off "
+            "and the slots carry every message (the single-copy cases ran through the slots)");
+  // Plain receives (no consumer) of single-copy length, several in flight, both directions.
+  const int P = t.size(), r = t.rank();
+  if (P < 2) return;
+  const int to = (r + 1) % P, from = (r + P - 1) % P;
+  std::vector<std::vector<unsigned char>> out(3), in(3);
+  std::vector<tcoll::shm_transport::request> sends, recvs;
+  for (int k = 0; k < 3; ++k) {
+    out[k].resize(1000 + 517 * k);
+    for (std::size_t i = 0; i < out[k].size(); ++i)
+      out[k][i] = static_cast<unsigned char>(r * 13 + k * 5 + i);
+    in[k].assign(out[k].size(), 0xee);
+    recvs.push_back(t.irecv(from, in[k].data(), in[k].size(), 3));
+    sends.push_back(t.isend(to, out[k].data(), out[k].size(), 3));
+  }
+  const auto when = tcoll::clock::now() + t.timeout();
+  for (auto& q : recvs) t.wait(q, when);
+  for (auto& q : sends) t.wait(q, when);
+  for (int k = 0; k < 3; ++k)
+    for (std::size_t i = 0; i < in[k].size(); ++i)
+      CHECK(in[k][i] == static_cast<unsigned char>(from * 13 + k * 5 + i));
 }
 
 TEST_CASE("shm: symbolic proof and traffic closed forms") {
@@ -144,24 +198,26 @@ TEST_CASE("shm: many messages in flight between a pair match by tag, in posting 
 }
 
 TEST_CASE("shm: a size mismatch is a transport_error naming the peer") {
-  tcoll::shm_transport t(MPI_COMM_WORLD, small_slots(5s));
-  const int P = t.size(), r = t.rank();
-  if (P < 2) return;
-  std::vector<float> data(100, 1.0f);
-  if (r == 0) {
-    auto s = t.isend(1, data.data(), 400, 9);
-    t.wait(s, tcoll::clock::now() + t.timeout());
-  } else if (r == 1) {
-    auto q = t.irecv(0, data.data(), 200, 9);
-    try {
-      t.wait(q, tcoll::clock::now() + t.timeout());
-      FAIL_CHECK("mismatched receive did not throw");
-    } catch (const tcoll::transport_error& e) {
-      CHECK(e.peer() == 0);
-      CHECK(std::string(e.what()).find("matched a send of 400 bytes") != std::string::npos);
+  for (const auto& options : {small_slots(5s), small_single_copy(5s)}) {
+    tcoll::shm_transport t(MPI_COMM_WORLD, options);
+    const int P = t.size(), r = t.rank();
+    if (P < 2) return;
+    std::vector<float> data(1000, 1.0f);
+    if (r == 0) {
+      auto s = t.isend(1, data.data(), 4000, 9);
+      t.wait(s, tcoll::clock::now() + t.timeout());
+    } else if (r == 1) {
+      auto q = t.irecv(0, data.data(), 2000, 9);
+      try {
+        t.wait(q, tcoll::clock::now() + t.timeout());
+        FAIL_CHECK("mismatched receive did not throw");
+      } catch (const tcoll::transport_error& e) {
+        CHECK(e.peer() == 0);
+        CHECK(std::string(e.what()).find("matched a send of 4000 bytes") != std::string::npos);
+      }
     }
+    MPI_Barrier(MPI_COMM_WORLD);
   }
-  MPI_Barrier(MPI_COMM_WORLD);
 }
 
 TEST_CASE("shm: non-blocking collectives from the engine overlap blocking ones") {

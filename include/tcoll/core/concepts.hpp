@@ -28,7 +28,16 @@ using deadline = clock::time_point;
 struct consumer {
   void (*fn)(void* context, const void* data, std::size_t bytes) = nullptr;
   void* context = nullptr;
+  /// Optional: takes the message piece by piece as it arrives (bytes [offset, offset +
+  /// bytes), in order, the pieces covering the message exactly once), so a transport that
+  /// receives in fragments can consume each while it is still in cache instead of staging
+  /// the whole message first. When set, a transport calls either `fn` once or `piece` for
+  /// every piece. Offsets are multiples of 64 bytes, so every element type stays aligned.
+  void (*piece)(void* context, std::size_t offset, const void* data, std::size_t bytes) = nullptr;
   void operator()(const void* data, std::size_t bytes) const { fn(context, data, bytes); }
+  void operator()(std::size_t offset, const void* data, std::size_t bytes) const {
+    piece(context, offset, data, bytes);
+  }
 };
 
 // clang-format off

@@ -87,8 +87,9 @@ public:
       auto& c = contexts_[contexts_used_++];
       c = reduce_context{this, ptr(s.dst), cptr(s.src), s.dst.count, s.remote_first};
       if (s.src.count != s.dst.count) throw std::logic_error("tcoll: recv_reduce size mismatch");
-      recvs_.push_back(t_.irecv_consume(s.peer, s.dst.count * sizeof(T), tag_,
-                                        consumer{&reduce_context::consume, &c}, staging));
+      recvs_.push_back(t_.irecv_consume(
+          s.peer, s.dst.count * sizeof(T), tag_,
+          consumer{&reduce_context::consume, &c, &reduce_context::consume_piece}, staging));
       break;
     }
     default:
@@ -123,6 +124,17 @@ private:
         c.self->r_.reduce(c.self->op_, c.dst, remote, c.local, c.n);
       else
         c.self->r_.reduce(c.self->op_, c.dst, c.local, remote, c.n);
+    }
+    static void consume_piece(void* ctx, std::size_t offset, const void* data, std::size_t bytes) {
+      auto& c = *static_cast<reduce_context*>(ctx);
+      if (offset % sizeof(T) || bytes % sizeof(T) || (offset + bytes) / sizeof(T) > c.n)
+        throw std::logic_error("tcoll: transport delivered a piece outside the message");
+      const std::size_t first = offset / sizeof(T), n = bytes / sizeof(T);
+      const T* remote = static_cast<const T*>(data);
+      if (c.remote_first)
+        c.self->r_.reduce(c.self->op_, c.dst + first, remote, c.local + first, n);
+      else
+        c.self->r_.reduce(c.self->op_, c.dst + first, c.local + first, remote, n);
     }
   };
 

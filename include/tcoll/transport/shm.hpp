@@ -32,16 +32,19 @@
 
 #include <fcntl.h>
 #include <sys/mman.h>
+#include <sys/uio.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
+#include <cerrno>
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
 #include <deque>
 #include <exception>
+#include <limits>
 #include <memory>
 #include <mutex>
 #include <new>
@@ -66,8 +69,16 @@ struct shm_options {
   std::size_t lanes = 4;
   /// Pipeline depth of a lane.
   std::size_t slots = 2;
-  /// Fragment size; also the largest message reduced straight from shared memory.
+  /// Fragment size (a multiple of 64). Fragments are reduced straight from shared memory.
   std::size_t slot_bytes = 32 * 1024;
+  /// Messages of at least this many bytes (and longer than `slot_bytes`) go single-copy:
+  /// the receiver reads the sender's buffer with Linux cross-memory attach
+  /// (`process_vm_readv`) instead of both copying through the slots. Used only where every
+  /// rank of the team could read every other at construction (ptrace permission), else
+  /// the slots carry everything. `SIZE_MAX` turns it off.
+  std::size_t single_copy_min_bytes = 64 * 1024;
+  /// Piece a single-copy receive-and-reduce reads before reducing it (kept cache-sized).
+  std::size_t single_copy_piece_bytes = 64 * 1024;
   /// Failed polls before a waiting rank starts yielding the CPU (0: yield at once). With
   /// more ranks on the node than cores, waits always yield at once.
   int spins_before_yield = 2000;
@@ -98,6 +109,17 @@ struct alignas(line) lane_header {
   std::atomic<std::uint64_t> message{0};
   std::uint64_t bytes = 0;
   std::int32_t tag = 0;
+  /// Nonzero: single-copy message; the receiver reads `bytes` at `address` in the sender's
+  /// process and then frees the lane, which completes the send.
+  std::uint32_t single_copy = 0;
+  std::uint64_t address = 0;
+};
+
+/// A rank's identity line, for cross-memory attach: its process and the address of a
+/// probe word every other rank tries to read at construction.
+struct alignas(line) identity {
+  std::int64_t pid = 0;
+  std::uint64_t probe_address = 0;
 };
 
 /// A slot's flag: 0 empty, k + 1 when it holds fragment k of the lane's message.
@@ -114,17 +136,21 @@ static_assert(std::atomic<std::uint64_t>::is_always_lock_free &&
 struct layout {
   int ranks = 0;
   std::size_t lanes = 0, slots = 0, slot_bytes = 0;
-  std::size_t slot_stride = 0, lane_stride = 0, inbox_stride = 0, total = 0;
+  std::size_t slot_stride = 0, lane_stride = 0, inbox_stride = 0, inboxes = 0, total = 0;
 
   layout(int p, const shm_options& o)
       : ranks(p), lanes(o.lanes), slots(o.slots), slot_bytes(o.slot_bytes) {
     slot_stride = sizeof(slot_header) + round_up(slot_bytes, line);
     lane_stride = sizeof(lane_header) + slots * slot_stride;
     inbox_stride = round_up(static_cast<std::size_t>(p) * lanes * lane_stride, 4096);
-    total = 4096 + static_cast<std::size_t>(p) * inbox_stride;
+    inboxes = 4096 + round_up(static_cast<std::size_t>(p) * sizeof(identity), 4096);
+    total = inboxes + static_cast<std::size_t>(p) * inbox_stride;
+  }
+  std::size_t identity_offset(int r) const {
+    return 4096 + static_cast<std::size_t>(r) * sizeof(identity);
   }
   std::size_t lane_offset(int receiver, int sender, std::size_t lane) const {
-    return 4096 + static_cast<std::size_t>(receiver) * inbox_stride +
+    return inboxes + static_cast<std::size_t>(receiver) * inbox_stride +
            (static_cast<std::size_t>(sender) * lanes + lane) * lane_stride;
   }
   std::size_t slot_offset(int receiver, int sender, std::size_t lane, std::size_t slot) const {
@@ -211,6 +237,7 @@ public:
     spin_allowed_ =
         static_cast<unsigned>(size_) <= std::max(1u, std::thread::hardware_concurrency());
     map_segment(comm);
+    single_copy_ = probe_single_copy(comm);
     sent_count_.assign(static_cast<std::size_t>(size_), 0);
     claimed_.assign(static_cast<std::size_t>(size_) * options_.lanes, 0);
     observed_.assign(static_cast<std::size_t>(size_), 0);
@@ -231,6 +258,10 @@ public:
   const shm_options& options() const noexcept { return options_; }
   /// Bytes of the shared segment (all ranks' inboxes).
   std::size_t segment_bytes() const noexcept { return layout_.total; }
+  /// Whether long messages go single-copy (every rank can read every other's memory with
+  /// `process_vm_readv`, and `options.single_copy_min_bytes` does not turn it off); the
+  /// same on every rank.
+  bool single_copy() const noexcept { return single_copy_; }
 
   request isend(int peer, const void* data, std::size_t bytes, int tag) {
     check_peer(peer, "isend");
@@ -240,6 +271,8 @@ public:
     s->data = static_cast<const unsigned char*>(data);
     s->bytes = bytes;
     s->tag = tag;
+    s->single_copy =
+        single_copy_ && bytes > options_.slot_bytes && bytes >= options_.single_copy_min_bytes;
     request r = make();
     std::lock_guard lock(mutex_);
     s->message = ++sent_count_[static_cast<std::size_t>(peer)];
@@ -336,6 +369,7 @@ private:
     std::uint64_t message = 0; ///< number among this rank's messages to `peer`, from 1
     std::ptrdiff_t lane = -1;  ///< lane held, -1 before one is free
     std::size_t fragments_written = 0;
+    bool single_copy = false; ///< the receiver reads `data` itself
     bool done = false;
   };
   struct recv_state {
@@ -351,6 +385,10 @@ private:
 
   detail::shm::control& control() const {
     return *std::launder(reinterpret_cast<detail::shm::control*>(base_));
+  }
+  const detail::shm::identity& identity(int r) const {
+    return *std::launder(
+        reinterpret_cast<const detail::shm::identity*>(base_ + layout_.identity_offset(r)));
   }
   detail::shm::lane_header& lane(int receiver, int sender, std::size_t l) const {
     return *std::launder(reinterpret_cast<detail::shm::lane_header*>(
@@ -376,9 +414,15 @@ private:
     if (o.slots < 1 || o.slots > 64)
       throw invalid_argument(
           "shm_transport: options.slots must be in [1, 64], got " + std::to_string(o.slots), rank);
-    if (o.slot_bytes < 64 || o.slot_bytes > (std::size_t{1} << 30))
-      throw invalid_argument("shm_transport: options.slot_bytes must be in [64, 2^30], got " +
-                                 std::to_string(o.slot_bytes),
+    if (o.slot_bytes < 64 || o.slot_bytes > (std::size_t{1} << 30) || o.slot_bytes % 64)
+      throw invalid_argument(
+          "shm_transport: options.slot_bytes must be a multiple of 64 in [64, 2^30], got " +
+              std::to_string(o.slot_bytes),
+          rank);
+    if (o.single_copy_piece_bytes < 64 || o.single_copy_piece_bytes % 64)
+      throw invalid_argument("shm_transport: options.single_copy_piece_bytes must be a positive "
+                             "multiple of 64, got " +
+                                 std::to_string(o.single_copy_piece_bytes),
                              rank);
   }
   void check_peer(int peer, const char* what) const {
@@ -435,6 +479,8 @@ private:
           if (h.message.load(std::memory_order_acquire) != 0) continue;
           h.bytes = s->bytes;
           h.tag = s->tag;
+          h.single_copy = s->single_copy ? 1 : 0;
+          h.address = reinterpret_cast<std::uint64_t>(s->data);
           h.message.store(s->message, std::memory_order_release);
           s->lane = static_cast<std::ptrdiff_t>(l);
         }
@@ -447,6 +493,12 @@ private:
   void write_fragments(send_state& s) {
     const std::size_t total = fragments(s.bytes);
     const auto l = static_cast<std::size_t>(s.lane);
+    if (s.single_copy) { // done once the receiver has read the buffer and freed the lane
+      if (lane(s.peer, rank_, l).message.load(std::memory_order_acquire) == s.message) return;
+      s.done = true;
+      s.lane = -1;
+      return;
+    }
     while (s.fragments_written < total) {
       const std::size_t k = s.fragments_written;
       auto& h = slot(s.peer, rank_, l, k % options_.slots);
@@ -529,8 +581,10 @@ private:
   void read_fragments(recv_state& r) {
     const auto l = static_cast<std::size_t>(r.lane);
     auto& h = lane(rank_, r.peer, l);
+    if (h.single_copy) return read_single_copy(r, h);
     const std::size_t total = fragments(h.bytes);
-    const bool direct = r.use.fn && total == 1; // consume straight from the slot
+    const bool direct = r.use.fn && total == 1;              // consume straight from the slot
+    const bool pieces = r.use.piece && total > 1 && !direct; // each fragment from its slot
     while (r.fragments_read < total) {
       const std::size_t k = r.fragments_read;
       auto& sh = slot(rank_, r.peer, l, k % options_.slots);
@@ -540,6 +594,8 @@ private:
         try {
           if (direct) {
             r.use(data, sh.bytes);
+          } else if (pieces) {
+            r.use(k * options_.slot_bytes, data, sh.bytes);
           } else if (sh.bytes) {
             std::memcpy(r.dst + k * options_.slot_bytes, data, sh.bytes);
           }
@@ -552,13 +608,79 @@ private:
     }
     h.message.store(0, std::memory_order_release); // the lane is free for the sender
     r.done = true;
-    if (!r.error && r.use.fn && !direct) {
+    if (!r.error && r.use.fn && !direct && !pieces) {
       try {
         r.use(r.dst, r.bytes);
       } catch (...) {
         r.error = std::current_exception();
       }
     }
+  }
+
+  /// Reads a single-copy message from the sender's process: straight into the user's
+  /// buffer (`irecv`), or piece by piece into the start of the staging buffer, each piece
+  /// consumed while in cache (`irecv_consume`). Then frees the lane, completing the send.
+  void read_single_copy(recv_state& r, detail::shm::lane_header& h) {
+    if (!r.error) {
+      try {
+        const std::uint64_t remote = h.address;
+        if (!r.use.fn) {
+          read_peer(r.peer, r.dst, remote, r.bytes);
+        } else if (r.use.piece) {
+          const std::size_t piece = options_.single_copy_piece_bytes;
+          for (std::size_t offset = 0; offset < r.bytes; offset += piece) {
+            const std::size_t n = std::min(piece, r.bytes - offset);
+            read_peer(r.peer, r.dst, remote + offset, n);
+            r.use(offset, r.dst, n);
+          }
+        } else {
+          read_peer(r.peer, r.dst, remote, r.bytes);
+          r.use(r.dst, r.bytes);
+        }
+      } catch (...) {
+        r.error = std::current_exception();
+      }
+    }
+    h.message.store(0, std::memory_order_release);
+    r.done = true;
+  }
+
+  /// `bytes` at `address` in `peer`'s process into `dst` (cross-memory attach).
+  void read_peer(int peer, void* dst, std::uint64_t address, std::size_t bytes) const {
+    const auto pid = static_cast<pid_t>(identity(peer).pid);
+    std::size_t done = 0;
+    while (done < bytes) {
+      iovec local{static_cast<unsigned char*>(dst) + done, bytes - done};
+      iovec remote{reinterpret_cast<void*>(address + done), bytes - done};
+      const ssize_t n = process_vm_readv(pid, &local, 1, &remote, 1, 0);
+      if (n < 0 && errno == EINTR) continue;
+      if (n <= 0)
+        throw transport_error("single-copy read of " + std::to_string(bytes) +
+                                  " bytes from the peer's process failed: " +
+                                  (n < 0 ? std::strerror(errno) : "nothing read"),
+                              rank_, peer);
+      done += static_cast<std::size_t>(n);
+    }
+  }
+
+  /// Collective: can every rank read every other's memory? Each rank reads the probe word
+  /// of every other; the answer is their agreement (so every rank sends the same way).
+  bool probe_single_copy(MPI_Comm comm) const {
+    int ok = options_.single_copy_min_bytes != std::numeric_limits<std::size_t>::max() ? 1 : 0;
+    for (int peer = 0; ok && peer < size_; ++peer) {
+      if (peer == rank_) continue;
+      std::uint64_t value = 0;
+      const auto& id = identity(peer);
+      iovec local{&value, sizeof value};
+      iovec remote{reinterpret_cast<void*>(id.probe_address), sizeof value};
+      ok = process_vm_readv(static_cast<pid_t>(id.pid), &local, 1, &remote, 1, 0) ==
+               static_cast<ssize_t>(sizeof value) &&
+           value == probe_value;
+    }
+    int all = 0;
+    detail::shm::check_mpi(MPI_Allreduce(&ok, &all, 1, MPI_INT, MPI_MIN, comm), "MPI_Allreduce",
+                           rank_);
+    return all == 1;
   }
 
   /// Under the lock: true when `r` completed (its state is then dropped); rethrows a
@@ -633,6 +755,8 @@ private:
     }
     // Each rank constructs the headers of its own inbox (the segment starts zeroed).
     if (rank_ == 0) new (base_) detail::shm::control();
+    new (base_ + layout_.identity_offset(rank_)) detail::shm::identity{
+        static_cast<std::int64_t>(getpid()), reinterpret_cast<std::uint64_t>(&probe_)};
     for (int sender = 0; sender < size_; ++sender)
       for (std::size_t l = 0; l < options_.lanes; ++l) {
         new (base_ + layout_.lane_offset(rank_, sender, l)) detail::shm::lane_header();
@@ -646,6 +770,9 @@ private:
   detail::shm::layout layout_;
   int rank_ = 0, size_ = 1;
   bool spin_allowed_ = true;
+  bool single_copy_ = false;
+  static constexpr std::uint64_t probe_value = 0x7c011'5a3e'c0b1ULL;
+  std::uint64_t probe_ = probe_value; ///< read by the other ranks' single-copy probe
   unsigned char* base_ = nullptr;
   std::mutex mutex_; ///< this process's bookkeeping (the engine thread and callers share it)
   std::vector<std::uint64_t> sent_count_;      ///< per peer: messages posted so far
