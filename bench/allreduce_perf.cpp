@@ -5,6 +5,7 @@
 //   ./allreduce_perf -b 8 -e 64M -f 8 -g 2                  # threads, 2 ranks
 //   mpirun -np 4 ./allreduce_perf -t mpi -b 8 -e 256M -f 8 -R 5 --json out.json
 //   mpirun -np 4 ./allreduce_perf -t shm -a ring,recursive_doubling,passthrough
+//   ./allreduce_perf -J nccl.json                           # nccl-tests' JSON layout too
 //
 // Timing (as nccl-tests): after `-w` warm-up calls and a barrier, `-n` back-to-back calls
 // are timed on every rank; the iteration time is the elapsed time / n, and the time of the
@@ -22,6 +23,8 @@
 #include <string_view>
 #include <unistd.h>
 #include <vector>
+
+extern char** environ;
 
 #include <tcoll/core/error.hpp>
 #include <tcoll/transport/threads.hpp>
@@ -53,11 +56,27 @@ void print_header(std::FILE* f, const perf_options& o, const std::string& transp
   std::fprintf(f, "# algorithms: %s\n", algos.c_str());
 }
 
+/// The run's description for `-J`, filled in as the run learns it.
+nccl_json_context& run_context() {
+  static nccl_json_context c;
+  return c;
+}
+
+std::string host_name() {
+  char host[256] = "?";
+  gethostname(host, sizeof host - 1);
+  return host;
+}
+
 int finish(const perf_options& o, const std::vector<row>& rows) {
   print_report(stdout, rows);
   std::fflush(stdout);
   if (!o.json.empty() && !write_json(o.json, rows, o.iters, o.reps)) {
     std::fprintf(stderr, "allreduce_perf: cannot write --json file '%s'\n", o.json.c_str());
+    return 1;
+  }
+  if (!o.nccl_json.empty() && !write_nccl_json(o.nccl_json, rows, run_context())) {
+    std::fprintf(stderr, "allreduce_perf: cannot write -J file '%s'\n", o.nccl_json.c_str());
     return 1;
   }
   long long wrong = 0;
@@ -88,6 +107,9 @@ int run_threads(perf_options o) {
                 return host;
               }());
   std::fflush(stdout);
+  run_context().transport = "threads";
+  for (int r = 0; r < o.nranks; ++r)
+    run_context().ranks.push_back({r, static_cast<int>(getpid()), host_name()});
   std::vector<row> rows;
   thread_team team(o.nranks, std::chrono::seconds(o.timeout_s));
   team.run([&](thread_transport& t) { run_all_threads(t, o, rows); });
@@ -114,6 +136,10 @@ int run_mpi(const perf_options& o, int& argc, char**& argv, bool shm) {
     const int pid = static_cast<int>(getpid());
     MPI_Gather(host, 256, MPI_CHAR, hosts.data(), 256, MPI_CHAR, 0, MPI_COMM_WORLD);
     MPI_Gather(&pid, 1, MPI_INT, pids.data(), 1, MPI_INT, 0, MPI_COMM_WORLD);
+    run_context().transport = shm ? "shm" : "mpi";
+    for (int r = 0; r < t.size(); ++r)
+      run_context().ranks.push_back(
+          {r, pids[static_cast<std::size_t>(r)], &hosts[static_cast<std::size_t>(r) * 256]});
     if (t.rank() == 0) {
       print_header(stdout, o, shm ? "shm" : "mpi", t.size());
       for (int r = 0; r < t.size(); ++r)
@@ -155,6 +181,24 @@ int main(int argc, char** argv) {
   if (o.help) {
     std::printf("%s", usage().c_str());
     return 0;
+  }
+  {
+    auto& c = run_context();
+    c.args.assign(argv, argv + argc);
+    // the settings that change what was measured (nccl-tests records the whole environment)
+    for (char** e = environ; e && *e; ++e) {
+      const std::string_view entry(*e);
+      for (std::string_view prefix : {"TCOLL_", "OMPI_MCA_", "NCCL_", "OMP_"})
+        if (entry.substr(0, prefix.size()) == prefix) c.env.emplace_back(entry);
+    }
+    c.min_bytes = o.min_bytes;
+    c.max_bytes = o.max_bytes;
+    c.step_factor = o.step_factor;
+    c.warmup = o.warmup;
+    c.iters = o.iters;
+    c.reps = o.reps;
+    c.check = o.check;
+    c.start_time = now_string();
   }
   std::string transport = o.transport;
   if (transport == "auto") transport = under_mpi_launcher() ? "mpi" : "threads";

@@ -49,6 +49,7 @@ struct perf_options {
   int nranks = 2;                                         ///< -g ranks of the threads transport
   int reps = 1;                  ///< -R repeat the measurement, report median
   std::string json;              ///< --json FILE
+  std::string nccl_json;         ///< -J FILE (nccl-tests' JSON layout)
   std::size_t segment_bytes = 0; ///< -s ring max_segment_bytes (0: default)
   int timeout_s = 120;           ///< -T transport timeout in seconds
   bool help = false;
@@ -73,7 +74,8 @@ inline std::string usage() {
          "  -R reps       repeat each measurement, report the median (default 1)\n"
          "  -s bytes      ring (and multi_ring) segment size (default: ring{}'s)\n"
          "  -T seconds    transport timeout (default 120)\n"
-         "  --json FILE   write one record per measurement (JSON array)\n";
+         "  --json FILE   write one record per measurement (JSON array)\n"
+         "  -J FILE       write the results in nccl-tests' JSON format (version 3)\n";
 }
 
 namespace detail {
@@ -180,6 +182,8 @@ inline perf_options parse_options(int argc, const char* const* argv) {
       o.timeout_s = static_cast<int>(detail::parse_int(flag, v, 1, 86400));
     else if (flag == "--json")
       o.json = std::string(v);
+    else if (flag == "-J")
+      o.nccl_json = std::string(v);
     else
       throw invalid_argument("allreduce_perf: unknown flag '" + std::string(flag) + "'\n" +
                              usage());

@@ -2,10 +2,13 @@
 /// \file
 /// Output of bench/allreduce_perf: nccl-tests style tables (one per algorithm, out-of-place
 /// then in-place columns), a side-by-side busbw summary when several algorithms ran, and
-/// the `--json` records (flat objects, read by tcoll::plan::read_bench_records).
+/// the `--json` records (flat objects, read by tcoll::plan::read_bench_records), and the
+/// same results in nccl-tests' own JSON layout (`-J`), so scripts written for nccl-tests
+/// read tcoll's.
 #include <algorithm>
 #include <cstddef>
 #include <cstdio>
+#include <ctime>
 #include <map>
 #include <string>
 #include <vector>
@@ -176,6 +179,109 @@ inline bool write_json(const std::string& path, const std::vector<row>& rows, in
       first = false;
     }
   std::fprintf(f, "\n]\n");
+  return std::fclose(f) == 0;
+}
+
+/// One rank's line of the device report (nccl-tests' "devices" list).
+struct rank_info {
+  int rank = 0;
+  int pid = 0;
+  std::string hostname;
+};
+
+/// What the `-J` file says about the run besides the rows.
+struct nccl_json_context {
+  std::vector<std::string> args; ///< the command line
+  std::vector<std::string> env;  ///< the environment entries worth recording
+  std::string transport;         ///< threads | mpi | shm
+  std::size_t min_bytes = 0, max_bytes = 0;
+  double step_factor = 2;
+  int warmup = 0, iters = 0, reps = 1;
+  bool check = true;
+  std::vector<rank_info> ranks;
+  std::string start_time;
+};
+
+/// Local time as nccl-tests writes it ("%Y-%m-%d %H:%M:%S").
+inline std::string now_string() {
+  char text[64] = {};
+  const std::time_t now = std::time(nullptr);
+  std::tm local{};
+  localtime_r(&now, &local);
+  std::strftime(text, sizeof text, "%Y-%m-%d %H:%M:%S", &local);
+  return text;
+}
+
+/// Writes the rows in nccl-tests' JSON output format, version 3 (`all_reduce_perf -J`):
+/// one object with "version", "start_time", "args", "env", "config" (with "devices", one per
+/// rank), "results" (one record per size: size, count, type, redop, root, out_of_place and
+/// in_place with time (us), alg_bw and bus_bw (GB/s) and nwrong, actual_iterations,
+/// experiment_name), "out_of_bounds", "average_bus_bandwidth", "errors" and "end_time".
+/// Like nccl-tests it writes booleans as the strings "true"/"false" and the root as a
+/// 6-wide string. tcoll's additions: the record's experiment_name is the algorithm (several
+/// algorithms share one file), "nccl_version" is 0 and "library" says tcoll. The "device"
+/// of a rank is -1 (host memory). Returns false if the file cannot be written.
+inline bool write_nccl_json(const std::string& path, const std::vector<row>& rows,
+                            const nccl_json_context& c) {
+  std::FILE* f = std::fopen(path.c_str(), "w");
+  if (!f) return false;
+  auto str = [](const std::string& v) { return "\"" + json_escape(v) + "\""; };
+  auto list = [&](const std::vector<std::string>& v) {
+    std::string out = "[";
+    for (std::size_t i = 0; i < v.size(); ++i) out += (i ? ", " : "") + str(v[i]);
+    return out + "]";
+  };
+  auto boolean = [](bool v) { return v ? "\"true\"" : "\"false\""; };
+  std::fprintf(f, "{\n  \"version\": 3,\n  \"start_time\": %s,\n  \"args\": %s,\n  \"env\": %s,\n",
+               str(c.start_time).c_str(), list(c.args).c_str(), list(c.env).c_str());
+  std::fprintf(f, "  \"nccl_version\": 0,\n  \"library\": \"tcoll\",\n  \"transport\": %s,\n",
+               str(c.transport).c_str());
+  std::fprintf(
+      f,
+      "  \"config\": {\"nthreads\": 1, \"ngpus\": 1, \"minimum_bytes\": %zu, "
+      "\"maximum_bytes\": %zu, \"step_factor\": %g, \"warmup_iters\": %d, "
+      "\"iterations\": %d, \"aggregated_iterations\": 1, \"repetitions\": %d, "
+      "\"validation\": %d, \"graph\": 0, \"blocking_collectives\": %s,\n    \"devices\": [",
+      c.min_bytes, c.max_bytes, c.step_factor, c.warmup, c.iters, c.reps, c.check ? 1 : 0,
+      boolean(false));
+  for (std::size_t i = 0; i < c.ranks.size(); ++i)
+    std::fprintf(f,
+                 "%s\n      {\"rank\": %d, \"group\": 0, \"pid\": %d, \"hostname\": %s, "
+                 "\"device\": -1, \"device_hex\": \"\", \"device_info\": %s}",
+                 i ? "," : "", c.ranks[i].rank, c.ranks[i].pid, str(c.ranks[i].hostname).c_str(),
+                 str("host memory, tcoll " + c.transport + " transport").c_str());
+  std::fprintf(f, "]},\n  \"results\": [");
+  long long wrong_total = 0;
+  double busbw_sum = 0;
+  std::size_t measured = 0;
+  auto body = [&](const measurement& m) {
+    char text[256];
+    const std::string nwrong = m.wrong < 0 ? "null" : std::to_string(m.wrong);
+    std::snprintf(text, sizeof text,
+                  "{\"time\": %lf, \"alg_bw\": %lf, \"bus_bw\": %lf, \"nwrong\": %s}", m.time_us,
+                  m.algbw_gbs, m.busbw_gbs, nwrong.c_str());
+    wrong_total += std::max(0LL, m.wrong);
+    busbw_sum += m.busbw_gbs;
+    ++measured;
+    return std::string(text);
+  };
+  for (std::size_t i = 0; i < rows.size(); ++i) {
+    const row& r = rows[i];
+    std::fprintf(f,
+                 "%s\n    {\"size\": %zu, \"count\": %zu, \"type\": %s, \"redop\": %s, "
+                 "\"root\": \"%6d\", \"out_of_place\": %s, \"in_place\": %s, "
+                 "\"actual_iterations\": %d, \"experiment_name\": %s}",
+                 i ? "," : "", r.bytes, r.count, str(r.dtype).c_str(), str(r.op).c_str(), -1,
+                 body(r.out_of_place).c_str(), body(r.in_place).c_str(), c.iters,
+                 str(r.algorithm).c_str());
+  }
+  std::fprintf(f,
+               "\n  ],\n  \"out_of_bounds\": {\"count\": %lld, \"okay\": %s},\n"
+               "  \"average_bus_bandwidth\": {\"bandwidth\": %lf, \"okay\": \"unchecked\"},\n"
+               "  \"errors\": [],\n  \"end_time\": %s\n}\n",
+               wrong_total, boolean(wrong_total == 0),
+               measured ? busbw_sum / static_cast<double>(measured) : 0.0,
+               str(now_string()).c_str());
   return std::fclose(f) == 0;
 }
 
