@@ -7,9 +7,12 @@
 #include <mpi.h>
 
 #include <chrono>
+#include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <limits>
+#include <new>
 #include <string>
 #include <tcoll/node_hierarchy.hpp>
 #include <tcoll/schedule.hpp>
@@ -21,6 +24,26 @@
 
 using namespace tcoll::testing;
 using namespace std::chrono_literals;
+
+namespace {
+/// Allocations made by this thread (the replaced global operator new below counts them).
+thread_local std::size_t allocations = 0;
+} // namespace
+
+// GCC sees malloc/free through the inlined replacements and takes them for a mismatch.
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmismatched-new-delete"
+void* operator new(std::size_t bytes) {
+  ++allocations;
+  if (void* p = std::malloc(bytes ? bytes : 1)) return p;
+  throw std::bad_alloc();
+}
+void operator delete(void* p) noexcept {
+  std::free(p);
+}
+void operator delete(void* p, std::size_t) noexcept {
+  std::free(p);
+}
 
 namespace {
 
@@ -166,6 +189,37 @@ TEST_CASE("shm: bad options are invalid_argument") {
                   tcoll::invalid_argument);
   CHECK_THROWS_AS(tcoll::shm_transport(MPI_COMM_WORLD, with([](auto& o) { o.timeout = 0ms; })),
                   tcoll::invalid_argument);
+}
+
+template <class Algo>
+void no_allocation_case(tcoll::shm_transport& t, std::size_t n) {
+  tcoll::prepared_allreduce<tcoll::shm_transport, float, tcoll::sum_op, Algo> prepared(t, n);
+  std::vector<float> data(n);
+  auto refill = [&] {
+    for (std::size_t i = 0; i < n; ++i) data[i] = 0.25f + 0.001f * static_cast<float>(i % 7);
+  };
+  refill();
+  prepared.run(data.data()); // the transport's state pools and lists grow here
+  refill();
+  const std::size_t before = allocations;
+  for (int k = 0; k < 5; ++k) prepared.run(data.data());
+  CHECK(allocations - before == 0);
+  // still right: 5 in-place sums of identical inputs multiply by P^5
+  const double factor = std::pow(static_cast<double>(t.size()), 5);
+  for (std::size_t i = 0; i < n; i += 97)
+    CHECK(data[i] ==
+          doctest::Approx((0.25 + 0.001 * static_cast<double>(i % 7)) * factor).epsilon(1e-5));
+}
+
+TEST_CASE("shm: a repeated prepared allreduce allocates nothing (slots and single copy)") {
+  for (const auto& options : {tcoll::shm_options{}, small_slots(), small_single_copy()})
+    for (std::size_t n : {std::size_t{1}, std::size_t{1000}, std::size_t{70000}}) {
+      tcoll::shm_transport t(MPI_COMM_WORLD, options);
+      CAPTURE(n);
+      no_allocation_case<tcoll::ring>(t, n);
+      no_allocation_case<tcoll::recursive_doubling>(t, n);
+      no_allocation_case<tcoll::recursive_halving_doubling>(t, n);
+    }
 }
 
 TEST_CASE("shm: many messages in flight between a pair match by tag, in posting order") {

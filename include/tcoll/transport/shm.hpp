@@ -42,7 +42,6 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
-#include <deque>
 #include <exception>
 #include <limits>
 #include <memory>
@@ -188,8 +187,8 @@ public:
       if (this != &o) {
         withdraw();
         owner_ = std::exchange(o.owner_, nullptr);
-        send_ = std::move(o.send_);
-        recv_ = std::move(o.recv_);
+        send_ = std::exchange(o.send_, nullptr);
+        recv_ = std::exchange(o.recv_, nullptr);
         done_ = std::exchange(o.done_, true);
       }
       return *this;
@@ -206,8 +205,8 @@ public:
       owner_ = nullptr;
     }
     shm_transport* owner_ = nullptr;
-    std::unique_ptr<send_state> send_; ///< owned here; the transport lists point to it
-    std::unique_ptr<recv_state> recv_;
+    send_state* send_ = nullptr; ///< the transport's (its pool owns the states)
+    recv_state* recv_ = nullptr;
     bool done_ = true;
   };
 
@@ -266,18 +265,18 @@ public:
   request isend(int peer, const void* data, std::size_t bytes, int tag) {
     check_peer(peer, "isend");
     check_buffer(data, bytes, "isend", peer);
-    auto s = std::make_unique<send_state>();
+    request r = make();
+    std::lock_guard lock(mutex_);
+    send_state* s = acquire(send_states_);
     s->peer = peer;
     s->data = static_cast<const unsigned char*>(data);
     s->bytes = bytes;
     s->tag = tag;
     s->single_copy =
         single_copy_ && bytes > options_.slot_bytes && bytes >= options_.single_copy_min_bytes;
-    request r = make();
-    std::lock_guard lock(mutex_);
     s->message = ++sent_count_[static_cast<std::size_t>(peer)];
-    sends_[static_cast<std::size_t>(peer)].push_back(s.get());
-    r.send_ = std::move(s);
+    sends_[static_cast<std::size_t>(peer)].push_back(s);
+    r.send_ = s;
     progress_sends(peer);
     return r;
   }
@@ -454,16 +453,16 @@ private:
   }
 
   request post_recv(int peer, unsigned char* dst, std::size_t bytes, int tag, consumer use) {
-    auto s = std::make_unique<recv_state>();
+    request r = make();
+    std::lock_guard lock(mutex_);
+    recv_state* s = acquire(recv_states_);
     s->peer = peer;
     s->dst = dst;
     s->bytes = bytes;
     s->tag = tag;
     s->use = use;
-    request r = make();
-    std::lock_guard lock(mutex_);
-    recvs_[static_cast<std::size_t>(peer)].push_back(s.get());
-    r.recv_ = std::move(s);
+    recvs_[static_cast<std::size_t>(peer)].push_back(s);
+    r.recv_ = s;
     return r;
   }
 
@@ -689,13 +688,13 @@ private:
     std::exception_ptr error;
     if (r.send_) {
       if (!r.send_->done) return false;
-      erase(sends_[static_cast<std::size_t>(r.send_->peer)], r.send_.get());
-      r.send_.reset();
+      erase(sends_[static_cast<std::size_t>(r.send_->peer)], r.send_);
+      release(send_states_, std::exchange(r.send_, nullptr));
     } else {
       if (!r.recv_->done) return false;
-      error = r.recv_->error;
-      erase(recvs_[static_cast<std::size_t>(r.recv_->peer)], r.recv_.get());
-      r.recv_.reset();
+      error = std::move(r.recv_->error);
+      erase(recvs_[static_cast<std::size_t>(r.recv_->peer)], r.recv_);
+      release(recv_states_, std::exchange(r.recv_, nullptr));
     }
     r.done_ = true;
     r.owner_ = nullptr;
@@ -707,8 +706,40 @@ private:
   /// half-read message then stays in its lane; the transport is broken by then anyway).
   void forget(request& r) noexcept {
     std::lock_guard lock(mutex_);
-    if (r.send_) erase(sends_[static_cast<std::size_t>(r.send_->peer)], r.send_.get());
-    if (r.recv_) erase(recvs_[static_cast<std::size_t>(r.recv_->peer)], r.recv_.get());
+    if (r.send_) {
+      erase(sends_[static_cast<std::size_t>(r.send_->peer)], r.send_);
+      release(send_states_, std::exchange(r.send_, nullptr));
+    }
+    if (r.recv_) {
+      erase(recvs_[static_cast<std::size_t>(r.recv_->peer)], r.recv_);
+      release(recv_states_, std::exchange(r.recv_, nullptr));
+    }
+  }
+
+  /// Transfer states, allocated while the number in flight grows past what was ever in
+  /// flight before and then reused, so a steady stream of transfers allocates nothing.
+  template <class State>
+  struct state_pool {
+    std::vector<std::unique_ptr<State>> all;
+    std::vector<State*> free; ///< capacity kept at all.size(): giving back never allocates
+  };
+  /// Under the lock: a cleared state.
+  template <class State>
+  static State* acquire(state_pool<State>& pool) {
+    if (pool.free.empty()) {
+      pool.all.push_back(std::make_unique<State>());
+      pool.free.reserve(pool.all.size());
+      return pool.all.back().get();
+    }
+    State* s = pool.free.back();
+    pool.free.pop_back();
+    return s;
+  }
+  /// Under the lock: back to the pool, cleared (which drops a kept exception).
+  template <class State>
+  static void release(state_pool<State>& pool, State* s) noexcept {
+    *s = State{};
+    pool.free.push_back(s);
   }
   template <class List, class State>
   static void erase(List& list, State* s) noexcept {
@@ -775,11 +806,13 @@ private:
   std::uint64_t probe_ = probe_value; ///< read by the other ranks' single-copy probe
   unsigned char* base_ = nullptr;
   std::mutex mutex_; ///< this process's bookkeeping (the engine thread and callers share it)
-  std::vector<std::uint64_t> sent_count_;      ///< per peer: messages posted so far
-  std::vector<std::uint64_t> claimed_;         ///< per (peer, lane): message this rank claimed
-  std::vector<std::uint64_t> observed_;        ///< per peer: messages 1..n all seen in a lane
-  std::vector<std::deque<send_state*>> sends_; ///< per peer, in posting order
-  std::vector<std::deque<recv_state*>> recvs_;
+  std::vector<std::uint64_t> sent_count_;       ///< per peer: messages posted so far
+  std::vector<std::uint64_t> claimed_;          ///< per (peer, lane): message this rank claimed
+  std::vector<std::uint64_t> observed_;         ///< per peer: messages 1..n all seen in a lane
+  std::vector<std::vector<send_state*>> sends_; ///< per peer, in posting order
+  std::vector<std::vector<recv_state*>> recvs_;
+  state_pool<send_state> send_states_;
+  state_pool<recv_state> recv_states_;
   collective_context context_; // last: destroyed first
 };
 
