@@ -104,15 +104,26 @@ static_assert(sizeof(control) <= 4096, "the control block fits in the segment's 
 /// A lane's header: which message occupies it (0: free; else the sender's message number
 /// for this pair, counting from 1), its tag and size. Written by the sender before `message`
 /// is published; `message` is reset to 0 by the receiver once it drained the lane.
+/// How a lane carries its message.
+enum class lane_mode : std::uint32_t {
+  slots,       ///< in fragments through the lane's slots
+  single_copy, ///< the receiver reads `bytes` at `address` in the sender's process, then
+               ///< frees the lane, which completes the send
+  inline_data, ///< in the header's own cache line (`inline_bytes` or fewer)
+};
+inline constexpr std::size_t inline_bytes = 32;
+
 struct alignas(line) lane_header {
   std::atomic<std::uint64_t> message{0};
   std::uint64_t bytes = 0;
   std::int32_t tag = 0;
-  /// Nonzero: single-copy message; the receiver reads `bytes` at `address` in the sender's
-  /// process and then frees the lane, which completes the send.
-  std::uint32_t single_copy = 0;
+  lane_mode mode = lane_mode::slots;
   std::uint64_t address = 0;
+  /// A tiny message travels here, so its receiver touches one line written by the sender
+  /// instead of three (header, slot flag, payload).
+  alignas(inline_bytes) unsigned char data[inline_bytes];
 };
+static_assert(sizeof(lane_header) == line, "a lane header is one cache line");
 
 /// A rank's identity line, for cross-memory attach: its process and the address of a
 /// probe word every other rank tries to read at construction.
@@ -478,14 +489,19 @@ private:
           if (h.message.load(std::memory_order_acquire) != 0) continue;
           h.bytes = s->bytes;
           h.tag = s->tag;
-          h.single_copy = s->single_copy ? 1 : 0;
           h.address = reinterpret_cast<std::uint64_t>(s->data);
+          const bool tiny = s->bytes <= detail::shm::inline_bytes;
+          h.mode = tiny             ? detail::shm::lane_mode::inline_data
+                   : s->single_copy ? detail::shm::lane_mode::single_copy
+                                    : detail::shm::lane_mode::slots;
+          if (tiny && s->bytes) std::memcpy(h.data, s->data, s->bytes);
           h.message.store(s->message, std::memory_order_release);
           s->lane = static_cast<std::ptrdiff_t>(l);
+          if (tiny) s->done = true; // the user's buffer is free; the receiver frees the lane
         }
         if (s->lane < 0) break; // later sends must not overtake this one
       }
-      write_fragments(*s);
+      if (!s->done) write_fragments(*s);
     }
   }
 
@@ -580,7 +596,8 @@ private:
   void read_fragments(recv_state& r) {
     const auto l = static_cast<std::size_t>(r.lane);
     auto& h = lane(rank_, r.peer, l);
-    if (h.single_copy) return read_single_copy(r, h);
+    if (h.mode == detail::shm::lane_mode::single_copy) return read_single_copy(r, h);
+    if (h.mode == detail::shm::lane_mode::inline_data) return read_inline(r, h);
     const std::size_t total = fragments(h.bytes);
     const bool direct = r.use.fn && total == 1;              // consume straight from the slot
     const bool pieces = r.use.piece && total > 1 && !direct; // each fragment from its slot
@@ -614,6 +631,23 @@ private:
         r.error = std::current_exception();
       }
     }
+  }
+
+  /// A tiny message from the lane header's line: consumed or copied out, then the lane is
+  /// freed.
+  void read_inline(recv_state& r, detail::shm::lane_header& h) {
+    if (!r.error) {
+      try {
+        if (r.use.fn)
+          r.use(h.data, r.bytes);
+        else if (r.bytes)
+          std::memcpy(r.dst, h.data, r.bytes);
+      } catch (...) {
+        r.error = std::current_exception();
+      }
+    }
+    h.message.store(0, std::memory_order_release);
+    r.done = true;
   }
 
   /// Reads a single-copy message from the sender's process: straight into the user's
