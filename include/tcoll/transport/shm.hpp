@@ -2,8 +2,9 @@
 /// \file
 /// `shm_transport`: the processes of one node exchange messages through one POSIX
 /// shared-memory segment, with no MPI call, no lock shared between processes and no
-/// allocation on the hot path. MPI is used only to build it (one `MPI_Bcast` of the
-/// segment's name and two barriers).
+/// allocation on the hot path. MPI is used only to build it (a split by node, a broadcast
+/// of the segment's name, a barrier and two allreduces: mapped everywhere, single copy
+/// permitted everywhere).
 ///
 /// Layout: every rank owns an *inbox* in the segment with, for each sender, `lanes`
 /// lanes; a lane carries one message at a time, in fragments of `slot_bytes` through
@@ -15,8 +16,13 @@
 ///    shared memory (the user's buffer is free again).
 ///  - Receive: the receiver matches a lane of that sender by tag (the oldest such message)
 ///    and copies each fragment out (`irecv`) or hands it to the consumer (`irecv_consume`:
-///    a message of at most `slot_bytes` is reduced straight from the slot, one copy in all;
-///    a longer one is gathered into the staging buffer first).
+///    fragment by fragment through `consumer::piece`, each reduced straight from its slot).
+///  - Tiny messages (at most 32 bytes) travel inside the lane header's own cache line.
+///  - Long messages (`single_copy_min_bytes`) go single-copy where the ranks may read each
+///    other's memory (probed at construction): the lane carries the sender's buffer
+///    address, the receiver reads it with `process_vm_readv` (cross-memory attach) and then
+///    frees the lane, which completes the send.
+///  - Transfer states come from a pool: a steady stream of transfers allocates nothing.
 ///  - Waiting spins on the flags, then yields; with more ranks on the node than cores it
 ///    yields from the start. Every wait has the timeout; `abort()` raises a team-wide flag
 ///    in the segment that every wait of every rank checks.
