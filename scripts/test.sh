@@ -19,7 +19,7 @@ run_suite() { # build-dir, then meson test arguments
 # planner or examples), which keeps the whole run well under 30 minutes on 2 cores. The
 # sanitizer builds have no MPI, so only the in-process parts of each suite run there.
 asan_suites=(threads hier schedule sparse hybrid elastic)
-tsan_suites=(threads hier schedule sparse hybrid elastic)
+tsan_suites=(threads hier schedule sparse elastic)
 suite_args() { # suite names -> meson test arguments
   local a=()
   for s in "$@"; do a+=(--suite "$s"); done

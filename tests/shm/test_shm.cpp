@@ -6,6 +6,7 @@
 #include <doctest/doctest.h>
 #include <mpi.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdlib>
@@ -42,6 +43,18 @@ void operator delete(void* p) noexcept {
   std::free(p);
 }
 void operator delete(void* p, std::size_t) noexcept {
+  std::free(p);
+}
+void* operator new(std::size_t bytes, std::align_val_t alignment) {
+  ++allocations;
+  const auto a = static_cast<std::size_t>(alignment);
+  if (void* p = std::aligned_alloc(a, (std::max<std::size_t>(bytes, 1) + a - 1) / a * a)) return p;
+  throw std::bad_alloc();
+}
+void operator delete(void* p, std::align_val_t) noexcept {
+  std::free(p);
+}
+void operator delete(void* p, std::size_t, std::align_val_t) noexcept {
   std::free(p);
 }
 
@@ -204,6 +217,17 @@ void no_allocation_case(tcoll::shm_transport& t, std::size_t n) {
   const std::size_t before = allocations;
   for (int k = 0; k < 5; ++k) prepared.run(data.data());
   CHECK(allocations - before == 0);
+  // A plain call borrows the thread's cached workspace when it is small (below 64 KiB of
+  // scratch and staging), so it allocates nothing either.
+  if (n <= 1000) {
+    std::vector<float> plain(n, 0.5f);
+    tcoll::allreduce(t, std::span<float>(plain), tcoll::sum_op{}, Algo{});
+    const std::size_t plain_before = allocations;
+    for (int k = 0; k < 3; ++k)
+      tcoll::allreduce(t, std::span<float>(plain), tcoll::sum_op{}, Algo{});
+    CHECK(allocations - plain_before == 0);
+    CHECK(plain[n / 2] == doctest::Approx(0.5 * std::pow(static_cast<double>(t.size()), 4)));
+  }
   // still right: 5 in-place sums of identical inputs multiply by P^5
   const double factor = std::pow(static_cast<double>(t.size()), 5);
   for (std::size_t i = 0; i < n; i += 97)
@@ -211,7 +235,8 @@ void no_allocation_case(tcoll::shm_transport& t, std::size_t n) {
           doctest::Approx((0.25 + 0.001 * static_cast<double>(i % 7)) * factor).epsilon(1e-5));
 }
 
-TEST_CASE("shm: a repeated prepared allreduce allocates nothing (slots and single copy)") {
+TEST_CASE(
+    "shm: a repeated prepared or small plain allreduce allocates nothing (slots and single copy)") {
   for (const auto& options : {tcoll::shm_options{}, small_slots(), small_single_copy()})
     for (std::size_t n : {std::size_t{1}, std::size_t{1000}, std::size_t{70000}}) {
       tcoll::shm_transport t(MPI_COMM_WORLD, options);

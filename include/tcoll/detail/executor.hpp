@@ -8,6 +8,7 @@
 #include <cstddef>
 #include <deque>
 #include <memory_resource>
+#include <new>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -18,6 +19,45 @@
 #include "schedule.hpp"
 
 namespace tcoll::detail {
+
+/// Host scratch a thread lends to one small collective at a time, so a repeated small
+/// allreduce allocates nothing (on shared memory its two aligned allocations were a third
+/// of tcoll's per-call overhead). Grows to the largest small call seen; calls needing more
+/// than `max_bytes`, or a second executor while one holds it, allocate as before.
+struct thread_workspace {
+  static constexpr std::size_t max_bytes = 64 * 1024;
+  void* data = nullptr;
+  std::size_t bytes = 0;
+  bool in_use = false;
+  ~thread_workspace() {
+    if (data) ::operator delete (data, std::align_val_t{64});
+  }
+  /// At least `n` bytes, or null when lent out already or `n` is too large.
+  void* borrow(std::size_t n) {
+    if (in_use || n > max_bytes) return nullptr;
+    if (n > bytes) {
+      void* fresh = ::operator new (n, std::align_val_t{64});
+      if (data) ::operator delete (data, std::align_val_t{64});
+      data = fresh;
+      bytes = n;
+    }
+    in_use = true;
+    return data;
+  }
+  static thread_workspace& mine() {
+    thread_local thread_workspace w;
+    return w;
+  }
+};
+
+/// Does reducer `R` keep its scratch in host memory?
+template <class R>
+constexpr bool reducer_uses_host_memory() {
+  if constexpr (requires { R::host_memory; })
+    return R::host_memory;
+  else
+    return false;
+}
 
 /// Runs one collective's steps. `tag` is the collective's message space (every message of
 /// one call shares it and is matched in posting order, which every transport guarantees per
@@ -45,10 +85,31 @@ public:
     staging_cap_ = staging_count;
   }
 
+  ~executor() {
+    if (borrowed_) thread_workspace::mine().in_use = false;
+  }
+
   /// Makes sure of scratch (algorithm workspace) and staging (receive-and-reduce landing
   /// space, skipped on zero-copy transports), both in elements; allocates what the lent
-  /// workspace does not cover.
+  /// workspace does not cover (a small first request on a host reducer borrows the
+  /// thread's workspace instead).
   void reserve(std::size_t scratch, std::size_t staging) {
+    if constexpr (reducer_uses_host_memory<R>()) {
+      if (!transport_is_zero_copy<Tr>() || scratch > 0)
+        if (!borrowed_ && scratch_cap_ == 0 && staging_cap_ == 0 && (scratch || staging)) {
+          const std::size_t staging_offset = (scratch * sizeof(T) + 63) / 64 * 64;
+          const std::size_t staging_elems = transport_is_zero_copy<Tr>() ? 0 : staging;
+          if (void* p =
+                  thread_workspace::mine().borrow(staging_offset + staging_elems * sizeof(T))) {
+            borrowed_ = true;
+            scratch_ptr_ = static_cast<T*>(p);
+            scratch_cap_ = scratch;
+            staging_ptr_ = reinterpret_cast<T*>(static_cast<unsigned char*>(p) + staging_offset);
+            staging_cap_ = staging_elems;
+            return;
+          }
+        }
+    }
     if (scratch > scratch_cap_) {
       scratch_ = r_.template allocate<T>(scratch);
       scratch_ptr_ = scratch_.data();
@@ -190,6 +251,7 @@ private:
   int tag_;
   typename R::template buffer<T> scratch_{};
   typename R::template buffer<T> staging_{};
+  bool borrowed_ = false; ///< scratch and staging are the thread's workspace
   T* scratch_ptr_ = nullptr;
   std::size_t scratch_cap_ = 0;
   T* staging_ptr_ = nullptr;

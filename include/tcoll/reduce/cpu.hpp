@@ -60,6 +60,9 @@ void reduce_three(const Op& op, T* __restrict dst, const T* __restrict a, const 
 struct cpu_reducer {
   template <class T>
   using buffer = host_buffer<T>;
+  /// Scratch lives in host memory: small collectives may borrow the calling thread's
+  /// cached workspace instead of allocating (detail/executor.hpp).
+  static constexpr bool host_memory = true;
 
   /// dst[i] = op(a[i], b[i]); dst may be a or b (exactly), otherwise no overlap.
   template <class Op, class T>
