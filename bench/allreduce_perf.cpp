@@ -54,6 +54,9 @@ void print_header(std::FILE* f, const perf_options& o, const std::string& transp
   std::string algos;
   for (const auto& a : o.algorithms) algos += (algos.empty() ? "" : " ") + a;
   std::fprintf(f, "# algorithms: %s\n", algos.c_str());
+  if (o.registered)
+    std::fprintf(f, "# buffers: registered (shm_transport::allocate, in the node's shared "
+                    "memory; passthrough = MPI_Allreduce on the same buffers)\n");
 }
 
 /// The run's description for `-J`, filled in as the run learns it.
@@ -136,7 +139,7 @@ int run_mpi(const perf_options& o, int& argc, char**& argv, bool shm) {
     const int pid = static_cast<int>(getpid());
     MPI_Gather(host, 256, MPI_CHAR, hosts.data(), 256, MPI_CHAR, 0, MPI_COMM_WORLD);
     MPI_Gather(&pid, 1, MPI_INT, pids.data(), 1, MPI_INT, 0, MPI_COMM_WORLD);
-    run_context().transport = shm ? "shm" : "mpi";
+    run_context().transport = shm ? (o.registered ? "shm-registered" : "shm") : "mpi";
     for (int r = 0; r < t.size(); ++r)
       run_context().ranks.push_back(
           {r, pids[static_cast<std::size_t>(r)], &hosts[static_cast<std::size_t>(r) * 256]});

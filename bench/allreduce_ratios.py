@@ -9,9 +9,14 @@ same MPI_Allreduce busbw. Goals (docs/benchmarks.md): best/MPI >= 0.9 at every s
 
 With --shm the tcoll side is the shared-memory transport (allreduce_perf -t shm, whose
 passthrough rows are MPI_Allreduce on the same processes) and the goals are issue 11's:
-best/MPI >= 1.0 at every size and >= 1.5 from 1 MiB.
+best/MPI >= 1.0 at every size and >= 1.5 from 1 MiB. With --registered the tcoll side is
+the same transport on registered buffers (allreduce_perf -t shm --registered 1), and a
+column compares it with the threads transport at the same ranks (goal: >= 0.9 of it).
+--bound FILE (bench/memory_bound --json) adds tcoll's busbw as a percentage of the
+measured in-place add rate ("acc").
 
-Usage: allreduce_ratios.py [--inplace] [--shm] FILE.json [FILE.json ...]   (stdlib only)
+Usage: allreduce_ratios.py [--inplace] [--shm | --registered] [--bound FILE]
+                           FILE.json [FILE.json ...]   (stdlib only)
 """
 import json
 import sys
@@ -27,8 +32,18 @@ def human(nbytes):
 
 def main(argv):
     inplace = "--inplace" in argv
-    shm = "--shm" in argv
-    tcoll_transport = "shm" if shm else "mpi"
+    registered = "--registered" in argv
+    shm = "--shm" in argv or registered
+    tcoll_transport = "shm-registered" if registered else "shm" if shm else "mpi"
+    bound = None
+    if "--bound" in argv:
+        at = argv.index("--bound")
+        if at + 1 >= len(argv):
+            print("allreduce_ratios.py: --bound needs a memory_bound --json file", file=sys.stderr)
+            return 2
+        with open(argv[at + 1]) as f:
+            bound = json.load(f)["acc_GBps"]
+        argv = argv[:at] + argv[at + 2:]
     files = [a for a in argv if not a.startswith("--")]
     if not files:
         print(__doc__, file=sys.stderr)
@@ -52,9 +67,11 @@ def main(argv):
     status = 0
     for ranks, dtype, op in groups:
         print(f"\n### {ranks} ranks, {dtype} {op}, {placement}\n")
+        extra_head = (" tcoll/threads |" if registered else "") + \
+            (" % of memory bound |" if bound else "")
         print("| size | MPI_Allreduce busbw (GB/s) | best tcoll algorithm | busbw (GB/s) "
-              "| tcoll/MPI | threads busbw (GB/s) | threads/MPI |")
-        print("|---:|---:|:---|---:|---:|---:|---:|")
+              "| tcoll/MPI | threads busbw (GB/s) | threads/MPI |" + extra_head)
+        print("|---:|---:|:---|---:|---:|---:|---:|" + "---:|" * extra_head.count("|"))
         sizes = sorted(k[5] for k in bw if k[:5] == ("mpi", ranks, dtype, op, inplace))
         for size in sizes:
             m = bw[("mpi", ranks, dtype, op, inplace, size)]
@@ -73,7 +90,13 @@ def main(argv):
             fmt = lambda v, d=2: "-" if v is None else f"{v:.{d}f}"
             print(f"| {human(size)} | {fmt(base)} | {best or '-'} | "
                   f"{fmt(tc.get(best) if best else None)} | {fmt(ratio)}{' (miss)' if miss else ''} | "
-                  f"{fmt(th_best)} | {fmt(th_ratio)}{' (miss)' if th_miss else ''} |")
+                  f"{fmt(th_best)} | {fmt(th_ratio)}{' (miss)' if th_miss else ''} |", end="")
+            if registered:
+                vs = tc[best] / th_best if best and th_best else None
+                print(f" {fmt(vs)}{' (miss)' if vs is not None and vs < 0.9 else ''} |", end="")
+            if bound:
+                print(f" {fmt(100 * tc[best] / bound if best else None, 0)} |", end="")
+            print()
     if wrong:
         print(f"\n{wrong} records had wrong results and were left out", file=sys.stderr)
         status = 1

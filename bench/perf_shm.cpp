@@ -8,5 +8,5 @@
 
 void tcoll::bench::run_all_shm(shm_transport& t, mpi_transport& native, const perf_options& o,
                                std::vector<row>& rows) {
-  run_all(t, o, "shm", rows, &native);
+  run_all(t, o, o.registered ? "shm-registered" : "shm", rows, &native);
 }

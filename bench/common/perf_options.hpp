@@ -52,6 +52,7 @@ struct perf_options {
   std::string nccl_json;         ///< -J FILE (nccl-tests' JSON layout)
   std::size_t segment_bytes = 0; ///< -s ring max_segment_bytes (0: default)
   int timeout_s = 120;           ///< -T transport timeout in seconds
+  bool registered = false;       ///< --registered: buffers from shm_transport::allocate
   bool help = false;
 };
 
@@ -75,7 +76,9 @@ inline std::string usage() {
          "  -s bytes      ring (and multi_ring) segment size (default: ring{}'s)\n"
          "  -T seconds    transport timeout (default 120)\n"
          "  --json FILE   write one record per measurement (JSON array)\n"
-         "  -J FILE       write the results in nccl-tests' JSON format (version 3)\n";
+         "  -J FILE       write the results in nccl-tests' JSON format (version 3)\n"
+         "  --registered 0|1  shm only: send and receive buffers are registered (made by\n"
+         "                shm_transport::allocate in the node's shared memory; default 0)\n";
 }
 
 namespace detail {
@@ -184,10 +187,15 @@ inline perf_options parse_options(int argc, const char* const* argv) {
       o.json = std::string(v);
     else if (flag == "-J")
       o.nccl_json = std::string(v);
+    else if (flag == "--registered")
+      o.registered = detail::parse_int(flag, v, 0, 1) == 1;
     else
       throw invalid_argument("allreduce_perf: unknown flag '" + std::string(flag) + "'\n" +
                              usage());
   }
+  if (o.registered && o.transport != "shm")
+    throw invalid_argument("allreduce_perf: --registered 1 needs -t shm (registered buffers "
+                           "live in the shared-memory transport's segment)");
   if (o.min_bytes > o.max_bytes)
     throw invalid_argument("allreduce_perf: -b " + std::to_string(o.min_bytes) +
                            " is larger than -e " + std::to_string(o.max_bytes));

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstring>
+#include <span>
 #include <string>
 #include <type_traits>
 #include <vector>
@@ -131,7 +132,7 @@ measurement measure(Tr& t, const perf_options& o, const Algo& algo, T* send, T* 
 /// (shm: MPI_Allreduce over the same processes), interleaved with the others per size.
 template <class T, class Op, class Tr, class Native>
 void run_type_op(Tr& t, const perf_options& o, const std::string& transport_name,
-                 const std::string& op_name, std::vector<T>& send, std::vector<T>& recv,
+                 const std::string& op_name, std::span<T> send, std::span<T> recv,
                  std::vector<row>& rows, Native* native) {
   for (std::size_t bytes : sizes(o, sizeof(T)))
     for (const auto& aname : o.algorithms)
@@ -172,11 +173,21 @@ void run_type(Tr& t, const perf_options& o, const std::string& transport_name,
               std::vector<row>& rows, Native* native) {
   const auto sz = sizes(o, sizeof(T));
   const std::size_t max_count = sz.empty() ? 1 : std::max<std::size_t>(1, sz.back() / sizeof(T));
+  auto run_ops = [&](std::span<T> send, std::span<T> recv) {
+    for (const auto& oname : o.ops)
+      with_op(oname, [&](auto op) {
+        run_type_op<T, decltype(op)>(t, o, transport_name, oname, send, recv, rows, native);
+      });
+  };
+  if constexpr (requires { t.template allocate<T>(max_count).span(); }) {
+    if (o.registered) { // the shared-memory transport's registered buffers (collective)
+      auto send = t.template allocate<T>(max_count), recv = t.template allocate<T>(max_count);
+      run_ops(send.span(), recv.span());
+      return;
+    }
+  }
   std::vector<T> send(max_count), recv(max_count);
-  for (const auto& oname : o.ops)
-    with_op(oname, [&](auto op) {
-      run_type_op<T, decltype(op)>(t, o, transport_name, oname, send, recv, rows, native);
-    });
+  run_ops(send, recv);
 }
 
 /// Runs every configured (dtype, op, size, algorithm) on transport `t`; rank 0 collects rows.

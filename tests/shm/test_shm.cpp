@@ -410,3 +410,124 @@ TEST_CASE("shm: hierarchical<shm, mpi> (mpi_node_hierarchy) equals MPI_Allreduce
   CHECK_THROWS_AS(tcoll::mpi_node_hierarchy(MPI_COMM_WORLD, {.ranks_per_node = -1}),
                   tcoll::invalid_argument);
 }
+
+TEST_CASE("shm: registered buffers are collective, zeroed, looked up, and leave no file") {
+  MPI_Barrier(MPI_COMM_WORLD);
+  tcoll::shm_transport t(MPI_COMM_WORLD, small_slots());
+  const int r = t.rank();
+  // counts differ by rank, one rank may ask for nothing
+  auto a = t.allocate<double>(static_cast<std::size_t>(r) * 1000);
+  auto b = t.allocate<float>(4097);
+  CHECK(a.size() == static_cast<std::size_t>(r) * 1000);
+  CHECK(b.size() == 4097);
+  CHECK(std::all_of(b.begin(), b.end(), [](float x) { return x == 0.0f; }));
+  CHECK(t.registered(b.data(), b.size_bytes()));
+  CHECK(t.registered(b.data() + 100, 10 * sizeof(float)));
+  CHECK_FALSE(t.registered(b.data() + 4000, 200 * sizeof(float))); // runs past its end
+  std::vector<float> ordinary(100);
+  CHECK_FALSE(t.registered(ordinary.data(), 100 * sizeof(float)));
+  const float* old = b.data();
+  b = tcoll::shm_buffer<float>{}; // freed here: no longer looked up
+  CHECK_FALSE(t.registered(old, sizeof(float)));
+  MPI_Barrier(MPI_COMM_WORLD); // each rank unlinks its own name as it leaves allocate
+  CHECK(tcoll_files_in_dev_shm() == 0);
+  CHECK_THROWS_AS(t.allocate<float>(std::numeric_limits<std::size_t>::max() / 2),
+                  tcoll::invalid_argument);
+}
+
+namespace {
+
+float fractional(int rank, std::size_t i) {
+  return 0.1f * static_cast<float>(rank + 1) + 1e-3f * static_cast<float>(i % 97) + 1e-7f;
+}
+
+/// Allreduce on registered buffers (out of place and in place) gives the bits the same
+/// algorithm gives on ordinary buffers, on every rank, leaves the input untouched, and its
+/// messages really were read in place.
+template <class Algo>
+void registered_allreduce_case(tcoll::shm_transport& t, std::size_t n) {
+  const int r = t.rank(), P = t.size();
+  CAPTURE(n);
+  auto in = t.allocate<float>(n), out = t.allocate<float>(n);
+  std::vector<float> plain_in(n), plain_out(n);
+  for (std::size_t i = 0; i < n; ++i) in[i] = plain_in[i] = fractional(r, i);
+  const std::uint64_t before = t.registered_messages();
+  tcoll::allreduce(t, in.data(), out.data(), n, tcoll::sum_op{}, Algo{});
+  tcoll::allreduce(t, plain_in.data(), plain_out.data(), n, tcoll::sum_op{}, Algo{});
+  CHECK(std::memcmp(out.data(), plain_out.data(), n * sizeof(float)) == 0);
+  CHECK(std::memcmp(in.data(), plain_in.data(), n * sizeof(float)) == 0); // input untouched
+  // in place
+  tcoll::allreduce(t, in.data(), in.data(), n, tcoll::sum_op{}, Algo{});
+  CHECK(std::memcmp(in.data(), plain_out.data(), n * sizeof(float)) == 0);
+  // bitwise identical on every rank
+  std::vector<float> first(n);
+  if (r == 0) std::memcpy(first.data(), out.data(), n * sizeof(float));
+  MPI_Bcast(first.data(), static_cast<int>(n * sizeof(float)), MPI_BYTE, 0, MPI_COMM_WORLD);
+  CHECK(std::memcmp(first.data(), out.data(), n * sizeof(float)) == 0);
+  // every algorithm sends at least one message longer than a tiny one once n / P is
+  if (P > 1 && n / static_cast<std::size_t>(P) * sizeof(float) > 64)
+    CHECK(t.registered_messages() > before);
+}
+
+} // namespace
+
+TEST_CASE("shm: allreduce on registered buffers equals the ordinary path bit for bit") {
+  for (const auto& options : {tcoll::shm_options{}, small_slots(), small_single_copy()}) {
+    tcoll::shm_transport t(MPI_COMM_WORLD, options);
+    for (std::size_t n : {std::size_t{0}, std::size_t{1}, std::size_t{9},
+                          std::size_t(world_size() + 1), std::size_t{1000}, std::size_t{70003}}) {
+      registered_allreduce_case<tcoll::ring>(t, n);
+      registered_allreduce_case<tcoll::recursive_doubling>(t, n);
+      registered_allreduce_case<tcoll::recursive_halving_doubling>(t, n);
+      registered_allreduce_case<tcoll::binomial_tree>(t, n);
+      registered_allreduce_case<tcoll::multi_ring>(t, n);
+    }
+  }
+}
+
+TEST_CASE("shm: a message from the middle of a registered buffer reaches an ordinary one") {
+  tcoll::shm_transport t(MPI_COMM_WORLD, small_slots());
+  const int P = t.size(), r = t.rank();
+  auto source = t.allocate<unsigned char>(5000);
+  for (std::size_t i = 0; i < source.size(); ++i)
+    source[i] = static_cast<unsigned char>(i * 7 + static_cast<std::size_t>(r));
+  if (P < 2) return;
+  const int to = (r + 1) % P, from = (r + P - 1) % P;
+  for (std::size_t offset : {std::size_t{0}, std::size_t{3}, std::size_t{1000}})
+    for (std::size_t bytes : {std::size_t{33}, std::size_t{300}, std::size_t{4000}}) {
+      CAPTURE(offset);
+      CAPTURE(bytes);
+      std::vector<unsigned char> got(bytes, 0xEE);
+      const std::uint64_t before = t.registered_messages();
+      auto recv = t.irecv(from, got.data(), bytes, 9);
+      auto send = t.isend(to, source.data() + offset, bytes, 9);
+      const auto when = tcoll::clock::now() + t.timeout();
+      t.wait(recv, when);
+      t.wait(send, when);
+      CHECK(t.registered_messages() == before + 1);
+      bool same = true;
+      for (std::size_t i = 0; i < bytes; ++i)
+        same = same && got[i] == static_cast<unsigned char>((offset + i) * 7 +
+                                                            static_cast<std::size_t>(from));
+      CHECK(same);
+    }
+}
+
+TEST_CASE("shm: a gradient pool in registered memory is reduced in place by its peers") {
+  tcoll::shm_transport t(MPI_COMM_WORLD);
+  const int r = t.rank(), P = t.size();
+  const std::vector<std::size_t> sizes = {3, 40000, 17, 5000};
+  tcoll::gradient_pool<float> pool(sizes, {.alignment_bytes = 64}, {},
+                                   [&](std::size_t n) { return t.allocate<float>(n); });
+  CHECK(t.registered(pool.data(), pool.bytes()));
+  for (std::size_t k = 0; k < pool.tensor_count(); ++k)
+    for (float& x : pool.tensor(k)) x = fractional(r, k);
+  std::vector<float> plain(pool.all().begin(), pool.all().end());
+  const std::uint64_t before = t.registered_messages();
+  tcoll::allreduce(t, pool.all(), tcoll::sum_op{}, tcoll::ring{});
+  tcoll::allreduce(t, std::span<float>(plain), tcoll::sum_op{}, tcoll::ring{});
+  CHECK(std::memcmp(pool.data(), plain.data(), pool.bytes()) == 0);
+  if (P > 1) CHECK(t.registered_messages() > before);
+  auto moved = std::move(pool); // the storage moves with the pool
+  CHECK(t.registered(moved.data(), moved.bytes()));
+}

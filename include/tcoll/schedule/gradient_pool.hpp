@@ -8,8 +8,10 @@
 /// reduces (float, double, half, bfloat16, integers).
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <span>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "../core/concepts.hpp"
@@ -36,29 +38,47 @@ public:
   explicit gradient_pool(std::span<const std::size_t> sizes, gradient_pool_options options = {},
                          R red = {})
       : red_(std::move(red)), sizes_(sizes.begin(), sizes.end()), options_(options) {
-    const std::size_t align = options.alignment_bytes;
-    if (align > 1 && align % sizeof(T) != 0)
-      throw invalid_argument("gradient_pool: options.alignment_bytes (" + std::to_string(align) +
-                             ") is not a multiple of the element size " +
-                             std::to_string(sizeof(T)));
-    const std::size_t step = align > 1 ? align / sizeof(T) : 1;
-    offsets_.reserve(sizes_.size());
-    std::size_t at = 0;
-    for (std::size_t n : sizes_) {
-      at = (at + step - 1) / step * step;
-      offsets_.push_back(at);
-      if (n > (SIZE_MAX / sizeof(T)) - at)
-        throw invalid_argument("gradient_pool: tensor sizes overflow");
-      at += n;
-    }
-    total_ = at;
+    lay_out();
     storage_ = red_.template allocate<T>(total_);
-    if (total_) red_.zero(storage_.data(), total_);
+    data_ = storage_.data();
+    if (total_) red_.zero(data_, total_);
+    red_.synchronize();
+  }
+  /// Tensors of `sizes[i]` elements, in backward order, in storage made by `allocate(n)`
+  /// (called once, for the pool's `size()` elements): anything owning `n` elements of `T`
+  /// with `.data()` where the reducer can reach them; the pool keeps it alive. For example
+  /// `[&](std::size_t n) { return shm.allocate<float>(n); }` puts the pool in the node's
+  /// shared memory, so the other processes reduce straight from it (shm_transport; then
+  /// constructing the pool is collective).
+  template <class Allocate>
+  requires requires(Allocate& a, std::size_t n) {
+    { a(n).data() } -> std::convertible_to<T*>;
+  }
+  gradient_pool(std::span<const std::size_t> sizes, gradient_pool_options options, R red,
+                Allocate&& allocate)
+      : red_(std::move(red)), sizes_(sizes.begin(), sizes.end()), options_(options) {
+    lay_out();
+    using storage_type = std::decay_t<decltype(allocate(total_))>;
+    auto external = std::make_shared<storage_type>(allocate(total_));
+    data_ = external->data();
+    if (total_ && !data_)
+      throw invalid_argument("gradient_pool: the allocator returned no storage for " +
+                             std::to_string(total_) + " elements");
+    external_ = std::move(external);
+    if (total_) red_.zero(data_, total_);
     red_.synchronize();
   }
   explicit gradient_pool(const std::vector<std::size_t>& sizes, gradient_pool_options options = {},
                          R red = {})
       : gradient_pool(std::span<const std::size_t>(sizes), options, std::move(red)) {}
+  template <class Allocate>
+  requires requires(Allocate& a, std::size_t n) {
+    { a(n).data() } -> std::convertible_to<T*>;
+  }
+  gradient_pool(const std::vector<std::size_t>& sizes, gradient_pool_options options, R red,
+                Allocate&& allocate)
+      : gradient_pool(std::span<const std::size_t>(sizes), options, std::move(red),
+                      std::forward<Allocate>(allocate)) {}
 
   /// The tensors of a profile (its order must be backward order, as in `data/profiles`).
   static gradient_pool from_profile(const plan::profile& p, gradient_pool_options options = {},
@@ -92,21 +112,19 @@ public:
   /// Elements of the whole pool, padding included.
   std::size_t size() const noexcept { return total_; }
   std::size_t bytes() const noexcept { return total_ * sizeof(T); }
-  T* data() noexcept { return storage_.data(); }
-  const T* data() const noexcept { return storage_.data(); }
+  T* data() noexcept { return data_; }
+  const T* data() const noexcept { return data_; }
   /// The whole pool.
-  std::span<T> all() noexcept { return {storage_.data(), total_}; }
+  std::span<T> all() noexcept { return {data_, total_}; }
 
   std::size_t tensor_size(std::size_t i) const { return sizes_.at(check(i)); }
   std::size_t tensor_offset(std::size_t i) const { return offsets_.at(check(i)); }
   /// Tensor `i` (backward order): the view the backward pass writes its gradient into.
-  std::span<T> tensor(std::size_t i) { return {storage_.data() + offsets_[check(i)], sizes_[i]}; }
-  std::span<const T> tensor(std::size_t i) const {
-    return {storage_.data() + offsets_[check(i)], sizes_[i]};
-  }
+  std::span<T> tensor(std::size_t i) { return {data_ + offsets_[check(i)], sizes_[i]}; }
+  std::span<const T> tensor(std::size_t i) const { return {data_ + offsets_[check(i)], sizes_[i]}; }
   /// Tensors [first, end) as one contiguous range (with the padding between them).
   std::span<T> range(std::size_t first, std::size_t end) {
-    return {storage_.data() + range_offset(first, end), range_size(first, end)};
+    return {data_ + range_offset(first, end), range_size(first, end)};
   }
   std::size_t range_offset(std::size_t first, std::size_t end) const {
     check_range(first, end);
@@ -118,13 +136,33 @@ public:
   }
   /// Sets every element (padding too) to zero.
   void zero() {
-    if (total_) red_.zero(storage_.data(), total_);
+    if (total_) red_.zero(data_, total_);
     red_.synchronize();
   }
   R& reducer() noexcept { return red_; }
   const gradient_pool_options& options() const noexcept { return options_; }
 
 private:
+  /// Offsets of the tensors and the pool's size, from sizes_ and options_.
+  void lay_out() {
+    const std::size_t align = options_.alignment_bytes;
+    if (align > 1 && align % sizeof(T) != 0)
+      throw invalid_argument("gradient_pool: options_.alignment_bytes (" + std::to_string(align) +
+                             ") is not a multiple of the element size " +
+                             std::to_string(sizeof(T)));
+    const std::size_t step = align > 1 ? align / sizeof(T) : 1;
+    offsets_.reserve(sizes_.size());
+    std::size_t at = 0;
+    for (std::size_t n : sizes_) {
+      at = (at + step - 1) / step * step;
+      offsets_.push_back(at);
+      if (n > (SIZE_MAX / sizeof(T)) - at)
+        throw invalid_argument("gradient_pool: tensor sizes overflow");
+      at += n;
+    }
+    total_ = at;
+  }
+
   std::size_t check(std::size_t i) const {
     if (i >= sizes_.size())
       throw invalid_argument("gradient_pool: tensor " + std::to_string(i) +
@@ -144,6 +182,8 @@ private:
   gradient_pool_options options_;
   std::size_t total_ = 0;
   typename R::template buffer<T> storage_{};
+  std::shared_ptr<void> external_; ///< storage from a caller's allocator, when given one
+  T* data_ = nullptr;
 };
 
 } // namespace tcoll

@@ -22,6 +22,11 @@
 ///    other's memory (probed at construction): the lane carries the sender's buffer
 ///    address, the receiver reads it with `process_vm_readv` (cross-memory attach) and then
 ///    frees the lane, which completes the send.
+///  - Registered buffers (`allocate<T>(n)`, collective) live in shared memory that every
+///    rank of the node maps: a message from one is neither copied by the sender nor read
+///    through the kernel; the lane carries (region, offset) and the receiver reduces
+///    straight from the sender's memory, as on the thread transport, then frees the lane,
+///    which completes the send.
 ///  - Transfer states come from a pool: a steady stream of transfers allocates nothing.
 ///  - Waiting spins on the flags, then yields; with more ranks on the node than cores it
 ///    yields from the start. Every wait has the timeout; `abort()` raises a team-wide flag
@@ -54,9 +59,11 @@
 #include <mutex>
 #include <new>
 #include <random>
+#include <span>
 #include <string>
 #include <string_view>
 #include <thread>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -116,6 +123,8 @@ enum class lane_mode : std::uint32_t {
   single_copy, ///< the receiver reads `bytes` at `address` in the sender's process, then
                ///< frees the lane, which completes the send
   inline_data, ///< in the header's own cache line (`inline_bytes` or fewer)
+  registered,  ///< the receiver reads `bytes` at offset `address` of the sender's registered
+               ///< region `region` (mapped by every rank), then frees the lane
 };
 inline constexpr std::size_t inline_bytes = 32;
 
@@ -125,9 +134,13 @@ struct alignas(line) lane_header {
   std::int32_t tag = 0;
   lane_mode mode = lane_mode::slots;
   std::uint64_t address = 0;
-  /// A tiny message travels here, so its receiver touches one line written by the sender
-  /// instead of three (header, slot flag, payload).
-  alignas(inline_bytes) unsigned char data[inline_bytes];
+  union {
+    /// A tiny message travels here, so its receiver touches one line written by the sender
+    /// instead of three (header, slot flag, payload).
+    alignas(inline_bytes) unsigned char data[inline_bytes];
+    /// `lane_mode::registered`: which of the sender's registered regions.
+    std::uint64_t region;
+  };
 };
 static_assert(sizeof(lane_header) == line, "a lane header is one cache line");
 
@@ -174,6 +187,18 @@ struct layout {
   }
 };
 
+/// One rank's registered region as mapped in this process; unmapped with its last owner.
+struct mapping {
+  unsigned char* base = nullptr;
+  std::size_t bytes = 0;
+  mapping(unsigned char* b, std::size_t n) : base(b), bytes(n) {}
+  mapping(const mapping&) = delete;
+  mapping& operator=(const mapping&) = delete;
+  ~mapping() {
+    if (base) munmap(base, bytes);
+  }
+};
+
 inline void check_mpi(int code, const char* what, int rank) {
   if (code == MPI_SUCCESS) return;
   char text[MPI_MAX_ERROR_STRING] = {};
@@ -183,6 +208,36 @@ inline void check_mpi(int code, const char* what, int rank) {
 }
 
 } // namespace detail::shm
+
+/// `count` elements of `T` in the node's shared memory, made by `shm_transport::allocate`
+/// (a registered buffer): messages sent from it are read by the receiving process straight
+/// from this memory. Owns this rank's mapping (movable, not copyable); starts zeroed. The
+/// memory goes back to the system when this buffer and the transport are both gone (the
+/// other ranks keep their mapping of it until their transport is destroyed).
+template <class T>
+class shm_buffer {
+public:
+  shm_buffer() = default;
+  T* data() const noexcept { return data_; }
+  std::size_t size() const noexcept { return size_; }
+  std::size_t size_bytes() const noexcept { return size_ * sizeof(T); }
+  bool empty() const noexcept { return size_ == 0; }
+  T* begin() const noexcept { return data_; }
+  T* end() const noexcept { return data_ + size_; }
+  T& operator[](std::size_t i) const noexcept { return data_[i]; }
+  std::span<T> span() const noexcept { return {data_, size_}; }
+  operator std::span<T>() const noexcept { return span(); }
+  operator std::span<const T>() const noexcept { return {data_, size_}; }
+
+private:
+  friend class shm_transport;
+  shm_buffer(std::shared_ptr<detail::shm::mapping> m, std::size_t count)
+      : data_(count ? std::launder(reinterpret_cast<T*>(m->base)) : nullptr), size_(count),
+        mapping_(std::move(m)) {}
+  T* data_ = nullptr;
+  std::size_t size_ = 0;
+  std::shared_ptr<detail::shm::mapping> mapping_;
+};
 
 /// Ranks are the processes of an MPI communicator on one node (see the file comment);
 /// satisfies `tcoll::transport`. Collective to construct (every rank of `comm`); the
@@ -254,6 +309,8 @@ public:
         static_cast<unsigned>(size_) <= std::max(1u, std::thread::hardware_concurrency());
     map_segment(comm);
     single_copy_ = probe_single_copy(comm);
+    // kept for `allocate` (collective); MPI_Comm_dup is collective, as construction is
+    detail::shm::check_mpi(MPI_Comm_dup(comm, &comm_), "MPI_Comm_dup", rank_);
     sent_count_.assign(static_cast<std::size_t>(size_), 0);
     claimed_.assign(static_cast<std::size_t>(size_) * options_.lanes, 0);
     observed_.assign(static_cast<std::size_t>(size_), 0);
@@ -265,6 +322,9 @@ public:
   ~shm_transport() {
     context_.detach(); // stops a communication engine that still uses this transport
     if (base_) munmap(base_, layout_.total);
+    int finalized = 1;
+    MPI_Finalized(&finalized);
+    if (!finalized && comm_ != MPI_COMM_NULL) MPI_Comm_free(&comm_);
   }
 
   collective_context& collectives() noexcept { return context_; }
@@ -279,6 +339,41 @@ public:
   /// same on every rank.
   bool single_copy() const noexcept { return single_copy_; }
 
+  /// A registered buffer of `count` elements for this rank (see `shm_buffer`). Collective:
+  /// every rank of the team calls it, in the same order, each with its own count (0
+  /// allowed). Throws `invalid_argument` for a count too large, `transport_error` (on
+  /// every rank) when a segment cannot be made or mapped (/dev/shm too small).
+  template <class T>
+  shm_buffer<T> allocate(std::size_t count) {
+    static_assert(std::is_trivially_copyable_v<T>, "registered buffers hold trivially "
+                                                   "copyable elements");
+    if (count > std::numeric_limits<std::size_t>::max() / 2 / sizeof(T))
+      throw invalid_argument(
+          "shm_transport::allocate: count " + std::to_string(count) + " is too large", rank_);
+    const std::size_t bytes = detail::shm::round_up(std::max<std::size_t>(1, count * sizeof(T)),
+                                                    static_cast<std::size_t>(page_size()));
+    std::vector<std::shared_ptr<detail::shm::mapping>> maps = map_region(bytes);
+    auto own = maps[static_cast<std::size_t>(rank_)];
+    std::lock_guard lock(mutex_);
+    const std::uint64_t id = regions_.size();
+    maps[static_cast<std::size_t>(rank_)] = nullptr; // this rank's own: held by the buffer
+    regions_.push_back(std::move(maps));
+    std::erase_if(own_regions_, [](const own_region& g) { return g.alive.expired(); });
+    own_regions_.push_back({id, own->base, count * sizeof(T), own});
+    return shm_buffer<T>(std::move(own), count);
+  }
+  /// Whether `bytes` at `p` lie in one of this rank's live registered buffers.
+  bool registered(const void* p, std::size_t bytes) const {
+    std::lock_guard lock(mutex_);
+    return find_registered(static_cast<const unsigned char*>(p), bytes) != nullptr;
+  }
+
+  /// Messages this rank has sent from registered buffers (read by the receiver in place).
+  std::uint64_t registered_messages() const {
+    std::lock_guard lock(mutex_);
+    return registered_messages_;
+  }
+
   request isend(int peer, const void* data, std::size_t bytes, int tag) {
     check_peer(peer, "isend");
     check_buffer(data, bytes, "isend", peer);
@@ -289,8 +384,15 @@ public:
     s->data = static_cast<const unsigned char*>(data);
     s->bytes = bytes;
     s->tag = tag;
-    s->single_copy =
-        single_copy_ && bytes > options_.slot_bytes && bytes >= options_.single_copy_min_bytes;
+    if (bytes > detail::shm::inline_bytes && !own_regions_.empty())
+      if (const own_region* g = find_registered(s->data, bytes)) {
+        s->registered = true;
+        s->region = g->id;
+        s->region_offset = static_cast<std::uint64_t>(s->data - g->base);
+        ++registered_messages_;
+      }
+    s->single_copy = !s->registered && single_copy_ && bytes > options_.slot_bytes &&
+                     bytes >= options_.single_copy_min_bytes;
     s->message = ++sent_count_[static_cast<std::size_t>(peer)];
     sends_[static_cast<std::size_t>(peer)].push_back(s);
     r.send_ = s;
@@ -378,6 +480,14 @@ public:
   }
 
 private:
+  /// One of this rank's registered buffers, for the senders' lookup; `alive` expires when
+  /// the buffer is destroyed (its address may then be reused by ordinary memory).
+  struct own_region {
+    std::uint64_t id = 0;
+    const unsigned char* base = nullptr;
+    std::size_t bytes = 0;
+    std::weak_ptr<detail::shm::mapping> alive;
+  };
   struct send_state {
     int peer = 0, tag = 0;
     const unsigned char* data = nullptr;
@@ -386,6 +496,9 @@ private:
     std::ptrdiff_t lane = -1;  ///< lane held, -1 before one is free
     std::size_t fragments_written = 0;
     bool single_copy = false; ///< the receiver reads `data` itself
+    bool registered = false;  ///< data lies in this rank's registered region `region`
+    std::uint64_t region = 0;
+    std::uint64_t region_offset = 0;
     bool done = false;
   };
   struct recv_state {
@@ -498,8 +611,13 @@ private:
           h.address = reinterpret_cast<std::uint64_t>(s->data);
           const bool tiny = s->bytes <= detail::shm::inline_bytes;
           h.mode = tiny             ? detail::shm::lane_mode::inline_data
+                   : s->registered  ? detail::shm::lane_mode::registered
                    : s->single_copy ? detail::shm::lane_mode::single_copy
                                     : detail::shm::lane_mode::slots;
+          if (s->registered) {
+            h.address = s->region_offset;
+            h.region = s->region;
+          }
           if (tiny && s->bytes) std::memcpy(h.data, s->data, s->bytes);
           h.message.store(s->message, std::memory_order_release);
           s->lane = static_cast<std::ptrdiff_t>(l);
@@ -514,7 +632,7 @@ private:
   void write_fragments(send_state& s) {
     const std::size_t total = fragments(s.bytes);
     const auto l = static_cast<std::size_t>(s.lane);
-    if (s.single_copy) { // done once the receiver has read the buffer and freed the lane
+    if (s.single_copy || s.registered) { // done once the receiver has read it and freed the lane
       if (lane(s.peer, rank_, l).message.load(std::memory_order_acquire) == s.message) return;
       s.done = true;
       s.lane = -1;
@@ -604,6 +722,7 @@ private:
     auto& h = lane(rank_, r.peer, l);
     if (h.mode == detail::shm::lane_mode::single_copy) return read_single_copy(r, h);
     if (h.mode == detail::shm::lane_mode::inline_data) return read_inline(r, h);
+    if (h.mode == detail::shm::lane_mode::registered) return read_registered(r, h);
     const std::size_t total = fragments(h.bytes);
     const bool direct = r.use.fn && total == 1;              // consume straight from the slot
     const bool pieces = r.use.piece && total > 1 && !direct; // each fragment from its slot
@@ -682,6 +801,106 @@ private:
     }
     h.message.store(0, std::memory_order_release);
     r.done = true;
+  }
+
+  /// Reads a message from the sender's registered region where this process maps it:
+  /// consumed straight from there (`irecv_consume`, no staging) or copied out. Then frees
+  /// the lane, completing the send.
+  void read_registered(recv_state& r, detail::shm::lane_header& h) {
+    if (!r.error) {
+      try {
+        const std::uint64_t id = h.region, offset = h.address;
+        const detail::shm::mapping* m =
+            id < regions_.size() ? regions_[id][static_cast<std::size_t>(r.peer)].get() : nullptr;
+        if (!m || offset > m->bytes || r.bytes > m->bytes - offset)
+          throw transport_error("message names registered region " + std::to_string(id) +
+                                    " at offset " + std::to_string(offset) +
+                                    ", which this rank does not map (allocate is collective: "
+                                    "every rank must call it in the same order)",
+                                rank_, r.peer);
+        const unsigned char* data = m->base + offset;
+        if (r.use.fn)
+          r.use(data, r.bytes);
+        else if (r.bytes)
+          std::memcpy(r.dst, data, r.bytes);
+      } catch (...) {
+        r.error = std::current_exception();
+      }
+    }
+    h.message.store(0, std::memory_order_release);
+    r.done = true;
+  }
+
+  /// Under the lock: this rank's live registered region holding [p, p + bytes), if any.
+  const own_region* find_registered(const unsigned char* p, std::size_t bytes) const {
+    for (const auto& g : own_regions_)
+      if (p >= g.base && p < g.base + g.bytes &&
+          bytes <= static_cast<std::size_t>(g.base + g.bytes - p) && !g.alive.expired())
+        return &g;
+    return nullptr;
+  }
+
+  static long page_size() {
+    const long p = sysconf(_SC_PAGESIZE);
+    return p > 0 ? p : 4096;
+  }
+
+  /// Collective: every rank makes a segment of its own `bytes`, every rank maps every
+  /// rank's, and once all are mapped the names go (nothing stays in /dev/shm). The
+  /// mappings, indexed by rank; throws on every rank when any rank failed.
+  std::vector<std::shared_ptr<detail::shm::mapping>> map_region(std::size_t bytes) {
+    char name[64] = {};
+    {
+      std::random_device rd;
+      std::snprintf(name, sizeof name, "/tcoll-shm-%d-r%08x", static_cast<int>(getpid()),
+                    static_cast<unsigned>(rd()));
+      const int fd = shm_open(name, O_CREAT | O_EXCL | O_RDWR, 0600);
+      const bool ok = fd >= 0 && ftruncate(fd, static_cast<off_t>(bytes)) == 0 &&
+                      posix_fallocate(fd, 0, static_cast<off_t>(bytes)) == 0;
+      if (fd >= 0) close(fd);
+      if (!ok) {
+        if (fd >= 0) shm_unlink(name);
+        name[0] = 0; // tells the others it failed
+      }
+    }
+    const auto P = static_cast<std::size_t>(size_);
+    std::vector<char> names(P * sizeof name);
+    std::vector<std::uint64_t> sizes(P);
+    const std::uint64_t mine = name[0] ? bytes : 0;
+    detail::shm::check_mpi(
+        MPI_Allgather(name, sizeof name, MPI_CHAR, names.data(), sizeof name, MPI_CHAR, comm_),
+        "MPI_Allgather", rank_);
+    detail::shm::check_mpi(
+        MPI_Allgather(&mine, 1, MPI_UINT64_T, sizes.data(), 1, MPI_UINT64_T, comm_),
+        "MPI_Allgather", rank_);
+    std::vector<std::shared_ptr<detail::shm::mapping>> maps(P);
+    int ok = 1, failed_rank = -1;
+    for (std::size_t q = 0; q < P; ++q) {
+      const char* n = &names[q * sizeof name];
+      if (!n[0]) {
+        ok = 0, failed_rank = static_cast<int>(q);
+        continue;
+      }
+      const int fd = shm_open(n, O_RDWR, 0600);
+      void* p =
+          fd >= 0 ? mmap(nullptr, sizes[q], PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0) : MAP_FAILED;
+      if (fd >= 0) close(fd);
+      if (p == MAP_FAILED) {
+        ok = 0, failed_rank = static_cast<int>(q);
+        continue;
+      }
+      maps[q] = std::make_shared<detail::shm::mapping>(static_cast<unsigned char*>(p), sizes[q]);
+    }
+    int all = 0;
+    const int mpi = MPI_Allreduce(&ok, &all, 1, MPI_INT, MPI_MIN, comm_);
+    if (name[0]) shm_unlink(name); // everyone has mapped it or given up
+    detail::shm::check_mpi(mpi, "MPI_Allreduce", rank_);
+    if (!all)
+      throw transport_error("shm_transport::allocate: a registered segment of " +
+                                std::to_string(bytes) + " bytes could not be made or mapped" +
+                                (ok ? " on another rank" : " here") + " (/dev/shm too small?)",
+                            rank_, failed_rank);
+    return maps;
   }
 
   /// `bytes` at `address` in `peer`'s process into `dst` (cross-memory attach).
@@ -845,7 +1064,13 @@ private:
   static constexpr std::uint64_t probe_value = 0x7c011'5a3e'c0b1ULL;
   std::uint64_t probe_ = probe_value; ///< read by the other ranks' single-copy probe
   unsigned char* base_ = nullptr;
-  std::mutex mutex_; ///< this process's bookkeeping (the engine thread and callers share it)
+  MPI_Comm comm_ = MPI_COMM_NULL; ///< a duplicate of the team's communicator, for `allocate`
+  mutable std::mutex mutex_; ///< this process's bookkeeping (engine thread and callers share it)
+  /// Registered regions, by id (the order of `allocate` calls, the same on every rank):
+  /// each rank's mapping in this process (this rank's own entry is empty: its buffer owns it).
+  std::vector<std::vector<std::shared_ptr<detail::shm::mapping>>> regions_;
+  std::vector<own_region> own_regions_;
+  std::uint64_t registered_messages_ = 0;
   std::vector<std::uint64_t> sent_count_;       ///< per peer: messages posted so far
   std::vector<std::uint64_t> claimed_;          ///< per (peer, lane): message this rank claimed
   std::vector<std::uint64_t> observed_;         ///< per peer: messages 1..n all seen in a lane
