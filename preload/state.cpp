@@ -122,6 +122,12 @@ settings read_settings() {
       else
         throw invalid_argument("TCOLL_DEBUG='" + std::string(d) + "': expected 0, 1 or 2");
     }
+    if (const char* v = std::getenv("TCOLL_SHM"); v && *v) {
+      const std::string_view d(v);
+      if (d != "0" && d != "1")
+        throw invalid_argument("TCOLL_SHM='" + std::string(d) + "': expected 0 or 1");
+      s.shm = d == "1";
+    }
     long seconds = 3600;
     if (const char* v = std::getenv("TCOLL_TIMEOUT"); v && *v) {
       char* end = nullptr;
@@ -143,6 +149,7 @@ std::atomic<unsigned long long> through_total{0}, fallback_total{0};
 constexpr int size_buckets = 65; // 0 bytes, then [2^k, 2^(k+1)) for k = 0..63
 std::atomic<unsigned long long> by_algo[coll_count][algo_count][size_buckets];
 std::atomic<unsigned long long> by_reason[coll_count][fallback_count];
+std::atomic<unsigned long long> shm_calls[coll_count];
 
 int bucket_of(std::size_t bytes) {
   if (bytes == 0) return 0;
@@ -198,6 +205,9 @@ void print_summary() {
                  algo_name(static_cast<algo>(a)) + " " + range + ": " + std::to_string(n) +
                  " calls\n";
         }
+    if (const auto n = shm_calls[c].load())
+      out += p + "  " + coll_name(static_cast<coll>(c)) +
+             " over shared memory (shm_transport): " + std::to_string(n) + " calls\n";
     for (int f = 0; f < fallback_count; ++f)
       if (const auto n = by_reason[c][f].load())
         out += p + "  " + coll_name(static_cast<coll>(c)) + " fallback (" +
@@ -278,6 +288,10 @@ void count_call(coll c, algo a, std::size_t bytes, MPI_Comm comm) {
   }
 }
 
+void count_shared_memory(coll c) {
+  if (config().debug) shm_calls[static_cast<int>(c)].fetch_add(1, std::memory_order_relaxed);
+}
+
 void count_fallback(coll c, fallback why) {
   fallback_total.fetch_add(1, std::memory_order_relaxed);
   const int d = config().debug;
@@ -356,6 +370,27 @@ mpi_transport& comm_state::transport() {
     flat = std::make_unique<mpi_transport>(user, o);
   }
   return *flat;
+}
+
+shm_transport* comm_state::shared_memory() {
+  if (node_checked) return node.get();
+  node_checked = true;
+  // TCOLL_SHM must be the same on every rank, like every TCOLL_ setting
+  if (!config().shm || size == 1) return nullptr;
+  join(*this, "shared memory");
+  MPI_Comm local = MPI_COMM_NULL;
+  detail::mpi::check(PMPI_Comm_split_type(user, MPI_COMM_TYPE_SHARED, rank, MPI_INFO_NULL, &local),
+                     "PMPI_Comm_split_type", rank);
+  int local_size = 0;
+  PMPI_Comm_size(local, &local_size);
+  PMPI_Comm_free(&local);
+  // the same answer on every rank: either every rank shares the node or none sees all
+  if (local_size == size) {
+    shm_options o;
+    o.timeout = config().timeout;
+    node = std::make_unique<shm_transport>(user, o);
+  }
+  return node.get();
 }
 
 hierarchical<mpi_transport, mpi_transport>& comm_state::hierarchy() {

@@ -34,6 +34,7 @@
 #include <tcoll/algorithm/select.hpp>
 #include <tcoll/collectives.hpp>
 #include <tcoll/transport/mpi.hpp>
+#include <tcoll/transport/shm.hpp>
 
 /// Marks the symbols the library exports (everything else is hidden: a program that uses
 /// tcoll's headers itself never shares inline functions with this library).
@@ -97,6 +98,9 @@ struct settings {
   std::vector<rule> rules[coll_count]; ///< TCOLL_<COLL>_ALGO (iallreduce shares allreduce's)
   int debug = 0; ///< TCOLL_DEBUG: 0, 1 (rank 0's summary) or 2 (every rank's, every call)
   std::chrono::milliseconds timeout{}; ///< TCOLL_TIMEOUT (seconds)
+  /// TCOLL_SHM (0 or 1, default 1): a communicator whose ranks all share one node runs
+  /// MPI_Allreduce's tcoll algorithms over `shm_transport` instead of MPI point-to-point.
+  bool shm = true;
   /// Messages up to this size run MPI's own collective unless a rule says otherwise
   /// (automatic::native_below_bytes, 16 KiB).
   std::size_t native_below_bytes = 16 * 1024;
@@ -111,6 +115,8 @@ algo choose(coll c, std::size_t bytes);
 
 /// Counts a call that ran through tcoll (or passthrough) and, at TCOLL_DEBUG=2, prints it.
 void count_call(coll c, algo a, std::size_t bytes, MPI_Comm comm);
+/// Counts a call of collective `c` that ran over the shared-memory transport.
+void count_shared_memory(coll c);
 /// Counts a call that fell back to `PMPI_*` and, at TCOLL_DEBUG=2, prints it.
 void count_fallback(coll c, fallback why);
 
@@ -126,10 +132,15 @@ struct comm_state {
   std::unique_ptr<mpi_transport> intra; ///< ranks of this node (hierarchical)
   std::unique_ptr<mpi_transport> inter; ///< ranks of this node index on every node
   std::unique_ptr<hierarchical<mpi_transport, mpi_transport>> hier;
+  std::unique_ptr<shm_transport> node; ///< the whole communicator in shared memory (one node)
+  bool node_checked = false;
   std::vector<std::byte> scratch; ///< in-place reduce_scatter_block copies its input here
 
   /// The flat transport over the whole communicator (created on first call).
   mpi_transport& transport();
+  /// The communicator's ranks through shared memory, or null where they span several nodes
+  /// or TCOLL_SHM=0 (decided and created on the first call, collectively).
+  shm_transport* shared_memory();
   /// The two-level machine: shared-memory groups (MPI_COMM_TYPE_SHARED) joined across
   /// nodes by local index (created on first call).
   hierarchical<mpi_transport, mpi_transport>& hierarchy();

@@ -51,6 +51,11 @@ def check_summary(text, expects):
         if e.startswith("fallback:"):
             reason = e.split(":", 1)[1]
             ok = any(f"fallback ({reason}): " in l for l in lines)
+        elif e.startswith("shm:") or e.startswith("no-shm:"):
+            # calls of that collective ran over the shared-memory transport (or none did)
+            coll = e.split(":", 1)[1]
+            ran = any(re.match(rf"\s*{re.escape(coll)} over shared memory", l) for l in lines)
+            ok = ran == e.startswith("shm:")
         else:
             coll, algo = e.split()
             ok = any(re.match(rf"\s*{re.escape(coll)} {re.escape(algo)} (0 B|\[)", l) for l in lines)
