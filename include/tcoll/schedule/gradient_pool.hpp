@@ -147,7 +147,7 @@ private:
   void lay_out() {
     const std::size_t align = options_.alignment_bytes;
     if (align > 1 && align % sizeof(T) != 0)
-      throw invalid_argument("gradient_pool: options_.alignment_bytes (" + std::to_string(align) +
+      throw invalid_argument("gradient_pool: options.alignment_bytes (" + std::to_string(align) +
                              ") is not a multiple of the element size " +
                              std::to_string(sizeof(T)));
     const std::size_t step = align > 1 ? align / sizeof(T) : 1;
