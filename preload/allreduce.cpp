@@ -14,24 +14,6 @@
 namespace tcoll::preload {
 namespace {
 
-template <class Tr, class T, class Op>
-void run_flat(Tr& t, algo a, const T* send, T* recv, std::size_t n, const Op& op);
-
-/// Runs an allreduce with algorithm `a` (not passthrough or empty) in `s`: over shared
-/// memory where every rank of the communicator is on this node (TCOLL_SHM=1), else over MPI.
-template <class T, class Op>
-void run_allreduce(comm_state& s, algo a, const T* send, T* recv, std::size_t n, const Op& op) {
-  if (a == algo::hierarchical) {
-    tcoll::allreduce(s.hierarchy(), send, recv, n, op);
-    return;
-  }
-  if (shm_transport* node = s.shared_memory()) {
-    count_shared_memory(coll::allreduce);
-    return run_flat(*node, a, send, recv, n, op);
-  }
-  return run_flat(s.transport(), a, send, recv, n, op);
-}
-
 /// A flat algorithm `a` on transport `t`.
 template <class Tr, class T, class Op>
 void run_flat(Tr& t, algo a, const T* send, T* recv, std::size_t n, const Op& op) {
@@ -47,6 +29,21 @@ void run_flat(Tr& t, algo a, const T* send, T* recv, std::size_t n, const Op& op
   default:
     return tcoll::allreduce(t, send, recv, n, op, ring{});
   }
+}
+
+/// Runs an allreduce with algorithm `a` (not passthrough or empty) in `s`: over shared
+/// memory where every rank of the communicator is on this node (TCOLL_SHM=1), else over MPI.
+template <class T, class Op>
+void run_allreduce(comm_state& s, algo a, const T* send, T* recv, std::size_t n, const Op& op) {
+  if (a == algo::hierarchical) {
+    tcoll::allreduce(s.hierarchy(), send, recv, n, op);
+    return;
+  }
+  if (shm_transport* node = s.shared_memory()) {
+    count_shared_memory(coll::allreduce);
+    return run_flat(*node, a, send, recv, n, op);
+  }
+  return run_flat(s.transport(), a, send, recv, n, op);
 }
 
 /// State of one MPI_Iallreduce run by tcoll: the generalized request's extra state.

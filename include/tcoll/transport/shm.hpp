@@ -199,6 +199,31 @@ struct mapping {
   }
 };
 
+/// Creates a POSIX shared-memory file of `bytes` under a fresh name written to `name`
+/// ("/tcoll-shm-<pid>-<kind><random>"). Its memory is allocated now, so a full /dev/shm fails
+/// here and not later with SIGBUS. On failure nothing is left and `name` is empty.
+inline void create_file(char (&name)[64], std::size_t bytes, const char* kind) {
+  std::random_device rd;
+  std::snprintf(name, sizeof name, "/tcoll-shm-%d-%s%08x", static_cast<int>(getpid()), kind,
+                static_cast<unsigned>(rd()));
+  const int fd = shm_open(name, O_CREAT | O_EXCL | O_RDWR, 0600);
+  const bool ok = fd >= 0 && ftruncate(fd, static_cast<off_t>(bytes)) == 0 &&
+                  posix_fallocate(fd, 0, static_cast<off_t>(bytes)) == 0;
+  if (fd >= 0) close(fd);
+  if (!ok) {
+    if (fd >= 0) shm_unlink(name);
+    name[0] = 0;
+  }
+}
+
+/// Maps `bytes` of the shared-memory file `name` read-write; null when it cannot.
+inline unsigned char* map_file(const char* name, std::size_t bytes) {
+  const int fd = shm_open(name, O_RDWR, 0600);
+  void* p = fd >= 0 ? mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0) : MAP_FAILED;
+  if (fd >= 0) close(fd);
+  return p == MAP_FAILED ? nullptr : static_cast<unsigned char*>(p);
+}
+
 inline void check_mpi(int code, const char* what, int rank) {
   if (code == MPI_SUCCESS) return;
   char text[MPI_MAX_ERROR_STRING] = {};
@@ -850,19 +875,7 @@ private:
   /// mappings, indexed by rank; throws on every rank when any rank failed.
   std::vector<std::shared_ptr<detail::shm::mapping>> map_region(std::size_t bytes) {
     char name[64] = {};
-    {
-      std::random_device rd;
-      std::snprintf(name, sizeof name, "/tcoll-shm-%d-r%08x", static_cast<int>(getpid()),
-                    static_cast<unsigned>(rd()));
-      const int fd = shm_open(name, O_CREAT | O_EXCL | O_RDWR, 0600);
-      const bool ok = fd >= 0 && ftruncate(fd, static_cast<off_t>(bytes)) == 0 &&
-                      posix_fallocate(fd, 0, static_cast<off_t>(bytes)) == 0;
-      if (fd >= 0) close(fd);
-      if (!ok) {
-        if (fd >= 0) shm_unlink(name);
-        name[0] = 0; // tells the others it failed
-      }
-    }
+    detail::shm::create_file(name, bytes, "r"); // empty: it failed (the others learn it)
     const auto P = static_cast<std::size_t>(size_);
     std::vector<char> names(P * sizeof name);
     std::vector<std::uint64_t> sizes(P);
@@ -881,15 +894,12 @@ private:
         ok = 0, failed_rank = static_cast<int>(q);
         continue;
       }
-      const int fd = shm_open(n, O_RDWR, 0600);
-      void* p =
-          fd >= 0 ? mmap(nullptr, sizes[q], PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0) : MAP_FAILED;
-      if (fd >= 0) close(fd);
-      if (p == MAP_FAILED) {
+      unsigned char* p = detail::shm::map_file(n, sizes[q]);
+      if (!p) {
         ok = 0, failed_rank = static_cast<int>(q);
         continue;
       }
-      maps[q] = std::make_shared<detail::shm::mapping>(static_cast<unsigned char*>(p), sizes[q]);
+      maps[q] = std::make_shared<detail::shm::mapping>(p, sizes[q]);
     }
     int all = 0;
     const int mpi = MPI_Allreduce(&ok, &all, 1, MPI_INT, MPI_MIN, comm_);
@@ -1008,19 +1018,7 @@ private:
 
   void map_segment(MPI_Comm comm) {
     char name[64] = {};
-    int fd = -1;
-    if (rank_ == 0) {
-      std::random_device rd;
-      std::snprintf(name, sizeof name, "/tcoll-shm-%d-%08x", static_cast<int>(getpid()),
-                    static_cast<unsigned>(rd()));
-      fd = shm_open(name, O_CREAT | O_EXCL | O_RDWR, 0600);
-      int ok = fd >= 0 && ftruncate(fd, static_cast<off_t>(layout_.total)) == 0 &&
-               posix_fallocate(fd, 0, static_cast<off_t>(layout_.total)) == 0;
-      if (!ok) {
-        if (fd >= 0) close(fd), shm_unlink(name);
-        name[0] = 0; // tells the others it failed
-      }
-    }
+    if (rank_ == 0) detail::shm::create_file(name, layout_.total, ""); // empty: it failed
     detail::shm::check_mpi(MPI_Bcast(name, sizeof name, MPI_CHAR, 0, comm), "MPI_Bcast", rank_);
     if (!name[0])
       throw transport_error("shm_transport: cannot create a shared segment of " +
@@ -1028,12 +1026,8 @@ private:
                                 " bytes in /dev/shm (too small? lower options.lanes, slots "
                                 "or slot_bytes)",
                             rank_, 0);
-    if (rank_ != 0) fd = shm_open(name, O_RDWR, 0600);
-    void* p = fd >= 0 ? mmap(nullptr, layout_.total, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0)
-                      : MAP_FAILED;
-    if (fd >= 0) close(fd);
-    int mapped = p != MAP_FAILED ? 1 : 0, all_mapped = 0;
-    if (mapped) base_ = static_cast<unsigned char*>(p);
+    base_ = detail::shm::map_file(name, layout_.total);
+    int mapped = base_ ? 1 : 0, all_mapped = 0;
     // Everyone has it mapped (or failed): the name can go.
     MPI_Allreduce(&mapped, &all_mapped, 1, MPI_INT, MPI_MIN, comm);
     if (rank_ == 0) shm_unlink(name);
