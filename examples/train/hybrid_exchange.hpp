@@ -7,19 +7,24 @@
 /// factors, K = samples per rank); biases always go dense. Every rank computes the same
 /// plan from the same shapes and link parameters.
 ///
-/// During backward, `gradient_ready(weight of an SFB layer)` copies the layer's factors
-/// (`mlp::current_factors`: inputs are the u's, output errors the v's) into K_pad x M and
-/// K_pad x N buffers, K_pad = ceil(global batch / ranks) on every rank (a shorter shard
-/// is padded with zero rows, which add exact zeros: `sfb_allreduce` needs equal K). After
-/// backward, `finish_step` averages the tensors in backward order: dense ones with
-/// `tcoll::allreduce(avg)`, SFB ones with `sfb_allreduce(avg)` into the weight gradient
-/// (reconstructed with `eigen_gemm`: the app links Eigen anyway, and it is several times
-/// faster than `host_gemm` here). Backward still computes the dense weight gradient of an
-/// SFB layer, which the reconstruction then overwrites (the mlp has no switch to skip it).
-/// The per-tensor bytes posted are counted on the counting transport.
+/// Two ways to run that plan (`hybrid_config::overlap`):
+///  - overlapped (default, `--overlap layerwise`): Poseidon's Algorithm 2 with
+///    `tcoll::hybrid::hybrid_scheduler`. Backward writes into a `tcoll::gradient_pool`; as
+///    soon as a tensor's gradient exists its own sync job starts on tcoll's communication
+///    thread: a dense tensor's `iallreduce(avg)` in place in the pool, an SFB layer's
+///    `isfb_allreduce(avg)` of its factors (`mlp::current_factors`: inputs are the u's,
+///    output errors the v's, copied by the scheduler and padded with zero rows to
+///    K = ceil(global batch / ranks) on every rank, since `sfb_allreduce` needs equal K).
+///    `finish_step` waits and reconstructs the SFB gradients with `eigen_gemm`.
+///  - after backward (`--overlap none`): the same jobs one at a time, blocking, in backward
+///    order once backward is done; bytes are then counted per tensor.
+/// Backward still computes the dense weight gradient of an SFB layer, which the
+/// reconstruction then overwrites (the mlp has no switch to skip it). The bytes posted are
+/// counted on the counting transport.
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <optional>
 #include <string>
 #include <tcoll/hybrid.hpp>
 #include <tcoll/hybrid/eigen_gemm.hpp>
@@ -36,6 +41,8 @@ struct hybrid_config {
   std::size_t global_batch = 64;
   double link_gbit = 10.0;   ///< bandwidth of the modelled link
   double link_alpha_us = 20; ///< latency of one message on it
+  /// Start each tensor's job during backward (Poseidon Algorithm 2) instead of after it.
+  bool overlap = true;
 };
 
 /// Per-layer SFB or dense exchange, chosen at plan time (see the file comment).
@@ -43,7 +50,7 @@ template <class Comm, class Algo>
 class hybrid_exchange final : public gradient_exchange {
 public:
   hybrid_exchange(Comm& comm, mlp& model, const Algo& algo, const hybrid_config& c)
-      : comm_(&comm), model_(&model), algo_(algo) {
+      : comm_(&comm), model_(&model), algo_(algo), overlap_(c.overlap) {
     const int P = comm.size();
     k_pad_ = (c.global_batch + static_cast<std::size_t>(P) - 1) / static_cast<std::size_t>(P);
     tcoll::hybrid::sfb_costs costs;
@@ -63,15 +70,33 @@ public:
               tcoll::hybrid::scheme::sfb;
       e.dense_us = tcoll::hybrid::dense_cost_us(fc, P, costs);
       e.sfb_us = tcoll::hybrid::sfb_cost_us(fc, P, static_cast<int>(k_pad_), costs);
-      if (e.sfb) {
+      if (e.sfb && !overlap_) {
         e.u.assign(k_pad_ * e.M, 0.0f);
         e.v.assign(k_pad_ * e.N, 0.0f);
       }
+    }
+    if (overlap_) {
+      tcoll::hybrid::hybrid_plan plan;
+      plan.batch = k_pad_;
+      for (std::size_t i = 0; i < tensors.size(); ++i) {
+        const entry& e = entries_[i];
+        plan.tensors.push_back({e.sfb ? tcoll::hybrid::scheme::sfb : tcoll::hybrid::scheme::dense,
+                                e.sfb ? e.M : 0, e.sfb ? e.N : 0});
+      }
+      pool_.emplace(model.gradient_tensor_sizes());
+      model.bind_gradients(pool_->all());
+      scheduler_.emplace(*pool_, comm, std::move(plan), tcoll::avg_op{}, algo,
+                         tcoll::hybrid::eigen_gemm{});
     }
   }
 
   void gradient_ready(std::size_t i) override {
     entry& e = entries_[i];
+    if (scheduler_) {
+      if (!e.sfb) return scheduler_->mark_ready(i);
+      const auto& f = model_->current_factors();
+      return scheduler_->mark_factors_ready(i, f.input, f.delta, f.samples);
+    }
     if (!e.sfb) return;
     const auto& f = model_->current_factors();
     if (f.samples > k_pad_)
@@ -85,6 +110,13 @@ public:
   }
 
   void finish_step() override {
+    if (scheduler_) {
+      const auto before = bytes_now();
+      scheduler_->finish();
+      total_bytes_ += bytes_now() - before;
+      ++steps_;
+      return;
+    }
     const auto& tensors = model_->tensors();
     auto grads = model_->gradients();
     for (std::size_t i = 0; i < tensors.size(); ++i) {
@@ -104,21 +136,26 @@ public:
   /// One line per tensor: the scheme, the modelled costs and the bytes per step posted.
   std::string describe() const override {
     std::string out = "hybrid plan (K = " + std::to_string(k_pad_) + " per rank, " +
-                      std::to_string(comm_->size()) + " ranks):";
+                      std::to_string(comm_->size()) + " ranks, " +
+                      (overlap_ ? "one job per tensor during backward" : "after backward") + "):";
     const auto& tensors = model_->tensors();
     for (std::size_t i = 0; i < tensors.size(); ++i) {
       const entry& e = entries_[i];
       char line[256];
       const bool weight = e.M > 0;
       std::snprintf(
-          line, sizeof line, "\n  %-14s %-5s %s  bytes/step/rank %.0f", tensors[i].name.c_str(),
-          e.sfb ? "sfb" : "dense",
+          line, sizeof line, "\n  %-14s %-5s %s", tensors[i].name.c_str(), e.sfb ? "sfb" : "dense",
           weight
               ? ("(model: dense " + fmt(e.dense_us) + " us, sfb " + fmt(e.sfb_us) + " us)").c_str()
-              : "(bias: always dense)",
-          steps_ ? static_cast<double>(e.bytes) / static_cast<double>(steps_) : 0.0);
+              : "(bias: always dense)");
       out += line;
+      if (!overlap_) // jobs overlap: bytes are counted per step only (below)
+        out += "  bytes/step/rank " +
+               fmt(steps_ ? static_cast<double>(e.bytes) / static_cast<double>(steps_) : 0.0);
     }
+    if (overlap_)
+      out += "\n  all tensors    bytes/step/rank " +
+             fmt(steps_ ? static_cast<double>(total_bytes_) / static_cast<double>(steps_) : 0.0);
     return out;
   }
 
@@ -150,7 +187,12 @@ private:
   Algo algo_;
   std::size_t k_pad_ = 1;
   std::vector<entry> entries_;
-  std::uint64_t steps_ = 0;
+  std::uint64_t steps_ = 0, total_bytes_ = 0;
+  bool overlap_ = true;
+  std::optional<tcoll::gradient_pool<float>> pool_;
+  std::optional<
+      tcoll::hybrid::hybrid_scheduler<Comm, float, tcoll::avg_op, Algo, tcoll::hybrid::eigen_gemm>>
+      scheduler_;
 };
 
 } // namespace train

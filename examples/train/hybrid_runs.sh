@@ -7,12 +7,16 @@
 #     global batch 32, 128, 512, 2048 at 4 ranks on 1 and 10 Gbit/s, and 2, 4, 8, 16 ranks at
 #     batch 256 on 1 Gbit/s; one epoch over the 4,000 training samples (evaluation of the
 #     1,000 test samples included, the same for both schemes).
+#     Hybrid here exchanges after backward (--overlap none), as when the table was made.
+#  3. overlap: Poseidon's Algorithm 2 (--overlap layerwise, hybrid_scheduler: a job per
+#     tensor during backward) against the same jobs after backward, for hybrid and dense,
+#     at 4 ranks, batch 32, 128, 512, 1 and 10 Gbit/s, REPS repetitions (default 3).
 # One JSON and one stdout log (with the per-layer plan and bytes) per run in OUT_DIR;
-# plot with examples/train/plot_hybrid.py.
+# plot with examples/train/plot_hybrid.py (--overlap-markdown for part 3).
 #
 #   bash examples/train/hybrid_runs.sh [BUILD_DIR] [OUT_DIR] [PARTS]
 #
-# PARTS: "acc time" (default), or one of them.
+# PARTS: "acc time" (default), or any of acc, time, overlap.
 set -euo pipefail
 build=${1:-build-hybrid}
 out=${2:-docs/results/hybrid}
@@ -31,21 +35,37 @@ run() { # NAME ARGS...
     run "acc_${scheme}_p${ranks}" --ranks "$ranks" --epochs 3 --scheme "$scheme"
   done
 done
+if [[ " $parts " == *" overlap "* ]]; then
+  for rep in $(seq 1 "${REPS:-3}"); do
+    for gbit in 1 10; do
+      for batch in 32 128 512; do
+        for scheme in dense hybrid; do
+          for overlap in none layerwise; do
+            run "ovl_${scheme}_${overlap}_g${gbit}_p4_b${batch}_r${rep}" --ranks 4 \
+              --batch "$batch" --epochs 1 --link-gbit "$gbit" --scheme "$scheme" \
+              --overlap "$overlap" --autotune 0
+          done
+        done
+      done
+    done
+  done
+fi
 [[ " $parts " == *" time "* ]] || exit 0
 for gbit in 1 10; do
   for batch in 32 128 512 2048; do
     for scheme in dense hybrid; do
       run "time_${scheme}_g${gbit}_p4_b${batch}" --ranks 4 --batch "$batch" --epochs 1 \
-        --link-gbit "$gbit" --scheme "$scheme"
+        --link-gbit "$gbit" --scheme "$scheme" --overlap none
     done
   done
 done
 for ranks in 2 8 16; do # 4 ranks at batch 256: between the batch sweep's points; run it too
   for scheme in dense hybrid; do
     run "time_${scheme}_g1_p${ranks}_b256" --ranks "$ranks" --batch 256 --epochs 1 \
-      --link-gbit 1 --scheme "$scheme"
+      --link-gbit 1 --scheme "$scheme" --overlap none
   done
 done
 for scheme in dense hybrid; do
-  run "time_${scheme}_g1_p4_b256" --ranks 4 --batch 256 --epochs 1 --link-gbit 1 --scheme "$scheme"
+  run "time_${scheme}_g1_p4_b256" --ranks 4 --batch 256 --epochs 1 --link-gbit 1 --scheme "$scheme" \
+    --overlap none
 done

@@ -2,9 +2,11 @@
 """Time per iteration of dense vs --scheme hybrid from the runs of hybrid_runs.sh.
 
     python3 examples/train/plot_hybrid.py [RESULTS_DIR] [PNG] [--markdown]
+    python3 examples/train/plot_hybrid.py [RESULTS_DIR] --overlap-markdown
 
 Time per iteration = the epoch's wall time (evaluation of the test split included, the
-same for both schemes) / steps. --markdown prints the tables used in docs/hybrid.md.
+same for both schemes) / steps. --markdown prints the tables used in docs/hybrid.md;
+--overlap-markdown the overlap table (ovl_* runs: medians over the repetitions).
 """
 import glob
 import json
@@ -30,10 +32,38 @@ def load(results):
     return out
 
 
+def overlap_markdown(results):
+    runs = {}
+    for path in glob.glob(os.path.join(results, "ovl_*.json")):
+        m = re.match(r"ovl_(dense|hybrid)_(none|layerwise)_g(\d+)_p(\d+)_b(\d+)_r(\d+)\.json",
+                     os.path.basename(path))
+        if not m:
+            continue
+        with open(path) as f:
+            run = json.load(f)
+        steps = math.ceil(run["config"]["train_samples"] / run["config"]["global_batch"])
+        key = (int(m[3]), int(m[5]), m[1], m[2])
+        runs.setdefault(key, []).append(1e3 * run["epochs"][0]["seconds"] / steps)
+    med = {k: sorted(v)[len(v) // 2] for k, v in runs.items()}
+    reps = max((len(v) for v in runs.values()), default=0)
+    print(f"medians of {reps} runs, ms per iteration\n")
+    print("| link | batch | dense after | dense overlapped | hybrid after | hybrid overlapped "
+          "| hybrid: overlapped/after | hybrid overlapped / best dense |")
+    print("|---|---|---|---|---|---|---|---|")
+    for g, b in sorted({k[:2] for k in med}):
+        v = [med.get((g, b, s, o)) for s in ("dense", "hybrid") for o in ("none", "layerwise")]
+        if None in v:
+            continue
+        print(f"| {g} Gbit/s | {b} | {v[0]:.1f} | {v[1]:.1f} | {v[2]:.1f} | {v[3]:.1f} "
+              f"| {v[3] / v[2]:.2f} | {v[3] / min(v[0], v[1]):.2f} |")
+
+
 def main():
     args = [a for a in sys.argv[1:] if not a.startswith("--")]
     results = args[0] if args else "docs/results/hybrid"
     png = args[1] if len(args) > 1 else "docs/img/hybrid_crossover.png"
+    if "--overlap-markdown" in sys.argv:
+        return overlap_markdown(results)
     runs = load(results)
     keys = sorted({k[1:] for k in runs})
     if "--markdown" in sys.argv:

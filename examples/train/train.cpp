@@ -69,7 +69,9 @@ struct options {
   std::string algorithm = "automatic";
   std::string scheme = "dense";
   train::sparse_options sparse{}; ///< --density, --chunk, --warmup, --residual (csc, topk)
-  std::string overlap = "none";   ///< a planner: backward overlaps the scheduled buckets
+  /// A planner: backward overlaps the scheduled buckets (dense; default none), or for
+  /// hybrid `layerwise` (default: one job per tensor during backward) or `none`.
+  std::string overlap;
   std::size_t autotune_steps = 5;
   std::string transport = "threads";
   std::string json_path; ///< per-epoch records; empty: none
@@ -122,7 +124,9 @@ void print_usage(std::FILE* to) {
                "  --overlap PLANNER   none (default: one allreduce after backward), or a fusion\n"
                "                      planner (layerwise|single|threshold|ddp|mgwfbp|adafusion|\n"
                "                      optimal): backward writes into a gradient pool and the\n"
-               "                      overlap scheduler allreduces the planned buckets meanwhile\n"
+               "                      overlap scheduler allreduces the planned buckets meanwhile;\n"
+               "                      hybrid: layerwise (default: a job per tensor as its\n"
+               "                      gradient appears, Poseidon Algorithm 2) or none\n"
                "  --autotune N        with --overlap: re-plan after N measured steps (default 5,\n"
                "                      0: keep the first plan)\n"
                "  --transport NAME    threads (default) or mpi (when built with MPI)\n"
@@ -281,9 +285,15 @@ options parse_options(int argc, char** argv) {
   }
   if (!sparse_flag.empty() && o.scheme == "dense")
     throw usage_error(std::string(sparse_flag) + " applies to --scheme csc or topk");
-  if (o.overlap != "none" && o.scheme != "dense")
-    throw usage_error("--overlap applies to --scheme dense (csc overlaps its own buffers with "
-                      "backward; topk exchanges after backward)");
+  if (o.overlap.empty()) o.overlap = o.scheme == "hybrid" ? "layerwise" : "none";
+  if (o.scheme == "hybrid" && o.overlap != "none" && o.overlap != "layerwise")
+    throw usage_error("--scheme hybrid takes --overlap layerwise (one job per tensor during "
+                      "backward, the default) or none, not '" +
+                      o.overlap + "'");
+  if (o.overlap != "none" && o.scheme != "dense" && o.scheme != "hybrid")
+    throw usage_error(
+        "--overlap applies to --scheme dense and hybrid (csc overlaps its own buffers with "
+        "backward; topk exchanges after backward)");
   if (o.scheme == "easgd") {
     if (o.clients < 1) throw usage_error("--clients must be at least 1");
     if (o.interval < 1) throw usage_error("--interval must be at least 1");
@@ -389,7 +399,8 @@ std::vector<epoch_record> train_rank(Transport& t, const options& o,
       exchange = std::make_unique<train::hybrid_exchange<comm_type, algo_type>>(
           counted, model, algo,
           train::hybrid_config{o.global_batch, o.link_gbit > 0 ? o.link_gbit : 10.0,
-                               o.link_gbit > 0 ? o.link_latency_us : 20.0});
+                               o.link_gbit > 0 ? o.link_latency_us : 20.0,
+                               o.overlap == "layerwise"});
     else if (o.scheme == "topk")
       exchange = std::make_unique<train::topk_exchange<comm_type, algo_type>>(counted, model, algo,
                                                                               o.sparse, o.sgd);

@@ -380,4 +380,191 @@ void bad_input_case(Tr& t) {
   exact_case<float>(t, 11, s);
 }
 
+// ---------------------------------------------------------------------------------------
+// The hybrid scheduler (Poseidon's Algorithm 2 over a gradient pool).
+
+/// A three-layer model's pool in backward order: W2 (SFB), b2, W1 (dense), b1, W0 (SFB),
+/// b0, W(-1) a dense weight of odd size; K = 5 rows per rank, rank r passing 5 - (r + it) % 2
+/// samples in iteration it (a short shard, padded with zero rows). Backward runs on its own thread
+/// and marks in `order` (0: backward order, 1: reversed, 2: interleaved), while this thread waits
+/// in `finish()`. The pool must equal, bit for bit, what blocking calls on the same data give:
+/// `sfb_allreduce(avg)` of the padded factors per SFB tensor, and `allreduce(avg, algo)` per
+/// dense job (one per tensor, or per run of consecutive dense tensors with `fuse_dense`),
+/// and be identical on every rank. Three iterations, so the scheduler is reused.
+template <class T, class Algo = tcoll::ring, class Tr>
+void scheduler_case(Tr& t, std::uint64_t seed, bool fuse_dense, int order, const Algo& algo = {}) {
+  using tcoll::hybrid::scheme;
+  const int r = t.rank();
+  const std::size_t K = 5;
+  struct tensor_shape {
+    scheme how;
+    std::size_t rows, cols;
+  };
+  const std::vector<tensor_shape> shapes{
+      {scheme::sfb, 12, 7}, {scheme::dense, 12, 1}, {scheme::dense, 7, 9}, {scheme::dense, 7, 1},
+      {scheme::sfb, 9, 30}, {scheme::dense, 9, 1},  {scheme::dense, 1, 37}};
+  const std::size_t L = shapes.size();
+  std::vector<std::size_t> sizes;
+  tcoll::hybrid::hybrid_plan plan;
+  plan.batch = K;
+  for (const auto& s : shapes) {
+    sizes.push_back(s.rows * s.cols);
+    plan.tensors.push_back(
+        {s.how, s.how == scheme::sfb ? s.rows : 0, s.how == scheme::sfb ? s.cols : 0});
+  }
+  tcoll::gradient_pool<T> pool(sizes);
+  tcoll::hybrid::hybrid_scheduler_options options;
+  options.fuse_dense = fuse_dense;
+  tcoll::hybrid::hybrid_scheduler<Tr, T, tcoll::avg_op, Algo> sched(pool, t, plan, {}, algo, {},
+                                                                    options);
+  CHECK(sched.job_count() == (fuse_dense ? 4u : L)); // fused: W2 | b2 W1 b1 | W0 | b0 W-1
+  for (int it = 0; it < 3; ++it) {
+    const std::uint64_t s0 = seed + 97 * static_cast<std::uint64_t>(it);
+    // a full shard and a short one alternate, so stale rows of the last iteration would show
+    const std::size_t samples = K - static_cast<std::size_t>((r + it) % 2);
+    std::vector<factors<T>> f(L);
+    std::vector<std::vector<T>> local(L);
+    for (std::size_t i = 0; i < L; ++i) {
+      if (shapes[i].how == scheme::sfb) {
+        f[i] = make_factors<T>(s0 + i, r, samples, shapes[i].rows, shapes[i].cols, false);
+      } else {
+        const auto d = make_factors<T>(s0 + i, r, 1, sizes[i], 1, false);
+        local[i] = d.u;
+      }
+    }
+    // What backward leaves in the pool: dense gradients, and junk in SFB tensors (a model
+    // that computes the dense weight gradient anyway), which the reconstruction overwrites.
+    for (std::size_t i = 0; i < L; ++i) {
+      auto dst = pool.tensor(i);
+      if (shapes[i].how == scheme::sfb)
+        std::fill(dst.begin(), dst.end(), T(1234.5));
+      else
+        std::copy(local[i].begin(), local[i].end(), dst.begin());
+    }
+    std::vector<std::size_t> marks(L);
+    for (std::size_t i = 0; i < L; ++i) marks[i] = i;
+    if (order == 1) std::reverse(marks.begin(), marks.end());
+    if (order == 2) marks = {1, 0, 3, 2, 5, 4, 6};
+    std::thread backward([&] {
+      for (std::size_t i : marks) {
+        if (shapes[i].how == scheme::sfb)
+          sched.mark_factors_ready(i, f[i].u.data(), f[i].v.data(), samples);
+        else
+          sched.mark_ready(i);
+      }
+    });
+    backward.join();
+    const auto& timing = sched.finish();
+    CHECK(timing.jobs.size() == sched.job_count());
+    // references by blocking calls, job by job
+    for (std::size_t i = 0; i < L;) {
+      if (shapes[i].how == scheme::sfb) {
+        std::vector<T> u(K * shapes[i].rows, T(0)), v(K * shapes[i].cols, T(0));
+        std::copy(f[i].u.begin(), f[i].u.end(), u.begin());
+        std::copy(f[i].v.begin(), f[i].v.end(), v.begin());
+        std::vector<T> want(sizes[i], T(-3));
+        tcoll::hybrid::sfb_allreduce(t, u.data(), v.data(), K, shapes[i].rows, shapes[i].cols,
+                                     want.data(), tcoll::avg_op{});
+        auto got = pool.tensor(i);
+        CHECK(std::memcmp(got.data(), want.data(), want.size() * sizeof(T)) == 0);
+        ++i;
+        continue;
+      }
+      std::size_t end = i + 1;
+      if (fuse_dense)
+        while (end < L && shapes[end].how == scheme::dense) ++end;
+      std::vector<T> want;
+      for (std::size_t k = i; k < end; ++k)
+        want.insert(want.end(), local[k].begin(), local[k].end());
+      tcoll::allreduce(t, std::span<T>(want), tcoll::avg_op{}, algo);
+      std::size_t at = 0;
+      for (std::size_t k = i; k < end; ++k) {
+        auto got = pool.tensor(k);
+        CHECK(std::memcmp(got.data(), want.data() + at, got.size() * sizeof(T)) == 0);
+        at += got.size();
+      }
+      i = end;
+    }
+    CHECK(identical_on_all_ranks(t, pool.data(), pool.size() * sizeof(T)));
+  }
+}
+
+/// Bad use of the hybrid scheduler: a plan that does not fit the pool, the wrong mark for a
+/// tensor's scheme, a double mark, more samples than K; every error names the tensor. Then a
+/// rank (`early`) that calls `finish()` before marking its last tensor gets invalid_argument
+/// naming it, and the others fail (no hang) within the transport timeout.
+template <class Tr>
+void scheduler_bad_use_case(Tr& t) {
+  using tcoll::hybrid::scheme;
+  const std::vector<std::size_t> sizes{6, 3};
+  tcoll::gradient_pool<float> pool(sizes);
+  tcoll::hybrid::hybrid_plan plan{2, {{scheme::sfb, 3, 2}, {scheme::dense, 0, 0}}};
+  {
+    auto wrong = plan;
+    wrong.tensors[0].cols = 3;
+    const auto c =
+        catch_invalid([&] { tcoll::hybrid::hybrid_scheduler<Tr, float> s(pool, t, wrong); });
+    CHECK(contains(c.what, "tensor 0 is planned SFB 3 x 3 but the pool's tensor holds 6"));
+    auto short_plan = plan;
+    short_plan.tensors.pop_back();
+    CHECK(contains(catch_invalid([&] {
+                     tcoll::hybrid::hybrid_scheduler<Tr, float> s(pool, t, short_plan);
+                   }).what,
+                   "the plan has 1 tensors but the pool holds 2"));
+  }
+  tcoll::hybrid::hybrid_scheduler<Tr, float> s(pool, t, plan);
+  const std::vector<float> u(6, 1.0f), v(4, 1.0f);
+  CHECK(contains(catch_invalid([&] { s.mark_ready(0); }).what,
+                 "tensor 0 is planned sfb; call mark_factors_ready"));
+  CHECK(contains(catch_invalid([&] { s.mark_factors_ready(1, u.data(), v.data(), 1); }).what,
+                 "tensor 1 is planned dense; call mark_ready"));
+  CHECK(contains(catch_invalid([&] { s.mark_factors_ready(0, u.data(), v.data(), 3); }).what,
+                 "samples = 3 for tensor 0 exceeds the plan's batch K = 2"));
+  CHECK(contains(catch_invalid([&] { s.mark_ready(2); }).what, "tensor 2 is out of range"));
+  s.mark_factors_ready(0, u.data(), v.data(), 2);
+  CHECK(contains(catch_invalid([&] { s.mark_factors_ready(0, u.data(), v.data(), 2); }).what,
+                 "tensor 0 was already marked"));
+  s.mark_ready(1);
+  s.finish();
+  // u = ones (2 x 3), v = ones (2 x 2) on every rank: every element is 2 P
+  for (float x : pool.tensor(0)) CHECK(x == 2.0f * static_cast<float>(t.size()));
+  if (t.size() < 2) return;
+  const int early = t.size() - 1;
+  const auto start = tcoll::clock::now();
+  s.mark_factors_ready(0, u.data(), v.data(), 2);
+  if (t.rank() == early) {
+    try {
+      s.finish();
+      FAIL_CHECK("finish() with an unmarked tensor did not throw");
+    } catch (const tcoll::invalid_argument& e) {
+      keep_until_exit(std::current_exception());
+      CHECK(contains(e.what(), "tensor 1 was never marked ready"));
+    } catch (const tcoll::error& e) {
+      keep_until_exit(std::current_exception()); // a peer's failure surfaced first
+    }
+  } else {
+    s.mark_ready(1);
+    CHECK_THROWS_AS(s.finish(), tcoll::error);
+  }
+  CHECK(tcoll::clock::now() - start < t.timeout() * 2 + std::chrono::seconds(1));
+}
+
+/// `make_hybrid_plan` follows `best_schemes` tensor by tensor and keeps the FC shapes.
+inline void make_plan_case() {
+  using tcoll::hybrid::layer;
+  const layer layers[] = {layer::fc(4096, 4096), layer::dense(4096), layer::fc(10, 20),
+                          layer::dense(10)};
+  tcoll::hybrid::sfb_costs costs;
+  costs.machine.inter = {20.0, 8.0 / 1e3}; // 1 Gbit/s, 20 us
+  const auto plan = tcoll::hybrid::make_hybrid_plan(layers, 8, 32, costs);
+  const auto want = tcoll::hybrid::best_schemes(layers, 8, 32, costs);
+  REQUIRE(plan.tensors.size() == 4);
+  CHECK(plan.batch == 32);
+  for (std::size_t i = 0; i < 4; ++i) CHECK(plan.tensors[i].how == want[i]);
+  CHECK(plan.tensors[0].how == tcoll::hybrid::scheme::sfb); // 4096 x 4096 at K = 32: SFB
+  CHECK(plan.tensors[0].rows == 4096);
+  CHECK(plan.tensors[0].cols == 4096);
+  CHECK(plan.tensors[1].how == tcoll::hybrid::scheme::dense);
+}
+
 } // namespace hybrid_test

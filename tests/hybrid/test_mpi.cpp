@@ -40,6 +40,19 @@ TEST_CASE("mpi: isfb_allreduce per layer with dense bias allreduces, same bits a
   nonblocking_case<float>(t, 700);
 }
 
+TEST_CASE("mpi: hybrid_scheduler jobs during backward give the blocking calls' bits") {
+  auto t = make();
+  for (int order = 0; order < 3; ++order) {
+    scheduler_case<float>(t, 70 + order, false, order);
+    scheduler_case<float>(t, 80 + order, true, order, tcoll::recursive_halving_doubling{});
+  }
+}
+
+TEST_CASE("mpi: hybrid_scheduler bad use names the tensor; an unmarked tensor fails every rank") {
+  auto t = tcoll::mpi_transport(MPI_COMM_WORLD, 5s);
+  scheduler_bad_use_case(t);
+}
+
 TEST_CASE("mpi: bad input throws on every rank, naming the rank; transport stays usable") {
   auto t = make();
   bad_input_case(t);

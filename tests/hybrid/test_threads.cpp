@@ -90,6 +90,29 @@ TEST_CASE("bad input: every rank throws invalid_argument naming the rank and arg
   }
 }
 
+TEST_CASE("hybrid_scheduler: per-tensor jobs during backward (Poseidon Algorithm 2) give the "
+          "blocking calls' bits, any mark order, fused or not, 1-16 ranks") {
+  for (int P : quick() ? std::vector<int>{1, 2, 5} : std::vector<int>{1, 2, 3, 4, 7, 16}) {
+    CAPTURE(P);
+    on_team(P, [&](tcoll::thread_transport& t) {
+      for (int order = 0; order < 3; ++order) {
+        scheduler_case<float>(t, 40 + order, false, order);
+        scheduler_case<float>(t, 50 + order, true, order);
+      }
+      scheduler_case<double>(t, 60, false, 1, tcoll::recursive_doubling{});
+      scheduler_case<float>(t, 61, true, 2, tcoll::automatic{});
+    });
+  }
+}
+
+TEST_CASE("hybrid_scheduler: bad use names the tensor; an unmarked tensor fails every rank") {
+  make_plan_case();
+  for (int P : {1, 2, 3}) {
+    CAPTURE(P);
+    tcoll::thread_team(P, 5s).run([](tcoll::thread_transport& t) { scheduler_bad_use_case(t); });
+  }
+}
+
 TEST_CASE("host_gemm sums every element in sample order, whatever the tile sizes") {
   const std::size_t rows = 37, M = 45, N = 70;
   const auto f = make_factors<float>(3, 0, rows, M, N, false);

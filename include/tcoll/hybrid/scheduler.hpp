@@ -1,0 +1,378 @@
+#pragma once
+/// \file
+/// Poseidon's Algorithm 2 (wait-free backpropagation with hybrid communication) as a
+/// scheduler: the per-layer scheme is fixed at plan time (`hybrid_plan`, from
+/// `best_scheme` or Poseidon's `poseidon_best_scheme`), and during backward every tensor of
+/// a `gradient_pool` starts its own sync job as soon as its gradient exists:
+///
+///  - a dense tensor (`mark_ready(i)`): a non-blocking allreduce in place on its range of
+///    the pool (`iallreduce`, any algorithm);
+///  - an SFB tensor (`mark_factors_ready(i, u, v, samples)`): its K x M and K x N sufficient
+///    factors are copied into buffers the scheduler owns (rows past `samples` zero, so every
+///    rank passes the same K) and a non-blocking `isfb_allreduce` allgathers them while
+///    backward goes on.
+///
+/// `finish()` waits for every job in plan order and reconstructs each SFB gradient into its
+/// pool tensor (the GEMM runs on the calling thread, not on the communication engine), then
+/// returns the iteration's timings. Like `overlap_scheduler`, jobs start in tensor order on
+/// every rank (a job whose tensor is ready waits until every earlier job has started), so
+/// their message spaces match whatever order the marks arrive in.
+///
+/// Choices where the paper leaves room (docs/hybrid.md):
+///  - One job per tensor, as in Algorithm 2 ("one sync job per layer"). A bias is a dense
+///    tensor of its own; `hybrid_scheduler_options::fuse_dense` instead fuses each run of
+///    consecutive dense tensors into one allreduce (they are contiguous in the pool), which
+///    saves a latency per bias on slow links.
+///  - Backward may still write the dense weight gradient of an SFB layer into the pool (a
+///    model that cannot skip it); the reconstruction overwrites it in `finish()`.
+///  - The factors are copied at `mark_factors_ready`, so the caller may reuse its
+///    activations and errors at once (K*(M+N) elements per layer, small beside M*N).
+#include <algorithm>
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <mutex>
+#include <optional>
+#include <span>
+#include <string>
+#include <variant>
+#include <vector>
+
+#include "../schedule/gradient_pool.hpp"
+#include "../schedule/nonblocking.hpp"
+#include "../schedule/scheduler.hpp"
+#include "best_scheme.hpp"
+#include "sfb.hpp"
+
+namespace tcoll::hybrid {
+
+/// How one tensor of the pool travels, and its shape when it goes SFB.
+struct tensor_scheme {
+  scheme how = scheme::dense;
+  std::size_t rows = 0; ///< M (length of u) for SFB; the tensor holds rows x cols elements
+  std::size_t cols = 0; ///< N (length of v) for SFB
+};
+
+/// The per-tensor plan of a hybrid iteration: one entry per pool tensor (backward order)
+/// and K, the factor rows every rank passes per SFB layer (its per-rank batch, padded).
+struct hybrid_plan {
+  std::size_t batch = 1;
+  std::vector<tensor_scheme> tensors;
+  /// Tensors that go SFB.
+  std::size_t sfb_count() const noexcept {
+    return static_cast<std::size_t>(std::count_if(tensors.begin(), tensors.end(),
+                                                  [](auto& t) { return t.how == scheme::sfb; }));
+  }
+};
+
+/// A plan by tcoll's cost comparison: `layers[i]` describes pool tensor i (an FC weight as
+/// `layer::fc(M, N)`, a bias or anything else as `layer::dense(count)`); `batch` is K.
+template <scheme_costs C = sfb_costs>
+hybrid_plan make_hybrid_plan(std::span<const layer> layers, int ranks, std::size_t batch,
+                             const C& costs = {}) {
+  hybrid_plan p;
+  p.batch = batch;
+  const auto chosen =
+      best_schemes(layers, ranks, static_cast<int>(std::min<std::size_t>(batch, 1u << 30)), costs);
+  for (std::size_t i = 0; i < layers.size(); ++i)
+    p.tensors.push_back({chosen[i], static_cast<std::size_t>(layers[i].rows),
+                         static_cast<std::size_t>(layers[i].cols)});
+  return p;
+}
+
+/// Knobs of `hybrid_scheduler`.
+struct hybrid_scheduler_options {
+  /// One allreduce per run of consecutive dense tensors instead of one per tensor.
+  bool fuse_dense = false;
+  /// The ring allgather of the SFB jobs.
+  sfb_options sfb{};
+  /// Exchange a hash of the plan and the pool's shape at construction, throwing an error
+  /// naming the first rank that differs from rank 0 instead of deadlocking.
+  bool check_plan = true;
+};
+
+/// Timings of one job in one iteration (steady clock).
+struct hybrid_job_timing {
+  std::size_t first_tensor = 0, end_tensor = 0;
+  scheme how = scheme::dense;
+  clock::time_point ready{};    ///< its last tensor was marked
+  clock::time_point started{};  ///< handed to the engine
+  clock::time_point finished{}; ///< `finish()` had its result (reconstructed, for SFB)
+};
+
+/// Timings of one hybrid iteration.
+struct hybrid_timing {
+  clock::time_point begin{}, end{};
+  std::vector<hybrid_job_timing> jobs; ///< in plan order
+};
+
+/// Poseidon's Algorithm 2 over a gradient pool (see the file comment). `Comm` is a
+/// transport; `Algo` the dense allreduce; `Gemm` the reconstruction (`host_gemm`,
+/// `eigen_gemm`). `mark_ready` and `mark_factors_ready` may be called from several threads;
+/// `finish` from one.
+template <transport Comm, class T, class Op = sum_op, class Algo = automatic,
+          class Gemm = host_gemm, reducer R = cpu_reducer>
+class hybrid_scheduler {
+public:
+  hybrid_scheduler(gradient_pool<T, R>& pool, Comm& comm, hybrid_plan plan, const Op& op = {},
+                   const Algo& algo = {}, Gemm gemm = {}, hybrid_scheduler_options options = {})
+      : pool_(&pool), comm_(&comm), plan_(std::move(plan)), op_(op), algo_(algo),
+        gemm_(std::move(gemm)), options_(options) {
+    detail::check_sfb_types<T, Op, Gemm>();
+    validate();
+    if (options_.check_plan) check_same_plan();
+    build_jobs();
+    reset();
+  }
+  hybrid_scheduler(const hybrid_scheduler&) = delete;
+  hybrid_scheduler& operator=(const hybrid_scheduler&) = delete;
+  /// Waits for jobs still in flight (they read and write the pool and the factor buffers).
+  ~hybrid_scheduler() {
+    for (auto& j : jobs_) try {
+        if (j.dense.valid()) j.dense.wait();
+      } catch (...) {
+      }
+    // an sfb_request waits for its exchange in its destructor
+  }
+
+  int rank() const noexcept { return comm_->rank(); }
+  const hybrid_plan& plan() const noexcept { return plan_; }
+  std::size_t job_count() const noexcept { return jobs_.size(); }
+  const hybrid_timing& last_timing() const noexcept { return last_; }
+
+  /// Dense tensor `i` holds its final gradient in the pool.
+  void mark_ready(std::size_t i) {
+    std::lock_guard lock(mutex_);
+    check_mark(i, scheme::dense, "mark_ready");
+    mark(i);
+  }
+
+  /// SFB tensor `i`: `u` holds `samples` rows of M (row k: sample k's back-propagated error,
+  /// or whatever the model's u is) and `v` `samples` rows of N; `samples` <= the plan's batch.
+  /// They are copied; the rows past `samples` are zero.
+  void mark_factors_ready(std::size_t i, const T* u, const T* v, std::size_t samples) {
+    std::lock_guard lock(mutex_);
+    check_mark(i, scheme::sfb, "mark_factors_ready");
+    if (samples > plan_.batch)
+      throw invalid_argument("hybrid_scheduler::mark_factors_ready: samples = " +
+                                 std::to_string(samples) + " for tensor " + std::to_string(i) +
+                                 " exceeds the plan's batch K = " + std::to_string(plan_.batch),
+                             rank());
+    if (samples > 0 && (!u || !v))
+      throw invalid_argument("hybrid_scheduler::mark_factors_ready: u or v is null for tensor " +
+                                 std::to_string(i),
+                             rank());
+    const tensor_scheme& s = plan_.tensors[i];
+    factors& f = factors_[i];
+    std::copy(u, u + samples * s.rows, f.u.begin());
+    std::fill(f.u.begin() + static_cast<std::ptrdiff_t>(samples * s.rows), f.u.end(), T{});
+    std::copy(v, v + samples * s.cols, f.v.begin());
+    std::fill(f.v.begin() + static_cast<std::ptrdiff_t>(samples * s.cols), f.v.end(), T{});
+    mark(i);
+  }
+
+  /// Waits for every job (each bounded by the transport's timeout), reconstructs the SFB
+  /// gradients into the pool, and returns the timings. A tensor never marked: the started
+  /// jobs are waited for, the transport is broken (so the peers fail at once) and
+  /// `invalid_argument` names it. A failed job rethrows its cause.
+  const hybrid_timing& finish() {
+    std::size_t unmarked = marked_.size();
+    {
+      std::lock_guard lock(mutex_);
+      for (std::size_t i = 0; i < marked_.size(); ++i)
+        if (!marked_[i]) {
+          unmarked = i;
+          break;
+        }
+    }
+    std::exception_ptr first_error;
+    for (auto& j : jobs_) {
+      if (!j.started) continue;
+      try {
+        if (j.how == scheme::sfb)
+          j.sfb.wait();
+        else
+          j.dense.wait();
+      } catch (...) {
+        if (!first_error) first_error = std::current_exception();
+      }
+      j.started = false;
+      timing_.jobs[static_cast<std::size_t>(&j - jobs_.data())].finished = clock::now();
+    }
+    timing_.end = clock::now();
+    if (unmarked < marked_.size() && !first_error) {
+      const auto cause = std::make_exception_ptr(invalid_argument(
+          "hybrid_scheduler::finish: tensor " + std::to_string(unmarked) +
+              " was never marked ready; the jobs not started are left as they are and the "
+              "transport is broken so the other ranks stop",
+          rank()));
+      tcoll::detail::fail_transport(*comm_, cause);
+      reset();
+      std::rethrow_exception(cause);
+    }
+    last_ = timing_;
+    reset();
+    if (first_error) std::rethrow_exception(first_error);
+    ++iterations_;
+    return last_;
+  }
+
+  std::size_t iterations() const noexcept { return iterations_; }
+
+private:
+  using sfb_handle = sfb_request<T, Op, Gemm, R>;
+  struct job {
+    std::size_t first = 0, end = 0;
+    scheme how = scheme::dense;
+    bool started = false;
+    request dense;
+    sfb_handle sfb;
+  };
+  struct factors {
+    std::vector<T> u, v;
+  };
+
+  void validate() const {
+    const std::size_t L = pool_->tensor_count();
+    if (plan_.tensors.size() != L)
+      throw invalid_argument("hybrid_scheduler: the plan has " +
+                                 std::to_string(plan_.tensors.size()) +
+                                 " tensors but the pool holds " + std::to_string(L),
+                             rank());
+    if (plan_.sfb_count() && plan_.batch == 0)
+      throw invalid_argument("hybrid_scheduler: plan.batch (K) is 0 but " +
+                                 std::to_string(plan_.sfb_count()) + " tensors go SFB",
+                             rank());
+    for (std::size_t i = 0; i < L; ++i) {
+      const tensor_scheme& s = plan_.tensors[i];
+      if (s.how == scheme::sfb && s.rows * s.cols != pool_->tensor_size(i))
+        throw invalid_argument("hybrid_scheduler: tensor " + std::to_string(i) +
+                                   " is planned SFB " + std::to_string(s.rows) + " x " +
+                                   std::to_string(s.cols) + " but the pool's tensor holds " +
+                                   std::to_string(pool_->tensor_size(i)) + " elements",
+                               rank());
+    }
+  }
+
+  void check_same_plan() {
+    std::uint64_t h = 1469598103934665603ull;
+    h = tcoll::detail::fnv1a(h, sizeof(T));
+    h = tcoll::detail::fnv1a(h, plan_.batch);
+    h = tcoll::detail::fnv1a(h, options_.fuse_dense);
+    h = tcoll::detail::fnv1a(h, pool_->tensor_count());
+    for (std::size_t i = 0; i < pool_->tensor_count(); ++i) {
+      const tensor_scheme& s = plan_.tensors[i];
+      h = tcoll::detail::fnv1a(h, pool_->tensor_size(i));
+      h = tcoll::detail::fnv1a(h, s.how == scheme::sfb ? 1 + s.rows * 7919u + s.cols : 0);
+    }
+    const int P = comm_->size(), r = comm_->rank();
+    std::vector<std::uint64_t> all(static_cast<std::size_t>(P), 0);
+    all[static_cast<std::size_t>(r)] = h;
+    R& red = pool_->reducer();
+    auto buf = red.template allocate<std::uint64_t>(all.size());
+    red.copy(buf.data(), all.data(), all.size());
+    red.synchronize();
+    tcoll::allreduce(*comm_, buf.data(), buf.data(), all.size(), sum_op{}, ring{}, red);
+    red.copy(all.data(), buf.data(), all.size());
+    red.synchronize();
+    for (int q = 1; q < P; ++q)
+      if (all[static_cast<std::size_t>(q)] != all[0])
+        throw invalid_argument("hybrid_scheduler: rank " + std::to_string(q) +
+                                   " runs a different hybrid plan or pool than rank 0; every "
+                                   "rank must run the same plan",
+                               r, q);
+  }
+
+  void build_jobs() {
+    const std::size_t L = pool_->tensor_count();
+    job_of_.assign(L, 0);
+    factors_.resize(L);
+    for (std::size_t i = 0; i < L;) {
+      job j;
+      j.first = i;
+      j.how = plan_.tensors[i].how;
+      std::size_t end = i + 1;
+      if (j.how == scheme::dense && options_.fuse_dense)
+        while (end < L && plan_.tensors[end].how == scheme::dense) ++end;
+      j.end = end;
+      if (j.how == scheme::sfb) {
+        const tensor_scheme& s = plan_.tensors[i];
+        factors_[i].u.assign(plan_.batch * s.rows, T{});
+        factors_[i].v.assign(plan_.batch * s.cols, T{});
+      }
+      for (std::size_t k = i; k < end; ++k) job_of_[k] = jobs_.size();
+      jobs_.push_back(std::move(j));
+      i = end;
+    }
+    remaining_.assign(jobs_.size(), 0);
+    timing_.jobs.resize(jobs_.size());
+  }
+
+  void reset() {
+    marked_.assign(pool_->tensor_count(), 0);
+    next_ = 0;
+    for (std::size_t k = 0; k < jobs_.size(); ++k) {
+      remaining_[k] = jobs_[k].end - jobs_[k].first;
+      timing_.jobs[k] = {jobs_[k].first, jobs_[k].end, jobs_[k].how, {}, {}, {}};
+    }
+    timing_.begin = timing_.end != clock::time_point{} ? timing_.end : clock::now();
+  }
+
+  void check_mark(std::size_t i, scheme expected, const char* what) const {
+    if (i >= marked_.size())
+      throw invalid_argument(std::string("hybrid_scheduler::") + what + ": tensor " +
+                                 std::to_string(i) + " is out of range (the pool holds " +
+                                 std::to_string(marked_.size()) + " tensors)",
+                             rank());
+    if (plan_.tensors[i].how != expected)
+      throw invalid_argument(
+          std::string("hybrid_scheduler::") + what + ": tensor " + std::to_string(i) +
+              " is planned " + std::string(scheme_name(plan_.tensors[i].how)) +
+              (expected == scheme::sfb ? "; call mark_ready" : "; call mark_factors_ready"),
+          rank());
+    if (marked_[i])
+      throw invalid_argument(std::string("hybrid_scheduler::") + what + ": tensor " +
+                                 std::to_string(i) + " was already marked in this iteration",
+                             rank());
+  }
+
+  void mark(std::size_t i) {
+    marked_[i] = 1;
+    const std::size_t k = job_of_[i];
+    if (--remaining_[k] == 0) timing_.jobs[k].ready = clock::now();
+    while (next_ < jobs_.size() && remaining_[next_] == 0) start(next_++);
+  }
+
+  void start(std::size_t k) {
+    job& j = jobs_[k];
+    R& red = pool_->reducer();
+    if (j.how == scheme::sfb) {
+      const tensor_scheme& s = plan_.tensors[j.first];
+      factors& f = factors_[j.first];
+      j.sfb = isfb_allreduce(*comm_, f.u.data(), f.v.data(), plan_.batch, s.rows, s.cols,
+                             pool_->tensor(j.first).data(), op_, gemm_, options_.sfb, red);
+    } else {
+      std::span<T> range = pool_->range(j.first, j.end);
+      j.dense = iallreduce(*comm_, range.data(), range.data(), range.size(), op_, algo_, red);
+    }
+    j.started = true;
+    timing_.jobs[k].started = clock::now();
+  }
+
+  gradient_pool<T, R>* pool_;
+  Comm* comm_;
+  hybrid_plan plan_;
+  Op op_;
+  Algo algo_;
+  Gemm gemm_;
+  hybrid_scheduler_options options_;
+  std::vector<job> jobs_;
+  std::vector<std::size_t> job_of_, remaining_;
+  std::vector<factors> factors_;
+  std::vector<unsigned char> marked_;
+  std::size_t next_ = 0, iterations_ = 0;
+  std::mutex mutex_;
+  hybrid_timing timing_, last_;
+};
+
+} // namespace tcoll::hybrid
