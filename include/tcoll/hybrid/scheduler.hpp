@@ -126,14 +126,9 @@ public:
   }
   hybrid_scheduler(const hybrid_scheduler&) = delete;
   hybrid_scheduler& operator=(const hybrid_scheduler&) = delete;
-  /// Waits for jobs still in flight (they read and write the pool and the factor buffers).
-  ~hybrid_scheduler() {
-    for (auto& j : jobs_) try {
-        if (j.dense.valid()) j.dense.wait();
-      } catch (...) {
-      }
-    // an sfb_request waits for its exchange in its destructor
-  }
+  /// Waits for jobs still in flight (they read and write the pool and the factor buffers):
+  /// a dense job's request and an SFB job's handle each wait in their destructor.
+  ~hybrid_scheduler() = default;
 
   int rank() const noexcept { return comm_->rank(); }
   const hybrid_plan& plan() const noexcept { return plan_; }
@@ -366,9 +361,11 @@ private:
   Algo algo_;
   Gemm gemm_;
   hybrid_scheduler_options options_;
+  // declared before jobs_ so that an SFB exchange still in flight at destruction (an
+  // sfb_request waits for it in its destructor) never reads freed factor buffers
+  std::vector<factors> factors_;
   std::vector<job> jobs_;
   std::vector<std::size_t> job_of_, remaining_;
-  std::vector<factors> factors_;
   std::vector<unsigned char> marked_;
   std::size_t next_ = 0, iterations_ = 0;
   std::mutex mutex_;
