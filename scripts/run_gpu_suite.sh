@@ -20,6 +20,15 @@ else
     [ -x "$b/$f" ] && ln -s "$(cd "$(dirname "$b/$f")" && pwd)/$(basename "$f")" "$bin/"
   done
 fi
+# cuBLAS (the SFB test) and NCCL from the machine's Python wheels (nvidia-cublas,
+# nvidia-nccl-cu13) when the system has none; carried libraries in lib/ come first.
+nvidia_root=$(python3 -c 'import nvidia, os; print(list(nvidia.__path__)[0])' 2>/dev/null || true)
+if [ -n "$nvidia_root" ]; then
+  for lib in libcublas.so.13 libcublasLt.so.13 libnccl.so.2; do
+    f=$(find "$nvidia_root" -name "$lib" 2>/dev/null | head -n 1)
+    [ -n "$f" ] && export LD_LIBRARY_PATH=${LD_LIBRARY_PATH:+$LD_LIBRARY_PATH:}$(dirname "$f")
+  done
+fi
 results=${1:-$here/results}
 mkdir -p "$results"
 max=1G

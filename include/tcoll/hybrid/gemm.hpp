@@ -13,8 +13,8 @@
 /// calls it on the same gathered buffers, and that is what makes the ranks agree bitwise.
 /// The pointers are where the reducer's buffers live, so a device policy (cuBLAS: with
 /// row-major data, G^T = V^T U is `cublasSgemm(h, CUBLAS_OP_N, CUBLAS_OP_T, N, M, rows, &1,
-/// V, N, U, M, &0, G, N)`) fits the same call with a handle and stream as members; that
-/// GPU policy is a later step and not provided here. `eigen_gemm.hpp` has an Eigen policy.
+/// V, N, U, M, &0, G, N)`) fits the same call with a handle and stream as members:
+/// `cublas_gemm.hpp`. `eigen_gemm.hpp` has an Eigen policy.
 #include <algorithm>
 #include <concepts>
 #include <cstddef>
