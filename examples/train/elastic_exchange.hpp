@@ -18,6 +18,11 @@
 /// test split (sharded over its ranks); its leader prints a line with the wall time since
 /// the start. At the end the server evaluates the center and gathers every client's
 /// records (point-to-point, with the transport's timeout; a dropped client is skipped).
+///
+/// `--elastic-mode sync` runs the library's synchronous variant instead, for comparison:
+/// no server, every rank trains, all ranks are cut into the client groups, and every
+/// `interval` iterations the client leaders allreduce (average) their parameters as the
+/// center and apply Eq. 3; the leader of client 0 gathers the records and writes the JSON.
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
@@ -46,6 +51,7 @@ struct easgd_config {
   std::vector<std::size_t> widths;
   std::size_t eval_chunk = 500;
   std::string json_path;
+  bool synchronous = false; ///< the library's synchronous variant (no server)
 };
 
 /// One client epoch as reported.
@@ -94,12 +100,13 @@ int run_easgd(Transport& t, const easgd_config& c, const train_test_split& data,
   eo.interval = c.interval;
   if (c.alpha > 0) eo.alpha = c.alpha;
   eo.server_rank = t.size() - 1;
+  if (c.synchronous) eo.variant = el::mode::synchronous;
   mlp model(mlp_config{c.widths, c.seed});
   const std::size_t count = model.parameters().size();
   const std::size_t test_size = data.test.size();
   const auto fields = easgd_epoch::fields;
 
-  if (t.rank() == eo.server_rank) {
+  if (!c.synchronous && t.rank() == eo.server_rank) {
     el::server<Transport> server(t, std::span<const float>(model.parameters()), eo);
     const auto report = server.serve();
     std::copy(server.center().begin(), server.center().end(), model.parameters().begin());
@@ -122,7 +129,7 @@ int run_easgd(Transport& t, const easgd_config& c, const train_test_split& data,
     if (!c.json_path.empty()) {
       std::ofstream out(c.json_path);
       out.precision(9);
-      out << "{\n  \"config\": {\"scheme\": \"easgd\", \"ranks\": " << t.size()
+      out << "{\n  \"config\": {\"scheme\": \"easgd\", \"mode\": \"async\", \"ranks\": " << t.size()
           << ", \"clients\": " << c.clients << ", \"interval\": " << c.interval
           << ", \"alpha\": " << el::alpha_of(eo) << ", \"epochs\": " << c.epochs
           << ", \"global_batch\": " << c.global_batch << ", \"seed\": " << c.seed
@@ -217,6 +224,51 @@ int run_easgd(Transport& t, const easgd_config& c, const train_test_split& data,
     }
   }
   client.finish();
+  if (c.synchronous) { // client 0's leader gathers the records and writes the JSON
+    const auto& layout = client.layout();
+    if (client.leader() && id != 0) {
+      auto req = t.isend(layout.leaders[0], records.data(), records.size() * sizeof(double),
+                         easgd_detail::records_tag);
+      t.wait(req, tcoll::clock::now() + t.timeout());
+    }
+    if (client.leader() && id == 0 && !c.json_path.empty()) {
+      std::ofstream out(c.json_path);
+      out.precision(9);
+      out << "{\n  \"config\": {\"scheme\": \"easgd\", \"mode\": \"sync\", \"ranks\": " << t.size()
+          << ", \"clients\": " << c.clients << ", \"interval\": " << c.interval
+          << ", \"alpha\": " << el::alpha_of(eo) << ", \"epochs\": " << c.epochs
+          << ", \"global_batch\": " << c.global_batch << ", \"seed\": " << c.seed
+          << ", \"learning_rate\": " << c.sgd.learning_rate << "},\n  \"clients\": [";
+      for (int k = 0; k < c.clients; ++k) {
+        std::vector<double> r = records;
+        if (k != 0) {
+          auto req = t.irecv(layout.leaders[static_cast<std::size_t>(k)], r.data(),
+                             r.size() * sizeof(double), easgd_detail::records_tag);
+          t.wait(req, tcoll::clock::now() + t.timeout());
+        }
+        out << (k ? ",\n" : "\n") << "    {\"client\": " << k
+            << ", \"ranks\": " << layout.client_sizes[static_cast<std::size_t>(k)]
+            << ", \"epochs\": [";
+        for (std::size_t e = 0; e * fields < r.size(); ++e) {
+          const double* f = r.data() + e * fields;
+          out << (e ? ", " : "") << "{\"epoch\": " << f[0] << ", \"test_accuracy\": " << f[1]
+              << ", \"test_loss\": " << f[2] << ", \"train_loss\": " << f[3]
+              << ", \"seconds\": " << f[4] << ", \"exchanges\": " << f[5]
+              << ", \"bytes_in_client\": " << f[6] << "}";
+        }
+        out << "]}";
+      }
+      out << "\n  ]\n}\n";
+    } else if (client.leader() && id == 0) { // no JSON: still take the others' records
+      for (int k = 1; k < c.clients; ++k) {
+        std::vector<double> r(records.size());
+        auto req = t.irecv(layout.leaders[static_cast<std::size_t>(k)], r.data(),
+                           r.size() * sizeof(double), easgd_detail::records_tag);
+        t.wait(req, tcoll::clock::now() + t.timeout());
+      }
+    }
+    return code;
+  }
   if (client.leader()) {
     auto req = t.isend(eo.server_rank, records.data(), records.size() * sizeof(double),
                        easgd_detail::records_tag);

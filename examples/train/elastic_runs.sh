@@ -5,6 +5,8 @@
 # between nodes (tcoll::shaped). Synchronous SGD runs on 2 emulated nodes of 4 ranks.
 # Same global batch (64 samples per step over all training ranks), learning rate, momentum
 # and seed everywhere; INTERVAL 64 (MXNET-MPI Sec. 8), alpha = 0.9 / clients (the default).
+# Also the synchronous elastic variant (--elastic-mode sync: no server, the 2 client leaders
+# allreduce their parameters as the center) with 2 clients of 4 ranks on 8 ranks.
 #
 #   bash examples/train/elastic_runs.sh [BUILD_DIR] [OUT_DIR] [EPOCHS] [SEEDS]
 #
@@ -28,4 +30,8 @@ for seed in $seeds; do
       --epochs "$epochs" --seed "$seed" --json "$out/easgd${clients}_s$seed.json" |
       grep -E "server|epoch $epochs "
   done
+  echo "== easgd sync, 2 clients of 4 ranks, no server, seed $seed"
+  "$exe" --ranks 8 --scheme easgd --elastic-mode sync --clients 2 --interval 64 "${link[@]}" \
+    --epochs "$epochs" --seed "$seed" --json "$out/easgdsync2_s$seed.json" |
+    grep -E "epoch $epochs "
 done

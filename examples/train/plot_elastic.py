@@ -1,13 +1,15 @@
 #!/usr/bin/env python3
 """Accuracy against epochs and against wall time for the runs of elastic_runs.sh.
 
-    python3 examples/train/plot_elastic.py [RESULTS_DIR] [PNG] [--markdown]
+    python3 examples/train/plot_elastic.py [RESULTS_DIR] [PNG] [--markdown | --summary]
 
 Synchronous SGD (syncP_sS.json, train_mnist --json): test accuracy of the (identical)
 replicas after each epoch, wall time = cumulative epoch seconds (evaluation included).
-EASGD (easgdC_sS.json, --scheme easgd --json): each client's own parameters after each of
+EASGD (easgdC_sS.json, --scheme easgd --json; easgdsyncC_sS.json with --elastic-mode sync,
+which has no server and no center at the end): each client's own parameters after each of
 its epochs, wall time since the start of the run (the same clock start), and the center's
-accuracy at the end. --markdown prints the table used in docs/elastic.md.
+accuracy at the end. --summary prints the table used in docs/elastic.md, --markdown the
+per-client table behind it.
 """
 import glob
 import json
@@ -41,11 +43,40 @@ def curves(run):
              [r["test_accuracy"] for r in run["epochs"]], secs)]
 
 
+def summary(runs):
+    """The table of docs/elastic.md: per run, the mean over its clients (sync SGD: its
+    replicas) after epochs 1, 2, 5 and 10, the first epoch where that mean reaches 93 %, the
+    wall time when the slowest client finished the last epoch, the center at the end."""
+    names = {"sync8": "sync SGD 8", "easgd2": "EASGD 2 x 4", "easgd4": "EASGD 4 x 2",
+             "easgdsync2": "sync EASGD 2 x 4"}
+    print("| run | epoch 1 | epoch 2 | epoch 5 | epoch 10 | 93 % first at | wall time "
+          "| center at end |")
+    print("|---|---|---|---|---|---|---|---|")
+    order = ["sync8", "easgd2", "easgd4", "easgdsync2"]
+    for name in sorted(runs, key=lambda n: (order.index(n.split("_")[0])
+                                            if n.split("_")[0] in order else 9, n)):
+        kind, seed = name.split("_")[0], name.split("_")[-1].lstrip("s")
+        cs = curves(runs[name])
+        n = min(len(c[1]) for c in cs)
+        acc = [100 * sum(c[2][k] for c in cs) / len(cs) for k in range(n)]
+        secs = [max(c[3][k] for c in cs) for k in range(n)]
+        pick = lambda k: f"{acc[k - 1]:.1f}" if k <= n else "-"
+        first = next((k for k in range(n) if acc[k] >= 93.0), None)
+        at = f"epoch {first + 1}, {secs[first]:.1f} s" if first is not None else "never"
+        run = runs[name]
+        center = (f"{100 * run['server']['center_test_accuracy']:.1f}" if "server" in run
+                  else "-")
+        print(f"| {names.get(kind, kind)}, seed {seed} | {pick(1)} | {pick(2)} | {pick(5)} "
+              f"| {pick(10)} | {at} | {secs[-1]:.1f} s | {center} |")
+
+
 def main():
     args = [a for a in sys.argv[1:] if not a.startswith("--")]
     results = args[0] if args else "docs/results/elastic"
     png = args[1] if len(args) > 1 else "docs/img/elastic_accuracy.png"
     runs = load(results)
+    if "--summary" in sys.argv:
+        return summary(runs)
     if "--markdown" in sys.argv:
         print("| run | epoch 1 | epoch 2 | epoch 5 | last epoch | wall time | center (end) |")
         print("|---|---|---|---|---|---|---|")
@@ -61,7 +92,7 @@ def main():
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
     fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(11, 4))
-    colors = {"sync8": "C0", "easgd2": "C1", "easgd4": "C2"}
+    colors = {"sync8": "C0", "easgd2": "C1", "easgd4": "C2", "easgdsync2": "C3"}
     labelled = set()
     for name, run in runs.items():
         kind = name.split("_")[0]
@@ -73,7 +104,8 @@ def main():
         secs = [max(c[3][k] for c in cs) for k in range(n)]
         label = None if kind in labelled else {
             "sync8": "sync SGD, 8 ranks", "easgd2": "EASGD, 2 clients x 4 (client mean)",
-            "easgd4": "EASGD, 4 clients x 2 (client mean)"}.get(kind, kind)
+            "easgd4": "EASGD, 4 clients x 2 (client mean)",
+            "easgdsync2": "sync EASGD, 2 clients x 4, no server (client mean)"}.get(kind, kind)
         labelled.add(kind)
         color = colors.get(kind, None)
         ax1.plot(cs[0][1][:n], acc, marker="o", ms=3, color=color, label=label)
@@ -90,7 +122,8 @@ def main():
         ax.set_ylabel("test accuracy [%]")
         ax.grid(alpha=0.3)
     ax2.legend(fontsize=7)
-    fig.suptitle("MNIST MLP: synchronous SGD on 8 ranks vs EASGD with 2 and 4 clients")
+    fig.suptitle("MNIST MLP: synchronous SGD on 8 ranks vs EASGD with 2 and 4 clients "
+                 "(and its synchronous variant)")
     fig.tight_layout()
     os.makedirs(os.path.dirname(png), exist_ok=True)
     fig.savefig(png, dpi=110)

@@ -85,12 +85,13 @@ struct options {
   /// --check-learning demands last <= (1 - this) * first: a quarter less, well above the
   /// batch-to-batch noise of an untrained model (within 5% at learning rate 0, seeds 1-6).
   double min_loss_decrease = 0.25;
-  int clients = 2;             ///< easgd: client groups (plus one server rank)
-  int interval = 64;           ///< easgd: iterations between elastic exchanges
-  double alpha = 0;            ///< easgd: elastic rate; 0 = 0.9 / clients
-  double link_gbit = 0;        ///< threads: emulated link between nodes (0: none)
-  double link_latency_us = 20; ///< threads: its per-message latency
-  int node_ranks = 0;          ///< threads: ranks per emulated node (0: 1, easgd: per client)
+  int clients = 2;                    ///< easgd: client groups (plus one server rank)
+  int interval = 64;                  ///< easgd: iterations between elastic exchanges
+  double alpha = 0;                   ///< easgd: elastic rate; 0 = 0.9 / clients
+  std::string elastic_mode = "async"; ///< easgd: async (server) or sync (leaders allreduce)
+  double link_gbit = 0;               ///< threads: emulated link between nodes (0: none)
+  double link_latency_us = 20;        ///< threads: its per-message latency
+  int node_ranks = 0; ///< threads: ranks per emulated node (0: 1, easgd: per client)
 };
 
 void print_usage(std::FILE* to) {
@@ -117,7 +118,9 @@ void print_usage(std::FILE* to) {
                "  --scheme easgd      elastic averaging: the last rank is the server, the\n"
                "                      others form --clients C groups (default 2) that train\n"
                "                      synchronously inside and exchange with the center every\n"
-               "                      --interval I iterations (64) with --alpha A (0.9/C)\n"
+               "                      --interval I iterations (64) with --alpha A (0.9/C);\n"
+               "                      --elastic-mode sync: no server, the client leaders\n"
+               "                      allreduce their parameters as the center (comparison)\n"
                "  --link-gbit G       threads: emulate G Gbit/s between nodes (tcoll::shaped)\n"
                "  --link-latency-us L   with --link-latency-us L per message (default 20)\n"
                "  --node-ranks N        and N ranks per node (default 1; easgd: a client's)\n"
@@ -226,6 +229,10 @@ options parse_options(int argc, char** argv) {
       o.clients = static_cast<int>(parse_count(flag, value));
     } else if (flag == "--interval") {
       o.interval = static_cast<int>(parse_count(flag, value));
+    } else if (flag == "--elastic-mode") {
+      o.elastic_mode = value;
+      if (o.elastic_mode != "async" && o.elastic_mode != "sync")
+        throw usage_error("--elastic-mode must be async or sync, not '" + o.elastic_mode + "'");
     } else if (flag == "--alpha") {
       o.alpha = parse_real(flag, value);
       if (!(o.alpha > 0 && o.alpha <= 1)) throw usage_error("--alpha must be in (0, 1]");
@@ -294,11 +301,15 @@ options parse_options(int argc, char** argv) {
     throw usage_error(
         "--overlap applies to --scheme dense and hybrid (csc overlaps its own buffers with "
         "backward; topk exchanges after backward)");
+  if (o.elastic_mode != "async" && o.scheme != "easgd")
+    throw usage_error("--elastic-mode applies to --scheme easgd");
   if (o.scheme == "easgd") {
     if (o.clients < 1) throw usage_error("--clients must be at least 1");
     if (o.interval < 1) throw usage_error("--interval must be at least 1");
-    if (o.transport == "threads" && o.ranks < o.clients + 1)
-      throw usage_error("--scheme easgd needs --ranks >= clients + 1 (one server)");
+    const bool sync = o.elastic_mode == "sync";
+    if (o.transport == "threads" && o.ranks < o.clients + (sync ? 0 : 1))
+      throw usage_error(sync ? "--scheme easgd --elastic-mode sync needs --ranks >= clients"
+                             : "--scheme easgd needs --ranks >= clients + 1 (one server)");
   }
   if (o.link_gbit > 0 && o.transport != "threads")
     throw usage_error("--link-gbit emulates links between thread ranks: --transport threads");
@@ -581,11 +592,17 @@ int run(const options& o, bool is_root, RunRanks&& run_ranks) {
   std::vector<epoch_record> records;
   int ranks = 0;
   if (o.scheme == "easgd") { // its own loop and reports (elastic_exchange.hpp)
-    train::easgd_config c{o.clients, o.interval, o.alpha,         o.epochs,     o.global_batch,
-                          o.sgd,     o.seed,     layer_widths(o), o.eval_chunk, o.json_path};
+    train::easgd_config c{
+        o.clients, o.interval,      o.alpha,      o.epochs,    o.global_batch,          o.sgd,
+        o.seed,    layer_widths(o), o.eval_chunk, o.json_path, o.elastic_mode == "sync"};
     std::atomic<int> code{exit_ok};
     run_ranks([&](auto& t) {
-      if (t.rank() == 0 && is_root)
+      if (t.rank() == 0 && is_root && c.synchronous)
+        std::printf("train: easgd (sync), %d ranks (%s): %d clients, no server, interval %d, "
+                    "%zu training / %zu test samples, batch %zu per step over all clients\n",
+                    t.size(), o.transport.c_str(), o.clients, o.interval, subset.size(),
+                    data.test.size(), o.global_batch);
+      else if (t.rank() == 0 && is_root)
         std::printf("train: easgd, %d ranks (%s): %d clients + server (rank %d), interval %d, "
                     "%zu training / %zu test samples, batch %zu per step over all clients\n",
                     t.size(), o.transport.c_str(), o.clients, t.size() - 1, o.interval,
@@ -645,7 +662,10 @@ int main(int argc, char** argv) {
       tcoll::thread_team team(o.ranks);
       if (o.link_gbit > 0) { // emulated nodes joined by a slower link (tcoll::shaped)
         int per_node = o.node_ranks;
-        if (per_node < 1) per_node = o.scheme == "easgd" ? (o.ranks - 1) / o.clients : 1;
+        if (per_node < 1)
+          per_node = o.scheme != "easgd"        ? 1
+                     : o.elastic_mode == "sync" ? o.ranks / o.clients
+                                                : (o.ranks - 1) / o.clients;
         tcoll::shaped_network net(tcoll::shaping{
             std::chrono::nanoseconds(static_cast<long long>(o.link_latency_us * 1e3)), o.link_gbit,
             per_node});
