@@ -18,8 +18,8 @@ run_suite() { # build-dir, then meson test arguments
 # The sanitizer builds compile only the executables of these suites (not the benchmarks,
 # planner or examples), which keeps the whole run well under 30 minutes on 2 cores. The
 # sanitizer builds have no MPI, so only the in-process parts of each suite run there.
-asan_suites=(threads hier schedule sparse elastic)
-tsan_suites=(threads hier schedule elastic)
+asan_suites=(threads hier schedule sparse elastic hybrid)
+tsan_suites=(threads hier schedule elastic hybrid)
 suite_args() { # suite names -> meson test arguments
   local a=()
   for s in "$@"; do a+=(--suite "$s"); done
@@ -48,8 +48,8 @@ ninja -C build -j "$jobs"
 run_suite build
 
 # Sanitizers on the in-process transports and adaptors (threads, hierarchical/multi-ring,
-# schedule and elastic averaging, which start threads of their own; sparse under ASan+UBSan
-# too), with the quick test matrix (TCOLL_TEST_LEVEL, read in
+# schedule, elastic averaging and hybrid, which start threads of their own; sparse under
+# ASan+UBSan too), with the quick test matrix (TCOLL_TEST_LEVEL, read in
 # tests/common/collective_cases.hpp). Line tables only (-g1) keep reports symbolized. ASan
 # builds at -O0: about 3x faster to compile than -O1 (75 s against 216 s for
 # threads_allreduce.cpp) and its tests still finish in about 25 s. TSan stays at -O1, where
