@@ -24,6 +24,9 @@ targets=(tests/gpu/tcoll_gpu_tests tests/gpu/gpu_mixed_precision_cpu bench/gpu/r
 if grep -q tcoll_gpu_nccl_tests "$build/build.ninja"; then # only when NCCL was found
   targets+=(tests/gpu/tcoll_gpu_nccl_tests)
 fi
+if grep -q tcoll_gpu_cublas_tests "$build/build.ninja"; then # only when cuBLAS was found
+  targets+=(tests/gpu/tcoll_gpu_cublas_tests)
+fi
 ninja -C "$build" -j "$jobs" "${targets[@]}"
 
 rm -rf "$out"
