@@ -133,7 +133,19 @@ TCOLL_PRELOAD_EXPORT int MPI_Allreduce(const void* sendbuf, void* recvbuf, int c
   }
   if (!config().error.empty()) return report_settings_error(c, comm);
   const std::size_t n = static_cast<std::size_t>(count), bytes = n * r.size;
-  const algo a = n == 0 ? algo::empty : choose(c, bytes);
+  algo a = n == 0 ? algo::empty : choose(c, bytes);
+  // Without a rule for this size, a communicator in shared memory gets its own built-in
+  // choice. Deciding that is collective on the first call (every rank makes the same call
+  // with the same size, so every rank reaches it and gets the same answer).
+  // Below shm_native_below_bytes both choices are MPI's own collective: no lookup there.
+  if (bytes >= config().shm_native_below_bytes && config().shm && !chosen_by_rule(c, bytes)) {
+    try {
+      comm_state& s = state_of(comm);
+      if (s.shared_memory()) a = choose_shared_memory(bytes, s.size);
+    } catch (const std::exception& e) {
+      return report_error(c, comm, MPI_ERR_OTHER, e.what());
+    }
+  }
   count_call(c, a, bytes, comm);
   if (a == algo::empty) return MPI_SUCCESS;
   if (a == algo::passthrough) return PMPI_Allreduce(sendbuf, recvbuf, count, datatype, op, comm);

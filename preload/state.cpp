@@ -240,6 +240,20 @@ const settings& config() {
   return s;
 }
 
+bool chosen_by_rule(coll c, std::size_t bytes) {
+  for (const rule& r : config().rules[static_cast<int>(c)])
+    if (bytes >= r.min_bytes && bytes <= r.max_bytes) return true;
+  return false;
+}
+
+algo choose_shared_memory(std::size_t bytes, int ranks) {
+  const settings& s = config();
+  if (bytes < s.shm_native_below_bytes) return algo::passthrough;
+  if (bytes <= s.shm_doubling_up_to_bytes) return algo::recursive_doubling;
+  if (ranks > 2 && bytes <= s.shm_ring_up_to_bytes) return algo::ring;
+  return algo::recursive_halving_doubling;
+}
+
 algo choose(coll c, std::size_t bytes) {
   const settings& s = config();
   for (const rule& r : s.rules[static_cast<int>(c)])

@@ -104,6 +104,16 @@ struct settings {
   /// Messages up to this size run MPI's own collective unless a rule says otherwise
   /// (automatic::native_below_bytes, 16 KiB).
   std::size_t native_below_bytes = 16 * 1024;
+  /// The built-in choice for `MPI_Allreduce` on a communicator in shared memory (measured
+  /// in docs/benchmarks.md, "Shared-memory transport" and "preload over shared memory"):
+  /// MPI's own collective below `shm_native_below_bytes` (where tcoll's call path costs
+  /// more than it saves), recursive doubling up to `shm_doubling_up_to_bytes`, then ring up
+  /// to `shm_ring_up_to_bytes` on more than 2 ranks, recursive halving-doubling above (and
+  /// from `shm_doubling_up_to_bytes` on 2 ranks, where ring is tcoll's slowest algorithm
+  /// over shared memory). Not set from the environment: TCOLL_ALLREDUCE_ALGO overrides it.
+  std::size_t shm_native_below_bytes = 512;
+  std::size_t shm_doubling_up_to_bytes = 16 * 1024;
+  std::size_t shm_ring_up_to_bytes = 1024 * 1024;
   std::string error; ///< non-empty: the environment is invalid and every call fails with it
 };
 /// The settings, parsed on first use (thread-safe).
@@ -112,6 +122,11 @@ const settings& config();
 /// The algorithm for a call of collective `c` moving `bytes` (see docs/preload.md for what
 /// the size of each collective is): the first matching rule, else the built-in choice.
 algo choose(coll c, std::size_t bytes);
+/// Does a rule of the environment cover a call of collective `c` moving `bytes`?
+bool chosen_by_rule(coll c, std::size_t bytes);
+/// The built-in choice for `MPI_Allreduce` of `bytes` on `ranks` ranks over shared memory
+/// (see `settings`).
+algo choose_shared_memory(std::size_t bytes, int ranks);
 
 /// Counts a call that ran through tcoll (or passthrough) and, at TCOLL_DEBUG=2, prints it.
 void count_call(coll c, algo a, std::size_t bytes, MPI_Comm comm);

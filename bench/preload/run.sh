@@ -1,8 +1,11 @@
 #!/usr/bin/env bash
 # Times an unmodified MPI_Allreduce loop (bench/preload/allreduce_loop.c, float sum, out of
 # place) three ways in one script, interleaved, `reps` times each: plain MPI, under
-# libtcoll_mpi.so with the default selection (passthrough up to 16 KiB), and under it with
-# tcoll's own algorithms only (recursive_doubling up to 32 KiB, ring above). Prints a
+# libtcoll_mpi.so with the default selection (on one node with TCOLL_SHM=1: passthrough below
+# 512 B, recursive_doubling up to 16 KiB, ring up to 1 MiB on more than 2 ranks,
+# recursive_halving_doubling above; over MPI:
+# passthrough up to 16 KiB, then tcoll's automatic), and under it with tcoll's own
+# algorithms only (recursive_doubling up to 32 KiB, ring above). Prints a
 # Markdown table of the medians over the repetitions (time per call and busbw ratio to MPI).
 # usage: bash bench/preload/run.sh [build dir, default build] [reps, 5] ["2 4" rank counts]
 #        [-b -e -f -r -t arguments for the loop]
