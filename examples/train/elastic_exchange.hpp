@@ -29,6 +29,7 @@
 #include <cstdio>
 #include <fstream>
 #include <span>
+#include <sstream>
 #include <string>
 #include <tcoll/elastic.hpp>
 #include <tcoll/tcoll.hpp>
@@ -85,6 +86,39 @@ inline batch_result evaluate(mlp& model, const dataset& test, std::size_t begin,
   return out;
 }
 constexpr int records_tag = 900; ///< client leader -> server: the epoch records
+
+/// Writes a run's JSON: the config (with `mode`), `server` (a JSON object's text, or empty
+/// for none) and every client's epoch records (`easgd_epoch::fields` per epoch; empty for a
+/// dropped client).
+inline void write_json(const std::string& path, const easgd_config& c, const char* mode, int ranks,
+                       double alpha, const std::string& server,
+                       const std::vector<int>& client_sizes,
+                       const std::vector<std::vector<double>>& records) {
+  constexpr auto fields = easgd_epoch::fields;
+  std::ofstream out(path);
+  out.precision(9);
+  out << "{\n  \"config\": {\"scheme\": \"easgd\", \"mode\": \"" << mode
+      << "\", \"ranks\": " << ranks << ", \"clients\": " << c.clients
+      << ", \"interval\": " << c.interval << ", \"alpha\": " << alpha
+      << ", \"epochs\": " << c.epochs << ", \"global_batch\": " << c.global_batch
+      << ", \"seed\": " << c.seed << ", \"learning_rate\": " << c.sgd.learning_rate << "},";
+  if (!server.empty()) out << "\n  \"server\": " << server << ",";
+  out << "\n  \"clients\": [";
+  for (std::size_t k = 0; k < records.size(); ++k) {
+    out << (k ? ",\n" : "\n") << "    {\"client\": " << k << ", \"ranks\": " << client_sizes[k]
+        << ", \"epochs\": [";
+    const auto& r = records[k];
+    for (std::size_t e = 0; e * fields < r.size(); ++e) {
+      const double* f = r.data() + e * fields;
+      out << (e ? ", " : "") << "{\"epoch\": " << f[0] << ", \"test_accuracy\": " << f[1]
+          << ", \"test_loss\": " << f[2] << ", \"train_loss\": " << f[3]
+          << ", \"seconds\": " << f[4] << ", \"exchanges\": " << f[5]
+          << ", \"bytes_in_client\": " << f[6] << "}";
+    }
+    out << "]}";
+  }
+  out << "\n  ]\n}\n";
+}
 } // namespace easgd_detail
 
 /// Runs `--scheme easgd` on rank `t.rank()` of `t`; returns 0, or 3 when a client's
@@ -127,31 +161,12 @@ int run_easgd(Transport& t, const easgd_config& c, const train_test_split& data,
       t.wait(req, tcoll::clock::now() + t.timeout());
     }
     if (!c.json_path.empty()) {
-      std::ofstream out(c.json_path);
-      out.precision(9);
-      out << "{\n  \"config\": {\"scheme\": \"easgd\", \"mode\": \"async\", \"ranks\": " << t.size()
-          << ", \"clients\": " << c.clients << ", \"interval\": " << c.interval
-          << ", \"alpha\": " << el::alpha_of(eo) << ", \"epochs\": " << c.epochs
-          << ", \"global_batch\": " << c.global_batch << ", \"seed\": " << c.seed
-          << ", \"learning_rate\": " << c.sgd.learning_rate
-          << "},\n  \"server\": {\"pushes\": " << report.pushes
-          << ", \"seconds\": " << report.seconds
-          << ", \"center_test_accuracy\": " << center_accuracy << "},\n  \"clients\": [";
-      for (int k = 0; k < c.clients; ++k) {
-        out << (k ? ",\n" : "\n") << "    {\"client\": " << k
-            << ", \"ranks\": " << server.layout().client_sizes[static_cast<std::size_t>(k)]
-            << ", \"epochs\": [";
-        const auto& r = records[static_cast<std::size_t>(k)];
-        for (std::size_t e = 0; e * fields < r.size(); ++e) {
-          const double* f = r.data() + e * fields;
-          out << (e ? ", " : "") << "{\"epoch\": " << f[0] << ", \"test_accuracy\": " << f[1]
-              << ", \"test_loss\": " << f[2] << ", \"train_loss\": " << f[3]
-              << ", \"seconds\": " << f[4] << ", \"exchanges\": " << f[5]
-              << ", \"bytes_in_client\": " << f[6] << "}";
-        }
-        out << "]}";
-      }
-      out << "\n  ]\n}\n";
+      std::ostringstream server_json;
+      server_json.precision(9);
+      server_json << "{\"pushes\": " << report.pushes << ", \"seconds\": " << report.seconds
+                  << ", \"center_test_accuracy\": " << center_accuracy << "}";
+      easgd_detail::write_json(c.json_path, c, "async", t.size(), el::alpha_of(eo),
+                               server_json.str(), server.layout().client_sizes, records);
     }
     return 0;
   }
@@ -231,41 +246,17 @@ int run_easgd(Transport& t, const easgd_config& c, const train_test_split& data,
                          easgd_detail::records_tag);
       t.wait(req, tcoll::clock::now() + t.timeout());
     }
-    if (client.leader() && id == 0 && !c.json_path.empty()) {
-      std::ofstream out(c.json_path);
-      out.precision(9);
-      out << "{\n  \"config\": {\"scheme\": \"easgd\", \"mode\": \"sync\", \"ranks\": " << t.size()
-          << ", \"clients\": " << c.clients << ", \"interval\": " << c.interval
-          << ", \"alpha\": " << el::alpha_of(eo) << ", \"epochs\": " << c.epochs
-          << ", \"global_batch\": " << c.global_batch << ", \"seed\": " << c.seed
-          << ", \"learning_rate\": " << c.sgd.learning_rate << "},\n  \"clients\": [";
-      for (int k = 0; k < c.clients; ++k) {
-        std::vector<double> r = records;
-        if (k != 0) {
-          auto req = t.irecv(layout.leaders[static_cast<std::size_t>(k)], r.data(),
-                             r.size() * sizeof(double), easgd_detail::records_tag);
-          t.wait(req, tcoll::clock::now() + t.timeout());
-        }
-        out << (k ? ",\n" : "\n") << "    {\"client\": " << k
-            << ", \"ranks\": " << layout.client_sizes[static_cast<std::size_t>(k)]
-            << ", \"epochs\": [";
-        for (std::size_t e = 0; e * fields < r.size(); ++e) {
-          const double* f = r.data() + e * fields;
-          out << (e ? ", " : "") << "{\"epoch\": " << f[0] << ", \"test_accuracy\": " << f[1]
-              << ", \"test_loss\": " << f[2] << ", \"train_loss\": " << f[3]
-              << ", \"seconds\": " << f[4] << ", \"exchanges\": " << f[5]
-              << ", \"bytes_in_client\": " << f[6] << "}";
-        }
-        out << "]}";
-      }
-      out << "\n  ]\n}\n";
-    } else if (client.leader() && id == 0) { // no JSON: still take the others' records
+    if (client.leader() && id == 0) {
+      std::vector<std::vector<double>> all(static_cast<std::size_t>(c.clients), records);
       for (int k = 1; k < c.clients; ++k) {
-        std::vector<double> r(records.size());
+        auto& r = all[static_cast<std::size_t>(k)];
         auto req = t.irecv(layout.leaders[static_cast<std::size_t>(k)], r.data(),
                            r.size() * sizeof(double), easgd_detail::records_tag);
         t.wait(req, tcoll::clock::now() + t.timeout());
       }
+      if (!c.json_path.empty())
+        easgd_detail::write_json(c.json_path, c, "sync", t.size(), el::alpha_of(eo), {},
+                                 layout.client_sizes, all);
     }
     return code;
   }

@@ -171,14 +171,11 @@ public:
   /// jobs are waited for, the transport is broken (so the peers fail at once) and
   /// `invalid_argument` names it. A failed job rethrows its cause.
   const hybrid_timing& finish() {
-    std::size_t unmarked = marked_.size();
+    std::size_t unmarked = 0;
     {
       std::lock_guard lock(mutex_);
-      for (std::size_t i = 0; i < marked_.size(); ++i)
-        if (!marked_[i]) {
-          unmarked = i;
-          break;
-        }
+      unmarked =
+          static_cast<std::size_t>(std::find(marked_.begin(), marked_.end(), 0) - marked_.begin());
     }
     std::exception_ptr first_error;
     for (auto& j : jobs_) {
