@@ -54,6 +54,10 @@ void print_header(std::FILE* f, const perf_options& o, const std::string& transp
   std::string algos;
   for (const auto& a : o.algorithms) algos += (algos.empty() ? "" : " ") + a;
   std::fprintf(f, "# algorithms: %s\n", algos.c_str());
+  if (transport == "threads")
+    std::fprintf(f, "# eager messages: up to %zu bytes (thread_options::eager_bytes)\n",
+                 o.eager_bytes >= 0 ? static_cast<std::size_t>(o.eager_bytes)
+                                    : thread_options{}.eager_bytes);
   if (o.registered)
     std::fprintf(f, "# buffers: registered (shm_transport::allocate, in the node's shared "
                     "memory; passthrough = MPI_Allreduce on the same buffers)\n");
@@ -114,7 +118,9 @@ int run_threads(perf_options o) {
   for (int r = 0; r < o.nranks; ++r)
     run_context().ranks.push_back({r, static_cast<int>(getpid()), host_name()});
   std::vector<row> rows;
-  thread_team team(o.nranks, std::chrono::seconds(o.timeout_s));
+  thread_options team_options{.timeout = std::chrono::seconds(o.timeout_s)};
+  if (o.eager_bytes >= 0) team_options.eager_bytes = static_cast<std::size_t>(o.eager_bytes);
+  thread_team team(o.nranks, team_options);
   team.run([&](thread_transport& t) { run_all_threads(t, o, rows); });
   return finish(o, rows);
 }

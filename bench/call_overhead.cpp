@@ -10,10 +10,16 @@
 // max over ranks) and the median of -R repetitions is printed. The overhead of tcoll is
 // allreduce - raw (planning + executor + collective bookkeeping) and prepared - raw.
 //
-//   mpirun -np 2 build/bench/call_overhead [-b bytes] [-n calls] [-R reps] [-t shm,mpi]
+// `-t threads` adds the thread transport: two threads of rank 0 (rank 1 sleeps meanwhile,
+// so the two threads own the two cores), once with the default eager lanes and once with
+// `eager_bytes = 0` (every message zero copy, the transport's path before the lanes); its
+// MPI column is MPI_Allreduce between the two processes, timed in the same repetition.
+//
+//   mpirun -np 2 build/bench/call_overhead [-b bytes] [-n calls] [-R reps] [-t shm,mpi,threads]
 #include <mpi.h>
 
 #include <algorithm>
+#include <array>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -26,6 +32,9 @@
 #include <tcoll/schedule.hpp>
 #include <tcoll/transport/mpi.hpp>
 #include <tcoll/transport/shm.hpp>
+#include <tcoll/transport/threads.hpp>
+
+#include <unistd.h>
 
 namespace {
 
@@ -108,6 +117,83 @@ void measure(const char* name, Tr& t, const options& o) {
                 median(plain) - median(raw));
 }
 
+/// Rank 0 runs `f`; the other ranks wait in a polled, sleeping barrier so they take no core.
+template <class F>
+void on_rank0_alone(F&& f) {
+  int rank = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  if (rank == 0) f();
+  MPI_Request done = MPI_REQUEST_NULL;
+  MPI_Ibarrier(MPI_COMM_WORLD, &done);
+  for (int flag = 0; !flag;) {
+    MPI_Test(&done, &flag, MPI_STATUS_IGNORE);
+    if (!flag) usleep(1000);
+  }
+}
+
+/// raw, prepared and allreduce on a 2-thread team with `eager_bytes`, per-call us, the
+/// maximum over the two threads.
+std::array<double, 3> thread_calls(const options& o, std::size_t eager_bytes) {
+  const std::size_t n = std::max<std::size_t>(1, o.bytes / sizeof(float));
+  double per_rank[2][3] = {};
+  tcoll::thread_options team_options;
+  team_options.eager_bytes = eager_bytes;
+  tcoll::thread_team(2, team_options).run([&](tcoll::thread_transport& t) {
+    std::vector<float> data(n, 0.0f), staging(n);
+    tcoll::prepared_allreduce<tcoll::thread_transport, float, tcoll::sum_op,
+                              tcoll::recursive_doubling>
+        prepared(t, n);
+    auto time = [&](int which, auto&& body) {
+      std::fill(data.begin(), data.end(), 0.0f);
+      t.barrier();
+      const auto start = std::chrono::steady_clock::now();
+      for (int i = 0; i < o.calls; ++i) body();
+      per_rank[t.rank()][which] =
+          std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - start)
+              .count() /
+          o.calls;
+      t.barrier();
+    };
+    time(0, [&] { raw_exchange(t, data.data(), staging.data(), n); });
+    time(1, [&] { prepared.run(data.data()); });
+    time(2, [&] {
+      tcoll::allreduce(t, std::span<float>(data), tcoll::sum_op{}, tcoll::recursive_doubling{});
+    });
+  });
+  return {std::max(per_rank[0][0], per_rank[1][0]), std::max(per_rank[0][1], per_rank[1][1]),
+          std::max(per_rank[0][2], per_rank[1][2])};
+}
+
+/// The thread transport with its eager lanes and without, next to MPI_Allreduce.
+void measure_threads(const options& o) {
+  const std::size_t n = std::max<std::size_t>(1, o.bytes / sizeof(float));
+  const std::size_t eager_settings[2] = {tcoll::thread_options{}.eager_bytes, 0};
+  std::vector<double> raw[2], prep[2], plain[2], mpi;
+  std::vector<float> data(n, 0.0f);
+  for (int rep = 0; rep < o.reps; ++rep) {
+    std::fill(data.begin(), data.end(), 0.0f);
+    mpi.push_back(time_calls(o.calls, [&] {
+      MPI_Allreduce(MPI_IN_PLACE, data.data(), static_cast<int>(n), MPI_FLOAT, MPI_SUM,
+                    MPI_COMM_WORLD);
+    }));
+    for (int e = 0; e < 2; ++e)
+      on_rank0_alone([&] {
+        const auto r = thread_calls(o, eager_settings[e]);
+        raw[e].push_back(r[0]);
+        prep[e].push_back(r[1]);
+        plain[e].push_back(r[2]);
+      });
+  }
+  int rank = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  if (rank != 0) return;
+  const char* names[2] = {"threads", "thr-e0"};
+  for (int e = 0; e < 2; ++e)
+    std::printf("%-6s %8zu %9.3f %9.3f %9.3f %9.3f %10.3f %10.3f\n", names[e], n * sizeof(float),
+                median(raw[e]), median(prep[e]), median(plain[e]), median(mpi),
+                median(prep[e]) - median(raw[e]), median(plain[e]) - median(raw[e]));
+}
+
 } // namespace
 
 int main(int argc, char** argv) {
@@ -124,7 +210,9 @@ int main(int argc, char** argv) {
     else if (flag == "-t")
       o.transports = argv[i + 1];
     else {
-      std::fprintf(stderr, "call_overhead: unknown flag %s (flags: -b bytes -n calls -R reps -t shm,mpi)\n",
+      std::fprintf(stderr,
+                   "call_overhead: unknown flag %s (flags: -b bytes -n calls -R reps -t "
+                   "shm,mpi,threads)\n",
                    flag.c_str());
       MPI_Abort(MPI_COMM_WORLD, 2);
     }
@@ -146,6 +234,7 @@ int main(int argc, char** argv) {
     if (o.transports.find("shm") != std::string::npos) measure("shm", s, o);
     if (o.transports.find("mpi") != std::string::npos) measure("mpi", m, o);
   }
+  if (o.transports.find("threads") != std::string::npos) measure_threads(o);
   MPI_Finalize();
   return 0;
 }

@@ -53,6 +53,7 @@ struct perf_options {
   std::size_t segment_bytes = 0; ///< -s ring max_segment_bytes (0: default)
   int timeout_s = 120;           ///< -T transport timeout in seconds
   bool registered = false;       ///< --registered: buffers from shm_transport::allocate
+  long eager_bytes = -1;         ///< --eager: thread_options::eager_bytes (-1: its default)
   bool help = false;
 };
 
@@ -78,7 +79,9 @@ inline std::string usage() {
          "  --json FILE   write one record per measurement (JSON array)\n"
          "  -J FILE       write the results in nccl-tests' JSON format (version 3)\n"
          "  --registered 0|1  shm only: send and receive buffers are registered (made by\n"
-         "                shm_transport::allocate in the node's shared memory; default 0)\n";
+         "                shm_transport::allocate in the node's shared memory; default 0)\n"
+         "  --eager bytes threads only: messages up to this size go through the eager lanes\n"
+         "                (thread_options::eager_bytes; 0 sends all zero copy; default 4080)\n";
 }
 
 namespace detail {
@@ -189,6 +192,8 @@ inline perf_options parse_options(int argc, const char* const* argv) {
       o.nccl_json = std::string(v);
     else if (flag == "--registered")
       o.registered = detail::parse_int(flag, v, 0, 1) == 1;
+    else if (flag == "--eager")
+      o.eager_bytes = static_cast<long>(detail::parse_bytes(flag, v));
     else
       throw invalid_argument("allreduce_perf: unknown flag '" + std::string(flag) + "'\n" +
                              usage());
@@ -196,6 +201,8 @@ inline perf_options parse_options(int argc, const char* const* argv) {
   if (o.registered && o.transport != "shm")
     throw invalid_argument("allreduce_perf: --registered 1 needs -t shm (registered buffers "
                            "live in the shared-memory transport's segment)");
+  if (o.eager_bytes >= 0 && o.transport != "threads" && o.transport != "auto")
+    throw invalid_argument("allreduce_perf: --eager is a knob of the threads transport");
   if (o.min_bytes > o.max_bytes)
     throw invalid_argument("allreduce_perf: -b " + std::to_string(o.min_bytes) +
                            " is larger than -e " + std::to_string(o.max_bytes));
