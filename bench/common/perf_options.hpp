@@ -81,7 +81,7 @@ inline std::string usage() {
          "  --registered 0|1  shm only: send and receive buffers are registered (made by\n"
          "                shm_transport::allocate in the node's shared memory; default 0)\n"
          "  --eager bytes threads only: messages up to this size go through the eager lanes\n"
-         "                (thread_options::eager_bytes; 0 sends all zero copy; default 4080)\n";
+         "                (thread_options::eager_bytes; 0 sends all zero copy; default 1024)\n";
 }
 
 namespace detail {

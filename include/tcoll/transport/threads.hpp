@@ -43,11 +43,13 @@ struct thread_options {
   std::chrono::milliseconds timeout = std::chrono::seconds(60);
   /// Messages of at most this many bytes go eagerly through a lane of the pair (see the file
   /// comment); longer ones go zero copy. 0 sends everything zero copy. At most 64 KiB.
-  std::size_t eager_bytes = 4080;
+  /// The default is where the two paths cost the same on the development VM (an allreduce
+  /// of 1-2 KiB at 2 threads takes about 0.55 us either way; docs/benchmarks.md).
+  std::size_t eager_bytes = 1024;
   /// Eager messages in flight at once from one rank to another; a send that finds every
   /// lane of its pair busy goes zero copy instead (it never waits). Memory: `eager_lanes`
   /// lanes of `eager_bytes` + 16 bytes (rounded up to 64) for each pair of ranks that
-  /// exchanged an eager message (16 KiB per pair by default).
+  /// exchanged an eager message (about 4 KiB per pair by default).
   std::size_t eager_lanes = 4;
 };
 
