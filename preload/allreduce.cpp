@@ -70,12 +70,11 @@ int cancel_fn(void*, int) {
   return MPI_SUCCESS;
 } // a started collective runs to its end
 
-/// Queues the allreduce on the engine of the communicator's transport; the engine thread
-/// completes the generalized request `r->handle` when the data is in place (or failed).
-template <class T, class Op>
-void queue_iallreduce(comm_state& s, algo a, const T* send, T* recv, std::size_t n, const Op& op,
-                      ireq* r) {
-  mpi_transport& t = s.transport();
+/// Queues the allreduce on the engine of transport `t` (the communicator's shared-memory
+/// or MPI transport); the engine thread completes the generalized request `r->handle` when
+/// the data is in place (or failed).
+template <class Tr, class T, class Op>
+void queue_iallreduce(Tr& t, algo a, const T* send, T* recv, std::size_t n, const Op& op, ireq* r) {
   auto body = [&t, a, send, recv, n, op, r](int tag) {
     try {
       cpu_reducer red;
@@ -164,7 +163,9 @@ TCOLL_PRELOAD_EXPORT int MPI_Allreduce(const void* sendbuf, void* recvbuf, int c
 
 /// MPI_Iallreduce through tcoll's engine thread (a generalized request completed by it) when
 /// MPI runs at MPI_THREAD_MULTIPLE; PMPI_Iallreduce otherwise, for passthrough sizes and for
-/// sizes a rule sends to `hierarchical`.
+/// sizes a rule sends to `hierarchical`. On a communicator in shared memory (TCOLL_SHM=1)
+/// it runs over the shared-memory transport, with the same built-in choice as
+/// MPI_Allreduce where no rule covers the size.
 TCOLL_PRELOAD_EXPORT int MPI_Iallreduce(const void* sendbuf, void* recvbuf, int count,
                                         MPI_Datatype datatype, MPI_Op op, MPI_Comm comm,
                                         MPI_Request* request) {
@@ -186,7 +187,17 @@ TCOLL_PRELOAD_EXPORT int MPI_Iallreduce(const void* sendbuf, void* recvbuf, int 
     why = fallback::thread_level;
   }
   const std::size_t n = usable ? static_cast<std::size_t>(count) : 0, bytes = n * r.size;
-  const algo a = usable ? (n == 0 ? algo::passthrough : choose(c, bytes)) : algo::empty;
+  algo a = usable ? (n == 0 ? algo::passthrough : choose(c, bytes)) : algo::empty;
+  // as in MPI_Allreduce: collective on the first call, every rank reaches it alike
+  if (usable && n > 0 && bytes >= config().shm_native_below_bytes && config().shm &&
+      config().error.empty() && !chosen_by_rule(c, bytes)) {
+    try {
+      comm_state& s = state_of(comm);
+      if (s.shared_memory()) a = choose_shared_memory(bytes, s.size);
+    } catch (const std::exception& e) {
+      return report_error(c, comm, MPI_ERR_OTHER, e.what());
+    }
+  }
   if (usable && a == algo::hierarchical) {
     usable = false;
     why = fallback::blocking_only;
@@ -211,7 +222,12 @@ TCOLL_PRELOAD_EXPORT int MPI_Iallreduce(const void* sendbuf, void* recvbuf, int 
     dispatch(r.type, r.op, [&]<class T>(const auto& o) {
       T* out = static_cast<T*>(recvbuf);
       const T* in = sendbuf == MPI_IN_PLACE ? out : static_cast<const T*>(sendbuf);
-      queue_iallreduce(s, a, in, out, n, o, q);
+      if (tcoll::shm_transport* node = s.shared_memory()) {
+        count_shared_memory(c);
+        queue_iallreduce(*node, a, in, out, n, o, q);
+      } else {
+        queue_iallreduce(s.transport(), a, in, out, n, o, q);
+      }
     });
   } catch (const std::exception& e) {
     // Nothing was queued: complete the request with the error and hand it back, so the
