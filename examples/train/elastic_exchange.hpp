@@ -16,14 +16,19 @@
 ///
 /// Reports: after each of its epochs a client evaluates its own parameters on the whole
 /// test split (sharded over its ranks); its leader prints a line with the wall time since
-/// the start. At the end the server evaluates the center and gathers every client's
-/// records (point-to-point, with the transport's timeout; a dropped client is skipped).
+/// the start. The server copies the center (with the wall time) each time the pushes it
+/// served reach another job epoch's worth (clients x exchanges per client epoch), and at
+/// the end; after serving it evaluates those copies (the center's accuracy over time) and
+/// the final center, and gathers every client's records (point-to-point, with the
+/// transport's timeout; a dropped client is skipped).
 ///
 /// `--elastic-mode sync` runs the library's synchronous variant instead, for comparison:
 /// no server, every rank trains, all ranks are cut into the client groups, and every
 /// `interval` iterations the client leaders allreduce (average) their parameters as the
 /// center and apply Eq. 3; the leader of client 0 gathers the records and writes the JSON.
+#include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstddef>
 #include <cstdint>
 #include <cstdio>
@@ -142,10 +147,44 @@ int run_easgd(Transport& t, const easgd_config& c, const train_test_split& data,
 
   if (!c.synchronous && t.rank() == eo.server_rank) {
     el::server<Transport> server(t, std::span<const float>(model.parameters()), eo);
-    const auto report = server.serve();
-    std::copy(server.center().begin(), server.center().end(), model.parameters().begin());
-    const auto center = easgd_detail::evaluate(model, data.test, 0, test_size, c.eval_chunk);
-    const double center_accuracy = test_size ? double(center.correct) / double(test_size) : 0;
+    // a job epoch's worth of pushes: every client's exchanges in one of its epochs (the
+    // clients' partitions and batches as below)
+    const double client_steps =
+        std::ceil(double(subset.size()) / double(c.clients) /
+                  double(std::max<std::size_t>(1, c.global_batch / std::size_t(c.clients))));
+    const double pushes_per_epoch =
+        std::max(1.0, double(c.clients) * std::floor(client_steps / double(c.interval)));
+    struct snapshot {
+      std::uint64_t pushes = 0;
+      double seconds = 0;
+      std::vector<float> center;
+    };
+    std::vector<snapshot> snapshots;
+    const auto report = server.serve([&](int, std::uint64_t pushes, std::span<const float> center) {
+      if (double(pushes) < pushes_per_epoch * double(snapshots.size() + 1)) return;
+      snapshots.push_back({pushes, std::chrono::duration<double>(clock::now() - start).count(),
+                           std::vector<float>(center.begin(), center.end())});
+    });
+    snapshots.push_back({report.pushes, std::chrono::duration<double>(clock::now() - start).count(),
+                         std::vector<float>(server.center().begin(), server.center().end())});
+    std::ostringstream curve;
+    curve.precision(9);
+    double center_accuracy = 0;
+    for (std::size_t k = 0; k < snapshots.size(); ++k) {
+      const auto& snap = snapshots[k];
+      std::copy(snap.center.begin(), snap.center.end(), model.parameters().begin());
+      const auto e = easgd_detail::evaluate(model, data.test, 0, test_size, c.eval_chunk);
+      center_accuracy = test_size ? double(e.correct) / double(test_size) : 0;
+      const double loss = test_size ? e.loss_sum / double(test_size) : 0;
+      curve << (k ? ", " : "") << "{\"pushes\": " << snap.pushes
+            << ", \"epochs\": " << double(snap.pushes) / pushes_per_epoch
+            << ", \"seconds\": " << snap.seconds << ", \"test_accuracy\": " << center_accuracy
+            << ", \"test_loss\": " << loss << "}";
+      std::printf("easgd server: center after %llu pushes (%.2f job epochs) at %.2f s: "
+                  "test_accuracy %.2f%%\n",
+                  static_cast<unsigned long long>(snap.pushes),
+                  double(snap.pushes) / pushes_per_epoch, snap.seconds, 100 * center_accuracy);
+    }
     std::printf("easgd server: %llu pushes served in %.2f s; center test_accuracy %.2f%%; "
                 "dropped clients: %zu\n",
                 static_cast<unsigned long long>(report.pushes), report.seconds,
@@ -164,7 +203,8 @@ int run_easgd(Transport& t, const easgd_config& c, const train_test_split& data,
       std::ostringstream server_json;
       server_json.precision(9);
       server_json << "{\"pushes\": " << report.pushes << ", \"seconds\": " << report.seconds
-                  << ", \"center_test_accuracy\": " << center_accuracy << "}";
+                  << ", \"center_test_accuracy\": " << center_accuracy << ", \"center_curve\": ["
+                  << curve.str() << "]}";
       easgd_detail::write_json(c.json_path, c, "async", t.size(), el::alpha_of(eo),
                                server_json.str(), server.layout().client_sizes, records);
     }

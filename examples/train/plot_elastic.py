@@ -8,8 +8,9 @@ replicas after each epoch, wall time = cumulative epoch seconds (evaluation incl
 EASGD (easgdC_sS.json, --scheme easgd --json; easgdsyncC_sS.json with --elastic-mode sync,
 which has no server and no center at the end): each client's own parameters after each of
 its epochs, wall time since the start of the run (the same clock start), and the center's
-accuracy at the end. --summary prints the table used in docs/elastic.md, --markdown the
-per-client table behind it.
+accuracy over the run (the server's `center_curve`: a copy per job epoch of pushes, dashed)
+and at the end (a star). --summary prints the table used in docs/elastic.md, --center the
+center's curve against the client mean, --markdown the per-client table behind it.
 """
 import glob
 import json
@@ -70,6 +71,26 @@ def summary(runs):
               f"| {pick(10)} | {at} | {secs[-1]:.1f} s | {center} |")
 
 
+def center_table(runs):
+    """Per asynchronous EASGD run: the center after each job epoch of pushes (accuracy, wall
+    time) next to the client mean after that epoch."""
+    print("| run | job epoch | center accuracy | at | client mean | at |")
+    print("|---|---:|---:|---:|---:|---:|")
+    for name, run in runs.items():
+        points = run.get("server", {}).get("center_curve")
+        if not points:
+            continue
+        cs = curves(run)
+        n = min(len(c[1]) for c in cs)
+        acc = [100 * sum(c[2][k] for c in cs) / len(cs) for k in range(n)]
+        secs = [max(c[3][k] for c in cs) for k in range(n)]
+        for p in points:
+            k = round(p["epochs"])
+            mean = f"{acc[k - 1]:.1f} % | {secs[k - 1]:.1f} s" if 1 <= k <= n else "- | -"
+            print(f"| {name} | {p['epochs']:.2f} | {100 * p['test_accuracy']:.1f} % "
+                  f"| {p['seconds']:.1f} s | {mean} |")
+
+
 def main():
     args = [a for a in sys.argv[1:] if not a.startswith("--")]
     results = args[0] if args else "docs/results/elastic"
@@ -77,6 +98,8 @@ def main():
     runs = load(results)
     if "--summary" in sys.argv:
         return summary(runs)
+    if "--center" in sys.argv:
+        return center_table(runs)
     if "--markdown" in sys.argv:
         print("| run | epoch 1 | epoch 2 | epoch 5 | last epoch | wall time | center (end) |")
         print("|---|---|---|---|---|---|---|")
@@ -116,6 +139,12 @@ def main():
             ax1.plot([n], [100 * run["server"]["center_test_accuracy"]], "*", ms=12, color=color)
             ax2.plot([run["server"]["seconds"]], [100 * run["server"]["center_test_accuracy"]],
                      "*", ms=12, color=color, label=center_label)
+            points = run["server"].get("center_curve", [])
+            if points:  # the center over the run (older results have only the end)
+                ax1.plot([p["epochs"] for p in points], [100 * p["test_accuracy"] for p in points],
+                         "--", lw=1, color=color)
+                ax2.plot([p["seconds"] for p in points], [100 * p["test_accuracy"] for p in points],
+                         "--", lw=1, color=color)
     ax1.set_xlabel("epoch")
     ax2.set_xlabel("wall time [s] (2 shared cores, emulated 1 Gbit/s between nodes)")
     for ax in (ax1, ax2):

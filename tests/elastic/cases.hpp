@@ -126,7 +126,25 @@ void hand_async_case(Tr& t, el::center_reply reply, failures& bad) {
   const std::array<float, 4> w0[2] = {{3, 6, 0, 8}, {5, -2, 4, 0}};
   if (t.rank() == 0) {
     el::server<Tr> s(t, std::span<const float>(center0), o);
-    const el::server_report r = s.serve();
+    // the center after each push (the w~ lines above), as serve's callback sees it
+    const std::array<float, 4> third =
+        reply == el::center_reply::before_update
+            ? std::array<float, 4>{2.40625f, 2.5625f, 2.6875f, -1.25f}
+            : std::array<float, 4>{2.4375f, 2.625f, 2.625f, -1};
+    const std::array<float, 4> centers[4] = {
+        {1.5f, 3, 3, -4}, {2.375f, 1.75f, 3.25f, -3}, third, want.center};
+    std::uint64_t calls = 0;
+    const el::server_report r =
+        s.serve([&](int client, std::uint64_t pushes, std::span<const float> center) {
+          const std::string at = "server callback " + std::to_string(calls) + ": ";
+          if (pushes != calls + 1) bad.add(at + "pushes " + std::to_string(pushes));
+          if (client != static_cast<int>(calls % 2))
+            bad.add(at + "client " + std::to_string(client));
+          if (calls < 4 && !same(center, centers[calls]))
+            bad.add(at + "center " + show(center) + " != hand value");
+          ++calls;
+        });
+    if (calls != 4) bad.add("server: the callback ran " + std::to_string(calls) + " times, not 4");
     if (!same(s.center(), want.center))
       bad.add("server: center " + show(s.center()) + " != hand value");
     if (r.service_order != std::vector<int>{0, 1, 0, 1})

@@ -89,6 +89,15 @@ public:
   /// Serves pushes until every client has said goodbye or was dropped. Throws what the
   /// transport throws when the job is aborted; a client's own failure only drops it.
   server_report serve() {
+    return serve([](int, std::uint64_t, std::span<const T>) {});
+  }
+  /// `serve()`, calling `on_push(client, pushes, center)` after every push it serves, once
+  /// the reply is on its way: the client just served, the pushes served so far (this one
+  /// included) and the center after this push's Eq. 2. For a record of the center over
+  /// time (snapshots to evaluate later); the other clients wait while it runs, so keep it
+  /// short. What it throws leaves `serve` (the transport is not aborted).
+  template <class OnPush>
+  server_report serve(OnPush&& on_push) {
     using namespace std::chrono;
     const auto t0 = clock::now();
     const int C = layout_.clients;
@@ -173,6 +182,7 @@ public:
         ++rec.pushes;
         ++report.pushes;
         report.service_order.push_back(c);
+        on_push(c, report.pushes, std::span<const T>(center_));
       }
       const auto now = clock::now();
       for (int c = 0; c < C; ++c) {
