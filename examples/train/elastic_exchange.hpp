@@ -148,12 +148,18 @@ int run_easgd(Transport& t, const easgd_config& c, const train_test_split& data,
   if (!c.synchronous && t.rank() == eo.server_rank) {
     el::server<Transport> server(t, std::span<const float>(model.parameters()), eo);
     // a job epoch's worth of pushes: every client's exchanges in one of its epochs (the
-    // clients' partitions and batches as below)
+    // clients' partitions and batches as below). A client pushes at its iterations 0,
+    // interval, 2 interval...: after p pushes in all, the center has seen about
+    // (p / clients - 1) * interval iterations of each client.
     const double client_steps =
         std::ceil(double(subset.size()) / double(c.clients) /
                   double(std::max<std::size_t>(1, c.global_batch / std::size_t(c.clients))));
     const double pushes_per_epoch =
-        std::max(1.0, double(c.clients) * std::floor(client_steps / double(c.interval)));
+        std::max(1e-9, double(c.clients) * client_steps / double(c.interval));
+    auto trained_epochs = [&](std::uint64_t pushes) {
+      return std::max(0.0, double(pushes) / double(c.clients) - 1) * double(c.interval) /
+             std::max(1.0, client_steps);
+    };
     struct snapshot {
       std::uint64_t pushes = 0;
       double seconds = 0;
@@ -165,8 +171,10 @@ int run_easgd(Transport& t, const easgd_config& c, const train_test_split& data,
       snapshots.push_back({pushes, std::chrono::duration<double>(clock::now() - start).count(),
                            std::vector<float>(center.begin(), center.end())});
     });
-    snapshots.push_back({report.pushes, std::chrono::duration<double>(clock::now() - start).count(),
-                         std::vector<float>(server.center().begin(), server.center().end())});
+    if (snapshots.empty() || snapshots.back().pushes != report.pushes)
+      snapshots.push_back({report.pushes,
+                           std::chrono::duration<double>(clock::now() - start).count(),
+                           std::vector<float>(server.center().begin(), server.center().end())});
     std::ostringstream curve;
     curve.precision(9);
     double center_accuracy = 0;
@@ -177,13 +185,12 @@ int run_easgd(Transport& t, const easgd_config& c, const train_test_split& data,
       center_accuracy = test_size ? double(e.correct) / double(test_size) : 0;
       const double loss = test_size ? e.loss_sum / double(test_size) : 0;
       curve << (k ? ", " : "") << "{\"pushes\": " << snap.pushes
-            << ", \"epochs\": " << double(snap.pushes) / pushes_per_epoch
-            << ", \"seconds\": " << snap.seconds << ", \"test_accuracy\": " << center_accuracy
-            << ", \"test_loss\": " << loss << "}";
-      std::printf("easgd server: center after %llu pushes (%.2f job epochs) at %.2f s: "
+            << ", \"epochs\": " << trained_epochs(snap.pushes) << ", \"seconds\": " << snap.seconds
+            << ", \"test_accuracy\": " << center_accuracy << ", \"test_loss\": " << loss << "}";
+      std::printf("easgd server: center after %llu pushes (%.2f epochs of training) at %.2f s: "
                   "test_accuracy %.2f%%\n",
-                  static_cast<unsigned long long>(snap.pushes),
-                  double(snap.pushes) / pushes_per_epoch, snap.seconds, 100 * center_accuracy);
+                  static_cast<unsigned long long>(snap.pushes), trained_epochs(snap.pushes),
+                  snap.seconds, 100 * center_accuracy);
     }
     std::printf("easgd server: %llu pushes served in %.2f s; center test_accuracy %.2f%%; "
                 "dropped clients: %zu\n",

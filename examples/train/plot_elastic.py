@@ -73,8 +73,9 @@ def summary(runs):
 
 def center_table(runs):
     """Per asynchronous EASGD run: the center after each job epoch of pushes (accuracy, wall
-    time) next to the client mean after that epoch."""
-    print("| run | job epoch | center accuracy | at | client mean | at |")
+    time; `epochs`: the training the center has seen) next to the client mean after the
+    nearest whole epoch."""
+    print("| run | epochs seen | center accuracy | at | client mean | at |")
     print("|---|---:|---:|---:|---:|---:|")
     for name, run in runs.items():
         points = run.get("server", {}).get("center_curve")
