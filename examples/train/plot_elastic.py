@@ -140,7 +140,8 @@ def main():
             ax1.plot([n], [100 * run["server"]["center_test_accuracy"]], "*", ms=12, color=color)
             ax2.plot([run["server"]["seconds"]], [100 * run["server"]["center_test_accuracy"]],
                      "*", ms=12, color=color, label=center_label)
-            points = run["server"].get("center_curve", [])
+            # the first copy is the initial center (no training seen): left out
+            points = [p for p in run["server"].get("center_curve", []) if p["epochs"] > 0]
             if points:  # the center over the run (older results have only the end)
                 ax1.plot([p["epochs"] for p in points], [100 * p["test_accuracy"] for p in points],
                          "--", lw=1, color=color)
