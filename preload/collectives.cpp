@@ -1,6 +1,6 @@
 /// \file
 /// libtcoll_mpi.so: MPI_Reduce_scatter_block, MPI_Allgather, MPI_Bcast and MPI_Reduce
-/// through tcoll.
+/// through tcoll, over shared memory where a communicator's ranks share one node.
 #include "tcoll_mpi.hpp"
 
 #include <cstring>
@@ -30,6 +30,19 @@ bool common_fallback(coll c, MPI_Comm comm, bool args_ok) {
     return true;
   }
   return false;
+}
+
+/// Runs `f(transport)` on the communicator's shared-memory transport where it has one
+/// (TCOLL_SHM=1 and every rank on this node; counted for TCOLL_DEBUG), else on its MPI
+/// transport. Collective on a communicator's first call, like the call itself.
+template <class F>
+void on_transport(coll c, comm_state& s, F&& f) {
+  if (tcoll::shm_transport* node = s.shared_memory()) {
+    count_shared_memory(c);
+    f(*node);
+  } else {
+    f(s.transport());
+  }
 }
 
 int comm_size(MPI_Comm comm) {
@@ -68,9 +81,10 @@ TCOLL_PRELOAD_EXPORT int MPI_Reduce_scatter_block(const void* sendbuf, void* rec
       std::memcpy(copy, recvbuf, bytes);
       in = copy;
     }
-    dispatch(r.type, r.op, [&]<class T>(const auto& o) {
-      tcoll::reduce_scatter(s.transport(), static_cast<const T*>(in), static_cast<T*>(recvbuf), n,
-                            o);
+    on_transport(c, s, [&](auto& t) {
+      dispatch(r.type, r.op, [&]<class T>(const auto& o) {
+        tcoll::reduce_scatter(t, static_cast<const T*>(in), static_cast<T*>(recvbuf), n, o);
+      });
     });
   } catch (const std::exception& e) {
     return report_error(c, comm, MPI_ERR_OTHER, e.what());
@@ -113,7 +127,7 @@ TCOLL_PRELOAD_EXPORT int MPI_Allgather(const void* sendbuf, int sendcount, MPI_D
     auto* out = static_cast<unsigned char*>(recvbuf);
     const auto* in = in_place ? out + static_cast<std::size_t>(s.rank) * block
                               : static_cast<const unsigned char*>(sendbuf);
-    tcoll::allgather(s.transport(), in, out, block);
+    on_transport(c, s, [&](auto& t) { tcoll::allgather(t, in, out, block); });
   } catch (const std::exception& e) {
     return report_error(c, comm, MPI_ERR_OTHER, e.what());
   }
@@ -143,7 +157,9 @@ TCOLL_PRELOAD_EXPORT int MPI_Bcast(void* buffer, int count, MPI_Datatype datatyp
   if (a == algo::empty) return MPI_SUCCESS;
   if (a == algo::passthrough) return pmpi();
   try {
-    tcoll::broadcast(state_of(comm).transport(), static_cast<unsigned char*>(buffer), bytes, root);
+    on_transport(c, state_of(comm), [&](auto& t) {
+      tcoll::broadcast(t, static_cast<unsigned char*>(buffer), bytes, root);
+    });
   } catch (const std::exception& e) {
     return report_error(c, comm, MPI_ERR_OTHER, e.what());
   }
@@ -178,10 +194,12 @@ TCOLL_PRELOAD_EXPORT int MPI_Reduce(const void* sendbuf, void* recvbuf, int coun
   if (a == algo::passthrough) return pmpi();
   try {
     comm_state& s = state_of(comm);
-    dispatch(r.type, r.op, [&]<class T>(const auto& o) {
-      T* out = is_root ? static_cast<T*>(recvbuf) : nullptr;
-      const T* in = sendbuf == MPI_IN_PLACE ? out : static_cast<const T*>(sendbuf);
-      tcoll::reduce(s.transport(), in, out, n, root, o);
+    on_transport(c, s, [&](auto& t) {
+      dispatch(r.type, r.op, [&]<class T>(const auto& o) {
+        T* out = is_root ? static_cast<T*>(recvbuf) : nullptr;
+        const T* in = sendbuf == MPI_IN_PLACE ? out : static_cast<const T*>(sendbuf);
+        tcoll::reduce(t, in, out, n, root, o);
+      });
     });
   } catch (const std::exception& e) {
     return report_error(c, comm, MPI_ERR_OTHER, e.what());
