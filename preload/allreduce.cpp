@@ -36,7 +36,8 @@ void run_flat(Tr& t, algo a, const T* send, T* recv, std::size_t n, const Op& op
 template <class T, class Op>
 void run_allreduce(comm_state& s, algo a, const T* send, T* recv, std::size_t n, const Op& op) {
   if (a == algo::hierarchical) {
-    tcoll::allreduce(s.hierarchy(), send, recv, n, op);
+    if (s.on_hierarchy([&](auto& machine) { tcoll::allreduce(machine, send, recv, n, op); }))
+      count_shared_memory(coll::allreduce);
     return;
   }
   if (shm_transport* node = s.shared_memory()) {

@@ -424,6 +424,18 @@ hierarchical<mpi_transport, mpi_transport>& comm_state::hierarchy() {
   return *hier;
 }
 
+hierarchical<shm_transport, mpi_transport>* comm_state::shm_hierarchy() {
+  if (!config().shm) return nullptr; // the same on every rank, like every TCOLL_ setting
+  if (!node_hier) {
+    join(*this, "hierarchical");
+    node_hierarchy_options o;
+    o.intra.timeout = config().timeout;
+    o.inter.timeout = config().timeout;
+    node_hier = std::make_unique<mpi_node_hierarchy>(user, o);
+  }
+  return &node_hier->get();
+}
+
 std::byte* comm_state::scratch_bytes(std::size_t bytes) {
   if (scratch.size() < bytes) scratch.resize(bytes);
   return scratch.data();

@@ -33,6 +33,7 @@
 #include <tcoll/algorithm/multi_ring.hpp>
 #include <tcoll/algorithm/select.hpp>
 #include <tcoll/collectives.hpp>
+#include <tcoll/node_hierarchy.hpp>
 #include <tcoll/transport/mpi.hpp>
 #include <tcoll/transport/shm.hpp>
 
@@ -148,6 +149,7 @@ struct comm_state {
   std::unique_ptr<mpi_transport> inter; ///< ranks of this node index on every node
   std::unique_ptr<hierarchical<mpi_transport, mpi_transport>> hier;
   std::unique_ptr<shm_transport> node; ///< the whole communicator in shared memory (one node)
+  std::unique_ptr<mpi_node_hierarchy> node_hier; ///< hierarchical with shared memory inside
   bool node_checked = false;
   std::vector<std::byte> scratch; ///< in-place reduce_scatter_block copies its input here
 
@@ -156,9 +158,23 @@ struct comm_state {
   /// The communicator's ranks through shared memory, or null where they span several nodes
   /// or TCOLL_SHM=0 (decided and created on the first call, collectively).
   shm_transport* shared_memory();
-  /// The two-level machine: shared-memory groups (MPI_COMM_TYPE_SHARED) joined across
-  /// nodes by local index (created on first call).
+  /// The two-level machine with MPI inside the nodes (TCOLL_SHM=0): shared-memory groups
+  /// (MPI_COMM_TYPE_SHARED) joined across nodes by local index (created on first call).
   hierarchical<mpi_transport, mpi_transport>& hierarchy();
+  /// The same machine with `shm_transport` inside each node (`mpi_node_hierarchy`, the
+  /// default pairing), or null when TCOLL_SHM=0 (created on first call, collectively).
+  hierarchical<shm_transport, mpi_transport>* shm_hierarchy();
+  /// Runs `f(machine)` on the communicator's two-level machine: shared memory inside the
+  /// nodes unless TCOLL_SHM=0. Returns whether it was the shared-memory one.
+  template <class F>
+  bool on_hierarchy(F&& f) {
+    if (auto* h = shm_hierarchy()) {
+      f(*h);
+      return true;
+    }
+    f(hierarchy());
+    return false;
+  }
   /// `bytes` of scratch space (grows, never shrinks).
   std::byte* scratch_bytes(std::size_t bytes);
 };
