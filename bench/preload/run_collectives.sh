@@ -1,0 +1,54 @@
+#!/usr/bin/env bash
+# MPI_Bcast, MPI_Reduce, MPI_Allgather and MPI_Reduce_scatter_block of an unmodified MPI
+# program (bench/preload/collectives_loop.c) with and without libtcoll_mpi.so, interleaved,
+# REPS times each, on one node: under the preload these run over shared memory
+# (shm_transport) with the built-in choice (passthrough up to 16 KiB, then binomial tree
+# for bcast and reduce, ring for allgather and reduce_scatter_block). Prints the medians.
+#
+#   bash bench/preload/run_collectives.sh [BUILD_DIR] [REPS] [NPS] [loop args...]
+#   e.g. bash bench/preload/run_collectives.sh build 3 "2 4" -b 4K -e 16M -f 4 -r 5 -t 0.1
+set -euo pipefail
+build=${1:-build}
+reps=${2:-3}
+nps=${3:-"2 4"}
+shift $(( $# < 3 ? $# : 3 ))
+loop_args=("$@")
+lib="$build/preload/libtcoll_mpi.so"
+[ -f "$lib" ] || { echo "run_collectives.sh: $lib missing (ninja -C $build preload/libtcoll_mpi.so)" >&2; exit 1; }
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+mpicc -O2 -o "$tmp/loop" bench/preload/collectives_loop.c
+M=(mpirun --oversubscribe --mca btl self,vader,tcp --mca btl_vader_single_copy_mechanism none)
+for np in $nps; do
+  for rep in $(seq "$reps"); do
+    "${M[@]}" -np "$np" "$tmp/loop" "${loop_args[@]}" > "$tmp/mpi.$np.$rep"
+    "${M[@]}" -np "$np" -x LD_PRELOAD="$lib" "$tmp/loop" "${loop_args[@]}" > "$tmp/tcoll.$np.$rep"
+  done
+done
+python3 - "$tmp" "$reps" $nps <<'PY'
+import statistics, sys
+tmp, reps, nps = sys.argv[1], int(sys.argv[2]), sys.argv[3:]
+def load(kind, np):
+    runs = []
+    for rep in range(1, reps + 1):
+        rows = {}
+        for line in open(f"{tmp}/{kind}.{np}.{rep}"):
+            if line.startswith("#"): continue
+            coll, size, us, wrong = line.split()
+            if int(wrong): sys.exit(f"{kind} np {np}: {wrong} wrong elements, {coll} {size} B")
+            rows[(coll, int(size))] = float(us)
+        runs.append(rows)
+    return {k: statistics.median(r[k] for r in runs) for k in runs[0]}
+def human(b):
+    for u in ("B", "KiB", "MiB", "GiB"):
+        if b < 1024: return f"{b} {u}"
+        b //= 1024
+for np in nps:
+    mpi, tc = load("mpi", np), load("tcoll", np)
+    print(f"\n{np} processes (medians of {reps} runs; speed-up = MPI time / preload time)\n")
+    print("| collective | size | MPI us | preload us | speed-up |")
+    print("|---|---:|---:|---:|---:|")
+    for k in mpi:
+        print(f"| {k[0]} | {human(k[1])} | {mpi[k]:.2f} | {tc[k]:.2f} | {mpi[k] / tc[k]:.2f} |")
+PY
