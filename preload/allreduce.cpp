@@ -47,6 +47,18 @@ void run_allreduce(comm_state& s, algo a, const T* send, T* recv, std::size_t n,
   return run_flat(s.transport(), a, send, recv, n, op);
 }
 
+/// `ruled` (the choice of the rules or the over-MPI default), or, where no rule covers
+/// `bytes` and the communicator's ranks share one node, the built-in one-node choice.
+/// Deciding that is collective on the first call (every rank makes the same call with the
+/// same size, so every rank reaches it and gets the same answer). Below
+/// shm_native_below_bytes both choices are MPI's own collective: no lookup there.
+algo one_node_choice(coll c, MPI_Comm comm, std::size_t bytes, algo ruled) {
+  if (bytes < config().shm_native_below_bytes || !config().shm || chosen_by_rule(c, bytes))
+    return ruled;
+  comm_state& s = state_of(comm);
+  return s.shared_memory() ? choose_shared_memory(bytes, s.size) : ruled;
+}
+
 /// State of one MPI_Iallreduce run by tcoll: the generalized request's extra state.
 struct ireq {
   MPI_Request handle = MPI_REQUEST_NULL;
@@ -134,17 +146,10 @@ TCOLL_PRELOAD_EXPORT int MPI_Allreduce(const void* sendbuf, void* recvbuf, int c
   if (!config().error.empty()) return report_settings_error(c, comm);
   const std::size_t n = static_cast<std::size_t>(count), bytes = n * r.size;
   algo a = n == 0 ? algo::empty : choose(c, bytes);
-  // Without a rule for this size, a communicator in shared memory gets its own built-in
-  // choice. Deciding that is collective on the first call (every rank makes the same call
-  // with the same size, so every rank reaches it and gets the same answer).
-  // Below shm_native_below_bytes both choices are MPI's own collective: no lookup there.
-  if (bytes >= config().shm_native_below_bytes && config().shm && !chosen_by_rule(c, bytes)) {
-    try {
-      comm_state& s = state_of(comm);
-      if (s.shared_memory()) a = choose_shared_memory(bytes, s.size);
-    } catch (const std::exception& e) {
-      return report_error(c, comm, MPI_ERR_OTHER, e.what());
-    }
+  try {
+    if (n > 0) a = one_node_choice(c, comm, bytes, a);
+  } catch (const std::exception& e) {
+    return report_error(c, comm, MPI_ERR_OTHER, e.what());
   }
   count_call(c, a, bytes, comm);
   if (a == algo::empty) return MPI_SUCCESS;
@@ -189,16 +194,6 @@ TCOLL_PRELOAD_EXPORT int MPI_Iallreduce(const void* sendbuf, void* recvbuf, int 
   }
   const std::size_t n = usable ? static_cast<std::size_t>(count) : 0, bytes = n * r.size;
   algo a = usable ? (n == 0 ? algo::passthrough : choose(c, bytes)) : algo::empty;
-  // as in MPI_Allreduce: collective on the first call, every rank reaches it alike
-  if (usable && n > 0 && bytes >= config().shm_native_below_bytes && config().shm &&
-      config().error.empty() && !chosen_by_rule(c, bytes)) {
-    try {
-      comm_state& s = state_of(comm);
-      if (s.shared_memory()) a = choose_shared_memory(bytes, s.size);
-    } catch (const std::exception& e) {
-      return report_error(c, comm, MPI_ERR_OTHER, e.what());
-    }
-  }
   if (usable && a == algo::hierarchical) {
     usable = false;
     why = fallback::blocking_only;
@@ -208,6 +203,11 @@ TCOLL_PRELOAD_EXPORT int MPI_Iallreduce(const void* sendbuf, void* recvbuf, int 
     return PMPI_Iallreduce(sendbuf, recvbuf, count, datatype, op, comm, request);
   }
   if (!config().error.empty()) return report_settings_error(c, comm);
+  try { // never hierarchical: a rule chose that, and the one-node choice leaves rules alone
+    if (n > 0) a = one_node_choice(c, comm, bytes, a);
+  } catch (const std::exception& e) {
+    return report_error(c, comm, MPI_ERR_OTHER, e.what());
+  }
   count_call(c, a, bytes, comm);
   if (a == algo::passthrough)
     return PMPI_Iallreduce(sendbuf, recvbuf, count, datatype, op, comm, request);

@@ -9,19 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-static int cmp(const void* a, const void* b) {
-  const double x = *(const double*)a, y = *(const double*)b;
-  return x < y ? -1 : x > y;
-}
-
-static size_t parse_bytes(const char* s) {
-  char* end = NULL;
-  size_t v = strtoull(s, &end, 10);
-  if (*end == 'K') v <<= 10;
-  if (*end == 'M') v <<= 20;
-  if (*end == 'G') v <<= 30;
-  return v;
-}
+#include "loop_common.h"
 
 static int rank, P;
 static float *in, *out;
@@ -33,6 +21,15 @@ static void call(int c, size_t bytes) {
   if (c == 1) MPI_Reduce(in, out, n, MPI_FLOAT, MPI_SUM, 0, MPI_COMM_WORLD);
   if (c == 2) MPI_Allgather(in, block, MPI_FLOAT, out, block, MPI_FLOAT, MPI_COMM_WORLD);
   if (c == 3) MPI_Reduce_scatter_block(in, out, block, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
+}
+
+struct args {
+  int c;
+  size_t bytes;
+};
+static void call_once(void* p) {
+  const struct args* a = p;
+  call(a->c, a->bytes);
 }
 
 /* Elements wrong after the last call (inputs are rank-dependent small integers). */
@@ -67,13 +64,12 @@ int main(int argc, char** argv) {
   int blocks = 5;
   double budget = 0.1; /* seconds of timed calls per block, about */
   for (int i = 1; i + 1 < argc; i += 2) {
-    if (!strcmp(argv[i], "-b")) lo = parse_bytes(argv[i + 1]);
-    if (!strcmp(argv[i], "-e")) hi = parse_bytes(argv[i + 1]);
-    if (!strcmp(argv[i], "-f")) factor = parse_bytes(argv[i + 1]);
+    if (!strcmp(argv[i], "-b")) lo = loop_parse_bytes(argv[i + 1]);
+    if (!strcmp(argv[i], "-e")) hi = loop_parse_bytes(argv[i + 1]);
+    if (!strcmp(argv[i], "-f")) factor = loop_parse_bytes(argv[i + 1]);
     if (!strcmp(argv[i], "-r")) blocks = atoi(argv[i + 1]);
     if (!strcmp(argv[i], "-t")) budget = atof(argv[i + 1]);
   }
-  if (blocks > 64) blocks = 64;
   in = malloc(hi), out = malloc(hi);
   const char* names[4] = {"MPI_Bcast", "MPI_Reduce", "MPI_Allgather", "MPI_Reduce_scatter_block"};
   if (rank == 0) printf("# ranks %d\n# collective bytes time_us wrong\n", P);
@@ -81,28 +77,12 @@ int main(int argc, char** argv) {
     for (size_t bytes = lo; bytes <= hi; bytes *= factor) {
       if (bytes / sizeof(float) < (size_t)P) continue;
       reset(bytes);
-      call(c, bytes); /* calibrate: calls per block so a block takes about `budget` s */
-      double t = MPI_Wtime();
-      call(c, bytes);
-      t = MPI_Wtime() - t;
-      MPI_Bcast(&t, 1, MPI_DOUBLE, 0, MPI_COMM_WORLD);
-      int calls = (int)(budget / (t > 1e-7 ? t : 1e-7));
-      if (calls < 2) calls = 2;
-      if (calls > 20000) calls = 20000;
-      double times[64];
-      for (int b = 0; b < blocks; ++b) {
-        MPI_Barrier(MPI_COMM_WORLD);
-        const double t0 = MPI_Wtime();
-        for (int k = 0; k < calls; ++k) call(c, bytes);
-        double dt = (MPI_Wtime() - t0) / calls, worst = 0;
-        MPI_Reduce(&dt, &worst, 1, MPI_DOUBLE, MPI_MAX, 0, MPI_COMM_WORLD);
-        times[b] = worst;
-      }
+      struct args a = {c, bytes};
+      const double med = loop_median_seconds(call_once, &a, blocks, budget);
       long wrong = check(c, bytes), all = 0;
       MPI_Reduce(&wrong, &all, 1, MPI_LONG, MPI_SUM, 0, MPI_COMM_WORLD);
       if (rank == 0) {
-        qsort(times, (size_t)blocks, sizeof(double), cmp);
-        printf("%s %zu %.3f %ld\n", names[c], bytes, times[blocks / 2] * 1e6, all);
+        printf("%s %zu %.3f %ld\n", names[c], bytes, med * 1e6, all);
         fflush(stdout);
       }
     }
