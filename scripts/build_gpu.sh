@@ -19,8 +19,8 @@ export PATH=/usr/local/cuda/bin:$PATH
 if [ ! -f "$build/build.ninja" ]; then
   meson setup "$build" "$root" -Dcuda=enabled -Dtests=enabled -Dbuildtype=release
 fi
-targets=(tests/gpu/tcoll_gpu_tests tests/gpu/gpu_mixed_precision_cpu bench/gpu/reduce_perf
-         bench/gpu/allreduce_perf_gpu)
+targets=(tests/gpu/tcoll_gpu_tests tests/gpu/tcoll_gpu_sparse_tests tests/gpu/gpu_mixed_precision_cpu
+         bench/gpu/reduce_perf bench/gpu/allreduce_perf_gpu)
 if grep -q tcoll_gpu_nccl_tests "$build/build.ninja"; then # only when NCCL was found
   targets+=(tests/gpu/tcoll_gpu_nccl_tests)
 fi

@@ -16,7 +16,7 @@ else
   b=${BUILD_DIR:-$here/../build-gpu}
   bin=$(mktemp -d)
   for f in tests/gpu/tcoll_gpu_tests tests/gpu/tcoll_gpu_nccl_tests tests/gpu/tcoll_gpu_cublas_tests \
-           tests/gpu/gpu_mixed_precision_cpu \
+           tests/gpu/tcoll_gpu_sparse_tests tests/gpu/gpu_mixed_precision_cpu \
            bench/gpu/reduce_perf bench/gpu/allreduce_perf_gpu; do
     [ -x "$b/$f" ] && ln -s "$(cd "$(dirname "$b/$f")" && pwd)/$(basename "$f")" "$bin/"
   done
@@ -66,6 +66,7 @@ run() {
 # tests
 run gpu_mixed_precision_cpu test_mixed_precision_cpu.log "$bin/gpu_mixed_precision_cpu"
 run tcoll_gpu_tests test_gpu.log "$bin/tcoll_gpu_tests" --duration=true
+run tcoll_gpu_sparse_tests test_sparse_cuda.log "$bin/tcoll_gpu_sparse_tests" --duration=true
 run tcoll_gpu_nccl_tests test_nccl.log "$bin/tcoll_gpu_nccl_tests"
 run tcoll_gpu_cublas_tests test_sfb_cublas.log "$bin/tcoll_gpu_cublas_tests"
 

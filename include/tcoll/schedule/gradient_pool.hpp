@@ -16,6 +16,7 @@
 
 #include "../core/concepts.hpp"
 #include "../core/error.hpp"
+#include "../detail/memory_kind.hpp"
 #include "../plan/profile.hpp"
 #include "../reduce/cpu.hpp"
 
@@ -65,6 +66,10 @@ public:
       throw invalid_argument("gradient_pool: the allocator returned no storage for " +
                              std::to_string(total_) + " elements");
     external_ = std::move(external);
+    // a host reducer writes the storage with host code: device memory would crash in zero()
+    if constexpr (requires { R::host_memory; })
+      if (R::host_memory && total_)
+        detail::require_memory(data_, true, "gradient_pool", "the allocator's storage");
     if (total_) red_.zero(data_, total_);
     red_.synchronize();
   }

@@ -65,7 +65,9 @@ recorded_allreduce record_allreduce(const Tr& t, std::size_t count, bool in_plac
   with_resolved_algorithm<Tr, T, Op>(algo, count, [&](const auto& a) {
     using A = std::remove_cvref_t<decltype(a)>;
     if constexpr (std::is_same_v<A, passthrough>) {
-      static_assert(has_native_allreduce<Tr, T, Op>,
+      // spelled dependent on A: nvcc's front end evaluates a non-dependent assertion of a
+      // generic lambda even in a discarded branch
+      static_assert(has_native_allreduce<Tr, T, Op> || !std::is_same_v<A, passthrough>,
                     "tcoll: passthrough needs a transport with a vendor allreduce (mpi, nccl)");
       r.native = true;
     } else {

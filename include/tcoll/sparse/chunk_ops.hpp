@@ -2,12 +2,16 @@
 /// \file
 /// The per-chunk local work of the sparse-chunk adaptor, in one policy: chunk L1 norms,
 /// gathering a chunk into the send buffer (with a cast to the wire type), scattering it
-/// back, the residual update of Algorithm 1 and the momentum-SGD update. `host_chunk_ops`
-/// runs them as plain loops on host memory. A device version (CUDA kernels over device
-/// pointers) provides the same members; nothing else in `sparse/` touches element data.
+/// back, the residual update of Algorithm 1 and the momentum-SGD update, plus the copies
+/// between the policy's memory and the host (`upload`, `download`). `host_chunk_ops` runs
+/// them as plain loops on host memory; `cuda_chunk_ops` (`cuda_chunk_ops.cuh`, nvcc only)
+/// provides the same members as CUDA kernels over device pointers. Nothing else in
+/// `sparse/` touches element data. `host_memory` says which memory a policy works on (the
+/// adaptor checks its pool against it at construction).
 ///
 /// Arithmetic happens in `accumulator_t<T>` (float for half and bfloat16); norms are summed
-/// in double per chunk and stored as float.
+/// in double per chunk and stored as float. Pointers are to the policy's memory except
+/// where a member says host (the `important` mask, the host side of `upload`/`download`).
 #include <cmath>
 #include <cstddef>
 #include <cstring>
@@ -28,8 +32,23 @@ enum class residual_rule {
   error_feedback,
 };
 
+namespace detail {
+/// Does the per-chunk policy work on host memory? (A policy without `host_memory` counts as
+/// host; the adaptor checks its pool only against policies that say.)
+template <class Ops>
+constexpr bool ops_on_host() {
+  if constexpr (requires { Ops::host_memory; })
+    return Ops::host_memory;
+  else
+    return true;
+}
+} // namespace detail
+
 /// Host implementation of the per-chunk work (see the file comment).
 struct host_chunk_ops {
+  /// Works on host memory (element pointers are host pointers).
+  static constexpr bool host_memory = true;
+
   /// Preprocess of Algorithm 1 (lines 7-11) on `n` elements of one chunk: g += residual;
   /// then residual = 0 if `important`, else `factor * g` (factor: the momentum, or 1 for
   /// error feedback).
@@ -74,7 +93,8 @@ struct host_chunk_ops {
   }
 
   /// out[c] = L1 norm of chunk c of `pool`, divided by `divide_important` when
-  /// `important[c]` and by `divide_all` always (sum in double, stored as float).
+  /// `important[c]` (a host mask) and by `divide_all` always (sum in double, stored as
+  /// float).
   template <class T>
   void chunk_norms(const T* pool, const chunk_layout& chunks, const unsigned char* important,
                    double divide_important, double divide_all, float* out) const {
@@ -113,9 +133,17 @@ struct host_chunk_ops {
     }
   }
 
-  /// Copies `n` floats of the norm vector to host memory (a device version downloads).
-  void download(float* host, const float* src, std::size_t n) const {
-    if (n && host != src) std::memcpy(host, src, n * sizeof(float));
+  /// Copies `n` elements (the norm vector, the pool check's hashes) from the policy's
+  /// memory to host memory (a device version downloads and waits).
+  template <class E>
+  void download(E* host, const E* src, std::size_t n) const {
+    if (n && host != src) std::memcpy(static_cast<void*>(host), src, n * sizeof(E));
+  }
+  /// Copies `n` elements from host memory to the policy's memory (a device version uploads
+  /// and waits).
+  template <class E>
+  void upload(E* dst, const E* host, std::size_t n) const {
+    if (n && dst != host) std::memcpy(static_cast<void*>(dst), host, n * sizeof(E));
   }
   /// Waits for queued work (a device version synchronizes its stream).
   void synchronize() const noexcept {}

@@ -40,8 +40,18 @@
 ///    local sums of the others are in the same units;
 ///  - the padding between tensors (pool alignment) belongs to the tensor before it.
 ///
-/// Host-only today: `host_chunk_ops` (norms, gather, scatter, residual) and the selection
-/// run on host memory; a device pool needs a device `Ops` policy (same members).
+/// Where the data lives: all element work (residual, gather, scatter, norms, the copies of
+/// the norm vector and of the pool check's hashes between the host and the pool's memory)
+/// goes through the `Ops` policy; the adaptor itself only touches host bookkeeping (masks,
+/// slots, the downloaded norm vector, whose selection runs on the host). `host_chunk_ops`
+/// (the default) works on a host pool; `cuda_chunk_ops` (`cuda_chunk_ops.cuh`, nvcc) on a
+/// device pool over `cuda_reducer`/`thrust_reducer`, with the reducer's stream. The
+/// constructor asks the CUDA driver (if one is loaded) where the pool lives and throws
+/// `invalid_argument` naming the pool and the rank when it does not match the policy (device
+/// memory with `host_chunk_ops`, pageable host memory with a device policy) instead of
+/// crashing later. With a device pool, `residual()` is device memory too, the gradients must
+/// be complete on the device when `mark_ready` is called (synchronize the stream that wrote
+/// them), and the pool holds the results when `finish` returns.
 #include <algorithm>
 #include <cmath>
 #include <cstddef>
@@ -59,6 +69,7 @@
 #include "../collectives.hpp"
 #include "../core/error.hpp"
 #include "../core/types.hpp"
+#include "../detail/memory_kind.hpp"
 #include "../schedule/gradient_pool.hpp"
 #include "../schedule/nonblocking.hpp"
 #include "../schedule/prepared.hpp"
@@ -118,6 +129,13 @@ struct csc_iteration {
 
 namespace detail {
 
+/// The ring estimate 2 (P-1)/P count bytes, rounded to nearest (a plain function, not a
+/// lambda: nvcc treats constexpr lambdas as device code and warns about long double).
+inline std::size_t ring_estimate_bytes(int P, std::size_t count, std::size_t element_bytes) {
+  const long double b = 2.0L * (P - 1) / P * static_cast<long double>(count) * element_bytes;
+  return static_cast<std::size_t>(std::llround(b));
+}
+
 /// Bytes rank `comm.rank()` sends in an allreduce of `count` elements of `T` under `algo`,
 /// from the algorithm's recorded steps; `exact` is cleared for the estimated cases.
 template <class Comm, class T, class Op, class Algo>
@@ -127,8 +145,7 @@ std::size_t allreduce_bytes_sent(const Comm& comm, std::size_t count, const Algo
   if (P <= 1 || count == 0) return 0;
   auto estimate = [&] {
     exact = false;
-    const long double b = 2.0L * (P - 1) / P * static_cast<long double>(count) * sizeof(T);
-    return static_cast<std::size_t>(std::llround(b));
+    return ring_estimate_bytes(P, count, sizeof(T));
   };
   if constexpr (tcoll::detail::is_hierarchical<Comm>::value) {
     return estimate();
@@ -159,6 +176,9 @@ class csc_allreduce {
                     (std::is_same_v<T, float> && is_reduced_precision_v<Wire>),
                 "tcoll: the wire type is T itself, or half/bfloat16 for T = float");
   static_assert(commutative_op<Op>, "tcoll: csc_allreduce sums chunks; it needs a commutative op");
+  static_assert(!tcoll::detail::reducer_uses_host_memory<R>() || detail::ops_on_host<Ops>(),
+                "tcoll: a host-memory reducer (cpu_reducer) keeps the pool in host memory; use "
+                "host_chunk_ops, or a device reducer (cuda_reducer) with a device Ops policy");
 
 public:
   /// Binds to `pool` (which must outlive the adaptor) and `comm`. Collective when
@@ -179,6 +199,11 @@ public:
       throw invalid_argument("csc_allreduce: options.wire_scale must be positive and finite, got " +
                                  std::to_string(options_.wire_scale),
                              r);
+    // where the pool lives must suit the policy (one driver query; see memory_kind.hpp)
+    if constexpr (requires { Ops::host_memory; })
+      if (pool.size())
+        tcoll::detail::require_memory(pool.data(), Ops::host_memory, "csc_allreduce",
+                                      "the gradient pool (pool.data())", r);
     layout_ = chunk_layout{pool.size(), options_.chunk_elements};
     const std::size_t C = layout_.count(), L = pool.tensor_count();
     // tensor i covers [offset_i, offset_{i+1}) (its padding after it); chunk dependencies
@@ -319,12 +344,24 @@ public:
       reset_marks();
       std::rethrow_exception(first_error);
     }
-    // scatter the reduced important chunks back into the pool
+    // the reduced data is complete in the reducer's stream order (a no-op on the host; a
+    // device Ops policy may run on another stream)
+    pool_->reducer().synchronize();
+    // scatter the reduced important chunks back into the pool: a run of consecutive copied
+    // chunks is contiguous in the send buffer too (slots are handed out in chunk order), so
+    // each run is one call
     const float inv = 1.0f / options_.wire_scale;
-    for (std::size_t c = 0; c < layout_.count(); ++c)
-      if (important_[c] && !in_place_[c])
-        ops_.scatter(pool_->data() + layout_.begin(c), send_.data() + slot_[c], layout_.size(c),
-                     inv);
+    for (std::size_t c = 0, C = layout_.count(); c < C;) {
+      if (!important_[c] || in_place_[c]) {
+        ++c;
+        continue;
+      }
+      std::size_t e = c + 1;
+      while (e < C && important_[e] && !in_place_[e]) ++e;
+      const std::size_t b = layout_.begin(c), n = layout_.begin(e - 1) + layout_.size(e - 1) - b;
+      ops_.scatter(pool_->data() + b, send_.data() + slot_[c], n, inv);
+      c = e;
+    }
     // statistics of this iteration
     csc_iteration it;
     it.iteration = iterations_;
@@ -342,6 +379,7 @@ public:
     const std::size_t C = layout_.count(), k = chunks_kept(next_density, C);
     last_important_ = important_;
     if (k == 0 || k == C) {
+      ops_.synchronize(); // the scatter (the pool holds the results on return)
       std::fill(norms_host_.begin(), norms_host_.end(), 0.0f);
       important_.assign(C, k == C ? 1 : 0);
     } else {
@@ -350,6 +388,7 @@ public:
                        std::is_same_v<Op, avg_op> ? P : 1.0, norms_.data());
       ops_.synchronize();
       tcoll::allreduce(*comm_, norms_.data(), norms_.data(), C, sum_op{}, algo_, pool_->reducer());
+      pool_->reducer().synchronize();
       ops_.download(norms_host_.data(), norms_.data(), C);
       select_top_chunks(norms_host_, k, important_);
       it.norm_bytes_sent = bytes_of<float, sum_op>(C, exact);
@@ -517,17 +556,19 @@ private:
     const int P = size(), r = rank();
     std::vector<std::uint64_t> all(static_cast<std::size_t>(P), 0);
     all[static_cast<std::size_t>(r)] = h;
+    // the reducer's memory (device memory for a device pool), filled and read back through
+    // the Ops policy's host copies (a device reducer's copy may not take host pointers)
     R& red = pool_->reducer();
     auto buf = red.template allocate<std::uint64_t>(all.size());
-    red.copy(buf.data(), all.data(), all.size());
     red.synchronize();
+    ops_.upload(buf.data(), all.data(), all.size());
     if constexpr (hier)
       tcoll::allreduce(*comm_, buf.data(), buf.data(), all.size(), sum_op{},
                        hierarchical_options<ring>{}, red);
     else
       tcoll::allreduce(*comm_, buf.data(), buf.data(), all.size(), sum_op{}, ring{}, red);
-    red.copy(all.data(), buf.data(), all.size());
     red.synchronize();
+    ops_.download(all.data(), buf.data(), all.size());
     for (int q = 1; q < P; ++q)
       if (all[static_cast<std::size_t>(q)] != all[0])
         throw invalid_argument("csc_allreduce: rank " + std::to_string(q) +
