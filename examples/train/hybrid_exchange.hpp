@@ -18,13 +18,25 @@
 ///    `finish_step` waits and reconstructs the SFB gradients with `eigen_gemm`.
 ///  - after backward (`--overlap none`): the same jobs one at a time, blocking, in backward
 ///    order once backward is done; bytes are then counted per tensor.
-/// Backward still computes the dense weight gradient of an SFB layer, which the
-/// reconstruction then overwrites (the mlp has no switch to skip it). The bytes posted are
-/// counted on the counting transport.
+/// Backward computes only the factors of an SFB layer, as Poseidon does: at plan time the
+/// exchange marks each SFB layer with `mlp::set_weight_gradient_from_factors`, so backward
+/// skips its dense M x N weight-gradient GEMM (the bias gradient and the error sent on to the
+/// layer below are still computed) and leaves that tensor of the gradients (the pool's when
+/// overlapped, else the mlp's own buffer) unwritten, holding the previous step's
+/// reconstruction (zeros before the first step). Nothing reads it before the reconstruction
+/// overwrites all M x N elements: the SFB job passes it to `(i)sfb_allreduce` only as the output,
+/// whose GEMM
+/// (`eigen_gemm`, `G = U^T V`) assigns every element; no dense job's range covers it (one job
+/// per tensor, `fuse_dense` off); the optimiser reads the gradients only after
+/// `finish_step`, and nothing else in the app reads them (the statistics and the replica
+/// hash read losses and parameters; the bytes come from the counting transport). Every step
+/// checks that backward wrote exactly the dense-planned weight gradients
+/// (`mlp::dense_weight_gradients_written`).
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
 #include <optional>
+#include <stdexcept>
 #include <string>
 #include <tcoll/hybrid.hpp>
 #include <tcoll/hybrid/eigen_gemm.hpp>
@@ -74,7 +86,10 @@ public:
         e.u.assign(k_pad_ * e.M, 0.0f);
         e.v.assign(k_pad_ * e.N, 0.0f);
       }
+      model.set_weight_gradient_from_factors(layer, e.sfb);
+      dense_weight_layers_ += !e.sfb;
     }
+    dense_weight_gradients_seen_ = model.dense_weight_gradients_written();
     if (overlap_) {
       tcoll::hybrid::hybrid_plan plan;
       plan.batch = k_pad_;
@@ -89,6 +104,14 @@ public:
                          tcoll::hybrid::eigen_gemm{});
     }
   }
+
+  /// Backward computes every dense weight gradient again (the model outlives the plan).
+  ~hybrid_exchange() override {
+    for (std::size_t layer = 0; layer < model_->layer_count(); ++layer)
+      model_->set_weight_gradient_from_factors(layer, false);
+  }
+  hybrid_exchange(const hybrid_exchange&) = delete;
+  hybrid_exchange& operator=(const hybrid_exchange&) = delete;
 
   void gradient_ready(std::size_t i) override {
     entry& e = entries_[i];
@@ -115,6 +138,7 @@ public:
       scheduler_->finish();
       total_bytes_ += bytes_now() - before;
       ++steps_;
+      check_backward_skipped_sfb_layers();
       return;
     }
     const auto& tensors = model_->tensors();
@@ -131,6 +155,7 @@ public:
       e.bytes += bytes_now() - before;
     }
     ++steps_;
+    check_backward_skipped_sfb_layers();
   }
 
   /// One line per tensor: the scheme, the modelled costs and the bytes per step posted.
@@ -175,6 +200,19 @@ private:
     std::snprintf(b, sizeof b, "%.0f", us);
     return b;
   }
+  /// Backward of this step wrote one dense weight gradient per dense-planned layer and none
+  /// for an SFB layer (whose GEMM the reconstruction makes redundant). Checked after the
+  /// exchange, when every rank has finished the step's jobs; every rank fails alike.
+  void check_backward_skipped_sfb_layers() {
+    const std::uint64_t now = model_->dense_weight_gradients_written();
+    const std::uint64_t written = now - dense_weight_gradients_seen_;
+    dense_weight_gradients_seen_ = now;
+    if (written != dense_weight_layers_)
+      throw std::logic_error("hybrid: backward wrote " + std::to_string(written) +
+                             " dense weight gradients this step; the plan has " +
+                             std::to_string(dense_weight_layers_) +
+                             " dense weight layers (SFB layers must skip theirs)");
+  }
   std::uint64_t bytes_now() const {
     if constexpr (requires { comm_->counts().bytes_sent; })
       return static_cast<std::uint64_t>(comm_->counts().bytes_sent);
@@ -188,6 +226,8 @@ private:
   std::size_t k_pad_ = 1;
   std::vector<entry> entries_;
   std::uint64_t steps_ = 0, total_bytes_ = 0;
+  std::uint64_t dense_weight_layers_ = 0;         ///< weight tensors planned dense
+  std::uint64_t dense_weight_gradients_seen_ = 0; ///< the model's count at the last check
   bool overlap_ = true;
   std::optional<tcoll::gradient_pool<float>> pool_;
   std::optional<

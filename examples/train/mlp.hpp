@@ -96,6 +96,7 @@ public:
       tensors_.push_back({prefix + ".bias", offset, widths[layer + 1], 1});
       offset += tensors_.back().size();
     }
+    weight_gradient_from_factors_.assign(layers, false);
     parameters_.assign(offset, 0.0f);
     gradients_.assign(offset, 0.0f);
     gradient_storage_ = gradients_;
@@ -114,7 +115,8 @@ public:
   /// Every parameter, in the layout of `tensors()`.
   std::span<float> parameters() noexcept { return parameters_; }
   std::span<const float> parameters() const noexcept { return parameters_; }
-  /// Every gradient of the last `forward_backward`, in the layout of `tensors()`.
+  /// Every gradient of the last `forward_backward`, in the layout of `tensors()` (a layer
+  /// set by `set_weight_gradient_from_factors` has its weight tensor left as it was).
   std::span<float> gradients() noexcept { return gradient_storage_; }
   std::span<const float> gradients() const noexcept { return gradient_storage_; }
   /// Backward writes the gradients into `storage` from now on (same layout, e.g. a
@@ -147,9 +149,35 @@ public:
   /// The factors of the weight tensor being announced (see `factors`).
   const factors& current_factors() const noexcept { return factors_; }
 
+  /// Marks layer `layer`'s weight gradient as rebuilt from its sufficient factors after
+  /// backward (`--scheme hybrid`'s SFB layers): `forward_backward` then skips that layer's
+  /// dense weight-gradient GEMM (rows x columns x samples multiply-adds) and leaves its
+  /// weight tensor of `gradients()` unwritten, holding whatever it held before (zeros, or an
+  /// earlier step's values). Everything else is as before: the tensor is still announced
+  /// with `current_factors()`, the bias gradient and the error sent on to the layer below are
+  /// computed, so the other tensors come out bitwise the same. Whoever sets this must
+  /// overwrite the whole weight tensor before anything reads `gradients()`.
+  void set_weight_gradient_from_factors(std::size_t layer, bool from_factors) {
+    if (layer >= layer_count())
+      throw std::invalid_argument("mlp::set_weight_gradient_from_factors: layer " +
+                                  std::to_string(layer) + " of " + std::to_string(layer_count()));
+    weight_gradient_from_factors_[layer] = from_factors;
+  }
+  /// Does backward leave layer `layer`'s weight gradient to the factors' reconstruction?
+  bool weight_gradient_from_factors(std::size_t layer) const noexcept {
+    return weight_gradient_from_factors_[layer];
+  }
+  /// Dense weight gradients backward has written so far (a GEMM, or zeros for an empty
+  /// shard), one per layer per `forward_backward` except the layers left to their factors.
+  std::uint64_t dense_weight_gradients_written() const noexcept {
+    return dense_weight_gradients_written_;
+  }
+
   /// Forward pass over `samples` inputs (column-major `input width x samples`) and their
   /// labels, then backward: the gradients of `gradient_scale * sum of per-sample losses`
-  /// replace `gradients()`, and `on_gradient_ready` fires once per tensor in backward order.
+  /// replace `gradients()` (but for the weights of layers left to their factors, see
+  /// `set_weight_gradient_from_factors`), and `on_gradient_ready` fires once per tensor in
+  /// backward order.
   batch_result forward_backward(const float* inputs, const std::uint8_t* labels,
                                 std::size_t samples, float gradient_scale) {
     const batch_result result = forward(inputs, labels, samples, true);
@@ -160,14 +188,17 @@ public:
       auto db = gradient_vector(w + 1);
       if (back == 0) output_delta_ *= gradient_scale; // d(scaled loss)/d(logits)
       const matrix& delta = back == 0 ? output_delta_ : hidden_delta_;
+      const bool dense_weight_gradient = !weight_gradient_from_factors_[layer];
       // An empty shard contributes zero gradients (a 0-deep product is left to no kernel).
       if (samples == 0) {
-        dw.setZero();
+        if (dense_weight_gradient) dw.setZero();
         db.setZero();
       } else {
-        dw.noalias() = delta * input_of(layer, inputs, samples).transpose();
+        if (dense_weight_gradient)
+          dw.noalias() = delta * input_of(layer, inputs, samples).transpose();
         db.noalias() = delta.rowwise().sum();
       }
+      dense_weight_gradients_written_ += dense_weight_gradient;
       factors_ = {layer, delta.data(), input_of(layer, inputs, samples).data(), samples};
       notify(w);
       notify(w + 1);
@@ -277,6 +308,9 @@ private:
   matrix output_delta_;               ///< d(loss)/d(logits), then scaled
   matrix hidden_delta_;               ///< d(loss)/d(pre-activation) of the layer being visited
   factors factors_{};                 ///< of the weight tensor being announced
+  /// Per layer: skip the dense weight gradient (`set_weight_gradient_from_factors`).
+  std::vector<bool> weight_gradient_from_factors_;
+  std::uint64_t dense_weight_gradients_written_ = 0;
 };
 
 /// Knobs of SGD with momentum.

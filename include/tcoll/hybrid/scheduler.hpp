@@ -23,8 +23,10 @@
 ///    tensor of its own; `hybrid_scheduler_options::fuse_dense` instead fuses each run of
 ///    consecutive dense tensors into one allreduce (they are contiguous in the pool), which
 ///    saves a latency per bias on slow links.
-///  - Backward may still write the dense weight gradient of an SFB layer into the pool (a
-///    model that cannot skip it); the reconstruction overwrites it in `finish()`.
+///  - An SFB tensor of the pool is output only: its job never reads it, and the
+///    reconstruction in `finish()` overwrites every element. So backward may leave it
+///    unwritten, skipping the dense weight gradient (the training app's mlp does), or write it
+///    (a model that cannot skip it), with the same result.
 ///  - The factors are copied at `mark_factors_ready`, so the caller may reuse its
 ///    activations and errors at once (K*(M+N) elements per layer, small beside M*N).
 #include <algorithm>
