@@ -38,6 +38,7 @@
 #ifdef TCOLL_HAVE_MPI
 #include <mpi.h>
 
+#include <tcoll/elastic/mpi_join.hpp>
 #include <tcoll/transport/mpi.hpp>
 #endif
 
@@ -89,9 +90,14 @@ struct options {
   int interval = 64;                  ///< easgd: iterations between elastic exchanges
   double alpha = 0;                   ///< easgd: elastic rate; 0 = 0.9 / clients
   std::string elastic_mode = "async"; ///< easgd: async (server) or sync (leaders allreduce)
-  double link_gbit = 0;               ///< threads: emulated link between nodes (0: none)
-  double link_latency_us = 20;        ///< threads: its per-message latency
-  int node_ranks = 0; ///< threads: ranks per emulated node (0: 1, easgd: per client)
+  /// easgd under MPI: a port file that joins separately started jobs (one server job, one
+  /// job per client, MXNET-MPI's setup); empty: one job split into groups
+  std::string elastic_port;
+  std::string elastic_role;    ///< with --elastic-port: server or client
+  int join_timeout_s = 120;    ///< with --elastic-port: longest wait for the other jobs
+  double link_gbit = 0;        ///< threads: emulated link between nodes (0: none)
+  double link_latency_us = 20; ///< threads: its per-message latency
+  int node_ranks = 0;          ///< threads: ranks per emulated node (0: 1, easgd: per client)
 };
 
 void print_usage(std::FILE* to) {
@@ -121,6 +127,11 @@ void print_usage(std::FILE* to) {
                "                      --interval I iterations (64) with --alpha A (0.9/C);\n"
                "                      --elastic-mode sync: no server, the client leaders\n"
                "                      allreduce their parameters as the center (comparison)\n"
+               "  --elastic-port FILE  easgd under MPI: every client its own mpirun; the\n"
+               "  --elastic-role R       server's job (R = server, 1 process) writes an MPI\n"
+               "                        port to FILE, each client job (R = client) connects;\n"
+               "                        Open MPI needs ompi-server (docs/elastic.md)\n"
+               "  --join-timeout-s S    with --elastic-port: wait for the jobs (default 120)\n"
                "  --link-gbit G       threads: emulate G Gbit/s between nodes (tcoll::shaped)\n"
                "  --link-latency-us L   with --link-latency-us L per message (default 20)\n"
                "  --node-ranks N        and N ranks per node (default 1; easgd: a client's)\n"
@@ -236,6 +247,14 @@ options parse_options(int argc, char** argv) {
     } else if (flag == "--alpha") {
       o.alpha = parse_real(flag, value);
       if (!(o.alpha > 0 && o.alpha <= 1)) throw usage_error("--alpha must be in (0, 1]");
+    } else if (flag == "--elastic-port") {
+      o.elastic_port = value;
+    } else if (flag == "--elastic-role") {
+      o.elastic_role = value;
+      if (o.elastic_role != "server" && o.elastic_role != "client")
+        throw usage_error("--elastic-role must be server or client, not '" + o.elastic_role + "'");
+    } else if (flag == "--join-timeout-s") {
+      o.join_timeout_s = static_cast<int>(parse_count(flag, value));
     } else if (flag == "--link-gbit") {
       o.link_gbit = parse_real(flag, value);
     } else if (flag == "--link-latency-us") {
@@ -311,6 +330,12 @@ options parse_options(int argc, char** argv) {
       throw usage_error(sync ? "--scheme easgd --elastic-mode sync needs --ranks >= clients"
                              : "--scheme easgd needs --ranks >= clients + 1 (one server)");
   }
+  if (o.elastic_port.empty() != o.elastic_role.empty())
+    throw usage_error("--elastic-port and --elastic-role go together");
+  if (!o.elastic_port.empty() &&
+      (o.transport != "mpi" || o.scheme != "easgd" || o.elastic_mode != "async"))
+    throw usage_error("--elastic-port joins MPI jobs for asynchronous easgd: --transport mpi "
+                      "--scheme easgd");
   if (o.link_gbit > 0 && o.transport != "threads")
     throw usage_error("--link-gbit emulates links between thread ranks: --transport threads");
   if (o.overlap != "none" && !tcoll::plan::planner_by_name(o.overlap))
@@ -690,19 +715,62 @@ int main(int argc, char** argv) {
   // lazy buffers, --overlap) run on tcoll's communication thread: MPI_THREAD_MULTIPLE.
   int provided = MPI_THREAD_SINGLE;
   MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &provided);
+  MPI_Comm world = MPI_COMM_WORLD;
+  tcoll::elastic::joined_world joined;
+  if (!o.elastic_port.empty()) { // MXNET-MPI's setup: a server job and one job per client
+    namespace el = tcoll::elastic;
+    const el::join_options jo{.timeout = std::chrono::seconds(o.join_timeout_s),
+                              .server_last = true};
+    try {
+      joined = o.elastic_role == "server"
+                   ? el::accept_clients(MPI_COMM_WORLD, o.elastic_port, o.clients, jo)
+                   : el::join_server(MPI_COMM_WORLD, o.elastic_port, jo);
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "train: %s\n", e.what());
+      MPI_Abort(MPI_COMM_WORLD, exit_error);
+    }
+    o.clients = joined.clients; // the server's count
+    // easgd's layout cuts the workers into equal consecutive blocks: each job one block
+    std::string bad;
+    if (joined.job_sizes[static_cast<std::size_t>(joined.clients)] != 1)
+      bad = "the server's job must be 1 process";
+    else if (!joined.uniform_client_size())
+      bad = "every client job must have the same number of processes";
+    int joined_rank = 0;
+    MPI_Comm_rank(joined.comm, &joined_rank);
+    if (!bad.empty()) {
+      if (joined_rank == 0) {
+        std::fprintf(stderr,
+                     "train: --elastic-port: %s; job sizes (clients in order of "
+                     "arrival, then the server):",
+                     bad.c_str());
+        for (int s : joined.job_sizes) std::fprintf(stderr, " %d", s);
+        std::fprintf(stderr, "\n");
+      }
+      tcoll::elastic::finalize_joined(joined, exit_usage);
+      return exit_usage;
+    }
+    if (joined_rank == 0)
+      std::printf("train: joined %d client jobs of %d processes and a server job through %s\n",
+                  joined.clients, joined.job_sizes[0], o.elastic_port.c_str());
+    world = joined.comm;
+  }
   int world_rank = 0;
-  MPI_Comm_rank(MPI_COMM_WORLD, &world_rank);
+  MPI_Comm_rank(world, &world_rank);
   int code = exit_error;
   try {
-    tcoll::mpi_transport t(MPI_COMM_WORLD);
+    tcoll::mpi_transport t(world);
     code = run(o, world_rank == 0, [&](auto&& body) { body(t); });
   } catch (const std::exception& e) {
     std::fprintf(stderr, "train: rank %d: error: %s\n", world_rank, e.what());
-    MPI_Abort(MPI_COMM_WORLD, exit_error);
+    MPI_Abort(world, exit_error);
   }
   // Only rank 0 reports; every process exits with its verdict.
-  MPI_Bcast(&code, 1, MPI_INT, 0, MPI_COMM_WORLD);
-  MPI_Finalize();
+  MPI_Bcast(&code, 1, MPI_INT, 0, world);
+  if (joined.comm != MPI_COMM_NULL)
+    tcoll::elastic::finalize_joined(joined, code); // bounded: a dropped client never answers
+  else
+    MPI_Finalize();
   return code;
 #else
   return exit_error; // unreachable: parse_options rejects --transport mpi without MPI
