@@ -120,6 +120,37 @@ void queue_iallreduce(Tr& t, algo a, const T* send, T* recv, std::size_t n, cons
   r->work = tcoll::request(detail::submit_collective(t, std::move(body)));
 }
 
+/// Queues a hierarchical allreduce (`MPI_Allreduce`'s default options) on the engine of the
+/// node transport `h.intra()`, as `tcoll::iallreduce(hierarchical&, ...)` does, completing
+/// the generalized request `r->handle` when the data is in place (or failed). Its message
+/// spaces on both levels are drawn when it is queued, so calls queue in program order.
+template <class Hierarchy, class T, class Op>
+void queue_hierarchical_iallreduce(Hierarchy& h, const T* send, T* recv, std::size_t n,
+                                   const Op& op, ireq* r) {
+  detail::check_allreduce_args(send, recv, n, h.rank());
+  detail::engine& e = detail::engine_of(h.intra());
+  if (h.inter()) (void)detail::engine_of(*h.inter()); // the same thread-level checks
+  r->work = tcoll::request(e.submit([&] {
+    const auto [intra_tag, inter_tag] = h.begin();
+    auto run = [&h, intra_tag, inter_tag, send, recv, n, op, r, red = cpu_reducer{}]() mutable {
+      try {
+        if (collective_context* c = detail::context_of(h.intra())) c->throw_if_broken(h.rank());
+        if (h.inter())
+          if (collective_context* c = detail::context_of(*h.inter())) c->throw_if_broken(h.rank());
+        h.allreduce_tagged(intra_tag, inter_tag, send, recv, n, op, hierarchical_options<ring>{},
+                           red);
+      } catch (const std::exception& ex) {
+        r->code.store(MPI_ERR_OTHER);
+        print_error(coll::iallreduce, ex.what());
+        PMPI_Grequest_complete(r->handle);
+        throw;
+      }
+      PMPI_Grequest_complete(r->handle);
+    };
+    return std::make_shared<detail::function_task<decltype(run)>>(std::move(run));
+  }));
+}
+
 } // namespace
 } // namespace tcoll::preload
 
@@ -169,9 +200,10 @@ TCOLL_PRELOAD_EXPORT int MPI_Allreduce(const void* sendbuf, void* recvbuf, int c
 
 /// MPI_Iallreduce through tcoll's engine thread (a generalized request completed by it) when
 /// MPI runs at MPI_THREAD_MULTIPLE; PMPI_Iallreduce otherwise, for passthrough sizes and for
-/// sizes a rule sends to `hierarchical`. On a communicator in shared memory (TCOLL_SHM=1)
-/// it runs over the shared-memory transport, with the same built-in choice as
-/// MPI_Allreduce where no rule covers the size.
+/// and over the same machine as MPI_Allreduce for sizes a rule sends to `hierarchical` (on
+/// the node transport's engine). On a communicator in shared memory (TCOLL_SHM=1) it runs
+/// over the shared-memory transport, with the same built-in choice as MPI_Allreduce where
+/// no rule covers the size.
 TCOLL_PRELOAD_EXPORT int MPI_Iallreduce(const void* sendbuf, void* recvbuf, int count,
                                         MPI_Datatype datatype, MPI_Op op, MPI_Comm comm,
                                         MPI_Request* request) {
@@ -194,16 +226,12 @@ TCOLL_PRELOAD_EXPORT int MPI_Iallreduce(const void* sendbuf, void* recvbuf, int 
   }
   const std::size_t n = usable ? static_cast<std::size_t>(count) : 0, bytes = n * r.size;
   algo a = usable ? (n == 0 ? algo::passthrough : choose(c, bytes)) : algo::empty;
-  if (usable && a == algo::hierarchical) {
-    usable = false;
-    why = fallback::blocking_only;
-  }
   if (!usable) {
     count_fallback(c, why);
     return PMPI_Iallreduce(sendbuf, recvbuf, count, datatype, op, comm, request);
   }
   if (!config().error.empty()) return report_settings_error(c, comm);
-  try { // never hierarchical: a rule chose that, and the one-node choice leaves rules alone
+  try { // a rule's hierarchical stays: the one-node choice leaves rules alone
     if (n > 0) a = one_node_choice(c, comm, bytes, a);
   } catch (const std::exception& e) {
     return report_error(c, comm, MPI_ERR_OTHER, e.what());
@@ -223,7 +251,11 @@ TCOLL_PRELOAD_EXPORT int MPI_Iallreduce(const void* sendbuf, void* recvbuf, int 
     dispatch(r.type, r.op, [&]<class T>(const auto& o) {
       T* out = static_cast<T*>(recvbuf);
       const T* in = sendbuf == MPI_IN_PLACE ? out : static_cast<const T*>(sendbuf);
-      if (tcoll::shm_transport* node = s.shared_memory()) {
+      if (a == algo::hierarchical) {
+        if (s.on_hierarchy(
+                [&](auto& machine) { queue_hierarchical_iallreduce(machine, in, out, n, o, q); }))
+          count_shared_memory(c);
+      } else if (tcoll::shm_transport* node = s.shared_memory()) {
         count_shared_memory(c);
         queue_iallreduce(*node, a, in, out, n, o, q);
       } else {

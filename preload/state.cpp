@@ -31,7 +31,6 @@ const char* fallback_name(fallback f) noexcept {
                                                     "derived or unsupported datatype",
                                                     "intercommunicator",
                                                     "below MPI_THREAD_MULTIPLE",
-                                                    "hierarchical is blocking only",
                                                     "arguments left to MPI",
                                                     "MPI not initialised"};
   return names[static_cast<int>(f)];

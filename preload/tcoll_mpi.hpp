@@ -63,12 +63,11 @@ enum class fallback : int {
   datatype,        ///< a derived datatype, or a predefined one tcoll does not reduce
   intercomm,       ///< an intercommunicator
   thread_level,    ///< MPI_Iallreduce below MPI_THREAD_MULTIPLE (tcoll's engine is a thread)
-  blocking_only,   ///< MPI_Iallreduce chosen to run hierarchical (blocking only)
   arguments,       ///< arguments MPI itself should judge (negative count, bad root, MPI_BOTTOM,
                    ///< different send and receive types)
   not_initialized, ///< called before MPI_Init or after MPI_Finalize
 };
-inline constexpr int fallback_count = 8;
+inline constexpr int fallback_count = 7;
 /// "user-defined op", ...
 const char* fallback_name(fallback f) noexcept;
 
