@@ -256,3 +256,27 @@ TEST_CASE("CSC against top-k at the same density: bytes per rank") {
           << csc_bytes[0] << " B per rank, top-k " << topk_bytes[0] << " B ("
           << double(topk_bytes[0]) / csc_bytes[0] << "x)");
 }
+
+TEST_CASE("host_chunk_ops: the fused residual pass gives the same bits as residual then norm") {
+  // fractional values of mixed signs and magnitudes, so the summation order shows in the bits
+  std::vector<float> g0(1037), r0(1037);
+  std::uint64_t x = 0x9e3779b97f4a7c15ull;
+  auto next = [&] {
+    x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+    return static_cast<float>(static_cast<std::int64_t>(x % 2000001) - 1000000) / 7919.0f;
+  };
+  for (std::size_t i = 0; i < g0.size(); ++i) g0[i] = next(), r0[i] = next() / 3.0f;
+  const tcoll::sparse::host_chunk_ops ops;
+  for (std::size_t n : {std::size_t{0}, std::size_t{5}, std::size_t{8}, std::size_t{1037}})
+    for (bool important : {false, true})
+      for (double factor : {0.9, 1.0}) {
+        auto g1 = g0, r1 = r0, g2 = g0, r2 = r0;
+        ops.accumulate_residual(g1.data(), r1.data(), n, important, factor);
+        const double separate = tcoll::sparse::host_chunk_ops::l1_norm(g1.data(), n);
+        const double fused = ops.accumulate_residual_l1(g2.data(), r2.data(), n, important, factor);
+        CHECK(std::memcmp(g1.data(), g2.data(), g1.size() * sizeof(float)) == 0);
+        CHECK(std::memcmp(r1.data(), r2.data(), r1.size() * sizeof(float)) == 0);
+        CHECK(std::memcmp(&separate, &fused, sizeof(double)) == 0);
+        if (n > 8) CHECK(fused > 0);
+      }
+}

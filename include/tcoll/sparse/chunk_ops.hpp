@@ -92,31 +92,63 @@ struct host_chunk_ops {
       dst[i] = static_cast<T>(static_cast<A>(src[i]) * static_cast<A>(inv_scale));
   }
 
+  /// L1 norm of `m` elements in double: eight partial sums (element i goes to sum i % 8)
+  /// combined pairwise, a fixed order, so the same values give the same norm, and the adds
+  /// pipeline instead of waiting on one another.
+  template <class T>
+  static double l1_norm(const T* p, std::size_t m) {
+    double part[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+    std::size_t i = 0;
+    for (; i + 8 <= m; i += 8)
+      for (std::size_t j = 0; j < 8; ++j)
+        part[j] += std::fabs(static_cast<double>(static_cast<accumulator_t<T>>(p[i + j])));
+    for (; i < m; ++i)
+      part[i % 8] += std::fabs(static_cast<double>(static_cast<accumulator_t<T>>(p[i])));
+    return ((part[0] + part[1]) + (part[2] + part[3])) +
+           ((part[4] + part[5]) + (part[6] + part[7]));
+  }
+
+  /// The norm `chunk_norms` stores for an L1 sum `s`: divided by `divide_important` when
+  /// the chunk is important, then by `divide_all`, as float.
+  static float scaled_norm(double s, bool important, double divide_important, double divide_all) {
+    if (important) s /= divide_important;
+    s /= divide_all;
+    return static_cast<float>(s);
+  }
+
   /// out[c] = L1 norm of chunk c of `pool`, divided by `divide_important` when
   /// `important[c]` (a host mask) and by `divide_all` always (sum in double, stored as
   /// float).
   template <class T>
   void chunk_norms(const T* pool, const chunk_layout& chunks, const unsigned char* important,
                    double divide_important, double divide_all, float* out) const {
-    const std::size_t n = chunks.count();
-    for (std::size_t c = 0; c < n; ++c) {
-      const T* p = pool + chunks.begin(c);
-      const std::size_t m = chunks.size(c);
-      // eight partial sums (a fixed order: the same pool gives the same norm) so the adds
-      // pipeline instead of waiting on one another
-      double part[8] = {0, 0, 0, 0, 0, 0, 0, 0};
-      std::size_t i = 0;
-      for (; i + 8 <= m; i += 8)
-        for (std::size_t j = 0; j < 8; ++j)
-          part[j] += std::fabs(static_cast<double>(static_cast<accumulator_t<T>>(p[i + j])));
-      for (; i < m; ++i)
-        part[i % 8] += std::fabs(static_cast<double>(static_cast<accumulator_t<T>>(p[i])));
-      double s =
-          ((part[0] + part[1]) + (part[2] + part[3])) + ((part[4] + part[5]) + (part[6] + part[7]));
-      if (important[c]) s /= divide_important;
-      s /= divide_all;
-      out[c] = static_cast<float>(s);
-    }
+    for (std::size_t c = 0, n = chunks.count(); c < n; ++c)
+      out[c] = scaled_norm(l1_norm(pool + chunks.begin(c), chunks.size(c)), important[c] != 0,
+                           divide_important, divide_all);
+  }
+
+  /// `accumulate_residual` and, in the same pass, the `l1_norm` of the updated `g` (bit for
+  /// bit the sum `l1_norm` computes afterwards). The adaptor uses it for chunks that are not
+  /// sent: their pool values do not change after this, so the norm pass after the
+  /// communication skips them (one pass over ~(1 - density) of the pool fewer).
+  template <class T>
+  double accumulate_residual_l1(T* g, T* residual, std::size_t n, bool important,
+                                double factor) const {
+    using A = accumulator_t<T>;
+    const A f = static_cast<A>(factor);
+    double part[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+    auto one = [&](std::size_t i, double& sum) {
+      const T v = static_cast<T>(static_cast<A>(g[i]) + static_cast<A>(residual[i]));
+      g[i] = v;
+      residual[i] = important ? T{} : static_cast<T>(f * static_cast<A>(v));
+      sum += std::fabs(static_cast<double>(static_cast<A>(v)));
+    };
+    std::size_t i = 0;
+    for (; i + 8 <= n; i += 8)
+      for (std::size_t j = 0; j < 8; ++j) one(i + j, part[j]);
+    for (; i < n; ++i) one(i, part[i % 8]);
+    return ((part[0] + part[1]) + (part[2] + part[3])) +
+           ((part[4] + part[5]) + (part[6] + part[7]));
   }
 
   /// Momentum-SGD update of Algorithm 1 (lines 14-15) on `n` elements of important chunks:

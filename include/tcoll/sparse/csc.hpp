@@ -54,6 +54,7 @@
 /// them), and the pool holds the results when `finish` returns.
 #include <algorithm>
 #include <cmath>
+#include <concepts>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
@@ -128,6 +129,15 @@ struct csc_iteration {
 };
 
 namespace detail {
+
+/// A host `Ops` policy that takes a chunk's norm in its residual pass (`host_chunk_ops`):
+/// the adaptor then takes the norms of unsent chunks while filling them, and only the sent
+/// chunks' after the communication.
+template <class Ops, class T>
+concept fuses_residual_norm = ops_on_host<Ops>() && requires(const Ops o, T* p) {
+  { o.accumulate_residual_l1(p, p, std::size_t{}, false, 1.0) } -> std::convertible_to<double>;
+  { Ops::l1_norm(static_cast<const T*>(p), std::size_t{}) } -> std::convertible_to<double>;
+};
 
 /// The ring estimate 2 (P-1)/P count bytes, rounded to nearest (a plain function, not a
 /// lambda: nvcc treats constexpr lambdas as device code and warns about long double).
@@ -384,8 +394,20 @@ public:
       important_.assign(C, k == C ? 1 : 0);
     } else {
       const double P = static_cast<double>(size());
-      ops_.chunk_norms(pool_->data(), layout_, important_.data(), P,
-                       std::is_same_v<Op, avg_op> ? P : 1.0, norms_.data());
+      if constexpr (detail::fuses_residual_norm<Ops, T>) {
+        // the unsent chunks' norms were taken as they were filled (`fill`): the sent ones now,
+        // as chunk_norms would (divided by P, then by divide_all)
+        for (std::size_t c = 0; c < C; ++c)
+          if (important_[c]) {
+            double s = Ops::l1_norm(pool_->data() + layout_.begin(c), layout_.size(c));
+            s /= P;
+            s /= norm_divide_all();
+            norms_.data()[c] = static_cast<float>(s);
+          }
+      } else {
+        ops_.chunk_norms(pool_->data(), layout_, important_.data(), P, norm_divide_all(),
+                         norms_.data());
+      }
       ops_.synchronize();
       tcoll::allreduce(*comm_, norms_.data(), norms_.data(), C, sum_op{}, algo_, pool_->reducer());
       pool_->reducer().synchronize();
@@ -495,11 +517,25 @@ private:
       if (important_[c]) ++buffers_[buffer_of_[c]].remaining;
   }
 
+  /// Every chunk's norm is divided by this (the rank count for `avg_op`, else 1).
+  double norm_divide_all() const noexcept {
+    return std::is_same_v<Op, avg_op> ? static_cast<double>(size()) : 1.0;
+  }
+
   void fill(std::size_t c) {
     const std::size_t b = layout_.begin(c), m = layout_.size(c);
     const bool imp = important_[c] != 0;
     const double factor =
         options_.residual == residual_rule::momentum_scaled ? options_.momentum : 1.0;
+    if constexpr (detail::fuses_residual_norm<Ops, T>) {
+      if (!imp) { // not sent: its values are final, so its norm is taken in the same pass
+        double s =
+            ops_.accumulate_residual_l1(pool_->data() + b, residual_.data() + b, m, false, factor);
+        s /= norm_divide_all();
+        norms_.data()[c] = static_cast<float>(s);
+        return;
+      }
+    }
     ops_.accumulate_residual(pool_->data() + b, residual_.data() + b, m, imp, factor);
     if (imp) {
       if (!in_place_[c])
