@@ -24,10 +24,9 @@
 /// layer below are still computed) and leaves that tensor of the gradients (the pool's when
 /// overlapped, else the mlp's own buffer) unwritten, holding the previous step's
 /// reconstruction (zeros before the first step). Nothing reads it before the reconstruction
-/// overwrites all M x N elements: the SFB job passes it to `(i)sfb_allreduce` only as the output,
-/// whose GEMM
-/// (`eigen_gemm`, `G = U^T V`) assigns every element; no dense job's range covers it (one job
-/// per tensor, `fuse_dense` off); the optimiser reads the gradients only after
+/// overwrites all M x N elements: the SFB job passes it to `(i)sfb_allreduce` only as the
+/// output, whose GEMM (`eigen_gemm`, `G = U^T V`) assigns every element; no dense job's range
+/// covers it (one job per tensor, `fuse_dense` off); the optimiser reads the gradients only after
 /// `finish_step`, and nothing else in the app reads them (the statistics and the replica
 /// hash read losses and parameters; the bytes come from the counting transport). Every step
 /// checks that backward wrote exactly the dense-planned weight gradients
