@@ -27,6 +27,9 @@ fi
 if grep -q tcoll_gpu_cublas_tests "$build/build.ninja"; then # only when cuBLAS was found
   targets+=(tests/gpu/tcoll_gpu_cublas_tests)
 fi
+# Meson 1.0 passes nvcc no -MD/-MF, so ninja records no header dependencies for CUDA objects
+# (`ninja -t deps` shows 0): a changed header would not rebuild them. Always recompile them.
+find "$build" -name '*.cu.o' -delete
 ninja -C "$build" -j "$jobs" "${targets[@]}"
 
 rm -rf "$out"
