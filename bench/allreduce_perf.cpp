@@ -1,10 +1,13 @@
 // allreduce_perf: nccl-tests style allreduce benchmark of every tcoll algorithm, on the
 // threads transport in process (default without a launcher) or on MPI under mpirun, where
-// `passthrough` (MPI_Allreduce) is measured in the same run as the baseline.
+// `passthrough` (MPI_Allreduce) is measured in the same run as the baseline. `-t node` adds
+// the two-level `hierarchical` (shared memory or MPI inside a node, MPI across nodes).
 //
 //   ./allreduce_perf -b 8 -e 64M -f 8 -g 2                  # threads, 2 ranks
 //   mpirun -np 4 ./allreduce_perf -t mpi -b 8 -e 256M -f 8 -R 5 --json out.json
 //   mpirun -np 4 ./allreduce_perf -t shm -a ring,recursive_doubling,passthrough
+//   mpirun -np 4 ./allreduce_perf -t node --ranks-per-node 2 --intra shm,mpi
+//       --inter ring,recursive_doubling -a hierarchical,ring,passthrough   # one command
 //   ./allreduce_perf -J nccl.json                           # nccl-tests' JSON layout too
 //
 // Timing (as nccl-tests): after `-w` warm-up calls and a barrier, `-n` back-to-back calls
@@ -126,9 +129,11 @@ int run_threads(perf_options o) {
 }
 
 #ifdef TCOLL_HAVE_MPI
-/// `shm`: the processes of MPI_COMM_WORLD through one shared segment (`shm_transport`), with
-/// MPI_Allreduce on the same processes as passthrough; else the MPI transport.
-int run_mpi(const perf_options& o, int& argc, char**& argv, bool shm) {
+/// `transport` shm: the processes of MPI_COMM_WORLD through one shared segment
+/// (`shm_transport`), with MPI_Allreduce on the same processes as passthrough; node: the
+/// two-level machines and the MPI transport (bench/perf_node.cpp); mpi: the MPI transport.
+int run_mpi(const perf_options& o, int& argc, char**& argv, const std::string& transport) {
+  const bool shm = transport == "shm";
   MPI_Init(&argc, &argv);
   int status = 0;
   {
@@ -136,8 +141,9 @@ int run_mpi(const perf_options& o, int& argc, char**& argv, bool shm) {
     // (TCOLL_BENCH_NATIVE=polled measures the latter, the default of mpi_transport).
     const char* native = std::getenv("TCOLL_BENCH_NATIVE");
     const bool polled = native && std::string_view(native) == "polled";
-    mpi_transport t(MPI_COMM_WORLD, mpi_options{.timeout = std::chrono::seconds(o.timeout_s),
-                                                .blocking_native_allreduce = !polled});
+    const mpi_options options{.timeout = std::chrono::seconds(o.timeout_s),
+                              .blocking_native_allreduce = !polled};
+    mpi_transport t(MPI_COMM_WORLD, options);
     char host[256] = "?";
     gethostname(host, sizeof host - 1);
     std::vector<char> hosts(static_cast<std::size_t>(t.size()) * 256);
@@ -145,12 +151,12 @@ int run_mpi(const perf_options& o, int& argc, char**& argv, bool shm) {
     const int pid = static_cast<int>(getpid());
     MPI_Gather(host, 256, MPI_CHAR, hosts.data(), 256, MPI_CHAR, 0, MPI_COMM_WORLD);
     MPI_Gather(&pid, 1, MPI_INT, pids.data(), 1, MPI_INT, 0, MPI_COMM_WORLD);
-    run_context().transport = shm ? (o.registered ? "shm-registered" : "shm") : "mpi";
+    run_context().transport = shm ? (o.registered ? "shm-registered" : "shm") : transport;
     for (int r = 0; r < t.size(); ++r)
       run_context().ranks.push_back(
           {r, pids[static_cast<std::size_t>(r)], &hosts[static_cast<std::size_t>(r) * 256]});
     if (t.rank() == 0) {
-      print_header(stdout, o, shm ? "shm" : "mpi", t.size());
+      print_header(stdout, o, transport, t.size());
       for (int r = 0; r < t.size(); ++r)
         std::printf("#  Rank %2d Pid %6d on %s\n", r, pids[r],
                     &hosts[static_cast<std::size_t>(r) * 256]);
@@ -161,6 +167,8 @@ int run_mpi(const perf_options& o, int& argc, char**& argv, bool shm) {
       if (shm) {
         shm_transport s(MPI_COMM_WORLD, shm_options{.timeout = std::chrono::seconds(o.timeout_s)});
         run_all_shm(s, t, o, rows);
+      } else if (transport == "node") {
+        run_all_node(t, options, o, rows);
       } else {
         run_all_mpi(t, o, rows);
       }
@@ -212,9 +220,9 @@ int main(int argc, char** argv) {
   std::string transport = o.transport;
   if (transport == "auto") transport = under_mpi_launcher() ? "mpi" : "threads";
   try {
-    if (transport == "mpi" || transport == "shm") {
+    if (transport == "mpi" || transport == "shm" || transport == "node") {
 #ifdef TCOLL_HAVE_MPI
-      return run_mpi(o, argc, argv, transport == "shm");
+      return run_mpi(o, argc, argv, transport);
 #else
       std::fprintf(stderr,
                    "allreduce_perf: -t %s: this build has no MPI (reconfigure with "

@@ -15,7 +15,12 @@ column compares it with the threads transport at the same ranks (goal: >= 0.9 of
 --bound FILE (bench/memory_bound --json) adds tcoll's busbw as a percentage of the
 measured in-place add rate ("acc").
 
-Usage: allreduce_ratios.py [--inplace] [--shm | --registered] [--bound FILE]
+With --node the files are allreduce_perf -t node runs: per size the time of MPI_Allreduce,
+of the best flat tcoll algorithm, of the best hierarchical/X on mpi+mpi
+(hierarchical<mpi_transport, mpi_transport>) and on shm+mpi (mpi_node_hierarchy), and the
+speed-ups of shm+mpi over MPI_Allreduce and over mpi+mpi (time ratios, > 1: shm+mpi faster).
+
+Usage: allreduce_ratios.py [--inplace] [--shm | --registered | --node] [--bound FILE]
                            FILE.json [FILE.json ...]   (stdlib only)
 """
 import json
@@ -30,8 +35,63 @@ def human(nbytes):
     return str(nbytes)
 
 
+def node_tables(files, inplace):
+    """The --node tables (see the module comment); returns the exit status."""
+    # (ranks, dtype, op, bytes) -> {(transport, algorithm): time_us}
+    times = defaultdict(dict)
+    wrong = 0
+    for path in files:
+        with open(path) as f:
+            for r in json.load(f):
+                if bool(r.get("inplace", False)) != inplace:
+                    continue
+                if r.get("wrong"):
+                    wrong += 1
+                    continue
+                key = (r["ranks"], r.get("dtype", "?"), r.get("op", "?"), int(r["bytes"]))
+                times[key][(r["transport"], r["algorithm"])] = r["time_us"]
+
+    def best(m, transport, hierarchical):
+        c = {a: t for (tr, a), t in m.items()
+             if tr == transport and a != "passthrough" and a.startswith("hierarchical/") == hierarchical}
+        a = min(c, key=c.get) if c else None
+        return (a.removeprefix("hierarchical/") if a else None), (c[a] if a else None)
+
+    def us(v):
+        return "-" if v is None else f"{v:.0f}" if v >= 100 else f"{v:.1f}"
+
+    def ratio(a, b):
+        return "-" if a is None or b is None else f"{a / b:.2f}"
+
+    placement = "in-place" if inplace else "out-of-place"
+    for ranks, dtype, op in sorted({k[:3] for k in times}):
+        print(f"\n### {ranks} ranks, {dtype} {op}, {placement}, time per call (us)\n")
+        print("| size | MPI_Allreduce | best flat tcoll | hierarchical<mpi, mpi> (best inter) "
+              "| hierarchical<shm, mpi> (best inter) | MPI / shm+mpi | mpi+mpi / shm+mpi |")
+        print("|---:|---:|---:|---:|---:|---:|---:|")
+        for size in sorted(k[3] for k in times if k[:3] == (ranks, dtype, op)):
+            m = times[(ranks, dtype, op, size)]
+            mpi = m.get(("mpi", "passthrough"))
+            fa, ft = best(m, "mpi", False)
+            ma, mt = best(m, "mpi+mpi", True)
+            sa, st = best(m, "shm+mpi", True)
+            name = lambda a, t: "-" if t is None else f"{us(t)} ({a})"
+            print(f"| {human(size)} | {us(mpi)} | {name(fa, ft)} | {name(ma, mt)} | {name(sa, st)} "
+                  f"| {ratio(mpi, st)} | {ratio(mt, st)} |")
+    if wrong:
+        print(f"\n{wrong} records had wrong results and were left out", file=sys.stderr)
+        return 1
+    return 0
+
+
 def main(argv):
     inplace = "--inplace" in argv
+    if "--node" in argv:
+        files = [a for a in argv if not a.startswith("--")]
+        if not files:
+            print(__doc__, file=sys.stderr)
+            return 2
+        return node_tables(files, inplace)
     registered = "--registered" in argv
     shm = "--shm" in argv or registered
     tcoll_transport = "shm-registered" if registered else "shm" if shm else "mpi"

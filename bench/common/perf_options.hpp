@@ -24,6 +24,23 @@ inline const std::vector<std::string>& all_algorithms() {
       "passthrough"};
   return names;
 }
+/// `-a` names that exist only with `-t node`: `hierarchical` (two-level, see
+/// `perf_options::intra` and `perf_options::inter`).
+inline const std::vector<std::string>& node_algorithms() {
+  static const std::vector<std::string> names{"hierarchical"};
+  return names;
+}
+/// What `--intra` accepts: the transport inside a node of `hierarchical` under `-t node`.
+/// The algorithms `-t node` runs across nodes (`--inter`; see `with_inter_algorithm`).
+inline const std::vector<std::string>& inter_algorithms() {
+  static const std::vector<std::string> names{"ring", "recursive_doubling",
+                                              "recursive_halving_doubling"};
+  return names;
+}
+inline const std::vector<std::string>& all_intra_transports() {
+  static const std::vector<std::string> names{"shm", "mpi"};
+  return names;
+}
 inline const std::vector<std::string>& all_dtypes() {
   static const std::vector<std::string> names{"float", "double", "half",  "bfloat16",
                                               "int8",  "uint8",  "int32", "int64"};
@@ -45,7 +62,7 @@ struct perf_options {
   std::vector<std::string> ops{"sum"};                    ///< -o (comma list or all)
   std::vector<std::string> dtypes{"float"};               ///< -d (comma list or all)
   std::vector<std::string> algorithms = all_algorithms(); ///< -a (comma list or all)
-  std::string transport = "auto";                         ///< -t threads | mpi | shm | auto
+  std::string transport = "auto";                         ///< -t threads | mpi | shm | node | auto
   int nranks = 2;                                         ///< -g ranks of the threads transport
   int reps = 1;                  ///< -R repeat the measurement, report median
   std::string json;              ///< --json FILE
@@ -54,6 +71,15 @@ struct perf_options {
   int timeout_s = 120;           ///< -T transport timeout in seconds
   bool registered = false;       ///< --registered: buffers from shm_transport::allocate
   long eager_bytes = -1;         ///< --eager: thread_options::eager_bytes (-1: its default)
+  /// --ranks-per-node (-t node): `node_hierarchy_options::ranks_per_node` (0: the ranks that
+  /// share memory form a node; n: blocks of n consecutive ranks play one node each)
+  int ranks_per_node = 0;
+  /// --intra (-t node): transports inside a node of `hierarchical`: shm is
+  /// `hierarchical<shm_transport, mpi_transport>` (`mpi_node_hierarchy`), mpi is
+  /// `hierarchical<mpi_transport, mpi_transport>`
+  std::vector<std::string> intra{"shm"};
+  /// --inter (-t node): algorithms across nodes of `hierarchical` (`hierarchical_options::inter`)
+  std::vector<std::string> inter{"ring"};
   bool help = false;
 };
 
@@ -69,9 +95,13 @@ inline std::string usage() {
          "  -d dtype      float|double|half|bfloat16|int8|uint8|int32|int64, list or all\n"
          "  -a algo       ring|recursive_doubling|recursive_halving_doubling|binomial_tree|\n"
          "                multi_ring|automatic|passthrough, comma list or all (default all)\n"
-         "  -t transport  threads|mpi|shm|auto (auto: mpi under mpirun, else threads;\n"
+         "                -t node also: hierarchical (two-level, see --intra, --inter; part\n"
+         "                of all and the default there)\n"
+         "  -t transport  threads|mpi|shm|node|auto (auto: mpi under mpirun, else threads;\n"
          "                shm: processes of one node through shared memory, under mpirun,\n"
-         "                passthrough = MPI_Allreduce on the same processes)\n"
+         "                passthrough = MPI_Allreduce on the same processes; node: under\n"
+         "                mpirun, hierarchical on the nodes of --ranks-per-node and the flat\n"
+         "                algorithms on MPI, passthrough = MPI_Allreduce, in one job)\n"
          "  -g nranks     ranks of the threads transport (default 2)\n"
          "  -R reps       repeat each measurement, report the median (default 1)\n"
          "  -s bytes      ring (and multi_ring) segment size (default: ring{}'s)\n"
@@ -81,7 +111,13 @@ inline std::string usage() {
          "  --registered 0|1  shm only: send and receive buffers are registered (made by\n"
          "                shm_transport::allocate in the node's shared memory; default 0)\n"
          "  --eager bytes threads only: messages up to this size go through the eager lanes\n"
-         "                (thread_options::eager_bytes; 0 sends all zero copy; default 1024)\n";
+         "                (thread_options::eager_bytes; 0 sends all zero copy; default 1024)\n"
+         "  --ranks-per-node n  node only: blocks of n consecutive ranks play one node each\n"
+         "                (0: the ranks that share memory; default 0)\n"
+         "  --intra list  node only: transport inside a node for hierarchical: shm (shared\n"
+         "                memory, mpi_node_hierarchy) and/or mpi (default shm)\n"
+         "  --inter list  node only: algorithms across nodes for hierarchical: ring,\n"
+         "                recursive_doubling, recursive_halving_doubling (default ring)\n";
 }
 
 namespace detail {
@@ -141,6 +177,8 @@ inline std::vector<std::string> parse_list(std::string_view flag, std::string_vi
 /// Parses argv (argv[0] is the program). Throws `invalid_argument` naming the flag.
 inline perf_options parse_options(int argc, const char* const* argv) {
   perf_options o;
+  bool algorithms_given = false;
+  std::string node_flag; // the last flag that only -t node takes
   for (int i = 1; i < argc; ++i) {
     const std::string_view flag = argv[i];
     if (flag == "-h" || flag == "--help") {
@@ -170,14 +208,18 @@ inline perf_options parse_options(int argc, const char* const* argv) {
       o.ops = detail::parse_list(flag, v, all_ops());
     else if (flag == "-d")
       o.dtypes = detail::parse_list(flag, v, all_dtypes());
-    else if (flag == "-a")
-      o.algorithms = detail::parse_list(flag, v, all_algorithms());
-    else if (flag == "-t") {
+    else if (flag == "-a") {
+      auto known = all_algorithms();
+      known.insert(known.end(), node_algorithms().begin(), node_algorithms().end());
+      // `all` is every flat algorithm; with -t node, hierarchical joins them (below)
+      o.algorithms = v == "all" ? all_algorithms() : detail::parse_list(flag, v, known);
+      algorithms_given = v != "all";
+    } else if (flag == "-t") {
       o.transport = std::string(v);
       if (o.transport != "threads" && o.transport != "mpi" && o.transport != "shm" &&
-          o.transport != "auto")
+          o.transport != "node" && o.transport != "auto")
         throw invalid_argument("allreduce_perf: -t '" + o.transport +
-                               "' is not one of threads, mpi, shm, auto");
+                               "' is not one of threads, mpi, shm, node, auto");
     } else if (flag == "-g")
       o.nranks = static_cast<int>(detail::parse_int(flag, v, 1, 1024));
     else if (flag == "-R")
@@ -194,7 +236,16 @@ inline perf_options parse_options(int argc, const char* const* argv) {
       o.registered = detail::parse_int(flag, v, 0, 1) == 1;
     else if (flag == "--eager")
       o.eager_bytes = static_cast<long>(detail::parse_bytes(flag, v));
-    else
+    else if (flag == "--ranks-per-node") {
+      o.ranks_per_node = static_cast<int>(detail::parse_int(flag, v, 0, 1 << 20));
+      node_flag = std::string(flag);
+    } else if (flag == "--intra") {
+      o.intra = detail::parse_list(flag, v, all_intra_transports());
+      node_flag = std::string(flag);
+    } else if (flag == "--inter") {
+      o.inter = detail::parse_list(flag, v, inter_algorithms());
+      node_flag = std::string(flag);
+    } else
       throw invalid_argument("allreduce_perf: unknown flag '" + std::string(flag) + "'\n" +
                              usage());
   }
@@ -203,6 +254,17 @@ inline perf_options parse_options(int argc, const char* const* argv) {
                            "live in the shared-memory transport's segment)");
   if (o.eager_bytes >= 0 && o.transport != "threads" && o.transport != "auto")
     throw invalid_argument("allreduce_perf: --eager is a knob of the threads transport");
+  const bool node = o.transport == "node";
+  if (!node_flag.empty() && !node)
+    throw invalid_argument("allreduce_perf: " + node_flag + " needs -t node");
+  if (!node)
+    for (const auto& a : o.algorithms)
+      for (const auto& n : node_algorithms())
+        if (a == n)
+          throw invalid_argument("allreduce_perf: -a " + a +
+                                 " needs -t node (two transports: inside and across nodes)");
+  if (node && !algorithms_given)
+    o.algorithms.insert(o.algorithms.end(), node_algorithms().begin(), node_algorithms().end());
   if (o.min_bytes > o.max_bytes)
     throw invalid_argument("allreduce_perf: -b " + std::to_string(o.min_bytes) +
                            " is larger than -e " + std::to_string(o.max_bytes));

@@ -11,6 +11,7 @@
 #include <ctime>
 #include <map>
 #include <string>
+#include <tuple>
 #include <vector>
 
 namespace tcoll::bench {
@@ -71,23 +72,40 @@ inline void print_row(std::FILE* f, const row& r) {
   std::fprintf(f, "\n");
 }
 
+/// The names of `rows` in the text report: the algorithm, followed by the transport in
+/// parentheses where the run has that algorithm on several transports (-t node:
+/// `hierarchical/ring (shm+mpi)` and `hierarchical/ring (mpi+mpi)`).
+inline std::vector<std::string> row_labels(const std::vector<row>& rows) {
+  std::map<std::string, std::string> transport_of; // algorithm -> its transport, "" if several
+  for (const auto& r : rows) {
+    const auto [it, fresh] = transport_of.emplace(r.algorithm, r.transport);
+    if (!fresh && it->second != r.transport) it->second.clear();
+  }
+  std::vector<std::string> labels;
+  for (const auto& r : rows)
+    labels.push_back(transport_of[r.algorithm].empty() ? r.algorithm + " (" + r.transport + ")"
+                                                       : r.algorithm);
+  return labels;
+}
+
 /// Prints every algorithm's table in first-seen order, then the summary lines nccl-tests
 /// prints (out-of-bounds values, average bus bandwidth) and, for several algorithms, a
 /// busbw comparison per size (out-of-place) with the best tcoll algorithm against
 /// passthrough (MPI_Allreduce) where it ran.
 inline void print_report(std::FILE* f, const std::vector<row>& rows) {
+  const std::vector<std::string> labels = row_labels(rows);
   std::vector<std::string> algos;
-  for (const auto& r : rows)
-    if (std::find(algos.begin(), algos.end(), r.algorithm) == algos.end())
-      algos.push_back(r.algorithm);
+  for (const auto& l : labels)
+    if (std::find(algos.begin(), algos.end(), l) == algos.end()) algos.push_back(l);
   long long wrong_total = 0;
   for (const auto& a : algos) {
     std::fprintf(f, "#\n# algorithm: %s\n", a.c_str());
     print_table_header(f);
     double bw_sum = 0;
     int bw_n = 0;
-    for (const auto& r : rows)
-      if (r.algorithm == a) {
+    for (std::size_t i = 0; i < rows.size(); ++i)
+      if (labels[i] == a) {
+        const row& r = rows[i];
         print_row(f, r);
         for (const auto* m : {&r.out_of_place, &r.in_place}) {
           wrong_total += std::max(0LL, m->wrong);
@@ -100,22 +118,24 @@ inline void print_report(std::FILE* f, const std::vector<row>& rows) {
   std::fprintf(f, "#\n# Out of bounds values : %lld %s\n", wrong_total,
                wrong_total == 0 ? "OK" : "FAILED");
   if (algos.size() < 2) return;
-  // busbw side by side, keyed by (dtype, op, bytes)
+  // busbw side by side, keyed by (dtype, op, bytes); a column is as wide as its name
+  auto width = [](const std::string& a) { return std::max(12, static_cast<int>(a.size())); };
   std::fprintf(f, "#\n# busbw (GB/s, out-of-place) side by side%s\n",
                std::find(algos.begin(), algos.end(), "passthrough") != algos.end()
                    ? "; best/MPI = best tcoll algorithm / passthrough (MPI_Allreduce)"
                    : "");
   std::fprintf(f, "#%11s %8s %6s", "size", "type", "redop");
-  for (const auto& a : algos) std::fprintf(f, " %12.12s", a.c_str());
+  for (const auto& a : algos) std::fprintf(f, " %*s", width(a), a.c_str());
   const bool have_pt = std::find(algos.begin(), algos.end(), "passthrough") != algos.end();
   if (have_pt) std::fprintf(f, " %8s", "best/MPI");
   std::fprintf(f, "\n");
   std::map<std::tuple<std::string, std::string, std::size_t>, std::map<std::string, double>> table;
   std::vector<std::tuple<std::string, std::string, std::size_t>> order;
-  for (const auto& r : rows) {
+  for (std::size_t i = 0; i < rows.size(); ++i) {
+    const row& r = rows[i];
     auto key = std::make_tuple(r.dtype, r.op, r.bytes);
     if (!table.count(key)) order.push_back(key);
-    table[key][r.algorithm] = r.out_of_place.busbw_gbs;
+    table[key][labels[i]] = r.out_of_place.busbw_gbs;
   }
   for (const auto& key : order) {
     const auto& m = table[key];
@@ -125,9 +145,9 @@ inline void print_report(std::FILE* f, const std::vector<row>& rows) {
     for (const auto& a : algos) {
       const auto it = m.find(a);
       if (it == m.end())
-        std::fprintf(f, " %12s", "-");
+        std::fprintf(f, " %*s", width(a), "-");
       else
-        std::fprintf(f, " %12.2f", it->second);
+        std::fprintf(f, " %*.2f", width(a), it->second);
       if (it != m.end() && a != "passthrough") best = std::max(best, it->second);
     }
     if (have_pt) {
@@ -219,8 +239,9 @@ inline std::string now_string() {
 /// experiment_name), "out_of_bounds", "average_bus_bandwidth", "errors" and "end_time".
 /// Like nccl-tests it writes booleans as the strings "true"/"false" and the root as a
 /// 6-wide string. tcoll's additions: the record's experiment_name is the algorithm (several
-/// algorithms share one file), "nccl_version" is 0 and "library" says tcoll. The "device"
-/// of a rank is -1 (host memory). Returns false if the file cannot be written.
+/// algorithms share one file; named as in the text report, `row_labels`), "nccl_version" is
+/// 0 and "library" says tcoll. The "device" of a rank is -1 (host memory). Returns false if
+/// the file cannot be written.
 inline bool write_nccl_json(const std::string& path, const std::vector<row>& rows,
                             const nccl_json_context& c) {
   std::FILE* f = std::fopen(path.c_str(), "w");
@@ -265,6 +286,7 @@ inline bool write_nccl_json(const std::string& path, const std::vector<row>& row
     ++measured;
     return std::string(text);
   };
+  const std::vector<std::string> labels = row_labels(rows);
   for (std::size_t i = 0; i < rows.size(); ++i) {
     const row& r = rows[i];
     std::fprintf(f,
@@ -273,7 +295,7 @@ inline bool write_nccl_json(const std::string& path, const std::vector<row>& row
                  "\"actual_iterations\": %d, \"experiment_name\": %s}",
                  i ? "," : "", r.bytes, r.count, str(r.dtype).c_str(), str(r.op).c_str(), -1,
                  body(r.out_of_place).c_str(), body(r.in_place).c_str(), c.iters,
-                 str(r.algorithm).c_str());
+                 str(labels[i]).c_str());
   }
   std::fprintf(f,
                "\n  ],\n  \"out_of_bounds\": {\"count\": %lld, \"okay\": %s},\n"

@@ -82,11 +82,14 @@ long long sum_over_ranks(Tr& t, long long v) {
   return v;
 }
 
-/// Times one (algorithm, size, placement); returns the median over reps of the per-call
-/// time (max over ranks) in microseconds and the number of wrong elements over all ranks.
-template <class T, class Op, class Tr, class Algo>
-measurement measure(Tr& t, const perf_options& o, const Algo& algo, T* send, T* recv,
-                    std::size_t count, bool in_place) {
+/// Times one (algorithm, size, placement) on `t`; returns the median over reps of the
+/// per-call time (max over ranks) in microseconds and the number of wrong elements over all
+/// ranks. `ctl`, a transport over the same ranks in the same order, runs the barrier before
+/// each repetition and the reductions of times and wrong counts (`t` itself below; the
+/// whole job's `mpi_transport` for a two-level machine, which has no barrier of its own).
+template <class T, class Op, class Tr, class Ctl, class Algo>
+measurement measure_on(Tr& t, Ctl& ctl, const perf_options& o, const Algo& algo, T* send, T* recv,
+                       std::size_t count, bool in_place) {
   const int P = t.size(), r = t.rank();
   const Op op{};
   auto call = [&] {
@@ -100,14 +103,14 @@ measurement measure(Tr& t, const perf_options& o, const Algo& algo, T* send, T* 
   for (int i = 0; i < o.warmup; ++i) call();
   std::vector<double> times;
   for (int rep = 0; rep < o.reps; ++rep) {
-    t.barrier();
+    ctl.barrier();
     const auto start = std::chrono::steady_clock::now();
     for (int i = 0; i < o.iters; ++i) call();
     const double us =
         std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - start)
             .count() /
         o.iters;
-    times.push_back(max_over_ranks(t, us));
+    times.push_back(max_over_ranks(ctl, us));
   }
   std::sort(times.begin(), times.end());
   const double median = times.size() % 2
@@ -122,50 +125,63 @@ measurement measure(Tr& t, const perf_options& o, const Algo& algo, T* send, T* 
     else
       std::memset(static_cast<void*>(recv), 0xA5, count * sizeof(T));
     call();
-    wrong = sum_over_ranks(t, static_cast<long long>(count_wrong<T, Op>(recv, count, P)));
+    wrong = sum_over_ranks(ctl, static_cast<long long>(count_wrong<T, Op>(recv, count, P)));
   }
   return make_measurement(median, count * sizeof(T), P, wrong);
 }
+template <class T, class Op, class Tr, class Algo>
+measurement measure(Tr& t, const perf_options& o, const Algo& algo, T* send, T* recv,
+                    std::size_t count, bool in_place) {
+  return measure_on<T, Op>(t, t, o, algo, send, recv, count, in_place);
+}
+
+/// One row: algorithm `aname` at `bytes` on transport `t`, out of place then in place;
+/// rank 0 appends it. `native`, when given, runs `passthrough` for a transport without a
+/// vendor allreduce (shm: MPI_Allreduce over the same processes).
+template <class T, class Op, class Tr, class Native>
+void run_one(Tr& t, const perf_options& o, const std::string& transport_name,
+             const std::string& aname, const std::string& op_name, std::size_t bytes,
+             std::span<T> send, std::span<T> recv, std::vector<row>& rows, Native* native) {
+  with_algorithm(aname, o, [&](const auto& algo) {
+    using Algo = std::decay_t<decltype(algo)>;
+    if constexpr (std::is_same_v<Algo, passthrough> && !has_native_allreduce<Tr, T, Op>) {
+      if constexpr (has_native_allreduce<Native, T, Op>) {
+        if (!native) return;
+        row rw{aname,
+               "mpi",
+               std::string(type_name<T>()),
+               op_name,
+               native->size(),
+               bytes,
+               bytes / sizeof(T),
+               {},
+               {}};
+        rw.out_of_place =
+            measure<T, Op>(*native, o, algo, send.data(), recv.data(), rw.count, false);
+        rw.in_place = measure<T, Op>(*native, o, algo, send.data(), recv.data(), rw.count, true);
+        if (t.rank() == 0) rows.push_back(rw);
+      }
+      return; // else removed from the list before (threads has no vendor allreduce)
+    } else {
+      row rw{aname,    transport_name, std::string(type_name<T>()), op_name,
+             t.size(), bytes,          bytes / sizeof(T),           {},
+             {}};
+      rw.out_of_place = measure<T, Op>(t, o, algo, send.data(), recv.data(), rw.count, false);
+      rw.in_place = measure<T, Op>(t, o, algo, send.data(), recv.data(), rw.count, true);
+      if (t.rank() == 0) rows.push_back(rw);
+    }
+  });
+}
 
 /// Every size and algorithm of one (dtype, op) on transport `t`; rank 0 collects rows.
-/// `native`, when given, runs `passthrough` for a transport without a vendor allreduce
-/// (shm: MPI_Allreduce over the same processes), interleaved with the others per size.
+/// `native` as in `run_one`, interleaved with the others per size.
 template <class T, class Op, class Tr, class Native>
 void run_type_op(Tr& t, const perf_options& o, const std::string& transport_name,
                  const std::string& op_name, std::span<T> send, std::span<T> recv,
                  std::vector<row>& rows, Native* native) {
   for (std::size_t bytes : sizes(o, sizeof(T)))
     for (const auto& aname : o.algorithms)
-      with_algorithm(aname, o, [&](const auto& algo) {
-        using Algo = std::decay_t<decltype(algo)>;
-        if constexpr (std::is_same_v<Algo, passthrough> && !has_native_allreduce<Tr, T, Op>) {
-          if constexpr (has_native_allreduce<Native, T, Op>) {
-            if (!native) return;
-            row rw{aname,
-                   "mpi",
-                   std::string(type_name<T>()),
-                   op_name,
-                   native->size(),
-                   bytes,
-                   bytes / sizeof(T),
-                   {},
-                   {}};
-            rw.out_of_place =
-                measure<T, Op>(*native, o, algo, send.data(), recv.data(), rw.count, false);
-            rw.in_place =
-                measure<T, Op>(*native, o, algo, send.data(), recv.data(), rw.count, true);
-            if (t.rank() == 0) rows.push_back(rw);
-          }
-          return; // else removed from the list before (threads has no vendor allreduce)
-        } else {
-          row rw{aname,    transport_name, std::string(type_name<T>()), op_name,
-                 t.size(), bytes,          bytes / sizeof(T),           {},
-                 {}};
-          rw.out_of_place = measure<T, Op>(t, o, algo, send.data(), recv.data(), rw.count, false);
-          rw.in_place = measure<T, Op>(t, o, algo, send.data(), recv.data(), rw.count, true);
-          if (t.rank() == 0) rows.push_back(rw);
-        }
-      });
+      run_one<T, Op>(t, o, transport_name, aname, op_name, bytes, send, recv, rows, native);
 }
 
 template <class T, class Tr, class Native>

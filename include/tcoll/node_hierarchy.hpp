@@ -15,9 +15,11 @@
 /// which is how the tests and `scripts/emulated_cluster.sh` run it.
 #include <mpi.h>
 
+#include <algorithm>
 #include <memory>
 #include <optional>
 #include <string>
+#include <thread>
 
 #include "algorithm/hierarchical.hpp"
 #include "core/error.hpp"
@@ -32,7 +34,11 @@ struct node_hierarchy_options {
   /// consecutive blocks of n ranks play one node each (the last block may be smaller);
   /// every block must still share memory.
   int ranks_per_node = 0;
-  shm_options intra{}; ///< the shared-memory transport inside a node
+  /// The shared-memory transport inside a node. With `ranks_per_node` > 0 and more ranks
+  /// sharing the machine than it has cores, its waits yield at once (`spins_before_yield`
+  /// = 0): the other emulated nodes need the cores a spinning rank would hold, which
+  /// `shm_transport` cannot see from its own team's size.
+  shm_options intra{};
   mpi_options inter{}; ///< the MPI transport between nodes
 };
 
@@ -59,6 +65,17 @@ public:
     int local = 0, local_size = 0;
     MPI_Comm_rank(node, &local);
     MPI_Comm_size(node, &local_size);
+    if (options.ranks_per_node > 0) {
+      MPI_Comm machine = MPI_COMM_NULL;
+      int machine_size = 0;
+      if (MPI_Comm_split_type(comm, MPI_COMM_TYPE_SHARED, rank, MPI_INFO_NULL, &machine) ==
+          MPI_SUCCESS) {
+        MPI_Comm_size(machine, &machine_size);
+        MPI_Comm_free(&machine);
+      }
+      if (static_cast<unsigned>(machine_size) > std::max(1u, std::thread::hardware_concurrency()))
+        options.intra.spins_before_yield = 0;
+    }
     try {
       intra_ = std::make_unique<shm_transport>(node, options.intra);
     } catch (...) {
