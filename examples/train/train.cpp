@@ -768,7 +768,7 @@ int main(int argc, char** argv) {
   // Only rank 0 reports; every process exits with its verdict.
   MPI_Bcast(&code, 1, MPI_INT, 0, world);
   if (joined.comm != MPI_COMM_NULL)
-    tcoll::elastic::finalize_joined(joined, code); // bounded: a dropped client never answers
+    tcoll::elastic::finalize_joined(joined, code); // a barrier, then exit (Open MPI 4.1)
   else
     MPI_Finalize();
   return code;

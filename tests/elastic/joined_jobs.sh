@@ -31,7 +31,7 @@ for _ in $(seq 100); do [ -s "$dir/uri" ] && break; sleep 0.1; done
 launch() { # role, np, log
   local args=("${program[@]//@ROLE@/$1}")
   args=("${args[@]//@PORT@/$dir/port}")
-  # a process that ends after a bounded MPI_Finalize (elastic::finalize_joined) is no failure
+  # a process that ends after elastic::finalize_joined (no MPI_Finalize) is no failure
   timeout 180 "$mpirun" --allow-run-as-root --oversubscribe --ompi-server "file:$dir/uri" \
     --mca btl self,vader,tcp --mca orte_allowed_exit_without_sync 1 \
     -x "TCOLL_ELASTIC_JOIN=$1:$dir/port" -np "$2" "${args[@]}" >"$3" 2>&1

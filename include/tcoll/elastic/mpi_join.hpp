@@ -14,6 +14,8 @@
 /// (docs/elastic.md). MPI has no timeout on accept and connect, so a watchdog bounds them:
 /// when `join_options::timeout` passes first it prints what it waited for and ends the
 /// process (`MPI_Abort` under `MPI_THREAD_MULTIPLE`, else `_Exit`), never a silent hang.
+/// End the processes with `finalize_joined` (a barrier, then exit without `MPI_Finalize`,
+/// which Open MPI 4.1 does not complete reliably across connected jobs).
 #include <mpi.h>
 
 #include <algorithm>
@@ -58,7 +60,7 @@ struct joined_world {
     return clients > 0 ? job_sizes[0] : 0;
   }
   /// Frees `comm`. Not `MPI_Comm_disconnect`: in Open MPI 4.1 that hangs in its PMIx fence
-  /// on a communicator made by merging; `MPI_Finalize` ends the connection instead.
+  /// on a communicator made by merging (end the process with `finalize_joined`).
   void free() {
     if (comm != MPI_COMM_NULL) MPI_Comm_free(&comm);
   }
@@ -148,18 +150,21 @@ inline MPI_Comm accept_next(MPI_Comm grown, const char* port, int next, int clie
   return merged;
 }
 
-/// Orders the grown communicator job by job and fills `w` (collective over all jobs).
-inline void finish_join(MPI_Comm grown, joined_world& w, bool server_last) {
+/// Orders the grown communicator job by job, each job in the rank order of its own `local`
+/// communicator, and fills `w` (collective over all jobs).
+inline void finish_join(MPI_Comm grown, MPI_Comm local, joined_world& w, bool server_last) {
   const int n = size_of(grown);
-  const int mine[2] = {w.job, rank_of(MPI_COMM_WORLD)};
+  const int mine[2] = {w.job, rank_of(local)};
   std::vector<int> all(2 * static_cast<std::size_t>(n));
   MPI_Allgather(mine, 2, MPI_INT, all.data(), 2, MPI_INT, grown);
   const auto position = [&](int job) { // the order of jobs in the final communicator
     return server_last ? job : (job == w.clients ? 0 : job + 1);
   };
   MPI_Comm ordered = MPI_COMM_NULL;
-  join_check(MPI_Comm_split(grown, 0, position(w.job) * (1 << 20) + mine[1], &ordered),
-             "MPI_Comm_split", mine[1]);
+  // key: the job's position, then the rank in its job (< n); (clients + 1) n <= n * n fits
+  // an int up to 46,340 processes in all
+  join_check(MPI_Comm_split(grown, 0, position(w.job) * n + mine[1], &ordered), "MPI_Comm_split",
+             mine[1]);
   w.comm = ordered;
   w.job_sizes.assign(static_cast<std::size_t>(w.clients) + 1, 0);
   for (int i = 0; i < n; ++i) ++w.job_sizes[static_cast<std::size_t>(all[2 * i])];
@@ -253,7 +258,7 @@ inline joined_world accept_clients(MPI_Comm local, const std::string& port_file,
   joined_world w;
   w.clients = clients;
   w.job = clients;
-  detail::finish_join(grown, w, o.server_last);
+  detail::finish_join(grown, local, w, o.server_last);
   MPI_Comm_free(&grown);
   return w;
 }
@@ -302,26 +307,30 @@ inline joined_world join_server(MPI_Comm local, const std::string& port_file, jo
     MPI_Bcast(state, 2, MPI_INT, 0, grown);
     joined = state[0];
   }
-  detail::finish_join(grown, w, o.server_last);
+  detail::finish_join(grown, local, w, o.server_last);
   MPI_Comm_free(&grown);
   return w;
 }
 
-/// Frees `w.comm` and calls `MPI_Finalize`, bounded by `timeout`: after it, the process
-/// ends with `exit_code` (the caller's verdict, agreed before) and a notice. Open MPI's
-/// `MPI_Finalize` disconnects every communicator still connecting the jobs and waits for
-/// the other side; a transport that saw a failure (a dropped client, a timeout) leaves its
-/// communicator to `MPI_Finalize` on purpose (`mpi_transport::free_comm`), and a peer job
-/// that already exited never answers, so without the bound that wait would never end.
-inline void finalize_joined(joined_world& w, int exit_code,
-                            std::chrono::milliseconds timeout = std::chrono::seconds(10)) {
-  w.free();
-  detail::join_watchdog dog(timeout,
-                            "elastic join: MPI_Finalize waited for jobs that already left; "
-                            "exiting with code " +
-                                std::to_string(exit_code),
-                            exit_code, MPI_COMM_NULL);
-  MPI_Finalize();
+/// Ends the process with `exit_code` (the caller's verdict, agreed on every rank before):
+/// a barrier over `w.comm` (bounded by `timeout`), stdio flushed, then `_Exit` without
+/// `MPI_Finalize`. Open MPI 4.1 does not tear connected jobs down reliably: its
+/// `MPI_Finalize` disconnects every communicator still connecting the jobs, opening TCP
+/// connections to processes of other jobs that may have exited already ("failed to TCP
+/// connect"), and waits for them, hanging in some runs also without any failure; once its
+/// runtime crashed forwarding that warning between the jobs. After the barrier no process
+/// sends anything, so leaving without the handshake is safe. Run `mpirun` with `--mca
+/// orte_allowed_exit_without_sync 1`, or it reports the job as failed. Never returns.
+[[noreturn]] inline void
+finalize_joined(joined_world& w, int exit_code,
+                std::chrono::milliseconds timeout = std::chrono::seconds(60)) {
+  if (w.comm != MPI_COMM_NULL) {
+    detail::join_watchdog dog(timeout, "elastic join: the final barrier of the joined jobs",
+                              exit_code == 0 ? 124 : exit_code, MPI_COMM_NULL);
+    MPI_Barrier(w.comm);
+  }
+  std::fflush(nullptr);
+  std::_Exit(exit_code);
 }
 
 } // namespace tcoll::elastic
