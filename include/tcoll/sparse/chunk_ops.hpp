@@ -97,15 +97,9 @@ struct host_chunk_ops {
   /// pipeline instead of waiting on one another.
   template <class T>
   static double l1_norm(const T* p, std::size_t m) {
-    double part[8] = {0, 0, 0, 0, 0, 0, 0, 0};
-    std::size_t i = 0;
-    for (; i + 8 <= m; i += 8)
-      for (std::size_t j = 0; j < 8; ++j)
-        part[j] += std::fabs(static_cast<double>(static_cast<accumulator_t<T>>(p[i + j])));
-    for (; i < m; ++i)
-      part[i % 8] += std::fabs(static_cast<double>(static_cast<accumulator_t<T>>(p[i])));
-    return ((part[0] + part[1]) + (part[2] + part[3])) +
-           ((part[4] + part[5]) + (part[6] + part[7]));
+    return eight_lane_sum(m, [p](std::size_t i) {
+      return std::fabs(static_cast<double>(static_cast<accumulator_t<T>>(p[i])));
+    });
   }
 
   /// The norm `chunk_norms` stores for an L1 sum `s`: divided by `divide_important` when
@@ -136,21 +130,29 @@ struct host_chunk_ops {
                                 double factor) const {
     using A = accumulator_t<T>;
     const A f = static_cast<A>(factor);
-    double part[8] = {0, 0, 0, 0, 0, 0, 0, 0};
-    auto one = [&](std::size_t i, double& sum) {
+    return eight_lane_sum(n, [&](std::size_t i) {
       const T v = static_cast<T>(static_cast<A>(g[i]) + static_cast<A>(residual[i]));
       g[i] = v;
       residual[i] = important ? T{} : static_cast<T>(f * static_cast<A>(v));
-      sum += std::fabs(static_cast<double>(static_cast<A>(v)));
-    };
+      return std::fabs(static_cast<double>(static_cast<A>(v)));
+    });
+  }
+
+private:
+  /// The sum of term(0) ... term(n - 1), each evaluated once in index order: term i goes to
+  /// partial sum i % 8, and the eight are combined pairwise (the order `l1_norm` promises).
+  template <class Term>
+  static double eight_lane_sum(std::size_t n, Term&& term) {
+    double part[8] = {0, 0, 0, 0, 0, 0, 0, 0};
     std::size_t i = 0;
     for (; i + 8 <= n; i += 8)
-      for (std::size_t j = 0; j < 8; ++j) one(i + j, part[j]);
-    for (; i < n; ++i) one(i, part[i % 8]);
+      for (std::size_t j = 0; j < 8; ++j) part[j] += term(i + j);
+    for (; i < n; ++i) part[i % 8] += term(i);
     return ((part[0] + part[1]) + (part[2] + part[3])) +
            ((part[4] + part[5]) + (part[6] + part[7]));
   }
 
+public:
   /// Momentum-SGD update of Algorithm 1 (lines 14-15) on `n` elements of important chunks:
   /// u = momentum * u + lr * g; w = w - u (descent) or w + u (the printed sign).
   template <class T>

@@ -137,6 +137,7 @@ template <class Ops, class T>
 concept fuses_residual_norm = ops_on_host<Ops>() && requires(const Ops o, T* p) {
   { o.accumulate_residual_l1(p, p, std::size_t{}, false, 1.0) } -> std::convertible_to<double>;
   { Ops::l1_norm(static_cast<const T*>(p), std::size_t{}) } -> std::convertible_to<double>;
+  { Ops::scaled_norm(1.0, false, 1.0, 1.0) } -> std::convertible_to<float>;
 };
 
 /// The ring estimate 2 (P-1)/P count bytes, rounded to nearest (a plain function, not a
@@ -398,12 +399,10 @@ public:
         // the unsent chunks' norms were taken as they were filled (`fill`): the sent ones now,
         // as chunk_norms would (divided by P, then by divide_all)
         for (std::size_t c = 0; c < C; ++c)
-          if (important_[c]) {
-            double s = Ops::l1_norm(pool_->data() + layout_.begin(c), layout_.size(c));
-            s /= P;
-            s /= norm_divide_all();
-            norms_.data()[c] = static_cast<float>(s);
-          }
+          if (important_[c])
+            norms_.data()[c] =
+                Ops::scaled_norm(Ops::l1_norm(pool_->data() + layout_.begin(c), layout_.size(c)),
+                                 true, P, norm_divide_all());
       } else {
         ops_.chunk_norms(pool_->data(), layout_, important_.data(), P, norm_divide_all(),
                          norms_.data());
@@ -529,10 +528,9 @@ private:
         options_.residual == residual_rule::momentum_scaled ? options_.momentum : 1.0;
     if constexpr (detail::fuses_residual_norm<Ops, T>) {
       if (!imp) { // not sent: its values are final, so its norm is taken in the same pass
-        double s =
-            ops_.accumulate_residual_l1(pool_->data() + b, residual_.data() + b, m, false, factor);
-        s /= norm_divide_all();
-        norms_.data()[c] = static_cast<float>(s);
+        norms_.data()[c] = Ops::scaled_norm(
+            ops_.accumulate_residual_l1(pool_->data() + b, residual_.data() + b, m, false, factor),
+            false, 1.0, norm_divide_all());
         return;
       }
     }
