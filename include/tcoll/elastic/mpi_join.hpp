@@ -59,11 +59,6 @@ struct joined_world {
       if (job_sizes[c] != job_sizes[0]) return 0;
     return clients > 0 ? job_sizes[0] : 0;
   }
-  /// Frees `comm`. Not `MPI_Comm_disconnect`: in Open MPI 4.1 that hangs in its PMIx fence
-  /// on a communicator made by merging (end the process with `finalize_joined`).
-  void free() {
-    if (comm != MPI_COMM_NULL) MPI_Comm_free(&comm);
-  }
 };
 
 namespace detail {
