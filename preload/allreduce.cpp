@@ -83,41 +83,53 @@ int cancel_fn(void*, int) {
   return MPI_SUCCESS;
 } // a started collective runs to its end
 
+/// Completes the generalized request of `r` with the collective's outcome; runs on the
+/// engine thread in every outcome (also for a collective skipped because its transport had
+/// broken or was destroyed), so an MPI_Wait on it never hangs.
+struct complete_ireq {
+  ireq* r;
+  void operator()(std::exception_ptr error) const noexcept {
+    if (error) {
+      r->code.store(MPI_ERR_OTHER);
+      try {
+        std::rethrow_exception(error);
+      } catch (const std::exception& e) {
+        print_error(coll::iallreduce, e.what()); // MPI_Wait returns the code
+      } catch (...) {
+        print_error(coll::iallreduce, "unknown error");
+      }
+    }
+    PMPI_Grequest_complete(r->handle);
+  }
+};
+
 /// Queues the allreduce on the engine of transport `t` (the communicator's shared-memory
 /// or MPI transport); the engine thread completes the generalized request `r->handle` when
 /// the data is in place (or failed).
 template <class Tr, class T, class Op>
 void queue_iallreduce(Tr& t, algo a, const T* send, T* recv, std::size_t n, const Op& op, ireq* r) {
-  auto body = [&t, a, send, recv, n, op, r](int tag) {
-    try {
-      cpu_reducer red;
-      switch (a) {
-      case algo::recursive_doubling:
-        detail::allreduce_tagged(t, tag, send, recv, n, op, recursive_doubling{}, red);
-        break;
-      case algo::recursive_halving_doubling:
-        detail::allreduce_tagged(t, tag, send, recv, n, op, recursive_halving_doubling{}, red);
-        break;
-      case algo::binomial_tree:
-        detail::allreduce_tagged(t, tag, send, recv, n, op, binomial_tree{}, red);
-        break;
-      case algo::multi_ring:
-        detail::allreduce_tagged(t, tag, send, recv, n, op, multi_ring{}, red);
-        break;
-      default:
-        detail::allreduce_tagged(t, tag, send, recv, n, op, ring{}, red);
-        break;
-      }
-    } catch (const std::exception& e) {
-      r->code.store(MPI_ERR_OTHER);
-      print_error(coll::iallreduce, e.what()); // MPI_Wait returns the code
-      PMPI_Grequest_complete(r->handle);
-      throw;
+  auto body = [&t, a, send, recv, n, op](int tag) {
+    cpu_reducer red;
+    switch (a) {
+    case algo::recursive_doubling:
+      detail::allreduce_tagged(t, tag, send, recv, n, op, recursive_doubling{}, red);
+      break;
+    case algo::recursive_halving_doubling:
+      detail::allreduce_tagged(t, tag, send, recv, n, op, recursive_halving_doubling{}, red);
+      break;
+    case algo::binomial_tree:
+      detail::allreduce_tagged(t, tag, send, recv, n, op, binomial_tree{}, red);
+      break;
+    case algo::multi_ring:
+      detail::allreduce_tagged(t, tag, send, recv, n, op, multi_ring{}, red);
+      break;
+    default:
+      detail::allreduce_tagged(t, tag, send, recv, n, op, ring{}, red);
+      break;
     }
-    PMPI_Grequest_complete(r->handle);
   };
   detail::check_allreduce_args(send, recv, n, t.rank());
-  r->work = tcoll::request(detail::submit_collective(t, std::move(body)));
+  r->work = tcoll::request(detail::submit_collective(t, std::move(body), complete_ireq{r}));
 }
 
 /// Queues a hierarchical allreduce (`MPI_Allreduce`'s default options) on the engine of the
@@ -128,27 +140,13 @@ template <class Hierarchy, class T, class Op>
 void queue_hierarchical_iallreduce(Hierarchy& h, const T* send, T* recv, std::size_t n,
                                    const Op& op, ireq* r) {
   detail::check_allreduce_args(send, recv, n, h.rank());
-  detail::engine& e = detail::engine_of(h.intra());
-  if (h.inter()) (void)detail::engine_of(*h.inter()); // the same thread-level checks
-  r->work = tcoll::request(e.submit([&] {
-    const auto [intra_tag, inter_tag] = h.begin();
-    auto run = [&h, intra_tag, inter_tag, send, recv, n, op, r, red = cpu_reducer{}]() mutable {
-      try {
-        if (collective_context* c = detail::context_of(h.intra())) c->throw_if_broken(h.rank());
-        if (h.inter())
-          if (collective_context* c = detail::context_of(*h.inter())) c->throw_if_broken(h.rank());
+  r->work = tcoll::request(detail::submit_hierarchical(
+      h,
+      [&h, send, recv, n, op, red = cpu_reducer{}](int intra_tag, int inter_tag) mutable {
         h.allreduce_tagged(intra_tag, inter_tag, send, recv, n, op, hierarchical_options<ring>{},
                            red);
-      } catch (const std::exception& ex) {
-        r->code.store(MPI_ERR_OTHER);
-        print_error(coll::iallreduce, ex.what());
-        PMPI_Grequest_complete(r->handle);
-        throw;
-      }
-      PMPI_Grequest_complete(r->handle);
-    };
-    return std::make_shared<detail::function_task<decltype(run)>>(std::move(run));
-  }));
+      },
+      complete_ireq{r}));
 }
 
 } // namespace

@@ -530,8 +530,54 @@ static int stall(int first) {
   return 1;
 }
 
+/* Mode "stall_nonblocking": rank 0 queues two 1 MiB MPI_Iallreduce calls that no other rank
+ * joins. The first times out and breaks the communicator's tcoll transport while the second
+ * waits behind it; both requests must still complete, with an error, so MPI_Waitall returns
+ * instead of hanging (the second never communicates). Under MPI alone this hangs. */
+static int stall_nonblocking(void) {
+  enum { N = 1 << 18 };
+  float* a = xmalloc(sizeof(float) * N);
+  float* b = xmalloc(sizeof(float) * N);
+  for (int i = 0; i < N; ++i) a[i] = b[i] = 1.0f;
+  MPI_Allreduce(MPI_IN_PLACE, a, N, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD); /* setup done */
+  int failed = 0;
+  if (world_rank == 0) {
+    MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
+    MPI_Request req[2];
+    MPI_Status st[2];
+    check_call(MPI_Iallreduce(MPI_IN_PLACE, a, N, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD, &req[0]),
+               "MPI_Iallreduce(first)");
+    check_call(MPI_Iallreduce(MPI_IN_PLACE, b, N, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD, &req[1]),
+               "MPI_Iallreduce(second)");
+    const int rc = MPI_Waitall(2, req, st);
+    for (int k = 0; k < 2; ++k) {
+      const int code = rc == MPI_ERR_IN_STATUS ? st[k].MPI_ERROR : rc;
+      fprintf(stderr, "rank 0: MPI_Iallreduce %d completed, %s\n", k + 1,
+              code == MPI_SUCCESS ? "succeeded" : "with an error");
+      failed += code != MPI_SUCCESS;
+    }
+    if (failed == 2)
+      fprintf(stderr, "rank 0: both stalled MPI_Iallreduce calls completed with errors\n");
+  } else {
+    for (int i = 0; i < 20; ++i) {
+      struct timespec t = {1, 0};
+      nanosleep(&t, NULL);
+    }
+  }
+  free(a);
+  free(b);
+  MPI_Finalize();
+  return 1;
+}
+
 int main(int argc, char** argv) {
   quick = argc > 1 && strcmp(argv[1], "quick") == 0;
+  if (argc > 1 && strcmp(argv[1], "stall_nonblocking") == 0) {
+    int provided = MPI_THREAD_SINGLE;
+    MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &provided);
+    MPI_Comm_rank(MPI_COMM_WORLD, &world_rank);
+    return stall_nonblocking();
+  }
   if (argc > 1 && strncmp(argv[1], "stall", 5) == 0) {
     MPI_Init(&argc, &argv);
     MPI_Comm_rank(MPI_COMM_WORLD, &world_rank);

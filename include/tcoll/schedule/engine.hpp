@@ -98,6 +98,7 @@ public:
     state_ = state::running;
   }
   void mark_finished(std::exception_ptr e) {
+    on_finished(e); // before waiters wake: whoever waits on the task sees its completion
     {
       std::lock_guard lock(mutex_);
       finished_at = clock::now();
@@ -108,6 +109,12 @@ public:
     cv_.notify_all();
   }
 
+protected:
+  /// Runs exactly once per queued run when the task finishes: after `run()` returned or
+  /// threw, and also when the task never ran (the engine stopped before it started). For
+  /// completions that must happen in every outcome (an MPI generalized request).
+  virtual void on_finished(std::exception_ptr) noexcept {}
+
 private:
   mutable std::mutex mutex_;
   std::condition_variable cv_;
@@ -116,15 +123,23 @@ private:
   clock::time_point queued_at{}, started_at{}, finished_at{};
 };
 
-/// A task that runs a callable.
-template <class F>
+/// The completion of a task that needs none.
+struct no_completion {
+  void operator()(std::exception_ptr) const noexcept {}
+};
+
+/// A task that runs a callable; `done(error)` runs when it finishes, in every outcome
+/// (see `task::on_finished`).
+template <class F, class Done = no_completion>
 class function_task final : public task {
 public:
-  explicit function_task(F f) : f_(std::move(f)) {}
+  explicit function_task(F f, Done done = {}) : f_(std::move(f)), done_(std::move(done)) {}
   void run() override { f_(); }
 
 private:
+  void on_finished(std::exception_ptr e) noexcept override { done_(e); }
   F f_;
+  Done done_;
 };
 
 /// The engine of one transport (see the file comment).
@@ -217,8 +232,11 @@ engine& engine_of(Tr& t) {
 /// Queues `body(tag)` on `t`'s engine: draws the tag at once (throwing if `t` is broken),
 /// runs the body on the engine thread under `guarded` (a failure breaks `t`). A collective
 /// whose transport broke while it was queued throws the cause without communicating.
-template <transport Tr, class Body>
-std::shared_ptr<task> submit_collective(Tr& t, Body body) {
+/// `done(error)` runs on the engine thread once the collective has finished, in every
+/// outcome after it was queued (succeeded, failed, skipped because the transport broke or
+/// was destroyed), before the request completes.
+template <transport Tr, class Body, class Done = no_completion>
+std::shared_ptr<task> submit_collective(Tr& t, Body body, Done done = {}) {
   engine& e = engine_of(t);
   return e.submit([&] {
     const int tag = begin_collective(t);
@@ -226,7 +244,27 @@ std::shared_ptr<task> submit_collective(Tr& t, Body body) {
       if (collective_context* c = context_of(t)) c->throw_if_broken(t.rank());
       guarded(t, [&] { body(tag); });
     };
-    return std::make_shared<function_task<decltype(run)>>(std::move(run));
+    return std::make_shared<function_task<decltype(run), Done>>(std::move(run), std::move(done));
+  });
+}
+
+/// `submit_collective` for a two-level machine `h` (`hierarchical<Intra, Inter>`): runs
+/// `body(intra_tag, inter_tag)` on the engine of `h.intra()`, drawing the message spaces of
+/// both levels when queued (so calls start in queue order on both), and checking both
+/// transports before it communicates. `done` as in `submit_collective`.
+template <class Hierarchy, class Body, class Done = no_completion>
+std::shared_ptr<task> submit_hierarchical(Hierarchy& h, Body body, Done done = {}) {
+  engine& e = engine_of(h.intra());
+  if (h.inter()) (void)engine_of(*h.inter()); // the same thread-level checks
+  return e.submit([&] {
+    const auto [intra_tag, inter_tag] = h.begin();
+    auto run = [&h, intra_tag, inter_tag, body = std::move(body)]() mutable {
+      if (collective_context* c = context_of(h.intra())) c->throw_if_broken(h.rank());
+      if (h.inter())
+        if (collective_context* c = context_of(*h.inter())) c->throw_if_broken(h.rank());
+      body(intra_tag, inter_tag);
+    };
+    return std::make_shared<function_task<decltype(run), Done>>(std::move(run), std::move(done));
   });
 }
 

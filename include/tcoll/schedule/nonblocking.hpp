@@ -48,18 +48,10 @@ template <transport Intra, transport Inter, class T, class Op = sum_op, class In
                                     "needs a commutative op");
   detail::check_support<R, Op, T>();
   detail::check_allreduce_args(sendbuf, recvbuf, count, h.rank());
-  detail::engine& e = detail::engine_of(h.intra());
-  if (h.inter()) (void)detail::engine_of(*h.inter()); // same thread-level checks
-  return request(e.submit([&] {
-    const auto [intra_tag, inter_tag] = h.begin();
-    auto run = [&h, intra_tag, inter_tag, sendbuf, recvbuf, count, op, opt, red]() mutable {
-      if (collective_context* c = detail::context_of(h.intra())) c->throw_if_broken(h.rank());
-      if (h.inter())
-        if (collective_context* c = detail::context_of(*h.inter())) c->throw_if_broken(h.rank());
-      h.allreduce_tagged(intra_tag, inter_tag, sendbuf, recvbuf, count, op, opt, red);
-    };
-    return std::make_shared<detail::function_task<decltype(run)>>(std::move(run));
-  }));
+  return request(detail::submit_hierarchical(
+      h, [&h, sendbuf, recvbuf, count, op, opt, red](int intra_tag, int inter_tag) mutable {
+        h.allreduce_tagged(intra_tag, inter_tag, sendbuf, recvbuf, count, op, opt, red);
+      }));
 }
 
 /// Non-blocking `reduce_scatter` (ring).
