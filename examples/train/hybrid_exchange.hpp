@@ -4,8 +4,13 @@
 /// At plan time (construction) every weight layer is given a scheme by
 /// `tcoll::hybrid::best_scheme` (tcoll's alpha-beta comparison of a dense ring allreduce
 /// of the M x N gradient against `sfb_allreduce`'s ring allgathers of the K x M and K x N
-/// factors, K = samples per rank); biases always go dense. Every rank computes the same
-/// plan from the same shapes and link parameters.
+/// factors, K = samples per rank, plus the reconstruction's (P-1) K M N multiply-adds beyond
+/// dense: backward skips the K M N of an SFB layer's dense gradient); biases always go dense.
+/// The multiply-add cost is `hybrid_config::gemm_us_per_multiply_add`, or, when negative,
+/// measured at plan time by `tcoll::hybrid::calibrate_gemm_us` on the largest weight layer's
+/// reconstruction (P K x M x N, `eigen_gemm`), every rank at once, the slowest rank's figure
+/// agreed by all. Every rank computes the same plan from the same shapes, link parameters and
+/// agreed GEMM cost.
 ///
 /// Two ways to run that plan (`hybrid_config::overlap`):
 ///  - overlapped (default, `--overlap layerwise`): Poseidon's Algorithm 2 with
@@ -31,6 +36,7 @@
 /// hash read losses and parameters; the bytes come from the counting transport). Every step
 /// checks that backward wrote exactly the dense-planned weight gradients
 /// (`mlp::dense_weight_gradients_written`).
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
@@ -38,6 +44,7 @@
 #include <stdexcept>
 #include <string>
 #include <tcoll/hybrid.hpp>
+#include <tcoll/hybrid/calibrate_gemm.hpp>
 #include <tcoll/hybrid/eigen_gemm.hpp>
 #include <tcoll/tcoll.hpp>
 #include <vector>
@@ -54,6 +61,9 @@ struct hybrid_config {
   double link_alpha_us = 20; ///< latency of one message on it
   /// Start each tensor's job during backward (Poseidon Algorithm 2) instead of after it.
   bool overlap = true;
+  /// Cost of one reconstruction multiply-add in the plan (us); negative: measure it at plan
+  /// time (`calibrate_gemm_us`); 0: ignore it, as Poseidon's "often negligible".
+  double gemm_us_per_multiply_add = -1;
 };
 
 /// Per-layer SFB or dense exchange, chosen at plan time (see the file comment).
@@ -67,7 +77,27 @@ public:
     tcoll::hybrid::sfb_costs costs;
     costs.machine.inter.alpha_us = c.link_alpha_us;
     costs.machine.inter.beta_us_per_byte = c.link_gbit > 0 ? 8.0 / (c.link_gbit * 1e3) : 0.0;
+    costs.factor_only_backward = true; // mlp::set_weight_gradient_from_factors below
     const auto& tensors = model.tensors();
+    gemm_calibrated_ = c.gemm_us_per_multiply_add < 0 && P > 1;
+    if (gemm_calibrated_) { // on the largest weight layer's reconstruction
+      tcoll::hybrid::gemm_calibration g;
+      g.rows = static_cast<std::size_t>(P) * k_pad_;
+      std::size_t largest = 0;
+      for (std::size_t layer = 0; layer < model.layer_count(); ++layer) {
+        const auto& t = tensors[model.weight_tensor(layer)];
+        if (t.columns * t.rows > largest) {
+          largest = t.columns * t.rows;
+          g.M = t.columns;
+          g.N = t.rows;
+        }
+      }
+      costs.gemm_us_per_multiply_add =
+          tcoll::hybrid::calibrate_gemm_us(comm, tcoll::hybrid::eigen_gemm{}, g);
+    } else {
+      costs.gemm_us_per_multiply_add = std::max(0.0, c.gemm_us_per_multiply_add);
+    }
+    gemm_us_ = costs.gemm_us_per_multiply_add;
     entries_.resize(tensors.size());
     for (std::size_t layer = 0; layer < model.layer_count(); ++layer) {
       const std::size_t w = model.weight_tensor(layer);
@@ -159,9 +189,13 @@ public:
 
   /// One line per tensor: the scheme, the modelled costs and the bytes per step posted.
   std::string describe() const override {
+    char gemm[96];
+    std::snprintf(gemm, sizeof gemm, "GEMM %.3g us per multiply-add%s", gemm_us_,
+                  gemm_calibrated_ ? " (calibrated)" : "");
     std::string out = "hybrid plan (K = " + std::to_string(k_pad_) + " per rank, " +
                       std::to_string(comm_->size()) + " ranks, " +
-                      (overlap_ ? "one job per tensor during backward" : "after backward") + "):";
+                      (overlap_ ? "one job per tensor during backward" : "after backward") + ", " +
+                      gemm + "):";
     const auto& tensors = model_->tensors();
     for (std::size_t i = 0; i < tensors.size(); ++i) {
       const entry& e = entries_[i];
@@ -223,6 +257,8 @@ private:
   mlp* model_;
   Algo algo_;
   std::size_t k_pad_ = 1;
+  double gemm_us_ = 0;           ///< the plan's cost of one reconstruction multiply-add
+  bool gemm_calibrated_ = false; ///< measured at plan time (else given)
   std::vector<entry> entries_;
   std::uint64_t steps_ = 0, total_bytes_ = 0;
   std::uint64_t dense_weight_layers_ = 0;         ///< weight tensors planned dense

@@ -98,6 +98,9 @@ struct options {
   double link_gbit = 0;        ///< threads: emulated link between nodes (0: none)
   double link_latency_us = 20; ///< threads: its per-message latency
   int node_ranks = 0;          ///< threads: ranks per emulated node (0: 1, easgd: per client)
+  /// hybrid: us per multiply-add of the SFB reconstruction in the plan; negative: measure
+  /// it on every rank at plan time (calibrate_gemm_us), 0: ignore it (Poseidon)
+  double gemm_us = -1;
 };
 
 void print_usage(std::FILE* to) {
@@ -121,6 +124,9 @@ void print_usage(std::FILE* to) {
                "                      (momentum * g, Algorithm 1; default) or error_feedback (g)\n"
                "  --scheme hybrid     per FC layer SFB or dense by best_scheme at plan time,\n"
                "                      biases dense (model link: --link-gbit, else 10 Gbit/s)\n"
+               "  --gemm-us X         hybrid: plan cost of one SFB reconstruction multiply-add;\n"
+               "                      calibrate (default: timed on every rank at plan time),\n"
+               "                      or microseconds (0: ignored, as in Poseidon)\n"
                "  --scheme easgd      elastic averaging: the last rank is the server, the\n"
                "                      others form --clients C groups (default 2) that train\n"
                "                      synchronously inside and exchange with the center every\n"
@@ -257,6 +263,11 @@ options parse_options(int argc, char** argv) {
       o.join_timeout_s = static_cast<int>(parse_count(flag, value));
     } else if (flag == "--link-gbit") {
       o.link_gbit = parse_real(flag, value);
+    } else if (flag == "--gemm-us") {
+      const std::string v = value;
+      o.gemm_us = v == "calibrate" ? -1.0 : parse_real(flag, value);
+      if (v != "calibrate" && !(o.gemm_us >= 0))
+        throw usage_error("--gemm-us takes calibrate or a cost >= 0, not '" + v + "'");
     } else if (flag == "--link-latency-us") {
       o.link_latency_us = parse_real(flag, value);
     } else if (flag == "--node-ranks") {
@@ -435,8 +446,8 @@ std::vector<epoch_record> train_rank(Transport& t, const options& o,
       exchange = std::make_unique<train::hybrid_exchange<comm_type, algo_type>>(
           counted, model, algo,
           train::hybrid_config{o.global_batch, o.link_gbit > 0 ? o.link_gbit : 10.0,
-                               o.link_gbit > 0 ? o.link_latency_us : 20.0,
-                               o.overlap == "layerwise"});
+                               o.link_gbit > 0 ? o.link_latency_us : 20.0, o.overlap == "layerwise",
+                               o.gemm_us});
     else if (o.scheme == "topk")
       exchange = std::make_unique<train::topk_exchange<comm_type, algo_type>>(counted, model, algo,
                                                                               o.sparse, o.sgd);

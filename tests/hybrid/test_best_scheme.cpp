@@ -109,6 +109,18 @@ TEST_CASE("tcoll's decider: latency, the algorithm, the GEMM cost and ties") {
   CHECK(best_scheme(layer::fc(64, 64), 8, 1, slow_gemm) == scheme::sfb);
   slow_gemm.gemm_us_per_multiply_add = 2.0; // 65536 more -> dense
   CHECK(best_scheme(layer::fc(64, 64), 8, 1, slow_gemm) == scheme::dense);
+  // A backward that skips the SFB layer's dense gradient saves K M N: SFB adds (P-1) K M N =
+  // 7*4096 multiply-adds; at 2 us 3808 + 57344 = 61152 >= 49152: still dense; at 1.5 us
+  // 3808 + 43008 = 46816: SFB (without the saving 3808 + 49152 = 52960: dense).
+  slow_gemm.factor_only_backward = true;
+  CHECK(sfb_extra_multiply_adds(layer::fc(64, 64), 8, 1, true) == 7.0 * 4096);
+  CHECK(sfb_extra_multiply_adds(layer::fc(64, 64), 8, 3, false) == 8.0 * 3 * 4096);
+  CHECK(sfb_cost_us(layer::fc(64, 64), 8, 1, slow_gemm) == 3808.0 + 2.0 * 7 * 4096);
+  CHECK(best_scheme(layer::fc(64, 64), 8, 1, slow_gemm) == scheme::dense);
+  slow_gemm.gemm_us_per_multiply_add = 1.5;
+  CHECK(best_scheme(layer::fc(64, 64), 8, 1, slow_gemm) == scheme::sfb);
+  slow_gemm.factor_only_backward = false; // 3808 + 1.5*32768 = 52960 -> dense
+  CHECK(best_scheme(layer::fc(64, 64), 8, 1, slow_gemm) == scheme::dense);
   // Tie: alpha = 0, beta = 1, 2 ranks: dense = 4MN, SFB = 32 + 4K(M+N);
   // M = 20, N = 4: 320 = 32 + 96K at K = 3.
   const sfb_costs tie{allreduce_algorithm::ring, flat(0.0, 1.0)};

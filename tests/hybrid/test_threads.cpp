@@ -4,6 +4,10 @@
 #define DOCTEST_CONFIG_IMPLEMENT_WITH_MAIN
 #include <doctest/doctest.h>
 
+#include <tcoll/hybrid/calibrate_gemm.hpp>
+
+#include <thread>
+
 #include "cases.hpp"
 
 using namespace hybrid_test;
@@ -136,5 +140,59 @@ TEST_CASE("host_gemm sums every element in sample order, whatever the tile sizes
     tcoll::hybrid::host_gemm{tr, tc}.sum_outer_products(f.u.data(), f.v.data(), rows, M, N,
                                                         g.data());
     CHECK(same_bits(g, want));
+  }
+}
+
+namespace {
+/// A GEMM that also sleeps `delay` per call (one rank slower than the others).
+struct sleepy_gemm {
+  std::chrono::microseconds delay{0};
+  template <class T>
+  void sum_outer_products(const T* U, const T* V, std::size_t rows, std::size_t M, std::size_t N,
+                          T* G) const {
+    tcoll::hybrid::host_gemm{}.sum_outer_products(U, V, rows, M, N, G);
+    std::this_thread::sleep_for(delay);
+  }
+};
+} // namespace
+
+TEST_CASE("calibrate_gemm_us: the slowest rank's cost per multiply-add, the same bits on every "
+          "rank; bad input names the argument and the rank") {
+  for (int P : {1, 2, 4}) {
+    CAPTURE(P);
+    std::vector<double> got(static_cast<std::size_t>(P));
+    on_team(P, [&](tcoll::thread_transport& t) {
+      // the last rank sleeps 20 ms per GEMM of 4 x 10 x 25 = 1000 multiply-adds: >= 20 us each
+      const auto slow =
+          t.rank() == P - 1 ? std::chrono::microseconds(20000) : std::chrono::microseconds(0);
+      const tcoll::hybrid::gemm_calibration c{4, 10, 25, 3};
+      got[static_cast<std::size_t>(t.rank())] =
+          tcoll::hybrid::calibrate_gemm_us(t, sleepy_gemm{slow}, c);
+      for (auto bad : {tcoll::hybrid::gemm_calibration{0, 10, 25, 3},
+                       tcoll::hybrid::gemm_calibration{4, 0, 25, 3},
+                       tcoll::hybrid::gemm_calibration{4, 10, 0, 3},
+                       tcoll::hybrid::gemm_calibration{4, 10, 25, 0}}) {
+        try {
+          (void)tcoll::hybrid::calibrate_gemm_us(t, tcoll::hybrid::host_gemm{}, bad);
+          FAIL("no error for a bad calibration shape");
+        } catch (const tcoll::invalid_argument& e) {
+          const std::string what = e.what();
+          CHECK(what.find("calibrate_gemm_us") != std::string::npos);
+          CHECK(what.find("rank " + std::to_string(t.rank())) != std::string::npos);
+          CHECK((what.find(bad.rows == 0 ? "rows"
+                           : bad.M == 0  ? "M"
+                           : bad.N == 0  ? "N"
+                                         : "repetitions") != std::string::npos));
+        }
+      }
+      // still usable: a real GEMM gives a positive, finite figure
+      const double us = tcoll::hybrid::calibrate_gemm_us(t);
+      CHECK(us > 0.0);
+      CHECK(std::isfinite(us));
+    });
+    for (double v : got) {
+      CHECK(v >= 20.0); // the sleeping rank's figure, on every rank
+      CHECK(std::memcmp(&v, &got[0], sizeof v) == 0);
+    }
   }
 }

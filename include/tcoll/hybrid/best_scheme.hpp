@@ -28,7 +28,10 @@
 ///  - tcoll's decider breaks ties towards dense (exact, no reconstruction work) unless
 ///    `costs.ties_go_to_sfb`; one rank always goes dense (nothing to communicate).
 ///  - The reconstruction GEMM costs `gemm_us_per_multiply_add` per multiply-add (default 0:
-///    Poseidon calls it "often negligible compared to communication", POS L135).
+///    Poseidon calls it "often negligible compared to communication", POS L135; measure it
+///    with `calibrate_gemm_us`, calibrate_gemm.hpp). It is charged P*K*M*N multiply-adds, or
+///    (P-1)*K*M*N with `factor_only_backward`: a backward that computes only the factors of
+///    an SFB layer saves the K*M*N of the dense weight gradient it would have computed.
 ///  - Flat algorithms and the allgathers read `machine.inter` (as plan::allreduce_us does);
 ///    hierarchical dense algorithms use both levels, the SFB allgathers stay flat rings.
 #include <concepts>
@@ -156,9 +159,21 @@ struct sfb_costs {
   std::size_t element_bytes = 4;
   /// Cost of one multiply-add of the local reconstruction (P*K*M*N of them); 0 = ignored.
   double gemm_us_per_multiply_add = 0.0;
+  /// Backward skips the dense weight gradient (K*M*N multiply-adds) of an SFB layer, so SFB
+  /// adds only (P-1)*K*M*N multiply-adds over dense.
+  bool factor_only_backward = false;
   /// Equal costs choose SFB (Poseidon's rule) instead of dense (tcoll's default).
   bool ties_go_to_sfb = false;
 };
+
+/// Multiply-adds SFB costs beyond dense for an M x N layer, `batch` samples per rank on
+/// `ranks` ranks: the reconstruction's P*K*M*N, less the dense weight gradient's K*M*N when
+/// backward skips it (`factor_only_backward`).
+constexpr double sfb_extra_multiply_adds(const layer& l, int ranks, int batch,
+                                         bool factor_only_backward) noexcept {
+  const double gemms = factor_only_backward ? ranks - 1.0 : static_cast<double>(ranks);
+  return gemms * batch * static_cast<double>(l.rows) * static_cast<double>(l.cols);
+}
 
 /// Ring allgather of `block_bytes` per rank on a flat link: (p-1) alpha + (p-1) b beta
 /// (the ring half of plan::ring_allreduce_us, no reduction).
@@ -185,7 +200,8 @@ constexpr double sfb_cost_us(const layer& l, int ranks, int batch, const sfb_cos
   const plan::link_params& net = c.machine.inter;
   return ring_allgather_us(sfb_shape_record_bytes, ranks, net) +
          ring_allgather_us(K * M * eb, ranks, net) + ring_allgather_us(K * N * eb, ranks, net) +
-         c.gemm_us_per_multiply_add * static_cast<double>(ranks) * K * M * N;
+         c.gemm_us_per_multiply_add *
+             sfb_extra_multiply_adds(l, ranks, batch, c.factor_only_backward);
 }
 
 /// The same comparison on any calibrated cost models (plan::cost_model: bytes -> us), for
@@ -198,6 +214,7 @@ struct model_costs {
   Allgather allgather{};
   std::size_t element_bytes = 4;         ///< bytes per gradient element
   double gemm_us_per_multiply_add = 0.0; ///< as in sfb_costs
+  bool factor_only_backward = false;     ///< as in sfb_costs
   bool ties_go_to_sfb = false;           ///< as in sfb_costs
 };
 
@@ -216,7 +233,8 @@ constexpr double sfb_cost_us(const layer& l, int ranks, int batch, const model_c
   return static_cast<double>(c.allgather(sfb_shape_record_bytes)) +
          static_cast<double>(c.allgather(K * M * eb)) +
          static_cast<double>(c.allgather(K * N * eb)) +
-         c.gemm_us_per_multiply_add * static_cast<double>(ranks) * K * M * N;
+         c.gemm_us_per_multiply_add *
+             sfb_extra_multiply_adds(l, ranks, batch, c.factor_only_backward);
 }
 
 /// What `best_scheme` needs of its costs: `sfb_costs` or a `model_costs`.
