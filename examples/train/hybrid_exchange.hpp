@@ -22,7 +22,9 @@
 ///    K = ceil(global batch / ranks) on every rank, since `sfb_allreduce` needs equal K).
 ///    `finish_step` waits and reconstructs the SFB gradients with `eigen_gemm`.
 ///  - after backward (`--overlap none`): the same jobs one at a time, blocking, in backward
-///    order once backward is done; bytes are then counted per tensor.
+///    order once backward is done; bytes are then counted per job.
+/// Either way each run of consecutive dense tensors is one allreduce (`fuse_dense`, default;
+/// `--fuse-dense 0` for one per tensor), the same runs in both, so both give the same bits.
 /// Backward computes only the factors of an SFB layer, as Poseidon does: at plan time the
 /// exchange marks each SFB layer with `mlp::set_weight_gradient_from_factors`, so backward
 /// skips its dense M x N weight-gradient GEMM (the bias gradient and the error sent on to the
@@ -31,10 +33,10 @@
 /// reconstruction (zeros before the first step). Nothing reads it before the reconstruction
 /// overwrites all M x N elements: the SFB job passes it to `(i)sfb_allreduce` only as the
 /// output, whose GEMM (`eigen_gemm`, `G = U^T V`) assigns every element; no dense job's range
-/// covers it (one job per tensor, `fuse_dense` off); the optimiser reads the gradients only after
-/// `finish_step`, and nothing else in the app reads them (the statistics and the replica
-/// hash read losses and parameters; the bytes come from the counting transport). Every step
-/// checks that backward wrote exactly the dense-planned weight gradients
+/// covers it (a fused run of dense tensors stops at an SFB tensor); the optimiser reads the
+/// gradients only after `finish_step`, and nothing else in the app reads them (the statistics and
+/// the replica hash read losses and parameters; the bytes come from the counting transport). Every
+/// step checks that backward wrote exactly the dense-planned weight gradients
 /// (`mlp::dense_weight_gradients_written`).
 #include <algorithm>
 #include <cstddef>
@@ -64,6 +66,10 @@ struct hybrid_config {
   /// Cost of one reconstruction multiply-add in the plan (us); negative: measure it at plan
   /// time (`calibrate_gemm_us`); 0: ignore it, as Poseidon's "often negligible".
   double gemm_us_per_multiply_add = -1;
+  /// One allreduce per run of consecutive dense tensors (`hybrid_scheduler_options::
+  /// fuse_dense`, and the same runs after backward) instead of one per tensor: a plan that
+  /// is all dense then makes the dense scheme's single call.
+  bool fuse_dense = true;
 };
 
 /// Per-layer SFB or dense exchange, chosen at plan time (see the file comment).
@@ -71,7 +77,7 @@ template <class Comm, class Algo>
 class hybrid_exchange final : public gradient_exchange {
 public:
   hybrid_exchange(Comm& comm, mlp& model, const Algo& algo, const hybrid_config& c)
-      : comm_(&comm), model_(&model), algo_(algo), overlap_(c.overlap) {
+      : comm_(&comm), model_(&model), algo_(algo), overlap_(c.overlap), fuse_dense_(c.fuse_dense) {
     const int P = comm.size();
     k_pad_ = (c.global_batch + static_cast<std::size_t>(P) - 1) / static_cast<std::size_t>(P);
     tcoll::hybrid::sfb_costs costs;
@@ -129,8 +135,10 @@ public:
       }
       pool_.emplace(model.gradient_tensor_sizes());
       model.bind_gradients(pool_->all());
+      tcoll::hybrid::hybrid_scheduler_options options;
+      options.fuse_dense = fuse_dense_;
       scheduler_.emplace(*pool_, comm, std::move(plan), tcoll::avg_op{}, algo,
-                         tcoll::hybrid::eigen_gemm{});
+                         tcoll::hybrid::eigen_gemm{}, options);
     }
   }
 
@@ -172,16 +180,23 @@ public:
     }
     const auto& tensors = model_->tensors();
     auto grads = model_->gradients();
-    for (std::size_t i = 0; i < tensors.size(); ++i) {
+    for (std::size_t i = 0, end = 0; i < tensors.size(); i = end) {
       entry& e = entries_[i];
+      end = i + 1; // the runs of hybrid_scheduler's fuse_dense: the same calls, the same bits
+      if (!e.sfb && fuse_dense_)
+        while (end < tensors.size() && !entries_[end].sfb) ++end;
       const auto before = bytes_now();
       float* g = grads.data() + tensors[i].offset;
-      if (e.sfb)
+      if (e.sfb) {
         tcoll::hybrid::sfb_allreduce(*comm_, e.u.data(), e.v.data(), k_pad_, e.M, e.N, g,
                                      tcoll::avg_op{}, tcoll::hybrid::eigen_gemm{});
-      else
-        tcoll::allreduce(*comm_, std::span<float>(g, tensors[i].size()), tcoll::avg_op{}, algo_);
+      } else {
+        const std::size_t count =
+            tensors[end - 1].offset + tensors[end - 1].size() - tensors[i].offset;
+        tcoll::allreduce(*comm_, std::span<float>(g, count), tcoll::avg_op{}, algo_);
+      }
       e.bytes += bytes_now() - before;
+      for (std::size_t k = i + 1; k < end; ++k) entries_[k].fused_into = i;
     }
     ++steps_;
     check_backward_skipped_sfb_layers();
@@ -194,8 +209,9 @@ public:
                   gemm_calibrated_ ? " (calibrated)" : "");
     std::string out = "hybrid plan (K = " + std::to_string(k_pad_) + " per rank, " +
                       std::to_string(comm_->size()) + " ranks, " +
-                      (overlap_ ? "one job per tensor during backward" : "after backward") + ", " +
-                      gemm + "):";
+                      (overlap_ ? "jobs during backward" : "after backward") +
+                      (fuse_dense_ ? ", dense runs fused" : ", a job per tensor") + ", " + gemm +
+                      "):";
     const auto& tensors = model_->tensors();
     for (std::size_t i = 0; i < tensors.size(); ++i) {
       const entry& e = entries_[i];
@@ -207,7 +223,9 @@ public:
               ? ("(model: dense " + fmt(e.dense_us) + " us, sfb " + fmt(e.sfb_us) + " us)").c_str()
               : "(bias: always dense)");
       out += line;
-      if (!overlap_) // jobs overlap: bytes are counted per step only (below)
+      if (!overlap_ && e.fused_into != no_run) // jobs overlap: bytes per step only (below)
+        out += "  (fused into " + tensors[e.fused_into].name + "'s allreduce)";
+      else if (!overlap_)
         out += "  bytes/step/rank " +
                fmt(steps_ ? static_cast<double>(e.bytes) / static_cast<double>(steps_) : 0.0);
     }
@@ -227,7 +245,9 @@ private:
     double dense_us = 0, sfb_us = 0;
     std::vector<float> u, v;
     std::uint64_t bytes = 0;
+    std::size_t fused_into = no_run; ///< after backward: the tensor whose allreduce carries it
   };
+  static constexpr std::size_t no_run = static_cast<std::size_t>(-1);
   static std::string fmt(double us) {
     char b[32];
     std::snprintf(b, sizeof b, "%.0f", us);
@@ -264,6 +284,7 @@ private:
   std::uint64_t dense_weight_layers_ = 0;         ///< weight tensors planned dense
   std::uint64_t dense_weight_gradients_seen_ = 0; ///< the model's count at the last check
   bool overlap_ = true;
+  bool fuse_dense_ = true;
   std::optional<tcoll::gradient_pool<float>> pool_;
   std::optional<
       tcoll::hybrid::hybrid_scheduler<Comm, float, tcoll::avg_op, Algo, tcoll::hybrid::eigen_gemm>>

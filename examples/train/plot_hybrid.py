@@ -1,12 +1,13 @@
 #!/usr/bin/env python3
 """Time per iteration of dense vs --scheme hybrid from the runs of hybrid_runs.sh.
 
-    python3 examples/train/plot_hybrid.py [RESULTS_DIR] [PNG] [--markdown]
+    python3 examples/train/plot_hybrid.py [RESULTS_DIR[,DIR...]] [PNG] [--markdown]
     python3 examples/train/plot_hybrid.py [RESULTS_DIR] --overlap-markdown
 
 Time per iteration = the epoch's wall time (evaluation of the test split included, the
 same for both schemes) / steps. "hybrid" is Poseidon's plan (the reconstruction GEMM
 ignored, --gemm-us 0), "calibrated" the plan with the GEMM cost measured at plan time.
+Several comma-separated directories (repetitions of the time runs) give medians.
 --markdown prints the tables used in docs/hybrid.md;
 --overlap-markdown the overlap table (ovl_* runs: medians over the repetitions).
 """
@@ -19,6 +20,16 @@ import sys
 
 
 def load(results):
+    """Medians over the comma-separated directories in `results` (ms; the plan of the first)."""
+    reps = [load_one(d) for d in results.split(",")]
+    out = {}
+    for key in reps[0]:
+        ms = sorted(r[key]["ms"] for r in reps if key in r)
+        out[key] = dict(reps[0][key], ms=ms[len(ms) // 2], reps=len(ms))
+    return out
+
+
+def load_one(results):
     out = {}
     for path in glob.glob(os.path.join(results, "time_*.json")):
         m = re.match(r"time_(dense|hybrid|calibrated)_g(\d+)_p(\d+)_b(\d+)\.json",

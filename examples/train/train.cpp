@@ -101,6 +101,7 @@ struct options {
   /// hybrid: us per multiply-add of the SFB reconstruction in the plan; negative: measure
   /// it on every rank at plan time (calibrate_gemm_us), 0: ignore it (Poseidon)
   double gemm_us = -1;
+  bool fuse_dense = true; ///< hybrid: one allreduce per run of consecutive dense tensors
 };
 
 void print_usage(std::FILE* to) {
@@ -127,6 +128,8 @@ void print_usage(std::FILE* to) {
                "  --gemm-us X         hybrid: plan cost of one SFB reconstruction multiply-add;\n"
                "                      calibrate (default: timed on every rank at plan time),\n"
                "                      or microseconds (0: ignored, as in Poseidon)\n"
+               "  --fuse-dense 0|1    hybrid: one allreduce per run of consecutive dense\n"
+               "                      tensors (1, default) or one per tensor (0)\n"
                "  --scheme easgd      elastic averaging: the last rank is the server, the\n"
                "                      others form --clients C groups (default 2) that train\n"
                "                      synchronously inside and exchange with the center every\n"
@@ -268,6 +271,10 @@ options parse_options(int argc, char** argv) {
       o.gemm_us = v == "calibrate" ? -1.0 : parse_real(flag, value);
       if (v != "calibrate" && !(o.gemm_us >= 0))
         throw usage_error("--gemm-us takes calibrate or a cost >= 0, not '" + v + "'");
+    } else if (flag == "--fuse-dense") {
+      const std::string v = value;
+      if (v != "0" && v != "1") throw usage_error("--fuse-dense takes 0 or 1, not '" + v + "'");
+      o.fuse_dense = v == "1";
     } else if (flag == "--link-latency-us") {
       o.link_latency_us = parse_real(flag, value);
     } else if (flag == "--node-ranks") {
