@@ -57,6 +57,11 @@ fake_driver load_fake_driver() {
   return d;
 }
 
+/// A read-only view of `n` floats at `p`.
+std::span<const float> d_span(const float* p, std::size_t n) {
+  return {p, n};
+}
+
 /// One csc iteration on the adaptor's pool.
 template <class Adaptor>
 void one_iteration(Adaptor& a) {
@@ -190,4 +195,61 @@ TEST_CASE("with a CUDA driver: device memory given to host code throws, naming i
       CHECK(drv.queries() == before);
     });
   }
+}
+
+// Runs after the case above (file order): the stand-in driver is loaded.
+TEST_CASE("top-k and the momentum step refuse device memory, naming the argument and the rank") {
+  const fake_driver drv = load_fake_driver();
+  std::vector<float> dev(1024), man(1024);
+  drv.set(dev.data(), dev.size() * sizeof(float), man.data(), man.size() * sizeof(float));
+  constexpr int P = 2;
+  constexpr std::size_t n = 256;
+  std::atomic<int> refused{0};
+  tcoll::thread_team(P, 20s).run([&](auto& t) {
+    const int r = t.rank();
+    std::vector<float> in(n, 1.5f), out(n), res(n);
+    float* d = dev.data() + std::size_t(r) * n;
+    const auto expect = [&](auto&& call, const std::string& what) {
+      try {
+        call();
+        FAIL("rank " << r << ": device memory as " << what << " was accepted");
+      } catch (const tcoll::invalid_argument& e) {
+        CHECK_MESSAGE(std::string(e.what()).find(what + " is CUDA device memory") !=
+                          std::string::npos,
+                      e.what());
+        CHECK(e.rank() == r);
+        ++refused;
+      }
+    };
+    expect([&] { sp::topk_allreduce(t, d, out.data(), n, 8); }, "topk_allreduce: input");
+    expect([&] { sp::topk_allreduce(t, in.data(), d, n, 8); }, "topk_allreduce: output");
+    expect([&] { sp::topk_allreduce(t, in.data(), out.data(), n, 8, d); },
+           "topk_allreduce: residual");
+    // managed memory is host-accessible: accepted, and the sum is right
+    float* m = man.data() + std::size_t(r) * n;
+    std::fill(m, m + n, 0.5f);
+    sp::topk_allreduce(t, m, out.data(), n, n);
+    CHECK(out[0] == 1.0f);
+
+    const sp::chunk_layout chunks{n, 64};
+    const std::vector<unsigned char> important(chunks.count(), 1);
+    std::vector<float> w(n, 1.0f), h(n, 0.0f), g(n, 0.5f);
+    const sp::csc_sgd_options sgd{};
+    expect([&] { sp::csc_momentum_step<float>(d_span(d, n), w, h, chunks, important, sgd, {}, r); },
+           "csc_momentum_step: grad");
+    expect(
+        [&] {
+          sp::csc_momentum_step<float>(g, std::span<float>(d, n), h, chunks, important, sgd, {}, r);
+        },
+        "csc_momentum_step: weights");
+    expect(
+        [&] {
+          sp::csc_momentum_step<float>(g, w, std::span<float>(d, n), chunks, important, sgd, {}, r);
+        },
+        "csc_momentum_step: history");
+    sp::csc_momentum_step<float>(g, w, h, chunks, important, sgd, {}, r); // host: accepted
+    CHECK(w[0] == 1.0f - 0.01f * 0.5f);
+  });
+  CHECK(refused.load() == 6 * P);
+  drv.set(nullptr, 0, nullptr, 0);
 }

@@ -15,6 +15,7 @@
 #include <string>
 
 #include "../core/error.hpp"
+#include "../detail/memory_kind.hpp"
 #include "chunk_ops.hpp"
 #include "chunks.hpp"
 
@@ -53,6 +54,16 @@ void csc_momentum_step(std::span<const T> grad, std::span<T> weights, std::span<
                            rank);
   if (!std::isfinite(options.learning_rate) || !std::isfinite(options.momentum))
     throw invalid_argument("csc_momentum_step: learning_rate and momentum must be finite", rank);
+  // the memory must suit the policy, as csc_allreduce checks its pool (memory_kind.hpp)
+  if constexpr (requires { Ops::host_memory; })
+    if (chunks.elements) {
+      tcoll::detail::require_memory(grad.data(), Ops::host_memory, "csc_momentum_step", "grad",
+                                    rank);
+      tcoll::detail::require_memory(weights.data(), Ops::host_memory, "csc_momentum_step",
+                                    "weights", rank);
+      tcoll::detail::require_memory(history.data(), Ops::host_memory, "csc_momentum_step",
+                                    "history", rank);
+    }
   // contiguous runs of important chunks are one call each
   const std::size_t C = chunks.count();
   for (std::size_t c = 0; c < C;) {

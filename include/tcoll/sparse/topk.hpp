@@ -12,7 +12,8 @@
 ///
 /// Choices: ties between equal magnitudes go to the lower index, NaN ranks above every
 /// number (as in chunk selection); `k` from a density rounds like `chunks_kept`; the sum is
-/// a plain sum (divide by P yourself for an average). Host memory only.
+/// a plain sum (divide by P yourself for an average). Host memory only: a device pointer
+/// (found by asking the CUDA driver, when it is loaded) is an `invalid_argument` naming it.
 #include <algorithm>
 #include <cmath>
 #include <cstddef>
@@ -27,6 +28,7 @@
 #include "../collectives.hpp"
 #include "../core/error.hpp"
 #include "../core/types.hpp"
+#include "../detail/memory_kind.hpp"
 #include "chunks.hpp"
 
 namespace tcoll::sparse {
@@ -68,6 +70,11 @@ topk_report topk_allreduce(Tr& t, const T* input, T* output, std::size_t count, 
   if (count && (!input || !output))
     throw invalid_argument(
         std::string("topk_allreduce: ") + (!input ? "input" : "output") + " is null", rank);
+  if (count) { // host code reads and writes all three (one driver query each; memory_kind.hpp)
+    tcoll::detail::require_memory(input, true, "topk_allreduce", "input", rank);
+    tcoll::detail::require_memory(output, true, "topk_allreduce", "output", rank);
+    tcoll::detail::require_memory(residual, true, "topk_allreduce", "residual", rank);
+  }
   using E = sparse_entry<T, Index>;
   using A = accumulator_t<T>;
   // local selection: k largest |x|, ties to the lower index, NaN largest. The k-th largest
