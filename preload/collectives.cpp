@@ -51,6 +51,22 @@ int comm_size(MPI_Comm comm) {
   return p;
 }
 
+/// `ruled` (a rule's choice, or the built-in choice over MPI), or, where no rule covers
+/// `bytes` and the communicator's `P` ranks share one node, the built-in one-node choice:
+/// MPI's own `MPI_Reduce` at every size, and MPI's own `MPI_Allgather` on 2 ranks. Against
+/// Open MPI 4.1's vader with cross-memory attach these are faster than tcoll's binomial tree
+/// and ring over shm_transport on this machine (docs/benchmarks.md, "the other collectives
+/// over shared memory"); a rule (TCOLL_REDUCE_ALGO=binomial_tree:0-max) still runs tcoll's.
+/// Collective on the communicator's first call, like one_node_choice in allreduce.cpp.
+algo one_node_collective_choice(coll c, MPI_Comm comm, std::size_t bytes, int P, algo ruled) {
+  if (ruled == algo::passthrough || ruled == algo::empty || !config().shm ||
+      chosen_by_rule(c, bytes))
+    return ruled;
+  const bool mpi_is_faster = c == coll::reduce || (c == coll::allgather && P == 2);
+  if (!mpi_is_faster) return ruled;
+  return state_of(comm).shared_memory() ? algo::passthrough : ruled;
+}
+
 } // namespace
 
 /// MPI_Reduce_scatter_block through tcoll's ring (reduction types and ops as MPI_Allreduce).
@@ -118,7 +134,12 @@ TCOLL_PRELOAD_EXPORT int MPI_Allgather(const void* sendbuf, int sendcount, MPI_D
   if (!config().error.empty()) return report_settings_error(c, comm);
   const int P = comm_size(comm);
   const std::size_t bytes = block * P;
-  const algo a = block == 0 ? algo::empty : choose(c, bytes);
+  algo a = block == 0 ? algo::empty : choose(c, bytes);
+  try {
+    a = one_node_collective_choice(c, comm, bytes, P, a);
+  } catch (const std::exception& e) {
+    return report_error(c, comm, MPI_ERR_OTHER, e.what());
+  }
   count_call(c, a, bytes, comm);
   if (a == algo::empty) return MPI_SUCCESS;
   if (a == algo::passthrough) return pmpi();
@@ -188,7 +209,12 @@ TCOLL_PRELOAD_EXPORT int MPI_Reduce(const void* sendbuf, void* recvbuf, int coun
   }
   if (!config().error.empty()) return report_settings_error(c, comm);
   const std::size_t n = static_cast<std::size_t>(count), bytes = n * r.size;
-  const algo a = n == 0 ? algo::empty : choose(c, bytes);
+  algo a = n == 0 ? algo::empty : choose(c, bytes);
+  try {
+    a = one_node_collective_choice(c, comm, bytes, P, a);
+  } catch (const std::exception& e) {
+    return report_error(c, comm, MPI_ERR_OTHER, e.what());
+  }
   count_call(c, a, bytes, comm);
   if (a == algo::empty) return MPI_SUCCESS;
   if (a == algo::passthrough) return pmpi();

@@ -3,7 +3,9 @@
 # program (bench/preload/collectives_loop.c) with and without libtcoll_mpi.so, interleaved,
 # REPS times each, on one node: under the preload these run over shared memory
 # (shm_transport) with the built-in choice (passthrough up to 16 KiB, then binomial tree
-# for bcast and reduce, ring for allgather and reduce_scatter_block). Prints the medians.
+# for bcast, ring for allgather and reduce_scatter_block; MPI's own reduce, and allgather on
+# 2 ranks). Prints the medians. To time tcoll's versions of those, set rules in the
+# environment, e.g. TCOLL_REDUCE_ALGO=binomial_tree:0-max TCOLL_ALLGATHER_ALGO=ring:0-max.
 #
 #   bash bench/preload/run_collectives.sh [BUILD_DIR] [REPS] [NPS] [loop args...]
 #   e.g. bash bench/preload/run_collectives.sh build 3 "2 4" -b 4K -e 16M -f 4 -r 5 -t 0.1
@@ -19,7 +21,11 @@ export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 mpicc -O2 -o "$tmp/loop" bench/preload/collectives_loop.c
-M=(mpirun --oversubscribe --mca btl self,vader,tcp --mca btl_vader_single_copy_mechanism none)
+# Plain Open MPI (vader with its default single-copy mechanism, cross-memory attach where
+# permitted, as in the allreduce tables); MPI_ARGS adds mpirun options, e.g.
+# MPI_ARGS="--mca btl_vader_single_copy_mechanism none" for the runs of 2026-11-23.
+read -r -a extra <<< "${MPI_ARGS:-}"
+M=(mpirun --oversubscribe "${extra[@]}")
 for np in $nps; do
   for rep in $(seq "$reps"); do
     "${M[@]}" -np "$np" "$tmp/loop" "${loop_args[@]}" > "$tmp/mpi.$np.$rep"

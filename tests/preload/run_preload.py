@@ -47,7 +47,11 @@ def check_summary(text, expects):
     if not m or int(m.group(1)) == 0:
         sys.exit(f"FAIL: no call went through the preload ({head})")
     missing = []
-    for e in expects:
+    for expect in expects:
+        # "not:X": X must be absent; "COLL ALGO LOW": a call of COLL by ALGO in the size
+        # bucket starting at LOW (e.g. 64K)
+        absent = expect.startswith("not:")
+        e = expect[4:] if absent else expect
         if e.startswith("fallback:"):
             reason = e.split(":", 1)[1]
             ok = any(f"fallback ({reason}): " in l for l in lines)
@@ -57,10 +61,11 @@ def check_summary(text, expects):
             ran = any(re.match(rf"\s*{re.escape(coll)} over shared memory", l) for l in lines)
             ok = ran == e.startswith("shm:")
         else:
-            coll, algo = e.split()
-            ok = any(re.match(rf"\s*{re.escape(coll)} {re.escape(algo)} (0 B|\[)", l) for l in lines)
-        if not ok:
-            missing.append(e)
+            coll, algo, *low = e.split()
+            where = rf"\[{re.escape(low[0])}," if low else r"(0 B|\[)"
+            ok = any(re.match(rf"\s*{re.escape(coll)} {re.escape(algo)} {where}", l) for l in lines)
+        if ok == absent:
+            missing.append(expect)
     if missing:
         print("\n".join(lines))
         sys.exit(f"FAIL: the summary lacks {missing}")
