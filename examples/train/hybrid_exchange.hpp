@@ -184,7 +184,12 @@ public:
       entry& e = entries_[i];
       end = i + 1; // the runs of hybrid_scheduler's fuse_dense: the same calls, the same bits
       if (!e.sfb && fuse_dense_)
-        while (end < tensors.size() && !entries_[end].sfb) ++end;
+        while (end < tensors.size() && !entries_[end].sfb) {
+          if (tensors[end].offset != tensors[end - 1].offset + tensors[end - 1].size())
+            throw std::logic_error("hybrid: tensors " + tensors[end - 1].name + " and " +
+                                   tensors[end].name + " are not adjacent in the gradients");
+          ++end;
+        }
       const auto before = bytes_now();
       float* g = grads.data() + tensors[i].offset;
       if (e.sfb) {
