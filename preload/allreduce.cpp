@@ -14,21 +14,28 @@
 namespace tcoll::preload {
 namespace {
 
+/// Calls f(algorithm struct) for the flat algorithm `a` (ring for anything else).
+template <class F>
+void with_flat_algorithm(algo a, F&& f) {
+  switch (a) {
+  case algo::recursive_doubling:
+    return f(recursive_doubling{});
+  case algo::recursive_halving_doubling:
+    return f(recursive_halving_doubling{});
+  case algo::binomial_tree:
+    return f(binomial_tree{});
+  case algo::multi_ring:
+    return f(multi_ring{});
+  default:
+    return f(ring{});
+  }
+}
+
 /// A flat algorithm `a` on transport `t`.
 template <class Tr, class T, class Op>
 void run_flat(Tr& t, algo a, const T* send, T* recv, std::size_t n, const Op& op) {
-  switch (a) {
-  case algo::recursive_doubling:
-    return tcoll::allreduce(t, send, recv, n, op, recursive_doubling{});
-  case algo::recursive_halving_doubling:
-    return tcoll::allreduce(t, send, recv, n, op, recursive_halving_doubling{});
-  case algo::binomial_tree:
-    return tcoll::allreduce(t, send, recv, n, op, binomial_tree{});
-  case algo::multi_ring:
-    return tcoll::allreduce(t, send, recv, n, op, multi_ring{});
-  default:
-    return tcoll::allreduce(t, send, recv, n, op, ring{});
-  }
+  with_flat_algorithm(
+      a, [&](const auto& algorithm) { tcoll::allreduce(t, send, recv, n, op, algorithm); });
 }
 
 /// Runs an allreduce with algorithm `a` (not passthrough or empty) in `s`: over shared
@@ -109,24 +116,10 @@ struct complete_ireq {
 template <class Tr, class T, class Op>
 void queue_iallreduce(Tr& t, algo a, const T* send, T* recv, std::size_t n, const Op& op, ireq* r) {
   auto body = [&t, a, send, recv, n, op](int tag) {
-    cpu_reducer red;
-    switch (a) {
-    case algo::recursive_doubling:
-      detail::allreduce_tagged(t, tag, send, recv, n, op, recursive_doubling{}, red);
-      break;
-    case algo::recursive_halving_doubling:
-      detail::allreduce_tagged(t, tag, send, recv, n, op, recursive_halving_doubling{}, red);
-      break;
-    case algo::binomial_tree:
-      detail::allreduce_tagged(t, tag, send, recv, n, op, binomial_tree{}, red);
-      break;
-    case algo::multi_ring:
-      detail::allreduce_tagged(t, tag, send, recv, n, op, multi_ring{}, red);
-      break;
-    default:
-      detail::allreduce_tagged(t, tag, send, recv, n, op, ring{}, red);
-      break;
-    }
+    with_flat_algorithm(a, [&](const auto& algorithm) {
+      cpu_reducer red;
+      detail::allreduce_tagged(t, tag, send, recv, n, op, algorithm, red);
+    });
   };
   detail::check_allreduce_args(send, recv, n, t.rank());
   r->work = tcoll::request(detail::submit_collective(t, std::move(body), complete_ireq{r}));
