@@ -549,6 +549,31 @@ void scheduler_bad_use_case(Tr& t) {
   CHECK(tcoll::clock::now() - start < t.timeout() * 2 + std::chrono::seconds(1));
 }
 
+/// A transport broken before the jobs start: the marking calls return normally and
+/// `finish()` throws the cause (never a success with jobs left unreduced).
+template <class Tr>
+void broken_transport_case(Tr& t) {
+  using tcoll::hybrid::scheme;
+  const std::vector<std::size_t> sizes{6, 3};
+  tcoll::gradient_pool<float> pool(sizes);
+  tcoll::hybrid::hybrid_plan plan{2, {{scheme::sfb, 3, 2}, {scheme::dense, 0, 0}}};
+  tcoll::hybrid::hybrid_scheduler<Tr, float> s(pool, t, plan);
+  for (auto& x : pool.all()) x = 0.25f;
+  // broken on this rank only (no abort, which would reach peers still constructing)
+  tcoll::collective_context* context = tcoll::detail::context_of(t);
+  REQUIRE(context != nullptr);
+  context->fail(
+      std::make_exception_ptr(tcoll::aborted_error("broken on purpose by the test", t.rank())));
+  const std::vector<float> u(6, 1.0f), v(4, 1.0f);
+  for (int iteration = 0; iteration < 2; ++iteration) {
+    CHECK_NOTHROW(s.mark_factors_ready(0, u.data(), v.data(), 2));
+    CHECK_NOTHROW(s.mark_ready(1));
+    CHECK_THROWS_WITH_AS(s.finish(), doctest::Contains("broken on purpose by the test"),
+                         tcoll::aborted_error);
+  }
+  for (float x : pool.tensor(1)) CHECK(x == 0.25f);
+}
+
 /// `make_hybrid_plan` follows `best_schemes` tensor by tensor and keeps the FC shapes.
 inline void make_plan_case() {
   using tcoll::hybrid::layer;

@@ -53,6 +53,11 @@ TEST_CASE("mpi: hybrid_scheduler bad use names the tensor; an unmarked tensor fa
   scheduler_bad_use_case(t);
 }
 
+TEST_CASE("mpi: hybrid_scheduler on a broken transport: marks return, finish() throws") {
+  auto t = make();
+  broken_transport_case(t);
+}
+
 TEST_CASE("mpi: bad input throws on every rank, naming the rank; transport stays usable") {
   auto t = make();
   bad_input_case(t);

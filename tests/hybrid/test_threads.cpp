@@ -117,6 +117,11 @@ TEST_CASE("hybrid_scheduler: bad use names the tensor; an unmarked tensor fails 
   }
 }
 
+TEST_CASE("hybrid_scheduler on a broken transport: marks return, finish() throws the cause") {
+  for (int P : {1, 3})
+    tcoll::thread_team(P, 5s).run([](tcoll::thread_transport& t) { broken_transport_case(t); });
+}
+
 TEST_CASE("host_gemm sums every element in sample order, whatever the tile sizes") {
   const std::size_t rows = 37, M = 45, N = 70;
   const auto f = make_factors<float>(3, 0, rows, M, N, false);

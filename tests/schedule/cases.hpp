@@ -533,4 +533,27 @@ void silent_peer_case(Tr& t, int silent) {
   CHECK(tcoll::clock::now() - start < t.timeout() * 3 + 1s);
 }
 
+/// A transport broken before the buckets start (a peer's failure announced, a failed
+/// collective): every `mark_ready` returns normally, `finish()` throws the cause, and the
+/// pool keeps its unreduced values. Never a success with buckets left unreduced.
+template <class Tr>
+void broken_transport_case(Tr& t) {
+  std::vector<std::size_t> sizes{8, 16, 24};
+  tcoll::gradient_pool<float> pool(sizes);
+  tcoll::overlap_scheduler<Tr, float> s(pool, t, plan_with_ends({1, 2, 3}));
+  for (auto& x : pool.all()) x = 0.25f;
+  // broken on this rank only (no abort, which would reach peers still constructing)
+  tcoll::collective_context* context = tcoll::detail::context_of(t);
+  REQUIRE(context != nullptr);
+  context->fail(
+      std::make_exception_ptr(tcoll::aborted_error("broken on purpose by the test", t.rank())));
+  for (std::size_t i = 0; i < pool.tensor_count(); ++i) CHECK_NOTHROW(s.mark_ready(i));
+  CHECK_THROWS_WITH_AS(s.finish(), doctest::Contains("broken on purpose by the test"),
+                       tcoll::aborted_error);
+  for (float x : pool.all()) REQUIRE(x == 0.25f);
+  // the next iteration fails the same way: the transport stays broken, never confused
+  for (std::size_t i = 0; i < pool.tensor_count(); ++i) CHECK_NOTHROW(s.mark_ready(i));
+  CHECK_THROWS_AS(s.finish(), tcoll::aborted_error);
+}
+
 } // namespace schedule_test

@@ -9,6 +9,7 @@
 #include <sstream>
 #include <tcoll/transport/mpi.hpp>
 
+#include "../common/mpi_barrier_after.hpp"
 #include "cases.hpp"
 
 using namespace schedule_test;
@@ -77,13 +78,15 @@ TEST_CASE("mpi: scheduler errors and autotune") {
   }
   {
     auto t = make(2s);
-    finish_early_case(t, 0);
-    MPI_Barrier(MPI_COMM_WORLD);
+    tcoll_test::barrier_after(MPI_COMM_WORLD, [&] { finish_early_case(t, 0); });
   }
   {
     auto t = make(500ms);
-    silent_peer_case(t, t.size() - 1);
-    MPI_Barrier(MPI_COMM_WORLD);
+    tcoll_test::barrier_after(MPI_COMM_WORLD, [&] { silent_peer_case(t, t.size() - 1); });
+  }
+  {
+    auto t = make();
+    tcoll_test::barrier_after(MPI_COMM_WORLD, [&] { broken_transport_case(t); });
   }
 }
 
@@ -95,16 +98,18 @@ TEST_CASE("mpi: peers of a failed rank fail within a second, not after the timeo
     auto t = make(20s);
     std::vector<float> v(1000, 0.5f);
     const auto start = tcoll::clock::now();
-    if (world_rank() == 0) {
-      // rank 0's collective fails locally (a bad call on its engine) and breaks the transport
-      std::this_thread::sleep_for(200ms);
-      t.abort();
-    } else {
-      auto q = tcoll::iallreduce(t, std::span<float>(v), tcoll::sum_op{}, tcoll::ring{});
-      CHECK_THROWS_AS(q.wait(), tcoll::aborted_error);
-      CHECK(tcoll::clock::now() - start < 1200ms);
-    }
-    MPI_Barrier(MPI_COMM_WORLD);
+    tcoll_test::barrier_after(MPI_COMM_WORLD, [&] {
+      if (world_rank() == 0) {
+        // rank 0's collective fails locally (a bad call on its engine) and breaks the
+        // transport
+        std::this_thread::sleep_for(200ms);
+        t.abort();
+      } else {
+        auto q = tcoll::iallreduce(t, std::span<float>(v), tcoll::sum_op{}, tcoll::ring{});
+        CHECK_THROWS_AS(q.wait(), tcoll::aborted_error);
+        CHECK(tcoll::clock::now() - start < 1200ms);
+      }
+    });
   }
 }
 

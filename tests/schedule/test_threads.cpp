@@ -209,6 +209,10 @@ TEST_CASE("scheduler: a peer that never marks makes the others fail within the t
       3, [](tcoll::thread_transport& t) { silent_peer_case(t, 1); }, 300ms);
 }
 
+TEST_CASE("scheduler: on a broken transport mark_ready returns and finish() throws the cause") {
+  for (int P : {1, 3}) on_team(P, [](tcoll::thread_transport& t) { broken_transport_case(t); });
+}
+
 TEST_CASE("scheduler: autotune re-plans after K iterations, every rank adopts rank 0's plan") {
   for (int P : {2, 3}) on_team(P, [](tcoll::thread_transport& t) { autotune_case(t); });
 }

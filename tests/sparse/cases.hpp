@@ -633,6 +633,28 @@ void unmarked_case(Tr& t) {
   CHECK_THROWS_AS(a.finish(), tcoll::error);
 }
 
+/// A transport broken before the buffers start: `mark_ready` returns normally and
+/// `finish()` throws the cause (never a success with buffers left unreduced).
+template <class Tr>
+void broken_transport_case(Tr& t) {
+  tcoll::gradient_pool<float> pool(std::vector<std::size_t>{100, 100, 100});
+  sp::csc_options o;
+  o.chunk_elements = 50;
+  o.threshold_bytes = 0;
+  sp::csc_allreduce<Tr, float> a(pool, t, o);
+  for (auto& x : pool.all()) x = 0.25f;
+  // broken on this rank only (no abort, which would reach peers still constructing)
+  tcoll::collective_context* context = tcoll::detail::context_of(t);
+  REQUIRE(context != nullptr);
+  context->fail(
+      std::make_exception_ptr(tcoll::aborted_error("broken on purpose by the test", t.rank())));
+  for (std::size_t i = 0; i < 3; ++i) CHECK_NOTHROW(a.mark_ready(i));
+  CHECK_THROWS_WITH_AS(a.finish(), doctest::Contains("broken on purpose by the test"),
+                       tcoll::aborted_error);
+  for (std::size_t i = 0; i < 3; ++i) CHECK_NOTHROW(a.mark_ready(i));
+  CHECK_THROWS_AS(a.finish(), tcoll::aborted_error);
+}
+
 // ---------------------------------------------------------------------------------------
 // Top-k baseline.
 

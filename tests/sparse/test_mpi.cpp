@@ -8,6 +8,7 @@
 #include <sstream>
 #include <tcoll/transport/mpi.hpp>
 
+#include "../common/mpi_barrier_after.hpp"
 #include "cases.hpp"
 
 using namespace sparse_test;
@@ -71,9 +72,13 @@ TEST_CASE("mpi: bad input, pools that differ, a tensor never marked") {
   }
   {
     auto t = make(2s);
-    unmarked_case(t);
-    MPI_Barrier(MPI_COMM_WORLD);
+    tcoll_test::barrier_after(MPI_COMM_WORLD, [&] { unmarked_case(t); });
   }
+}
+
+TEST_CASE("mpi: a broken transport: mark_ready returns, finish() throws the cause") {
+  auto t = make();
+  broken_transport_case(t);
 }
 
 TEST_CASE("mpi: top-k baseline") {

@@ -211,6 +211,10 @@ TEST_CASE("bad input: finish() with a tensor never marked fails on every rank, f
   CHECK(tcoll::clock::now() - start < 2s);
 }
 
+TEST_CASE("a broken transport: mark_ready returns, finish() throws the cause") {
+  for (int P : {1, 3}) on_team(P, [](tcoll::thread_transport& t) { broken_transport_case(t); });
+}
+
 TEST_CASE("top-k baseline: per-rank top-k, allgather of pairs, sum; bytes") {
   for (int P : {1, 2, 3, 4, 7}) {
     CAPTURE(P);

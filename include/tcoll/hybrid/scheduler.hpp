@@ -33,10 +33,12 @@
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <exception>
 #include <mutex>
 #include <optional>
 #include <span>
 #include <string>
+#include <utility>
 #include <variant>
 #include <vector>
 
@@ -137,7 +139,8 @@ public:
   std::size_t job_count() const noexcept { return jobs_.size(); }
   const hybrid_timing& last_timing() const noexcept { return last_; }
 
-  /// Dense tensor `i` holds its final gradient in the pool.
+  /// Dense tensor `i` holds its final gradient in the pool. Throws `invalid_argument` for a
+  /// bad mark; communication errors (a broken transport included) surface from `finish()`.
   void mark_ready(std::size_t i) {
     std::lock_guard lock(mutex_);
     check_mark(i, scheme::dense, "mark_ready");
@@ -174,12 +177,13 @@ public:
   /// `invalid_argument` names it. A failed job rethrows its cause.
   const hybrid_timing& finish() {
     std::size_t unmarked = 0;
+    std::exception_ptr first_error;
     {
       std::lock_guard lock(mutex_);
       unmarked =
           static_cast<std::size_t>(std::find(marked_.begin(), marked_.end(), 0) - marked_.begin());
+      first_error = std::exchange(start_error_, nullptr);
     }
-    std::exception_ptr first_error;
     for (auto& j : jobs_) {
       if (!j.started) continue;
       try {
@@ -337,17 +341,25 @@ private:
     while (next_ < jobs_.size() && remaining_[next_] == 0) start(next_++);
   }
 
+  /// Starts job `k`. If it cannot start (the transport broke, or is being destroyed),
+  /// `finish()` reports the cause: a peer's failure never escapes from the marking calls,
+  /// and an iteration with a job not reduced never finishes as a success.
   void start(std::size_t k) {
     job& j = jobs_[k];
     R& red = pool_->reducer();
-    if (j.how == scheme::sfb) {
-      const tensor_scheme& s = plan_.tensors[j.first];
-      factors& f = factors_[j.first];
-      j.sfb = isfb_allreduce(*comm_, f.u.data(), f.v.data(), plan_.batch, s.rows, s.cols,
-                             pool_->tensor(j.first).data(), op_, gemm_, options_.sfb, red);
-    } else {
-      std::span<T> range = pool_->range(j.first, j.end);
-      j.dense = iallreduce(*comm_, range.data(), range.data(), range.size(), op_, algo_, red);
+    try {
+      if (j.how == scheme::sfb) {
+        const tensor_scheme& s = plan_.tensors[j.first];
+        factors& f = factors_[j.first];
+        j.sfb = isfb_allreduce(*comm_, f.u.data(), f.v.data(), plan_.batch, s.rows, s.cols,
+                               pool_->tensor(j.first).data(), op_, gemm_, options_.sfb, red);
+      } else {
+        std::span<T> range = pool_->range(j.first, j.end);
+        j.dense = iallreduce(*comm_, range.data(), range.data(), range.size(), op_, algo_, red);
+      }
+    } catch (...) {
+      if (!start_error_) start_error_ = std::current_exception();
+      return;
     }
     j.started = true;
     timing_.jobs[k].started = clock::now();
@@ -368,6 +380,7 @@ private:
   std::vector<unsigned char> marked_;
   std::size_t next_ = 0, iterations_ = 0;
   std::mutex mutex_;
+  std::exception_ptr start_error_; // a job that could not start this iteration
   hybrid_timing timing_, last_;
 };
 

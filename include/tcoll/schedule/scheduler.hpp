@@ -165,7 +165,8 @@ public:
   const iteration_timing& last_timing() const noexcept { return last_; }
 
   /// Tensor `i` of the pool holds its final gradient: may start its bucket's allreduce.
-  /// Throws `invalid_argument` for a tensor out of range or already marked this iteration.
+  /// Throws `invalid_argument` for a tensor out of range or already marked this iteration;
+  /// communication errors (a broken transport included) surface from `finish()`.
   void mark_ready(std::size_t i) {
     std::lock_guard lock(mutex_);
     const auto now = clock::now();
@@ -341,16 +342,24 @@ private:
     std::fill(timing_.tensor_ready.begin(), timing_.tensor_ready.end(), clock::time_point{});
   }
 
+  /// Queues bucket `k`. If it cannot start (the transport broke, or is being destroyed),
+  /// the bucket fails without communicating and `finish()` reports the cause: a peer's
+  /// failure never escapes from `mark_ready` in the middle of backward, and an iteration
+  /// with a bucket not reduced never finishes as a success.
   void start(std::size_t k) {
     auto& b = buckets_[k];
     b.task->reset();
-    engine_->submit([&] {
-      if constexpr (hier)
-        b.task->tags = comm_->begin();
-      else
-        b.task->tags = {detail::begin_collective(*comm_), 0};
-      return std::static_pointer_cast<detail::task>(b.task);
-    });
+    try {
+      engine_->submit([&] {
+        if constexpr (hier)
+          b.task->tags = comm_->begin();
+        else
+          b.task->tags = {detail::begin_collective(*comm_), 0};
+        return std::static_pointer_cast<detail::task>(b.task);
+      });
+    } catch (...) {
+      b.task->mark_finished(std::current_exception());
+    }
     b.submitted = true;
   }
 

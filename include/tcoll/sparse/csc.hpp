@@ -64,6 +64,7 @@
 #include <span>
 #include <string>
 #include <type_traits>
+#include <utility>
 #include <vector>
 
 #include "../algorithm/hierarchical.hpp"
@@ -292,7 +293,8 @@ public:
 
   /// Tensor `i` of the pool holds its gradient: fills (preprocesses and gathers) the chunks
   /// whose tensors are now all ready and starts the buffers that are complete. Throws
-  /// `invalid_argument` for a tensor out of range or already marked this iteration.
+  /// `invalid_argument` for a tensor out of range or already marked this iteration;
+  /// communication errors (a broken transport included) surface from `finish()`.
   void mark_ready(std::size_t i) {
     std::lock_guard lock(mutex_);
     if (i >= marked_.size())
@@ -331,6 +333,7 @@ public:
           unmarked = i;
           break;
         }
+      first_error = std::exchange(start_error_, nullptr);
     }
     for (auto& b : buffers_) {
       if (!b.started) continue;
@@ -542,14 +545,21 @@ private:
     }
   }
 
+  /// Starts buffer `k`. If it cannot start (the transport broke, or is being destroyed),
+  /// `finish()` reports the cause: a peer's failure never escapes from `mark_ready`, and an
+  /// iteration with a buffer not reduced never finishes as a success.
   void start(std::size_t k) {
     auto& b = buffers_[k];
     ops_.synchronize();
     Wire* p = send_.data() + b.offset;
     if constexpr (std::is_same_v<Wire, T>)
       if (b.in_place) p = pool_->data() + b.offset;
-    b.req = tcoll::iallreduce(*comm_, p, p, b.count, op_, algo_, pool_->reducer());
-    b.started = true;
+    try {
+      b.req = tcoll::iallreduce(*comm_, p, p, b.count, op_, algo_, pool_->reducer());
+      b.started = true;
+    } catch (...) {
+      if (!start_error_) start_error_ = std::current_exception();
+    }
   }
 
   void fail(std::exception_ptr cause) {
@@ -635,6 +645,7 @@ private:
   std::map<std::size_t, std::pair<std::size_t, bool>> data_bytes_, norm_bytes_;
   csc_iteration last_{};
   mutable std::mutex mutex_;
+  std::exception_ptr start_error_; // a buffer that could not start this iteration
 };
 
 } // namespace tcoll::sparse
