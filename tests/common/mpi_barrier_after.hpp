@@ -11,8 +11,8 @@
 
 namespace tcoll_test {
 
-/// Runs `part()`; an exception it throws fails the test case here (with its message); then
-/// `MPI_Barrier(comm)` on every path.
+/// Runs `part()`; a `std::exception` it throws fails the test case here (with its message);
+/// `MPI_Barrier(comm)` runs on every path.
 template <class F>
 void barrier_after(MPI_Comm comm, F&& part) {
   try {
@@ -21,6 +21,9 @@ void barrier_after(MPI_Comm comm, F&& part) {
     int rank = -1;
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
     FAIL_CHECK("rank " << rank << " left the case by an exception: " << e.what());
+  } catch (...) {
+    MPI_Barrier(comm); // a failed REQUIRE (doctest's own exception) ends the case after it
+    throw;
   }
   MPI_Barrier(comm);
 }
