@@ -10,6 +10,9 @@ if [ -x /usr/local/cuda/bin/nvcc ] && ! command -v nvcc >/dev/null; then
 fi
 jobs=$(nproc)
 status=0
+# Where CI's minutes go (it must stay under 30 on 2 cores): one line per phase.
+phase_start=$SECONDS
+phase() { echo "test.sh: $1 took $((SECONDS - phase_start)) s (total $SECONDS s)"; phase_start=$SECONDS; }
 run_suite() { # build-dir, then meson test arguments
   local dir=$1; shift
   meson test -C "$dir" --print-errorlogs --num-processes "$jobs" "$@" || status=1
@@ -45,7 +48,9 @@ gpu_build=full
 if ! nvidia-smi -L >/dev/null 2>&1; then gpu_build=compile_check; fi
 [ -d build ] || meson setup build --buildtype=release -Dgpu_build=$gpu_build
 ninja -C build -j "$jobs"
+phase "main build"
 run_suite build
+phase "main tests"
 
 # Sanitizers on the in-process transports and adaptors (threads, hierarchical/multi-ring,
 # schedule, elastic averaging and hybrid, which start threads of their own; sparse under
@@ -59,14 +64,18 @@ tsan_flags="['-O1','-g1']"
 [ -d build-asan ] || meson setup build-asan --buildtype=plain -Dcpp_args="$asan_flags" \
   -Db_sanitize=address,undefined -Db_lundef=false -Dmpi=disabled -Dcuda=disabled
 ninja -C build-asan -j "$jobs" $(sanitized_targets build-asan "${asan_suites[@]}")
+phase "ASan build"
 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 TCOLL_TEST_LEVEL=quick \
   run_suite build-asan --no-rebuild $(suite_args "${asan_suites[@]}")
+phase "ASan tests"
 
 [ -d build-tsan ] || meson setup build-tsan --buildtype=plain -Dcpp_args="$tsan_flags" \
   -Db_sanitize=thread -Db_lundef=false -Dmpi=disabled -Dcuda=disabled
 ninja -C build-tsan -j "$jobs" $(sanitized_targets build-tsan "${tsan_suites[@]}")
+phase "TSan build"
 TSAN_OPTIONS=halt_on_error=1 TCOLL_TEST_LEVEL=quick \
   run_suite build-tsan --no-rebuild $(suite_args "${tsan_suites[@]}")
+phase "TSan tests"
 
 # One closing line over every suite and build: "tests: N passed, N failed, N skipped".
 python3 - build build-asan build-tsan <<'PY'
