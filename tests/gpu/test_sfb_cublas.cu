@@ -146,3 +146,53 @@ TEST_CASE("sfb_allreduce on device_team + cuda_reducer + cublas_gemm: exact for 
     }
   }
 }
+
+TEST_CASE("hybrid_scheduler on device_team + cuda_reducer: factors given in device memory, the "
+          "pool in device memory, same bits as the blocking calls") {
+  using tcoll::hybrid::scheme;
+  const std::size_t K = 4, M = 33, N = 17;
+  for (int P : {1, 2, 3}) {
+    CAPTURE(P);
+    tcoll::device_team(P, tcoll::testing::gpu_timeout).run([&](tcoll::device_transport& t) {
+      const int r = t.rank();
+      tcoll::cuda_reducer red;
+      red.stream = t.stream();
+      const std::vector<std::size_t> sizes{M * N, M}; // W (SFB), then its bias (dense)
+      tcoll::gradient_pool<float, tcoll::cuda_reducer> pool(sizes, {}, red);
+      const tcoll::hybrid::hybrid_plan plan{K, {{scheme::sfb, M, N}, {scheme::dense, 0, 0}}};
+      tcoll::hybrid::hybrid_scheduler<tcoll::device_transport, float, tcoll::sum_op, tcoll::ring,
+                                      tcoll::hybrid::cublas_gemm, tcoll::cuda_reducer>
+          sched(pool, t, plan, {}, {}, tcoll::hybrid::cublas_gemm(t.stream()));
+      // a short shard (K - 1 samples): the scheduler pads it with a zero row
+      const auto U = values<float>((K - 1) * M, 9, r, 1, false);
+      const auto V = values<float>((K - 1) * N, 9, r, 2, false);
+      const auto bias = values<float>(M, 9, r, 3, false);
+      auto dU = upload(U, t.stream());
+      auto dV = upload(V, t.stream());
+      auto dBias = upload(bias, t.stream());
+      red.copy(pool.tensor(1).data(), dBias.data(), M);
+      red.synchronize();
+      sched.mark_factors_ready(0, dU.data(), dV.data(), K - 1);
+      sched.mark_ready(1);
+      sched.finish();
+
+      std::vector<float> Upad(K * M, 0.0f), Vpad(K * N, 0.0f);
+      std::copy(U.begin(), U.end(), Upad.begin());
+      std::copy(V.begin(), V.end(), Vpad.begin());
+      auto dUpad = upload(Upad, t.stream());
+      auto dVpad = upload(Vpad, t.stream());
+      tcoll::device_buffer<float> want(M * N, t.stream());
+      tcoll::hybrid::sfb_allreduce(t, dUpad.data(), dVpad.data(), K, M, N, want.data(),
+                                   tcoll::sum_op{}, tcoll::hybrid::cublas_gemm(t.stream()), {},
+                                   red);
+      tcoll::allreduce(t, dBias.data(), dBias.data(), M, tcoll::sum_op{}, tcoll::ring{}, red);
+      red.synchronize();
+      const auto gotW = download(pool.tensor(0).data(), M * N, t.stream());
+      const auto wantW = download(want.data(), M * N, t.stream());
+      const auto gotB = download(pool.tensor(1).data(), M, t.stream());
+      const auto wantB = download(dBias.data(), M, t.stream());
+      CHECK(std::memcmp(gotW.data(), wantW.data(), M * N * sizeof(float)) == 0);
+      CHECK(std::memcmp(gotB.data(), wantB.data(), M * sizeof(float)) == 0);
+    });
+  }
+}

@@ -24,6 +24,8 @@
 #include <tcoll/schedule.hpp>
 #include <tcoll/tcoll.hpp>
 
+#include "device_only.hpp"
+
 namespace hybrid_test {
 
 using tcoll::hybrid::host_gemm;
@@ -213,6 +215,45 @@ void fractional_case(Tr& t, std::uint64_t seed, shape s, bool average = false) {
 }
 
 // ---------------------------------------------------------------------------------------
+// Device-only transports (NCCL's rule).
+
+/// SFB over a transport that accepts only device memory, with a device reducer: every
+/// message, the shape records included, must travel in the reducer's memory, and the result
+/// must be the host path's, bit for bit (blocking and non-blocking). On the code that sent
+/// the records from host memory, `device_only` throws at 2 or more ranks.
+template <class T, class Tr>
+void device_only_case(Tr& t, std::uint64_t seed, shape s) {
+  const std::size_t MN = s.M * s.N;
+  const auto mine = make_factors<T>(seed, t.rank(), s.K, s.M, s.N, false);
+  std::vector<T> want(MN, T(-77));
+  tcoll::hybrid::sfb_allreduce(t, mine.u.data(), mine.v.data(), s.K, s.M, s.N, want.data());
+
+  pretend_device_reducer red;
+  auto u = red.allocate<T>(s.K * s.M), v = red.allocate<T>(s.K * s.N);
+  auto grad = red.allocate<T>(MN), grad2 = red.allocate<T>(MN);
+  std::copy(mine.u.begin(), mine.u.end(), u.data());
+  std::copy(mine.v.begin(), mine.v.end(), v.data());
+  device_only<Tr> device(t);
+  tcoll::hybrid::sfb_allreduce(device, u.data(), v.data(), s.K, s.M, s.N, grad.data(),
+                               tcoll::sum_op{}, host_gemm{}, {}, red);
+  CHECK(same_bits(std::vector<T>(grad.data(), grad.data() + MN), want));
+  CHECK(*red.host_copies == 2); // this rank's record in, the gathered table out
+
+  auto q = tcoll::hybrid::isfb_allreduce(device, u.data(), v.data(), s.K, s.M, s.N, grad2.data(),
+                                         tcoll::sum_op{}, host_gemm{}, {}, red);
+  q.wait();
+  CHECK(same_bits(std::vector<T>(grad2.data(), grad2.data() + MN), want));
+
+  // The decorator itself refuses host memory (so the checks above can fail).
+  if (t.size() > 1) {
+    const int peer = (t.rank() + 1) % t.size();
+    std::vector<T> host(1);
+    CHECK_THROWS_AS(device.isend(peer, host.data(), sizeof(T), 0), tcoll::invalid_argument);
+    CHECK_THROWS_AS(device.irecv(peer, host.data(), sizeof(T), 0), tcoll::invalid_argument);
+  }
+}
+
+// ---------------------------------------------------------------------------------------
 // Non-blocking.
 
 /// Poseidon's Algorithm 2 shape: one SFB job per FC layer, started from the last layer to
@@ -383,16 +424,10 @@ void bad_input_case(Tr& t) {
 // ---------------------------------------------------------------------------------------
 // The hybrid scheduler (Poseidon's Algorithm 2 over a gradient pool).
 
-/// A three-layer model's pool in backward order: W2 (SFB), b2, W1 (dense), b1, W0 (SFB),
-/// b0, W(-1) a dense weight of odd size; K = 5 rows per rank, rank r passing 5 - (r + it) % 2
-/// samples in iteration it (a short shard, padded with zero rows). Backward runs on its own thread
-/// and marks in `order` (0: backward order, 1: reversed, 2: interleaved), while this thread waits
-/// in `finish()`. The pool must equal, bit for bit, what blocking calls on the same data give:
-/// `sfb_allreduce(avg)` of the padded factors per SFB tensor, and `allreduce(avg, algo)` per
-/// dense job (one per tensor, or per run of consecutive dense tensors with `fuse_dense`),
-/// and be identical on every rank. Three iterations, so the scheduler is reused.
-template <class T, class Algo = tcoll::ring, class Tr>
-void scheduler_case(Tr& t, std::uint64_t seed, bool fuse_dense, int order, const Algo& algo = {}) {
+/// The body of `scheduler_case`: the scheduler runs on `comm`, the references on `t`.
+template <class T, class Red, class Comm, class Tr, class Algo>
+void scheduler_case_on(Comm& comm, Tr& t, std::uint64_t seed, bool fuse_dense, int order,
+                       const Algo& algo) {
   using tcoll::hybrid::scheme;
   const int r = t.rank();
   const std::size_t K = 5;
@@ -412,11 +447,11 @@ void scheduler_case(Tr& t, std::uint64_t seed, bool fuse_dense, int order, const
     plan.tensors.push_back(
         {s.how, s.how == scheme::sfb ? s.rows : 0, s.how == scheme::sfb ? s.cols : 0});
   }
-  tcoll::gradient_pool<T> pool(sizes);
+  tcoll::gradient_pool<T, Red> pool(sizes);
   tcoll::hybrid::hybrid_scheduler_options options;
   options.fuse_dense = fuse_dense;
-  tcoll::hybrid::hybrid_scheduler<Tr, T, tcoll::avg_op, Algo> sched(pool, t, plan, {}, algo, {},
-                                                                    options);
+  tcoll::hybrid::hybrid_scheduler<Comm, T, tcoll::avg_op, Algo, host_gemm, Red> sched(
+      pool, comm, plan, {}, algo, {}, options);
   CHECK(sched.job_count() == (fuse_dense ? 4u : L)); // fused: W2 | b2 W1 b1 | W0 | b0 W-1
   for (int it = 0; it < 3; ++it) {
     const std::uint64_t s0 = seed + 97 * static_cast<std::uint64_t>(it);
@@ -486,6 +521,26 @@ void scheduler_case(Tr& t, std::uint64_t seed, bool fuse_dense, int order, const
       i = end;
     }
     CHECK(identical_on_all_ranks(t, pool.data(), pool.size() * sizeof(T)));
+  }
+}
+
+/// A three-layer model's pool in backward order: W2 (SFB), b2, W1 (dense), b1, W0 (SFB),
+/// b0, W(-1) a dense weight of odd size; K = 5 rows per rank, rank r passing 5 - (r + it) % 2
+/// samples in iteration it (a short shard, padded with zero rows). Backward runs on its own thread
+/// and marks in `order` (0: backward order, 1: reversed, 2: interleaved), while this thread waits
+/// in `finish()`. The pool must equal, bit for bit, what blocking calls on the same data give:
+/// `sfb_allreduce(avg)` of the padded factors per SFB tensor, and `allreduce(avg, algo)` per
+/// dense job (one per tensor, or per run of consecutive dense tensors with `fuse_dense`),
+/// and be identical on every rank. Three iterations, so the scheduler is reused.
+/// `Red = pretend_device_reducer` puts the pool in pretend device memory and runs the
+/// scheduler over `device_only<Tr>` (NCCL's rule); the references stay on `t`.
+template <class T, class Algo = tcoll::ring, class Red = tcoll::cpu_reducer, class Tr>
+void scheduler_case(Tr& t, std::uint64_t seed, bool fuse_dense, int order, const Algo& algo = {}) {
+  if constexpr (std::is_same_v<Red, tcoll::cpu_reducer>) {
+    scheduler_case_on<T, Red>(t, t, seed, fuse_dense, order, algo);
+  } else {
+    device_only<Tr> device(t);
+    scheduler_case_on<T, Red>(device, t, seed, fuse_dense, order, algo);
   }
 }
 

@@ -40,6 +40,12 @@ TEST_CASE("mpi: isfb_allreduce per layer with dense bias allreduces, same bits a
   nonblocking_case<float>(t, 700);
 }
 
+TEST_CASE("mpi: SFB and hybrid_scheduler on a device-only transport (NCCL's rule)") {
+  auto t = make();
+  device_only_case<float>(t, 1400, {3, 17, 9});
+  scheduler_case<float, tcoll::ring, pretend_device_reducer>(t, 1410, true, 2);
+}
+
 TEST_CASE("mpi: hybrid_scheduler jobs during backward give the blocking calls' bits") {
   auto t = make();
   for (int order = 0; order < 3; ++order) {

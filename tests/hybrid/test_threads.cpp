@@ -94,6 +94,21 @@ TEST_CASE("bad input: every rank throws invalid_argument naming the rank and arg
   }
 }
 
+TEST_CASE("SFB and hybrid_scheduler on a device-only transport (NCCL's rule) with a device "
+          "reducer: records and factors travel in device memory too; same bits as the host "
+          "path") {
+  for (int P : {1, 2, 3, 5}) {
+    CAPTURE(P);
+    on_team(P, [&](tcoll::thread_transport& t) {
+      device_only_case<float>(t, 1200 + P, {3, 17, 9});
+      device_only_case<double>(t, 1300 + P, {1, 5, 40});
+      // the scheduler too: factor buffers and the plan check in device memory
+      scheduler_case<float, tcoll::ring, pretend_device_reducer>(t, 1400 + P, false, 2);
+      scheduler_case<float, tcoll::automatic, pretend_device_reducer>(t, 1500 + P, true, 1);
+    });
+  }
+}
+
 TEST_CASE("hybrid_scheduler: per-tensor jobs during backward (Poseidon Algorithm 2) give the "
           "blocking calls' bits, any mark order, fused or not, 1-16 ranks") {
   for (int P : quick() ? std::vector<int>{1, 2, 5} : std::vector<int>{1, 2, 3, 4, 7, 16}) {

@@ -10,6 +10,7 @@
 #include <chrono>
 #include <concepts>
 #include <cstddef>
+#include <cstdint>
 #include <type_traits>
 
 #include "ops.hpp"
@@ -77,6 +78,17 @@ concept reducer = requires(R& r, float* dst, const float* a, const float* b, std
   { r.synchronize() };
 };
 // clang-format on
+
+/// Capability: reducer `R` keeps its buffers in device memory and copies host data in and
+/// out (`copy_from_host(dst, host_src, n)`, `copy_to_host(host_dst, src, n)`, ordered with
+/// its other work; `synchronize()` waits for them). Small host-made records that must
+/// travel over a device-only transport (NCCL) go through these.
+template <class R>
+concept host_device_copies = requires(const R& r, std::uint64_t* d, const std::uint64_t* s,
+                                      std::size_t n) {
+  r.copy_from_host(d, s, n);
+  r.copy_to_host(d, s, n);
+};
 
 /// Capability trait: does reducer `R` implement `Op` on element type `T`? A reducer states
 /// it with `template <class Op, class T> static constexpr bool supports`; absent, all are.

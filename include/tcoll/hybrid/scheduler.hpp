@@ -27,8 +27,10 @@
 ///    reconstruction in `finish()` overwrites every element. So backward may leave it
 ///    unwritten, skipping the dense weight gradient (the training app's mlp does), or write it
 ///    (a model that cannot skip it), with the same result.
-///  - The factors are copied at `mark_factors_ready`, so the caller may reuse its
-///    activations and errors at once (K*(M+N) elements per layer, small beside M*N).
+///  - The factors are copied at `mark_factors_ready` into buffers of the pool's reducer
+///    (device memory for a device reducer, so the jobs run on NCCL too), so the caller may
+///    reuse its activations and errors at once (K*(M+N) elements per layer, small beside
+///    M*N). `u` and `v` must be in the reducer's memory or one its `copy` reads.
 #include <algorithm>
 #include <chrono>
 #include <cstddef>
@@ -164,10 +166,13 @@ public:
                              rank());
     const tensor_scheme& s = plan_.tensors[i];
     factors& f = factors_[i];
-    std::copy(u, u + samples * s.rows, f.u.begin());
-    std::fill(f.u.begin() + static_cast<std::ptrdiff_t>(samples * s.rows), f.u.end(), T{});
-    std::copy(v, v + samples * s.cols, f.v.begin());
-    std::fill(f.v.begin() + static_cast<std::ptrdiff_t>(samples * s.cols), f.v.end(), T{});
+    R& red = pool_->reducer();
+    const std::size_t K = plan_.batch;
+    red.copy(f.u.data(), u, samples * s.rows);
+    red.zero(f.u.data() + samples * s.rows, (K - samples) * s.rows);
+    red.copy(f.v.data(), v, samples * s.cols);
+    red.zero(f.v.data() + samples * s.cols, (K - samples) * s.cols);
+    red.synchronize(); // the caller may reuse u and v once this returns
     mark(i);
   }
 
@@ -226,8 +231,10 @@ private:
     request dense;
     sfb_handle sfb;
   };
+  /// An SFB tensor's K x M and K x N factor buffers, in the reducer's memory (so a device
+  /// reducer's jobs run on a device-only transport such as NCCL).
   struct factors {
-    std::vector<T> u, v;
+    typename R::template buffer<T> u{}, v{};
   };
 
   void validate() const {
@@ -268,10 +275,16 @@ private:
     all[static_cast<std::size_t>(r)] = h;
     R& red = pool_->reducer();
     auto buf = red.template allocate<std::uint64_t>(all.size());
-    red.copy(buf.data(), all.data(), all.size());
+    if constexpr (host_device_copies<R>)
+      red.copy_from_host(buf.data(), all.data(), all.size());
+    else
+      red.copy(buf.data(), all.data(), all.size());
     red.synchronize();
     tcoll::allreduce(*comm_, buf.data(), buf.data(), all.size(), sum_op{}, ring{}, red);
-    red.copy(all.data(), buf.data(), all.size());
+    if constexpr (host_device_copies<R>)
+      red.copy_to_host(all.data(), static_cast<const std::uint64_t*>(buf.data()), all.size());
+    else
+      red.copy(all.data(), buf.data(), all.size());
     red.synchronize();
     for (int q = 1; q < P; ++q)
       if (all[static_cast<std::size_t>(q)] != all[0])
@@ -295,8 +308,9 @@ private:
       j.end = end;
       if (j.how == scheme::sfb) {
         const tensor_scheme& s = plan_.tensors[i];
-        factors_[i].u.assign(plan_.batch * s.rows, T{});
-        factors_[i].v.assign(plan_.batch * s.cols, T{});
+        R& red = pool_->reducer();
+        factors_[i].u = red.template allocate<T>(plan_.batch * s.rows);
+        factors_[i].v = red.template allocate<T>(plan_.batch * s.cols);
       }
       for (std::size_t k = i; k < end; ++k) job_of_[k] = jobs_.size();
       jobs_.push_back(std::move(j));

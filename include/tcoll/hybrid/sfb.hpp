@@ -39,8 +39,11 @@
 /// Algorithm 2 starts one such job per layer as soon as the layer's gradient exists.
 ///
 /// Buffers live where the reducer allocates them (`R::allocate`); the GEMM policy receives
-/// those pointers. The 32-byte shape records always travel in host memory (a device-only
-/// transport such as NCCL needs a host-side exchange here: not done, a later GPU step).
+/// those pointers. The 32-byte shape records travel in the reducer's memory too: a device
+/// reducer (`host_device_copies`: `cuda_reducer`, `thrust_reducer`) copies this rank's record
+/// in and the gathered table out around the record allgather, so a device-only transport
+/// such as NCCL carries every message of the collective; a host reducer sends them as they
+/// are.
 #include <array>
 #include <cstddef>
 #include <cstdint>
@@ -215,10 +218,24 @@ std::shared_ptr<sfb_state<T, R>> make_state(Tr& t, const T* u, const T* v, const
 template <transport Tr, class T, reducer R>
 void sfb_exchange(Tr& t, const std::array<int, 3>& tags, sfb_state<T, R>& s, const ring& algo,
                   R& red) {
-  cpu_reducer host;
-  tcoll::detail::guarded(t, [&] {
-    tcoll::detail::allgather_tagged(t, tags[0], s.mine.data(), s.table.data(), 4, algo, host);
-  });
+  if constexpr (host_device_copies<R>) {
+    // NCCL sends device memory only: the records go through the reducer's memory.
+    auto mine = red.template allocate<std::uint64_t>(4);
+    auto table = red.template allocate<std::uint64_t>(s.table.size());
+    red.copy_from_host(mine.data(), s.mine.data(), 4);
+    tcoll::detail::guarded(t, [&] {
+      tcoll::detail::allgather_tagged(t, tags[0], static_cast<const std::uint64_t*>(mine.data()),
+                                      table.data(), 4, algo, red);
+      red.copy_to_host(s.table.data(), static_cast<const std::uint64_t*>(table.data()),
+                       s.table.size());
+      red.synchronize();
+    });
+  } else {
+    cpu_reducer host;
+    tcoll::detail::guarded(t, [&] {
+      tcoll::detail::allgather_tagged(t, tags[0], s.mine.data(), s.table.data(), 4, algo, host);
+    });
+  }
   check_records(s.table, s.rank, s.P);
   const std::size_t P = static_cast<std::size_t>(s.P);
   s.U.emplace(red.template allocate<T>(P * s.K * s.M));
