@@ -25,6 +25,8 @@
 ///    order once backward is done; bytes are then counted per job.
 /// Either way each run of consecutive dense tensors is one allreduce (`fuse_dense`, default;
 /// `--fuse-dense 0` for one per tensor), the same runs in both, so both give the same bits.
+/// Overlapped, `--overlap PLANNER` (any of tcoll's fusion planners but `layerwise`) groups
+/// the dense tensors by that planner's buckets instead (`hybrid_config::planner`).
 /// Backward computes only the factors of an SFB layer, as Poseidon does: at plan time the
 /// exchange marks each SFB layer with `mlp::set_weight_gradient_from_factors`, so backward
 /// skips its dense M x N weight-gradient GEMM (the bias gradient and the error sent on to the
@@ -70,6 +72,10 @@ struct hybrid_config {
   /// fuse_dense`, and the same runs after backward) instead of one per tensor: a plan that
   /// is all dense then makes the dense scheme's single call.
   bool fuse_dense = true;
+  /// With `overlap`: a fusion planner (`tcoll::plan::planner_by_name`) whose buckets group
+  /// the dense tensors (`hybrid_scheduler_options::dense_buckets`; SFB tensors split them)
+  /// instead of `fuse_dense`'s runs; empty: none.
+  std::string planner;
 };
 
 /// Per-layer SFB or dense exchange, chosen at plan time (see the file comment).
@@ -77,7 +83,10 @@ template <class Comm, class Algo>
 class hybrid_exchange final : public gradient_exchange {
 public:
   hybrid_exchange(Comm& comm, mlp& model, const Algo& algo, const hybrid_config& c)
-      : comm_(&comm), model_(&model), algo_(algo), overlap_(c.overlap), fuse_dense_(c.fuse_dense) {
+      : comm_(&comm), model_(&model), algo_(algo), overlap_(c.overlap),
+        fuse_dense_(c.fuse_dense && c.planner.empty()), planner_(c.planner) {
+    if (!planner_.empty() && !overlap_)
+      throw std::invalid_argument("hybrid: a planner's buckets need the overlapped jobs");
     const int P = comm.size();
     k_pad_ = (c.global_batch + static_cast<std::size_t>(P) - 1) / static_cast<std::size_t>(P);
     tcoll::hybrid::sfb_costs costs;
@@ -137,8 +146,10 @@ public:
       model.bind_gradients(pool_->all());
       tcoll::hybrid::hybrid_scheduler_options options;
       options.fuse_dense = fuse_dense_;
+      if (!planner_.empty()) options.dense_buckets = planned_buckets();
       scheduler_.emplace(*pool_, comm, std::move(plan), tcoll::avg_op{}, algo,
                          tcoll::hybrid::eigen_gemm{}, options);
+      bytes_mark_ = bytes_now(); // the plan check's allreduce is not a step's traffic
     }
   }
 
@@ -171,9 +182,11 @@ public:
 
   void finish_step() override {
     if (scheduler_) {
-      const auto before = bytes_now();
       scheduler_->finish();
-      total_bytes_ += bytes_now() - before;
+      // since the last step ended: the jobs post their sends during backward, before finish()
+      const std::uint64_t now = bytes_now();
+      total_bytes_ += now - bytes_mark_;
+      bytes_mark_ = now;
       ++steps_;
       check_backward_skipped_sfb_layers();
       return;
@@ -215,8 +228,11 @@ public:
     std::string out = "hybrid plan (K = " + std::to_string(k_pad_) + " per rank, " +
                       std::to_string(comm_->size()) + " ranks, " +
                       (overlap_ ? "jobs during backward" : "after backward") +
-                      (fuse_dense_ ? ", dense runs fused" : ", a job per tensor") + ", " + gemm +
-                      "):";
+                      (!planner_.empty() ? ", dense buckets of planner " + planner_ + " (" +
+                                               std::to_string(scheduler_->job_count()) + " jobs)"
+                       : fuse_dense_ ? ", dense runs fused"
+                                     : ", a job per tensor") +
+                      ", " + gemm + "):";
     const auto& tensors = model_->tensors();
     for (std::size_t i = 0; i < tensors.size(); ++i) {
       const entry& e = entries_[i];
@@ -253,6 +269,24 @@ private:
     std::size_t fused_into = no_run; ///< after backward: the tensor whose allreduce carries it
   };
   static constexpr std::size_t no_run = static_cast<std::size_t>(-1);
+
+  /// The planner's buckets over the pool's tensors, made for the bytes each job would send
+  /// (a dense tensor's M N values, an SFB layer's K (M + N) factor values, per rank) with
+  /// equal backward times and the dense overlap's first-guess cost (exchange.hpp): the same
+  /// inputs on every rank, so the same plan.
+  tcoll::plan::bucket_plan planned_buckets() const {
+    const auto planner = tcoll::plan::planner_by_name(planner_);
+    if (!planner) throw std::invalid_argument("hybrid: unknown planner '" + planner_ + "'");
+    tcoll::plan::workload w;
+    const auto& tensors = model_->tensors();
+    for (std::size_t i = 0; i < tensors.size(); ++i) {
+      const entry& e = entries_[i];
+      const std::size_t values = e.sfb ? k_pad_ * (e.M + e.N) : tensors[i].size();
+      w.bytes.push_back(values * sizeof(float));
+      w.backward_us.push_back(100.0);
+    }
+    return tcoll::plan::make_plan(*planner, w, overlap_options{}.initial_cost);
+  }
   static std::string fmt(double us) {
     char b[32];
     std::snprintf(b, sizeof b, "%.0f", us);
@@ -286,10 +320,12 @@ private:
   bool gemm_calibrated_ = false; ///< measured at plan time (else given)
   std::vector<entry> entries_;
   std::uint64_t steps_ = 0, total_bytes_ = 0;
+  std::uint64_t bytes_mark_ = 0; ///< overlapped: the counted bytes when the last step ended
   std::uint64_t dense_weight_layers_ = 0;         ///< weight tensors planned dense
   std::uint64_t dense_weight_gradients_seen_ = 0; ///< the model's count at the last check
   bool overlap_ = true;
   bool fuse_dense_ = true;
+  std::string planner_; ///< buckets of this planner for the dense tensors (empty: none)
   std::optional<tcoll::gradient_pool<float>> pool_;
   std::optional<
       tcoll::hybrid::hybrid_scheduler<Comm, float, tcoll::avg_op, Algo, tcoll::hybrid::eigen_gemm>>

@@ -149,7 +149,9 @@ void print_usage(std::FILE* to) {
                "                      optimal): backward writes into a gradient pool and the\n"
                "                      overlap scheduler allreduces the planned buckets meanwhile;\n"
                "                      hybrid: layerwise (default: a job per tensor as its\n"
-               "                      gradient appears, Poseidon Algorithm 2) or none\n"
+               "                      gradient appears, Poseidon Algorithm 2), another planner\n"
+               "                      (its buckets group the dense tensors; --fuse-dense\n"
+               "                      then does not apply) or none\n"
                "  --autotune N        with --overlap: re-plan after N measured steps (default 5,\n"
                "                      0: keep the first plan)\n"
                "  --transport NAME    threads (default) or mpi (when built with MPI)\n"
@@ -330,9 +332,10 @@ options parse_options(int argc, char** argv) {
   if (!sparse_flag.empty() && o.scheme == "dense")
     throw usage_error(std::string(sparse_flag) + " applies to --scheme csc or topk");
   if (o.overlap.empty()) o.overlap = o.scheme == "hybrid" ? "layerwise" : "none";
-  if (o.scheme == "hybrid" && o.overlap != "none" && o.overlap != "layerwise")
+  if (o.scheme == "hybrid" && o.overlap != "none" && !tcoll::plan::planner_by_name(o.overlap))
     throw usage_error("--scheme hybrid takes --overlap layerwise (one job per tensor during "
-                      "backward, the default) or none, not '" +
+                      "backward, the default), a fusion planner (its buckets group the dense "
+                      "tensors) or none, not '" +
                       o.overlap + "'");
   if (o.overlap != "none" && o.scheme != "dense" && o.scheme != "hybrid")
     throw usage_error(
@@ -452,9 +455,14 @@ std::vector<epoch_record> train_rank(Transport& t, const options& o,
     else if (o.scheme == "hybrid")
       exchange = std::make_unique<train::hybrid_exchange<comm_type, algo_type>>(
           counted, model, algo,
-          train::hybrid_config{o.global_batch, o.link_gbit > 0 ? o.link_gbit : 10.0,
-                               o.link_gbit > 0 ? o.link_latency_us : 20.0, o.overlap == "layerwise",
-                               o.gemm_us});
+          train::hybrid_config{
+              .global_batch = o.global_batch,
+              .link_gbit = o.link_gbit > 0 ? o.link_gbit : 10.0,
+              .link_alpha_us = o.link_gbit > 0 ? o.link_latency_us : 20.0,
+              .overlap = o.overlap != "none",
+              .gemm_us_per_multiply_add = o.gemm_us,
+              .fuse_dense = o.fuse_dense,
+              .planner = o.overlap == "none" || o.overlap == "layerwise" ? "" : o.overlap});
     else if (o.scheme == "topk")
       exchange = std::make_unique<train::topk_exchange<comm_type, algo_type>>(counted, model, algo,
                                                                               o.sparse, o.sgd);

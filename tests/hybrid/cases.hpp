@@ -427,7 +427,8 @@ void bad_input_case(Tr& t) {
 /// The body of `scheduler_case`: the scheduler runs on `comm`, the references on `t`.
 template <class T, class Red, class Comm, class Tr, class Algo>
 void scheduler_case_on(Comm& comm, Tr& t, std::uint64_t seed, bool fuse_dense, int order,
-                       const Algo& algo) {
+                       const Algo& algo, const std::vector<std::size_t>& bucket_ends,
+                       std::size_t want_jobs) {
   using tcoll::hybrid::scheme;
   const int r = t.rank();
   const std::size_t K = 5;
@@ -450,9 +451,10 @@ void scheduler_case_on(Comm& comm, Tr& t, std::uint64_t seed, bool fuse_dense, i
   tcoll::gradient_pool<T, Red> pool(sizes);
   tcoll::hybrid::hybrid_scheduler_options options;
   options.fuse_dense = fuse_dense;
+  options.dense_buckets.ends = bucket_ends;
   tcoll::hybrid::hybrid_scheduler<Comm, T, tcoll::avg_op, Algo, host_gemm, Red> sched(
       pool, comm, plan, {}, algo, {}, options);
-  CHECK(sched.job_count() == (fuse_dense ? 4u : L)); // fused: W2 | b2 W1 b1 | W0 | b0 W-1
+  CHECK(sched.job_count() == want_jobs);
   for (int it = 0; it < 3; ++it) {
     const std::uint64_t s0 = seed + 97 * static_cast<std::uint64_t>(it);
     // a full shard and a short one alternate, so stale rows of the last iteration would show
@@ -508,6 +510,11 @@ void scheduler_case_on(Comm& comm, Tr& t, std::uint64_t seed, bool fuse_dense, i
       std::size_t end = i + 1;
       if (fuse_dense)
         while (end < L && shapes[end].how == scheme::dense) ++end;
+      if (!bucket_ends.empty()) { // dense tensors fuse up to the end of i's bucket
+        std::size_t b = 0;
+        while (bucket_ends[b] <= i) ++b;
+        while (end < bucket_ends[b] && shapes[end].how == scheme::dense) ++end;
+      }
       std::vector<T> want;
       for (std::size_t k = i; k < end; ++k)
         want.insert(want.end(), local[k].begin(), local[k].end());
@@ -536,12 +543,25 @@ void scheduler_case_on(Comm& comm, Tr& t, std::uint64_t seed, bool fuse_dense, i
 /// scheduler over `device_only<Tr>` (NCCL's rule); the references stay on `t`.
 template <class T, class Algo = tcoll::ring, class Red = tcoll::cpu_reducer, class Tr>
 void scheduler_case(Tr& t, std::uint64_t seed, bool fuse_dense, int order, const Algo& algo = {}) {
+  const std::size_t want_jobs = fuse_dense ? 4 : 7; // fused: W2 | b2 W1 b1 | W0 | b0 W-1
   if constexpr (std::is_same_v<Red, tcoll::cpu_reducer>) {
-    scheduler_case_on<T, Red>(t, t, seed, fuse_dense, order, algo);
+    scheduler_case_on<T, Red>(t, t, seed, fuse_dense, order, algo, {}, want_jobs);
   } else {
     device_only<Tr> device(t);
-    scheduler_case_on<T, Red>(device, t, seed, fuse_dense, order, algo);
+    scheduler_case_on<T, Red>(device, t, seed, fuse_dense, order, algo, {}, want_jobs);
   }
+}
+
+/// The same with a fusion planner's buckets (`dense_buckets`) over the 7 tensors
+/// S d d d S d d: ends {2, 4, 7} make the jobs W2 | b2 | W1 b1 | W0 | b0 W-1 (5; the first
+/// bucket's SFB tensor splits it); ends {7}, one bucket, fuse like `fuse_dense` (4); ends
+/// {1, ..., 7} are one job per tensor (7).
+template <class T, class Algo = tcoll::ring, class Tr>
+void scheduler_buckets_case(Tr& t, std::uint64_t seed, int order, const Algo& algo = {}) {
+  scheduler_case_on<T, tcoll::cpu_reducer>(t, t, seed, false, order, algo, {2, 4, 7}, 5);
+  scheduler_case_on<T, tcoll::cpu_reducer>(t, t, seed + 1, false, order, algo, {7}, 4);
+  scheduler_case_on<T, tcoll::cpu_reducer>(t, t, seed + 2, false, order, algo,
+                                           {1, 2, 3, 4, 5, 6, 7}, 7);
 }
 
 /// Bad use of the hybrid scheduler: a plan that does not fit the pool, the wrong mark for a
@@ -566,6 +586,20 @@ void scheduler_bad_use_case(Tr& t) {
                      tcoll::hybrid::hybrid_scheduler<Tr, float> s(pool, t, short_plan);
                    }).what,
                    "the plan has 1 tensors but the pool holds 2"));
+    tcoll::hybrid::hybrid_scheduler_options buckets;
+    buckets.dense_buckets.ends = {1}; // the pool has 2 tensors
+    CHECK(contains(catch_invalid([&] {
+                     tcoll::hybrid::hybrid_scheduler<Tr, float> s(pool, t, plan, {}, {}, {},
+                                                                  buckets);
+                   }).what,
+                   "dense_buckets does not partition the pool's 2 tensors"));
+    buckets.dense_buckets.ends = {1, 2};
+    buckets.fuse_dense = true;
+    CHECK(contains(catch_invalid([&] {
+                     tcoll::hybrid::hybrid_scheduler<Tr, float> s(pool, t, plan, {}, {}, {},
+                                                                  buckets);
+                   }).what,
+                   "fuse_dense and options.dense_buckets both set"));
   }
   tcoll::hybrid::hybrid_scheduler<Tr, float> s(pool, t, plan);
   const std::vector<float> u(6, 1.0f), v(4, 1.0f);

@@ -54,6 +54,11 @@ TEST_CASE("mpi: hybrid_scheduler jobs during backward give the blocking calls' b
   }
 }
 
+TEST_CASE("mpi: hybrid_scheduler with a fusion planner's buckets (dense_buckets)") {
+  auto t = make();
+  scheduler_buckets_case<float>(t, 2200, 1);
+}
+
 TEST_CASE("mpi: hybrid_scheduler bad use names the tensor; an unmarked tensor fails every rank") {
   auto t = tcoll::mpi_transport(MPI_COMM_WORLD, 5s);
   scheduler_bad_use_case(t);

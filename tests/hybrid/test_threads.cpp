@@ -124,6 +124,17 @@ TEST_CASE("hybrid_scheduler: per-tensor jobs during backward (Poseidon Algorithm
   }
 }
 
+TEST_CASE("hybrid_scheduler with a fusion planner's buckets (dense_buckets): dense tensors "
+          "fuse within a bucket, SFB tensors split it; the blocking calls' bits") {
+  for (int P : quick() ? std::vector<int>{1, 3} : std::vector<int>{1, 2, 3, 5}) {
+    CAPTURE(P);
+    on_team(P, [&](tcoll::thread_transport& t) {
+      scheduler_buckets_case<float>(t, 2000, 0);
+      scheduler_buckets_case<double>(t, 2100, 2, tcoll::recursive_doubling{});
+    });
+  }
+}
+
 TEST_CASE("hybrid_scheduler: bad use names the tensor; an unmarked tensor fails every rank") {
   make_plan_case();
   for (int P : {1, 2, 3}) {

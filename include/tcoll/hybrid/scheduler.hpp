@@ -22,7 +22,9 @@
 ///  - One job per tensor, as in Algorithm 2 ("one sync job per layer"). A bias is a dense
 ///    tensor of its own; `hybrid_scheduler_options::fuse_dense` instead fuses each run of
 ///    consecutive dense tensors into one allreduce (they are contiguous in the pool), which
-///    saves a latency per bias on slow links.
+///    saves a latency per bias on slow links; `dense_buckets` takes a fusion planner's
+///    buckets instead (dense tensors fuse within a bucket, SFB tensors split buckets), so
+///    any plan of tcoll's planners runs during backward here as in `overlap_scheduler`.
 ///  - An SFB tensor of the pool is output only: its job never reads it, and the
 ///    reconstruction in `finish()` overwrites every element. So backward may leave it
 ///    unwritten, skipping the dense weight gradient (the training app's mlp does), or write it
@@ -44,6 +46,7 @@
 #include <variant>
 #include <vector>
 
+#include "../plan/bucket_plan.hpp"
 #include "../schedule/gradient_pool.hpp"
 #include "../schedule/nonblocking.hpp"
 #include "../schedule/scheduler.hpp"
@@ -90,6 +93,11 @@ hybrid_plan make_hybrid_plan(std::span<const layer> layers, int ranks, std::size
 struct hybrid_scheduler_options {
   /// One allreduce per run of consecutive dense tensors instead of one per tensor.
   bool fuse_dense = false;
+  /// A fusion planner's buckets over the pool's tensors (`plan::make_plan`; empty: not
+  /// used). Consecutive dense tensors of one bucket share one allreduce; an SFB tensor is
+  /// always a job of its own, so it splits the bucket it falls in. Excludes `fuse_dense`
+  /// (which is the one-bucket plan).
+  plan::bucket_plan dense_buckets{};
   /// The ring allgather of the SFB jobs.
   sfb_options sfb{};
   /// Exchange a hash of the plan and the pool's shape at construction, throwing an error
@@ -248,6 +256,17 @@ private:
       throw invalid_argument("hybrid_scheduler: plan.batch (K) is 0 but " +
                                  std::to_string(plan_.sfb_count()) + " tensors go SFB",
                              rank());
+    if (!options_.dense_buckets.ends.empty()) {
+      if (options_.fuse_dense)
+        throw invalid_argument("hybrid_scheduler: options.fuse_dense and options.dense_buckets "
+                               "both set; fuse_dense is the plan of one bucket",
+                               rank());
+      if (!plan::is_valid(options_.dense_buckets, L))
+        throw invalid_argument("hybrid_scheduler: options.dense_buckets does not partition the "
+                               "pool's " +
+                                   std::to_string(L) + " tensors into contiguous buckets",
+                               rank());
+    }
     for (std::size_t i = 0; i < L; ++i) {
       const tensor_scheme& s = plan_.tensors[i];
       if (s.how == scheme::sfb && s.rows * s.cols != pool_->tensor_size(i))
@@ -264,6 +283,7 @@ private:
     h = tcoll::detail::fnv1a(h, sizeof(T));
     h = tcoll::detail::fnv1a(h, plan_.batch);
     h = tcoll::detail::fnv1a(h, options_.fuse_dense);
+    for (std::size_t end : options_.dense_buckets.ends) h = tcoll::detail::fnv1a(h, end + 1);
     h = tcoll::detail::fnv1a(h, pool_->tensor_count());
     for (std::size_t i = 0; i < pool_->tensor_count(); ++i) {
       const tensor_scheme& s = plan_.tensors[i];
@@ -305,6 +325,11 @@ private:
       std::size_t end = i + 1;
       if (j.how == scheme::dense && options_.fuse_dense)
         while (end < L && plan_.tensors[end].how == scheme::dense) ++end;
+      if (j.how == scheme::dense && !options_.dense_buckets.ends.empty()) {
+        const auto& ends = options_.dense_buckets.ends; // the bucket holding i ends at *e
+        const std::size_t bucket_end = *std::upper_bound(ends.begin(), ends.end(), i);
+        while (end < bucket_end && plan_.tensors[end].how == scheme::dense) ++end;
+      }
       j.end = end;
       if (j.how == scheme::sfb) {
         const tensor_scheme& s = plan_.tensors[i];
