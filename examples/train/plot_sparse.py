@@ -18,7 +18,7 @@ import re
 import statistics
 import sys
 
-NAME = re.compile(r"^(dense|csc|topk)(?:_d([0-9.]+))?_p(\d+)(?:_(error_feedback))?(?:_seed(\d+))?$")
+NAME = re.compile(r"^(dense|csc|topk)(?:_d([0-9.]+))?_p(\d+)(?:_(error_feedback|dgc))?(?:_seed(\d+))?$")
 
 
 def load(directory):
@@ -58,7 +58,8 @@ def label(run):
     if run["scheme"] == "dense":
         return "dense"
     sparsity = round(100 * (1 - run["density"]))
-    extra = " (error feedback)" if run["residual"] == "error_feedback" else ""
+    extra = {"error_feedback": " (error feedback)", "dgc": " (DGC momentum correction)"}.get(
+        run["residual"], "")
     return f"{run['scheme']} {sparsity}% sparse{extra}"
 
 

@@ -12,7 +12,11 @@
 ///  - `topk_exchange`: the fine-grained baseline (`tcoll::sparse::topk_allreduce`): every
 ///    rank adds its residual, keeps its own k largest-magnitude elements, the ranks
 ///    allgather (index, value) pairs and every rank sums them into a dense gradient, which
-///    the optimiser's ordinary dense momentum step applies.
+///    the optimiser's ordinary dense momentum step applies. With `--residual dgc` it is
+///    DGC's momentum correction with masking (`tcoll::sparse::dgc_allreduce`: velocity and
+///    accumulation per rank, the accumulation's top k sent and cleared with its velocity)
+///    and plain SGD steps; its dense warm-up steps send velocity + accumulation unmasked
+///    (masking everything would stop all momentum), which is momentum SGD exactly.
 ///
 /// Both follow the same linear warm-up (`tcoll::sparse::warmup_density`: dense at step 0,
 /// the target density from step `warmup` on) and the same residual rules. Every byte they
@@ -47,6 +51,10 @@ struct sparse_options {
   /// Residual of what was not sent: `momentum_scaled` (Algorithm 1: momentum * g) or
   /// `error_feedback` (g).
   tcoll::sparse::residual_rule residual = tcoll::sparse::residual_rule::momentum_scaled;
+  /// topk only (`--residual dgc`): DGC's momentum correction and masking
+  /// (`tcoll::sparse::dgc_allreduce`) instead of a residual rule; the optimiser then takes
+  /// plain SGD steps (the momentum is inside what is sent).
+  bool dgc = false;
 };
 
 /// `x` as the shortest decimal that reads back the same (0.15, not 0.150000).
@@ -61,12 +69,19 @@ inline const char* residual_name(tcoll::sparse::residual_rule r) {
   return r == tcoll::sparse::residual_rule::momentum_scaled ? "momentum" : "error_feedback";
 }
 
+/// The command-line name of the options' residual handling (`dgc` or the rule's).
+inline const char* residual_label(const sparse_options& o) {
+  return o.dgc ? "dgc" : residual_name(o.residual);
+}
+
 /// Parses `momentum` or `error_feedback`; throws `std::invalid_argument` naming both.
 inline tcoll::sparse::residual_rule parse_residual(const std::string& name) {
   if (name == "momentum") return tcoll::sparse::residual_rule::momentum_scaled;
   if (name == "error_feedback") return tcoll::sparse::residual_rule::error_feedback;
-  throw std::invalid_argument("unknown residual rule '" + name +
-                              "' (momentum: Algorithm 1's momentum * g; error_feedback: g)");
+  throw std::invalid_argument(
+      "unknown residual rule '" + name +
+      "' (momentum: Algorithm 1's momentum * g; error_feedback: g; dgc: topk only, DGC's "
+      "momentum correction)");
 }
 
 /// GradientFlow CSC over the model's gradient pool (see the file comment).
@@ -132,8 +147,9 @@ public:
   topk_exchange(Comm& comm, mlp& model, const Algo& algo, const sparse_options& o,
                 const sgd_config& sgd)
       : comm_(&comm), model_(&model), algo_(algo), options_(o), momentum_(sgd.momentum),
-        residual_(model.gradients().size(), 0.0f) {
+        learning_rate_(sgd.learning_rate), residual_(model.gradients().size(), 0.0f) {
     tcoll::sparse::check_density(o.density, "topk_exchange", comm.rank());
+    if (o.dgc) velocity_.assign(residual_.size(), 0.0f); // residual_ is DGC's accumulation
   }
   void gradient_ready(std::size_t) override {}
   void finish_step() override {
@@ -142,6 +158,7 @@ public:
     const double density =
         tcoll::sparse::warmup_density(options_.density, options_.warmup_steps, step_++);
     last_k_ = tcoll::sparse::topk_count(density, n);
+    if (options_.dgc) return dgc_step(g);
     if (last_k_ == n) { // dense: nothing stays behind
       for (std::size_t i = 0; i < n; ++i) g[i] += residual_[i];
       std::fill(residual_.begin(), residual_.end(), 0.0f);
@@ -158,22 +175,47 @@ public:
     const auto ranks = static_cast<float>(comm_->size());
     for (float& x : g) x /= ranks;
   }
+  /// DGC's steps are plain SGD (the momentum is in the exchanged values).
+  void apply_update(mlp& model, sgd_momentum& optimiser) override {
+    if (!options_.dgc) return optimiser.step(model.parameters(), model.gradients());
+    const std::span<float> w = model.parameters();
+    const std::span<const float> g = model.gradients();
+    for (std::size_t i = 0; i < w.size(); ++i) w[i] -= learning_rate_ * g[i];
+  }
   std::string describe() const override {
     return "topk: " +
            std::to_string(tcoll::sparse::topk_count(options_.density, residual_.size())) + " of " +
            std::to_string(residual_.size()) + " elements per rank (density " +
            shortest_decimal(options_.density) + ") after a " +
            std::to_string(options_.warmup_steps) + "-step warm-up, residual " +
-           residual_name(options_.residual);
+           residual_label(options_);
   }
 
 private:
+  void dgc_step(std::span<float> g) {
+    const std::size_t n = g.size();
+    if (last_k_ == n) { // dense warm-up: velocity + accumulation, nothing masked
+      for (std::size_t i = 0; i < n; ++i) {
+        velocity_[i] = momentum_ * velocity_[i] + g[i];
+        g[i] = residual_[i] + velocity_[i];
+      }
+      std::fill(residual_.begin(), residual_.end(), 0.0f);
+      tcoll::allreduce(*comm_, g, tcoll::avg_op{}, algo_);
+      return;
+    }
+    tcoll::sparse::dgc_allreduce(*comm_, g.data(), g.data(), n, last_k_, velocity_.data(),
+                                 residual_.data(), momentum_);
+    const auto ranks = static_cast<float>(comm_->size());
+    for (float& x : g) x /= ranks;
+  }
+
   Comm* comm_;
   mlp* model_;
   Algo algo_;
   sparse_options options_;
-  float momentum_;
-  std::vector<float> residual_;
+  float momentum_, learning_rate_;
+  std::vector<float> residual_; ///< the residual, or with DGC the accumulation v
+  std::vector<float> velocity_; ///< DGC's velocity u (empty without DGC)
   std::size_t step_ = 0, last_k_ = 0;
 };
 

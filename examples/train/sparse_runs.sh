@@ -39,6 +39,10 @@ for density in 0.15 0.01; do
   run "csc_d${density}_p4_error_feedback" --ranks 4 --scheme csc --density "$density" --residual error_feedback
   run "topk_d${density}_p4_error_feedback" --ranks 4 --scheme topk --density "$density" --residual error_feedback
 done
+# DGC's momentum correction and masking (top-k only) at 85 % and 99 % sparsity (4 ranks).
+for density in 0.15 0.01; do
+  run "topk_d${density}_p4_dgc" --ranks 4 --scheme topk --density "$density" --residual dgc
+done
 # Seed spread of the goal comparison (seed 1 is above).
 for seed in 2 3 4 5; do
   run "dense_p4_seed${seed}" --ranks 4 --seed "$seed"

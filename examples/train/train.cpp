@@ -122,7 +122,9 @@ void print_usage(std::FILE* to) {
                "  --chunk N           csc: elements per chunk (default 1000)\n"
                "  --warmup N          csc/topk: steps of linear ramp from dense (default 30)\n"
                "  --residual RULE     csc/topk: what unsent gradient becomes: momentum\n"
-               "                      (momentum * g, Algorithm 1; default) or error_feedback (g)\n"
+               "                      (momentum * g, Algorithm 1; default) or error_feedback (g);\n"
+               "                      topk also dgc (DGC's momentum correction and masking,\n"
+               "                      plain SGD steps)\n"
                "  --scheme hybrid     per FC layer SFB or dense by best_scheme at plan time,\n"
                "                      biases dense (model link: --link-gbit, else 10 Gbit/s)\n"
                "  --gemm-us X         hybrid: plan cost of one SFB reconstruction multiply-add;\n"
@@ -242,7 +244,9 @@ options parse_options(int argc, char** argv) {
       sparse_flag = flag;
     } else if (flag == "--residual") {
       try {
-        o.sparse.residual = train::parse_residual(value);
+        o.sparse.dgc = std::string_view(value) == "dgc";
+        o.sparse.residual = o.sparse.dgc ? tcoll::sparse::residual_rule::error_feedback
+                                         : train::parse_residual(value);
       } catch (const std::invalid_argument& e) {
         throw usage_error(std::string("--residual: ") + e.what());
       }
@@ -329,6 +333,8 @@ options parse_options(int argc, char** argv) {
       throw usage_error(std::string("--algo: ") + e.what() + " or automatic");
     }
   }
+  if (o.sparse.dgc && o.scheme != "topk")
+    throw usage_error("--residual dgc applies to --scheme topk");
   if (!sparse_flag.empty() && o.scheme == "dense")
     throw usage_error(std::string(sparse_flag) + " applies to --scheme csc or topk");
   if (o.overlap.empty()) o.overlap = o.scheme == "hybrid" ? "layerwise" : "none";
@@ -603,7 +609,7 @@ void write_json(const std::string& path, const options& o, int ranks, std::size_
       << ", \"momentum\": " << shortest(o.sgd.momentum) << ", \"seed\": " << o.seed;
   if (o.scheme != "dense")
     out << ", \"density\": " << o.sparse.density << ", \"warmup_steps\": " << o.sparse.warmup_steps
-        << ", \"residual\": \"" << train::residual_name(o.sparse.residual) << "\"";
+        << ", \"residual\": \"" << train::residual_label(o.sparse) << "\"";
   if (o.scheme == "csc") out << ", \"chunk_elements\": " << o.sparse.chunk_elements;
   out << ", \"train_samples\": " << train_samples << ", \"test_samples\": " << test_samples
       << ", \"parameters\": " << parameters << ", \"layer_widths\": [";

@@ -690,4 +690,61 @@ void topk_case(Tr& t, std::size_t n, std::size_t k) {
   CHECK_THROWS_AS(sp::topk_allreduce(t, in.data(), out.data(), n, n + 1), invalid_argument);
 }
 
+/// DGC's momentum correction with masking (`dgc_allreduce`) against this file's own
+/// simulation of every rank, three steps, momentum 0.5 and gradients that are multiples of
+/// 1/8 (so every value is exact in float and a wrong operation shows): per rank u = 0.5 u +
+/// g, v = v + u, the k largest |v| (stable sort: ties to the lower index) go out and are
+/// cleared in u and v; the output is the sum of every rank's sent values.
+template <class Tr>
+void dgc_case(Tr& t, std::size_t n, std::size_t k) {
+  using namespace tcoll;
+  const int P = t.size(), r = t.rank();
+  auto grad = [](int q, int step, std::size_t i) {
+    return integral(q, 40 + step, i) / 8.0f + (i % 3 == 0 ? 0.125f : 0.0f);
+  };
+  std::vector<std::vector<double>> u(static_cast<std::size_t>(P), std::vector<double>(n, 0.0)),
+      v = u;
+  std::vector<float> vel(n, 0.0f), acc(n, 0.0f), out(n);
+  for (int step = 0; step < 3; ++step) {
+    std::vector<float> g(n);
+    for (std::size_t i = 0; i < n; ++i) g[i] = grad(r, step, i);
+    const auto rep = sp::dgc_allreduce(t, g.data(), out.data(), n, k, vel.data(), acc.data(), 0.5);
+    CHECK(rep.k == k);
+    std::vector<double> want(n, 0.0);
+    for (int q = 0; q < P; ++q) {
+      auto& uq = u[static_cast<std::size_t>(q)];
+      auto& vq = v[static_cast<std::size_t>(q)];
+      for (std::size_t i = 0; i < n; ++i) {
+        uq[i] = 0.5 * uq[i] + grad(q, step, i);
+        vq[i] += uq[i];
+      }
+      std::vector<std::size_t> idx(n);
+      std::iota(idx.begin(), idx.end(), std::size_t{0});
+      std::stable_sort(idx.begin(), idx.end(), [&](std::size_t a, std::size_t b) {
+        return std::fabs(vq[a]) > std::fabs(vq[b]);
+      });
+      for (std::size_t j = 0; j < k; ++j) {
+        want[idx[j]] += vq[idx[j]];
+        uq[idx[j]] = 0.0;
+        vq[idx[j]] = 0.0;
+      }
+    }
+    std::size_t wrong = 0;
+    for (std::size_t i = 0; i < n; ++i) {
+      wrong += static_cast<double>(out[i]) != want[i];
+      wrong += static_cast<double>(vel[i]) != u[static_cast<std::size_t>(r)][i];
+      wrong += static_cast<double>(acc[i]) != v[static_cast<std::size_t>(r)][i];
+    }
+    CAPTURE(step);
+    CHECK(wrong == 0);
+    CHECK(identical_on_all_ranks(t, out.data(), n * sizeof(float)));
+  }
+  std::vector<float> g(n, 1.0f);
+  CHECK_THROWS_AS(sp::dgc_allreduce(t, g.data(), out.data(), n, k, vel.data(), acc.data(), 1.0),
+                  invalid_argument);
+  CHECK_THROWS_AS(sp::dgc_allreduce(t, g.data(), out.data(), n, k, static_cast<float*>(nullptr),
+                                    acc.data(), 0.5),
+                  invalid_argument);
+}
+
 } // namespace sparse_test

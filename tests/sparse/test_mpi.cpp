@@ -87,6 +87,11 @@ TEST_CASE("mpi: top-k baseline") {
     topk_case(t, 500, k);
 }
 
+TEST_CASE("mpi: DGC momentum correction and masking around top-k") {
+  auto t = make();
+  for (std::size_t k : {std::size_t{7}, std::size_t{60}}) dgc_case(t, 300, k);
+}
+
 int main(int argc, char** argv) {
   int provided = 0;
   MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &provided);

@@ -225,6 +225,17 @@ TEST_CASE("top-k baseline: per-rank top-k, allgather of pairs, sum; bytes") {
   }
 }
 
+TEST_CASE("DGC momentum correction and masking around top-k: three steps against a "
+          "simulation of every rank") {
+  for (int P : {1, 2, 3, 5}) {
+    CAPTURE(P);
+    on_team(P, [](tcoll::thread_transport& t) {
+      for (std::size_t k : {std::size_t{0}, std::size_t{7}, std::size_t{60}, std::size_t{300}})
+        dgc_case(t, 300, k);
+    });
+  }
+}
+
 TEST_CASE("CSC against top-k at the same density: bytes per rank") {
   const int P = 8;
   const std::size_t n = 64 * 1000; // 64 chunks of 1000
