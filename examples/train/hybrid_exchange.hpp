@@ -26,7 +26,8 @@
 /// Either way each run of consecutive dense tensors is one allreduce (`fuse_dense`, default;
 /// `--fuse-dense 0` for one per tensor), the same runs in both, so both give the same bits.
 /// Overlapped, `--overlap PLANNER` (any of tcoll's fusion planners but `layerwise`) groups
-/// the dense tensors by that planner's buckets instead (`hybrid_config::planner`).
+/// the dense tensors by that planner's buckets instead (`hybrid_config::planner`), re-planned
+/// from measurements after `--autotune N` steps.
 /// Backward computes only the factors of an SFB layer, as Poseidon does: at plan time the
 /// exchange marks each SFB layer with `mlp::set_weight_gradient_from_factors`, so backward
 /// skips its dense M x N weight-gradient GEMM (the bias gradient and the error sent on to the
@@ -76,6 +77,10 @@ struct hybrid_config {
   /// the dense tensors (`hybrid_scheduler_options::dense_buckets`; SFB tensors split them)
   /// instead of `fuse_dense`'s runs; empty: none.
   std::string planner;
+  /// With `planner`: steps measured before the scheduler re-plans the buckets with it from
+  /// the measured backward times and dense jobs (`hybrid_scheduler_options::
+  /// autotune_iterations`; 0: keep the first plan).
+  std::size_t autotune_steps = 0;
 };
 
 /// Per-layer SFB or dense exchange, chosen at plan time (see the file comment).
@@ -146,7 +151,11 @@ public:
       model.bind_gradients(pool_->all());
       tcoll::hybrid::hybrid_scheduler_options options;
       options.fuse_dense = fuse_dense_;
-      if (!planner_.empty()) options.dense_buckets = planned_buckets();
+      if (!planner_.empty()) {
+        options.dense_buckets = planned_buckets();
+        options.autotune_iterations = c.autotune_steps;
+        options.autotune_planner = *tcoll::plan::planner_by_name(planner_);
+      }
       scheduler_.emplace(*pool_, comm, std::move(plan), tcoll::avg_op{}, algo,
                          tcoll::hybrid::eigen_gemm{}, options);
       bytes_mark_ = bytes_now(); // the plan check's allreduce is not a step's traffic
@@ -229,7 +238,8 @@ public:
                       std::to_string(comm_->size()) + " ranks, " +
                       (overlap_ ? "jobs during backward" : "after backward") +
                       (!planner_.empty() ? ", dense buckets of planner " + planner_ + " (" +
-                                               std::to_string(scheduler_->job_count()) + " jobs)"
+                                               std::to_string(scheduler_->job_count()) + " jobs" +
+                                               (scheduler_->autotuned() ? ", autotuned" : "") + ")"
                        : fuse_dense_ ? ", dense runs fused"
                                      : ", a job per tensor") +
                       ", " + gemm + "):";

@@ -154,8 +154,9 @@ void print_usage(std::FILE* to) {
                "                      gradient appears, Poseidon Algorithm 2), another planner\n"
                "                      (its buckets group the dense tensors; --fuse-dense\n"
                "                      then does not apply) or none\n"
-               "  --autotune N        with --overlap: re-plan after N measured steps (default 5,\n"
-               "                      0: keep the first plan)\n"
+               "  --autotune N        with --overlap PLANNER: re-plan after N measured steps\n"
+               "                      (default 5, 0: keep the first plan; hybrid: the dense\n"
+               "                      buckets, not with layerwise)\n"
                "  --transport NAME    threads (default) or mpi (when built with MPI)\n"
                "  --json FILE         write per-epoch records\n"
                "  --data FILE         MNIST csv.gz (default data/mnist/mnist_5k.csv.gz)\n"
@@ -461,14 +462,15 @@ std::vector<epoch_record> train_rank(Transport& t, const options& o,
     else if (o.scheme == "hybrid")
       exchange = std::make_unique<train::hybrid_exchange<comm_type, algo_type>>(
           counted, model, algo,
-          train::hybrid_config{
-              .global_batch = o.global_batch,
-              .link_gbit = o.link_gbit > 0 ? o.link_gbit : 10.0,
-              .link_alpha_us = o.link_gbit > 0 ? o.link_latency_us : 20.0,
-              .overlap = o.overlap != "none",
-              .gemm_us_per_multiply_add = o.gemm_us,
-              .fuse_dense = o.fuse_dense,
-              .planner = o.overlap == "none" || o.overlap == "layerwise" ? "" : o.overlap});
+          train::hybrid_config{.global_batch = o.global_batch,
+                               .link_gbit = o.link_gbit > 0 ? o.link_gbit : 10.0,
+                               .link_alpha_us = o.link_gbit > 0 ? o.link_latency_us : 20.0,
+                               .overlap = o.overlap != "none",
+                               .gemm_us_per_multiply_add = o.gemm_us,
+                               .fuse_dense = o.fuse_dense,
+                               .planner =
+                                   o.overlap == "none" || o.overlap == "layerwise" ? "" : o.overlap,
+                               .autotune_steps = o.autotune_steps});
     else if (o.scheme == "topk")
       exchange = std::make_unique<train::topk_exchange<comm_type, algo_type>>(counted, model, algo,
                                                                               o.sparse, o.sgd);

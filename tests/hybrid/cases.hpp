@@ -564,6 +564,82 @@ void scheduler_buckets_case(Tr& t, std::uint64_t seed, int order, const Algo& al
                                            {1, 2, 3, 4, 5, 6, 7}, 7);
 }
 
+/// Autotune: the 7-tensor model of `scheduler_case` with `autotune_iterations = 2` and
+/// `planner`; 4 iterations. From the third on the jobs follow the re-plan: rank 0's, agreed
+/// by every rank (`single`: one bucket, so the fused runs, 4 jobs, worked out by hand;
+/// `want_jobs_after` 0: not checked, for planners that follow the measurements). Every
+/// iteration's pool must equal the blocking calls over the jobs that ran (the partition
+/// `finish()` reports), bit for bit, identical on every rank.
+template <class T, class Tr, class Planner>
+void scheduler_autotune_case(Tr& t, std::uint64_t seed, const Planner& planner,
+                             std::size_t want_jobs_after) {
+  using tcoll::hybrid::scheme;
+  const int r = t.rank();
+  const std::size_t K = 3;
+  const std::vector<std::pair<std::size_t, std::size_t>> sfb_shape{{12, 7}, {0, 0}, {0, 0}, {0, 0},
+                                                                   {9, 30}, {0, 0}, {0, 0}};
+  const std::vector<std::size_t> sizes{84, 12, 63, 7, 270, 9, 37};
+  const std::size_t L = sizes.size();
+  tcoll::hybrid::hybrid_plan plan;
+  plan.batch = K;
+  for (const auto& [rows, cols] : sfb_shape)
+    plan.tensors.push_back({rows ? scheme::sfb : scheme::dense, rows, cols});
+  tcoll::gradient_pool<T> pool(sizes);
+  tcoll::hybrid::hybrid_scheduler_options options;
+  options.autotune_iterations = 2;
+  options.autotune_planner = planner;
+  tcoll::hybrid::hybrid_scheduler<Tr, T, tcoll::sum_op, tcoll::ring> sched(pool, t, plan, {}, {},
+                                                                           {}, options);
+  CHECK(sched.job_count() == L); // no buckets yet: a job per tensor
+  for (int it = 0; it < 4; ++it) {
+    const std::uint64_t s0 = seed + 31 * static_cast<std::uint64_t>(it);
+    std::vector<factors<T>> f(L);
+    std::vector<std::vector<T>> local(L);
+    for (std::size_t i = 0; i < L; ++i) {
+      if (sfb_shape[i].first) {
+        f[i] = make_factors<T>(s0 + i, r, K, sfb_shape[i].first, sfb_shape[i].second, false);
+      } else {
+        local[i] = make_factors<T>(s0 + i, r, 1, sizes[i], 1, false).u;
+        std::copy(local[i].begin(), local[i].end(), pool.tensor(i).begin());
+      }
+    }
+    for (std::size_t i = 0; i < L; ++i) {
+      if (sfb_shape[i].first)
+        sched.mark_factors_ready(i, f[i].u.data(), f[i].v.data(), K);
+      else
+        sched.mark_ready(i);
+    }
+    const auto& timing = sched.finish();
+    CAPTURE(it);
+    CHECK(sched.autotuned() == (it >= 1));
+    CHECK(sched.fitted_cost().has_value() == (it >= 1));
+    if (it >= 2 && want_jobs_after) CHECK(timing.jobs.size() == want_jobs_after);
+    std::size_t covered = 0;
+    for (const auto& job : timing.jobs) {
+      REQUIRE(job.first_tensor == covered);
+      covered = job.end_tensor;
+      const std::size_t i = job.first_tensor;
+      if (job.how == scheme::sfb) {
+        REQUIRE(job.end_tensor == i + 1);
+        std::vector<T> want(sizes[i]);
+        tcoll::hybrid::sfb_allreduce(t, f[i].u.data(), f[i].v.data(), K, sfb_shape[i].first,
+                                     sfb_shape[i].second, want.data());
+        CHECK(std::memcmp(pool.tensor(i).data(), want.data(), want.size() * sizeof(T)) == 0);
+        continue;
+      }
+      std::vector<T> want;
+      for (std::size_t k = i; k < job.end_tensor; ++k) {
+        REQUIRE(!sfb_shape[k].first); // a dense job never spans an SFB tensor
+        want.insert(want.end(), local[k].begin(), local[k].end());
+      }
+      tcoll::allreduce(t, std::span<T>(want), tcoll::sum_op{}, tcoll::ring{});
+      CHECK(std::memcmp(pool.tensor(i).data(), want.data(), want.size() * sizeof(T)) == 0);
+    }
+    CHECK(covered == L);
+    CHECK(identical_on_all_ranks(t, pool.data(), pool.size() * sizeof(T)));
+  }
+}
+
 /// Bad use of the hybrid scheduler: a plan that does not fit the pool, the wrong mark for a
 /// tensor's scheme, a double mark, more samples than K; every error names the tensor. Then a
 /// rank (`early`) that calls `finish()` before marking its last tensor gets invalid_argument
@@ -593,6 +669,13 @@ void scheduler_bad_use_case(Tr& t) {
                                                                   buckets);
                    }).what,
                    "dense_buckets does not partition the pool's 2 tensors"));
+    tcoll::hybrid::hybrid_scheduler_options tune;
+    tune.autotune_iterations = 1;
+    tune.fuse_dense = true;
+    CHECK(contains(catch_invalid([&] {
+                     tcoll::hybrid::hybrid_scheduler<Tr, float> s(pool, t, plan, {}, {}, {}, tune);
+                   }).what,
+                   "autotune_iterations re-plans the dense buckets and excludes"));
     buckets.dense_buckets.ends = {1, 2};
     buckets.fuse_dense = true;
     CHECK(contains(catch_invalid([&] {

@@ -59,6 +59,12 @@ TEST_CASE("mpi: hybrid_scheduler with a fusion planner's buckets (dense_buckets)
   scheduler_buckets_case<float>(t, 2200, 1);
 }
 
+TEST_CASE("mpi: hybrid_scheduler autotune re-plans the dense buckets, rank 0's plan") {
+  auto t = make();
+  scheduler_autotune_case<float>(t, 3300, tcoll::plan::single_planner{}, 4);
+  scheduler_autotune_case<float>(t, 3400, tcoll::plan::mgwfbp_planner{}, 0);
+}
+
 TEST_CASE("mpi: hybrid_scheduler bad use names the tensor; an unmarked tensor fails every rank") {
   auto t = tcoll::mpi_transport(MPI_COMM_WORLD, 5s);
   scheduler_bad_use_case(t);

@@ -135,6 +135,18 @@ TEST_CASE("hybrid_scheduler with a fusion planner's buckets (dense_buckets): den
   }
 }
 
+TEST_CASE("hybrid_scheduler autotune: re-plans the dense buckets from measurements after 2 "
+          "iterations, rank 0's plan on every rank; the blocking calls' bits throughout") {
+  for (int P : {1, 2, 3}) {
+    CAPTURE(P);
+    on_team(P, [&](tcoll::thread_transport& t) {
+      scheduler_autotune_case<float>(t, 3000, tcoll::plan::single_planner{}, 4);
+      scheduler_autotune_case<double>(t, 3100, tcoll::plan::layerwise_planner{}, 7);
+      scheduler_autotune_case<float>(t, 3200, tcoll::plan::optimal_planner{}, 0);
+    });
+  }
+}
+
 TEST_CASE("hybrid_scheduler: bad use names the tensor; an unmarked tensor fails every rank") {
   make_plan_case();
   for (int P : {1, 2, 3}) {

@@ -46,7 +46,9 @@
 #include <variant>
 #include <vector>
 
+#include "../plan/any_planner.hpp"
 #include "../plan/bucket_plan.hpp"
+#include "../plan/calibrate.hpp"
 #include "../schedule/gradient_pool.hpp"
 #include "../schedule/nonblocking.hpp"
 #include "../schedule/scheduler.hpp"
@@ -98,6 +100,11 @@ struct hybrid_scheduler_options {
   /// always a job of its own, so it splits the bucket it falls in. Excludes `fuse_dense`
   /// (which is the one-bucket plan).
   plan::bucket_plan dense_buckets{};
+  /// Autotune, as `overlap_scheduler`'s: measure this many iterations, then re-plan
+  /// `dense_buckets` with `autotune_planner` from the measured backward times (per tensor)
+  /// and a cost line fitted to the measured dense jobs (0: off). Excludes `fuse_dense`.
+  std::size_t autotune_iterations = 0;
+  plan::any_planner autotune_planner = plan::optimal_planner{};
   /// The ring allgather of the SFB jobs.
   sfb_options sfb{};
   /// Exchange a hash of the plan and the pool's shape at construction, throwing an error
@@ -112,12 +119,15 @@ struct hybrid_job_timing {
   clock::time_point ready{};    ///< its last tensor was marked
   clock::time_point started{};  ///< handed to the engine
   clock::time_point finished{}; ///< `finish()` had its result (reconstructed, for SFB)
+  /// Its communication on the engine thread (the allreduce, or the SFB allgathers).
+  clock::time_point comm_started{}, comm_finished{};
 };
 
 /// Timings of one hybrid iteration.
 struct hybrid_timing {
   clock::time_point begin{}, end{};
-  std::vector<hybrid_job_timing> jobs; ///< in plan order
+  std::vector<clock::time_point> tensor_ready; ///< per tensor: when it was marked
+  std::vector<hybrid_job_timing> jobs;         ///< in plan order
 };
 
 /// Poseidon's Algorithm 2 over a gradient pool (see the file comment). `Comm` is a
@@ -208,7 +218,11 @@ public:
         if (!first_error) first_error = std::current_exception();
       }
       j.started = false;
-      timing_.jobs[static_cast<std::size_t>(&j - jobs_.data())].finished = clock::now();
+      auto& jt = timing_.jobs[static_cast<std::size_t>(&j - jobs_.data())];
+      jt.finished = clock::now();
+      const auto ts = j.how == scheme::sfb ? j.sfb.timestamps() : j.dense.timestamps();
+      jt.comm_started = ts.started;
+      jt.comm_finished = ts.finished;
     }
     timing_.end = clock::now();
     if (unmarked < marked_.size() && !first_error) {
@@ -225,10 +239,17 @@ public:
     reset();
     if (first_error) std::rethrow_exception(first_error);
     ++iterations_;
+    if (options_.autotune_iterations && !autotuned_) autotune_step();
     return last_;
   }
 
   std::size_t iterations() const noexcept { return iterations_; }
+  /// The buckets that group the dense tensors now (empty: `fuse_dense` runs or a job per
+  /// tensor); after autotune, the agreed re-plan.
+  const plan::bucket_plan& dense_buckets() const noexcept { return options_.dense_buckets; }
+  /// Whether autotune has re-planned, and the cost line it fitted (nullopt before).
+  bool autotuned() const noexcept { return autotuned_; }
+  std::optional<plan::linear_cost> fitted_cost() const { return fitted_; }
 
 private:
   using sfb_handle = sfb_request<T, Op, Gemm, R>;
@@ -256,6 +277,10 @@ private:
       throw invalid_argument("hybrid_scheduler: plan.batch (K) is 0 but " +
                                  std::to_string(plan_.sfb_count()) + " tensors go SFB",
                              rank());
+    if (options_.autotune_iterations && options_.fuse_dense)
+      throw invalid_argument("hybrid_scheduler: options.autotune_iterations re-plans the dense "
+                             "buckets and excludes options.fuse_dense",
+                             rank());
     if (!options_.dense_buckets.ends.empty()) {
       if (options_.fuse_dense)
         throw invalid_argument("hybrid_scheduler: options.fuse_dense and options.dense_buckets "
@@ -278,12 +303,88 @@ private:
     }
   }
 
+  /// Sums `v` over the ranks (a ring allreduce in the reducer's memory).
+  void sum_over_ranks(std::vector<std::uint64_t>& v) {
+    if (v.empty()) return;
+    R& red = pool_->reducer();
+    auto buf = red.template allocate<std::uint64_t>(v.size());
+    if constexpr (host_device_copies<R>)
+      red.copy_from_host(buf.data(), v.data(), v.size());
+    else
+      red.copy(buf.data(), v.data(), v.size());
+    red.synchronize();
+    tcoll::allreduce(*comm_, buf.data(), buf.data(), v.size(), sum_op{}, ring{}, red);
+    if constexpr (host_device_copies<R>)
+      red.copy_to_host(v.data(), static_cast<const std::uint64_t*>(buf.data()), v.size());
+    else
+      red.copy(v.data(), buf.data(), v.size());
+    red.synchronize();
+  }
+
+  /// Autotune (see `hybrid_scheduler_options::autotune_iterations`): collects the finished
+  /// iteration's measurements; after the last measured one every rank plans from its own
+  /// measurements and all adopt rank 0's plan (so the jobs match on every rank).
+  void autotune_step() {
+    for (const auto& jt : last_.jobs)
+      if (jt.how == scheme::dense && jt.comm_finished > jt.comm_started)
+        samples_.push_back(
+            {static_cast<double>(pool_->range_size(jt.first_tensor, jt.end_tensor) * sizeof(T)),
+             std::chrono::duration<double, std::micro>(jt.comm_finished - jt.comm_started)
+                 .count()});
+    const std::size_t L = pool_->tensor_count();
+    backward_.resize(L);
+    auto prev = last_.begin;
+    for (std::size_t i = 0; i < L; ++i) {
+      backward_[i].push_back(std::max(
+          0.0, std::chrono::duration<double, std::micro>(last_.tensor_ready[i] - prev).count()));
+      prev = std::max(prev, last_.tensor_ready[i]);
+    }
+    if (iterations_ < options_.autotune_iterations) return;
+    plan::workload w;
+    for (std::size_t i = 0; i < L; ++i) {
+      auto v = backward_[i];
+      std::nth_element(v.begin(), v.begin() + static_cast<std::ptrdiff_t>(v.size() / 2), v.end());
+      const tensor_scheme& s = plan_.tensors[i];
+      // an SFB tensor sends its factors; it is a job of its own whatever the plan says
+      const std::size_t values =
+          s.how == scheme::sfb ? plan_.batch * (s.rows + s.cols) : pool_->tensor_size(i);
+      w.bytes.push_back(values * sizeof(T));
+      w.backward_us.push_back(v.empty() ? 0.0 : v[v.size() / 2]);
+    }
+    plan::linear_cost cost{};
+    try {
+      cost = plan::fit_linear(samples_);
+    } catch (const std::invalid_argument&) { // fewer than two sizes: a line through the origin
+      double bytes = 0, us = 0;
+      for (const auto& x : samples_) bytes += x.bytes, us += x.time_us;
+      cost = {0.0, bytes > 0 ? us / bytes : 0.0};
+    }
+    cost.startup_us = std::max(0.0, cost.startup_us);
+    cost.per_byte_us = std::max(0.0, cost.per_byte_us);
+    fitted_ = cost;
+    const plan::bucket_plan mine = plan::make_plan(options_.autotune_planner, w, cost);
+    std::vector<std::uint64_t> v(L + 1, 0); // rank 0's [bucket count, ends...]
+    if (comm_->rank() == 0) {
+      v[0] = mine.ends.size();
+      for (std::size_t k = 0; k < mine.ends.size(); ++k) v[k + 1] = mine.ends[k];
+    }
+    sum_over_ranks(v);
+    plan::bucket_plan agreed;
+    for (std::size_t k = 0; k < v[0]; ++k)
+      agreed.ends.push_back(static_cast<std::size_t>(v[k + 1]));
+    options_.dense_buckets = std::move(agreed);
+    build_jobs();
+    reset();
+    autotuned_ = true;
+  }
+
   void check_same_plan() {
     std::uint64_t h = 1469598103934665603ull;
     h = tcoll::detail::fnv1a(h, sizeof(T));
     h = tcoll::detail::fnv1a(h, plan_.batch);
     h = tcoll::detail::fnv1a(h, options_.fuse_dense);
     for (std::size_t end : options_.dense_buckets.ends) h = tcoll::detail::fnv1a(h, end + 1);
+    h = tcoll::detail::fnv1a(h, options_.autotune_iterations);
     h = tcoll::detail::fnv1a(h, pool_->tensor_count());
     for (std::size_t i = 0; i < pool_->tensor_count(); ++i) {
       const tensor_scheme& s = plan_.tensors[i];
@@ -293,19 +394,7 @@ private:
     const int P = comm_->size(), r = comm_->rank();
     std::vector<std::uint64_t> all(static_cast<std::size_t>(P), 0);
     all[static_cast<std::size_t>(r)] = h;
-    R& red = pool_->reducer();
-    auto buf = red.template allocate<std::uint64_t>(all.size());
-    if constexpr (host_device_copies<R>)
-      red.copy_from_host(buf.data(), all.data(), all.size());
-    else
-      red.copy(buf.data(), all.data(), all.size());
-    red.synchronize();
-    tcoll::allreduce(*comm_, buf.data(), buf.data(), all.size(), sum_op{}, ring{}, red);
-    if constexpr (host_device_copies<R>)
-      red.copy_to_host(all.data(), static_cast<const std::uint64_t*>(buf.data()), all.size());
-    else
-      red.copy(all.data(), buf.data(), all.size());
-    red.synchronize();
+    sum_over_ranks(all);
     for (int q = 1; q < P; ++q)
       if (all[static_cast<std::size_t>(q)] != all[0])
         throw invalid_argument("hybrid_scheduler: rank " + std::to_string(q) +
@@ -316,6 +405,7 @@ private:
 
   void build_jobs() {
     const std::size_t L = pool_->tensor_count();
+    jobs_.clear();
     job_of_.assign(L, 0);
     factors_.resize(L);
     for (std::size_t i = 0; i < L;) {
@@ -347,6 +437,7 @@ private:
 
   void reset() {
     marked_.assign(pool_->tensor_count(), 0);
+    timing_.tensor_ready.assign(pool_->tensor_count(), {});
     next_ = 0;
     for (std::size_t k = 0; k < jobs_.size(); ++k) {
       remaining_[k] = jobs_[k].end - jobs_[k].first;
@@ -375,6 +466,7 @@ private:
 
   void mark(std::size_t i) {
     marked_[i] = 1;
+    timing_.tensor_ready[i] = clock::now();
     const std::size_t k = job_of_[i];
     if (--remaining_[k] == 0) timing_.jobs[k].ready = clock::now();
     while (next_ < jobs_.size() && remaining_[next_] == 0) start(next_++);
@@ -419,7 +511,11 @@ private:
   std::vector<unsigned char> marked_;
   std::size_t next_ = 0, iterations_ = 0;
   std::mutex mutex_;
-  std::exception_ptr start_error_; // a job that could not start this iteration
+  std::exception_ptr start_error_;            // a job that could not start this iteration
+  std::vector<plan::sample> samples_;         ///< autotune: dense jobs (bytes, us)
+  std::vector<std::vector<double>> backward_; ///< autotune: per tensor, us since the last mark
+  std::optional<plan::linear_cost> fitted_;
+  bool autotuned_ = false;
   hybrid_timing timing_, last_;
 };
 
