@@ -51,20 +51,44 @@ int comm_size(MPI_Comm comm) {
   return p;
 }
 
+/// The built-in choice for collective `c` (not allreduce) moving `bytes` on `P` ranks that
+/// share one node: tcoll's algorithm over shm_transport (binomial tree for bcast and reduce,
+/// ring for allgather and reduce_scatter_block) in the ranges of `settings`, MPI's own
+/// collective elsewhere. Measured over shared memory against Open MPI 4.1.4 with its
+/// default cross-memory attach (docs/benchmarks.md, "the other collectives over shared
+/// memory"): Open MPI is faster below about 512 B, for MPI_Reduce from 64 KiB and for
+/// MPI_Allgather on 2 ranks; tcoll's bcast, reduce and reduce_scatter_block are 1.2-2.5x
+/// faster from 512 B-8 KiB on.
+algo shm_collective_choice(coll c, std::size_t bytes, int P) {
+  const settings& s = config();
+  switch (c) {
+  case coll::bcast:
+    return bytes >= s.shm_bcast_from_bytes ? algo::binomial_tree : algo::passthrough;
+  case coll::reduce:
+    return bytes >= s.shm_reduce_from_bytes && bytes <= s.shm_reduce_up_to_bytes
+               ? algo::binomial_tree
+               : algo::passthrough;
+  case coll::allgather:
+    return P > 2 && bytes >= s.shm_allgather_from_bytes ? algo::ring : algo::passthrough;
+  case coll::reduce_scatter_block:
+    return bytes >= (P == 2 ? s.shm_reduce_scatter_two_from_bytes : s.shm_reduce_scatter_from_bytes)
+               ? algo::ring
+               : algo::passthrough;
+  default:
+    return algo::passthrough;
+  }
+}
+
 /// `ruled` (a rule's choice, or the built-in choice over MPI), or, where no rule covers
-/// `bytes` and the communicator's `P` ranks share one node, the built-in one-node choice:
-/// MPI's own `MPI_Reduce` at every size, and MPI's own `MPI_Allgather` on 2 ranks. Against
-/// Open MPI 4.1's vader with cross-memory attach these are faster than tcoll's binomial tree
-/// and ring over shm_transport on this machine (docs/benchmarks.md, "the other collectives
-/// over shared memory"); a rule (TCOLL_REDUCE_ALGO=binomial_tree:0-max) still runs tcoll's.
-/// Collective on the communicator's first call, like one_node_choice in allreduce.cpp.
+/// `bytes` and the communicator's `P` ranks share one node, `shm_collective_choice`.
+/// Whether they share a node is looked up only where the two choices differ; that lookup is
+/// collective on the communicator's first call, like one_node_choice in allreduce.cpp (every
+/// rank makes the same call with the same size, so every rank reaches it).
 algo one_node_collective_choice(coll c, MPI_Comm comm, std::size_t bytes, int P, algo ruled) {
-  if (ruled == algo::passthrough || ruled == algo::empty || !config().shm ||
-      chosen_by_rule(c, bytes))
-    return ruled;
-  const bool mpi_is_faster = c == coll::reduce || (c == coll::allgather && P == 2);
-  if (!mpi_is_faster) return ruled;
-  return state_of(comm).shared_memory() ? algo::passthrough : ruled;
+  if (ruled == algo::empty || !config().shm || chosen_by_rule(c, bytes)) return ruled;
+  const algo node = shm_collective_choice(c, bytes, P);
+  if (node == ruled) return ruled;
+  return state_of(comm).shared_memory() ? node : ruled;
 }
 
 } // namespace
@@ -85,7 +109,12 @@ TCOLL_PRELOAD_EXPORT int MPI_Reduce_scatter_block(const void* sendbuf, void* rec
   if (!config().error.empty()) return report_settings_error(c, comm);
   const int P = comm_size(comm);
   const std::size_t n = static_cast<std::size_t>(recvcount), bytes = n * P * r.size;
-  const algo a = n == 0 ? algo::empty : choose(c, bytes);
+  algo a = n == 0 ? algo::empty : choose(c, bytes);
+  try {
+    a = one_node_collective_choice(c, comm, bytes, P, a);
+  } catch (const std::exception& e) {
+    return report_error(c, comm, MPI_ERR_OTHER, e.what());
+  }
   count_call(c, a, bytes, comm);
   if (a == algo::empty) return MPI_SUCCESS;
   if (a == algo::passthrough) return pmpi();
@@ -173,7 +202,12 @@ TCOLL_PRELOAD_EXPORT int MPI_Bcast(void* buffer, int count, MPI_Datatype datatyp
   }
   if (!config().error.empty()) return report_settings_error(c, comm);
   const std::size_t bytes = static_cast<std::size_t>(count) * size;
-  const algo a = bytes == 0 ? algo::empty : choose(c, bytes);
+  algo a = bytes == 0 ? algo::empty : choose(c, bytes);
+  try {
+    a = one_node_collective_choice(c, comm, bytes, P, a);
+  } catch (const std::exception& e) {
+    return report_error(c, comm, MPI_ERR_OTHER, e.what());
+  }
   count_call(c, a, bytes, comm);
   if (a == algo::empty) return MPI_SUCCESS;
   if (a == algo::passthrough) return pmpi();

@@ -114,6 +114,17 @@ struct settings {
   std::size_t shm_native_below_bytes = 512;
   std::size_t shm_doubling_up_to_bytes = 16 * 1024;
   std::size_t shm_ring_up_to_bytes = 1024 * 1024;
+  /// The built-in choice of the other collectives on such a communicator (sizes as each
+  /// collective counts them, docs/preload.md), measured over shared memory against Open MPI
+  /// 4.1 with cross-memory attach (docs/benchmarks.md, "the other collectives over shared
+  /// memory"): tcoll's algorithm in these ranges, MPI's own elsewhere. Not set from the
+  /// environment: a TCOLL_*_ALGO rule overrides them.
+  std::size_t shm_bcast_from_bytes = 512;               ///< binomial tree from here
+  std::size_t shm_reduce_from_bytes = 512;              ///< binomial tree from here ...
+  std::size_t shm_reduce_up_to_bytes = 32 * 1024;       ///< ... to here
+  std::size_t shm_allgather_from_bytes = 8 * 1024;      ///< ring, more than 2 ranks (2: MPI's)
+  std::size_t shm_reduce_scatter_two_from_bytes = 1024; ///< ring on 2 ranks
+  std::size_t shm_reduce_scatter_from_bytes = 8 * 1024; ///< ring on more than 2 ranks
   std::string error; ///< non-empty: the environment is invalid and every call fails with it
 };
 /// The settings, parsed on first use (thread-safe).

@@ -2,9 +2,10 @@
 # MPI_Bcast, MPI_Reduce, MPI_Allgather and MPI_Reduce_scatter_block of an unmodified MPI
 # program (bench/preload/collectives_loop.c) with and without libtcoll_mpi.so, interleaved,
 # REPS times each, on one node: under the preload these run over shared memory
-# (shm_transport) with the built-in choice (passthrough up to 16 KiB, then binomial tree
-# for bcast, ring for allgather and reduce_scatter_block; MPI's own reduce, and allgather on
-# 2 ranks). Prints the medians. To time tcoll's versions of those, set rules in the
+# (shm_transport) with the built-in one-node choice (docs/preload.md: tcoll's binomial tree
+# for bcast from 512 B and for reduce at 512 B-32 KiB, ring for reduce_scatter_block from
+# 1 KiB on 2 ranks and 8 KiB on more, ring for allgather from 8 KiB on more than 2 ranks;
+# MPI's own elsewhere). Prints the medians. To time tcoll's versions of those, set rules in the
 # environment, e.g. TCOLL_REDUCE_ALGO=binomial_tree:0-max TCOLL_ALLGATHER_ALGO=ring:0-max.
 #
 #   bash bench/preload/run_collectives.sh [BUILD_DIR] [REPS] [NPS] [loop args...]

@@ -408,14 +408,20 @@ private:
     if (v.empty()) return;
     R& red = pool_->reducer();
     auto buf = red.template allocate<std::uint64_t>(v.size());
-    red.copy(buf.data(), v.data(), v.size());
+    if constexpr (host_device_copies<R>) // a device reducer's copy may not read host memory
+      red.copy_from_host(buf.data(), v.data(), v.size());
+    else
+      red.copy(buf.data(), v.data(), v.size());
     red.synchronize();
     if constexpr (hier)
       tcoll::allreduce(*comm_, buf.data(), buf.data(), v.size(), sum_op{},
                        hierarchical_options<ring>{}, red);
     else
       tcoll::allreduce(*comm_, buf.data(), buf.data(), v.size(), sum_op{}, ring{}, red);
-    red.copy(v.data(), buf.data(), v.size());
+    if constexpr (host_device_copies<R>)
+      red.copy_to_host(v.data(), static_cast<const std::uint64_t*>(buf.data()), v.size());
+    else
+      red.copy(v.data(), buf.data(), v.size());
     red.synchronize();
   }
 
