@@ -161,8 +161,9 @@ topk_report topk_allreduce(Tr& t, const T* input, T* output, std::size_t count, 
 /// took them (masking) and kept elsewhere. The momentum is inside `output`: apply it
 /// (divided by P for an average) with plain SGD, not a momentum step. With k = count every
 /// element goes out every step and the masking stops all momentum; DGC warms up with
-/// densities below 1. `grad == output` is allowed; `velocity` and `accumulation` hold `count`
-/// elements each (zeros before the first step) and are updated in place.
+/// densities below 1. `grad == output` is allowed (`output` must not overlap `velocity` or
+/// `accumulation`); those two hold `count` elements each (zeros before the first step) and
+/// are updated in place.
 template <class Index = std::uint32_t, transport Tr, class T, reducer R = cpu_reducer>
 topk_report dgc_allreduce(Tr& t, const T* grad, T* output, std::size_t count, std::size_t k,
                           T* velocity, T* accumulation, double momentum, R red = {}) {
