@@ -303,24 +303,6 @@ private:
     }
   }
 
-  /// Sums `v` over the ranks (a ring allreduce in the reducer's memory).
-  void sum_over_ranks(std::vector<std::uint64_t>& v) {
-    if (v.empty()) return;
-    R& red = pool_->reducer();
-    auto buf = red.template allocate<std::uint64_t>(v.size());
-    if constexpr (host_device_copies<R>)
-      red.copy_from_host(buf.data(), v.data(), v.size());
-    else
-      red.copy(buf.data(), v.data(), v.size());
-    red.synchronize();
-    tcoll::allreduce(*comm_, buf.data(), buf.data(), v.size(), sum_op{}, ring{}, red);
-    if constexpr (host_device_copies<R>)
-      red.copy_to_host(v.data(), static_cast<const std::uint64_t*>(buf.data()), v.size());
-    else
-      red.copy(v.data(), buf.data(), v.size());
-    red.synchronize();
-  }
-
   /// Autotune (see `hybrid_scheduler_options::autotune_iterations`): collects the finished
   /// iteration's measurements; after the last measured one every rank plans from its own
   /// measurements and all adopt rank 0's plan (so the jobs match on every rank).
@@ -331,47 +313,22 @@ private:
             {static_cast<double>(pool_->range_size(jt.first_tensor, jt.end_tensor) * sizeof(T)),
              std::chrono::duration<double, std::micro>(jt.comm_finished - jt.comm_started)
                  .count()});
-    const std::size_t L = pool_->tensor_count();
-    backward_.resize(L);
-    auto prev = last_.begin;
-    for (std::size_t i = 0; i < L; ++i) {
-      backward_[i].push_back(std::max(
-          0.0, std::chrono::duration<double, std::micro>(last_.tensor_ready[i] - prev).count()));
-      prev = std::max(prev, last_.tensor_ready[i]);
-    }
+    tcoll::detail::record_backward_intervals(backward_, last_.tensor_ready, last_.begin);
     if (iterations_ < options_.autotune_iterations) return;
+    const std::size_t L = pool_->tensor_count();
     plan::workload w;
     for (std::size_t i = 0; i < L; ++i) {
-      auto v = backward_[i];
-      std::nth_element(v.begin(), v.begin() + static_cast<std::ptrdiff_t>(v.size() / 2), v.end());
       const tensor_scheme& s = plan_.tensors[i];
       // an SFB tensor sends its factors; it is a job of its own whatever the plan says
       const std::size_t values =
           s.how == scheme::sfb ? plan_.batch * (s.rows + s.cols) : pool_->tensor_size(i);
       w.bytes.push_back(values * sizeof(T));
-      w.backward_us.push_back(v.empty() ? 0.0 : v[v.size() / 2]);
+      w.backward_us.push_back(tcoll::detail::median_us(backward_[i]));
     }
-    plan::linear_cost cost{};
-    try {
-      cost = plan::fit_linear(samples_);
-    } catch (const std::invalid_argument&) { // fewer than two sizes: a line through the origin
-      double bytes = 0, us = 0;
-      for (const auto& x : samples_) bytes += x.bytes, us += x.time_us;
-      cost = {0.0, bytes > 0 ? us / bytes : 0.0};
-    }
-    cost.startup_us = std::max(0.0, cost.startup_us);
-    cost.per_byte_us = std::max(0.0, cost.per_byte_us);
+    const plan::linear_cost cost = tcoll::detail::fit_autotune_cost(samples_);
     fitted_ = cost;
-    const plan::bucket_plan mine = plan::make_plan(options_.autotune_planner, w, cost);
-    std::vector<std::uint64_t> v(L + 1, 0); // rank 0's [bucket count, ends...]
-    if (comm_->rank() == 0) {
-      v[0] = mine.ends.size();
-      for (std::size_t k = 0; k < mine.ends.size(); ++k) v[k + 1] = mine.ends[k];
-    }
-    sum_over_ranks(v);
-    plan::bucket_plan agreed;
-    for (std::size_t k = 0; k < v[0]; ++k)
-      agreed.ends.push_back(static_cast<std::size_t>(v[k + 1]));
+    plan::bucket_plan agreed = tcoll::detail::rank0_plan(
+        *comm_, pool_->reducer(), plan::make_plan(options_.autotune_planner, w, cost), L);
     options_.dense_buckets = std::move(agreed);
     build_jobs();
     reset();
@@ -394,7 +351,7 @@ private:
     const int P = comm_->size(), r = comm_->rank();
     std::vector<std::uint64_t> all(static_cast<std::size_t>(P), 0);
     all[static_cast<std::size_t>(r)] = h;
-    sum_over_ranks(all);
+    tcoll::detail::sum_over_ranks(*comm_, pool_->reducer(), all);
     for (int q = 1; q < P; ++q)
       if (all[static_cast<std::size_t>(q)] != all[0])
         throw invalid_argument("hybrid_scheduler: rank " + std::to_string(q) +
@@ -466,9 +423,10 @@ private:
 
   void mark(std::size_t i) {
     marked_[i] = 1;
-    timing_.tensor_ready[i] = clock::now();
+    const auto now = clock::now();
+    timing_.tensor_ready[i] = now;
     const std::size_t k = job_of_[i];
-    if (--remaining_[k] == 0) timing_.jobs[k].ready = clock::now();
+    if (--remaining_[k] == 0) timing_.jobs[k].ready = now;
     while (next_ < jobs_.size() && remaining_[next_] == 0) start(next_++);
   }
 

@@ -93,23 +93,14 @@ struct thrust_reducer {
     detail::cuda::check(cudaGetLastError(), "thrust_reducer::copy");
   }
 
-  /// Host to device: dst (device) [0..n) = host_src[0..n) (cudaMemcpyAsync on `stream`; a
-  /// pageable host source may be reused once it returns). `host_device_copies`.
+  /// Host <-> device copies on `stream`, as `cuda_reducer`'s (`host_device_copies`).
   template <class T>
   void copy_from_host(T* dst, const T* host_src, std::size_t n) const {
-    if (n == 0) return;
-    detail::cuda::check(
-        cudaMemcpyAsync(dst, host_src, n * sizeof(T), cudaMemcpyHostToDevice, stream),
-        "thrust_reducer::copy_from_host (cudaMemcpyAsync)");
+    cuda_reducer{stream}.copy_from_host(dst, host_src, n);
   }
-  /// Device to host: host_dst[0..n) = src (device) [0..n), on `stream`; complete after
-  /// `synchronize()`. `host_device_copies`.
   template <class T>
   void copy_to_host(T* host_dst, const T* src, std::size_t n) const {
-    if (n == 0) return;
-    detail::cuda::check(
-        cudaMemcpyAsync(host_dst, src, n * sizeof(T), cudaMemcpyDeviceToHost, stream),
-        "thrust_reducer::copy_to_host (cudaMemcpyAsync)");
+    cuda_reducer{stream}.copy_to_host(host_dst, src, n);
   }
 
   /// dst[0..n) = all-zero bytes (cudaMemsetAsync on `stream`).

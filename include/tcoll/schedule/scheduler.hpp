@@ -108,6 +108,83 @@ inline std::uint64_t fnv1a(std::uint64_t h, std::uint64_t v) {
   return h;
 }
 
+/// Blocking sum-allreduce of a few uint64 on `comm` (a transport or a hierarchy) through
+/// reducer `red`, for the schedulers' plan checks and plan broadcasts: the values go
+/// through the reducer's memory, so device-only transports work too.
+template <class Comm, class R>
+void sum_over_ranks(Comm& comm, R& red, std::vector<std::uint64_t>& v) {
+  if (v.empty()) return;
+  auto buf = red.template allocate<std::uint64_t>(v.size());
+  if constexpr (host_device_copies<R>) // a device reducer's copy may not read host memory
+    red.copy_from_host(buf.data(), v.data(), v.size());
+  else
+    red.copy(buf.data(), v.data(), v.size());
+  red.synchronize();
+  if constexpr (is_hierarchical<Comm>::value)
+    tcoll::allreduce(comm, buf.data(), buf.data(), v.size(), sum_op{}, hierarchical_options<ring>{},
+                     red);
+  else
+    tcoll::allreduce(comm, buf.data(), buf.data(), v.size(), sum_op{}, ring{}, red);
+  if constexpr (host_device_copies<R>)
+    red.copy_to_host(v.data(), static_cast<const std::uint64_t*>(buf.data()), v.size());
+  else
+    red.copy(v.data(), buf.data(), v.size());
+  red.synchronize();
+}
+
+/// Autotune's backward measurement: per tensor, the time since the previous mark (the
+/// iteration's `begin` for the first), appended to that tensor's samples.
+inline void record_backward_intervals(std::vector<std::vector<double>>& backward,
+                                      const std::vector<clock::time_point>& ready,
+                                      clock::time_point begin) {
+  backward.resize(ready.size());
+  auto prev = begin;
+  for (std::size_t i = 0; i < ready.size(); ++i) {
+    backward[i].push_back(
+        std::max(0.0, std::chrono::duration<double, std::micro>(ready[i] - prev).count()));
+    prev = std::max(prev, ready[i]);
+  }
+}
+
+/// The median of `v` (0 when empty).
+inline double median_us(std::vector<double> v) {
+  if (v.empty()) return 0.0;
+  std::nth_element(v.begin(), v.begin() + static_cast<std::ptrdiff_t>(v.size() / 2), v.end());
+  return v[v.size() / 2];
+}
+
+/// Autotune's cost line: a fit of the measured (bytes, us) samples, or with a single size
+/// a line through the origin; both parts clamped to >= 0.
+inline plan::linear_cost fit_autotune_cost(const std::vector<plan::sample>& samples) {
+  plan::linear_cost cost{};
+  try {
+    cost = plan::fit_linear(samples);
+  } catch (const std::invalid_argument&) { // one size only: a line through the origin
+    double bytes = 0, us = 0;
+    for (const auto& s : samples) bytes += s.bytes, us += s.time_us;
+    cost = {0.0, bytes > 0 ? us / bytes : 0.0};
+  }
+  cost.startup_us = std::max(0.0, cost.startup_us);
+  cost.per_byte_us = std::max(0.0, cost.per_byte_us);
+  return cost;
+}
+
+/// Rank 0's `plan` of `tensors` tensors for every rank (one sum over ranks of [bucket
+/// count, ends...], zeros elsewhere), so every rank adopts the same buckets.
+template <class Comm, class R>
+plan::bucket_plan rank0_plan(Comm& comm, R& red, const plan::bucket_plan& plan,
+                             std::size_t tensors) {
+  std::vector<std::uint64_t> v(tensors + 1, 0);
+  if (comm.rank() == 0) {
+    v[0] = plan.ends.size();
+    for (std::size_t k = 0; k < plan.ends.size(); ++k) v[k + 1] = plan.ends[k];
+  }
+  sum_over_ranks(comm, red, v);
+  plan::bucket_plan agreed;
+  for (std::size_t k = 0; k < v[0]; ++k) agreed.ends.push_back(static_cast<std::size_t>(v[k + 1]));
+  return agreed;
+}
+
 template <class Algo>
 std::string algorithm_label(const Algo&) {
   if constexpr (requires { Algo::name; })
@@ -402,29 +479,6 @@ private:
     }
   }
 
-  /// Blocking sum-allreduce of a few uint64 on the scheduler's transport (plan checks and
-  /// the plan broadcast); goes through the pool's reducer, so device transports work too.
-  void exchange(std::vector<std::uint64_t>& v) {
-    if (v.empty()) return;
-    R& red = pool_->reducer();
-    auto buf = red.template allocate<std::uint64_t>(v.size());
-    if constexpr (host_device_copies<R>) // a device reducer's copy may not read host memory
-      red.copy_from_host(buf.data(), v.data(), v.size());
-    else
-      red.copy(buf.data(), v.data(), v.size());
-    red.synchronize();
-    if constexpr (hier)
-      tcoll::allreduce(*comm_, buf.data(), buf.data(), v.size(), sum_op{},
-                       hierarchical_options<ring>{}, red);
-    else
-      tcoll::allreduce(*comm_, buf.data(), buf.data(), v.size(), sum_op{}, ring{}, red);
-    if constexpr (host_device_copies<R>)
-      red.copy_to_host(v.data(), static_cast<const std::uint64_t*>(buf.data()), v.size());
-    else
-      red.copy(v.data(), buf.data(), v.size());
-    red.synchronize();
-  }
-
   void check_same_plan(const plan::bucket_plan& plan) {
     std::uint64_t h = 1469598103934665603ull;
     h = detail::fnv1a(h, sizeof(T));
@@ -439,7 +493,7 @@ private:
     const int P = comm_->size(), r = comm_->rank();
     std::vector<std::uint64_t> all(static_cast<std::size_t>(P), 0);
     all[static_cast<std::size_t>(r)] = h;
-    exchange(all);
+    detail::sum_over_ranks(*comm_, pool_->reducer(), all);
     for (int q = 1; q < P; ++q)
       if (all[static_cast<std::size_t>(q)] != all[0])
         throw invalid_argument("overlap_scheduler: rank " + std::to_string(q) +
@@ -456,44 +510,19 @@ private:
       samples_.push_back(
           {static_cast<double>(bt.bytes),
            std::chrono::duration<double, std::micro>(bt.finished - bt.started).count()});
-    auto prev = last_.begin;
-    for (std::size_t i = 0; i < backward_.size(); ++i) {
-      backward_[i].push_back(std::max(
-          0.0, std::chrono::duration<double, std::micro>(last_.tensor_ready[i] - prev).count()));
-      prev = std::max(prev, last_.tensor_ready[i]);
-    }
+    detail::record_backward_intervals(backward_, last_.tensor_ready, last_.begin);
     if (iterations_ != options_.autotune_iterations) return;
     // (the measurements above read last_, the iteration just finished)
     plan::workload w;
     for (std::size_t i = 0; i < backward_.size(); ++i) {
-      auto v = backward_[i];
-      std::nth_element(v.begin(), v.begin() + v.size() / 2, v.end());
       w.bytes.push_back(pool_->tensor_size(i) * sizeof(Wire));
-      w.backward_us.push_back(v.empty() ? 0.0 : v[v.size() / 2]);
+      w.backward_us.push_back(detail::median_us(backward_[i]));
     }
-    plan::linear_cost cost{};
-    try {
-      cost = plan::fit_linear(samples_);
-    } catch (const std::invalid_argument&) {
-      // one bucket size only: a line through the origin
-      double bytes = 0, us = 0;
-      for (const auto& s : samples_) bytes += s.bytes, us += s.time_us;
-      cost = {0.0, bytes > 0 ? us / bytes : 0.0};
-    }
-    cost.startup_us = std::max(0.0, cost.startup_us);
-    cost.per_byte_us = std::max(0.0, cost.per_byte_us);
+    const plan::linear_cost cost = detail::fit_autotune_cost(samples_);
     fitted_ = cost;
-    plan::bucket_plan mine = plan::make_plan(options_.autotune_planner, w, cost);
-    // rank 0's plan for everybody: [bucket count, ends...] summed with zeros elsewhere
-    std::vector<std::uint64_t> v(backward_.size() + 1, 0);
-    if (comm_->rank() == 0) {
-      v[0] = mine.ends.size();
-      for (std::size_t k = 0; k < mine.ends.size(); ++k) v[k + 1] = mine.ends[k];
-    }
-    exchange(v);
-    plan::bucket_plan agreed;
-    for (std::size_t k = 0; k < v[0]; ++k)
-      agreed.ends.push_back(static_cast<std::size_t>(v[k + 1]));
+    plan::bucket_plan agreed =
+        detail::rank0_plan(*comm_, pool_->reducer(),
+                           plan::make_plan(options_.autotune_planner, w, cost), backward_.size());
     adopt(std::move(agreed));
     timing_.end = last_.end;
     timing_.begin = last_.end;
