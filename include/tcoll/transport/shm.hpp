@@ -18,6 +18,9 @@
 ///    and copies each fragment out (`irecv`) or hands it to the consumer (`irecv_consume`:
 ///    fragment by fragment through `consumer::piece`, each reduced straight from its slot).
 ///  - Tiny messages (at most 32 bytes) travel inside the lane header's own cache line.
+///  - Other messages that fit one slot (at most `slot_bytes`) are copied into the lane's
+///    first slot before the header is published, with no slot flag: the receiver touches
+///    the header and the payload, not a third line, and the send completes at once.
 ///  - Long messages (`single_copy_min_bytes`) go single-copy where the ranks may read each
 ///    other's memory (probed at construction): the lane carries the sender's buffer
 ///    address, the receiver reads it with `process_vm_readv` (cross-memory attach) and then
@@ -123,6 +126,8 @@ enum class lane_mode : std::uint32_t {
   single_copy, ///< the receiver reads `bytes` at `address` in the sender's process, then
                ///< frees the lane, which completes the send
   inline_data, ///< in the header's own cache line (`inline_bytes` or fewer)
+  one_slot,    ///< whole in the payload of the lane's first slot, published with the header
+               ///< (the slot's flag is not used)
   registered,  ///< the receiver reads `bytes` at offset `address` of the sender's registered
                ///< region `region` (mapped by every rank), then frees the lane
 };
@@ -635,7 +640,11 @@ private:
           h.tag = s->tag;
           h.address = reinterpret_cast<std::uint64_t>(s->data);
           const bool tiny = s->bytes <= detail::shm::inline_bytes;
+          // A free lane has all its slots drained, so the first slot's payload is free too.
+          const bool one_slot =
+              !tiny && !s->registered && !s->single_copy && s->bytes <= options_.slot_bytes;
           h.mode = tiny             ? detail::shm::lane_mode::inline_data
+                   : one_slot       ? detail::shm::lane_mode::one_slot
                    : s->registered  ? detail::shm::lane_mode::registered
                    : s->single_copy ? detail::shm::lane_mode::single_copy
                                     : detail::shm::lane_mode::slots;
@@ -644,9 +653,11 @@ private:
             h.region = s->region;
           }
           if (tiny && s->bytes) std::memcpy(h.data, s->data, s->bytes);
+          if (one_slot) std::memcpy(payload(peer, rank_, l, 0), s->data, s->bytes);
           h.message.store(s->message, std::memory_order_release);
           s->lane = static_cast<std::ptrdiff_t>(l);
-          if (tiny) s->done = true; // the user's buffer is free; the receiver frees the lane
+          // The user's buffer is free once copied; the receiver frees the lane.
+          if (tiny || one_slot) s->done = true;
         }
         if (s->lane < 0) break; // later sends must not overtake this one
       }
@@ -746,7 +757,9 @@ private:
     const auto l = static_cast<std::size_t>(r.lane);
     auto& h = lane(rank_, r.peer, l);
     if (h.mode == detail::shm::lane_mode::single_copy) return read_single_copy(r, h);
-    if (h.mode == detail::shm::lane_mode::inline_data) return read_inline(r, h);
+    if (h.mode == detail::shm::lane_mode::inline_data) return read_copied(r, h, h.data);
+    if (h.mode == detail::shm::lane_mode::one_slot)
+      return read_copied(r, h, payload(rank_, r.peer, l, 0));
     if (h.mode == detail::shm::lane_mode::registered) return read_registered(r, h);
     const std::size_t total = fragments(h.bytes);
     const bool direct = r.use.fn && total == 1;              // consume straight from the slot
@@ -783,15 +796,15 @@ private:
     }
   }
 
-  /// A tiny message from the lane header's line: consumed or copied out, then the lane is
-  /// freed.
-  void read_inline(recv_state& r, detail::shm::lane_header& h) {
+  /// A message the sender copied whole into the lane (header line or first slot):
+  /// consumed or copied out, then the lane is freed.
+  void read_copied(recv_state& r, detail::shm::lane_header& h, const unsigned char* data) {
     if (!r.error) {
       try {
         if (r.use.fn)
-          r.use(h.data, r.bytes);
+          r.use(data, r.bytes);
         else if (r.bytes)
-          std::memcpy(r.dst, h.data, r.bytes);
+          std::memcpy(r.dst, data, r.bytes);
       } catch (...) {
         r.error = std::current_exception();
       }
