@@ -19,6 +19,12 @@ loop_args=("$@")
 lib="$build/preload/libtcoll_mpi.so"
 [ -f "$lib" ] || { echo "run_collectives.sh: $lib missing (ninja -C $build preload/libtcoll_mpi.so)" >&2; exit 1; }
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+# The reference is Open MPI's defaults: OMPI_MCA_op=^avx (which the tests set for 8-bit sums)
+# would turn off its vectorised reductions and slow MPI_Reduce and MPI_Reduce_scatter_block.
+if [ -n "${OMPI_MCA_op:-}" ]; then
+  echo "run_collectives.sh: ignoring OMPI_MCA_op=$OMPI_MCA_op (the reference is Open MPI's defaults)" >&2
+  unset OMPI_MCA_op
+fi
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 mpicc -O2 -o "$tmp/loop" bench/preload/collectives_loop.c
