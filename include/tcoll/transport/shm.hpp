@@ -763,9 +763,9 @@ private:
     if (h.mode == detail::shm::lane_mode::one_slot)
       return read_copied(r, h, payload(rank_, r.peer, l, 0));
     if (h.mode == detail::shm::lane_mode::registered) return read_registered(r, h);
+    // Only messages longer than a slot come here (shorter ones are `one_slot`).
     const std::size_t total = fragments(h.bytes);
-    const bool direct = r.use.fn && total == 1;              // consume straight from the slot
-    const bool pieces = r.use.piece && total > 1 && !direct; // each fragment from its slot
+    const bool pieces = r.use.piece != nullptr; // each fragment reduced from its slot
     while (r.fragments_read < total) {
       const std::size_t k = r.fragments_read;
       auto& sh = slot(rank_, r.peer, l, k % options_.slots);
@@ -773,9 +773,7 @@ private:
       const unsigned char* data = payload(rank_, r.peer, l, k % options_.slots);
       if (!r.error) {
         try {
-          if (direct) {
-            r.use(data, sh.bytes);
-          } else if (pieces) {
+          if (pieces) {
             r.use(k * options_.slot_bytes, data, sh.bytes);
           } else if (sh.bytes) {
             std::memcpy(r.dst + k * options_.slot_bytes, data, sh.bytes);
@@ -789,7 +787,7 @@ private:
     }
     h.message.store(0, std::memory_order_release); // the lane is free for the sender
     r.done = true;
-    if (!r.error && r.use.fn && !direct && !pieces) {
+    if (!r.error && r.use.fn && !pieces) {
       try {
         r.use(r.dst, r.bytes);
       } catch (...) {
