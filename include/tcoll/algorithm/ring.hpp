@@ -98,14 +98,26 @@ struct ring {
     const std::size_t n = L.count;
     s.reserve(0, 0);
     auto block = [&](int c) { return region{buffer_id::output, std::size_t(c) * n, n}; };
-    s.round_begin();
-    s.copy(block(r), {buffer_id::input, 0, n});
-    s.round_end();
-    if (P == 1 || n == 0) return;
-    // rank r holds block r; step k sends block r-k and receives block r-k-1, which is the
-    // chunk numbering allgather_steps uses after shifting by one.
-    allgather_steps(
-        s, P, r, [&](int c) { return block(mod(c, P)); }, segment_elems(L));
+    const region own{buffer_id::input, 0, n};
+    if (P == 1 || n == 0) {
+      s.round_begin();
+      s.copy(block(r), own);
+      s.round_end();
+      return;
+    }
+    // Step k sends block r-k and receives block r-k-1. The first send reads the input itself
+    // (memory the caller wrote long ago, not a block this rank has just copied, which a
+    // single-copy peer would then read out of this core's cache), and the copy of the own
+    // block joins that round as a local step, run once the transfers are done.
+    const std::size_t seg = segment_elems(L);
+    for (int k = 0; k < P - 1; ++k) {
+      s.round_begin();
+      segments(k == 0 ? own : block(mod(r - k, P)), seg,
+               [&](region g) { s.send(mod(r + 1, P), g); });
+      segments(block(mod(r - k - 1, P)), seg, [&](region g) { s.recv(mod(r - 1, P), g); });
+      if (k == 0) s.copy(block(r), own);
+      s.round_end();
+    }
   }
 
   std::size_t segment_elems(const detail::layout& L) const {
