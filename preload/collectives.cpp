@@ -56,9 +56,9 @@ int comm_size(MPI_Comm comm) {
 /// ring for allgather and reduce_scatter_block) in the ranges of `settings`, MPI's own
 /// collective elsewhere. Measured over shared memory against Open MPI 4.1.4 with its
 /// default cross-memory attach (docs/benchmarks.md, "the other collectives over shared
-/// memory"): Open MPI is faster below about 512 B, for MPI_Reduce from 64 KiB and for
-/// MPI_Allgather on 2 ranks; tcoll's bcast, reduce and reduce_scatter_block are 1.2-2.5x
-/// faster from 512 B-8 KiB on.
+/// memory"): Open MPI is faster below about 512 B and for MPI_Reduce from 64 KiB, and
+/// even on MPI_Allgather with 2 ranks (where it keeps the call); tcoll's bcast, reduce and
+/// reduce_scatter_block are 1.2-2.5x faster from 512 B-8 KiB on.
 algo shm_collective_choice(coll c, std::size_t bytes, int P) {
   const settings& s = config();
   switch (c) {
