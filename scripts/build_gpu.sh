@@ -7,7 +7,9 @@
 #   bash OUT_DIR/run.sh [RESULTS_DIR]       # tests, then benchmarks; logs + JSON in RESULTS_DIR
 #
 # Environment: BUILD_DIR (default build-gpu), JOBS (default 2), CARRY_NCCL=0 to leave
-# libnccl.so.2 (about 210 MB) behind when the GPU machine has its own NCCL 2.x.
+# libnccl.so.2 (about 210 MB) behind when the GPU machine has its own NCCL 2.x (the lent
+# GPU machines have it in the Python package nvidia-nccl-cu13, which run.sh finds),
+# KEEP_CUDA_OBJECTS=1 to reuse CUDA objects when only .cu files changed.
 # cudart is linked statically; the binaries need libcuda.so (the driver) and libnccl.so.2.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -19,7 +21,8 @@ export PATH=/usr/local/cuda/bin:$PATH
 if [ ! -f "$build/build.ninja" ]; then
   meson setup "$build" "$root" -Dcuda=enabled -Dtests=enabled -Dbuildtype=release
 fi
-targets=(tests/gpu/tcoll_gpu_tests tests/gpu/tcoll_gpu_sparse_tests tests/gpu/gpu_mixed_precision_cpu
+targets=(tests/gpu/tcoll_gpu_tests tests/gpu/tcoll_gpu_sparse_tests tests/gpu/tcoll_gpu_schedule_tests
+         tests/gpu/gpu_mixed_precision_cpu
          bench/gpu/reduce_perf bench/gpu/allreduce_perf_gpu)
 if grep -q tcoll_gpu_nccl_tests "$build/build.ninja"; then # only when NCCL was found
   targets+=(tests/gpu/tcoll_gpu_nccl_tests)
@@ -28,8 +31,9 @@ if grep -q tcoll_gpu_cublas_tests "$build/build.ninja"; then # only when cuBLAS 
   targets+=(tests/gpu/tcoll_gpu_cublas_tests)
 fi
 # Meson 1.0 passes nvcc no -MD/-MF, so ninja records no header dependencies for CUDA objects
-# (`ninja -t deps` shows 0): a changed header would not rebuild them. Always recompile them.
-find "$build" -name '*.cu.o' -delete
+# (`ninja -t deps` shows 0): a changed header would not rebuild them. Always recompile them,
+# unless KEEP_CUDA_OBJECTS=1 says no header changed since the last build.
+[ "${KEEP_CUDA_OBJECTS:-0}" = 1 ] || find "$build" -name '*.cu.o' -delete
 ninja -C "$build" -j "$jobs" "${targets[@]}"
 
 rm -rf "$out"

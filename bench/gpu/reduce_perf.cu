@@ -3,7 +3,9 @@
 // bytes moves 2S, an out-of-place reduce dst = a + b of S-byte buffers moves 3S, the fused
 // 4-source reduce moves 5S. Each figure is the median over -n timed iterations (after -w
 // warm-up ones), each timed with CUDA events on one stream. The cuda and thrust results are
-// compared bitwise (#wrong).
+// compared bitwise (#wrong). The mixed-precision casts (`cuda_reducer::convert`) are timed
+// both ways between float and the row's type: `to T` reads 4 bytes and writes sizeof(T) per
+// element, `to float` the reverse; their %copy compares with the memcpy of the same run.
 //
 //   reduce_perf [-b 1M] [-e 1G] [-f 2] [-n 20] [-w 5] [-d float,half,bfloat16] [--json FILE]
 #include <cuda_runtime.h>
@@ -74,7 +76,7 @@ __global__ void fill(T* p, std::size_t n, int salt) {
 struct row {
   std::string type;
   std::size_t bytes;
-  double copy, cuda, thrust, fused4;
+  double copy, cuda, thrust, fused4, to_t, to_float;
   std::size_t wrong;
 };
 
@@ -83,6 +85,9 @@ void run_type(const options& o, cudaStream_t s, std::vector<row>& rows) {
   const std::size_t maxn = o.max_bytes / sizeof(T);
   T *a, *b, *c, *d, *e, *x;
   for (T** p : {&a, &b, &c, &d, &e, &x}) check(cudaMalloc(p, maxn * sizeof(T)), "cudaMalloc");
+  float *fa, *fb; // float sides of the casts
+  for (float** p : {&fa, &fb}) check(cudaMalloc(p, maxn * sizeof(float)), "cudaMalloc");
+  fill<<<1024, 256, 0, s>>>(fa, maxn, 7);
   int i = 0;
   for (T* p : {a, b, c, d, e, x}) fill<<<1024, 256, 0, s>>>(p, maxn, i++);
   check(cudaStreamSynchronize(s), "fill");
@@ -103,6 +108,11 @@ void run_type(const options& o, cudaStream_t s, std::vector<row>& rows) {
     const double fused_ms = median_ms(s, o.warmup, o.iters, [&] {
       cr.reduce_many(sum_op{}, c, std::span<const T* const>(src4), n);
     });
+    const double to_t_ms =
+        median_ms(s, o.warmup, o.iters, [&] { cr.convert(c, fa, n, 0.5f); });
+    const double to_float_ms =
+        median_ms(s, o.warmup, o.iters, [&] { cr.convert(fb, a, n, 2.0f); });
+    const double cast_gb = double(n) * (sizeof(float) + sizeof(T)) / 1e9;
     // recompute the pairwise results once more and compare cuda with thrust bitwise
     cr.reduce(sum_op{}, c, a, b, n);
     tr.reduce(sum_op{}, d, a, b, n);
@@ -118,14 +128,20 @@ void run_type(const options& o, cudaStream_t s, std::vector<row>& rows) {
           3 * gb / (cuda_ms / 1e3),
           3 * gb / (thrust_ms / 1e3),
           5 * gb / (fused_ms / 1e3),
+          cast_gb / (to_t_ms / 1e3),
+          cast_gb / (to_float_ms / 1e3),
           wrong};
-    std::printf("%12zu %10s | %8.1f | %8.1f %6.1f%% | %8.1f %6.1f%% | %8.1f %6.1f%% | %6zu\n",
+    std::printf("%12zu %10s | %8.1f | %8.1f %6.1f%% | %8.1f %6.1f%% | %8.1f %6.1f%% | %8.1f "
+                "%6.1f%% | %8.1f %6.1f%% | %6zu\n",
                 r.bytes, r.type.c_str(), r.copy, r.cuda, 100 * r.cuda / r.copy, r.thrust,
-                100 * r.thrust / r.copy, r.fused4, 100 * r.fused4 / r.copy, r.wrong);
+                100 * r.thrust / r.copy, r.fused4, 100 * r.fused4 / r.copy, r.to_t,
+                100 * r.to_t / r.copy, r.to_float, 100 * r.to_float / r.copy, r.wrong);
     std::fflush(stdout);
     rows.push_back(r);
   }
   for (T* p : {a, b, c, d, e, x}) cudaFree(p);
+  cudaFree(fa);
+  cudaFree(fb);
 }
 
 } // namespace
@@ -181,8 +197,9 @@ int main(int argc, char** argv) {
   check(cudaGetDeviceProperties(&prop, 0), "cudaGetDeviceProperties");
   std::printf("# reduce_perf on %s (%d SMs); GB/s = (bytes read + written) / median time\n",
               prop.name, prop.multiProcessorCount);
-  std::printf("# %10s %10s | %8s | %8s %7s | %8s %7s | %8s %7s | %6s\n", "bytes", "type", "memcpy",
-              "cuda", "%copy", "thrust", "%copy", "fused4", "%copy", "#wrong");
+  std::printf("# %10s %10s | %8s | %8s %7s | %8s %7s | %8s %7s | %8s %7s | %8s %7s | %6s\n",
+              "bytes", "type", "memcpy", "cuda", "%copy", "thrust", "%copy", "fused4", "%copy",
+              "to_T", "%copy", "to_float", "%copy", "#wrong");
   cudaStream_t s;
   check(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), "cudaStreamCreate");
   std::vector<row> rows;
@@ -206,6 +223,7 @@ int main(int argc, char** argv) {
       f << (i ? ",\n" : "\n") << "{\"type\": \"" << r.type << "\", \"bytes\": " << r.bytes
         << ", \"memcpy_gbs\": " << r.copy << ", \"cuda_gbs\": " << r.cuda
         << ", \"thrust_gbs\": " << r.thrust << ", \"fused4_gbs\": " << r.fused4
+        << ", \"convert_to_type_gbs\": " << r.to_t << ", \"convert_to_float_gbs\": " << r.to_float
         << ", \"wrong\": " << r.wrong << "}";
     }
     f << "\n]}\n";
