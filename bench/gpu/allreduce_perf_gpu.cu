@@ -172,7 +172,9 @@ void sweep(Tr& t, cudaStream_t s, const options& o, Sync&& sync, std::vector<res
             refill();
             allreduce(t, static_cast<const T*>(in), dst, n, Op{}, algo, red);
             std::vector<T> h(n);
-            check(cudaMemcpy(h.data(), dst, n * sizeof(T), cudaMemcpyDefault), "download");
+            // stream ordered: the allreduce may still run; copy on its stream, then wait
+            check(cudaMemcpyAsync(h.data(), dst, n * sizeof(T), cudaMemcpyDefault, s), "download");
+            check(cudaStreamSynchronize(s), "download");
             for (std::size_t i = 0; i < n; ++i) {
               const T want = expected<T, Op>(P, i);
               wrong += std::memcmp(&h[i], &want, sizeof(T)) != 0;

@@ -109,6 +109,20 @@ constexpr bool transport_is_zero_copy() {
     return false;
 }
 
+/// Is transport `T` stream-ordered: does a completed request mean only that its transfer
+/// (and a receive's consumer) is *enqueued* on the transport's device stream, ordered before
+/// anything enqueued on that stream later? Such a transport needs no host synchronization
+/// between rounds: the executor enqueues every round and returns, and the caller orders its
+/// own work on the same stream (`device_team`, `nccl`). A host reading the results waits on
+/// the stream itself.
+template <class T>
+constexpr bool transport_is_stream_ordered() {
+  if constexpr (requires { T::stream_ordered; })
+    return T::stream_ordered;
+  else
+    return false;
+}
+
 /// static_asserts each transport requirement separately, naming the missing member.
 template <class T>
 constexpr bool check_transport() {

@@ -172,7 +172,11 @@ public:
     }
     for (const step& s : locals_) run_local(s);
     locals_.clear();
-    r_.synchronize();
+    // A stream-ordered transport orders the next round's transfers after this round's
+    // kernels on the same stream, so the host need not wait for the GPU here: the whole
+    // collective is enqueued without a host synchronization (and can be captured in a CUDA
+    // graph). Other transports read and write the data from the host next round.
+    if constexpr (!transport_is_stream_ordered<Tr>()) r_.synchronize();
   }
 
 private:

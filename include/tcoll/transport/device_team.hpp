@@ -19,6 +19,10 @@
 /// Host memory may be sent and received with `isend`/`irecv` (tests exchange fingerprints
 /// that way): such a request completes only after the copy has, since the host touches the
 /// memory next. `irecv_consume` needs device-accessible sender memory.
+/// Stream ordered (`transport_is_stream_ordered`): a collective on device memory enqueues all
+/// its rounds and returns; the host waits only to match a send with its receive (the
+/// descriptor exchange between the ranks' threads), never for the GPU, so a whole team's
+/// collective can be captured in one CUDA graph (each rank's stream joined to the capture).
 /// Every host-side wait has a deadline; a failing rank aborts the team.
 #include <cuda_runtime_api.h>
 
@@ -87,6 +91,9 @@ struct shared_state {
 class device_transport {
 public:
   static constexpr bool zero_copy = true;
+  /// Requests complete once their GPU work is enqueued and ordered (see the file comment):
+  /// a collective returns without waiting for the GPU.
+  static constexpr bool stream_ordered = true;
   static constexpr std::string_view name = "device_team";
 
   /// A pending transfer. Destroying a pending send withdraws it, or, if a receiver already

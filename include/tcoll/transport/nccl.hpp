@@ -7,11 +7,14 @@
 /// from the left cannot deadlock. The executor posts a whole round before waiting, so every
 /// round is exactly one group (GradientFlow Sec. 2.4 runs its ring on NCCL).
 ///
-/// Stream ordered: a receive-and-reduce lands in the executor's device staging slice and its
-/// consumer (the reducer's kernel) is enqueued on the same stream right after the group, so
-/// the host never waits between the transfer and the reduction. Requests complete when an
-/// event recorded after the group (and its consumers) has completed; waits poll that event
-/// against a deadline and the communicator's asynchronous error, never block unbounded.
+/// Stream ordered (`transport_is_stream_ordered`), as NCCL itself is: a receive-and-reduce
+/// lands in the executor's device staging slice and its consumer (the reducer's kernel) is
+/// enqueued on the same stream right after the group. A request completes when its group has
+/// been issued (`ncclGroupEnd` returned), so a collective enqueues every round and returns
+/// without waiting for the GPU, and can be captured in a CUDA graph. The host waits only
+/// where it must: for a non-blocking communicator's group launch (`ncclInProgress`), and in
+/// `synchronize()`; both poll against the deadline and the communicator's asynchronous
+/// error, never block unbounded.
 ///
 /// `native_allreduce` is `ncclAllReduce` (used by the `passthrough` algorithm) for the
 /// element types and ops NCCL has built in, including `avg` as `ncclAvg`.
@@ -26,7 +29,6 @@
 
 #include <chrono>
 #include <cstdint>
-#include <memory>
 #include <optional>
 #include <string>
 #include <thread>
@@ -106,16 +108,11 @@ constexpr std::optional<ncclRedOp_t> red_op() {
     return std::nullopt;
 }
 
-/// One ncclGroupStart/End group: the event recorded after it and the consumers to enqueue.
-struct group {
-  cudaEvent_t done = nullptr;
-  bool closed = false;
-  struct pending_consumer {
-    consumer use;
-    const void* staging;
-    std::size_t bytes;
-  };
-  std::vector<pending_consumer> consumers;
+/// A consumer to enqueue after the open group ends.
+struct pending_consumer {
+  consumer use;
+  const void* staging;
+  std::size_t bytes;
 };
 
 } // namespace detail::nccl
@@ -126,7 +123,7 @@ public:
   static constexpr bool zero_copy = false;
   static constexpr std::string_view name = "nccl";
 
-  /// A posted transfer; completes with its group.
+  /// A posted transfer; complete once its group has been issued on the stream.
   class request {
   public:
     request() = default;
@@ -134,12 +131,14 @@ public:
 
   private:
     friend class nccl_transport;
-    std::shared_ptr<detail::nccl::group> group_;
     int peer_ = -1;
     std::size_t bytes_ = 0;
     bool send_ = false;
     bool done_ = true;
   };
+
+  /// Stream ordered: completion means enqueued (see the file comment).
+  static constexpr bool stream_ordered = true;
 
   nccl_transport(ncclComm_t comm, cudaStream_t stream, nccl_knobs knobs = {})
       : comm_(comm), stream_(stream), knobs_(knobs) {
@@ -154,7 +153,6 @@ public:
   ~nccl_transport() {
     context_.detach();                            // stop the engine first
     if (open_ && !aborted_) (void)ncclGroupEnd(); // never leave NCCL inside a group
-    for (auto e : events_) (void)cudaEventDestroy(e);
   }
 
   /// Message spaces (NCCL ignores tags; the sequence still orders collectives), broken
@@ -186,33 +184,46 @@ public:
     if (bytes && !staging)
       throw invalid_argument("nccl_transport::irecv_consume: staging buffer is null", rank_, peer);
     auto r = irecv(peer, staging, bytes, tag);
-    current_->consumers.push_back({use, staging, bytes});
+    consumers_.push_back({use, staging, bytes});
     return r;
   }
 
+  /// Issues the open group (if any); true: `r` is enqueued on the stream.
   bool test(request& r) {
     if (r.done_) return true;
     if (aborted_) throw aborted_error("NCCL transport was aborted", rank_, r.peer_);
-    close_group();
-    const cudaError_t e = cudaEventQuery(r.group_->done);
-    if (e == cudaErrorNotReady) {
-      check_async(r.peer_);
-      return false;
-    }
-    detail::cuda::check(e, "nccl transfer completion (cudaEventQuery)", rank_, r.peer_);
+    close_group(clock::now() + knobs_.timeout, r.peer_);
+    check_async(r.peer_);
     r.done_ = true;
-    r.group_.reset();
     return true;
   }
 
+  /// Issues the open group; the host waits (until `when`) only while a non-blocking
+  /// communicator is still launching it.
   void wait(request& r, deadline when) {
+    if (r.done_) return;
+    if (aborted_) throw aborted_error("NCCL transport was aborted", rank_, r.peer_);
+    close_group(when, r.peer_);
+    check_async(r.peer_);
+    r.done_ = true;
+  }
+
+  /// Waits (polling, with the transport's timeout) until everything enqueued on the stream
+  /// has run; throws `timeout_error` at the deadline (a peer that never posts its side leaves
+  /// NCCL's kernels waiting: `abort()` releases them) and `transport_error` on the
+  /// communicator's asynchronous error.
+  void synchronize() {
+    close_group(clock::now() + knobs_.timeout, -1);
+    const deadline when = clock::now() + knobs_.timeout;
     for (int spin = 0;; ++spin) {
-      if (test(r)) return;
+      const cudaError_t e = cudaStreamQuery(stream_);
+      if (e == cudaSuccess) return;
+      if (e != cudaErrorNotReady) detail::cuda::check(e, "nccl synchronize (cudaStreamQuery)", rank_);
+      check_async(-1);
       if (clock::now() >= when)
-        throw timeout_error(std::string(r.send_ ? "ncclSend" : "ncclRecv") + " of " +
-                                std::to_string(r.bytes_) + " bytes timed out after " +
+        throw timeout_error("nccl stream did not complete within " +
                                 std::to_string(knobs_.timeout.count()) + " ms",
-                            rank_, r.peer_);
+                            rank_);
       if (spin > 1000)
         std::this_thread::sleep_for(std::chrono::microseconds(spin > 10000 ? 50 : 2));
     }
@@ -225,28 +236,19 @@ public:
     if (knobs_.abort_communicator) (void)ncclCommAbort(comm_);
   }
 
-  /// `ncclAllReduce` on the transport's stream, waited for with the deadline.
+  /// `ncclAllReduce` enqueued on the transport's stream (stream ordered, like the rest).
   template <class T, class Op>
   requires(detail::nccl::data_type<T>().has_value() &&
            detail::nccl::red_op<Op>().has_value()) void native_allreduce(const T* send, T* recv,
                                                                          std::size_t count,
                                                                          const Op&) {
     if (aborted_) throw aborted_error("NCCL transport was aborted", rank_);
-    close_group();
+    const deadline when = clock::now() + knobs_.timeout;
+    close_group(when, -1);
     detail::nccl::check(ncclAllReduce(send, recv, count, *detail::nccl::data_type<T>(),
                                       *detail::nccl::red_op<Op>(), comm_, stream_),
                         "ncclAllReduce", comm_, rank_);
-    auto g = std::make_shared<detail::nccl::group>();
-    g->done = take_event();
-    g->closed = true;
-    detail::cuda::check(cudaEventRecord(g->done, stream_), "ncclAllReduce (cudaEventRecord)",
-                        rank_);
-    request r;
-    r.group_ = g;
-    r.bytes_ = count * sizeof(T);
-    r.done_ = false;
-    groups_.push_back(g);
-    wait(r, clock::now() + knobs_.timeout);
+    wait_launched(when, -1);
   }
 
 private:
@@ -259,28 +261,39 @@ private:
     if (!open_) {
       detail::nccl::check(ncclGroupStart(), "ncclGroupStart", comm_, rank_);
       open_ = true;
-      current_ = std::make_shared<detail::nccl::group>();
-      current_->done = take_event();
-      groups_.push_back(current_);
     }
     request r;
-    r.group_ = current_;
     r.peer_ = peer;
     r.bytes_ = bytes;
     r.send_ = send;
     r.done_ = false;
     return r;
   }
-  /// Ends the open group, enqueues its consumers after it, and records its event.
-  void close_group() {
+  /// Ends the open group and enqueues its consumers after it.
+  void close_group(deadline when, int peer) {
     if (!open_) return;
     open_ = false;
-    auto g = std::move(current_);
-    g->closed = true;
-    detail::nccl::check(ncclGroupEnd(), "ncclGroupEnd", comm_, rank_);
-    for (auto& c : g->consumers) c.use(c.staging, c.bytes);
-    g->consumers.clear();
-    detail::cuda::check(cudaEventRecord(g->done, stream_), "nccl group (cudaEventRecord)", rank_);
+    detail::nccl::check(ncclGroupEnd(), "ncclGroupEnd", comm_, rank_, peer);
+    wait_launched(when, peer);
+    for (auto& c : consumers_) c.use(c.staging, c.bytes);
+    consumers_.clear();
+  }
+  /// A non-blocking communicator reports `ncclInProgress` until the last call's kernels are
+  /// launched; a blocking one returns at once.
+  void wait_launched(deadline when, int peer) {
+    for (int spin = 0;; ++spin) {
+      ncclResult_t state = ncclSuccess;
+      detail::nccl::check(ncclCommGetAsyncError(comm_, &state), "ncclCommGetAsyncError", comm_,
+                          rank_, peer);
+      if (state == ncclSuccess) return;
+      if (state != ncclInProgress)
+        detail::nccl::check(state, "NCCL communicator (asynchronous error)", comm_, rank_, peer);
+      if (clock::now() >= when)
+        throw timeout_error("NCCL did not finish launching within " +
+                                std::to_string(knobs_.timeout.count()) + " ms",
+                            rank_, peer);
+      if (spin > 1000) std::this_thread::sleep_for(std::chrono::microseconds(2));
+    }
   }
   void check_async(int peer) {
     ncclResult_t async = ncclSuccess;
@@ -288,28 +301,6 @@ private:
                         rank_);
     if (async != ncclSuccess && async != ncclInProgress)
       detail::nccl::check(async, "NCCL communicator (asynchronous error)", comm_, rank_, peer);
-  }
-  /// Events are recycled once no request references their group any more.
-  cudaEvent_t take_event() {
-    for (std::size_t i = 0; i < groups_.size();) {
-      if (groups_[i].use_count() == 1 && groups_[i]->closed) {
-        free_events_.push_back(groups_[i]->done);
-        groups_[i] = std::move(groups_.back());
-        groups_.pop_back();
-      } else {
-        ++i;
-      }
-    }
-    if (!free_events_.empty()) {
-      auto e = free_events_.back();
-      free_events_.pop_back();
-      return e;
-    }
-    cudaEvent_t e = nullptr;
-    detail::cuda::check(cudaEventCreateWithFlags(&e, cudaEventDisableTiming),
-                        "nccl_transport (cudaEventCreate)", rank_);
-    events_.push_back(e);
-    return e;
   }
 
   ncclComm_t comm_;
@@ -319,11 +310,8 @@ private:
   int size_ = 0;
   bool open_ = false;
   bool aborted_ = false;
-  std::shared_ptr<detail::nccl::group> current_;
-  std::vector<std::shared_ptr<detail::nccl::group>> groups_;
-  std::vector<cudaEvent_t> free_events_;
+  std::vector<detail::nccl::pending_consumer> consumers_; // of the open group
   collective_context context_;
-  std::vector<cudaEvent_t> events_; // every event created, destroyed with the transport
 };
 
 static_assert(check_transport<nccl_transport>());

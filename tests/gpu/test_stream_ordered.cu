@@ -1,0 +1,203 @@
+// Device collectives are stream ordered: on `device_team` a collective enqueues every round
+// and returns without waiting for the GPU, and a whole team's collective can be captured in
+// one CUDA graph and replayed. Expectations are closed forms (integer-valued inputs) and, for
+// fractional inputs, the bits of the same collective run eagerly.
+#include <doctest/doctest.h>
+
+#include <atomic>
+#include <cstring>
+#include <mutex>
+#include <vector>
+
+#include <tcoll/collectives.hpp>
+#include <tcoll/reduce/cuda.cuh>
+#include <tcoll/transport/device_team.hpp>
+
+#include "device_buffers.hpp"
+
+namespace {
+
+using tcoll::clock;
+using tcoll::testing::gpu_timeout;
+
+/// Spins until the host sets `*flag` (mapped pinned memory), or about `max_cycles` pass so a
+/// failing test cannot hold the GPU forever.
+__global__ void spin_until(const volatile int* flag, long long max_cycles) {
+  const long long start = clock64();
+  while (*flag == 0 && clock64() - start < max_cycles) {
+  }
+}
+
+float integral(int r, std::size_t i) {
+  return static_cast<float>(int((i * 7 + r) % 13) + r);
+}
+float fractional(int r, int salt, std::size_t i) {
+  const auto h = static_cast<std::uint32_t>(i * 2654435761u) ^
+                 static_cast<std::uint32_t>(r * 40503 + salt * 977);
+  return 0.1f + static_cast<float>(h % 100003) / 7919.0f * (r % 2 ? -1.0f : 1.0f);
+}
+float integral_sum(int P, std::size_t i) {
+  float s = 0;
+  for (int r = 0; r < P; ++r) s += integral(r, i);
+  return s;
+}
+
+void upload(float* d, const std::vector<float>& h, cudaStream_t s) {
+  tcoll::detail::cuda::check(
+      cudaMemcpyAsync(d, h.data(), h.size() * sizeof(float), cudaMemcpyHostToDevice, s), "upload");
+}
+std::vector<float> download(const float* d, std::size_t n, cudaStream_t s) {
+  std::vector<float> h(n);
+  tcoll::detail::cuda::check(
+      cudaMemcpyAsync(h.data(), d, n * sizeof(float), cudaMemcpyDeviceToHost, s), "download");
+  tcoll::detail::cuda::synchronize(s, clock::now() + gpu_timeout);
+  return h;
+}
+
+template <class Algo>
+void returns_before_gpu_case(int P, std::size_t n) {
+  int* flag = nullptr;
+  tcoll::detail::cuda::check(cudaHostAlloc(&flag, sizeof(int), cudaHostAllocMapped),
+                             "cudaHostAlloc");
+  *flag = 0;
+  int* dflag = nullptr;
+  tcoll::detail::cuda::check(cudaHostGetDevicePointer(&dflag, flag, 0), "cudaHostGetDevicePointer");
+  std::atomic<int> returned{0};
+  std::mutex m;
+  std::vector<std::vector<float>> results(P);
+  tcoll::device_team(P, gpu_timeout).run([&](tcoll::device_transport& t) {
+    const cudaStream_t s = t.stream();
+    tcoll::device_buffer<float> in(n, s), out(n, s);
+    std::vector<float> h(n);
+    for (std::size_t i = 0; i < n; ++i) h[i] = integral(t.rank(), i);
+    // the GPU is held until the host lets it go, after every rank's call returned
+    spin_until<<<1, 1, 0, s>>>(dflag, 20'000'000'000LL);
+    tcoll::detail::cuda::check(cudaGetLastError(), "spin_until launch");
+    upload(in.data(), h, s);
+    tcoll::cuda_reducer red{s};
+    red.knobs.timeout = std::chrono::milliseconds(2000); // a host wait for the GPU would throw
+    const auto t0 = clock::now();
+    tcoll::allreduce(t, in.data(), out.data(), n, tcoll::sum_op{}, Algo{}, red);
+    CHECK_MESSAGE(clock::now() - t0 < std::chrono::milliseconds(1500),
+                  "allreduce waited for the GPU on rank " << t.rank());
+    CHECK_MESSAGE(cudaStreamQuery(s) == cudaErrorNotReady,
+                  "the GPU ran before the host released it (rank " << t.rank() << ")");
+    returned.fetch_add(1);
+    t.barrier();
+    if (t.rank() == 0) {
+      CHECK(returned.load() == P);
+      std::atomic_ref<int>(*flag).store(1, std::memory_order_release);
+    }
+    auto got = download(out.data(), n, s);
+    std::lock_guard lock(m);
+    results[t.rank()] = std::move(got);
+  });
+  cudaFreeHost(flag);
+  for (int r = 0; r < P; ++r)
+    for (std::size_t i = 0; i < n; ++i)
+      if (results[r][i] != integral_sum(P, i)) {
+        FAIL_CHECK("rank " << r << " element " << i << ": " << results[r][i] << ", want "
+                           << integral_sum(P, i));
+        break;
+      }
+}
+
+/// Rank 0 captures the whole team's allreduce into one graph: the other ranks' streams join
+/// the capture through a fork event and rejoin rank 0's stream at the end. The graph is then
+/// replayed on new inputs.
+template <class Algo>
+void captured_team_case(int P, std::size_t n) {
+  cudaEvent_t fork = nullptr;
+  std::vector<cudaEvent_t> join(P);
+  tcoll::detail::cuda::check(cudaEventCreateWithFlags(&fork, cudaEventDisableTiming), "event");
+  for (auto& e : join)
+    tcoll::detail::cuda::check(cudaEventCreateWithFlags(&e, cudaEventDisableTiming), "event");
+  cudaGraphExec_t exec = nullptr;
+  std::mutex m;
+  std::vector<std::vector<float>> replayed(P), eager(P);
+  tcoll::device_team(P, gpu_timeout).run([&](tcoll::device_transport& t) {
+    const int r = t.rank();
+    const cudaStream_t s = t.stream();
+    tcoll::device_buffer<float> in(n, s), out(n, s);
+    tcoll::detail::cuda::synchronize(s, clock::now() + gpu_timeout);
+    tcoll::cuda_reducer red{s};
+    t.barrier();
+    if (r == 0) {
+      tcoll::detail::cuda::check(cudaStreamBeginCapture(s, cudaStreamCaptureModeRelaxed),
+                                 "cudaStreamBeginCapture");
+      tcoll::detail::cuda::check(cudaEventRecord(fork, s), "fork record");
+    }
+    t.barrier();
+    if (r != 0) tcoll::detail::cuda::check(cudaStreamWaitEvent(s, fork, 0), "join the capture");
+    tcoll::allreduce(t, in.data(), out.data(), n, tcoll::sum_op{}, Algo{}, red);
+    if (r != 0) tcoll::detail::cuda::check(cudaEventRecord(join[r], s), "join record");
+    t.barrier();
+    if (r == 0) {
+      for (int q = 1; q < P; ++q)
+        tcoll::detail::cuda::check(cudaStreamWaitEvent(s, join[q], 0), "rejoin");
+      cudaGraph_t graph = nullptr;
+      tcoll::detail::cuda::check(cudaStreamEndCapture(s, &graph), "cudaStreamEndCapture");
+      tcoll::detail::cuda::check(cudaGraphInstantiate(&exec, graph, 0), "cudaGraphInstantiate");
+      cudaGraphDestroy(graph);
+    }
+    t.barrier();
+    for (int round = 0; round < 3; ++round) {
+      std::vector<float> h(n);
+      for (std::size_t i = 0; i < n; ++i)
+        h[i] = round == 0 ? integral(r, i) : fractional(r, round, i);
+      upload(in.data(), h, s);
+      tcoll::detail::cuda::synchronize(s, clock::now() + gpu_timeout);
+      t.barrier();
+      if (r == 0) {
+        tcoll::detail::cuda::check(cudaGraphLaunch(exec, s), "cudaGraphLaunch");
+        tcoll::detail::cuda::synchronize(s, clock::now() + gpu_timeout);
+      }
+      t.barrier();
+      auto got = download(out.data(), n, s);
+      // the same collective, eagerly, on the same inputs
+      tcoll::allreduce(t, in.data(), out.data(), n, tcoll::sum_op{}, Algo{}, red);
+      auto want = download(out.data(), n, s);
+      t.barrier();
+      std::lock_guard lock(m);
+      if (round == 0)
+        for (std::size_t i = 0; i < n; ++i)
+          if (got[i] != integral_sum(P, i)) {
+            FAIL_CHECK("graph replay, rank " << r << " element " << i << ": " << got[i]
+                                             << ", want " << integral_sum(P, i));
+            break;
+          }
+      CHECK_MESSAGE(std::memcmp(got.data(), want.data(), n * sizeof(float)) == 0,
+                    "graph replay differs from the eager allreduce, rank " << r << " round "
+                                                                           << round);
+      replayed[r] = got;
+    }
+  });
+  if (exec) cudaGraphExecDestroy(exec);
+  cudaEventDestroy(fork);
+  for (auto e : join) cudaEventDestroy(e);
+  for (int r = 1; r < P; ++r)
+    CHECK_MESSAGE(std::memcmp(replayed[0].data(), replayed[r].data(), n * sizeof(float)) == 0,
+                  "rank " << r << " differs from rank 0");
+}
+
+} // namespace
+
+TEST_CASE("device_team collectives are stream ordered: every round enqueued, no host wait for "
+          "the GPU") {
+  for (int P : {1, 2, 3, 4}) {
+    CAPTURE(P);
+    returns_before_gpu_case<tcoll::ring>(P, 1000);
+    returns_before_gpu_case<tcoll::recursive_doubling>(P, 37);
+    returns_before_gpu_case<tcoll::recursive_halving_doubling>(P, 4099);
+    returns_before_gpu_case<tcoll::binomial_tree>(P, 513);
+  }
+}
+
+TEST_CASE("a whole device_team allreduce captured in one CUDA graph, replayed on new inputs") {
+  for (int P : {1, 2, 3, 4, 8}) {
+    CAPTURE(P);
+    captured_team_case<tcoll::ring>(P, 4099);
+    captured_team_case<tcoll::recursive_doubling>(P, 100);
+    captured_team_case<tcoll::recursive_halving_doubling>(P, 1000);
+  }
+}
