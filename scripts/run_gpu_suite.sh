@@ -122,7 +122,7 @@ if has_stage bench; then
   done
   for a in passthrough ring; do
     run "allreduce_perf nccl $a float" allreduce_nccl.log 45 \
-      "$bin/allreduce_perf_gpu" -t nccl -a "$a" -b 1M -e "$max" -d float -o avg -n 20 -w 5 \
+      "$bin/allreduce_perf_gpu" -t nccl -a "$a" -b 1M -e "$max" -d float -o sum -n 20 -w 5 \
       --json "$results/allreduce_nccl_$a.json"
   done
 fi
@@ -153,6 +153,11 @@ if has_stage sanitize; then
     done
     run "memcheck tcoll_gpu_schedule_tests" sanitize_memcheck.log 60 \
       "$sanitizer" --tool memcheck --error-exitcode 9 "$bin/tcoll_gpu_schedule_tests"
+    run "memcheck tcoll_gpu_tests (graph capture)" sanitize_memcheck.log 60 \
+      "$sanitizer" --tool memcheck --error-exitcode 9 "$bin/tcoll_gpu_tests" \
+      -tc='*CUDA graph*'
+    run "memcheck tcoll_gpu_nccl_tests" sanitize_memcheck.log 60 \
+      "$sanitizer" --tool memcheck --error-exitcode 9 "$bin/tcoll_gpu_nccl_tests"
   fi
 fi
 

@@ -222,6 +222,44 @@ TEST_CASE("convert: float <-> half/bfloat16 with scale, round to nearest even li
   check_equal(b.download(back, n), wback, "half -> float (scale 2)");
 }
 
+TEST_CASE("convert: the vector path, its head and its tail at every pair of pointer offsets") {
+  stream_guard sg;
+  device_buffers<cuda_reducer> b{sg.s, 0};
+  cuda_reducer red{sg.s};
+  auto one_direction = [&]<class To, class From>(const std::vector<From>& src, float scale,
+                                                 const char* what) {
+    for (std::size_t n : {std::size_t{1}, std::size_t{7}, std::size_t{8}, std::size_t{9},
+                          std::size_t{1000}, std::size_t{4099}})
+      for (std::size_t so : {0, 1, 2, 3})
+        for (std::size_t dof : {0, 1, 2, 3}) {
+          offset_buffer<From> in(n, so, sg.s);
+          offset_buffer<To> out(n, dof, sg.s);
+          b.upload(in, std::vector<From>(src.begin(), src.begin() + n));
+          red.convert(out.data(), static_cast<const From*>(in.data()), n, scale);
+          std::vector<To> want(n);
+          for (std::size_t i = 0; i < n; ++i)
+            want[i] = To(static_cast<float>(src[i]) * scale);
+          check_equal(b.download(out, n), want,
+                      std::string(what) + " n=" + std::to_string(n) + " offsets " +
+                          std::to_string(so) + "/" + std::to_string(dof));
+        }
+  };
+  std::vector<float> f(4099);
+  for (std::size_t i = 0; i < f.size(); ++i)
+    f[i] = static_cast<float>(static_cast<std::int64_t>(mix(i + 7) % 2000001) - 1000000) / 991.0f;
+  std::vector<tcoll::half> h(f.size());
+  std::vector<bfloat16> bf(f.size());
+  for (std::size_t i = 0; i < f.size(); ++i) {
+    h[i] = tcoll::half(f[i] / 64.0f);
+    bf[i] = bfloat16(f[i]);
+  }
+  one_direction.template operator()<tcoll::half, float>(f, 1.0f / 64.0f, "float -> half");
+  one_direction.template operator()<float, tcoll::half>(h, 64.0f, "half -> float");
+  one_direction.template operator()<bfloat16, float>(f, 0.25f, "float -> bfloat16");
+  one_direction.template operator()<float, bfloat16>(bf, 4.0f, "bfloat16 -> float");
+  one_direction.template operator()<float, float>(f, 0.5f, "float -> float");
+}
+
 TEST_CASE("mixed precision: float gradients as half / bfloat16 over device_team, error bounded") {
   for (int P : {1, 3, 8}) {
     CAPTURE(P);

@@ -147,6 +147,7 @@ public:
     detail::nccl::check(ncclCommCount(comm, &size_), "ncclCommCount", comm, rank_);
     if (knobs.timeout.count() <= 0)
       throw invalid_argument("nccl_transport: timeout must be positive", rank_);
+    detail::nccl::check(ncclGetVersion(&version_), "ncclGetVersion", comm, rank_);
   }
   nccl_transport(const nccl_transport&) = delete;
   nccl_transport& operator=(const nccl_transport&) = delete;
@@ -245,6 +246,16 @@ public:
     if (aborted_) throw aborted_error("NCCL transport was aborted", rank_);
     const deadline when = clock::now() + knobs_.timeout;
     close_group(when, -1);
+    if (size_ == 1 && std::is_same_v<Op, avg_op> && version_ < one_rank_avg_fixed) {
+      // NCCL before 2.29.7 leaves the last count % blocks elements of a one-rank ncclAvg
+      // unwritten (NVIDIA/nccl#1950, seen here with 2.28.9: double, 65537 elements). The
+      // average over one rank is its input, bit for bit: copy it instead.
+      if (send != recv && count)
+        detail::cuda::check(cudaMemcpyAsync(recv, send, count * sizeof(T),
+                                            cudaMemcpyDeviceToDevice, stream_),
+                            "one-rank ncclAvg (cudaMemcpyAsync)", rank_);
+      return;
+    }
     detail::nccl::check(ncclAllReduce(send, recv, count, *detail::nccl::data_type<T>(),
                                       *detail::nccl::red_op<Op>(), comm_, stream_),
                         "ncclAllReduce", comm_, rank_);
@@ -303,11 +314,15 @@ private:
       detail::nccl::check(async, "NCCL communicator (asynchronous error)", comm_, rank_, peer);
   }
 
+  /// NCCL_VERSION(2, 29, 7): the first release whose one-rank ncclAvg writes every element.
+  static constexpr int one_rank_avg_fixed = 22907;
+
   ncclComm_t comm_;
   cudaStream_t stream_;
   nccl_knobs knobs_;
   int rank_ = -1;
   int size_ = 0;
+  int version_ = 0; ///< ncclGetVersion of the library loaded at run time
   bool open_ = false;
   bool aborted_ = false;
   std::vector<detail::nccl::pending_consumer> consumers_; // of the open group
