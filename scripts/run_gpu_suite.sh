@@ -156,8 +156,11 @@ if has_stage sanitize; then
     run "memcheck tcoll_gpu_tests (graph capture)" sanitize_memcheck.log 60 \
       "$sanitizer" --tool memcheck --error-exitcode 9 "$bin/tcoll_gpu_tests" \
       -tc='*CUDA graph*'
+    # NCCL's own initialisation probes kernels of other architectures (error 209 from
+    # cudaFuncGetAttributes, 32 of them with NCCL 2.28.9): report memory errors only
     run "memcheck tcoll_gpu_nccl_tests" sanitize_memcheck.log 60 \
-      "$sanitizer" --tool memcheck --error-exitcode 9 "$bin/tcoll_gpu_nccl_tests"
+      "$sanitizer" --tool memcheck --report-api-errors no --error-exitcode 9 \
+      "$bin/tcoll_gpu_nccl_tests"
   fi
 fi
 

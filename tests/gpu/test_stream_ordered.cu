@@ -70,11 +70,17 @@ void returns_before_gpu_case(int P, std::size_t n) {
     tcoll::device_buffer<float> in(n, s), out(n, s);
     std::vector<float> h(n);
     for (std::size_t i = 0; i < n; ++i) h[i] = integral(t.rank(), i);
+    tcoll::cuda_reducer red{s};
+    // Warm-up: CUDA loads a kernel at its first launch (lazy loading, the default since CUDA
+    // 12.2), and loading may wait for the device, which the spinning kernel holds (CUDA
+    // Programming Guide, "Lazy Loading", concurrent execution). Seen on an H100: the first
+    // P = 2 ring here waited 10 s, until the spin gave up.
+    tcoll::allreduce(t, in.data(), out.data(), n, tcoll::sum_op{}, Algo{}, red);
+    tcoll::detail::cuda::synchronize(s, clock::now() + gpu_timeout);
     // the GPU is held until the host lets it go, after every rank's call returned
     spin_until<<<1, 1, 0, s>>>(dflag, 20'000'000'000LL);
     tcoll::detail::cuda::check(cudaGetLastError(), "spin_until launch");
     upload(in.data(), h, s);
-    tcoll::cuda_reducer red{s};
     red.knobs.timeout = std::chrono::milliseconds(2000); // a host wait for the GPU would throw
     const auto t0 = clock::now();
     tcoll::allreduce(t, in.data(), out.data(), n, tcoll::sum_op{}, Algo{}, red);
@@ -121,24 +127,41 @@ void captured_team_case(int P, std::size_t n) {
     tcoll::device_buffer<float> in(n, s), out(n, s);
     tcoll::detail::cuda::synchronize(s, clock::now() + gpu_timeout);
     tcoll::cuda_reducer red{s};
-    t.barrier();
-    if (r == 0) {
-      tcoll::detail::cuda::check(cudaStreamBeginCapture(s, cudaStreamCaptureModeRelaxed),
-                                 "cudaStreamBeginCapture");
-      tcoll::detail::cuda::check(cudaEventRecord(fork, s), "fork record");
-    }
-    t.barrier();
-    if (r != 0) tcoll::detail::cuda::check(cudaStreamWaitEvent(s, fork, 0), "join the capture");
+    // warm-up outside the capture: loads the kernels (see returns_before_gpu_case)
     tcoll::allreduce(t, in.data(), out.data(), n, tcoll::sum_op{}, Algo{}, red);
-    if (r != 0) tcoll::detail::cuda::check(cudaEventRecord(join[r], s), "join record");
+    tcoll::detail::cuda::synchronize(s, clock::now() + gpu_timeout);
     t.barrier();
-    if (r == 0) {
-      for (int q = 1; q < P; ++q)
-        tcoll::detail::cuda::check(cudaStreamWaitEvent(s, join[q], 0), "rejoin");
-      cudaGraph_t graph = nullptr;
-      tcoll::detail::cuda::check(cudaStreamEndCapture(s, &graph), "cudaStreamEndCapture");
-      tcoll::detail::cuda::check(cudaGraphInstantiate(&exec, graph, 0), "cudaGraphInstantiate");
-      cudaGraphDestroy(graph);
+    bool capturing = false;
+    try {
+      if (r == 0) {
+        tcoll::detail::cuda::check(cudaStreamBeginCapture(s, cudaStreamCaptureModeRelaxed),
+                                   "cudaStreamBeginCapture");
+        capturing = true;
+        tcoll::detail::cuda::check(cudaEventRecord(fork, s), "fork record");
+      }
+      t.barrier();
+      if (r != 0) tcoll::detail::cuda::check(cudaStreamWaitEvent(s, fork, 0), "join the capture");
+      tcoll::allreduce(t, in.data(), out.data(), n, tcoll::sum_op{}, Algo{}, red);
+      if (r != 0) tcoll::detail::cuda::check(cudaEventRecord(join[r], s), "join record");
+      t.barrier();
+      if (r == 0) {
+        for (int q = 1; q < P; ++q)
+          tcoll::detail::cuda::check(cudaStreamWaitEvent(s, join[q], 0), "rejoin");
+        cudaGraph_t graph = nullptr;
+        capturing = false;
+        tcoll::detail::cuda::check(cudaStreamEndCapture(s, &graph), "cudaStreamEndCapture");
+        tcoll::detail::cuda::check(cudaGraphInstantiate(&exec, graph, 0), "cudaGraphInstantiate");
+        cudaGraphDestroy(graph);
+      }
+    } catch (...) {
+      // never leave a capture open: later tests on this GPU would fail with capture errors
+      if (capturing) {
+        cudaGraph_t broken = nullptr;
+        (void)cudaStreamEndCapture(s, &broken);
+        if (broken) cudaGraphDestroy(broken);
+        (void)cudaGetLastError();
+      }
+      throw;
     }
     t.barrier();
     for (int round = 0; round < 3; ++round) {

@@ -254,14 +254,24 @@ private:
     r.done_ = false;
     return r;
   }
-  /// Host memory (pageable or pinned) as opposed to device or managed memory.
-  static bool is_host(const void* p) {
+  /// Host memory (pageable or pinned) as opposed to device or managed memory. Memory the
+  /// driver does not know is pageable host memory, except while this rank's stream is being
+  /// captured into a CUDA graph: then it is device memory the graph allocates
+  /// (`cudaMallocAsync` during capture, e.g. an executor's scratch, only reserves an address
+  /// the driver maps at launch), and pageable memory could not be used by a captured stream
+  /// anyway. Found on an H100: a captured recursive doubling took its scratch for host memory
+  /// and queried a captured event (cudaErrorCapturedEvent).
+  bool is_host(const void* p) const {
     cudaPointerAttributes a{};
-    if (cudaPointerGetAttributes(&a, p) != cudaSuccess) {
-      (void)cudaGetLastError(); // older runtimes report unregistered memory as an error
+    const bool known = cudaPointerGetAttributes(&a, p) == cudaSuccess;
+    if (!known) (void)cudaGetLastError(); // older runtimes report unregistered memory as an error
+    if (known && a.type != cudaMemoryTypeUnregistered) return a.type == cudaMemoryTypeHost;
+    cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
+    if (cudaStreamIsCapturing(stream_, &capture) != cudaSuccess) {
+      (void)cudaGetLastError();
       return true;
     }
-    return a.type == cudaMemoryTypeUnregistered || a.type == cudaMemoryTypeHost;
+    return capture != cudaStreamCaptureStatusActive;
   }
   void check_peer(int peer, const char* what) const {
     if (peer < 0 || peer >= state_->nranks)
