@@ -108,10 +108,8 @@ void run_type(const options& o, cudaStream_t s, std::vector<row>& rows) {
     const double fused_ms = median_ms(s, o.warmup, o.iters, [&] {
       cr.reduce_many(sum_op{}, c, std::span<const T* const>(src4), n);
     });
-    const double to_t_ms =
-        median_ms(s, o.warmup, o.iters, [&] { cr.convert(c, fa, n, 0.5f); });
-    const double to_float_ms =
-        median_ms(s, o.warmup, o.iters, [&] { cr.convert(fb, a, n, 2.0f); });
+    const double to_t_ms = median_ms(s, o.warmup, o.iters, [&] { cr.convert(c, fa, n, 0.5f); });
+    const double to_float_ms = median_ms(s, o.warmup, o.iters, [&] { cr.convert(fb, a, n, 2.0f); });
     const double cast_gb = double(n) * (sizeof(float) + sizeof(T)) / 1e9;
     // recompute the pairwise results once more and compare cuda with thrust bitwise
     cr.reduce(sum_op{}, c, a, b, n);

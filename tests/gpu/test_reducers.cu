@@ -237,8 +237,7 @@ TEST_CASE("convert: the vector path, its head and its tail at every pair of poin
           b.upload(in, std::vector<From>(src.begin(), src.begin() + n));
           red.convert(out.data(), static_cast<const From*>(in.data()), n, scale);
           std::vector<To> want(n);
-          for (std::size_t i = 0; i < n; ++i)
-            want[i] = To(static_cast<float>(src[i]) * scale);
+          for (std::size_t i = 0; i < n; ++i) want[i] = To(static_cast<float>(src[i]) * scale);
           check_equal(b.download(out, n), want,
                       std::string(what) + " n=" + std::to_string(n) + " offsets " +
                           std::to_string(so) + "/" + std::to_string(dof));

@@ -49,8 +49,7 @@ void scheduled_iterations_case(int P, unsigned seed, int iterations) {
         sched(pool, t, plan, {}, Algo{});
     for (int it = 0; it < iterations; ++it) {
       std::vector<float> input(pool.size());
-      for (std::size_t i = 0; i < input.size(); ++i)
-        input[i] = schedule_test::fractional(r, it, i);
+      for (std::size_t i = 0; i < input.size(); ++i) input[i] = schedule_test::fractional(r, it, i);
       red.copy_from_host(pool.data(), input.data(), input.size());
       tcoll::device_buffer<float> expected(input.size(), t.stream());
       red.copy(expected.data(), pool.data(), input.size());

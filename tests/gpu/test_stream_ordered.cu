@@ -185,8 +185,8 @@ void captured_team_case(int P, std::size_t n) {
       if (round == 0)
         for (std::size_t i = 0; i < n; ++i)
           if (got[i] != integral_sum(P, i)) {
-            FAIL_CHECK("graph replay, rank " << r << " element " << i << ": " << got[i]
-                                             << ", want " << integral_sum(P, i));
+            FAIL_CHECK("graph replay, rank " << r << " element " << i << ": " << got[i] << ", want "
+                                             << integral_sum(P, i));
             break;
           }
       CHECK_MESSAGE(std::memcmp(got.data(), want.data(), n * sizeof(float)) == 0,

@@ -204,8 +204,8 @@ __global__ void finalize_kernel(Op op, T* dst, split s, int nranks) {
 /// 16 written).
 inline constexpr int convert_pack = 8;
 template <class To, class From>
-inline constexpr bool convert_vectorizable =
-    (convert_pack * sizeof(To)) % 16 == 0 && (convert_pack * sizeof(From)) % 16 == 0;
+inline constexpr bool convert_vectorizable = (convert_pack * sizeof(To)) % 16 == 0 &&
+                                             (convert_pack * sizeof(From)) % 16 == 0;
 
 /// dst[i] = To(scale * float(src[i])) (mixed-precision casts; float math for every type).
 /// Elements [head, head + 8 * npacks) move as 16-byte vectors (both pointers are 16-byte
@@ -372,12 +372,12 @@ struct cuda_reducer {
           break;
         }
     const std::size_t items = npacks + (n - npacks * detail::cuda::convert_pack);
-    const unsigned blocks = static_cast<unsigned>(std::max<std::size_t>(
-        1, std::min<std::size_t>(
-               (items + knobs.block - 1) / knobs.block,
-               std::size_t(detail::cuda::sm_count()) * std::max(1, knobs.blocks_per_sm))));
+    const unsigned blocks = static_cast<unsigned>(
+        std::max<std::size_t>(1, std::min<std::size_t>((items + knobs.block - 1) / knobs.block,
+                                                       std::size_t(detail::cuda::sm_count()) *
+                                                           std::max(1, knobs.blocks_per_sm))));
     detail::cuda::convert_kernel<<<blocks, knobs.block, 0, stream>>>(dst, src, n, scale, head,
-                                                                      npacks);
+                                                                     npacks);
     detail::cuda::check(cudaGetLastError(), "cuda_reducer::convert (kernel launch)");
   }
 

@@ -219,7 +219,8 @@ public:
     for (int spin = 0;; ++spin) {
       const cudaError_t e = cudaStreamQuery(stream_);
       if (e == cudaSuccess) return;
-      if (e != cudaErrorNotReady) detail::cuda::check(e, "nccl synchronize (cudaStreamQuery)", rank_);
+      if (e != cudaErrorNotReady)
+        detail::cuda::check(e, "nccl synchronize (cudaStreamQuery)", rank_);
       check_async(-1);
       if (clock::now() >= when)
         throw timeout_error("nccl stream did not complete within " +
@@ -251,9 +252,9 @@ public:
       // unwritten (NVIDIA/nccl#1950, seen here with 2.28.9: double, 65537 elements). The
       // average over one rank is its input, bit for bit: copy it instead.
       if (send != recv && count)
-        detail::cuda::check(cudaMemcpyAsync(recv, send, count * sizeof(T),
-                                            cudaMemcpyDeviceToDevice, stream_),
-                            "one-rank ncclAvg (cudaMemcpyAsync)", rank_);
+        detail::cuda::check(
+            cudaMemcpyAsync(recv, send, count * sizeof(T), cudaMemcpyDeviceToDevice, stream_),
+            "one-rank ncclAvg (cudaMemcpyAsync)", rank_);
       return;
     }
     detail::nccl::check(ncclAllReduce(send, recv, count, *detail::nccl::data_type<T>(),
