@@ -2,7 +2,8 @@
 // order (also when a pair's lanes are full and later sends go zero copy, and while the
 // receiver polls as the sender publishes), a size mismatch on either path is a clear error,
 // a consumer that throws frees its lane, two threads of one rank may send at once, and bad
-// options are rejected.
+// options are rejected. Also the executor's rule for stream-ordered transports (no host
+// synchronization between rounds), which the GPU suite tests on a GPU.
 #include <doctest/doctest.h>
 
 #include <atomic>
@@ -14,6 +15,8 @@
 #include <string>
 #include <thread>
 #include <vector>
+
+#include <tcoll/transport/counting.hpp>
 
 #include "common/collective_cases.hpp"
 #include "common/threads_team.hpp"
@@ -247,4 +250,51 @@ TEST_CASE("threads: bad eager options are invalid_argument") {
   expect_error<tcoll::invalid_argument>(
       [] { tcoll::thread_team(2, tcoll::thread_options{.timeout = 0ms}); }, {"timeout"},
       "timeout 0");
+}
+
+namespace {
+
+/// The thread transport, declared stream ordered or not (the executor reads only the trait).
+template <bool Ordered>
+struct ordering_probe : tcoll::counting<tcoll::thread_transport> {
+  static constexpr bool stream_ordered = Ordered;
+  using counting::counting;
+};
+
+/// The CPU reducer, counting its `synchronize()` calls.
+struct sync_counting_reducer : tcoll::cpu_reducer {
+  int* syncs = nullptr;
+  void synchronize() const { ++*syncs; }
+};
+
+template <bool Ordered, class Algo>
+int synchronizations_of_one_allreduce(const Algo& algo) {
+  std::atomic<int> total{0};
+  tcoll::thread_team(3, 30s).run([&](tcoll::thread_transport& inner) {
+    ordering_probe<Ordered> t(inner);
+    int syncs = 0;
+    sync_counting_reducer red;
+    red.syncs = &syncs;
+    std::vector<float> in(1000), out(1000);
+    for (std::size_t i = 0; i < in.size(); ++i) in[i] = float(inner.rank() + int(i % 7));
+    tcoll::allreduce(t, in.data(), out.data(), in.size(), tcoll::sum_op{}, algo, red);
+    for (std::size_t i = 0; i < out.size(); ++i)
+      REQUIRE(out[i] == float(0 + 1 + 2 + 3 * int(i % 7)));
+    total += syncs;
+  });
+  return total.load();
+}
+
+} // namespace
+
+TEST_CASE("executor: a stream-ordered transport gets no host synchronization between rounds") {
+  static_assert(tcoll::transport_is_stream_ordered<ordering_probe<true>>());
+  static_assert(!tcoll::transport_is_stream_ordered<ordering_probe<false>>());
+  static_assert(!tcoll::transport_is_stream_ordered<tcoll::thread_transport>());
+  CHECK(synchronizations_of_one_allreduce<true>(tcoll::ring{}) == 0);
+  CHECK(synchronizations_of_one_allreduce<true>(tcoll::recursive_doubling{}) == 0);
+  // the other transports synchronize the reducer after every round (ring at 3 ranks: 4
+  // rounds on each of the 3 ranks, at least)
+  CHECK(synchronizations_of_one_allreduce<false>(tcoll::ring{}) >= 12);
+  CHECK(synchronizations_of_one_allreduce<false>(tcoll::recursive_doubling{}) >= 3);
 }

@@ -27,7 +27,8 @@ struct traffic {
 };
 
 /// Counts the traffic of the wrapped transport `Inner` (held by reference) and otherwise
-/// behaves exactly like it: same rank, size, timeout, requests, zero-copy property, and
+/// behaves exactly like it: same rank, size, timeout, requests, zero-copy and stream-ordered
+/// properties, and
 /// `native_allreduce` / `barrier` where `Inner` has them.
 template <transport Inner>
 class counting {
@@ -35,6 +36,7 @@ public:
   using request = typename Inner::request;
   using inner_type = Inner;
   static constexpr bool zero_copy = transport_is_zero_copy<Inner>();
+  static constexpr bool stream_ordered = transport_is_stream_ordered<Inner>();
   static constexpr std::string_view name = "counting";
 
   explicit counting(Inner& inner) noexcept : inner_(&inner) {}
