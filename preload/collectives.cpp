@@ -137,7 +137,10 @@ TCOLL_PRELOAD_EXPORT int MPI_Reduce_scatter_block(const void* sendbuf, void* rec
   return MPI_SUCCESS;
 }
 
-/// MPI_Allgather through tcoll's ring for predefined contiguous types (moved as bytes).
+/// MPI_Allgather through tcoll's ring, moved as bytes. The path is chosen from the block's
+/// signature bytes (recvcount x the size of recvtype), which every rank of a matching call
+/// shares whatever datatypes each uses; a rank whose send or receive datatype is derived or
+/// not contiguous packs its block (or unpacks the result) locally around the collective.
 TCOLL_PRELOAD_EXPORT int MPI_Allgather(const void* sendbuf, int sendcount, MPI_Datatype sendtype,
                                        void* recvbuf, int recvcount, MPI_Datatype recvtype,
                                        MPI_Comm comm) {
@@ -149,19 +152,15 @@ TCOLL_PRELOAD_EXPORT int MPI_Allgather(const void* sendbuf, int sendcount, MPI_D
   if (common_fallback(c, comm,
                       recvcount >= 0 && recvbuf && sendbuf && (in_place || sendcount >= 0)))
     return pmpi();
-  const std::size_t rsize = contiguous_size(recvtype);
-  const std::size_t ssize = in_place ? rsize : contiguous_size(sendtype);
-  if (rsize == 0 || ssize == 0) {
-    count_fallback(c, fallback::datatype);
-    return pmpi();
-  }
-  const std::size_t block = static_cast<std::size_t>(recvcount) * rsize;
-  if (!in_place && static_cast<std::size_t>(sendcount) * ssize != block) {
-    count_fallback(c, fallback::arguments); // MPI reports the mismatch
+  const long long block_signature = signature_bytes(recvcount, recvtype);
+  if (block_signature < 0 ||
+      (!in_place && signature_bytes(sendcount, sendtype) != block_signature)) {
+    count_fallback(c, fallback::arguments); // MPI reports the bad type or the mismatch
     return pmpi();
   }
   if (!config().error.empty()) return report_settings_error(c, comm);
   const int P = comm_size(comm);
+  const std::size_t block = static_cast<std::size_t>(block_signature);
   const std::size_t bytes = block * P;
   algo a = block == 0 ? algo::empty : choose(c, bytes);
   try {
@@ -174,34 +173,55 @@ TCOLL_PRELOAD_EXPORT int MPI_Allgather(const void* sendbuf, int sendcount, MPI_D
   if (a == algo::passthrough) return pmpi();
   try {
     comm_state& s = state_of(comm);
-    auto* out = static_cast<unsigned char*>(recvbuf);
-    const auto* in = in_place ? out + static_cast<std::size_t>(s.rank) * block
-                              : static_cast<const unsigned char*>(sendbuf);
+    MPI_Aint lb = 0, extent = 0; // of recvtype: block q starts at recvbuf + q recvcount extent
+    PMPI_Type_get_extent(recvtype, &lb, &extent);
+    const auto block_at = [&](int q) {
+      return static_cast<char*>(recvbuf) + static_cast<MPI_Aint>(q) * recvcount * extent;
+    };
+    const bool recv_direct = contiguous_size(recvtype) != 0;
+    const bool send_direct = in_place || contiguous_size(sendtype) != 0;
+    if (!recv_direct || !send_direct) count_packed(c);
+    // the gathered blocks, contiguous: the user's buffer itself or scratch to unpack from
+    auto* out = recv_direct ? static_cast<unsigned char*>(recvbuf)
+                            : reinterpret_cast<unsigned char*>(s.scratch_bytes(bytes));
+    unsigned char* own = out + static_cast<std::size_t>(s.rank) * block;
+    const unsigned char* in = own;
+    if (in_place) {
+      if (!recv_direct) // this rank's block sits in recvbuf at its place, as recvtype
+        pack_local(block_at(s.rank), recvcount, recvtype, reinterpret_cast<std::byte*>(own), block);
+    } else if (send_direct) {
+      in = static_cast<const unsigned char*>(sendbuf);
+    } else { // packed straight into its place among the gathered blocks
+      pack_local(sendbuf, sendcount, sendtype, reinterpret_cast<std::byte*>(own), block);
+    }
     on_transport(c, s, [&](auto& t) { tcoll::allgather(t, in, out, block); });
+    if (!recv_direct) // block by block: recvcount x P may exceed an int
+      for (int q = 0; q < P; ++q)
+        unpack_local(reinterpret_cast<const std::byte*>(out) + static_cast<std::size_t>(q) * block,
+                     block, block_at(q), recvcount, recvtype);
   } catch (const std::exception& e) {
     return report_error(c, comm, MPI_ERR_OTHER, e.what());
   }
   return MPI_SUCCESS;
 }
 
-/// MPI_Bcast through tcoll's binomial tree for predefined contiguous types (moved as bytes).
+/// MPI_Bcast through tcoll's binomial tree, moved as bytes. The path is chosen from the
+/// signature bytes (count x the size of the datatype), which every rank of a matching call
+/// shares even where the root sends one derived type and the others receive another; a rank
+/// whose datatype is derived or not contiguous packs (root) or unpacks (others) locally.
 TCOLL_PRELOAD_EXPORT int MPI_Bcast(void* buffer, int count, MPI_Datatype datatype, int root,
                                    MPI_Comm comm) {
   constexpr coll c = coll::bcast;
   auto pmpi = [&] { return PMPI_Bcast(buffer, count, datatype, root, comm); };
   if (common_fallback(c, comm, count >= 0 && buffer != nullptr)) return pmpi();
   const int P = comm_size(comm);
-  if (root < 0 || root >= P) {
+  const long long signature = signature_bytes(count, datatype);
+  if (root < 0 || root >= P || signature < 0) {
     count_fallback(c, fallback::arguments);
     return pmpi();
   }
-  const std::size_t size = contiguous_size(datatype);
-  if (size == 0) {
-    count_fallback(c, fallback::datatype);
-    return pmpi();
-  }
   if (!config().error.empty()) return report_settings_error(c, comm);
-  const std::size_t bytes = static_cast<std::size_t>(count) * size;
+  const std::size_t bytes = static_cast<std::size_t>(signature);
   algo a = bytes == 0 ? algo::empty : choose(c, bytes);
   try {
     a = one_node_collective_choice(c, comm, bytes, P, a);
@@ -212,9 +232,18 @@ TCOLL_PRELOAD_EXPORT int MPI_Bcast(void* buffer, int count, MPI_Datatype datatyp
   if (a == algo::empty) return MPI_SUCCESS;
   if (a == algo::passthrough) return pmpi();
   try {
-    on_transport(c, state_of(comm), [&](auto& t) {
-      tcoll::broadcast(t, static_cast<unsigned char*>(buffer), bytes, root);
-    });
+    comm_state& s = state_of(comm);
+    const bool direct = contiguous_size(datatype) != 0;
+    unsigned char* data = static_cast<unsigned char*>(buffer);
+    if (!direct) {
+      count_packed(c);
+      data = reinterpret_cast<unsigned char*>(s.scratch_bytes(bytes));
+      if (s.rank == root)
+        pack_local(buffer, count, datatype, reinterpret_cast<std::byte*>(data), bytes);
+    }
+    on_transport(c, s, [&](auto& t) { tcoll::broadcast(t, data, bytes, root); });
+    if (!direct && s.rank != root)
+      unpack_local(reinterpret_cast<const std::byte*>(data), bytes, buffer, count, datatype);
   } catch (const std::exception& e) {
     return report_error(c, comm, MPI_ERR_OTHER, e.what());
   }

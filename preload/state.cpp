@@ -149,6 +149,7 @@ constexpr int size_buckets = 65; // 0 bytes, then [2^k, 2^(k+1)) for k = 0..63
 std::atomic<unsigned long long> by_algo[coll_count][algo_count][size_buckets];
 std::atomic<unsigned long long> by_reason[coll_count][fallback_count];
 std::atomic<unsigned long long> shm_calls[coll_count];
+std::atomic<unsigned long long> packed_calls[coll_count];
 
 int bucket_of(std::size_t bytes) {
   if (bytes == 0) return 0;
@@ -207,6 +208,9 @@ void print_summary() {
     if (const auto n = shm_calls[c].load())
       out += p + "  " + coll_name(static_cast<coll>(c)) +
              " over shared memory (shm_transport): " + std::to_string(n) + " calls\n";
+    if (const auto n = packed_calls[c].load())
+      out += p + "  " + coll_name(static_cast<coll>(c)) +
+             " with a derived datatype packed on this rank: " + std::to_string(n) + " calls\n";
     for (int f = 0; f < fallback_count; ++f)
       if (const auto n = by_reason[c][f].load())
         out += p + "  " + coll_name(static_cast<coll>(c)) + " fallback (" +
@@ -303,6 +307,10 @@ void count_call(coll c, algo a, std::size_t bytes, MPI_Comm comm) {
 
 void count_shared_memory(coll c) {
   if (config().debug) shm_calls[static_cast<int>(c)].fetch_add(1, std::memory_order_relaxed);
+}
+
+void count_packed(coll c) {
+  if (config().debug) packed_calls[static_cast<int>(c)].fetch_add(1, std::memory_order_relaxed);
 }
 
 void count_fallback(coll c, fallback why) {
@@ -621,6 +629,69 @@ std::size_t contiguous_size(MPI_Datatype type) {
     return 0;
   if (size <= 0 || lb != 0 || extent != size) return 0;
   return static_cast<std::size_t>(size);
+}
+
+long long signature_bytes(int count, MPI_Datatype type) {
+  if (count < 0 || type == MPI_DATATYPE_NULL) return -1;
+  MPI_Count size = 0;
+  if (PMPI_Type_size_x(type, &size) != MPI_SUCCESS || size < 0 || size == MPI_UNDEFINED) return -1;
+  return static_cast<long long>(size) * count;
+}
+
+namespace {
+
+/// A private duplicate of MPI_COMM_SELF: the local pack and unpack never match a message of
+/// the user's on MPI_COMM_SELF. Left to MPI_Finalize.
+MPI_Comm private_self() {
+  static MPI_Comm self = [] {
+    MPI_Comm c = MPI_COMM_NULL;
+    detail::mpi::check(PMPI_Comm_dup(MPI_COMM_SELF, &c), "PMPI_Comm_dup(MPI_COMM_SELF)",
+                       world_rank());
+    return c;
+  }();
+  return self;
+}
+
+/// MPI counts are ints: moves `bytes` in pieces of at most 1 GiB (a whole number of
+/// elements of `type` each, as MPI_BYTE on the contiguous side).
+template <class Copy>
+void in_pieces(int count, std::size_t bytes, Copy&& copy) {
+  if (count == 0 || bytes == 0) return;
+  const std::size_t elem = bytes / static_cast<std::size_t>(count);
+  const std::size_t per =
+      std::max<std::size_t>(1, (std::size_t{1} << 30) / std::max<std::size_t>(1, elem));
+  for (std::size_t first = 0; first < static_cast<std::size_t>(count); first += per) {
+    const std::size_t n = std::min(per, static_cast<std::size_t>(count) - first);
+    copy(first, n, elem);
+  }
+}
+
+} // namespace
+
+void pack_local(const void* buf, int count, MPI_Datatype type, std::byte* out, std::size_t bytes) {
+  MPI_Aint lb = 0, extent = 0;
+  detail::mpi::check(PMPI_Type_get_extent(type, &lb, &extent), "PMPI_Type_get_extent",
+                     world_rank());
+  in_pieces(count, bytes, [&](std::size_t first, std::size_t n, std::size_t elem) {
+    const auto* from = static_cast<const char*>(buf) + static_cast<MPI_Aint>(first) * extent;
+    detail::mpi::check(PMPI_Sendrecv(from, static_cast<int>(n), type, 0, 0, out + first * elem,
+                                     static_cast<int>(n * elem), MPI_BYTE, 0, 0, private_self(),
+                                     MPI_STATUS_IGNORE),
+                       "PMPI_Sendrecv (local pack)", world_rank());
+  });
+}
+
+void unpack_local(const std::byte* in, std::size_t bytes, void* buf, int count, MPI_Datatype type) {
+  MPI_Aint lb = 0, extent = 0;
+  detail::mpi::check(PMPI_Type_get_extent(type, &lb, &extent), "PMPI_Type_get_extent",
+                     world_rank());
+  in_pieces(count, bytes, [&](std::size_t first, std::size_t n, std::size_t elem) {
+    auto* to = static_cast<char*>(buf) + static_cast<MPI_Aint>(first) * extent;
+    detail::mpi::check(PMPI_Sendrecv(in + first * elem, static_cast<int>(n * elem), MPI_BYTE, 0, 0,
+                                     to, static_cast<int>(n), type, 0, 0, private_self(),
+                                     MPI_STATUS_IGNORE),
+                       "PMPI_Sendrecv (local unpack)", world_rank());
+  });
 }
 
 } // namespace tcoll::preload

@@ -145,6 +145,9 @@ void count_call(coll c, algo a, std::size_t bytes, MPI_Comm comm);
 void count_shared_memory(coll c);
 /// Counts a call that fell back to `PMPI_*` and, at TCOLL_DEBUG=2, prints it.
 void count_fallback(coll c, fallback why);
+/// Counts a call of collective `c` in which this rank packed a derived or non-contiguous
+/// datatype into contiguous bytes (or unpacked them) around tcoll's collective.
+void count_packed(coll c);
 
 /// tcoll's state of one user communicator, kept as an attribute of it and freed with it.
 /// Transports are created on first need: that is a collective step (MPI_Comm_dup), which
@@ -220,6 +223,19 @@ struct reduction {
 reduction classify_reduction(MPI_Datatype type, MPI_Op op);
 /// Bytes per element of a predefined, contiguous datatype (data movement), or 0.
 std::size_t contiguous_size(MPI_Datatype type);
+/// Bytes of the type signature of `count` elements of `type` (`MPI_Type_size_x`): what every
+/// rank of a matching call shares whatever datatype each uses, so path decisions are made
+/// from it. -1 for a datatype MPI rejects.
+long long signature_bytes(int count, MPI_Datatype type);
+/// Copies `count` elements of any datatype at `buf` into `bytes` contiguous bytes at `out`,
+/// in type-map order (the bytes a contiguous peer of a matching call holds), through MPI's
+/// own datatype engine: a send of `type` received as MPI_BYTE on a private duplicate of
+/// MPI_COMM_SELF. That assumes, like every byte-moving path of the preload, a homogeneous
+/// MPI that does not convert data (Open MPI and MPICH on one architecture).
+void pack_local(const void* buf, int count, MPI_Datatype type, std::byte* out, std::size_t bytes);
+/// The inverse of `pack_local`: `bytes` contiguous bytes at `in` into `count` elements of
+/// `type` at `buf`.
+void unpack_local(const std::byte* in, std::size_t bytes, void* buf, int count, MPI_Datatype type);
 /// Is `comm` an intercommunicator? (false for MPI_COMM_NULL: MPI reports that itself)
 bool is_intercomm(MPI_Comm comm);
 

@@ -476,6 +476,19 @@ static void check_fallbacks(MPI_Comm comm) {
   compare(&types[4], out, want, 2 * N, "MPI_Bcast(vector type)", -1, 1, comm);
   MPI_Type_free(&strided);
   MPI_Type_free(&pair);
+  /* MPI_C_FLOAT_COMPLEX: a predefined datatype tcoll does not reduce */
+  {
+    float cin[2 * N], cout[2 * N], cwant[2 * N];
+    for (int i = 0; i < N; ++i) {
+      cin[2 * i] = (float)(r + i);
+      cin[2 * i + 1] = (float)(2 * r - i);
+      cwant[2 * i] = (float)(P * (P - 1) / 2 + P * i);
+      cwant[2 * i + 1] = (float)(P * (P - 1) - P * i);
+    }
+    check_call(MPI_Allreduce(cin, cout, N, MPI_C_FLOAT_COMPLEX, MPI_SUM, comm),
+               "MPI_Allreduce(MPI_C_FLOAT_COMPLEX)");
+    compare(&types[21], cout, cwant, 2 * N, "MPI_Allreduce(MPI_C_FLOAT_COMPLEX)", OP_SUM, 0, comm);
+  }
   /* MPI_MAXLOC on MPI_2INT: a predefined op tcoll does not run */
   int loc_in[2] = {r % 3, r}, loc_out[2] = {-1, -1};
   check_call(MPI_Allreduce(loc_in, loc_out, 1, MPI_2INT, MPI_MAXLOC, comm),
@@ -503,6 +516,61 @@ static void check_fallbacks(MPI_Comm comm) {
     MPI_Comm_free(&inter);
     MPI_Comm_free(&half);
   }
+}
+
+/* MPI requires matching type signatures, not identical datatypes, and the preload decides its
+ * path from what every rank shares: the root broadcasts one contiguous derived type of N ints
+ * while the others receive N MPI_INT, then N MPI_INT into a strided vector type on the others;
+ * an allgather where even ranks send a derived pair and receive ints and odd ranks the reverse,
+ * also in place. Before the preload chose from each rank's own datatype, these hung: the
+ * derived-type ranks handed the call to MPI while the others waited in tcoll. */
+static void check_signatures(MPI_Comm comm) {
+  int r, P;
+  MPI_Comm_rank(comm, &r);
+  MPI_Comm_size(comm, &P);
+  enum { N = 6 };
+  MPI_Datatype run, strided, pair;
+  MPI_Type_contiguous(N, MPI_INT, &run);
+  MPI_Type_vector(N, 1, 2, MPI_INT, &strided);
+  MPI_Type_contiguous(2, MPI_INT, &pair);
+  MPI_Type_commit(&run);
+  MPI_Type_commit(&strided);
+  MPI_Type_commit(&pair);
+  int buf[2 * N], want[2 * N];
+  for (int root = 0; root < P && root < 2; ++root) {
+    for (int i = 0; i < N; ++i) buf[i] = r == root ? 500 + i : -1, want[i] = 500 + i;
+    check_call(MPI_Bcast(buf, r == root ? 1 : N, r == root ? run : MPI_INT, root, comm),
+               "MPI_Bcast(derived root, MPI_INT others)");
+    compare(&types[4], buf, want, N, "MPI_Bcast(derived root, MPI_INT others)", -1, 0, comm);
+    for (int i = 0; i < 2 * N; ++i) {
+      buf[i] = r == root ? 700 + i : -3;
+      want[i] = r == root ? 700 + i : (i % 2 == 0 ? 700 + i / 2 : -3);
+    }
+    check_call(MPI_Bcast(buf, r == root ? N : 1, r == root ? MPI_INT : strided, root, comm),
+               "MPI_Bcast(MPI_INT root, vector others)");
+    compare(&types[4], buf, want, 2 * N, "MPI_Bcast(MPI_INT root, vector others)", -1, 0, comm);
+  }
+  int mine[2] = {10 * r, 10 * r + 1};
+  int* all = xmalloc(sizeof(int) * 2 * (size_t)P);
+  int* all_want = xmalloc(sizeof(int) * 2 * (size_t)P);
+  for (int q = 0; q < 2 * P; ++q) all_want[q] = 10 * (q / 2) + q % 2;
+  const int even = r % 2 == 0;
+  for (int q = 0; q < 2 * P; ++q) all[q] = -5;
+  check_call(MPI_Allgather(mine, even ? 1 : 2, even ? pair : MPI_INT, all, even ? 2 : 1,
+                           even ? MPI_INT : pair, comm),
+             "MPI_Allgather(pair and MPI_INT mixed)");
+  compare(&types[4], all, all_want, 2 * (size_t)P, "MPI_Allgather(pair and MPI_INT mixed)", -1, 0,
+          comm);
+  for (int q = 0; q < 2 * P; ++q) all[q] = q / 2 == r ? all_want[q] : -5;
+  check_call(MPI_Allgather(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, all, even ? 2 : 1,
+                           even ? MPI_INT : pair, comm),
+             "MPI_Allgather(in place, pair and MPI_INT mixed)");
+  compare(&types[4], all, all_want, 2 * (size_t)P,
+          "MPI_Allgather(in place, pair and MPI_INT mixed)", -1, 1, comm);
+  free(all), free(all_want);
+  MPI_Type_free(&pair);
+  MPI_Type_free(&strided);
+  MPI_Type_free(&run);
 }
 
 /* Modes "stall" and "stall_first": rank 0 starts a 1 MiB MPI_Allreduce that no other rank
@@ -630,8 +698,9 @@ int main(int argc, char** argv) {
   MPI_Comm_free(&halves);
   MPI_Comm_free(&lone);
 
-  /* 4. What the preload leaves to MPI. */
+  /* 4. What the preload leaves to MPI, and datatypes that differ between ranks. */
   check_fallbacks(MPI_COMM_WORLD);
+  check_signatures(MPI_COMM_WORLD);
 
   printf("rank %d of %d: %ld checks, %d errors (thread level %d)\n", world_rank, P, checks, errors,
          single ? -1 : provided);

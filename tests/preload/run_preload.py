@@ -5,7 +5,8 @@ Modes:
   check    the program must exit 0 under the preload, and world rank 0's TCOLL_DEBUG=1
            summary must be there (the preload was active) and list every --expect
            (`MPI_Allreduce ring`: that collective ran that algorithm at least once;
-           `fallback:user-defined op`: at least one call fell back for that reason).
+           `fallback:user-defined op`: at least one call fell back for that reason;
+           `packed:MPI_Bcast`: rank 0 packed a derived datatype around a tcoll call).
   fail     the program must exit non-zero under the preload with every --expect text in its
            output (a bad TCOLL_* variable).
   compare  the program runs without the preload and with it; the lines starting with
@@ -55,6 +56,11 @@ def check_summary(text, expects):
         if e.startswith("fallback:"):
             reason = e.split(":", 1)[1]
             ok = any(f"fallback ({reason}): " in l for l in lines)
+        elif e.startswith("packed:"):
+            # calls of that collective in which rank 0 packed a derived datatype locally
+            coll = e.split(":", 1)[1]
+            ok = any(re.match(rf"\s*{re.escape(coll)} with a derived datatype packed", l)
+                     for l in lines)
         elif e.startswith("shm:") or e.startswith("no-shm:"):
             # calls of that collective ran over the shared-memory transport (or none did)
             coll = e.split(":", 1)[1]
