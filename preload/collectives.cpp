@@ -152,9 +152,15 @@ TCOLL_PRELOAD_EXPORT int MPI_Allgather(const void* sendbuf, int sendcount, MPI_D
   if (common_fallback(c, comm,
                       recvcount >= 0 && recvbuf && sendbuf && (in_place || sendcount >= 0)))
     return pmpi();
-  const long long block_signature = signature_bytes(recvcount, recvtype);
-  if (block_signature < 0 ||
-      (!in_place && signature_bytes(sendcount, sendtype) != block_signature)) {
+  // a predefined contiguous type costs the same queries as before packing existed
+  const std::size_t rsize = contiguous_size(recvtype);
+  const std::size_t ssize = in_place ? rsize : contiguous_size(sendtype);
+  const long long block_signature =
+      rsize ? static_cast<long long>(rsize) * recvcount : signature_bytes(recvcount, recvtype);
+  const long long send_signature = in_place ? block_signature
+                                   : ssize  ? static_cast<long long>(ssize) * sendcount
+                                            : signature_bytes(sendcount, sendtype);
+  if (block_signature < 0 || send_signature != block_signature) {
     count_fallback(c, fallback::arguments); // MPI reports the bad type or the mismatch
     return pmpi();
   }
@@ -173,13 +179,13 @@ TCOLL_PRELOAD_EXPORT int MPI_Allgather(const void* sendbuf, int sendcount, MPI_D
   if (a == algo::passthrough) return pmpi();
   try {
     comm_state& s = state_of(comm);
+    const bool recv_direct = rsize != 0;
     MPI_Aint lb = 0, extent = 0; // of recvtype: block q starts at recvbuf + q recvcount extent
-    PMPI_Type_get_extent(recvtype, &lb, &extent);
+    if (!recv_direct) PMPI_Type_get_extent(recvtype, &lb, &extent);
     const auto block_at = [&](int q) {
       return static_cast<char*>(recvbuf) + static_cast<MPI_Aint>(q) * recvcount * extent;
     };
-    const bool recv_direct = contiguous_size(recvtype) != 0;
-    const bool send_direct = in_place || contiguous_size(sendtype) != 0;
+    const bool send_direct = in_place || ssize != 0;
     if (!recv_direct || !send_direct) count_packed(c);
     // the gathered blocks, contiguous: the user's buffer itself or scratch to unpack from
     auto* out = recv_direct ? static_cast<unsigned char*>(recvbuf)
@@ -215,7 +221,9 @@ TCOLL_PRELOAD_EXPORT int MPI_Bcast(void* buffer, int count, MPI_Datatype datatyp
   auto pmpi = [&] { return PMPI_Bcast(buffer, count, datatype, root, comm); };
   if (common_fallback(c, comm, count >= 0 && buffer != nullptr)) return pmpi();
   const int P = comm_size(comm);
-  const long long signature = signature_bytes(count, datatype);
+  const std::size_t size = contiguous_size(datatype); // 0: derived or not contiguous
+  const long long signature =
+      size ? static_cast<long long>(size) * count : signature_bytes(count, datatype);
   if (root < 0 || root >= P || signature < 0) {
     count_fallback(c, fallback::arguments);
     return pmpi();
@@ -233,7 +241,7 @@ TCOLL_PRELOAD_EXPORT int MPI_Bcast(void* buffer, int count, MPI_Datatype datatyp
   if (a == algo::passthrough) return pmpi();
   try {
     comm_state& s = state_of(comm);
-    const bool direct = contiguous_size(datatype) != 0;
+    const bool direct = size != 0;
     unsigned char* data = static_cast<unsigned char*>(buffer);
     if (!direct) {
       count_packed(c);
