@@ -668,30 +668,37 @@ void in_pieces(int count, std::size_t bytes, Copy&& copy) {
 
 } // namespace
 
-void pack_local(const void* buf, int count, MPI_Datatype type, std::byte* out, std::size_t bytes) {
+namespace {
+
+/// Moves `count` elements of `type` at `typed` to (`pack`) or from `bytes` contiguous bytes
+/// at `flat`, in pieces of at most 1 GiB: a send of one side received as the other.
+void copy_local(bool pack, const void* typed, int count, MPI_Datatype type, std::byte* flat,
+                std::size_t bytes) {
   MPI_Aint lb = 0, extent = 0;
   detail::mpi::check(PMPI_Type_get_extent(type, &lb, &extent), "PMPI_Type_get_extent",
                      world_rank());
   in_pieces(count, bytes, [&](std::size_t first, std::size_t n, std::size_t elem) {
-    const auto* from = static_cast<const char*>(buf) + static_cast<MPI_Aint>(first) * extent;
-    detail::mpi::check(PMPI_Sendrecv(from, static_cast<int>(n), type, 0, 0, out + first * elem,
-                                     static_cast<int>(n * elem), MPI_BYTE, 0, 0, private_self(),
-                                     MPI_STATUS_IGNORE),
-                       "PMPI_Sendrecv (local pack)", world_rank());
+    auto* elems =
+        static_cast<char*>(const_cast<void*>(typed)) + static_cast<MPI_Aint>(first) * extent;
+    std::byte* raw = flat + first * elem;
+    const int n_elems = static_cast<int>(n), n_bytes = static_cast<int>(n * elem);
+    detail::mpi::check(pack ? PMPI_Sendrecv(elems, n_elems, type, 0, 0, raw, n_bytes, MPI_BYTE, 0,
+                                            0, private_self(), MPI_STATUS_IGNORE)
+                            : PMPI_Sendrecv(raw, n_bytes, MPI_BYTE, 0, 0, elems, n_elems, type, 0,
+                                            0, private_self(), MPI_STATUS_IGNORE),
+                       pack ? "PMPI_Sendrecv (local pack)" : "PMPI_Sendrecv (local unpack)",
+                       world_rank());
   });
 }
 
+} // namespace
+
+void pack_local(const void* buf, int count, MPI_Datatype type, std::byte* out, std::size_t bytes) {
+  copy_local(true, buf, count, type, out, bytes);
+}
+
 void unpack_local(const std::byte* in, std::size_t bytes, void* buf, int count, MPI_Datatype type) {
-  MPI_Aint lb = 0, extent = 0;
-  detail::mpi::check(PMPI_Type_get_extent(type, &lb, &extent), "PMPI_Type_get_extent",
-                     world_rank());
-  in_pieces(count, bytes, [&](std::size_t first, std::size_t n, std::size_t elem) {
-    auto* to = static_cast<char*>(buf) + static_cast<MPI_Aint>(first) * extent;
-    detail::mpi::check(PMPI_Sendrecv(in + first * elem, static_cast<int>(n * elem), MPI_BYTE, 0, 0,
-                                     to, static_cast<int>(n), type, 0, 0, private_self(),
-                                     MPI_STATUS_IGNORE),
-                       "PMPI_Sendrecv (local unpack)", world_rank());
-  });
+  copy_local(false, buf, count, type, const_cast<std::byte*>(in), bytes);
 }
 
 } // namespace tcoll::preload

@@ -25,6 +25,17 @@ inline constexpr std::size_t guard_elems = 4;
 /// Timeout of every blocking wait in the GPU suite.
 inline constexpr std::chrono::milliseconds gpu_timeout{30000};
 
+/// `n` elements of device memory at `d`, copied to the host on stream `s` (waited for).
+template <class T>
+std::vector<T> download_array(const T* d, std::size_t n, cudaStream_t s) {
+  std::vector<T> h(n);
+  if (n == 0) return h;
+  detail::cuda::check(cudaMemcpyAsync(h.data(), d, n * sizeof(T), cudaMemcpyDefault, s),
+                      "test download");
+  detail::cuda::synchronize(s, clock::now() + gpu_timeout);
+  return h;
+}
+
 /// Device array at a deliberately varied offset inside a poisoned allocation.
 template <class T>
 class offset_buffer {

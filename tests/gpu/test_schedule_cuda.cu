@@ -20,15 +20,7 @@
 namespace {
 
 using tcoll::clock;
-
-std::vector<float> download(const float* d, std::size_t n, cudaStream_t s) {
-  std::vector<float> h(n);
-  if (n == 0) return h;
-  tcoll::detail::cuda::check(cudaMemcpyAsync(h.data(), d, n * sizeof(float), cudaMemcpyDefault, s),
-                             "download");
-  tcoll::detail::cuda::synchronize(s, clock::now() + tcoll::testing::gpu_timeout);
-  return h;
-}
+using tcoll::testing::download_array;
 
 /// Runs `iterations` scheduled iterations of a random plan (seed shared by all ranks) with
 /// algorithm `Algo` on P virtual ranks; checks each against per-bucket blocking allreduces and
@@ -67,8 +59,8 @@ void scheduled_iterations_case(int P, unsigned seed, int iterations) {
         tcoll::allreduce(t, expected.data() + off, expected.data() + off, n, tcoll::sum_op{},
                          Algo{}, red);
       }
-      const auto got = download(pool.data(), pool.size(), t.stream());
-      const auto want = download(expected.data(), input.size(), t.stream());
+      const auto got = download_array(pool.data(), pool.size(), t.stream());
+      const auto want = download_array(expected.data(), input.size(), t.stream());
       CHECK_MESSAGE(std::memcmp(got.data(), want.data(), got.size() * sizeof(float)) == 0,
                     "rank " << r << " iteration " << it
                             << ": scheduled pool differs from blocking per-bucket allreduces");

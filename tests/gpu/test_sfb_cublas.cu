@@ -20,6 +20,7 @@
 namespace {
 
 using tcoll::clock;
+using tcoll::testing::download_array;
 
 std::uint64_t mix(std::uint64_t x) {
   x ^= x >> 33;
@@ -52,15 +53,6 @@ tcoll::device_buffer<T> upload(const std::vector<T>& h, cudaStream_t s) {
   return d;
 }
 
-template <class T>
-std::vector<T> download(const T* d, std::size_t n, cudaStream_t s) {
-  std::vector<T> h(n);
-  tcoll::detail::cuda::check(cudaMemcpyAsync(h.data(), d, n * sizeof(T), cudaMemcpyDefault, s),
-                             "download");
-  tcoll::detail::cuda::synchronize(s, clock::now() + tcoll::testing::gpu_timeout);
-  return h;
-}
-
 } // namespace
 
 TEST_CASE("cublas_gemm: exact for integer factors, within gamma(rows) S of the exact sum for "
@@ -81,9 +73,9 @@ TEST_CASE("cublas_gemm: exact for integer factors, within gamma(rows) S of the e
       auto dU = upload(U, s), dV = upload(V, s);
       tcoll::device_buffer<float> dG(sh.M * sh.N, s);
       gemm.sum_outer_products(dU.data(), dV.data(), sh.rows, sh.M, sh.N, dG.data());
-      const auto G = download(dG.data(), sh.M * sh.N, s);
+      const auto G = download_array(dG.data(), sh.M * sh.N, s);
       gemm.sum_outer_products(dU.data(), dV.data(), sh.rows, sh.M, sh.N, dG.data());
-      const auto again = download(dG.data(), sh.M * sh.N, s);
+      const auto again = download_array(dG.data(), sh.M * sh.N, s);
       CHECK(std::memcmp(G.data(), again.data(), G.size() * sizeof(float)) == 0);
       const double u = 0x1p-24, gamma = sh.rows * u / (1.0 - sh.rows * u);
       std::size_t wrong = 0;
@@ -121,7 +113,7 @@ TEST_CASE("sfb_allreduce on device_team + cuda_reducer + cublas_gemm: exact for 
         tcoll::device_buffer<float> dG(M * N, t.stream());
         tcoll::hybrid::sfb_allreduce(t, dU.data(), dV.data(), K, M, N, dG.data(), tcoll::sum_op{},
                                      gemm, {}, red);
-        results[static_cast<std::size_t>(r)] = download(dG.data(), M * N, t.stream());
+        results[static_cast<std::size_t>(r)] = download_array(dG.data(), M * N, t.stream());
       });
       // exact sums over every rank's samples (integers), identity across ranks (both)
       std::size_t wrong = 0;
@@ -187,10 +179,10 @@ TEST_CASE("hybrid_scheduler on device_team + cuda_reducer: factors given in devi
                                    red);
       tcoll::allreduce(t, dBias.data(), dBias.data(), M, tcoll::sum_op{}, tcoll::ring{}, red);
       red.synchronize();
-      const auto gotW = download(pool.tensor(0).data(), M * N, t.stream());
-      const auto wantW = download(want.data(), M * N, t.stream());
-      const auto gotB = download(pool.tensor(1).data(), M, t.stream());
-      const auto wantB = download(dBias.data(), M, t.stream());
+      const auto gotW = download_array(pool.tensor(0).data(), M * N, t.stream());
+      const auto wantW = download_array(want.data(), M * N, t.stream());
+      const auto gotB = download_array(pool.tensor(1).data(), M, t.stream());
+      const auto wantB = download_array(dBias.data(), M, t.stream());
       CHECK(std::memcmp(gotW.data(), wantW.data(), M * N * sizeof(float)) == 0);
       CHECK(std::memcmp(gotB.data(), wantB.data(), M * sizeof(float)) == 0);
     });

@@ -18,6 +18,7 @@
 namespace {
 
 using tcoll::clock;
+using tcoll::testing::download_array;
 using tcoll::testing::gpu_timeout;
 
 /// Spins until the host sets `*flag` (mapped pinned memory), or about `max_cycles` pass so a
@@ -46,14 +47,6 @@ void upload(float* d, const std::vector<float>& h, cudaStream_t s) {
   tcoll::detail::cuda::check(
       cudaMemcpyAsync(d, h.data(), h.size() * sizeof(float), cudaMemcpyHostToDevice, s), "upload");
 }
-std::vector<float> download(const float* d, std::size_t n, cudaStream_t s) {
-  std::vector<float> h(n);
-  tcoll::detail::cuda::check(
-      cudaMemcpyAsync(h.data(), d, n * sizeof(float), cudaMemcpyDeviceToHost, s), "download");
-  tcoll::detail::cuda::synchronize(s, clock::now() + gpu_timeout);
-  return h;
-}
-
 template <class Algo>
 void returns_before_gpu_case(int P, std::size_t n) {
   int* flag = nullptr;
@@ -94,7 +87,7 @@ void returns_before_gpu_case(int P, std::size_t n) {
       CHECK(returned.load() == P);
       std::atomic_ref<int>(*flag).store(1, std::memory_order_release);
     }
-    auto got = download(out.data(), n, s);
+    auto got = download_array(out.data(), n, s);
     std::lock_guard lock(m);
     results[t.rank()] = std::move(got);
   });
@@ -176,10 +169,10 @@ void captured_team_case(int P, std::size_t n) {
         tcoll::detail::cuda::synchronize(s, clock::now() + gpu_timeout);
       }
       t.barrier();
-      auto got = download(out.data(), n, s);
+      auto got = download_array(out.data(), n, s);
       // the same collective, eagerly, on the same inputs
       tcoll::allreduce(t, in.data(), out.data(), n, tcoll::sum_op{}, Algo{}, red);
-      auto want = download(out.data(), n, s);
+      auto want = download_array(out.data(), n, s);
       t.barrier();
       std::lock_guard lock(m);
       if (round == 0)

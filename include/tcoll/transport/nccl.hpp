@@ -132,8 +132,6 @@ public:
   private:
     friend class nccl_transport;
     int peer_ = -1;
-    std::size_t bytes_ = 0;
-    bool send_ = false;
     bool done_ = true;
   };
 
@@ -166,14 +164,14 @@ public:
   ncclComm_t comm() const noexcept { return comm_; }
 
   request isend(int peer, const void* data, std::size_t bytes, int /*tag*/) {
-    auto r = post(peer, bytes, true, "isend");
+    auto r = post(peer, "isend");
     if (bytes)
       detail::nccl::check(ncclSend(data, bytes, ncclUint8, peer, comm_, stream_), "ncclSend", comm_,
                           rank_, peer);
     return r;
   }
   request irecv(int peer, void* dst, std::size_t bytes, int /*tag*/) {
-    auto r = post(peer, bytes, false, "irecv");
+    auto r = post(peer, "irecv");
     if (bytes)
       detail::nccl::check(ncclRecv(dst, bytes, ncclUint8, peer, comm_, stream_), "ncclRecv", comm_,
                           rank_, peer);
@@ -191,11 +189,7 @@ public:
 
   /// Issues the open group (if any); true: `r` is enqueued on the stream.
   bool test(request& r) {
-    if (r.done_) return true;
-    if (aborted_) throw aborted_error("NCCL transport was aborted", rank_, r.peer_);
-    close_group(clock::now() + knobs_.timeout, r.peer_);
-    check_async(r.peer_);
-    r.done_ = true;
+    wait(r, clock::now() + knobs_.timeout);
     return true;
   }
 
@@ -264,7 +258,7 @@ public:
   }
 
 private:
-  request post(int peer, std::size_t bytes, bool send, const char* what) {
+  request post(int peer, const char* what) {
     if (aborted_) throw aborted_error("NCCL transport was aborted", rank_, peer);
     if (peer < 0 || peer >= size_)
       throw invalid_argument(std::string(what) + ": peer " + std::to_string(peer) +
@@ -276,8 +270,6 @@ private:
     }
     request r;
     r.peer_ = peer;
-    r.bytes_ = bytes;
-    r.send_ = send;
     r.done_ = false;
     return r;
   }
