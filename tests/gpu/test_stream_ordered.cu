@@ -5,6 +5,7 @@
 #include <doctest/doctest.h>
 
 #include <atomic>
+#include <cstdlib>
 #include <cstring>
 #include <mutex>
 #include <vector>
@@ -143,7 +144,10 @@ void captured_team_case(int P, std::size_t n) {
         cudaGraph_t graph = nullptr;
         capturing = false;
         tcoll::detail::cuda::check(cudaStreamEndCapture(s, &graph), "cudaStreamEndCapture");
-        tcoll::detail::cuda::check(cudaGraphInstantiate(&exec, graph, 0), "cudaGraphInstantiate");
+        const unsigned long long flags =
+            std::getenv("TCOLL_CAPTURE_AUTOFREE") ? cudaGraphInstantiateFlagAutoFreeOnLaunch : 0;
+        tcoll::detail::cuda::check(cudaGraphInstantiate(&exec, graph, flags),
+                                   "cudaGraphInstantiate");
         cudaGraphDestroy(graph);
       }
     } catch (...) {
@@ -166,12 +170,15 @@ void captured_team_case(int P, std::size_t n) {
       t.barrier();
       if (r == 0) {
         tcoll::detail::cuda::check(cudaGraphLaunch(exec, s), "cudaGraphLaunch");
-        tcoll::detail::cuda::synchronize(s, clock::now() + gpu_timeout);
+        tcoll::detail::cuda::check(cudaStreamSynchronize(s),
+                                   ("graph replay " + std::to_string(round)).c_str());
       }
       t.barrier();
       auto got = download_array(out.data(), n, s);
       // the same collective, eagerly, on the same inputs
       tcoll::allreduce(t, in.data(), out.data(), n, tcoll::sum_op{}, Algo{}, red);
+      tcoll::detail::cuda::check(cudaStreamSynchronize(s),
+                                 ("eager allreduce after replay " + std::to_string(round)).c_str());
       auto want = download_array(out.data(), n, s);
       t.barrier();
       std::lock_guard lock(m);
@@ -189,6 +196,13 @@ void captured_team_case(int P, std::size_t n) {
     }
   });
   if (exec) cudaGraphExecDestroy(exec);
+  if (std::getenv("TCOLL_CAPTURE_SYNC")) cudaDeviceSynchronize();
+  if (std::getenv("TCOLL_CAPTURE_TRIM")) {
+    cudaDeviceSynchronize();
+    int dev = 0;
+    cudaGetDevice(&dev);
+    cudaDeviceGraphMemTrim(dev);
+  }
   cudaEventDestroy(fork);
   for (auto e : join) cudaEventDestroy(e);
   for (int r = 1; r < P; ++r)
@@ -210,10 +224,24 @@ TEST_CASE("device_team collectives are stream ordered: every round enqueued, no 
 }
 
 TEST_CASE("a whole device_team allreduce captured in one CUDA graph, replayed on new inputs") {
+  // TCOLL_CAPTURE_ONLY=ring|rd|rhd runs one algorithm (diagnosis on a GPU machine)
+  const char* only = std::getenv("TCOLL_CAPTURE_ONLY");
+  const auto wanted = [&](const char* name) { return !only || std::strcmp(only, name) == 0; };
+  const char* only_p = std::getenv("TCOLL_CAPTURE_P");
   for (int P : {1, 2, 3, 4, 8}) {
+    if (only_p && std::atoi(only_p) != P) continue;
     CAPTURE(P);
-    captured_team_case<tcoll::ring>(P, 4099);
-    captured_team_case<tcoll::recursive_doubling>(P, 100);
-    captured_team_case<tcoll::recursive_halving_doubling>(P, 1000);
+    if (wanted("ring")) {
+      MESSAGE("ring P=" << P);
+      captured_team_case<tcoll::ring>(P, 4099);
+    }
+    if (wanted("rd")) {
+      MESSAGE("recursive_doubling P=" << P);
+      captured_team_case<tcoll::recursive_doubling>(P, 100);
+    }
+    if (wanted("rhd")) {
+      MESSAGE("recursive_halving_doubling P=" << P);
+      captured_team_case<tcoll::recursive_halving_doubling>(P, 1000);
+    }
   }
 }
