@@ -239,60 +239,7 @@ void unpack_local(const std::byte* in, std::size_t bytes, void* buf, int count, 
 /// Is `comm` an intercommunicator? (false for MPI_COMM_NULL: MPI reports that itself)
 bool is_intercomm(MPI_Comm comm);
 
-/// Bitwise and logical ops (MPI_BAND, ..., MPI_LXOR) as tcoll ops on unsigned integers.
-struct band_op {
-  static constexpr bool commutative = true;
-  static constexpr std::string_view name = "band";
-  template <class A>
-  constexpr A operator()(A a, A b) const {
-    return static_cast<A>(a & b);
-  }
-};
-/// MPI_BOR.
-struct bor_op {
-  static constexpr bool commutative = true;
-  static constexpr std::string_view name = "bor";
-  template <class A>
-  constexpr A operator()(A a, A b) const {
-    return static_cast<A>(a | b);
-  }
-};
-/// MPI_BXOR.
-struct bxor_op {
-  static constexpr bool commutative = true;
-  static constexpr std::string_view name = "bxor";
-  template <class A>
-  constexpr A operator()(A a, A b) const {
-    return static_cast<A>(a ^ b);
-  }
-};
-/// MPI_LAND: 1 if both are non-zero, else 0.
-struct land_op {
-  static constexpr bool commutative = true;
-  static constexpr std::string_view name = "land";
-  template <class A>
-  constexpr A operator()(A a, A b) const {
-    return static_cast<A>((a != 0) && (b != 0));
-  }
-};
-/// MPI_LOR.
-struct lor_op {
-  static constexpr bool commutative = true;
-  static constexpr std::string_view name = "lor";
-  template <class A>
-  constexpr A operator()(A a, A b) const {
-    return static_cast<A>((a != 0) || (b != 0));
-  }
-};
-/// MPI_LXOR.
-struct lxor_op {
-  static constexpr bool commutative = true;
-  static constexpr std::string_view name = "lxor";
-  template <class A>
-  constexpr A operator()(A a, A b) const {
-    return static_cast<A>((a != 0) != (b != 0));
-  }
-};
+// The bitwise and logical ops (band_op, ..., lxor_op) are tcoll's own (core/ops.hpp).
 
 /// Calls `f.template operator()<T>(op)` with the C++ element type of `e` and the tcoll op
 /// of `o` (a combination classify_reduction accepted).

@@ -129,6 +129,31 @@ void broadcast_tagged(Tr& t, int tag, T* buffer, std::size_t count, int root,
   algo.broadcast(ex, L);
 }
 
+/// Reduce in the message space `tag`, arguments already checked (see `reduce`).
+template <transport Tr, class T, class Op, reducer R>
+void reduce_tagged(Tr& t, int tag, const T* sendbuf, T* recvbuf, std::size_t count, int root,
+                   const Op& op, const binomial_tree& algo, R& red) {
+  const int rank = t.rank(), P = t.size();
+  const bool is_root = rank == root;
+  // A non-commutative op is reduced in rank order at rank 0 (tree rooted at 0 keeps order)
+  // and forwarded; rank 0 then accumulates in a temporary unless it is the root.
+  const int tree_root = commutative_op<Op> ? root : 0;
+  const bool holds = rank == tree_root;
+  auto forward_space = red.template allocate<T>(holds && !is_root ? count : 0);
+  T* acc = is_root ? recvbuf : holds ? forward_space.data() : nullptr;
+  layout L{rank, P, count, sizeof(T), tree_root, sendbuf == acc};
+  executor<Tr, R, T, Op> ex(t, red, op, sendbuf, count, acc, acc ? count : 0, tag);
+  algo.reduce(ex, L);
+  if (tree_root != root && (holds || is_root)) {
+    ex.round_begin();
+    if (holds)
+      ex.send(root, region{buffer_id::output, 0, count});
+    else
+      ex.recv(tree_root, region{buffer_id::output, 0, count});
+    ex.round_end();
+  }
+}
+
 /// Argument checks of reduce_scatter.
 template <class T>
 void check_reduce_scatter_args(const T* sendbuf, T* recvbuf, std::size_t count, int rank, int P) {
@@ -247,26 +272,8 @@ void reduce(Tr& t, const T* sendbuf, T* recvbuf, std::size_t count, int root, co
     detail::check_overlap(sendbuf, count * sizeof(T), recvbuf, count * sizeof(T), recvbuf, "reduce",
                           rank);
   }
-  // A non-commutative op is reduced in rank order at rank 0 (tree rooted at 0 keeps order)
-  // and forwarded; rank 0 then accumulates in a temporary unless it is the root.
-  const int tree_root = commutative_op<Op> ? root : 0;
-  const bool holds = rank == tree_root;
-  auto forward_space = red.template allocate<T>(holds && !is_root ? count : 0);
-  T* acc = is_root ? recvbuf : holds ? forward_space.data() : nullptr;
-  detail::layout L{rank, P, count, sizeof(T), tree_root, sendbuf == acc};
   const int tag = detail::begin_collective(t);
-  detail::guarded(t, [&] {
-    detail::executor<Tr, R, T, Op> ex(t, red, op, sendbuf, count, acc, acc ? count : 0, tag);
-    algo.reduce(ex, L);
-    if (tree_root != root && (holds || is_root)) {
-      ex.round_begin();
-      if (holds)
-        ex.send(root, detail::region{detail::buffer_id::output, 0, count});
-      else
-        ex.recv(tree_root, detail::region{detail::buffer_id::output, 0, count});
-      ex.round_end();
-    }
-  });
+  detail::guarded(t, [&] { detail::reduce_tagged(t, tag, sendbuf, recvbuf, count, root, op, algo, red); });
 }
 
 } // namespace tcoll

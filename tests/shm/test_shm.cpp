@@ -202,6 +202,17 @@ TEST_CASE("shm: bad options are invalid_argument") {
                   tcoll::invalid_argument);
   CHECK_THROWS_AS(tcoll::shm_transport(MPI_COMM_WORLD, with([](auto& o) { o.timeout = 0ms; })),
                   tcoll::invalid_argument);
+  if (world_size() < 2) return;
+  // options that differ between ranks, or are invalid on one rank only, fail on every rank
+  // (before, the others built a segment laid out differently, or waited for the one)
+  int rank = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  CHECK_THROWS_WITH_AS(
+      tcoll::shm_transport(MPI_COMM_WORLD, with([&](auto& o) { o.slots = rank == 1 ? 3 : 2; })),
+      doctest::Contains("options.slots differs between ranks"), tcoll::invalid_argument);
+  CHECK_THROWS_AS(
+      tcoll::shm_transport(MPI_COMM_WORLD, with([&](auto& o) { o.lanes = rank == 0 ? 0 : 4; })),
+      tcoll::invalid_argument);
 }
 
 template <class Algo>

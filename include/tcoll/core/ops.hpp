@@ -89,6 +89,61 @@ struct avg_op {
   }
 };
 
+/// Bitwise AND (MPI_BAND, torch's ReduceOp.BAND), for integer types.
+struct band_op {
+  static constexpr bool commutative = true;
+  static constexpr std::string_view name = "band";
+  template <class A>
+  constexpr A operator()(A a, A b) const {
+    return static_cast<A>(a & b);
+  }
+};
+/// Bitwise OR (MPI_BOR).
+struct bor_op {
+  static constexpr bool commutative = true;
+  static constexpr std::string_view name = "bor";
+  template <class A>
+  constexpr A operator()(A a, A b) const {
+    return static_cast<A>(a | b);
+  }
+};
+/// Bitwise XOR (MPI_BXOR).
+struct bxor_op {
+  static constexpr bool commutative = true;
+  static constexpr std::string_view name = "bxor";
+  template <class A>
+  constexpr A operator()(A a, A b) const {
+    return static_cast<A>(a ^ b);
+  }
+};
+/// Logical AND (MPI_LAND): 1 if both are non-zero, else 0.
+struct land_op {
+  static constexpr bool commutative = true;
+  static constexpr std::string_view name = "land";
+  template <class A>
+  constexpr A operator()(A a, A b) const {
+    return static_cast<A>((a != 0) && (b != 0));
+  }
+};
+/// Logical OR (MPI_LOR).
+struct lor_op {
+  static constexpr bool commutative = true;
+  static constexpr std::string_view name = "lor";
+  template <class A>
+  constexpr A operator()(A a, A b) const {
+    return static_cast<A>((a != 0) || (b != 0));
+  }
+};
+/// Logical XOR (MPI_LXOR).
+struct lxor_op {
+  static constexpr bool commutative = true;
+  static constexpr std::string_view name = "lxor";
+  template <class A>
+  constexpr A operator()(A a, A b) const {
+    return static_cast<A>((a != 0) != (b != 0));
+  }
+};
+
 /// Wraps a user callable `A(A, A)` as an op with an explicit commutativity trait.
 template <class F, bool Commutative>
 struct user_op : F {

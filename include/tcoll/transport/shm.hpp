@@ -2,9 +2,11 @@
 /// \file
 /// `shm_transport`: the processes of one node exchange messages through one POSIX
 /// shared-memory segment, with no MPI call, no lock shared between processes and no
-/// allocation on the hot path. MPI is used only to build it (a split by node, a broadcast
-/// of the segment's name, a barrier and two allreduces: mapped everywhere, single copy
-/// permitted everywhere).
+/// allocation on the hot path. A `bootstrap` (transport/bootstrap.hpp: an MPI communicator
+/// or a key-value store such as PyTorch's) is used only to build it: which ranks share
+/// memory, the segment's name, a barrier and two agreements (mapped everywhere, single copy
+/// permitted everywhere). Without MPI (`TCOLL_NO_MPI`, or no `<mpi.h>` on the include
+/// path) only the bootstrap constructor exists.
 ///
 /// Layout: every rank owns an *inbox* in the segment with, for each sender, `lanes`
 /// lanes; a lane carries one message at a time, in fragments of `slot_bytes` through
@@ -42,8 +44,6 @@
 /// (the collectives never have more than two or three in flight per pair per collective;
 /// raise `lanes` for many concurrent collectives). A peer process that dies is seen as a
 /// timeout naming it.
-#include <mpi.h>
-
 #include <fcntl.h>
 #include <sys/mman.h>
 #include <sys/uio.h>
@@ -73,6 +73,12 @@
 #include "../core/collective_context.hpp"
 #include "../core/concepts.hpp"
 #include "../core/error.hpp"
+#include "bootstrap.hpp"
+
+#if !defined(TCOLL_NO_MPI) && __has_include(<mpi.h>)
+#include "bootstrap_mpi.hpp"
+#define TCOLL_SHM_FROM_MPI 1
+#endif
 
 namespace tcoll {
 
@@ -231,14 +237,6 @@ inline unsigned char* map_file(const char* name, std::size_t bytes) {
   return p == MAP_FAILED ? nullptr : static_cast<unsigned char*>(p);
 }
 
-inline void check_mpi(int code, const char* what, int rank) {
-  if (code == MPI_SUCCESS) return;
-  char text[MPI_MAX_ERROR_STRING] = {};
-  int length = 0;
-  MPI_Error_string(code, text, &length);
-  throw transport_error(std::string("shm_transport: ") + what + " failed: " + text, rank);
-}
-
 } // namespace detail::shm
 
 /// `count` elements of `T` in the node's shared memory, made by `shm_transport::allocate`
@@ -271,9 +269,9 @@ private:
   std::shared_ptr<detail::shm::mapping> mapping_;
 };
 
-/// Ranks are the processes of an MPI communicator on one node (see the file comment);
-/// satisfies `tcoll::transport`. Collective to construct (every rank of `comm`); the
-/// destructor is local. Not copyable or movable (peers' requests point into it).
+/// Ranks are the processes of one node, as a `bootstrap` (an MPI communicator or a
+/// key-value store) numbers them (see the file comment); satisfies `tcoll::transport`.
+/// Collective to construct (every rank of the team); the destructor is local. Not copyable or movable (peers' requests point into it).
 class shm_transport {
   struct send_state;
   struct recv_state;
@@ -314,24 +312,18 @@ public:
     bool done_ = true;
   };
 
-  /// Maps the node's segment. Throws `invalid_argument` when the ranks of `comm` do not
-  /// all share memory with this one, `transport_error` when the segment cannot be made.
-  explicit shm_transport(MPI_Comm comm, shm_options options = {})
-      : options_(options), layout_(1, options) {
-    int world_rank = -1;
-    MPI_Comm_rank(MPI_COMM_WORLD, &world_rank);
-    detail::shm::check_mpi(MPI_Comm_rank(comm, &rank_), "MPI_Comm_rank", world_rank);
-    detail::shm::check_mpi(MPI_Comm_size(comm, &size_), "MPI_Comm_size", world_rank);
-    check_options(options, rank_);
-    MPI_Comm node = MPI_COMM_NULL;
-    detail::shm::check_mpi(
-        MPI_Comm_split_type(comm, MPI_COMM_TYPE_SHARED, rank_, MPI_INFO_NULL, &node),
-        "MPI_Comm_split_type", rank_);
-    int node_size = 0;
-    MPI_Comm_size(node, &node_size);
-    MPI_Comm_free(&node);
+  /// Maps the node's segment; collective over the team of `boot`, which the transport keeps
+  /// (for `allocate`). Throws `invalid_argument` when the ranks do not all share memory
+  /// with this one, `transport_error` when the segment cannot be made.
+  explicit shm_transport(std::unique_ptr<tcoll::bootstrap> boot, shm_options options = {})
+      : options_(options), layout_(1, options), boot_(std::move(boot)) {
+    if (!boot_) throw invalid_argument("shm_transport: the bootstrap is null");
+    rank_ = boot_->rank();
+    size_ = boot_->size();
+    agree_on_options();
+    const int node_size = boot_->ranks_sharing_memory();
     if (node_size != size_)
-      throw invalid_argument("shm_transport: the communicator spans several nodes (" +
+      throw invalid_argument("shm_transport: the team spans several nodes (" +
                                  std::to_string(node_size) + " of its " + std::to_string(size_) +
                                  " ranks share memory with this one); use "
                                  "mpi_transport::split_shared() or hierarchical<>",
@@ -339,24 +331,24 @@ public:
     layout_ = detail::shm::layout(size_, options);
     spin_allowed_ =
         static_cast<unsigned>(size_) <= std::max(1u, std::thread::hardware_concurrency());
-    map_segment(comm);
-    single_copy_ = probe_single_copy(comm);
-    // kept for `allocate` (collective); MPI_Comm_dup is collective, as construction is
-    detail::shm::check_mpi(MPI_Comm_dup(comm, &comm_), "MPI_Comm_dup", rank_);
+    map_segment();
+    single_copy_ = probe_single_copy();
     sent_count_.assign(static_cast<std::size_t>(size_), 0);
     claimed_.assign(static_cast<std::size_t>(size_) * options_.lanes, 0);
     observed_.assign(static_cast<std::size_t>(size_), 0);
     sends_.resize(static_cast<std::size_t>(size_));
     recvs_.resize(static_cast<std::size_t>(size_));
   }
+#ifdef TCOLL_SHM_FROM_MPI
+  /// Maps the node's segment; collective over `comm` (see the bootstrap constructor).
+  explicit shm_transport(MPI_Comm comm, shm_options options = {})
+      : shm_transport(std::make_unique<mpi_bootstrap>(comm), options) {}
+#endif
   shm_transport(const shm_transport&) = delete;
   shm_transport& operator=(const shm_transport&) = delete;
   ~shm_transport() {
     context_.detach(); // stops a communication engine that still uses this transport
     if (base_) munmap(base_, layout_.total);
-    int finalized = 1;
-    MPI_Finalized(&finalized);
-    if (!finalized && comm_ != MPI_COMM_NULL) MPI_Comm_free(&comm_);
   }
 
   collective_context& collectives() noexcept { return context_; }
@@ -585,6 +577,42 @@ private:
                              "multiple of 64, got " +
                                  std::to_string(o.single_copy_piece_bytes),
                              rank);
+  }
+  /// Collective: every rank checks its own options, then all compare the ones that shape
+  /// the segment and the protocol. An invalid option on any rank, or options that differ
+  /// between ranks, fail construction on every rank (naming the rank and the option)
+  /// instead of leaving the others waiting or reading a segment laid out differently.
+  void agree_on_options() {
+    std::string problem;
+    try {
+      check_options(options_, rank_);
+    } catch (const invalid_argument& e) {
+      problem = e.what();
+    }
+    const std::uint64_t mine[] = {problem.empty() ? 1u : 0u, options_.lanes, options_.slots,
+                                  options_.slot_bytes, options_.single_copy_min_bytes,
+                                  options_.single_copy_piece_bytes};
+    static constexpr const char* names[] = {"", "lanes", "slots", "slot_bytes",
+                                            "single_copy_min_bytes", "single_copy_piece_bytes"};
+    constexpr std::size_t fields = std::size(mine);
+    const std::vector<std::uint8_t> all =
+        boot_->allgather({reinterpret_cast<const std::uint8_t*>(mine), sizeof mine});
+    if (!problem.empty()) throw invalid_argument(problem, rank_);
+    for (int q = 0; q < size_; ++q) {
+      std::uint64_t theirs[fields];
+      std::memcpy(theirs, all.data() + static_cast<std::size_t>(q) * sizeof mine, sizeof mine);
+      if (!theirs[0])
+        throw invalid_argument("shm_transport: rank " + std::to_string(q) +
+                                   " passed invalid shm_options (its error names the option)",
+                               rank_, q);
+      for (std::size_t f = 1; f < fields; ++f)
+        if (theirs[f] != mine[f])
+          throw invalid_argument("shm_transport: options." + std::string(names[f]) +
+                                     " differs between ranks: " + std::to_string(mine[f]) +
+                                     " here, " + std::to_string(theirs[f]) + " on rank " +
+                                     std::to_string(q) + " (every rank must pass the same)",
+                                 rank_, q);
+    }
   }
   void check_peer(int peer, const char* what) const {
     if (peer < 0 || peer >= size_)
@@ -893,12 +921,20 @@ private:
     std::vector<char> names(P * sizeof name);
     std::vector<std::uint64_t> sizes(P);
     const std::uint64_t mine = name[0] ? bytes : 0;
-    detail::shm::check_mpi(
-        MPI_Allgather(name, sizeof name, MPI_CHAR, names.data(), sizeof name, MPI_CHAR, comm_),
-        "MPI_Allgather", rank_);
-    detail::shm::check_mpi(
-        MPI_Allgather(&mine, 1, MPI_UINT64_T, sizes.data(), 1, MPI_UINT64_T, comm_),
-        "MPI_Allgather", rank_);
+    struct entry {
+      char name[64];
+      std::uint64_t bytes;
+    } own{};
+    std::memcpy(own.name, name, sizeof name);
+    own.bytes = mine;
+    const std::vector<std::uint8_t> all =
+        boot_->allgather({reinterpret_cast<const std::uint8_t*>(&own), sizeof own});
+    for (std::size_t q = 0; q < P; ++q) {
+      entry e;
+      std::memcpy(&e, all.data() + q * sizeof e, sizeof e);
+      std::memcpy(&names[q * sizeof name], e.name, sizeof name);
+      sizes[q] = e.bytes;
+    }
     std::vector<std::shared_ptr<detail::shm::mapping>> maps(P);
     int ok = 1, failed_rank = -1;
     for (std::size_t q = 0; q < P; ++q) {
@@ -914,11 +950,15 @@ private:
       }
       maps[q] = std::make_shared<detail::shm::mapping>(p, sizes[q]);
     }
-    int all = 0;
-    const int mpi = MPI_Allreduce(&ok, &all, 1, MPI_INT, MPI_MIN, comm_);
+    bool every = false;
+    try {
+      every = detail::bootstrap::all_of(*boot_, ok);
+    } catch (...) {
+      if (name[0]) shm_unlink(name);
+      throw;
+    }
     if (name[0]) shm_unlink(name); // everyone has mapped it or given up
-    detail::shm::check_mpi(mpi, "MPI_Allreduce", rank_);
-    if (!all)
+    if (!every)
       throw transport_error("shm_transport::allocate: a registered segment of " +
                                 std::to_string(bytes) + " bytes could not be made or mapped" +
                                 (ok ? " on another rank" : " here") + " (/dev/shm too small?)",
@@ -946,7 +986,7 @@ private:
 
   /// Collective: can every rank read every other's memory? Each rank reads the probe word
   /// of every other; the answer is their agreement (so every rank sends the same way).
-  bool probe_single_copy(MPI_Comm comm) const {
+  bool probe_single_copy() const {
     int ok = options_.single_copy_min_bytes != std::numeric_limits<std::size_t>::max() ? 1 : 0;
     for (int peer = 0; ok && peer < size_; ++peer) {
       if (peer == rank_) continue;
@@ -958,10 +998,7 @@ private:
                static_cast<ssize_t>(sizeof value) &&
            value == probe_value;
     }
-    int all = 0;
-    detail::shm::check_mpi(MPI_Allreduce(&ok, &all, 1, MPI_INT, MPI_MIN, comm), "MPI_Allreduce",
-                           rank_);
-    return all == 1;
+    return detail::bootstrap::all_of(*boot_, ok != 0);
   }
 
   /// Under the lock: true when `r` completed (its state is then dropped); rethrows a
@@ -1029,10 +1066,15 @@ private:
     if (it != list.end()) list.erase(it);
   }
 
-  void map_segment(MPI_Comm comm) {
+  void map_segment() {
     char name[64] = {};
     if (rank_ == 0) detail::shm::create_file(name, layout_.total, ""); // empty: it failed
-    detail::shm::check_mpi(MPI_Bcast(name, sizeof name, MPI_CHAR, 0, comm), "MPI_Bcast", rank_);
+    {
+      const std::vector<std::uint8_t> root = detail::bootstrap::broadcast(
+          *boot_, {reinterpret_cast<const std::uint8_t*>(name), sizeof name}, 0);
+      std::memcpy(name, root.data(), sizeof name);
+      name[sizeof name - 1] = 0;
+    }
     if (!name[0])
       throw transport_error("shm_transport: cannot create a shared segment of " +
                                 std::to_string(layout_.total) +
@@ -1040,9 +1082,16 @@ private:
                                 "or slot_bytes)",
                             rank_, 0);
     base_ = detail::shm::map_file(name, layout_.total);
-    int mapped = base_ ? 1 : 0, all_mapped = 0;
+    const bool mapped = base_ != nullptr;
+    bool all_mapped = false;
+    try {
+      all_mapped = detail::bootstrap::all_of(*boot_, mapped);
+    } catch (...) {
+      if (rank_ == 0) shm_unlink(name);
+      if (base_) munmap(base_, layout_.total), base_ = nullptr;
+      throw;
+    }
     // Everyone has it mapped (or failed): the name can go.
-    MPI_Allreduce(&mapped, &all_mapped, 1, MPI_INT, MPI_MIN, comm);
     if (rank_ == 0) shm_unlink(name);
     if (!all_mapped) {
       if (base_) munmap(base_, layout_.total), base_ = nullptr;
@@ -1060,18 +1109,18 @@ private:
         for (std::size_t s = 0; s < options_.slots; ++s)
           new (base_ + layout_.slot_offset(rank_, sender, l, s)) detail::shm::slot_header();
       }
-    detail::shm::check_mpi(MPI_Barrier(comm), "MPI_Barrier", rank_);
+    detail::bootstrap::barrier(*boot_);
   }
 
   shm_options options_;
   detail::shm::layout layout_;
+  std::unique_ptr<tcoll::bootstrap> boot_; ///< the team's set-up channel, for `allocate`
   int rank_ = 0, size_ = 1;
   bool spin_allowed_ = true;
   bool single_copy_ = false;
   static constexpr std::uint64_t probe_value = 0x7c011'5a3e'c0b1ULL;
   std::uint64_t probe_ = probe_value; ///< read by the other ranks' single-copy probe
   unsigned char* base_ = nullptr;
-  MPI_Comm comm_ = MPI_COMM_NULL; ///< a duplicate of the team's communicator, for `allocate`
   mutable std::mutex mutex_; ///< this process's bookkeeping (engine thread and callers share it)
   /// Registered regions, by id (the order of `allocate` calls, the same on every rank):
   /// each rank's mapping in this process (this rank's own entry is empty: its buffer owns it).

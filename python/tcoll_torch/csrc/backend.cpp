@@ -1,0 +1,671 @@
+// The `torch.distributed` backend "tcoll" for CPU tensors (docs/torch.md).
+//
+// One `tcoll_torch::backend` per process group: its transport is tcoll's shm_transport,
+// built through the c10d::Store that PyTorch hands the backend (store_bootstrap), so no MPI
+// is needed. Every collective is queued on the transport's communication engine (one thread
+// per group, collectives run in call order, MPI's rule) and returns a `work` that the engine
+// completes; its future carries the output tensors, so DDP comm hooks chain on it.
+// Point-to-point send/recv are posted on the transport at once and complete in wait().
+#include <torch/csrc/distributed/c10d/Backend.hpp>
+#include <torch/csrc/distributed/c10d/Store.hpp>
+#include <torch/csrc/distributed/c10d/Types.hpp>
+#include <torch/csrc/distributed/c10d/Work.hpp>
+#include <torch/extension.h>
+
+#include <pybind11/chrono.h>
+
+#include <chrono>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <tcoll/collectives.hpp>
+#include <tcoll/schedule/engine.hpp>
+#include <tcoll/transport/shm.hpp>
+
+namespace tcoll_torch {
+
+using c10d::OpType;
+using byte = std::uint8_t;
+
+/// The Work of one call: completed by the engine thread (`complete`), its future carries
+/// the output tensors.
+class work final : public c10d::Work {
+public:
+  work(int rank, OpType type, std::vector<at::Tensor> outputs)
+      : c10d::Work(rank, type), outputs_(std::move(outputs)),
+        future_(c10::make_intrusive<c10::ivalue::Future>(
+            c10::ListType::create(c10::TensorType::get()))) {}
+
+  std::vector<at::Tensor> result() override { return outputs_; }
+  c10::intrusive_ptr<c10::ivalue::Future> getFuture() override { return future_; }
+
+  /// Marks the call finished (`error` null: succeeded); wakes wait() and runs the future's
+  /// callbacks on this thread.
+  void complete(std::exception_ptr error) {
+    finish(error);
+    if (error)
+      future_->setError(error);
+    else
+      future_->markCompleted(c10::IValue(outputs_));
+  }
+
+private:
+  std::vector<at::Tensor> outputs_;
+  c10::intrusive_ptr<c10::ivalue::Future> future_;
+};
+
+/// A point-to-point send or receive: posted at once, driven to completion by wait() or
+/// isCompleted() (the transport progresses a transfer when its owner tests or waits).
+class p2p_work final : public c10d::Work {
+public:
+  p2p_work(int rank, OpType type, tcoll::shm_transport& t, tcoll::shm_transport::request r,
+           at::Tensor tensor, at::Tensor user, int peer)
+      : c10d::Work(rank, type), t_(t), request_(std::move(r)), tensor_(std::move(tensor)),
+        user_(std::move(user)), peer_(peer) {}
+
+  bool isCompleted() override {
+    std::lock_guard lock(progress_);
+    if (!completed_) try {
+        if (t_.test(request_)) settle(nullptr);
+      } catch (...) {
+        settle(std::current_exception());
+      }
+    return completed_;
+  }
+  bool wait(std::chrono::milliseconds timeout) override {
+    {
+      std::lock_guard lock(progress_);
+      if (!completed_) try {
+          const auto limit =
+              timeout == kNoTimeout ? t_.timeout() : std::min(timeout, t_.timeout());
+          t_.wait(request_, tcoll::clock::now() + limit);
+          settle(nullptr);
+        } catch (...) {
+          settle(std::current_exception());
+        }
+    }
+    return c10d::Work::wait(timeout);
+  }
+  int sourceRank() const override { return peer_; }
+  std::vector<at::Tensor> result() override { return {user_}; }
+
+private:
+  void settle(std::exception_ptr error) {
+    if (!error && user_.defined() && !user_.is_same(tensor_)) user_.copy_(tensor_);
+    finish(error);
+  }
+  std::mutex progress_;
+  tcoll::shm_transport& t_;
+  tcoll::shm_transport::request request_;
+  at::Tensor tensor_, user_;
+  int peer_;
+};
+
+namespace {
+
+template <class T>
+struct type_tag {
+  using type = T;
+};
+
+/// Calls f(type_tag<T>{}) for the tcoll element type of `dtype` (bool travels as uint8).
+template <class F>
+void with_type(at::ScalarType dtype, F&& f) {
+  switch (dtype) {
+  case at::kFloat: return f(type_tag<float>{});
+  case at::kDouble: return f(type_tag<double>{});
+  case at::kHalf: return f(type_tag<tcoll::half>{});
+  case at::kBFloat16: return f(type_tag<tcoll::bfloat16>{});
+  case at::kChar: return f(type_tag<std::int8_t>{});
+  case at::kByte: return f(type_tag<std::uint8_t>{});
+  case at::kBool: return f(type_tag<std::uint8_t>{});
+  case at::kShort: return f(type_tag<std::int16_t>{});
+  case at::kInt: return f(type_tag<std::int32_t>{});
+  case at::kLong: return f(type_tag<std::int64_t>{});
+  default: TORCH_CHECK(false, "tcoll: dtype ", dtype, " is not supported");
+  }
+}
+
+const char* op_name(c10d::ReduceOp::RedOpType op) {
+  static const char* names[] = {"SUM", "AVG", "PRODUCT", "MIN", "MAX",
+                                "BAND", "BOR", "BXOR", "PREMUL_SUM", "UNUSED"};
+  return names[static_cast<int>(op)];
+}
+
+/// Calls f(op) with the tcoll op of `op` for element type T of `dtype`. bool: SUM, MAX and
+/// BOR are logical or, PRODUCT, MIN and BAND logical and (as NCCL's bool sum); BXOR xor.
+template <class T, class F>
+void with_op(const c10d::ReduceOp& op, at::ScalarType dtype, int rank, F&& f) {
+  using R = c10d::ReduceOp;
+  constexpr bool integral = std::is_integral_v<T>;
+  if (dtype == at::kBool) {
+    if constexpr (integral) switch (op.op_) {
+    case R::SUM:
+    case R::MAX:
+    case R::BOR: return f(tcoll::max_op{});
+    case R::PRODUCT:
+    case R::MIN:
+    case R::BAND: return f(tcoll::min_op{});
+    case R::BXOR: return f(tcoll::bxor_op{});
+    default: break;
+    }
+  } else {
+    switch (op.op_) {
+    case R::SUM: return f(tcoll::sum_op{});
+    case R::AVG: return f(tcoll::avg_op{});
+    case R::PRODUCT: return f(tcoll::prod_op{});
+    case R::MIN: return f(tcoll::min_op{});
+    case R::MAX: return f(tcoll::max_op{});
+    case R::BAND:
+      if constexpr (integral) return f(tcoll::band_op{});
+      break;
+    case R::BOR:
+      if constexpr (integral) return f(tcoll::bor_op{});
+      break;
+    case R::BXOR:
+      if constexpr (integral) return f(tcoll::bxor_op{});
+      break;
+    default: break;
+    }
+  }
+  TORCH_CHECK(false, "tcoll: rank ", rank, ": reduce op ", op_name(op.op_),
+              " is not supported on dtype ", dtype);
+}
+
+void check_cpu(const at::Tensor& t, const char* what, const char* argument, int rank) {
+  TORCH_CHECK(t.defined(), "tcoll: ", what, ": rank ", rank, ": ", argument, " is undefined");
+  TORCH_CHECK(t.device().is_cpu(), "tcoll: ", what, ": rank ", rank, ": ", argument,
+              " is on ", t.device(), "; the tcoll backend takes CPU tensors (use "
+              "init_process_group(\"cpu:tcoll,cuda:nccl\") for both)");
+  TORCH_CHECK(t.layout() == at::kStrided, "tcoll: ", what, ": rank ", rank, ": ", argument,
+              " is not dense (", t.layout(), ")");
+}
+
+/// A contiguous tensor to run on: `t` itself or a contiguous copy (copied back at the end).
+at::Tensor dense(const at::Tensor& t) {
+  return t.is_contiguous() ? t : t.contiguous();
+}
+
+bool debug_enabled() {
+  static const bool on = [] {
+    const char* v = std::getenv("TCOLL_DEBUG");
+    return v && *v && std::strcmp(v, "0") != 0;
+  }();
+  return on;
+}
+
+} // namespace
+
+/// The process group backend (see the file comment).
+class backend final : public c10d::Backend {
+public:
+  backend(const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
+          std::chrono::milliseconds timeout)
+      : c10d::Backend(rank, size), store_(store) {
+    tcoll::shm_options options;
+    options.timeout = timeout;
+    transport_ = std::make_unique<tcoll::shm_transport>(
+        std::make_unique<tcoll::store_bootstrap<c10d::Store>>(*store_, rank, size, "tcoll/shm"),
+        options);
+    if (debug_enabled() && rank == 0)
+      std::fprintf(stderr, "[tcoll] group of %d ranks on shm_transport (single copy %s)\n", size,
+                   transport_->single_copy() ? "on" : "off");
+  }
+  ~backend() override {
+    // the engine stops with the transport: queued calls fail, a running one finishes
+    transport_.reset();
+  }
+
+  const std::string getBackendName() const override { return "tcoll"; }
+
+  c10::intrusive_ptr<c10d::Work> allreduce(std::vector<at::Tensor>& tensors,
+                                           const c10d::AllreduceOptions& opts) override {
+    return reduce_all(tensors, opts.reduceOp, OpType::ALLREDUCE, "allreduce");
+  }
+
+  c10::intrusive_ptr<c10d::Work> allreduce_coalesced(
+      std::vector<at::Tensor>& tensors, const c10d::AllreduceCoalescedOptions& opts) override {
+    return reduce_all(tensors, opts.reduceOp, OpType::ALLREDUCE_COALESCED, "allreduce_coalesced");
+  }
+
+  c10::intrusive_ptr<c10d::Work> broadcast(std::vector<at::Tensor>& tensors,
+                                           const c10d::BroadcastOptions& opts) override {
+    check_list(tensors, "broadcast", "tensors");
+    const int root = check_root(opts.rootRank, "broadcast");
+    std::vector<at::Tensor> work_on;
+    for (auto& t : tensors) work_on.push_back(dense(t));
+    return enqueue(OpType::BROADCAST, tensors, "broadcast", [=, this](int tag) {
+      for (std::size_t i = 0; i < work_on.size(); ++i) {
+        tcoll::cpu_reducer red;
+        tcoll::detail::broadcast_tagged(*transport_, tag, bytes_of(work_on[i]),
+                                        work_on[i].nbytes(), root, tcoll::binomial_tree{}, red);
+        copy_back(tensors[i], work_on[i]);
+      }
+    });
+  }
+
+  c10::intrusive_ptr<c10d::Work> reduce(std::vector<at::Tensor>& tensors,
+                                        const c10d::ReduceOptions& opts) override {
+    check_list(tensors, "reduce", "tensors");
+    TORCH_CHECK(tensors.size() == 1, "tcoll: reduce: rank ", rank_, ": takes one tensor");
+    const int root = check_root(opts.rootRank, "reduce");
+    at::Tensor buffer = dense(tensors[0]);
+    const auto op = opts.reduceOp;
+    const auto dtype = buffer.scalar_type();
+    with_type(dtype, [&]<class T>(type_tag<T>) { with_op<T>(op, dtype, rank_, [](auto) {}); });
+    return enqueue(OpType::REDUCE, tensors, "reduce", [=, this](int tag) {
+      with_type(dtype, [&]<class T>(type_tag<T>) {
+        with_op<T>(op, dtype, rank_, [&](const auto& o) {
+          tcoll::cpu_reducer red;
+          T* data = reinterpret_cast<T*>(buffer.data_ptr());
+          tcoll::detail::reduce_tagged(*transport_, tag, static_cast<const T*>(data),
+                                       rank_ == root ? data : nullptr,
+                                       static_cast<std::size_t>(buffer.numel()), root, o,
+                                       tcoll::binomial_tree{}, red);
+        });
+      });
+      copy_back(tensors[0], buffer);
+    });
+  }
+
+  c10::intrusive_ptr<c10d::Work> allgather(std::vector<std::vector<at::Tensor>>& outputs,
+                                           std::vector<at::Tensor>& inputs,
+                                           const c10d::AllgatherOptions&) override {
+    TORCH_CHECK(inputs.size() == 1 && outputs.size() == 1, "tcoll: allgather: rank ", rank_,
+                ": takes one input tensor and one output list");
+    check_cpu(inputs[0], "allgather", "input", rank_);
+    auto& list = outputs[0];
+    check_list_size(list, "allgather", "output list");
+    for (const auto& o : list) check_like(o, inputs[0], "allgather", "output tensor");
+    at::Tensor in = dense(inputs[0]);
+    at::Tensor gathered = at::empty({static_cast<std::int64_t>(size_) * in.numel()}, in.options());
+    std::vector<at::Tensor> out_list = list;
+    return enqueue(OpType::ALLGATHER, list, "allgather", [=, this](int tag) {
+      run_allgather(tag, in, gathered);
+      for (int q = 0; q < size_; ++q)
+        out_list[q].copy_(gathered.narrow(0, q * in.numel(), in.numel()).view(out_list[q].sizes()));
+    });
+  }
+
+  c10::intrusive_ptr<c10d::Work> _allgather_base(at::Tensor& output, at::Tensor& input,
+                                                 const c10d::AllgatherOptions&) override {
+    check_cpu(input, "all_gather_into_tensor", "input", rank_);
+    check_cpu(output, "all_gather_into_tensor", "output", rank_);
+    TORCH_CHECK(output.scalar_type() == input.scalar_type(), "tcoll: all_gather_into_tensor: rank ",
+                rank_, ": output dtype ", output.scalar_type(), " differs from input dtype ",
+                input.scalar_type());
+    TORCH_CHECK(output.numel() == input.numel() * size_, "tcoll: all_gather_into_tensor: rank ",
+                rank_, ": output has ", output.numel(), " elements, expected ", size_, " x ",
+                input.numel());
+    at::Tensor in = dense(input), out = dense(output);
+    return enqueue(OpType::_ALLGATHER_BASE, {output}, "all_gather_into_tensor",
+                   [=, this](int tag) {
+                     run_allgather(tag, in, out);
+                     copy_back(output, out);
+                   });
+  }
+
+  c10::intrusive_ptr<c10d::Work> reduce_scatter(std::vector<at::Tensor>& outputs,
+                                                std::vector<std::vector<at::Tensor>>& inputs,
+                                                const c10d::ReduceScatterOptions& opts) override {
+    TORCH_CHECK(outputs.size() == 1 && inputs.size() == 1, "tcoll: reduce_scatter: rank ", rank_,
+                ": takes one output tensor and one input list");
+    check_cpu(outputs[0], "reduce_scatter", "output", rank_);
+    check_list_size(inputs[0], "reduce_scatter", "input list");
+    for (const auto& i : inputs[0]) check_like(i, outputs[0], "reduce_scatter", "input tensor");
+    at::Tensor packed = at::cat(flattened(inputs[0]));
+    at::Tensor out = dense(outputs[0]);
+    return enqueue(OpType::REDUCE_SCATTER, outputs, "reduce_scatter", [=, this](int tag) {
+      run_reduce_scatter(tag, packed, out, opts.reduceOp);
+      copy_back(outputs[0], out);
+    });
+  }
+
+  c10::intrusive_ptr<c10d::Work> _reduce_scatter_base(
+      at::Tensor& output, at::Tensor& input, const c10d::ReduceScatterOptions& opts) override {
+    check_cpu(input, "reduce_scatter_tensor", "input", rank_);
+    check_cpu(output, "reduce_scatter_tensor", "output", rank_);
+    TORCH_CHECK(output.scalar_type() == input.scalar_type(), "tcoll: reduce_scatter_tensor: rank ",
+                rank_, ": output dtype ", output.scalar_type(), " differs from input dtype ",
+                input.scalar_type());
+    TORCH_CHECK(input.numel() == output.numel() * size_, "tcoll: reduce_scatter_tensor: rank ",
+                rank_, ": input has ", input.numel(), " elements, expected ", size_, " x ",
+                output.numel());
+    at::Tensor in = dense(input), out = dense(output);
+    return enqueue(OpType::_REDUCE_SCATTER_BASE, {output}, "reduce_scatter_tensor",
+                   [=, this](int tag) {
+                     run_reduce_scatter(tag, in, out, opts.reduceOp);
+                     copy_back(output, out);
+                   });
+  }
+
+  c10::intrusive_ptr<c10d::Work> alltoall_base(at::Tensor& output, at::Tensor& input,
+                                               std::vector<int64_t>& output_splits,
+                                               std::vector<int64_t>& input_splits,
+                                               const c10d::AllToAllOptions&) override {
+    check_cpu(input, "all_to_all_single", "input", rank_);
+    check_cpu(output, "all_to_all_single", "output", rank_);
+    TORCH_CHECK(output.scalar_type() == input.scalar_type(), "tcoll: all_to_all_single: rank ",
+                rank_, ": output dtype differs from input dtype");
+    const auto send_bytes = split_bytes(input, input_splits, "input_split_sizes");
+    const auto recv_bytes = split_bytes(output, output_splits, "output_split_sizes");
+    at::Tensor in = dense(input), out = dense(output);
+    return enqueue(OpType::ALLTOALL_BASE, {output}, "all_to_all_single", [=, this](int tag) {
+      auto& t = *transport_;
+      const auto offsets = [](const std::vector<std::size_t>& b) {
+        std::vector<std::size_t> o(b.size() + 1, 0);
+        for (std::size_t i = 0; i < b.size(); ++i) o[i + 1] = o[i] + b[i];
+        return o;
+      };
+      const auto so = offsets(send_bytes), ro = offsets(recv_bytes);
+      const byte* src = bytes_of(in);
+      byte* dst = bytes_of(out);
+      const int r = rank_, P = size_;
+      std::memcpy(dst + ro[r], src + so[r], std::min(send_bytes[r], recv_bytes[r]));
+      TORCH_CHECK(send_bytes[r] == recv_bytes[r], "tcoll: all_to_all_single: rank ", r,
+                  ": sends itself ", send_bytes[r], " bytes but expects ", recv_bytes[r]);
+      // pairwise exchange: in step s, send to r+s and receive from r-s (no two ranks wait
+      // on each other in a cycle)
+      for (int s = 1; s < P; ++s) {
+        const int to = (r + s) % P, from = (r - s + P) % P;
+        auto rr = t.irecv(from, dst + ro[from], recv_bytes[from], tag);
+        auto sr = t.isend(to, src + so[to], send_bytes[to], tag);
+        const auto until = tcoll::clock::now() + t.timeout();
+        t.wait(sr, until);
+        t.wait(rr, until);
+      }
+      copy_back(output, out);
+    });
+  }
+
+  c10::intrusive_ptr<c10d::Work> gather(std::vector<std::vector<at::Tensor>>& outputs,
+                                        std::vector<at::Tensor>& inputs,
+                                        const c10d::GatherOptions& opts) override {
+    TORCH_CHECK(inputs.size() == 1, "tcoll: gather: rank ", rank_, ": takes one input tensor");
+    check_cpu(inputs[0], "gather", "input", rank_);
+    const int root = check_root(opts.rootRank, "gather");
+    std::vector<at::Tensor> list;
+    if (rank_ == root) {
+      TORCH_CHECK(outputs.size() == 1, "tcoll: gather: rank ", rank_,
+                  ": the root takes one output list");
+      list = outputs[0];
+      check_list_size(list, "gather", "output list");
+      for (const auto& o : list) check_like(o, inputs[0], "gather", "output tensor");
+    } else {
+      TORCH_CHECK(outputs.empty() || (outputs.size() == 1 && outputs[0].empty()),
+                  "tcoll: gather: rank ", rank_, ": only the root (", root,
+                  ") passes an output list");
+    }
+    at::Tensor in = dense(inputs[0]);
+    return enqueue(OpType::GATHER, list, "gather", [=, this](int tag) {
+      auto& t = *transport_;
+      const std::size_t bytes = in.nbytes();
+      const auto until = tcoll::clock::now() + t.timeout();
+      if (rank_ != root) {
+        auto sr = t.isend(root, bytes_of(in), bytes, tag);
+        t.wait(sr, until);
+        return;
+      }
+      std::vector<at::Tensor> dense_list;
+      std::vector<tcoll::shm_transport::request> pending;
+      for (int q = 0; q < size_; ++q) {
+        dense_list.push_back(dense(list[q]));
+        if (q == rank_)
+          dense_list.back().copy_(in.view(list[q].sizes()));
+        else
+          pending.push_back(t.irecv(q, bytes_of(dense_list.back()), bytes, tag));
+      }
+      for (auto& p : pending) t.wait(p, until);
+      for (int q = 0; q < size_; ++q) copy_back(list[q], dense_list[q]);
+    });
+  }
+
+  c10::intrusive_ptr<c10d::Work> scatter(std::vector<at::Tensor>& outputs,
+                                         std::vector<std::vector<at::Tensor>>& inputs,
+                                         const c10d::ScatterOptions& opts) override {
+    TORCH_CHECK(outputs.size() == 1, "tcoll: scatter: rank ", rank_, ": takes one output tensor");
+    check_cpu(outputs[0], "scatter", "output", rank_);
+    const int root = check_root(opts.rootRank, "scatter");
+    std::vector<at::Tensor> list;
+    if (rank_ == root) {
+      TORCH_CHECK(inputs.size() == 1, "tcoll: scatter: rank ", rank_,
+                  ": the root takes one input list");
+      check_list_size(inputs[0], "scatter", "input list");
+      for (const auto& i : inputs[0]) check_like(i, outputs[0], "scatter", "input tensor");
+      list = flattened(inputs[0]);
+    }
+    at::Tensor out = dense(outputs[0]);
+    return enqueue(OpType::SCATTER, outputs, "scatter", [=, this](int tag) {
+      auto& t = *transport_;
+      const std::size_t bytes = out.nbytes();
+      const auto until = tcoll::clock::now() + t.timeout();
+      if (rank_ != root) {
+        auto rr = t.irecv(root, bytes_of(out), bytes, tag);
+        t.wait(rr, until);
+      } else {
+        std::vector<tcoll::shm_transport::request> pending;
+        for (int q = 0; q < size_; ++q)
+          if (q == rank_)
+            out.view(-1).copy_(list[q]);
+          else
+            pending.push_back(t.isend(q, bytes_of(list[q]), bytes, tag));
+        for (auto& p : pending) t.wait(p, until);
+      }
+      copy_back(outputs[0], out);
+    });
+  }
+
+  c10::intrusive_ptr<c10d::Work> barrier(const c10d::BarrierOptions&) override {
+    // a one-byte allreduce in the call order (a barrier is a collective like the others)
+    at::Tensor token = at::zeros({1}, at::kByte);
+    return enqueue(OpType::BARRIER, {}, "barrier", [=, this](int tag) {
+      tcoll::cpu_reducer red;
+      tcoll::detail::allreduce_tagged(*transport_, tag, token.data_ptr<byte>(),
+                                      token.data_ptr<byte>(), 1, tcoll::max_op{},
+                                      tcoll::recursive_doubling{}, red);
+    });
+  }
+
+  c10::intrusive_ptr<c10d::Work> send(std::vector<at::Tensor>& tensors, int dst,
+                                      int tag) override {
+    TORCH_CHECK(tensors.size() == 1, "tcoll: send: rank ", rank_, ": takes one tensor");
+    check_cpu(tensors[0], "send", "tensor", rank_);
+    check_peer(dst, "send", "dst");
+    const int t_tag = check_tag(tag, "send");
+    at::Tensor data = dense(tensors[0]);
+    auto r = transport_->isend(dst, data.data_ptr(), data.nbytes(), t_tag);
+    return c10::make_intrusive<p2p_work>(rank_, OpType::SEND, *transport_, std::move(r), data,
+                                         at::Tensor(), dst);
+  }
+
+  c10::intrusive_ptr<c10d::Work> recv(std::vector<at::Tensor>& tensors, int src,
+                                      int tag) override {
+    TORCH_CHECK(tensors.size() == 1, "tcoll: recv: rank ", rank_, ": takes one tensor");
+    check_cpu(tensors[0], "recv", "tensor", rank_);
+    check_peer(src, "recv", "src");
+    const int t_tag = check_tag(tag, "recv");
+    at::Tensor data = dense(tensors[0]);
+    auto r = transport_->irecv(src, data.data_ptr(), data.nbytes(), t_tag);
+    return c10::make_intrusive<p2p_work>(rank_, OpType::RECV, *transport_, std::move(r), data,
+                                         tensors[0], src);
+  }
+
+private:
+  /// Queues `body(tag)` on the transport's engine; the returned work completes when it has
+  /// run (or failed: a failure breaks the group, and every later call fails at once).
+  template <class Body>
+  c10::intrusive_ptr<c10d::Work> enqueue(OpType type, std::vector<at::Tensor> outputs,
+                                         const char* what, Body body) {
+    auto w = c10::make_intrusive<work>(rank_, type, std::move(outputs));
+    if (debug_enabled()) std::fprintf(stderr, "[tcoll] rank %d: %s\n", rank_, what);
+    try {
+      (void)tcoll::detail::submit_collective(
+          *transport_, std::move(body), [w](std::exception_ptr error) { w->complete(error); });
+    } catch (...) {
+      w->complete(std::current_exception());
+    }
+    return w;
+  }
+
+  /// allreduce and allreduce_coalesced: each tensor in place, one after another.
+  c10::intrusive_ptr<c10d::Work> reduce_all(std::vector<at::Tensor>& tensors,
+                                            const c10d::ReduceOp& op, OpType type,
+                                            const char* what) {
+    check_list(tensors, what, "tensors");
+    // PREMUL_SUM (torch.distributed._make_nccl_premul_sum): each rank scales its input by
+    // the factor, then a sum (floating-point dtypes only, as NCCL)
+    std::optional<at::Tensor> factor;
+    c10d::ReduceOp run_op = op;
+    if (op.op_ == c10d::ReduceOp::PREMUL_SUM) {
+      const auto* s = dynamic_cast<const c10d::PreMulSumSupplement*>(op.supplement_.get());
+      TORCH_CHECK(s, "tcoll: ", what, ": rank ", rank_, ": PREMUL_SUM without its factor");
+      factor = s->tensor_factor.defined() ? s->tensor_factor.to(at::kCPU)
+                                          : at::scalar_tensor(s->double_factor, at::kDouble);
+      run_op = c10d::ReduceOp(c10d::ReduceOp::SUM);
+      for (auto& t : tensors)
+        TORCH_CHECK(at::isFloatingType(t.scalar_type()), "tcoll: ", what, ": rank ", rank_,
+                    ": PREMUL_SUM needs a floating-point dtype, got ", t.scalar_type());
+    }
+    std::vector<at::Tensor> work_on;
+    for (auto& t : tensors) {
+      const auto dtype = t.scalar_type();
+      with_type(dtype,
+                [&]<class T>(type_tag<T>) { with_op<T>(run_op, dtype, rank_, [](auto) {}); });
+      work_on.push_back(dense(t));
+    }
+    return enqueue(type, tensors, what, [=, this](int tag) {
+      for (std::size_t i = 0; i < work_on.size(); ++i) {
+        const at::Tensor& b = work_on[i];
+        if (factor) b.mul_(*factor);
+        const auto dtype = b.scalar_type();
+        with_type(dtype, [&]<class T>(type_tag<T>) {
+          with_op<T>(run_op, dtype, rank_, [&](const auto& o) {
+            tcoll::cpu_reducer red;
+            T* data = reinterpret_cast<T*>(b.data_ptr());
+            tcoll::detail::allreduce_tagged(*transport_, tag, static_cast<const T*>(data), data,
+                                            static_cast<std::size_t>(b.numel()), o,
+                                            tcoll::automatic{}, red);
+          });
+        });
+        copy_back(tensors[i], b);
+      }
+    });
+  }
+
+  void run_allgather(int tag, const at::Tensor& in, const at::Tensor& out) {
+    tcoll::cpu_reducer red;
+    tcoll::detail::allgather_tagged(*transport_, tag, static_cast<const byte*>(bytes_of(in)),
+                                    bytes_of(out), in.nbytes(), tcoll::ring{}, red);
+  }
+
+  void run_reduce_scatter(int tag, const at::Tensor& in, const at::Tensor& out,
+                          const c10d::ReduceOp& op) {
+    const auto dtype = in.scalar_type();
+    with_type(dtype, [&]<class T>(type_tag<T>) {
+      with_op<T>(op, dtype, rank_, [&](const auto& o) {
+        tcoll::cpu_reducer red;
+        tcoll::detail::reduce_scatter_tagged(
+            *transport_, tag, reinterpret_cast<const T*>(in.data_ptr()),
+            reinterpret_cast<T*>(out.data_ptr()), static_cast<std::size_t>(out.numel()), o,
+            tcoll::ring{}, red);
+      });
+    });
+  }
+
+  static byte* bytes_of(const at::Tensor& t) { return static_cast<byte*>(t.data_ptr()); }
+
+  static void copy_back(const at::Tensor& user, const at::Tensor& ran_on) {
+    if (!user.is_same(ran_on)) user.copy_(ran_on);
+  }
+
+  static std::vector<at::Tensor> flattened(const std::vector<at::Tensor>& list) {
+    std::vector<at::Tensor> out;
+    for (const auto& t : list) out.push_back(t.contiguous().view(-1));
+    return out;
+  }
+
+  void check_list(const std::vector<at::Tensor>& tensors, const char* what, const char* argument) {
+    TORCH_CHECK(!tensors.empty(), "tcoll: ", what, ": rank ", rank_, ": ", argument, " is empty");
+    for (const auto& t : tensors) check_cpu(t, what, argument, rank_);
+  }
+  void check_list_size(const std::vector<at::Tensor>& list, const char* what,
+                       const char* argument) {
+    TORCH_CHECK(static_cast<int>(list.size()) == size_, "tcoll: ", what, ": rank ", rank_, ": ",
+                argument, " has ", list.size(), " tensors, the group has ", size_, " ranks");
+  }
+  void check_like(const at::Tensor& t, const at::Tensor& like, const char* what,
+                  const char* argument) {
+    check_cpu(t, what, argument, rank_);
+    TORCH_CHECK(t.scalar_type() == like.scalar_type() && t.numel() == like.numel(), "tcoll: ",
+                what, ": rank ", rank_, ": ", argument, " (", t.scalar_type(), ", ", t.numel(),
+                " elements) does not match (", like.scalar_type(), ", ", like.numel(),
+                " elements)");
+  }
+  int check_root(std::int64_t root, const char* what) {
+    TORCH_CHECK(root >= 0 && root < size_, "tcoll: ", what, ": rank ", rank_, ": root ", root,
+                " is outside [0, ", size_, ")");
+    return static_cast<int>(root);
+  }
+  void check_peer(int peer, const char* what, const char* argument) {
+    TORCH_CHECK(peer >= 0 && peer < size_ && peer != rank_, "tcoll: ", what, ": rank ", rank_,
+                ": ", argument, " ", peer, " is not another rank of the group of ", size_);
+  }
+  int check_tag(int tag, const char* what) {
+    const int limit = tcoll::collective_context::default_first_tag;
+    TORCH_CHECK(tag >= 0 && tag < limit, "tcoll: ", what, ": rank ", rank_, ": tag ", tag,
+                " is outside [0, ", limit, ") (tags above belong to collectives)");
+    return tag;
+  }
+  std::vector<std::size_t> split_bytes(const at::Tensor& t, const std::vector<int64_t>& splits,
+                                       const char* argument) {
+    const std::int64_t rows = t.dim() > 0 ? t.size(0) : 1;
+    const std::size_t row_bytes = rows > 0 ? t.nbytes() / static_cast<std::size_t>(rows) : 0;
+    std::vector<std::size_t> bytes(static_cast<std::size_t>(size_));
+    if (splits.empty()) {
+      TORCH_CHECK(rows % size_ == 0, "tcoll: all_to_all_single: rank ", rank_, ": dimension 0 (",
+                  rows, ") is not divisible by the group size ", size_, " and no ", argument,
+                  " was given");
+      for (auto& b : bytes) b = static_cast<std::size_t>(rows / size_) * row_bytes;
+      return bytes;
+    }
+    TORCH_CHECK(static_cast<int>(splits.size()) == size_, "tcoll: all_to_all_single: rank ",
+                rank_, ": ", argument, " has ", splits.size(), " entries, the group has ", size_);
+    std::int64_t total = 0;
+    for (int q = 0; q < size_; ++q) {
+      TORCH_CHECK(splits[q] >= 0, "tcoll: all_to_all_single: rank ", rank_, ": ", argument, "[",
+                  q, "] is negative");
+      total += splits[q];
+      bytes[q] = static_cast<std::size_t>(splits[q]) * row_bytes;
+    }
+    TORCH_CHECK(total == rows, "tcoll: all_to_all_single: rank ", rank_, ": ", argument,
+                " sum to ", total, ", dimension 0 is ", rows);
+    return bytes;
+  }
+
+  c10::intrusive_ptr<c10d::Store> store_;
+  std::unique_ptr<tcoll::shm_transport> transport_;
+};
+
+/// The creator `torch.distributed.Backend.register_backend` calls for every group.
+c10::intrusive_ptr<c10d::Backend> create_backend(const c10::intrusive_ptr<c10d::Store>& store,
+                                                 int rank, int size,
+                                                 const std::chrono::duration<float>& timeout) {
+  const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(timeout);
+  return c10::make_intrusive<backend>(store, rank, size,
+                                      ms.count() > 0 ? ms : std::chrono::milliseconds(1800000));
+}
+
+} // namespace tcoll_torch
+
+PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
+  m.doc() = "tcoll's torch.distributed backend (docs/torch.md)";
+  m.def("create_backend", &tcoll_torch::create_backend, "the creator of a tcoll process group",
+        pybind11::arg("store"), pybind11::arg("rank"), pybind11::arg("size"),
+        pybind11::arg("timeout"));
+}

@@ -1,0 +1,126 @@
+// shm_transport built without MPI: processes started by process_team_main.cpp meet through a
+// tcoll::file_store (a key-value store, as PyTorch's c10d::Store is) and build the node's
+// transport from a store_bootstrap. Compiled with TCOLL_NO_MPI and no MPI dependency, so it
+// also proves that the transport needs neither. The shared rank-level bodies of
+// tests/common/collective_cases.hpp run on it, then what is particular to the store:
+// options agreement, a rank that never comes, no file left behind.
+#include <doctest/doctest.h>
+
+#include <chrono>
+#include <filesystem>
+#include <limits>
+#include <string>
+
+#include <tcoll/schedule.hpp>
+#include <tcoll/transport/shm.hpp>
+
+#include "../common/collective_cases.hpp"
+#include "process_team.hpp"
+
+#ifdef TCOLL_SHM_FROM_MPI
+#error "this suite must build without MPI (TCOLL_NO_MPI)"
+#endif
+
+using namespace tcoll::testing;
+using namespace std::chrono_literals;
+namespace team = tcoll::testing::process_team;
+
+namespace {
+
+tcoll::shm_options small_slots() {
+  tcoll::shm_options o;
+  o.timeout = 30s;
+  o.slot_bytes = 256;
+  o.slots = 2;
+  o.lanes = 2;
+  o.single_copy_min_bytes = 512;
+  o.single_copy_piece_bytes = 128;
+  return o;
+}
+
+std::size_t tcoll_files_in_dev_shm() {
+  std::size_t n = 0;
+  std::error_code ec;
+  for (const auto& e : std::filesystem::directory_iterator("/dev/shm", ec))
+    if (e.path().filename().string().rfind("tcoll-shm-", 0) == 0) ++n;
+  return n;
+}
+
+/// Constructs a transport with `options`; the invalid_argument's text, or "" when none.
+std::string construction_error(const tcoll::shm_options& options) {
+  try {
+    tcoll::shm_transport t(team::bootstrap(), options);
+  } catch (const tcoll::invalid_argument& e) {
+    return e.what();
+  }
+  return "";
+}
+
+} // namespace
+
+TEST_CASE("shm from a store: every algorithm, fractional rounding, the other collectives") {
+  for (const auto& options : {tcoll::shm_options{}, small_slots()}) {
+    tcoll::shm_transport t(team::bootstrap(), options);
+    REQUIRE(t.rank() == team::rank());
+    REQUIRE(t.size() == team::size());
+    const int P = t.size();
+    matrix_options opt;
+    opt.types = {"float", "double", "int32"};
+    opt.ops = {"sum", "max"};
+    opt.counts = {0, 1, std::size_t(P + 1), 1000, (std::size_t{1} << 15) + 3};
+    allreduce_matrix(t, opt);
+    reduced_precision_rounding(t, {1, std::size_t(P + 1), 1000});
+    collectives_values(t, {1, std::size_t(P + 1), 1000});
+  }
+}
+
+TEST_CASE("shm from a store: non-blocking collectives from the engine") {
+  tcoll::shm_transport t(team::bootstrap(), small_slots());
+  const int P = t.size();
+  std::vector<std::vector<float>> data(4, std::vector<float>(777));
+  std::vector<tcoll::request> pending;
+  for (std::size_t k = 0; k < data.size(); ++k) {
+    for (std::size_t i = 0; i < data[k].size(); ++i)
+      data[k][i] = 0.125f * static_cast<float>(t.rank() + 1) + static_cast<float>(k + i % 5);
+    pending.push_back(tcoll::iallreduce(t, std::span<float>(data[k])));
+  }
+  for (auto& r : pending) r.wait();
+  for (std::size_t k = 0; k < data.size(); ++k)
+    for (std::size_t i = 0; i < data[k].size(); i += 37) {
+      double want = 0;
+      for (int q = 0; q < P; ++q) want += 0.125 * (q + 1) + static_cast<double>(k + i % 5);
+      CHECK(data[k][i] == doctest::Approx(want));
+    }
+}
+
+TEST_CASE("shm from a store: options that differ between ranks fail on every rank") {
+  if (team::size() < 2) return;
+  tcoll::shm_options mine;
+  if (team::rank() == 1) mine.lanes = 3;
+  const std::string e = construction_error(mine);
+  CHECK(e.find("options.lanes differs between ranks") != std::string::npos);
+  INFO(e);
+  tcoll::shm_options invalid;
+  if (team::rank() == 0) invalid.slot_bytes = 8; // invalid on rank 0 only
+  const std::string f = construction_error(invalid);
+  CHECK(!f.empty());
+  CHECK(f.find(team::rank() == 0 ? "slot_bytes" : "rank 0 passed invalid") != std::string::npos);
+}
+
+TEST_CASE("shm from a store: a rank that never comes is a timeout_error, not a hang") {
+  tcoll::file_store impatient(std::getenv("TCOLL_TEST_STORE"), 300ms);
+  const auto start = std::chrono::steady_clock::now();
+  // a team of size()+1: the last rank never starts
+  CHECK_THROWS_AS(tcoll::shm_transport(std::make_unique<tcoll::store_bootstrap<tcoll::file_store>>(
+                                           impatient, team::rank(), team::size() + 1, "absent")),
+                  tcoll::timeout_error);
+  CHECK(std::chrono::steady_clock::now() - start < 10s);
+  CHECK_THROWS_AS(tcoll::store_bootstrap<tcoll::file_store>(impatient, 2, 2),
+                  tcoll::invalid_argument);
+}
+
+TEST_CASE("shm from a store: the segment leaves no file in /dev/shm") {
+  tcoll::shm_transport t(team::bootstrap());
+  CHECK(t.segment_bytes() > 0);
+  CHECK(tcoll_files_in_dev_shm() == 0);
+}

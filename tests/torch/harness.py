@@ -1,0 +1,103 @@
+"""Runs a function on P processes joined in a torch.distributed group, collects results.
+
+`run_ranks(fn, P, *args, backend="tcoll")` starts P spawned processes; rank r calls
+`init_process_group(backend, init_method="file://...", rank=r, world_size=P)` then
+`fn(r, P, *args)` and sends back its return value (anything picklable; tensors are fine)
+or its exception's text. The parent waits at most `deadline` seconds, kills what is left
+(a hang fails the test instead of blocking CI) and returns the list of results by rank.
+"""
+import datetime
+import io
+import multiprocessing
+import os
+import sys
+import tempfile
+import traceback
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+PYTHON_DIR = os.path.join(HERE, "..", "..", "python")
+
+
+class RankFailed(Exception):
+    pass
+
+
+def _rank_main(fn, rank, size, backend, store_path, timeout_s, queue, args, init):
+    sys.path.insert(0, PYTHON_DIR)
+    try:
+        import torch
+        import torch.distributed as dist
+
+        import tcoll_torch  # noqa: F401  registers "tcoll"
+
+        torch.set_num_threads(1)
+        if init:
+            dist.init_process_group(
+                backend,
+                init_method="file://" + store_path,
+                rank=rank,
+                world_size=size,
+                timeout=datetime.timedelta(seconds=timeout_s),
+            )
+        result = fn(rank, size, *args)
+        if init and dist.is_initialized():
+            dist.destroy_process_group()
+        # as bytes: a tensor put on a multiprocessing queue travels by a shared-memory handle
+        # that dies with this process
+        buffer = io.BytesIO()
+        torch.save(result, buffer)
+        queue.put((rank, "ok", buffer.getvalue()))
+    except BaseException:  # noqa: BLE001  reported to the parent, which fails the test
+        queue.put((rank, "error", traceback.format_exc()))
+
+
+def run_ranks(fn, size, *args, backend="tcoll", timeout_s=30, deadline=120, init=True,
+              allow_errors=False):
+    ctx = multiprocessing.get_context("spawn")
+    queue = ctx.Queue()
+    directory = tempfile.mkdtemp(prefix="tcoll-torch-test-")
+    store_path = os.path.join(directory, "store")
+    procs = [
+        ctx.Process(target=_rank_main,
+                    args=(fn, r, size, backend, store_path, timeout_s, queue, args, init))
+        for r in range(size)
+    ]
+    for p in procs:
+        p.start()
+    results, errors = [None] * size, {}
+    import queue as queue_module
+    import time
+
+    end = time.monotonic() + deadline
+    received = 0
+    while received < size:
+        try:
+            rank, status, value = queue.get(timeout=max(0.1, end - time.monotonic()))
+        except queue_module.Empty:
+            break
+        received += 1
+        if status == "ok":
+            import torch
+            results[rank] = torch.load(io.BytesIO(value), weights_only=False)
+        else:
+            errors[rank] = value
+    for p in procs:
+        p.join(timeout=max(0.1, end - time.monotonic()))
+    hung = [r for r, p in enumerate(procs) if p.is_alive()]
+    for p in procs:
+        if p.is_alive():
+            p.kill()
+            p.join()
+    if hung:
+        raise RankFailed(f"ranks {hung} still running after {deadline} s (hang); "
+                         f"errors: {errors}")
+    missing = [r for r in range(size) if results[r] is None and r not in errors]
+    if missing and allow_errors:
+        for r in missing:
+            errors[r] = f"exited with code {procs[r].exitcode} without a result"
+    elif missing:
+        raise RankFailed(f"ranks {missing} exited without a result (exit codes "
+                         f"{[p.exitcode for p in procs]}); errors: {errors}")
+    if errors and not allow_errors:
+        raise RankFailed("\n".join(f"rank {r}:\n{e}" for r, e in sorted(errors.items())))
+    return (results, errors) if allow_errors else results

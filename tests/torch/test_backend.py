@@ -1,0 +1,429 @@
+"""The "tcoll" torch.distributed backend (python/tcoll_torch) against references computed
+here from every rank's inputs (never through tcoll), on 1-4 spawned processes.
+
+Floating-point inputs are fractional (integer-valued ones would give the same bits in any
+summation order and hide drift): results must be within the reassociation bound of an exact
+reference and bitwise identical on every rank.
+"""
+import os
+import sys
+import time
+
+import pytest
+import torch
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from harness import RankFailed, run_ranks  # noqa: E402
+
+DTYPES = {
+    "float32": torch.float32, "float64": torch.float64, "float16": torch.float16,
+    "bfloat16": torch.bfloat16, "int8": torch.int8, "uint8": torch.uint8,
+    "int16": torch.int16, "int32": torch.int32, "int64": torch.int64, "bool": torch.bool,
+}
+FLOATS = {"float32", "float64", "float16", "bfloat16"}
+# relative bound per element for a sum of P <= 4 fractional terms (accumulated in float
+# for the 16-bit types, rounded once at the end)
+RTOL = {"float32": 1e-5, "float64": 1e-12, "float16": 2e-3, "bfloat16": 1.6e-2}
+
+
+def make_input(rank, n, dtype_name, op, seed):
+    """Rank `rank`'s input: fractional floats (near 1 for PRODUCT), small integers."""
+    g = torch.Generator().manual_seed(seed * 1000 + rank)
+    if dtype_name in FLOATS:
+        if op == "PRODUCT":
+            x = 1.0 + (torch.rand(n, generator=g, dtype=torch.float64) - 0.5) / 8
+        else:
+            x = torch.rand(n, generator=g, dtype=torch.float64) * 2 - 0.75
+        return x.to(DTYPES[dtype_name])
+    if dtype_name == "bool":
+        return torch.randint(0, 2, (n,), generator=g).to(torch.bool)
+    if op == "PRODUCT":
+        low, high = (1, 3) if dtype_name == "uint8" else (-1, 2)
+        return torch.randint(low, high, (n,), generator=g).to(DTYPES[dtype_name])
+    low = 0 if dtype_name == "uint8" else -20
+    return torch.randint(low, 21, (n,), generator=g).to(DTYPES[dtype_name])
+
+
+def reference(inputs, dtype_name, op):
+    """The exact result of `op` over the ranks' inputs, in float64 / int64 / bool."""
+    if dtype_name == "bool":
+        s = torch.stack(inputs)
+        if op in ("SUM", "MAX", "BOR"):
+            return s.any(0)
+        if op in ("PRODUCT", "MIN", "BAND"):
+            return s.all(0)
+        return (s.to(torch.int64).sum(0) % 2).to(torch.bool)  # BXOR
+    wide = torch.float64 if dtype_name in FLOATS else torch.int64
+    s = torch.stack([x.to(wide) for x in inputs])
+    if op == "SUM":
+        r = s.sum(0)
+    elif op == "AVG":
+        r = s.sum(0) / len(inputs) if dtype_name in FLOATS else torch.div(
+            s.sum(0), len(inputs), rounding_mode="trunc")
+    elif op == "PRODUCT":
+        r = s.prod(0)
+    elif op == "MIN":
+        r = s.min(0).values
+    elif op == "MAX":
+        r = s.max(0).values
+    else:
+        r = s[0].clone()
+        for x in s[1:]:
+            r = {"BAND": r & x, "BOR": r | x, "BXOR": r ^ x}[op]
+    return r
+
+
+def check_close(got, want, dtype_name, what):
+    if dtype_name in FLOATS:
+        got64 = got.to(torch.float64)
+        bound = RTOL[dtype_name] * want.abs().clamp_min(1.0)
+        err = (got64 - want).abs()
+        assert bool((err <= bound).all()), f"{what}: max error {err.max().item()}"
+    elif dtype_name == "bool":
+        assert torch.equal(got, want), what
+    else:
+        assert torch.equal(got.to(torch.int64), want.to(DTYPES[dtype_name]).to(torch.int64)), \
+            f"{what}: {got[:8]} vs {want[:8]}"
+
+
+def same_bits(a, b):
+    return torch.equal(a.contiguous().view(torch.uint8), b.contiguous().view(torch.uint8))
+
+
+def ops_for(dtype_name):
+    if dtype_name == "bool":
+        return ["SUM", "PRODUCT", "MIN", "MAX", "BAND", "BOR", "BXOR"]
+    ops = ["SUM", "AVG", "PRODUCT", "MIN", "MAX"]
+    if dtype_name not in FLOATS:
+        ops += ["BAND", "BOR", "BXOR"]
+    return ops
+
+
+def allreduce_cases():
+    cases, seed = [], 1
+    for dtype_name in DTYPES:
+        for op in ops_for(dtype_name):
+            for n in (1, 7, 1000, 70001):
+                cases.append((dtype_name, op, n, seed))
+                seed += 1
+    return cases
+
+
+# ---------------------------------------------------------------------------------------
+# rank bodies (module level: spawned processes import them)
+
+def body_allreduce(rank, size, cases):
+    import torch.distributed as dist
+    out = []
+    for dtype_name, op, n, seed in cases:
+        x = make_input(rank, n, dtype_name, op, seed)
+        y = x.clone()
+        dist.all_reduce(y, op=getattr(dist.ReduceOp, op))
+        out.append(y)
+    return out
+
+
+def body_collectives(rank, size, n):
+    import torch.distributed as dist
+    res = {}
+    x = make_input(rank, n, "float32", "SUM", 7)
+    # allgather (list) and all_gather_into_tensor
+    lst = [torch.empty(n) for _ in range(size)]
+    dist.all_gather(lst, x)
+    res["all_gather"] = torch.stack(lst)
+    out = torch.empty(size * n)
+    dist.all_gather_into_tensor(out, x)
+    res["all_gather_into_tensor"] = out
+    # reduce_scatter (list) and reduce_scatter_tensor
+    big = make_input(rank, size * n, "float64", "SUM", 8)
+    rs = torch.empty(n, dtype=torch.float64)
+    dist.reduce_scatter(rs, list(big.chunk(size)))
+    res["reduce_scatter"] = rs
+    rs2 = torch.empty(n, dtype=torch.float64)
+    dist.reduce_scatter_tensor(rs2, big, op=dist.ReduceOp.MAX)
+    res["reduce_scatter_tensor_max"] = rs2
+    # broadcast from every root, reduce to every root
+    for root in range(size):
+        b = make_input(rank, n, "int32", "SUM", 9 + root)
+        dist.broadcast(b, src=root)
+        res[f"broadcast{root}"] = b
+        r = make_input(rank, n, "float32", "SUM", 20 + root)
+        dist.reduce(r, dst=root)
+        if rank == root:
+            res[f"reduce{root}"] = r
+    # gather / scatter to and from root size-1
+    root = size - 1
+    g = [torch.empty(n) for _ in range(size)] if rank == root else None
+    dist.gather(x, g, dst=root)
+    if rank == root:
+        res["gather"] = torch.stack(g)
+    sc = torch.empty(n, dtype=torch.int64)
+    chunks = [make_input(root, n, "int64", "SUM", 30 + q) for q in range(size)]
+    dist.scatter(sc, chunks if rank == root else None, src=root)
+    res["scatter"] = sc
+    # all_to_all_single, even and uneven splits (rank r sends q+1 rows to rank q)
+    a = make_input(rank, size * 3, "int32", "SUM", 40).view(size * 3)
+    b = torch.empty_like(a)
+    dist.all_to_all_single(b, a)
+    res["all_to_all_even"] = b
+    in_splits = [q + 1 for q in range(size)]
+    out_splits = [rank + 1] * size
+    src = make_input(rank, sum(in_splits) * 2, "float32", "SUM", 41).view(-1, 2)
+    dst = torch.empty(sum(out_splits), 2)
+    dist.all_to_all_single(dst, src, out_splits, in_splits)
+    res["all_to_all_uneven"] = dst
+    # send / recv around a ring
+    if size > 1:
+        nxt, prv = (rank + 1) % size, (rank - 1) % size
+        got = torch.empty(n)
+        if rank % 2 == 0:
+            dist.send(x, nxt)
+            dist.recv(got, prv)
+        else:
+            dist.recv(got, prv)
+            dist.send(x, nxt)
+        res["ring_recv"] = got
+    dist.barrier()
+    return res
+
+
+def body_async_and_noncontiguous(rank, size):
+    import torch.distributed as dist
+    res = {}
+    # several async allreduces in flight, waited in reverse; a future chained with then()
+    xs = [make_input(rank, 5000 + k, "float32", "SUM", 50 + k) for k in range(4)]
+    works = [dist.all_reduce(x, async_op=True) for x in xs]
+    for w in reversed(works):
+        w.wait()
+    res["async"] = xs
+    y = make_input(rank, 300, "float64", "SUM", 60)
+    fut = dist.all_reduce(y, async_op=True).get_future().then(lambda f: f.value()[0] * 2)
+    res["then"] = fut.wait()
+    # non-contiguous: a transposed matrix, a strided view
+    m = make_input(rank, 12 * 5, "float32", "SUM", 61).view(12, 5).t()
+    assert not m.is_contiguous()
+    dist.all_reduce(m)
+    res["transposed"] = m.clone()
+    base = make_input(rank, 40, "int64", "SUM", 62)
+    view = base[::2]
+    dist.broadcast(view, src=0)
+    res["strided_broadcast"] = base.clone()
+    return res
+
+
+def body_subgroups(rank, size):
+    import torch.distributed as dist
+    res = {}
+    evens = dist.new_group([r for r in range(size) if r % 2 == 0], backend="tcoll")
+    low = dist.new_group([0, 1], backend="tcoll")
+    for it in range(3):  # the two overlapping groups used in alternation
+        if rank % 2 == 0:
+            x = make_input(rank, 100 + it, "float32", "SUM", 70 + it)
+            dist.all_reduce(x, group=evens)
+            res[f"evens{it}"] = x
+        if rank in (0, 1):
+            y = make_input(rank, 50 + it, "float64", "SUM", 80 + it)
+            dist.all_reduce(y, group=low)
+            res[f"low{it}"] = y
+    z = make_input(rank, 64, "float32", "SUM", 90)
+    dist.all_reduce(z)
+    res["world"] = z
+    return res
+
+
+# ---------------------------------------------------------------------------------------
+# tests
+
+@pytest.mark.parametrize("size", [1, 2, 3])
+def test_allreduce_every_dtype_and_op(size):
+    cases = allreduce_cases()
+    if size == 1:
+        cases = [c for c in cases if c[2] <= 1000]
+    results = run_ranks(body_allreduce, size, cases)
+    for k, (dtype_name, op, n, seed) in enumerate(cases):
+        inputs = [make_input(r, n, dtype_name, op, seed) for r in range(size)]
+        want = reference(inputs, dtype_name, op)
+        what = f"all_reduce {dtype_name} {op} n={n} P={size}"
+        for r in range(size):
+            assert results[r][k].dtype == DTYPES[dtype_name], what
+            check_close(results[r][k], want, dtype_name, f"{what} rank {r}")
+            assert same_bits(results[r][k], results[0][k]), f"{what}: rank {r} differs from 0"
+
+
+@pytest.mark.parametrize("size", [2, 3, 4])
+def test_other_collectives(size):
+    n = 1003
+    results = run_ranks(body_collectives, size, n)
+    xs = [make_input(r, n, "float32", "SUM", 7) for r in range(size)]
+    bigs = [make_input(r, size * n, "float64", "SUM", 8) for r in range(size)]
+    for r in range(size):
+        res = results[r]
+        assert torch.equal(res["all_gather"], torch.stack(xs))
+        assert torch.equal(res["all_gather_into_tensor"], torch.cat(xs))
+        want_rs = reference([b.chunk(size)[r] for b in bigs], "float64", "SUM")
+        check_close(res["reduce_scatter"], want_rs, "float64", "reduce_scatter")
+        want_max = torch.stack([b.chunk(size)[r] for b in bigs]).max(0).values
+        assert torch.equal(res["reduce_scatter_tensor_max"], want_max)
+        for root in range(size):
+            assert torch.equal(res[f"broadcast{root}"], make_input(root, n, "int32", "SUM", 9 + root))
+            if r == root:
+                want = reference([make_input(q, n, "float32", "SUM", 20 + root)
+                                  for q in range(size)], "float32", "SUM")
+                check_close(res[f"reduce{root}"], want, "float32", f"reduce to {root}")
+        if r == size - 1:
+            assert torch.equal(res["gather"], torch.stack(xs))
+        assert torch.equal(res["scatter"], make_input(size - 1, n, "int64", "SUM", 30 + r))
+        a = [make_input(q, size * 3, "int32", "SUM", 40) for q in range(size)]
+        assert torch.equal(res["all_to_all_even"], torch.cat([a[q][r * 3:(r + 1) * 3]
+                                                              for q in range(size)]))
+        srcs = [make_input(q, sum(range(1, size + 1)) * 2, "float32", "SUM", 41).view(-1, 2)
+                for q in range(size)]
+        start = sum(range(1, r + 1))  # rows before block r: 1 + 2 + ... + r
+        want = torch.cat([srcs[q][start:start + r + 1] for q in range(size)])
+        assert torch.equal(res["all_to_all_uneven"], want)
+        assert torch.equal(res["ring_recv"], xs[(r - 1) % size])
+    for r in range(size):  # the same bits everywhere
+        assert same_bits(results[r]["reduce_scatter"], results[r]["reduce_scatter"])
+
+
+def test_async_futures_and_noncontiguous_tensors():
+    size = 3
+    results = run_ranks(body_async_and_noncontiguous, size)
+    for r in range(size):
+        res = results[r]
+        for k in range(4):
+            want = reference([make_input(q, 5000 + k, "float32", "SUM", 50 + k)
+                              for q in range(size)], "float32", "SUM")
+            check_close(res["async"][k], want, "float32", f"async allreduce {k}")
+            assert same_bits(res["async"][k], results[0]["async"][k])
+        want = reference([make_input(q, 300, "float64", "SUM", 60) for q in range(size)],
+                         "float64", "SUM") * 2
+        check_close(res["then"], want, "float64", "future.then")
+        want = reference([make_input(q, 60, "float32", "SUM", 61) for q in range(size)],
+                         "float32", "SUM").view(12, 5).t()
+        check_close(res["transposed"], want, "float32", "transposed allreduce")
+        base = make_input(r, 40, "int64", "SUM", 62)
+        base[::2] = make_input(0, 40, "int64", "SUM", 62)[::2]
+        assert torch.equal(res["strided_broadcast"], base), "strided broadcast"
+
+
+def test_subgroups_overlapping_in_alternation():
+    size = 4
+    results = run_ranks(body_subgroups, size)
+    for it in range(3):
+        want = reference([make_input(q, 100 + it, "float32", "SUM", 70 + it) for q in (0, 2)],
+                         "float32", "SUM")
+        for r in (0, 2):
+            check_close(results[r][f"evens{it}"], want, "float32", "even sub-group")
+        assert same_bits(results[0][f"evens{it}"], results[2][f"evens{it}"])
+        want = reference([make_input(q, 50 + it, "float64", "SUM", 80 + it) for q in (0, 1)],
+                         "float64", "SUM")
+        for r in (0, 1):
+            check_close(results[r][f"low{it}"], want, "float64", "low sub-group")
+    want = reference([make_input(q, 64, "float32", "SUM", 90) for q in range(size)],
+                     "float32", "SUM")
+    for r in range(size):
+        check_close(results[r]["world"], want, "float32", "world after sub-groups")
+        assert same_bits(results[r]["world"], results[0]["world"])
+
+
+def body_mixed_backends(rank, size):
+    import torch.distributed as dist
+    x = make_input(rank, 33, "float32", "SUM", 100)
+    dist.all_reduce(x)
+    return {"backend": str(dist.get_backend()), "x": x}
+
+
+def test_cpu_tcoll_cuda_nccl_is_accepted():
+    # torch itself refuses to build its NCCL backend without a CUDA device ("nccl2 requires
+    # at least one CUDA device"); there the same device map is proven with Gloo for CUDA
+    backend = "cpu:tcoll,cuda:nccl" if torch.cuda.is_available() else "cpu:tcoll,cuda:gloo"
+    if not torch.cuda.is_available():
+        print("no CUDA device: testing", backend, "instead of cpu:tcoll,cuda:nccl")
+    results = run_ranks(body_mixed_backends, 2, backend=backend)
+    want = reference([make_input(q, 33, "float32", "SUM", 100) for q in range(2)],
+                     "float32", "SUM")
+    for r in range(2):
+        assert "tcoll" in results[r]["backend"]
+        check_close(results[r]["x"], want, "float32", "cpu:tcoll allreduce")
+
+
+# ---------------------------------------------------------------------------------------
+# bad input and faults: clear errors within the timeout, no hang, nothing left in /dev/shm
+
+def body_mismatch(rank, size, kind):
+    import torch.distributed as dist
+    if kind == "count":
+        x = torch.ones(1000 + rank * 7)
+    else:
+        x = torch.ones(1000, dtype=torch.float32 if rank == 0 else torch.float64)
+    dist.all_reduce(x)
+    return "no error"
+
+
+def body_absent(rank, size):
+    import torch.distributed as dist
+    if rank == 1:
+        return "stayed away"
+    x = torch.ones(100)
+    start = time.monotonic()
+    try:
+        dist.all_reduce(x)
+    except RuntimeError as e:
+        first = str(e)
+    else:
+        return "no error"
+    elapsed = time.monotonic() - start
+    try:  # the group is broken now and says so at once
+        dist.all_reduce(torch.ones(4))
+    except RuntimeError as e:
+        second = str(e)
+    else:
+        second = "no error"
+    return {"first": first, "second": second, "elapsed": elapsed}
+
+
+def tcoll_files_in_dev_shm():
+    return sorted(f for f in os.listdir("/dev/shm") if f.startswith("tcoll-"))
+
+
+@pytest.mark.parametrize("kind", ["count", "dtype"])
+def test_mismatched_arguments_fail_within_the_timeout(kind):
+    start = time.monotonic()
+    _, errors = run_ranks(body_mismatch, 2, kind, timeout_s=5, deadline=60, allow_errors=True)
+    assert errors, "a mismatch across ranks must fail"
+    assert time.monotonic() - start < 45
+    for text in errors.values():
+        assert "rank" in text
+
+
+def test_rank_that_never_calls_times_out_and_breaks_the_group():
+    before = tcoll_files_in_dev_shm()
+    results = run_ranks(body_absent, 2, timeout_s=5, deadline=60)
+    res = results[0]
+    assert isinstance(res, dict), res
+    assert "peer 1" in res["first"] or "rank 1" in res["first"], res["first"]
+    assert res["elapsed"] < 15, res["elapsed"]
+    assert res["second"] != "no error"
+    assert tcoll_files_in_dev_shm() == before
+
+
+def body_killed(rank, size):
+    import torch.distributed as dist
+    x = torch.ones(10)
+    dist.all_reduce(x)
+    if rank == 1:
+        os._exit(3)  # dies mid-job, no clean-up
+    try:
+        dist.all_reduce(torch.ones(100000))
+    except RuntimeError as e:
+        return str(e)
+    return "no error"
+
+
+def test_killed_rank_fails_its_peers_and_leaves_no_file():
+    before = tcoll_files_in_dev_shm()
+    results, errors = run_ranks(body_killed, 2, timeout_s=5, deadline=60, allow_errors=True)
+    assert "exited with code 3" in errors[1]
+    assert results[0] != "no error" and "1" in results[0], results[0]
+    assert tcoll_files_in_dev_shm() == before
