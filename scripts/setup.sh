@@ -3,7 +3,7 @@
 set -euo pipefail
 need=()
 for pkg in meson ninja-build g++ pkg-config doctest-dev libopenmpi-dev openmpi-bin python3 \
-           iproute2 clang-format libeigen3-dev zlib1g-dev nlohmann-json3-dev python3-mpi4py; do
+           iproute2 clang-format python3-venv libeigen3-dev zlib1g-dev nlohmann-json3-dev python3-mpi4py; do
   dpkg -s "$pkg" >/dev/null 2>&1 || need+=("$pkg")
 done
 # python3-matplotlib only draws the planner plot; not required for tests

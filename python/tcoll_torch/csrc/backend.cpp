@@ -82,8 +82,7 @@ public:
     {
       std::lock_guard lock(progress_);
       if (!completed_) try {
-          const auto limit =
-              timeout == kNoTimeout ? t_.timeout() : std::min(timeout, t_.timeout());
+          const auto limit = timeout == kNoTimeout ? t_.timeout() : std::min(timeout, t_.timeout());
           t_.wait(request_, tcoll::clock::now() + limit);
           settle(nullptr);
         } catch (...) {
@@ -118,23 +117,34 @@ struct type_tag {
 template <class F>
 void with_type(at::ScalarType dtype, F&& f) {
   switch (dtype) {
-  case at::kFloat: return f(type_tag<float>{});
-  case at::kDouble: return f(type_tag<double>{});
-  case at::kHalf: return f(type_tag<tcoll::half>{});
-  case at::kBFloat16: return f(type_tag<tcoll::bfloat16>{});
-  case at::kChar: return f(type_tag<std::int8_t>{});
-  case at::kByte: return f(type_tag<std::uint8_t>{});
-  case at::kBool: return f(type_tag<std::uint8_t>{});
-  case at::kShort: return f(type_tag<std::int16_t>{});
-  case at::kInt: return f(type_tag<std::int32_t>{});
-  case at::kLong: return f(type_tag<std::int64_t>{});
-  default: TORCH_CHECK(false, "tcoll: dtype ", dtype, " is not supported");
+  case at::kFloat:
+    return f(type_tag<float>{});
+  case at::kDouble:
+    return f(type_tag<double>{});
+  case at::kHalf:
+    return f(type_tag<tcoll::half>{});
+  case at::kBFloat16:
+    return f(type_tag<tcoll::bfloat16>{});
+  case at::kChar:
+    return f(type_tag<std::int8_t>{});
+  case at::kByte:
+    return f(type_tag<std::uint8_t>{});
+  case at::kBool:
+    return f(type_tag<std::uint8_t>{});
+  case at::kShort:
+    return f(type_tag<std::int16_t>{});
+  case at::kInt:
+    return f(type_tag<std::int32_t>{});
+  case at::kLong:
+    return f(type_tag<std::int64_t>{});
+  default:
+    TORCH_CHECK(false, "tcoll: dtype ", dtype, " is not supported");
   }
 }
 
 const char* op_name(c10d::ReduceOp::RedOpType op) {
-  static const char* names[] = {"SUM", "AVG", "PRODUCT", "MIN", "MAX",
-                                "BAND", "BOR", "BXOR", "PREMUL_SUM", "UNUSED"};
+  static const char* names[] = {"SUM",  "AVG", "PRODUCT", "MIN",        "MAX",
+                                "BAND", "BOR", "BXOR",    "PREMUL_SUM", "UNUSED"};
   return names[static_cast<int>(op)];
 }
 
@@ -146,22 +156,31 @@ void with_op(const c10d::ReduceOp& op, at::ScalarType dtype, int rank, F&& f) {
   constexpr bool integral = std::is_integral_v<T>;
   if (dtype == at::kBool) {
     if constexpr (integral) switch (op.op_) {
-    case R::SUM:
-    case R::MAX:
-    case R::BOR: return f(tcoll::max_op{});
-    case R::PRODUCT:
-    case R::MIN:
-    case R::BAND: return f(tcoll::min_op{});
-    case R::BXOR: return f(tcoll::bxor_op{});
-    default: break;
-    }
+      case R::SUM:
+      case R::MAX:
+      case R::BOR:
+        return f(tcoll::max_op{});
+      case R::PRODUCT:
+      case R::MIN:
+      case R::BAND:
+        return f(tcoll::min_op{});
+      case R::BXOR:
+        return f(tcoll::bxor_op{});
+      default:
+        break;
+      }
   } else {
     switch (op.op_) {
-    case R::SUM: return f(tcoll::sum_op{});
-    case R::AVG: return f(tcoll::avg_op{});
-    case R::PRODUCT: return f(tcoll::prod_op{});
-    case R::MIN: return f(tcoll::min_op{});
-    case R::MAX: return f(tcoll::max_op{});
+    case R::SUM:
+      return f(tcoll::sum_op{});
+    case R::AVG:
+      return f(tcoll::avg_op{});
+    case R::PRODUCT:
+      return f(tcoll::prod_op{});
+    case R::MIN:
+      return f(tcoll::min_op{});
+    case R::MAX:
+      return f(tcoll::max_op{});
     case R::BAND:
       if constexpr (integral) return f(tcoll::band_op{});
       break;
@@ -171,7 +190,8 @@ void with_op(const c10d::ReduceOp& op, at::ScalarType dtype, int rank, F&& f) {
     case R::BXOR:
       if constexpr (integral) return f(tcoll::bxor_op{});
       break;
-    default: break;
+    default:
+      break;
     }
   }
   TORCH_CHECK(false, "tcoll: rank ", rank, ": reduce op ", op_name(op.op_),
@@ -180,8 +200,9 @@ void with_op(const c10d::ReduceOp& op, at::ScalarType dtype, int rank, F&& f) {
 
 void check_cpu(const at::Tensor& t, const char* what, const char* argument, int rank) {
   TORCH_CHECK(t.defined(), "tcoll: ", what, ": rank ", rank, ": ", argument, " is undefined");
-  TORCH_CHECK(t.device().is_cpu(), "tcoll: ", what, ": rank ", rank, ": ", argument,
-              " is on ", t.device(), "; the tcoll backend takes CPU tensors (use "
+  TORCH_CHECK(t.device().is_cpu(), "tcoll: ", what, ": rank ", rank, ": ", argument, " is on ",
+              t.device(),
+              "; the tcoll backend takes CPU tensors (use "
               "init_process_group(\"cpu:tcoll,cuda:nccl\") for both)");
   TORCH_CHECK(t.layout() == at::kStrided, "tcoll: ", what, ": rank ", rank, ": ", argument,
               " is not dense (", t.layout(), ")");
@@ -229,8 +250,9 @@ public:
     return reduce_all(tensors, opts.reduceOp, OpType::ALLREDUCE, "allreduce");
   }
 
-  c10::intrusive_ptr<c10d::Work> allreduce_coalesced(
-      std::vector<at::Tensor>& tensors, const c10d::AllreduceCoalescedOptions& opts) override {
+  c10::intrusive_ptr<c10d::Work>
+  allreduce_coalesced(std::vector<at::Tensor>& tensors,
+                      const c10d::AllreduceCoalescedOptions& opts) override {
     return reduce_all(tensors, opts.reduceOp, OpType::ALLREDUCE_COALESCED, "allreduce_coalesced");
   }
 
@@ -240,14 +262,15 @@ public:
     const int root = check_root(opts.rootRank, "broadcast");
     std::vector<at::Tensor> work_on;
     for (auto& t : tensors) work_on.push_back(dense(t));
-    return enqueue(OpType::BROADCAST, tensors, "broadcast", [=, this](int tag) {
-      for (std::size_t i = 0; i < work_on.size(); ++i) {
-        tcoll::cpu_reducer red;
-        tcoll::detail::broadcast_tagged(*transport_, tag, bytes_of(work_on[i]),
-                                        work_on[i].nbytes(), root, tcoll::binomial_tree{}, red);
-        copy_back(tensors[i], work_on[i]);
-      }
-    });
+    return enqueue(
+        OpType::BROADCAST, tensors, "broadcast", total_bytes(work_on), [=, this](int tag) {
+          for (std::size_t i = 0; i < work_on.size(); ++i) {
+            tcoll::cpu_reducer red;
+            tcoll::detail::broadcast_tagged(*transport_, tag, bytes_of(work_on[i]),
+                                            work_on[i].nbytes(), root, tcoll::binomial_tree{}, red);
+            copy_back(tensors[i], work_on[i]);
+          }
+        });
   }
 
   c10::intrusive_ptr<c10d::Work> reduce(std::vector<at::Tensor>& tensors,
@@ -259,15 +282,14 @@ public:
     const auto op = opts.reduceOp;
     const auto dtype = buffer.scalar_type();
     with_type(dtype, [&]<class T>(type_tag<T>) { with_op<T>(op, dtype, rank_, [](auto) {}); });
-    return enqueue(OpType::REDUCE, tensors, "reduce", [=, this](int tag) {
+    return enqueue(OpType::REDUCE, tensors, "reduce", buffer.nbytes(), [=, this](int tag) {
       with_type(dtype, [&]<class T>(type_tag<T>) {
         with_op<T>(op, dtype, rank_, [&](const auto& o) {
           tcoll::cpu_reducer red;
           T* data = reinterpret_cast<T*>(buffer.data_ptr());
-          tcoll::detail::reduce_tagged(*transport_, tag, static_cast<const T*>(data),
-                                       rank_ == root ? data : nullptr,
-                                       static_cast<std::size_t>(buffer.numel()), root, o,
-                                       tcoll::binomial_tree{}, red);
+          tcoll::detail::reduce_tagged(
+              *transport_, tag, static_cast<const T*>(data), rank_ == root ? data : nullptr,
+              static_cast<std::size_t>(buffer.numel()), root, o, tcoll::binomial_tree{}, red);
         });
       });
       copy_back(tensors[0], buffer);
@@ -286,7 +308,7 @@ public:
     at::Tensor in = dense(inputs[0]);
     at::Tensor gathered = at::empty({static_cast<std::int64_t>(size_) * in.numel()}, in.options());
     std::vector<at::Tensor> out_list = list;
-    return enqueue(OpType::ALLGATHER, list, "allgather", [=, this](int tag) {
+    return enqueue(OpType::ALLGATHER, list, "allgather", gathered.nbytes(), [=, this](int tag) {
       run_allgather(tag, in, gathered);
       for (int q = 0; q < size_; ++q)
         out_list[q].copy_(gathered.narrow(0, q * in.numel(), in.numel()).view(out_list[q].sizes()));
@@ -304,7 +326,7 @@ public:
                 rank_, ": output has ", output.numel(), " elements, expected ", size_, " x ",
                 input.numel());
     at::Tensor in = dense(input), out = dense(output);
-    return enqueue(OpType::_ALLGATHER_BASE, {output}, "all_gather_into_tensor",
+    return enqueue(OpType::_ALLGATHER_BASE, {output}, "all_gather_into_tensor", out.nbytes(),
                    [=, this](int tag) {
                      run_allgather(tag, in, out);
                      copy_back(output, out);
@@ -321,14 +343,16 @@ public:
     for (const auto& i : inputs[0]) check_like(i, outputs[0], "reduce_scatter", "input tensor");
     at::Tensor packed = at::cat(flattened(inputs[0]));
     at::Tensor out = dense(outputs[0]);
-    return enqueue(OpType::REDUCE_SCATTER, outputs, "reduce_scatter", [=, this](int tag) {
-      run_reduce_scatter(tag, packed, out, opts.reduceOp);
-      copy_back(outputs[0], out);
-    });
+    return enqueue(OpType::REDUCE_SCATTER, outputs, "reduce_scatter", packed.nbytes(),
+                   [=, this](int tag) {
+                     run_reduce_scatter(tag, packed, out, opts.reduceOp);
+                     copy_back(outputs[0], out);
+                   });
   }
 
-  c10::intrusive_ptr<c10d::Work> _reduce_scatter_base(
-      at::Tensor& output, at::Tensor& input, const c10d::ReduceScatterOptions& opts) override {
+  c10::intrusive_ptr<c10d::Work>
+  _reduce_scatter_base(at::Tensor& output, at::Tensor& input,
+                       const c10d::ReduceScatterOptions& opts) override {
     check_cpu(input, "reduce_scatter_tensor", "input", rank_);
     check_cpu(output, "reduce_scatter_tensor", "output", rank_);
     TORCH_CHECK(output.scalar_type() == input.scalar_type(), "tcoll: reduce_scatter_tensor: rank ",
@@ -338,7 +362,7 @@ public:
                 rank_, ": input has ", input.numel(), " elements, expected ", size_, " x ",
                 output.numel());
     at::Tensor in = dense(input), out = dense(output);
-    return enqueue(OpType::_REDUCE_SCATTER_BASE, {output}, "reduce_scatter_tensor",
+    return enqueue(OpType::_REDUCE_SCATTER_BASE, {output}, "reduce_scatter_tensor", in.nbytes(),
                    [=, this](int tag) {
                      run_reduce_scatter(tag, in, out, opts.reduceOp);
                      copy_back(output, out);
@@ -356,32 +380,34 @@ public:
     const auto send_bytes = split_bytes(input, input_splits, "input_split_sizes");
     const auto recv_bytes = split_bytes(output, output_splits, "output_split_sizes");
     at::Tensor in = dense(input), out = dense(output);
-    return enqueue(OpType::ALLTOALL_BASE, {output}, "all_to_all_single", [=, this](int tag) {
-      auto& t = *transport_;
-      const auto offsets = [](const std::vector<std::size_t>& b) {
-        std::vector<std::size_t> o(b.size() + 1, 0);
-        for (std::size_t i = 0; i < b.size(); ++i) o[i + 1] = o[i] + b[i];
-        return o;
-      };
-      const auto so = offsets(send_bytes), ro = offsets(recv_bytes);
-      const byte* src = bytes_of(in);
-      byte* dst = bytes_of(out);
-      const int r = rank_, P = size_;
-      std::memcpy(dst + ro[r], src + so[r], std::min(send_bytes[r], recv_bytes[r]));
-      TORCH_CHECK(send_bytes[r] == recv_bytes[r], "tcoll: all_to_all_single: rank ", r,
-                  ": sends itself ", send_bytes[r], " bytes but expects ", recv_bytes[r]);
-      // pairwise exchange: in step s, send to r+s and receive from r-s (no two ranks wait
-      // on each other in a cycle)
-      for (int s = 1; s < P; ++s) {
-        const int to = (r + s) % P, from = (r - s + P) % P;
-        auto rr = t.irecv(from, dst + ro[from], recv_bytes[from], tag);
-        auto sr = t.isend(to, src + so[to], send_bytes[to], tag);
-        const auto until = tcoll::clock::now() + t.timeout();
-        t.wait(sr, until);
-        t.wait(rr, until);
-      }
-      copy_back(output, out);
-    });
+    return enqueue(OpType::ALLTOALL_BASE, {output}, "all_to_all_single",
+                   std::max(in.nbytes(), out.nbytes()), [=, this](int tag) {
+                     auto& t = *transport_;
+                     const auto offsets = [](const std::vector<std::size_t>& b) {
+                       std::vector<std::size_t> o(b.size() + 1, 0);
+                       for (std::size_t i = 0; i < b.size(); ++i) o[i + 1] = o[i] + b[i];
+                       return o;
+                     };
+                     const auto so = offsets(send_bytes), ro = offsets(recv_bytes);
+                     const byte* src = bytes_of(in);
+                     byte* dst = bytes_of(out);
+                     const int r = rank_, P = size_;
+                     std::memcpy(dst + ro[r], src + so[r], std::min(send_bytes[r], recv_bytes[r]));
+                     TORCH_CHECK(send_bytes[r] == recv_bytes[r], "tcoll: all_to_all_single: rank ",
+                                 r, ": sends itself ", send_bytes[r], " bytes but expects ",
+                                 recv_bytes[r]);
+                     // pairwise exchange: in step s, send to r+s and receive from r-s (no two ranks
+                     // wait on each other in a cycle)
+                     for (int s = 1; s < P; ++s) {
+                       const int to = (r + s) % P, from = (r - s + P) % P;
+                       auto rr = t.irecv(from, dst + ro[from], recv_bytes[from], tag);
+                       auto sr = t.isend(to, src + so[to], send_bytes[to], tag);
+                       const auto until = tcoll::clock::now() + t.timeout();
+                       t.wait(sr, until);
+                       t.wait(rr, until);
+                     }
+                     copy_back(output, out);
+                   });
   }
 
   c10::intrusive_ptr<c10d::Work> gather(std::vector<std::vector<at::Tensor>>& outputs,
@@ -403,27 +429,28 @@ public:
                   ") passes an output list");
     }
     at::Tensor in = dense(inputs[0]);
-    return enqueue(OpType::GATHER, list, "gather", [=, this](int tag) {
-      auto& t = *transport_;
-      const std::size_t bytes = in.nbytes();
-      const auto until = tcoll::clock::now() + t.timeout();
-      if (rank_ != root) {
-        auto sr = t.isend(root, bytes_of(in), bytes, tag);
-        t.wait(sr, until);
-        return;
-      }
-      std::vector<at::Tensor> dense_list;
-      std::vector<tcoll::shm_transport::request> pending;
-      for (int q = 0; q < size_; ++q) {
-        dense_list.push_back(dense(list[q]));
-        if (q == rank_)
-          dense_list.back().copy_(in.view(list[q].sizes()));
-        else
-          pending.push_back(t.irecv(q, bytes_of(dense_list.back()), bytes, tag));
-      }
-      for (auto& p : pending) t.wait(p, until);
-      for (int q = 0; q < size_; ++q) copy_back(list[q], dense_list[q]);
-    });
+    return enqueue(OpType::GATHER, list, "gather", in.nbytes() * static_cast<std::size_t>(size_),
+                   [=, this](int tag) {
+                     auto& t = *transport_;
+                     const std::size_t bytes = in.nbytes();
+                     const auto until = tcoll::clock::now() + t.timeout();
+                     if (rank_ != root) {
+                       auto sr = t.isend(root, bytes_of(in), bytes, tag);
+                       t.wait(sr, until);
+                       return;
+                     }
+                     std::vector<at::Tensor> dense_list;
+                     std::vector<tcoll::shm_transport::request> pending;
+                     for (int q = 0; q < size_; ++q) {
+                       dense_list.push_back(dense(list[q]));
+                       if (q == rank_)
+                         dense_list.back().copy_(in.view(list[q].sizes()));
+                       else
+                         pending.push_back(t.irecv(q, bytes_of(dense_list.back()), bytes, tag));
+                     }
+                     for (auto& p : pending) t.wait(p, until);
+                     for (int q = 0; q < size_; ++q) copy_back(list[q], dense_list[q]);
+                   });
   }
 
   c10::intrusive_ptr<c10d::Work> scatter(std::vector<at::Tensor>& outputs,
@@ -441,30 +468,31 @@ public:
       list = flattened(inputs[0]);
     }
     at::Tensor out = dense(outputs[0]);
-    return enqueue(OpType::SCATTER, outputs, "scatter", [=, this](int tag) {
-      auto& t = *transport_;
-      const std::size_t bytes = out.nbytes();
-      const auto until = tcoll::clock::now() + t.timeout();
-      if (rank_ != root) {
-        auto rr = t.irecv(root, bytes_of(out), bytes, tag);
-        t.wait(rr, until);
-      } else {
-        std::vector<tcoll::shm_transport::request> pending;
-        for (int q = 0; q < size_; ++q)
-          if (q == rank_)
-            out.view(-1).copy_(list[q]);
-          else
-            pending.push_back(t.isend(q, bytes_of(list[q]), bytes, tag));
-        for (auto& p : pending) t.wait(p, until);
-      }
-      copy_back(outputs[0], out);
-    });
+    return enqueue(OpType::SCATTER, outputs, "scatter",
+                   out.nbytes() * static_cast<std::size_t>(size_), [=, this](int tag) {
+                     auto& t = *transport_;
+                     const std::size_t bytes = out.nbytes();
+                     const auto until = tcoll::clock::now() + t.timeout();
+                     if (rank_ != root) {
+                       auto rr = t.irecv(root, bytes_of(out), bytes, tag);
+                       t.wait(rr, until);
+                     } else {
+                       std::vector<tcoll::shm_transport::request> pending;
+                       for (int q = 0; q < size_; ++q)
+                         if (q == rank_)
+                           out.view(-1).copy_(list[q]);
+                         else
+                           pending.push_back(t.isend(q, bytes_of(list[q]), bytes, tag));
+                       for (auto& p : pending) t.wait(p, until);
+                     }
+                     copy_back(outputs[0], out);
+                   });
   }
 
   c10::intrusive_ptr<c10d::Work> barrier(const c10d::BarrierOptions&) override {
     // a one-byte allreduce in the call order (a barrier is a collective like the others)
     at::Tensor token = at::zeros({1}, at::kByte);
-    return enqueue(OpType::BARRIER, {}, "barrier", [=, this](int tag) {
+    return enqueue(OpType::BARRIER, {}, "barrier", 1, [=, this](int tag) {
       tcoll::cpu_reducer red;
       tcoll::detail::allreduce_tagged(*transport_, tag, token.data_ptr<byte>(),
                                       token.data_ptr<byte>(), 1, tcoll::max_op{},
@@ -472,8 +500,7 @@ public:
     });
   }
 
-  c10::intrusive_ptr<c10d::Work> send(std::vector<at::Tensor>& tensors, int dst,
-                                      int tag) override {
+  c10::intrusive_ptr<c10d::Work> send(std::vector<at::Tensor>& tensors, int dst, int tag) override {
     TORCH_CHECK(tensors.size() == 1, "tcoll: send: rank ", rank_, ": takes one tensor");
     check_cpu(tensors[0], "send", "tensor", rank_);
     check_peer(dst, "send", "dst");
@@ -484,8 +511,7 @@ public:
                                          at::Tensor(), dst);
   }
 
-  c10::intrusive_ptr<c10d::Work> recv(std::vector<at::Tensor>& tensors, int src,
-                                      int tag) override {
+  c10::intrusive_ptr<c10d::Work> recv(std::vector<at::Tensor>& tensors, int src, int tag) override {
     TORCH_CHECK(tensors.size() == 1, "tcoll: recv: rank ", rank_, ": takes one tensor");
     check_cpu(tensors[0], "recv", "tensor", rank_);
     check_peer(src, "recv", "src");
@@ -497,16 +523,35 @@ public:
   }
 
 private:
-  /// Queues `body(tag)` on the transport's engine; the returned work completes when it has
-  /// run (or failed: a failure breaks the group, and every later call fails at once).
+  /// Queues `body(tag)` on the transport's engine (or runs it at once when the call moves
+  /// at most `inline_max_bytes_` per rank); the returned work completes when it has run (or
+  /// failed: a failure breaks the group, and every later call fails at once).
   template <class Body>
   c10::intrusive_ptr<c10d::Work> enqueue(OpType type, std::vector<at::Tensor> outputs,
-                                         const char* what, Body body) {
+                                         const char* what, std::size_t bytes, Body body) {
     auto w = c10::make_intrusive<work>(rank_, type, std::move(outputs));
-    if (debug_enabled()) std::fprintf(stderr, "[tcoll] rank %d: %s\n", rank_, what);
+    if (debug_enabled())
+      std::fprintf(stderr, "[tcoll] rank %d: %s of %zu bytes%s\n", rank_, what, bytes,
+                   bytes <= inline_max_bytes_ ? " (inline)" : "");
+    if (bytes <= inline_max_bytes_) {
+      // Small calls run here, in the caller's thread: handing them to the engine thread
+      // costs a wake-up (10-30 us on a loaded machine) that is longer than the collective
+      // itself. They draw their message space now, like a queued call, so the call order
+      // is kept; one that runs while the engine works on an earlier call is allowed (the
+      // transport takes calls from several threads). The work is complete on return.
+      std::exception_ptr error;
+      try {
+        const int tag = tcoll::detail::begin_collective(*transport_);
+        tcoll::detail::guarded(*transport_, [&] { body(tag); });
+      } catch (...) {
+        error = std::current_exception();
+      }
+      w->complete(error);
+      return w;
+    }
     try {
-      (void)tcoll::detail::submit_collective(
-          *transport_, std::move(body), [w](std::exception_ptr error) { w->complete(error); });
+      (void)tcoll::detail::submit_collective(*transport_, std::move(body),
+                                             [w](std::exception_ptr error) { w->complete(error); });
     } catch (...) {
       w->complete(std::current_exception());
     }
@@ -539,7 +584,7 @@ private:
                 [&]<class T>(type_tag<T>) { with_op<T>(run_op, dtype, rank_, [](auto) {}); });
       work_on.push_back(dense(t));
     }
-    return enqueue(type, tensors, what, [=, this](int tag) {
+    return enqueue(type, tensors, what, total_bytes(work_on), [=, this](int tag) {
       for (std::size_t i = 0; i < work_on.size(); ++i) {
         const at::Tensor& b = work_on[i];
         if (factor) b.mul_(*factor);
@@ -578,6 +623,12 @@ private:
     });
   }
 
+  static std::size_t total_bytes(const std::vector<at::Tensor>& tensors) {
+    std::size_t n = 0;
+    for (const auto& t : tensors) n += t.nbytes();
+    return n;
+  }
+
   static byte* bytes_of(const at::Tensor& t) { return static_cast<byte*>(t.data_ptr()); }
 
   static void copy_back(const at::Tensor& user, const at::Tensor& ran_on) {
@@ -602,8 +653,8 @@ private:
   void check_like(const at::Tensor& t, const at::Tensor& like, const char* what,
                   const char* argument) {
     check_cpu(t, what, argument, rank_);
-    TORCH_CHECK(t.scalar_type() == like.scalar_type() && t.numel() == like.numel(), "tcoll: ",
-                what, ": rank ", rank_, ": ", argument, " (", t.scalar_type(), ", ", t.numel(),
+    TORCH_CHECK(t.scalar_type() == like.scalar_type() && t.numel() == like.numel(), "tcoll: ", what,
+                ": rank ", rank_, ": ", argument, " (", t.scalar_type(), ", ", t.numel(),
                 " elements) does not match (", like.scalar_type(), ", ", like.numel(),
                 " elements)");
   }
@@ -613,8 +664,8 @@ private:
     return static_cast<int>(root);
   }
   void check_peer(int peer, const char* what, const char* argument) {
-    TORCH_CHECK(peer >= 0 && peer < size_ && peer != rank_, "tcoll: ", what, ": rank ", rank_,
-                ": ", argument, " ", peer, " is not another rank of the group of ", size_);
+    TORCH_CHECK(peer >= 0 && peer < size_ && peer != rank_, "tcoll: ", what, ": rank ", rank_, ": ",
+                argument, " ", peer, " is not another rank of the group of ", size_);
   }
   int check_tag(int tag, const char* what) {
     const int limit = tcoll::collective_context::default_first_tag;
@@ -634,22 +685,28 @@ private:
       for (auto& b : bytes) b = static_cast<std::size_t>(rows / size_) * row_bytes;
       return bytes;
     }
-    TORCH_CHECK(static_cast<int>(splits.size()) == size_, "tcoll: all_to_all_single: rank ",
-                rank_, ": ", argument, " has ", splits.size(), " entries, the group has ", size_);
+    TORCH_CHECK(static_cast<int>(splits.size()) == size_, "tcoll: all_to_all_single: rank ", rank_,
+                ": ", argument, " has ", splits.size(), " entries, the group has ", size_);
     std::int64_t total = 0;
     for (int q = 0; q < size_; ++q) {
-      TORCH_CHECK(splits[q] >= 0, "tcoll: all_to_all_single: rank ", rank_, ": ", argument, "[",
-                  q, "] is negative");
+      TORCH_CHECK(splits[q] >= 0, "tcoll: all_to_all_single: rank ", rank_, ": ", argument, "[", q,
+                  "] is negative");
       total += splits[q];
       bytes[q] = static_cast<std::size_t>(splits[q]) * row_bytes;
     }
-    TORCH_CHECK(total == rows, "tcoll: all_to_all_single: rank ", rank_, ": ", argument,
-                " sum to ", total, ", dimension 0 is ", rows);
+    TORCH_CHECK(total == rows, "tcoll: all_to_all_single: rank ", rank_, ": ", argument, " sum to ",
+                total, ", dimension 0 is ", rows);
     return bytes;
   }
 
   c10::intrusive_ptr<c10d::Store> store_;
   std::unique_ptr<tcoll::shm_transport> transport_;
+  /// Calls moving at most this many bytes per rank run in the caller's thread
+  /// (TCOLL_TORCH_INLINE_BYTES, default 64 KiB; 0 queues every call on the engine).
+  std::size_t inline_max_bytes_ = [] {
+    const char* v = std::getenv("TCOLL_TORCH_INLINE_BYTES");
+    return v ? static_cast<std::size_t>(std::strtoull(v, nullptr, 10)) : std::size_t{64} << 10;
+  }();
 };
 
 /// The creator `torch.distributed.Backend.register_backend` calls for every group.

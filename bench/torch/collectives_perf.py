@@ -1,0 +1,146 @@
+"""torch.distributed collectives side by side: backend "tcoll" against "gloo" in one job.
+
+Every process joins the default group on Gloo and a second group with the same ranks on
+tcoll; each size is measured on both, alternating, so both see the same machine state.
+Time is per call as the PyTorch caller sees it (Python dispatch included): `iters` calls,
+each waited, after `warmup` calls, repeated `reps` times; the median of the repeats is
+reported. Columns follow nccl-tests: algbw = bytes / time, busbw = algbw x the collective's
+bus factor (allreduce 2(P-1)/P, allgather and reduce-scatter (P-1)/P, broadcast 1).
+
+    .venv/bin/python bench/torch/collectives_perf.py -np 2 [-b 8] [-e 256M] [-f 4]
+        [--ops all_reduce,all_gather_into_tensor,reduce_scatter_tensor,broadcast]
+        [--json out.json]
+
+Bytes are the size of the collective's per-rank tensor as nccl-tests count it: the
+allreduce/broadcast buffer, the gathered output of allgather, the input of reduce-scatter.
+"""
+import argparse
+import datetime
+import json
+import os
+import statistics
+import sys
+import tempfile
+import time
+
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..",
+                                "python"))
+
+OPS = ["all_reduce", "all_gather_into_tensor", "reduce_scatter_tensor", "broadcast"]
+BUS_FACTOR = {
+    "all_reduce": lambda P: 2 * (P - 1) / P,
+    "all_gather_into_tensor": lambda P: (P - 1) / P,
+    "reduce_scatter_tensor": lambda P: (P - 1) / P,
+    "broadcast": lambda P: 1.0,
+}
+
+
+def parse_size(text):
+    units = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
+    if text[-1].upper() in units:
+        return int(float(text[:-1]) * units[text[-1].upper()])
+    return int(text)
+
+
+def make_call(op, nbytes, P, group):
+    """A closure running one call of `op` on `group` with float32 buffers of `nbytes`."""
+    n = max(1, nbytes // 4)
+    if op == "all_reduce":
+        x = torch.rand(n)
+        return lambda: dist.all_reduce(x, group=group)
+    if op == "broadcast":
+        x = torch.rand(n)
+        return lambda: dist.broadcast(x, src=0, group=group)
+    per_rank = max(1, n // P)
+    if op == "all_gather_into_tensor":
+        x, out = torch.rand(per_rank), torch.empty(per_rank * P)
+        return lambda: dist.all_gather_into_tensor(out, x, group=group)
+    x, out = torch.rand(per_rank * P), torch.empty(per_rank)
+    return lambda: dist.reduce_scatter_tensor(out, x, group=group)
+
+
+def time_calls(call, iters, warmup, group):
+    for _ in range(warmup):
+        call()
+    dist.barrier(group=group)
+    start = time.perf_counter()
+    for _ in range(iters):
+        call()
+    return (time.perf_counter() - start) / iters
+
+
+def worker(rank, P, args, store_path):
+    import tcoll_torch  # noqa: F401  registers "tcoll"
+
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo", init_method="file://" + store_path, rank=rank,
+                            world_size=P, timeout=datetime.timedelta(seconds=600))
+    groups = {"gloo": dist.group.WORLD, "tcoll": dist.new_group(list(range(P)),
+                                                                 backend="tcoll")}
+    rows = []
+    size = args.begin
+    while size <= args.end:
+        for op in args.ops:
+            medians = {}
+            for backend in ("tcoll", "gloo"):
+                group = groups[backend]
+                call = make_call(op, size, P, group)
+                # iterations: about args.target_s per repeat, at least 2
+                probe = time_calls(call, 2, 1, group)
+                t = torch.tensor([probe], dtype=torch.float64)
+                dist.all_reduce(t, op=dist.ReduceOp.MAX)  # every rank runs the same count
+                iters = int(max(2, min(args.max_iters, args.target_s / max(t.item(), 1e-7))))
+                samples = [time_calls(call, iters, 1, group) for _ in range(args.reps)]
+                t = torch.tensor(samples, dtype=torch.float64)
+                dist.all_reduce(t, op=dist.ReduceOp.MAX)  # the slowest rank's time
+                medians[backend] = statistics.median(t.tolist())
+            if rank == 0:
+                bus = BUS_FACTOR[op](P)
+                row = {"op": op, "bytes": size, "ranks": P}
+                for b, sec in medians.items():
+                    row[b] = {"time_us": sec * 1e6, "algbw_GBps": size / sec / 1e9,
+                              "busbw_GBps": size / sec / 1e9 * bus}
+                row["speedup"] = medians["gloo"] / medians["tcoll"]
+                rows.append(row)
+                print(f"{op:24s} {size:>11d} {medians['tcoll'] * 1e6:11.1f} "
+                      f"{row['tcoll']['busbw_GBps']:8.3f} {medians['gloo'] * 1e6:11.1f} "
+                      f"{row['gloo']['busbw_GBps']:8.3f} {row['speedup']:8.2f}", flush=True)
+        size *= args.factor
+    dist.destroy_process_group()
+    if rank == 0 and args.json:
+        with open(args.json, "w") as f:
+            json.dump({"torch": torch.__version__, "ranks": P, "reps": args.reps, "rows": rows},
+                      f, indent=1)
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("-np", type=int, default=2, help="processes")
+    parser.add_argument("-b", "--begin", type=parse_size, default=8)
+    parser.add_argument("-e", "--end", type=parse_size, default=256 << 20)
+    parser.add_argument("-f", "--factor", type=int, default=4)
+    parser.add_argument("--ops", type=lambda s: s.split(","), default=OPS)
+    parser.add_argument("--reps", type=int, default=5)
+    parser.add_argument("--target-s", type=float, default=0.1,
+                        help="seconds per repeat (iterations are chosen to fill it)")
+    parser.add_argument("--max-iters", type=int, default=2000)
+    parser.add_argument("--json", help="write the rows here")
+    args = parser.parse_args()
+    for op in args.ops:
+        if op not in OPS:
+            parser.error(f"unknown op {op}; choose from {OPS}")
+    print(f"# torch {torch.__version__}, {args.np} processes, float32, time per call (us) as "
+          f"the Python caller sees it, median of {args.reps}; busbw in GB/s")
+    print(f"{'op':24s} {'bytes':>11s} {'tcoll_us':>11s} {'tcoll_bw':>8s} {'gloo_us':>11s} "
+          f"{'gloo_bw':>8s} {'speedup':>8s}", flush=True)
+    store = tempfile.mktemp(prefix="tcoll-bench-store-")
+    mp.start_processes(worker, args=(args.np, args, store), nprocs=args.np, start_method="spawn")
+
+
+if __name__ == "__main__":
+    main()
