@@ -252,9 +252,14 @@ bool chosen_by_rule(coll c, std::size_t bytes) {
 algo choose_shared_memory(std::size_t bytes, int ranks) {
   const settings& s = config();
   if (bytes < s.shm_native_below_bytes) return algo::passthrough;
-  if (bytes <= s.shm_doubling_up_to_bytes) return algo::recursive_doubling;
-  if (ranks > 2 && bytes <= s.shm_ring_up_to_bytes) return algo::ring;
-  return algo::recursive_halving_doubling;
+  switch (s.shm_allreduce.choose(bytes, ranks)) {
+  case algorithm_id::recursive_doubling:
+    return algo::recursive_doubling;
+  case algorithm_id::ring:
+    return algo::ring;
+  default:
+    return algo::recursive_halving_doubling;
+  }
 }
 
 algo choose(coll c, std::size_t bytes) {

@@ -104,16 +104,13 @@ struct settings {
   /// Messages up to this size run MPI's own collective unless a rule says otherwise
   /// (automatic::native_below_bytes, 16 KiB).
   std::size_t native_below_bytes = 16 * 1024;
-  /// The built-in choice for `MPI_Allreduce` on a communicator in shared memory (measured
-  /// in docs/benchmarks.md, "Shared-memory transport" and "preload over shared memory"):
-  /// MPI's own collective below `shm_native_below_bytes` (where tcoll's call path costs
-  /// more than it saves), recursive doubling up to `shm_doubling_up_to_bytes`, then ring up
-  /// to `shm_ring_up_to_bytes` on more than 2 ranks, recursive halving-doubling above (and
-  /// from `shm_doubling_up_to_bytes` on 2 ranks, where ring is tcoll's slowest algorithm
-  /// over shared memory). Not set from the environment: TCOLL_ALLREDUCE_ALGO overrides it.
+  /// The built-in choice for `MPI_Allreduce` on a communicator in shared memory: MPI's own
+  /// collective below `shm_native_below_bytes` (where tcoll's call path costs more than it
+  /// saves), then tcoll's shared-memory choice (`shared_memory_choice`, algorithm/select.hpp:
+  /// the same one `automatic` makes on shm_transport). Not set from the environment:
+  /// TCOLL_ALLREDUCE_ALGO overrides it.
   std::size_t shm_native_below_bytes = 512;
-  std::size_t shm_doubling_up_to_bytes = 16 * 1024;
-  std::size_t shm_ring_up_to_bytes = 1024 * 1024;
+  shared_memory_choice shm_allreduce{};
   /// The built-in choice of the other collectives on such a communicator (sizes as each
   /// collective counts them, docs/preload.md), measured over shared memory against Open MPI
   /// 4.1 with cross-memory attach (docs/benchmarks.md, "the other collectives over shared

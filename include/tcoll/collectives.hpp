@@ -64,8 +64,9 @@ template <transport Tr, class T, class Op, class Algo, reducer R>
 void allreduce_tagged(Tr& t, int tag, const T* sendbuf, T* recvbuf, std::size_t count, const Op& op,
                       const Algo& algo, R& red) {
   if constexpr (std::is_same_v<Algo, automatic>) {
-    switch (algo.choose(count * sizeof(T), commutative_op<Op>, has_native_allreduce<Tr, T, Op>,
-                        transport_is_zero_copy<Tr>(), /*with_multi_ring=*/true)) {
+    switch (algo.template choose_for<Tr>(count * sizeof(T), t.size(), commutative_op<Op>,
+                                         has_native_allreduce<Tr, T, Op>,
+                                         /*with_multi_ring=*/true)) {
     case algorithm_id::multi_ring:
       if constexpr (commutative_op<Op>)
         return allreduce_tagged(t, tag, sendbuf, recvbuf, count, op, algo.multi_ring_knobs, red);
@@ -273,7 +274,8 @@ void reduce(Tr& t, const T* sendbuf, T* recvbuf, std::size_t count, int root, co
                           rank);
   }
   const int tag = detail::begin_collective(t);
-  detail::guarded(t, [&] { detail::reduce_tagged(t, tag, sendbuf, recvbuf, count, root, op, algo, red); });
+  detail::guarded(
+      t, [&] { detail::reduce_tagged(t, tag, sendbuf, recvbuf, count, root, op, algo, red); });
 }
 
 } // namespace tcoll

@@ -175,3 +175,26 @@ TEST_CASE("multi_ring in selection strings and automatic") {
        {std::size_t{0}, std::size_t{1} << 10, std::size_t{1} << 20, std::size_t{1} << 30})
     CHECK(a.choose(bytes, true, false, false, true) != algorithm_id::multi_ring);
 }
+
+TEST_CASE("automatic on a shared-memory transport: its own choice, rules still first") {
+  using tcoll::algorithm_id;
+  tcoll::automatic a{.rules = {}};
+  CHECK(a.choose_shared_memory(8, 2, true) == algorithm_id::recursive_doubling);
+  CHECK(a.choose_shared_memory(16 << 10, 2, true) == algorithm_id::recursive_doubling);
+  CHECK(a.choose_shared_memory((16 << 10) + 1, 2, true) ==
+        algorithm_id::recursive_halving_doubling); // 2 ranks: ring is the slowest there
+  CHECK(a.choose_shared_memory(512 << 10, 3, true) == algorithm_id::ring);
+  CHECK(a.choose_shared_memory(8 << 20, 4, true) == algorithm_id::recursive_halving_doubling);
+  // the dispatch by transport: shm_transport declares shared_memory, the thread transport not
+  struct shm_like {
+    static constexpr bool shared_memory = true;
+  };
+  struct plain {};
+  CHECK(a.choose_for<shm_like>(8 << 20, 2, true, false) ==
+        algorithm_id::recursive_halving_doubling);
+  CHECK(a.choose_for<plain>(8 << 20, 2, true, false) == algorithm_id::ring);
+  // a TCOLL_ALLREDUCE_ALGO-style rule wins over the built-in choice
+  a.rules = tcoll::parse_selection("ring:1M-max");
+  CHECK(a.choose_shared_memory(8 << 20, 2, true) == algorithm_id::ring);
+  CHECK(a.choose_shared_memory(8 << 20, 2, false) == algorithm_id::recursive_halving_doubling);
+}

@@ -112,7 +112,7 @@ TEST_CASE("shm from a store: a rank that never comes is a timeout_error, not a h
   const auto start = std::chrono::steady_clock::now();
   // a team of size()+1: the last rank never starts
   CHECK_THROWS_AS(tcoll::shm_transport(std::make_unique<tcoll::store_bootstrap<tcoll::file_store>>(
-                                           impatient, team::rank(), team::size() + 1, "absent")),
+                      impatient, team::rank(), team::size() + 1, "absent")),
                   tcoll::timeout_error);
   CHECK(std::chrono::steady_clock::now() - start < 10s);
   CHECK_THROWS_AS(tcoll::store_bootstrap<tcoll::file_store>(impatient, 2, 2),

@@ -11,6 +11,7 @@
 #include <string_view>
 #include <vector>
 
+#include "../core/concepts.hpp"
 #include "../core/error.hpp"
 #include "multi_ring.hpp"
 #include "ring.hpp"
@@ -140,6 +141,22 @@ inline std::vector<size_rule> parse_selection(std::string_view text) {
 /// multi_ring is chosen only by a rule: the built-in choice never picks it, since no
 /// measurement here shows it ahead of the ring on one link (its gain is on full-duplex
 /// links with a reduction that overlaps the transfers, MXNET-MPI Sec. 6.3.2).
+/// The built-in allreduce choice over shared memory between processes (`shm_transport`),
+/// measured in docs/benchmarks.md ("Shared-memory transport" and "Under the preload over
+/// shared memory"): recursive doubling up to `doubling_up_to_bytes`, then ring up to
+/// `ring_up_to_bytes` on more than 2 ranks, recursive halving-doubling above (and from
+/// `doubling_up_to_bytes` on 2 ranks, where ring is the slowest algorithm over shared
+/// memory: it copies every byte through the segment twice as often as it reduces).
+struct shared_memory_choice {
+  std::size_t doubling_up_to_bytes = 16 * 1024;
+  std::size_t ring_up_to_bytes = 1024 * 1024;
+  algorithm_id choose(std::size_t bytes, int ranks) const {
+    if (bytes <= doubling_up_to_bytes) return algorithm_id::recursive_doubling;
+    if (ranks > 2 && bytes <= ring_up_to_bytes) return algorithm_id::ring;
+    return algorithm_id::recursive_halving_doubling;
+  }
+};
+
 struct automatic {
   static constexpr std::string_view name = "automatic";
   std::vector<size_rule> rules = env_rules();
@@ -154,6 +171,9 @@ struct automatic {
   ring ring_knobs{};
   /// The rings of a multi_ring rule.
   multi_ring multi_ring_knobs{};
+  /// The choice on a shared-memory transport (`transport_is_shared_memory`), where no rule
+  /// of `rules` covers the size.
+  shared_memory_choice shared_memory{};
 
   /// The algorithm for a message of `bytes` (commutative ops may use any; others only
   /// the order-keeping ones, so a ring or multi_ring choice becomes recursive
@@ -174,6 +194,36 @@ struct automatic {
         a = r.algorithm;
         break;
       }
+    return adjust(a, bytes, small, commutative, with_multi_ring);
+  }
+
+  /// The choice on a shared-memory transport of `ranks` ranks: the first rule of `rules`
+  /// covering `bytes`, else `shared_memory` (non-commutative ops as in `choose`).
+  algorithm_id choose_shared_memory(std::size_t bytes, int ranks, bool commutative,
+                                    bool with_multi_ring = false) const {
+    algorithm_id a = shared_memory.choose(bytes, ranks);
+    for (const auto& r : rules)
+      if (bytes >= r.min_bytes && bytes <= r.max_bytes) {
+        a = r.algorithm;
+        break;
+      }
+    return adjust(a, bytes, small_bytes, commutative, with_multi_ring);
+  }
+
+  /// The choice for transport `Tr` of `ranks` ranks: `choose_shared_memory` on a
+  /// shared-memory transport, `choose` elsewhere. What `allreduce` and prepared collectives
+  /// run for `automatic`.
+  template <class Tr>
+  algorithm_id choose_for(std::size_t bytes, int ranks, bool commutative, bool has_native,
+                          bool with_multi_ring = false) const {
+    if constexpr (transport_is_shared_memory<Tr>())
+      return choose_shared_memory(bytes, ranks, commutative, with_multi_ring);
+    else
+      return choose(bytes, commutative, has_native, transport_is_zero_copy<Tr>(), with_multi_ring);
+  }
+
+  static algorithm_id adjust(algorithm_id a, std::size_t bytes, std::size_t small, bool commutative,
+                             bool with_multi_ring) {
     if (a == algorithm_id::multi_ring && !with_multi_ring) a = algorithm_id::ring;
     if (!commutative && (a == algorithm_id::ring || a == algorithm_id::passthrough ||
                          a == algorithm_id::multi_ring))

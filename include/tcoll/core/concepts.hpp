@@ -109,6 +109,17 @@ constexpr bool transport_is_zero_copy() {
     return false;
 }
 
+/// Does transport `T` move messages between processes through shared memory (`shm_transport`),
+/// where copies cost what the memory bus gives and `automatic` has a choice of its own
+/// (`automatic::shared_memory`)?
+template <class T>
+constexpr bool transport_is_shared_memory() {
+  if constexpr (requires { T::shared_memory; })
+    return T::shared_memory;
+  else
+    return false;
+}
+
 /// Is transport `T` stream-ordered: does a completed request mean only that its transfer
 /// (and a receive's consumer) is *enqueued* on the transport's device stream, ordered before
 /// anything enqueued on that stream later? Such a transport needs no host synchronization

@@ -20,12 +20,13 @@ namespace tcoll {
 namespace detail {
 
 /// Calls `f(concrete_algorithm)` with what `algo` runs for `count` elements of `T` under
-/// `Op` on `Tr` (resolving `automatic` as `allreduce` does).
+/// `Op` on `Tr` of `ranks` ranks (resolving `automatic` as `allreduce` does).
 template <class Tr, class T, class Op, class Algo, class F>
-void with_resolved_algorithm(const Algo& algo, std::size_t count, F&& f) {
+void with_resolved_algorithm(const Algo& algo, std::size_t count, int ranks, F&& f) {
   if constexpr (std::is_same_v<Algo, automatic>) {
-    switch (algo.choose(count * sizeof(T), commutative_op<Op>, has_native_allreduce<Tr, T, Op>,
-                        transport_is_zero_copy<Tr>(), /*with_multi_ring=*/true)) {
+    switch (algo.template choose_for<Tr>(count * sizeof(T), ranks, commutative_op<Op>,
+                                         has_native_allreduce<Tr, T, Op>,
+                                         /*with_multi_ring=*/true)) {
     case algorithm_id::multi_ring:
       if constexpr (commutative_op<Op>) return f(algo.multi_ring_knobs);
       [[fallthrough]];
@@ -62,7 +63,7 @@ recorded_allreduce record_allreduce(const Tr& t, std::size_t count, bool in_plac
   recorded_allreduce r;
   r.count = count;
   r.in_place = in_place;
-  with_resolved_algorithm<Tr, T, Op>(algo, count, [&](const auto& a) {
+  with_resolved_algorithm<Tr, T, Op>(algo, count, t.size(), [&](const auto& a) {
     using A = std::remove_cvref_t<decltype(a)>;
     if constexpr (std::is_same_v<A, passthrough>) {
       // spelled dependent on A: nvcc's front end evaluates a non-dependent assertion of a

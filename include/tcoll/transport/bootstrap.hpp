@@ -110,7 +110,8 @@ class store_bootstrap final : public bootstrap {
 public:
   store_bootstrap(Store& store, int rank, int size, std::string prefix = "tcoll")
       : store_(store), rank_(rank), size_(size), prefix_(std::move(prefix)) {
-    if (size < 1) throw invalid_argument("store_bootstrap: size " + std::to_string(size) + " < 1", rank);
+    if (size < 1)
+      throw invalid_argument("store_bootstrap: size " + std::to_string(size) + " < 1", rank);
     if (rank < 0 || rank >= size)
       throw invalid_argument("store_bootstrap: rank " + std::to_string(rank) +
                                  " is not in [0, size " + std::to_string(size) + ")",
@@ -159,8 +160,8 @@ public:
     std::error_code ec;
     std::filesystem::create_directories(directory_, ec);
     if (ec && !std::filesystem::is_directory(directory_))
-      throw invalid_argument("file_store: cannot create directory " + directory_.string() +
-                             ": " + ec.message());
+      throw invalid_argument("file_store: cannot create directory " + directory_.string() + ": " +
+                             ec.message());
   }
   void set(const std::string& key, const std::vector<std::uint8_t>& value) {
     const std::filesystem::path target = path_of(key);
@@ -175,15 +176,16 @@ public:
     }
     std::error_code ec;
     std::filesystem::rename(temporary, target, ec); // atomic: a reader sees all or nothing
-    if (ec) throw transport_error("file_store: cannot publish " + target.string() + ": " + ec.message());
+    if (ec)
+      throw transport_error("file_store: cannot publish " + target.string() + ": " + ec.message());
   }
   std::vector<std::uint8_t> get(const std::string& key) {
     const std::filesystem::path target = path_of(key);
     const auto deadline = std::chrono::steady_clock::now() + timeout_;
-    for (auto pause = std::chrono::microseconds(50);; pause = std::min(pause * 2, std::chrono::microseconds(20000))) {
+    for (auto pause = std::chrono::microseconds(50);;
+         pause = std::min(pause * 2, std::chrono::microseconds(20000))) {
       std::ifstream in(target, std::ios::binary);
-      if (in)
-        return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+      if (in) return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
       if (std::chrono::steady_clock::now() > deadline)
         throw timeout_error("file_store: key '" + key + "' did not appear in " +
                             directory_.string() + " within " + std::to_string(timeout_.count()) +

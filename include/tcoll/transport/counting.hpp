@@ -37,6 +37,7 @@ public:
   using inner_type = Inner;
   static constexpr bool zero_copy = transport_is_zero_copy<Inner>();
   static constexpr bool stream_ordered = transport_is_stream_ordered<Inner>();
+  static constexpr bool shared_memory = transport_is_shared_memory<Inner>();
   static constexpr std::string_view name = "counting";
 
   explicit counting(Inner& inner) noexcept : inner_(&inner) {}

@@ -271,13 +271,15 @@ private:
 
 /// Ranks are the processes of one node, as a `bootstrap` (an MPI communicator or a
 /// key-value store) numbers them (see the file comment); satisfies `tcoll::transport`.
-/// Collective to construct (every rank of the team); the destructor is local. Not copyable or movable (peers' requests point into it).
+/// Collective to construct (every rank of the team); the destructor is local. Not copyable or
+/// movable (peers' requests point into it).
 class shm_transport {
   struct send_state;
   struct recv_state;
 
 public:
   static constexpr bool zero_copy = false;
+  static constexpr bool shared_memory = true; ///< `automatic` uses its shared-memory choice
   static constexpr std::string_view name = "shm";
 
   /// A pending transfer. Destroying a pending one withdraws it from the transport.
@@ -351,17 +353,31 @@ public:
     if (base_) munmap(base_, layout_.total);
   }
 
-  collective_context& collectives() noexcept { return context_; }
-  int rank() const noexcept { return rank_; }
-  int size() const noexcept { return size_; }
-  std::chrono::milliseconds timeout() const noexcept { return options_.timeout; }
-  const shm_options& options() const noexcept { return options_; }
+  collective_context& collectives() noexcept {
+    return context_;
+  }
+  int rank() const noexcept {
+    return rank_;
+  }
+  int size() const noexcept {
+    return size_;
+  }
+  std::chrono::milliseconds timeout() const noexcept {
+    return options_.timeout;
+  }
+  const shm_options& options() const noexcept {
+    return options_;
+  }
   /// Bytes of the shared segment (all ranks' inboxes).
-  std::size_t segment_bytes() const noexcept { return layout_.total; }
+  std::size_t segment_bytes() const noexcept {
+    return layout_.total;
+  }
   /// Whether long messages go single-copy (every rank can read every other's memory with
   /// `process_vm_readv`, and `options.single_copy_min_bytes` does not turn it off); the
   /// same on every rank.
-  bool single_copy() const noexcept { return single_copy_; }
+  bool single_copy() const noexcept {
+    return single_copy_;
+  }
 
   /// A registered buffer of `count` elements for this rank (see `shm_buffer`). Collective:
   /// every rank of the team calls it, in the same order, each with its own count (0
@@ -589,11 +605,14 @@ private:
     } catch (const invalid_argument& e) {
       problem = e.what();
     }
-    const std::uint64_t mine[] = {problem.empty() ? 1u : 0u, options_.lanes, options_.slots,
-                                  options_.slot_bytes, options_.single_copy_min_bytes,
+    const std::uint64_t mine[] = {problem.empty() ? 1u : 0u,
+                                  options_.lanes,
+                                  options_.slots,
+                                  options_.slot_bytes,
+                                  options_.single_copy_min_bytes,
                                   options_.single_copy_piece_bytes};
-    static constexpr const char* names[] = {"", "lanes", "slots", "slot_bytes",
-                                            "single_copy_min_bytes", "single_copy_piece_bytes"};
+    static constexpr const char* names[] = {
+        "", "lanes", "slots", "slot_bytes", "single_copy_min_bytes", "single_copy_piece_bytes"};
     constexpr std::size_t fields = std::size(mine);
     const std::vector<std::uint8_t> all =
         boot_->allgather({reinterpret_cast<const std::uint8_t*>(mine), sizeof mine});
