@@ -82,6 +82,24 @@ def worker(rank, P, args, store_path):
     groups = {"gloo": dist.group.WORLD, "tcoll": dist.new_group(list(range(P)),
                                                                  backend="tcoll")}
     rows = []
+    if args.overhead:
+        # 8 B all_reduce as Python sees it against the same call straight from C++ on the
+        # same transport (tcoll_torch._C.time_raw_allreduce), interleaved, medians
+        backend = groups["tcoll"]._get_backend(torch.device("cpu"))
+        x = torch.rand(2)
+        py, raw = [], []
+        for _ in range(args.reps):
+            py.append(time_calls(lambda: dist.all_reduce(x, group=groups["tcoll"]), 20000, 100,
+                                 groups["tcoll"]))
+            raw.append(tcoll_torch._C.time_raw_allreduce(backend, 8, 20000))
+        t = torch.tensor([statistics.median(py), statistics.median(raw)], dtype=torch.float64)
+        dist.all_reduce(t, op=dist.ReduceOp.MAX)
+        if rank == 0:
+            print(f"overhead: 8 B all_reduce {t[0].item() * 1e6:.2f} us from Python, "
+                  f"{t[1].item() * 1e6:.2f} us from C++: {(t[0] - t[1]).item() * 1e6:.2f} us "
+                  f"of Python, c10d and Work", flush=True)
+        rows.append({"op": "overhead", "python_us": t[0].item() * 1e6,
+                     "cpp_us": t[1].item() * 1e6})
     size = args.begin
     while size <= args.end:
         for op in args.ops:
@@ -130,6 +148,8 @@ def main():
                         help="seconds per repeat (iterations are chosen to fill it)")
     parser.add_argument("--max-iters", type=int, default=2000)
     parser.add_argument("--json", help="write the rows here")
+    parser.add_argument("--overhead", action="store_true",
+                        help="first time an 8 B all_reduce from Python against C++")
     args = parser.parse_args()
     for op in args.ops:
         if op not in OPS:

@@ -33,30 +33,51 @@ namespace tcoll_torch {
 using c10d::OpType;
 using byte = std::uint8_t;
 
-/// The Work of one call: completed by the engine thread (`complete`), its future carries
-/// the output tensors.
+/// The Work of one call: completed by the engine thread or, for a small call, by the
+/// caller's (`complete`). Its future carries the output tensors; it is made on the first
+/// `getFuture()` (most calls are only waited), completed at once if the work already is.
 class work final : public c10d::Work {
 public:
   work(int rank, OpType type, std::vector<at::Tensor> outputs)
-      : c10d::Work(rank, type), outputs_(std::move(outputs)),
-        future_(c10::make_intrusive<c10::ivalue::Future>(
-            c10::ListType::create(c10::TensorType::get()))) {}
+      : c10d::Work(rank, type), outputs_(std::move(outputs)) {}
 
   std::vector<at::Tensor> result() override { return outputs_; }
-  c10::intrusive_ptr<c10::ivalue::Future> getFuture() override { return future_; }
+  c10::intrusive_ptr<c10::ivalue::Future> getFuture() override {
+    std::unique_lock lock(future_mutex_);
+    if (!future_) {
+      static const c10::TypePtr list_of_tensors = c10::ListType::create(c10::TensorType::get());
+      future_ = c10::make_intrusive<c10::ivalue::Future>(list_of_tensors);
+      if (settled_) {
+        lock.unlock();
+        settle_future(future_);
+      }
+    }
+    return future_;
+  }
 
   /// Marks the call finished (`error` null: succeeded); wakes wait() and runs the future's
   /// callbacks on this thread.
   void complete(std::exception_ptr error) {
     finish(error);
-    if (error)
-      future_->setError(error);
-    else
-      future_->markCompleted(c10::IValue(outputs_));
+    c10::intrusive_ptr<c10::ivalue::Future> future;
+    {
+      std::lock_guard lock(future_mutex_);
+      settled_ = true;
+      future = future_;
+    }
+    if (future) settle_future(future);
   }
 
 private:
+  void settle_future(const c10::intrusive_ptr<c10::ivalue::Future>& future) {
+    if (exception_)
+      future->setError(exception_);
+    else
+      future->markCompleted(c10::IValue(outputs_));
+  }
   std::vector<at::Tensor> outputs_;
+  std::mutex future_mutex_;
+  bool settled_ = false;
   c10::intrusive_ptr<c10::ivalue::Future> future_;
 };
 
@@ -522,6 +543,18 @@ public:
                                          tensors[0], src);
   }
 
+  /// Collective: seconds per call of `iters` blocking float-sum allreduces of `bytes` on
+  /// this group's transport straight from C++ (no Python, no Work), after a warm-up: the
+  /// baseline of the Python-visible overhead in bench/torch/collectives_perf.py.
+  double time_raw_allreduce(std::size_t bytes, int iters) {
+    std::vector<float> data(std::max<std::size_t>(1, bytes / sizeof(float)), 0.5f);
+    for (int k = 0; k < 10; ++k) tcoll::allreduce(*transport_, std::span<float>(data));
+    const auto start = std::chrono::steady_clock::now();
+    for (int k = 0; k < iters; ++k) tcoll::allreduce(*transport_, std::span<float>(data));
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() /
+           iters;
+  }
+
 private:
   /// Queues `body(tag)` on the transport's engine (or runs it at once when the call moves
   /// at most `inline_max_bytes_` per rank); the returned work completes when it has run (or
@@ -720,9 +753,22 @@ c10::intrusive_ptr<c10d::Backend> create_backend(const c10::intrusive_ptr<c10d::
 
 } // namespace tcoll_torch
 
+namespace tcoll_torch {
+/// `time_raw_allreduce` of the tcoll backend of a process group (the object
+/// `group._get_backend(torch.device("cpu"))` returns).
+double time_raw_allreduce(const c10::intrusive_ptr<c10d::Backend>& b, std::size_t bytes,
+                          int iters) {
+  auto* mine = dynamic_cast<backend*>(b.get());
+  TORCH_CHECK(mine, "tcoll: time_raw_allreduce: not a tcoll backend");
+  return mine->time_raw_allreduce(bytes, iters);
+}
+} // namespace tcoll_torch
+
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.doc() = "tcoll's torch.distributed backend (docs/torch.md)";
   m.def("create_backend", &tcoll_torch::create_backend, "the creator of a tcoll process group",
         pybind11::arg("store"), pybind11::arg("rank"), pybind11::arg("size"),
         pybind11::arg("timeout"));
+  m.def("time_raw_allreduce", &tcoll_torch::time_raw_allreduce,
+        "seconds per blocking allreduce straight from C++ (collective; benchmarks only)");
 }
