@@ -52,7 +52,7 @@ def _rank_main(fn, rank, size, backend, store_path, timeout_s, queue, args, init
 
 
 def run_ranks(fn, size, *args, backend="tcoll", timeout_s=30, deadline=120, init=True,
-              allow_errors=False):
+              allow_errors=False, env=None):
     ctx = multiprocessing.get_context("spawn")
     queue = ctx.Queue()
     directory = tempfile.mkdtemp(prefix="tcoll-torch-test-")
@@ -62,8 +62,16 @@ def run_ranks(fn, size, *args, backend="tcoll", timeout_s=30, deadline=120, init
                     args=(fn, r, size, backend, store_path, timeout_s, queue, args, init))
         for r in range(size)
     ]
-    for p in procs:
-        p.start()
+    # the environment is inherited at start (torch reads some of it, such as
+    # TORCH_DISTRIBUTED_DEBUG, when a child imports it to unpickle `fn`)
+    saved = dict(os.environ)
+    os.environ.update(env or {})
+    try:
+        for p in procs:
+            p.start()
+    finally:
+        os.environ.clear()
+        os.environ.update(saved)
     results, errors = [None] * size, {}
     import queue as queue_module
     import time

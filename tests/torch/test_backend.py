@@ -397,6 +397,17 @@ def test_mismatched_arguments_fail_within_the_timeout(kind):
         assert "rank" in text
 
 
+def test_debug_detail_names_the_mismatched_argument():
+    # TORCH_DISTRIBUTED_DEBUG=DETAIL: PyTorch wraps registered backends (tcoll is one) in its
+    # ProcessGroupWrapper, which compares every call's op, shapes and dtypes across ranks
+    # before it runs
+    _, errors = run_ranks(body_mismatch, 2, "count", timeout_s=10, deadline=90,
+                          allow_errors=True, env={"TORCH_DISTRIBUTED_DEBUG": "DETAIL"})
+    assert errors
+    text = "\n".join(errors.values())
+    assert "1000" in text and "1007" in text, text[-2000:]
+
+
 def test_rank_that_never_calls_times_out_and_breaks_the_group():
     before = tcoll_files_in_dev_shm()
     results = run_ranks(body_absent, 2, timeout_s=5, deadline=60)

@@ -14,6 +14,7 @@
 
 #include <pybind11/chrono.h>
 
+#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <cstdio>
@@ -265,6 +266,11 @@ public:
   }
 
   const std::string getBackendName() const override { return "tcoll"; }
+
+  /// Calls made on this group so far (PyTorch's ProcessGroupWrapper, which
+  /// TORCH_DISTRIBUTED_DEBUG=DETAIL puts around the backend, compares them across ranks).
+  void setSequenceNumberForGroup() override { sequence_ = 0; }
+  uint64_t getSequenceNumberForGroup() override { return sequence_; }
 
   c10::intrusive_ptr<c10d::Work> allreduce(std::vector<at::Tensor>& tensors,
                                            const c10d::AllreduceOptions& opts) override {
@@ -563,6 +569,7 @@ private:
   c10::intrusive_ptr<c10d::Work> enqueue(OpType type, std::vector<at::Tensor> outputs,
                                          const char* what, std::size_t bytes, Body body) {
     auto w = c10::make_intrusive<work>(rank_, type, std::move(outputs));
+    ++sequence_;
     if (debug_enabled())
       std::fprintf(stderr, "[tcoll] rank %d: %s of %zu bytes%s\n", rank_, what, bytes,
                    bytes <= inline_max_bytes_ ? " (inline)" : "");
@@ -734,6 +741,7 @@ private:
 
   c10::intrusive_ptr<c10d::Store> store_;
   std::unique_ptr<tcoll::shm_transport> transport_;
+  std::atomic<std::uint64_t> sequence_{0};
   /// Calls moving at most this many bytes per rank run in the caller's thread
   /// (TCOLL_TORCH_INLINE_BYTES, default 64 KiB; 0 queues every call on the engine).
   std::size_t inline_max_bytes_ = [] {
