@@ -488,3 +488,44 @@ def test_ddp_and_object_collectives_match_gloo():
             # backends' orders, amplified a little over 5 momentum steps
             assert torch.allclose(a, b, rtol=1e-4, atol=1e-5), f"param {p} rank {r}"
             assert same_bits(a, on_tcoll[0]["params"][p]), f"param {p}: rank {r} differs from 0"
+
+
+# ---------------------------------------------------------------------------------------
+# init methods: env:// under torchrun, tcp://
+
+def test_torchrun_env_init(tmp_path):
+    import subprocess
+    torchrun = os.path.join(os.path.dirname(sys.executable), "torchrun")
+    script = os.path.join(os.path.dirname(os.path.abspath(__file__)), "torchrun_script.py")
+    done = subprocess.run([torchrun, "--standalone", "--nproc-per-node=2", script,
+                           str(tmp_path)], capture_output=True, text=True, timeout=180)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-3000:]
+    got = [torch.load(tmp_path / f"rank{r}.pt") for r in range(2)]
+    want = sum(torch.arange(1000, dtype=torch.float64) / 7 + r / 3 for r in range(2))
+    for r in range(2):
+        assert got[r]["rank"] == r and got[r]["size"] == 2
+        assert torch.allclose(got[r]["x"], want, rtol=1e-15)
+        assert same_bits(got[r]["x"], got[0]["x"])
+
+
+def body_tcp(rank, size, port):
+    import datetime
+    import torch.distributed as dist
+    dist.init_process_group("tcoll", init_method=f"tcp://127.0.0.1:{port}", rank=rank,
+                            world_size=size, timeout=datetime.timedelta(seconds=30))
+    x = make_input(rank, 100, "float32", "SUM", 110)
+    dist.all_reduce(x)
+    dist.destroy_process_group()
+    return x
+
+
+def test_tcp_init():
+    import socket
+    with socket.socket() as s:  # a free port
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    results = run_ranks(body_tcp, 2, port, init=False)
+    want = reference([make_input(q, 100, "float32", "SUM", 110) for q in range(2)], "float32",
+                     "SUM")
+    for r in range(2):
+        check_close(results[r], want, "float32", "tcp:// all_reduce")
