@@ -17,7 +17,19 @@ BACKEND_NAME = "tcoll"
 
 
 def _create(store, rank, size, timeout):
-    return _C.create_backend(store, rank, size, timeout)
+    # Which ranks share a node (host name and boot id, exchanged through the store). Across
+    # nodes, Gloo's send/recv carry tcoll's messages: one group of every rank, and one per
+    # local index joining that index on every node (the hierarchical allreduce's inter-node
+    # level). torch's wheel has no Gloo headers for C++, so they are made here.
+    layout = _C.node_layout(store, rank, size)
+    node, nodes, local_rank, _, shards = layout
+    flat = inter = None
+    if nodes > 1:
+        flat = dist.ProcessGroupGloo(dist.PrefixStore("tcoll/flat", store), rank, size, timeout)
+        if local_rank < shards:
+            inter = dist.ProcessGroupGloo(dist.PrefixStore(f"tcoll/inter{local_rank}", store),
+                                          node, nodes, timeout)
+    return _C.create_backend(store, rank, size, timeout, layout, flat, inter)
 
 
 if BACKEND_NAME not in dist.Backend.backend_list:

@@ -22,8 +22,23 @@ class RankFailed(Exception):
     pass
 
 
-def _rank_main(fn, rank, size, backend, store_path, timeout_s, queue, args, init):
+def set_hostname(name):
+    """Gives this process a host name of its own (a UTS namespace; needs root): an emulated
+    node, as tcoll tells nodes apart by host name and boot id. False where not permitted."""
+    import ctypes
+    libc = ctypes.CDLL(None, use_errno=True)
+    CLONE_NEWUTS = 0x04000000
+    if libc.unshare(CLONE_NEWUTS) != 0:
+        return False
+    encoded = name.encode()
+    return libc.sethostname(encoded, len(encoded)) == 0
+
+
+def _rank_main(fn, rank, size, backend, store_path, timeout_s, queue, args, init, hostnames):
     sys.path.insert(0, PYTHON_DIR)
+    if hostnames and not set_hostname(hostnames[rank]):
+        queue.put((rank, "error", "SKIP: cannot make a UTS namespace (not root?)"))
+        return
     try:
         import torch
         import torch.distributed as dist
@@ -52,14 +67,15 @@ def _rank_main(fn, rank, size, backend, store_path, timeout_s, queue, args, init
 
 
 def run_ranks(fn, size, *args, backend="tcoll", timeout_s=30, deadline=120, init=True,
-              allow_errors=False, env=None):
+              allow_errors=False, env=None, hostnames=None):
     ctx = multiprocessing.get_context("spawn")
     queue = ctx.Queue()
     directory = tempfile.mkdtemp(prefix="tcoll-torch-test-")
     store_path = os.path.join(directory, "store")
     procs = [
         ctx.Process(target=_rank_main,
-                    args=(fn, r, size, backend, store_path, timeout_s, queue, args, init))
+                    args=(fn, r, size, backend, store_path, timeout_s, queue, args, init,
+                          hostnames))
         for r in range(size)
     ]
     # the environment is inherited at start (torch reads some of it, such as

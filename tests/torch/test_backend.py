@@ -529,3 +529,48 @@ def test_tcp_init():
                      "SUM")
     for r in range(2):
         check_close(results[r], want, "float32", "tcp:// all_reduce")
+
+
+# ---------------------------------------------------------------------------------------
+# several nodes, emulated: each rank gets a host name of its own (a UTS namespace), so tcoll
+# sees ranks on different nodes; shared memory inside a node, Gloo's send/recv across
+
+def body_nodes(rank, size, cases, n):
+    import torch.distributed as dist
+    import tcoll_torch
+    layout = tcoll_torch._C.layout_of(dist.group.WORLD._get_backend(torch.device("cpu")))
+    return {"layout": layout, "allreduce": body_allreduce(rank, size, cases),
+            "collectives": body_collectives(rank, size, n)}
+
+
+@pytest.mark.parametrize("hosts", [["a", "a", "b", "b"], ["a", "b", "a"]])
+def test_emulated_nodes(hosts):
+    size = len(hosts)
+    cases = [c for c in allreduce_cases() if c[2] in (7, 70001) and c[0] in (
+        "float32", "float64", "bfloat16", "int32", "bool")]
+    results, errors = run_ranks(body_nodes, size, cases, 257, hostnames=hosts, deadline=240,
+                                allow_errors=True)
+    if errors and all("SKIP" in e for e in errors.values()):
+        pytest.skip("no UTS namespaces here (needs root): " + next(iter(errors.values())))
+    assert not errors, errors
+    nodes = len(set(hosts))
+    for r in range(size):
+        node, n_nodes, local_rank, local_size, shards = results[r]["layout"]
+        assert n_nodes == nodes and local_size == hosts.count(hosts[r]), results[r]["layout"]
+        assert shards == min(hosts.count(h) for h in set(hosts))
+    for k, (dtype_name, op, n, seed) in enumerate(cases):
+        inputs = [make_input(r, n, dtype_name, op, seed) for r in range(size)]
+        want = reference(inputs, dtype_name, op)
+        for r in range(size):
+            got = results[r]["allreduce"][k]
+            check_close(got, want, dtype_name, f"{dtype_name} {op} n={n} hosts={hosts} rank {r}")
+            assert same_bits(got, results[0]["allreduce"][k]), f"rank {r} differs"
+    n = 257
+    xs = [make_input(r, n, "float32", "SUM", 7) for r in range(size)]
+    for r in range(size):
+        res = results[r]["collectives"]
+        assert torch.equal(res["all_gather_into_tensor"], torch.cat(xs))
+        assert torch.equal(res["ring_recv"], xs[(r - 1) % size])
+        for root in range(size):
+            assert torch.equal(res[f"broadcast{root}"], make_input(root, n, "int32", "SUM",
+                                                                   9 + root))

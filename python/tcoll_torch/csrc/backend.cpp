@@ -14,6 +14,7 @@
 
 #include <pybind11/chrono.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdint>
@@ -23,11 +24,15 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <tuple>
 #include <vector>
 
+#include <tcoll/algorithm/hierarchical.hpp>
 #include <tcoll/collectives.hpp>
 #include <tcoll/schedule/engine.hpp>
 #include <tcoll/transport/shm.hpp>
+
+#include "c10d_transport.hpp"
 
 namespace tcoll_torch {
 
@@ -84,9 +89,10 @@ private:
 
 /// A point-to-point send or receive: posted at once, driven to completion by wait() or
 /// isCompleted() (the transport progresses a transfer when its owner tests or waits).
+template <class Tr>
 class p2p_work final : public c10d::Work {
 public:
-  p2p_work(int rank, OpType type, tcoll::shm_transport& t, tcoll::shm_transport::request r,
+  p2p_work(int rank, OpType type, Tr& t, typename Tr::request r,
            at::Tensor tensor, at::Tensor user, int peer)
       : c10d::Work(rank, type), t_(t), request_(std::move(r)), tensor_(std::move(tensor)),
         user_(std::move(user)), peer_(peer) {}
@@ -122,8 +128,8 @@ private:
     finish(error);
   }
   std::mutex progress_;
-  tcoll::shm_transport& t_;
-  tcoll::shm_transport::request request_;
+  Tr& t_;
+  typename Tr::request request_;
   at::Tensor tensor_, user_;
   int peer_;
 };
@@ -248,21 +254,83 @@ bool debug_enabled() {
 /// The process group backend (see the file comment).
 class backend final : public c10d::Backend {
 public:
+  /// Where this rank sits: `node` of `nodes`, `local_rank` of the `local_size` ranks on it;
+  /// `shards` is the smallest node's size (hierarchy_shape::shards).
+  struct node_layout {
+    int node = 0, nodes = 1, local_rank = 0, local_size = 1, shards = 1;
+  };
+
+  /// `layout`: from `node_layout_of`. Across nodes, `flat_group` (every rank of the group)
+  /// and `inter_group` (the ranks of this local index on every node; null for local ranks
+  /// >= shards) are Gloo process groups whose send/recv carry tcoll's messages: the flat
+  /// collectives on the first, the inter-node level of the hierarchical allreduce on the
+  /// second. Python makes them (tcoll_torch/__init__.py): torch's wheel ships no Gloo
+  /// headers to build them here.
   backend(const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
-          std::chrono::milliseconds timeout)
-      : c10d::Backend(rank, size), store_(store) {
+          std::chrono::milliseconds timeout, node_layout layout,
+          c10::intrusive_ptr<c10d::Backend> flat_group, c10::intrusive_ptr<c10d::Backend> inter_group)
+      : c10d::Backend(rank, size), store_(store), layout_(layout),
+        flat_group_(std::move(flat_group)), inter_group_(std::move(inter_group)) {
+    init(); // c10d's per-backend set-up (logging), as its own backends do
     tcoll::shm_options options;
     options.timeout = timeout;
-    transport_ = std::make_unique<tcoll::shm_transport>(
-        std::make_unique<tcoll::store_bootstrap<c10d::Store>>(*store_, rank, size, "tcoll/shm"),
+    // shared memory among the ranks of this node (the whole group on one node)
+    shm_ = std::make_unique<tcoll::shm_transport>(
+        std::make_unique<tcoll::store_bootstrap<c10d::Store>>(
+            *store_, layout_.local_rank, layout_.local_size,
+            "tcoll/shm/node" + std::to_string(layout_.node)),
         options);
+    if (layout_.nodes > 1) {
+      TORCH_CHECK(flat_group_ && (inter_group_ || layout_.local_rank >= layout_.shards),
+                  "tcoll: rank ", rank, ": a group across ", layout_.nodes,
+                  " nodes needs its Gloo groups");
+      flat_ = std::make_unique<c10d_transport>(flat_group_, timeout);
+      if (inter_group_) inter_ = std::make_unique<c10d_transport>(inter_group_, timeout);
+      machine_ = std::make_unique<tcoll::hierarchical<tcoll::shm_transport, c10d_transport>>(
+          *shm_, inter_.get(), tcoll::hierarchy_shape{rank, size, layout_.shards});
+    }
     if (debug_enabled() && rank == 0)
-      std::fprintf(stderr, "[tcoll] group of %d ranks on shm_transport (single copy %s)\n", size,
-                   transport_->single_copy() ? "on" : "off");
+      std::fprintf(stderr,
+                   "[tcoll] group of %d ranks on %d node(s): shm_transport inside a node (single "
+                   "copy %s)%s\n",
+                   size, layout_.nodes, shm_->single_copy() ? "on" : "off",
+                   layout_.nodes > 1 ? ", Gloo send/recv across nodes (hierarchical allreduce)"
+                                     : "");
   }
   ~backend() override {
-    // the engine stops with the transport: queued calls fail, a running one finishes
-    transport_.reset();
+    // the engines stop with their transports: queued calls fail, a running one finishes
+    machine_.reset();
+    inter_.reset();
+    flat_.reset();
+    shm_.reset();
+  }
+
+  /// Collective: the layout of the group from every rank's node identity (host name and
+  /// boot id, exchanged through the store; see bootstrap::node_identity()).
+  static node_layout node_layout_of(c10d::Store& store, int rank, int size) {
+    tcoll::store_bootstrap<c10d::Store> boot(store, rank, size, "tcoll/nodes");
+    constexpr std::size_t width = 320;
+    std::string mine = tcoll::bootstrap::node_identity();
+    mine.resize(width, '\0');
+    const std::vector<std::uint8_t> all =
+        boot.allgather({reinterpret_cast<const std::uint8_t*>(mine.data()), width});
+    std::vector<std::string> ids(static_cast<std::size_t>(size));
+    for (int q = 0; q < size; ++q)
+      ids[q].assign(reinterpret_cast<const char*>(all.data()) + q * width, width);
+    std::vector<std::string> distinct;
+    std::vector<int> members;
+    node_layout l;
+    for (int q = 0; q < size; ++q) {
+      const auto it = std::find(distinct.begin(), distinct.end(), ids[q]);
+      const int node = static_cast<int>(it - distinct.begin());
+      if (it == distinct.end()) distinct.push_back(ids[q]), members.push_back(0);
+      if (q == rank) l.node = node, l.local_rank = members[node];
+      ++members[node];
+    }
+    l.nodes = static_cast<int>(distinct.size());
+    l.local_size = members[l.node];
+    l.shards = *std::min_element(members.begin(), members.end());
+    return l;
   }
 
   const std::string getBackendName() const override { return "tcoll"; }
@@ -290,10 +358,10 @@ public:
     std::vector<at::Tensor> work_on;
     for (auto& t : tensors) work_on.push_back(dense(t));
     return enqueue(
-        OpType::BROADCAST, tensors, "broadcast", total_bytes(work_on), [=, this](int tag) {
+        OpType::BROADCAST, tensors, "broadcast", total_bytes(work_on), [=, this](auto& t, int tag) {
           for (std::size_t i = 0; i < work_on.size(); ++i) {
             tcoll::cpu_reducer red;
-            tcoll::detail::broadcast_tagged(*transport_, tag, bytes_of(work_on[i]),
+            tcoll::detail::broadcast_tagged(t, tag, bytes_of(work_on[i]),
                                             work_on[i].nbytes(), root, tcoll::binomial_tree{}, red);
             copy_back(tensors[i], work_on[i]);
           }
@@ -309,13 +377,13 @@ public:
     const auto op = opts.reduceOp;
     const auto dtype = buffer.scalar_type();
     with_type(dtype, [&]<class T>(type_tag<T>) { with_op<T>(op, dtype, rank_, [](auto) {}); });
-    return enqueue(OpType::REDUCE, tensors, "reduce", buffer.nbytes(), [=, this](int tag) {
+    return enqueue(OpType::REDUCE, tensors, "reduce", buffer.nbytes(), [=, this](auto& t, int tag) {
       with_type(dtype, [&]<class T>(type_tag<T>) {
         with_op<T>(op, dtype, rank_, [&](const auto& o) {
           tcoll::cpu_reducer red;
           T* data = reinterpret_cast<T*>(buffer.data_ptr());
           tcoll::detail::reduce_tagged(
-              *transport_, tag, static_cast<const T*>(data), rank_ == root ? data : nullptr,
+              t, tag, static_cast<const T*>(data), rank_ == root ? data : nullptr,
               static_cast<std::size_t>(buffer.numel()), root, o, tcoll::binomial_tree{}, red);
         });
       });
@@ -335,8 +403,8 @@ public:
     at::Tensor in = dense(inputs[0]);
     at::Tensor gathered = at::empty({static_cast<std::int64_t>(size_) * in.numel()}, in.options());
     std::vector<at::Tensor> out_list = list;
-    return enqueue(OpType::ALLGATHER, list, "allgather", gathered.nbytes(), [=, this](int tag) {
-      run_allgather(tag, in, gathered);
+    return enqueue(OpType::ALLGATHER, list, "allgather", gathered.nbytes(), [=, this](auto& t, int tag) {
+      run_allgather(t, tag, in, gathered);
       for (int q = 0; q < size_; ++q)
         out_list[q].copy_(gathered.narrow(0, q * in.numel(), in.numel()).view(out_list[q].sizes()));
     });
@@ -354,8 +422,8 @@ public:
                 input.numel());
     at::Tensor in = dense(input), out = dense(output);
     return enqueue(OpType::_ALLGATHER_BASE, {output}, "all_gather_into_tensor", out.nbytes(),
-                   [=, this](int tag) {
-                     run_allgather(tag, in, out);
+                   [=, this](auto& t, int tag) {
+                     run_allgather(t, tag, in, out);
                      copy_back(output, out);
                    });
   }
@@ -371,8 +439,8 @@ public:
     at::Tensor packed = at::cat(flattened(inputs[0]));
     at::Tensor out = dense(outputs[0]);
     return enqueue(OpType::REDUCE_SCATTER, outputs, "reduce_scatter", packed.nbytes(),
-                   [=, this](int tag) {
-                     run_reduce_scatter(tag, packed, out, opts.reduceOp);
+                   [=, this](auto& t, int tag) {
+                     run_reduce_scatter(t, tag, packed, out, opts.reduceOp);
                      copy_back(outputs[0], out);
                    });
   }
@@ -390,8 +458,8 @@ public:
                 output.numel());
     at::Tensor in = dense(input), out = dense(output);
     return enqueue(OpType::_REDUCE_SCATTER_BASE, {output}, "reduce_scatter_tensor", in.nbytes(),
-                   [=, this](int tag) {
-                     run_reduce_scatter(tag, in, out, opts.reduceOp);
+                   [=, this](auto& t, int tag) {
+                     run_reduce_scatter(t, tag, in, out, opts.reduceOp);
                      copy_back(output, out);
                    });
   }
@@ -408,8 +476,7 @@ public:
     const auto recv_bytes = split_bytes(output, output_splits, "output_split_sizes");
     at::Tensor in = dense(input), out = dense(output);
     return enqueue(OpType::ALLTOALL_BASE, {output}, "all_to_all_single",
-                   std::max(in.nbytes(), out.nbytes()), [=, this](int tag) {
-                     auto& t = *transport_;
+                   std::max(in.nbytes(), out.nbytes()), [=, this](auto& t, int tag) {
                      const auto offsets = [](const std::vector<std::size_t>& b) {
                        std::vector<std::size_t> o(b.size() + 1, 0);
                        for (std::size_t i = 0; i < b.size(); ++i) o[i + 1] = o[i] + b[i];
@@ -457,8 +524,7 @@ public:
     }
     at::Tensor in = dense(inputs[0]);
     return enqueue(OpType::GATHER, list, "gather", in.nbytes() * static_cast<std::size_t>(size_),
-                   [=, this](int tag) {
-                     auto& t = *transport_;
+                   [=, this](auto& t, int tag) {
                      const std::size_t bytes = in.nbytes();
                      const auto until = tcoll::clock::now() + t.timeout();
                      if (rank_ != root) {
@@ -467,7 +533,7 @@ public:
                        return;
                      }
                      std::vector<at::Tensor> dense_list;
-                     std::vector<tcoll::shm_transport::request> pending;
+                     std::vector<typename std::remove_cvref_t<decltype(t)>::request> pending;
                      for (int q = 0; q < size_; ++q) {
                        dense_list.push_back(dense(list[q]));
                        if (q == rank_)
@@ -496,15 +562,14 @@ public:
     }
     at::Tensor out = dense(outputs[0]);
     return enqueue(OpType::SCATTER, outputs, "scatter",
-                   out.nbytes() * static_cast<std::size_t>(size_), [=, this](int tag) {
-                     auto& t = *transport_;
+                   out.nbytes() * static_cast<std::size_t>(size_), [=, this](auto& t, int tag) {
                      const std::size_t bytes = out.nbytes();
                      const auto until = tcoll::clock::now() + t.timeout();
                      if (rank_ != root) {
                        auto rr = t.irecv(root, bytes_of(out), bytes, tag);
                        t.wait(rr, until);
                      } else {
-                       std::vector<tcoll::shm_transport::request> pending;
+                       std::vector<typename std::remove_cvref_t<decltype(t)>::request> pending;
                        for (int q = 0; q < size_; ++q)
                          if (q == rank_)
                            out.view(-1).copy_(list[q]);
@@ -519,9 +584,9 @@ public:
   c10::intrusive_ptr<c10d::Work> barrier(const c10d::BarrierOptions&) override {
     // a one-byte allreduce in the call order (a barrier is a collective like the others)
     at::Tensor token = at::zeros({1}, at::kByte);
-    return enqueue(OpType::BARRIER, {}, "barrier", 1, [=, this](int tag) {
+    return enqueue(OpType::BARRIER, {}, "barrier", 1, [=, this](auto& t, int tag) {
       tcoll::cpu_reducer red;
-      tcoll::detail::allreduce_tagged(*transport_, tag, token.data_ptr<byte>(),
+      tcoll::detail::allreduce_tagged(t, tag, token.data_ptr<byte>(),
                                       token.data_ptr<byte>(), 1, tcoll::max_op{},
                                       tcoll::recursive_doubling{}, red);
     });
@@ -533,9 +598,12 @@ public:
     check_peer(dst, "send", "dst");
     const int t_tag = check_tag(tag, "send");
     at::Tensor data = dense(tensors[0]);
-    auto r = transport_->isend(dst, data.data_ptr(), data.nbytes(), t_tag);
-    return c10::make_intrusive<p2p_work>(rank_, OpType::SEND, *transport_, std::move(r), data,
-                                         at::Tensor(), dst);
+    return with_flat([&](auto& t) -> c10::intrusive_ptr<c10d::Work> {
+      using Tr = std::remove_cvref_t<decltype(t)>;
+      auto r = t.isend(dst, data.data_ptr(), data.nbytes(), t_tag);
+      return c10::make_intrusive<p2p_work<Tr>>(rank_, OpType::SEND, t, std::move(r), data,
+                                               at::Tensor(), dst);
+    });
   }
 
   c10::intrusive_ptr<c10d::Work> recv(std::vector<at::Tensor>& tensors, int src, int tag) override {
@@ -544,9 +612,17 @@ public:
     check_peer(src, "recv", "src");
     const int t_tag = check_tag(tag, "recv");
     at::Tensor data = dense(tensors[0]);
-    auto r = transport_->irecv(src, data.data_ptr(), data.nbytes(), t_tag);
-    return c10::make_intrusive<p2p_work>(rank_, OpType::RECV, *transport_, std::move(r), data,
-                                         tensors[0], src);
+    return with_flat([&](auto& t) -> c10::intrusive_ptr<c10d::Work> {
+      using Tr = std::remove_cvref_t<decltype(t)>;
+      auto r = t.irecv(src, data.data_ptr(), data.nbytes(), t_tag);
+      return c10::make_intrusive<p2p_work<Tr>>(rank_, OpType::RECV, t, std::move(r), data,
+                                               tensors[0], src);
+    });
+  }
+
+  /// This rank's place: (node, nodes, local_rank, local_size, shards).
+  std::tuple<int, int, int, int, int> layout() const {
+    return {layout_.node, layout_.nodes, layout_.local_rank, layout_.local_size, layout_.shards};
   }
 
   /// Collective: seconds per call of `iters` blocking float-sum allreduces of `bytes` on
@@ -554,20 +630,68 @@ public:
   /// baseline of the Python-visible overhead in bench/torch/collectives_perf.py.
   double time_raw_allreduce(std::size_t bytes, int iters) {
     std::vector<float> data(std::max<std::size_t>(1, bytes / sizeof(float)), 0.5f);
-    for (int k = 0; k < 10; ++k) tcoll::allreduce(*transport_, std::span<float>(data));
+    auto once = [&] {
+      if (machine_)
+        tcoll::allreduce(*machine_, data.data(), data.data(), data.size(), tcoll::sum_op{},
+                         tcoll::hierarchical_options<tcoll::ring>{});
+      else
+        tcoll::allreduce(*shm_, std::span<float>(data));
+    };
+    for (int k = 0; k < 10; ++k) once();
     const auto start = std::chrono::steady_clock::now();
-    for (int k = 0; k < iters; ++k) tcoll::allreduce(*transport_, std::span<float>(data));
+    for (int k = 0; k < iters; ++k) once();
     return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() /
            iters;
   }
 
 private:
-  /// Queues `body(tag)` on the transport's engine (or runs it at once when the call moves
-  /// at most `inline_max_bytes_` per rank); the returned work completes when it has run (or
-  /// failed: a failure breaks the group, and every later call fails at once).
+  /// `f(t)` with the transport of the flat collectives: shared memory on one node, Gloo's
+  /// send/recv across nodes.
+  template <class F>
+  auto with_flat(F&& f) -> decltype(f(std::declval<tcoll::shm_transport&>())) {
+    if (flat_) return f(*flat_);
+    return f(*shm_);
+  }
+
+  /// Queues `body(t, tag)` on the engine of the flat transport `t` (or runs it at once when
+  /// the call moves at most `inline_max_bytes_` per rank); the returned work completes when
+  /// it has run (or failed: a failure breaks the group, and every later call fails at once).
   template <class Body>
   c10::intrusive_ptr<c10d::Work> enqueue(OpType type, std::vector<at::Tensor> outputs,
                                          const char* what, std::size_t bytes, Body body) {
+    return with_flat([&](auto& t) {
+      return run_or_queue(
+          type, std::move(outputs), what, bytes, [&t] { return tcoll::detail::begin_collective(t); },
+          [&t](auto&& run) { tcoll::detail::guarded(t, run); },
+          [&t](auto task, auto done) { return tcoll::detail::submit_collective(t, task, done); },
+          [&t, body](int tag) mutable { body(t, tag); });
+    });
+  }
+
+  /// Queues `body(intra_tag, inter_tag)`, a hierarchical collective, on the engine of this
+  /// node's transport (or runs it at once, as `enqueue`).
+  template <class Body>
+  c10::intrusive_ptr<c10d::Work> enqueue_hierarchical(OpType type, std::vector<at::Tensor> outputs,
+                                                      const char* what, std::size_t bytes,
+                                                      Body body) {
+    auto& h = *machine_;
+    return run_or_queue(
+        type, std::move(outputs), what, bytes, [&h] { return h.begin(); },
+        [](auto&& run) { run(); },
+        [&h](auto task, auto done) {
+          return tcoll::detail::submit_hierarchical(
+              h, [task](int a, int b) mutable { task(std::pair<int, int>{a, b}); }, done);
+        },
+        [body](std::pair<int, int> tags) mutable { body(tags.first, tags.second); });
+  }
+
+  /// The common part of `enqueue` and `enqueue_hierarchical`: `begin()` draws the call's
+  /// message space(s), `guard(run)` runs under the transport's failure guard, `submit`
+  /// queues on the engine with a completion.
+  template <class Begin, class Guard, class Submit, class Body>
+  c10::intrusive_ptr<c10d::Work> run_or_queue(OpType type, std::vector<at::Tensor> outputs,
+                                              const char* what, std::size_t bytes, Begin begin,
+                                              Guard guard, Submit submit, Body body) {
     auto w = c10::make_intrusive<work>(rank_, type, std::move(outputs));
     ++sequence_;
     if (debug_enabled())
@@ -581,8 +705,8 @@ private:
       // transport takes calls from several threads). The work is complete on return.
       std::exception_ptr error;
       try {
-        const int tag = tcoll::detail::begin_collective(*transport_);
-        tcoll::detail::guarded(*transport_, [&] { body(tag); });
+        auto tags = begin();
+        guard([&] { body(tags); });
       } catch (...) {
         error = std::current_exception();
       }
@@ -590,8 +714,7 @@ private:
       return w;
     }
     try {
-      (void)tcoll::detail::submit_collective(*transport_, std::move(body),
-                                             [w](std::exception_ptr error) { w->complete(error); });
+      (void)submit(std::move(body), [w](std::exception_ptr error) { w->complete(error); });
     } catch (...) {
       w->complete(std::current_exception());
     }
@@ -624,39 +747,56 @@ private:
                 [&]<class T>(type_tag<T>) { with_op<T>(run_op, dtype, rank_, [](auto) {}); });
       work_on.push_back(dense(t));
     }
-    return enqueue(type, tensors, what, total_bytes(work_on), [=, this](int tag) {
+    // every tensor in turn: reduce_one(data, count, op) runs one allreduce in place
+    auto each = [=, this](auto&& reduce_one) {
       for (std::size_t i = 0; i < work_on.size(); ++i) {
         const at::Tensor& b = work_on[i];
         if (factor) b.mul_(*factor);
         const auto dtype = b.scalar_type();
         with_type(dtype, [&]<class T>(type_tag<T>) {
           with_op<T>(run_op, dtype, rank_, [&](const auto& o) {
-            tcoll::cpu_reducer red;
-            T* data = reinterpret_cast<T*>(b.data_ptr());
-            tcoll::detail::allreduce_tagged(*transport_, tag, static_cast<const T*>(data), data,
-                                            static_cast<std::size_t>(b.numel()), o,
-                                            tcoll::automatic{}, red);
+            reduce_one(reinterpret_cast<T*>(b.data_ptr()), static_cast<std::size_t>(b.numel()),
+                       o);
           });
         });
         copy_back(tensors[i], b);
       }
+    };
+    if (machine_) // across nodes: shared memory inside each node, Gloo between them
+      return enqueue_hierarchical(
+          type, tensors, what, total_bytes(work_on), [=, this](int intra_tag, int inter_tag) {
+            each([&](auto* data, std::size_t n, const auto& o) {
+              tcoll::cpu_reducer red;
+              machine_->allreduce_tagged(intra_tag, inter_tag, data, data, n, o,
+                                         tcoll::hierarchical_options<tcoll::ring>{}, red);
+            });
+          });
+    return enqueue(type, tensors, what, total_bytes(work_on), [=, this](auto& t, int tag) {
+      each([&](auto* data, std::size_t n, const auto& o) {
+        using T = std::remove_pointer_t<decltype(data)>;
+        tcoll::cpu_reducer red;
+        tcoll::detail::allreduce_tagged(t, tag, static_cast<const T*>(data), data, n, o,
+                                        tcoll::automatic{}, red);
+      });
     });
   }
 
-  void run_allgather(int tag, const at::Tensor& in, const at::Tensor& out) {
+  template <class Tr>
+  static void run_allgather(Tr& t, int tag, const at::Tensor& in, const at::Tensor& out) {
     tcoll::cpu_reducer red;
-    tcoll::detail::allgather_tagged(*transport_, tag, static_cast<const byte*>(bytes_of(in)),
+    tcoll::detail::allgather_tagged(t, tag, static_cast<const byte*>(bytes_of(in)),
                                     bytes_of(out), in.nbytes(), tcoll::ring{}, red);
   }
 
-  void run_reduce_scatter(int tag, const at::Tensor& in, const at::Tensor& out,
+  template <class Tr>
+  void run_reduce_scatter(Tr& t, int tag, const at::Tensor& in, const at::Tensor& out,
                           const c10d::ReduceOp& op) {
     const auto dtype = in.scalar_type();
     with_type(dtype, [&]<class T>(type_tag<T>) {
       with_op<T>(op, dtype, rank_, [&](const auto& o) {
         tcoll::cpu_reducer red;
         tcoll::detail::reduce_scatter_tagged(
-            *transport_, tag, reinterpret_cast<const T*>(in.data_ptr()),
+            t, tag, reinterpret_cast<const T*>(in.data_ptr()),
             reinterpret_cast<T*>(out.data_ptr()), static_cast<std::size_t>(out.numel()), o,
             tcoll::ring{}, red);
       });
@@ -740,7 +880,11 @@ private:
   }
 
   c10::intrusive_ptr<c10d::Store> store_;
-  std::unique_ptr<tcoll::shm_transport> transport_;
+  node_layout layout_;
+  std::unique_ptr<tcoll::shm_transport> shm_; ///< this node's ranks (all of them on one node)
+  c10::intrusive_ptr<c10d::Backend> flat_group_, inter_group_; ///< across nodes only
+  std::unique_ptr<c10d_transport> flat_, inter_;
+  std::unique_ptr<tcoll::hierarchical<tcoll::shm_transport, c10d_transport>> machine_;
   std::atomic<std::uint64_t> sequence_{0};
   /// Calls moving at most this many bytes per rank run in the caller's thread
   /// (TCOLL_TORCH_INLINE_BYTES, default 64 KiB; 0 queues every call on the engine).
@@ -750,13 +894,29 @@ private:
   }();
 };
 
-/// The creator `torch.distributed.Backend.register_backend` calls for every group.
+/// The layout of a group (collective over its ranks): (node, nodes, local_rank, local_size,
+/// shards).
+std::tuple<int, int, int, int, int> node_layout(const c10::intrusive_ptr<c10d::Store>& store,
+                                                int rank, int size) {
+  const auto l = backend::node_layout_of(*store, rank, size);
+  return {l.node, l.nodes, l.local_rank, l.local_size, l.shards};
+}
+
+/// Makes the backend of one group (tcoll_torch/__init__.py calls it for
+/// `torch.distributed.Backend.register_backend`).
 c10::intrusive_ptr<c10d::Backend> create_backend(const c10::intrusive_ptr<c10d::Store>& store,
                                                  int rank, int size,
-                                                 const std::chrono::duration<float>& timeout) {
+                                                 const std::chrono::duration<float>& timeout,
+                                                 std::tuple<int, int, int, int, int> layout,
+                                                 c10::intrusive_ptr<c10d::Backend> flat_group,
+                                                 c10::intrusive_ptr<c10d::Backend> inter_group) {
   const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(timeout);
+  const auto [node, nodes, local_rank, local_size, shards] = layout;
   return c10::make_intrusive<backend>(store, rank, size,
-                                      ms.count() > 0 ? ms : std::chrono::milliseconds(1800000));
+                                      ms.count() > 0 ? ms : std::chrono::milliseconds(1800000),
+                                      backend::node_layout{node, nodes, local_rank, local_size,
+                                                           shards},
+                                      std::move(flat_group), std::move(inter_group));
 }
 
 } // namespace tcoll_torch
@@ -772,11 +932,25 @@ double time_raw_allreduce(const c10::intrusive_ptr<c10d::Backend>& b, std::size_
 }
 } // namespace tcoll_torch
 
+namespace tcoll_torch {
+/// The layout a tcoll backend runs with (tests, TCOLL_DEBUG users).
+std::tuple<int, int, int, int, int> layout_of(const c10::intrusive_ptr<c10d::Backend>& b) {
+  auto* mine = dynamic_cast<backend*>(b.get());
+  TORCH_CHECK(mine, "tcoll: layout_of: not a tcoll backend");
+  return mine->layout();
+}
+} // namespace tcoll_torch
+
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.doc() = "tcoll's torch.distributed backend (docs/torch.md)";
+  m.def("node_layout", &tcoll_torch::node_layout,
+        "(node, nodes, local_rank, local_size, shards) of a group (collective)");
   m.def("create_backend", &tcoll_torch::create_backend, "the creator of a tcoll process group",
         pybind11::arg("store"), pybind11::arg("rank"), pybind11::arg("size"),
-        pybind11::arg("timeout"));
+        pybind11::arg("timeout"), pybind11::arg("layout"), pybind11::arg("flat_group") = nullptr,
+        pybind11::arg("inter_group") = nullptr);
+  m.def("layout_of", &tcoll_torch::layout_of,
+        "(node, nodes, local_rank, local_size, shards) of a tcoll backend");
   m.def("time_raw_allreduce", &tcoll_torch::time_raw_allreduce,
         "seconds per blocking allreduce straight from C++ (collective; benchmarks only)");
 }
