@@ -176,6 +176,13 @@ TEST_CASE("multi_ring in selection strings and automatic") {
     CHECK(a.choose(bytes, true, false, false, true) != algorithm_id::multi_ring);
 }
 
+namespace {
+struct shm_like {
+  static constexpr bool shared_memory = true;
+};
+struct plain {};
+} // namespace
+
 TEST_CASE("automatic on a shared-memory transport: its own choice, rules still first") {
   using tcoll::algorithm_id;
   tcoll::automatic a{.rules = {}};
@@ -186,10 +193,6 @@ TEST_CASE("automatic on a shared-memory transport: its own choice, rules still f
   CHECK(a.choose_shared_memory(512 << 10, 3, true) == algorithm_id::ring);
   CHECK(a.choose_shared_memory(8 << 20, 4, true) == algorithm_id::recursive_halving_doubling);
   // the dispatch by transport: shm_transport declares shared_memory, the thread transport not
-  struct shm_like {
-    static constexpr bool shared_memory = true;
-  };
-  struct plain {};
   CHECK(a.choose_for<shm_like>(8 << 20, 2, true, false) ==
         algorithm_id::recursive_halving_doubling);
   CHECK(a.choose_for<plain>(8 << 20, 2, true, false) == algorithm_id::ring);

@@ -3,7 +3,10 @@
 // peers of a failed rank fail within a second through the failure announcement.
 #define DOCTEST_CONFIG_IMPLEMENT
 #include <doctest/doctest.h>
+
+#include <atomic>
 #include <mpi.h>
+#include <thread>
 
 #include <cstdio>
 #include <sstream>
@@ -110,6 +113,37 @@ TEST_CASE("mpi: peers of a failed rank fail within a second, not after the timeo
         CHECK(tcoll::clock::now() - start < 1200ms);
       }
     });
+  }
+}
+
+TEST_CASE("mpi: threads polling announcements at once all learn the failure, none blocks") {
+  // Several threads of a rank poll the control communicator while a peer announces its
+  // failure once. With a plain probe-then-receive, two threads could both see the one
+  // announcement and the loser would wait in its receive forever (a hang, then the suite's
+  // timeout); a matched probe hands the message to one thread.
+  int P = 0;
+  MPI_Comm_size(MPI_COMM_WORLD, &P);
+  if (P < 2) return;
+  for (int round = 0; round < 20; ++round) {
+    auto t = make(20s);
+    MPI_Barrier(MPI_COMM_WORLD);
+    if (world_rank() == 0) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(round % 5));
+      t.abort();
+    } else {
+      std::atomic<int> finished{0};
+      std::vector<std::thread> pollers;
+      for (int k = 0; k < 4; ++k)
+        pollers.emplace_back([&] {
+          const auto until = tcoll::clock::now() + 10s;
+          while (tcoll::clock::now() < until && !t.aborted()) t.poll_announcements();
+          ++finished;
+        });
+      for (auto& p : pollers) p.join();
+      CHECK(finished.load() == 4);
+      CHECK(t.failed_peer() == 0);
+    }
+    MPI_Barrier(MPI_COMM_WORLD);
   }
 }
 

@@ -455,19 +455,30 @@ public:
     if (may_call_mpi_here()) flush_announcement();
   }
 
+  /// Has this transport aborted (abort() here, or a peer's failure announcement received)?
+  bool aborted() const noexcept { return state_ && state_->aborted.load(); }
+  /// The rank whose failure announcement aborted this transport, or -1.
+  int failed_peer() const noexcept { return state_ ? state_->failed_peer.load() : -1; }
+
   /// Receives a pending failure announcement of a peer, if any, and aborts this rank with
-  /// it. `wait` calls it between polls; call it from an idle loop to notice failures early.
+  /// it. Several threads may poll at once (MPI_THREAD_MULTIPLE): a matched probe gives the
+  /// announcement to one of them. `wait` calls it between polls; call it from an idle loop to
+  /// notice failures early.
   void poll_announcements() {
     if (!state_ || comm_ == MPI_COMM_NULL) return;
     flush_announcement();
     if (state_->aborted.load(std::memory_order_relaxed)) return; // nothing more to learn
+    // A matched probe: the announcement is this thread's from the probe on, so two threads
+    // polling at once cannot both see it and leave the loser blocked in a receive
     int flag = 0;
+    MPI_Message message = MPI_MESSAGE_NULL;
     MPI_Status st;
-    if (MPI_Iprobe(MPI_ANY_SOURCE, announce_tag, state_->control, &flag, &st) != MPI_SUCCESS ||
+    if (MPI_Improbe(MPI_ANY_SOURCE, announce_tag, state_->control, &flag, &message, &st) !=
+            MPI_SUCCESS ||
         !flag)
       return;
     int code = 0;
-    MPI_Recv(&code, 1, MPI_INT, st.MPI_SOURCE, announce_tag, state_->control, MPI_STATUS_IGNORE);
+    MPI_Mrecv(&code, 1, MPI_INT, &message, MPI_STATUS_IGNORE);
     int expected = -1;
     state_->failed_peer.compare_exchange_strong(expected, st.MPI_SOURCE);
     state_->aborted.store(true);
