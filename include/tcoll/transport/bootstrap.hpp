@@ -11,6 +11,7 @@
 /// (`shm_transport::allocate`). Bootstrap calls are slow (milliseconds): never on a hot path.
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <concepts>
 #include <cstddef>
@@ -43,14 +44,23 @@ public:
   /// Collective: how many ranks of the team (this one included) share memory with this
   /// one. By default: those with this rank's `node_identity()`.
   virtual int ranks_sharing_memory() {
-    const std::string key = node_identity();
-    std::vector<std::uint8_t> mine(identity_bytes, 0);
-    std::copy_n(key.begin(), std::min(key.size(), identity_bytes), mine.begin());
-    const std::vector<std::uint8_t> all = allgather(mine);
-    int same = 0;
-    for (int q = 0; q < size(); ++q)
-      same += std::equal(mine.begin(), mine.end(), all.begin() + q * identity_bytes);
-    return same;
+    const std::vector<std::string> all = node_identities();
+    return static_cast<int>(
+        std::count(all.begin(), all.end(), all[static_cast<std::size_t>(rank())]));
+  }
+
+  /// Collective: every rank's `node_identity()`, in rank order (at most 319 bytes each).
+  std::vector<std::string> node_identities() {
+    std::string mine = node_identity();
+    mine.resize(identity_bytes, '\0');
+    const std::vector<std::uint8_t> all =
+        allgather({reinterpret_cast<const std::uint8_t*>(mine.data()), identity_bytes});
+    std::vector<std::string> ids(static_cast<std::size_t>(size()));
+    for (std::size_t q = 0; q < ids.size(); ++q) {
+      const char* at = reinterpret_cast<const char*>(all.data()) + q * identity_bytes;
+      ids[q].assign(at, std::find(at, at + identity_bytes - 1, '\0'));
+    }
+    return ids;
   }
 
   /// What identifies this machine's memory: the host name and the kernel's boot id, so two

@@ -92,8 +92,8 @@ private:
 template <class Tr>
 class p2p_work final : public c10d::Work {
 public:
-  p2p_work(int rank, OpType type, Tr& t, typename Tr::request r,
-           at::Tensor tensor, at::Tensor user, int peer)
+  p2p_work(int rank, OpType type, Tr& t, typename Tr::request r, at::Tensor tensor, at::Tensor user,
+           int peer)
       : c10d::Work(rank, type), t_(t), request_(std::move(r)), tensor_(std::move(tensor)),
         user_(std::move(user)), peer_(peer) {}
 
@@ -268,7 +268,8 @@ public:
   /// headers to build them here.
   backend(const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
           std::chrono::milliseconds timeout, node_layout layout,
-          c10::intrusive_ptr<c10d::Backend> flat_group, c10::intrusive_ptr<c10d::Backend> inter_group)
+          c10::intrusive_ptr<c10d::Backend> flat_group,
+          c10::intrusive_ptr<c10d::Backend> inter_group)
       : c10d::Backend(rank, size), store_(store), layout_(layout),
         flat_group_(std::move(flat_group)), inter_group_(std::move(inter_group)) {
     init(); // c10d's per-backend set-up (logging), as its own backends do
@@ -309,14 +310,7 @@ public:
   /// boot id, exchanged through the store; see bootstrap::node_identity()).
   static node_layout node_layout_of(c10d::Store& store, int rank, int size) {
     tcoll::store_bootstrap<c10d::Store> boot(store, rank, size, "tcoll/nodes");
-    constexpr std::size_t width = 320;
-    std::string mine = tcoll::bootstrap::node_identity();
-    mine.resize(width, '\0');
-    const std::vector<std::uint8_t> all =
-        boot.allgather({reinterpret_cast<const std::uint8_t*>(mine.data()), width});
-    std::vector<std::string> ids(static_cast<std::size_t>(size));
-    for (int q = 0; q < size; ++q)
-      ids[q].assign(reinterpret_cast<const char*>(all.data()) + q * width, width);
+    const std::vector<std::string> ids = boot.node_identities();
     std::vector<std::string> distinct;
     std::vector<int> members;
     node_layout l;
@@ -361,8 +355,8 @@ public:
         OpType::BROADCAST, tensors, "broadcast", total_bytes(work_on), [=, this](auto& t, int tag) {
           for (std::size_t i = 0; i < work_on.size(); ++i) {
             tcoll::cpu_reducer red;
-            tcoll::detail::broadcast_tagged(t, tag, bytes_of(work_on[i]),
-                                            work_on[i].nbytes(), root, tcoll::binomial_tree{}, red);
+            tcoll::detail::broadcast_tagged(t, tag, bytes_of(work_on[i]), work_on[i].nbytes(), root,
+                                            tcoll::binomial_tree{}, red);
             copy_back(tensors[i], work_on[i]);
           }
         });
@@ -403,11 +397,13 @@ public:
     at::Tensor in = dense(inputs[0]);
     at::Tensor gathered = at::empty({static_cast<std::int64_t>(size_) * in.numel()}, in.options());
     std::vector<at::Tensor> out_list = list;
-    return enqueue(OpType::ALLGATHER, list, "allgather", gathered.nbytes(), [=, this](auto& t, int tag) {
-      run_allgather(t, tag, in, gathered);
-      for (int q = 0; q < size_; ++q)
-        out_list[q].copy_(gathered.narrow(0, q * in.numel(), in.numel()).view(out_list[q].sizes()));
-    });
+    return enqueue(
+        OpType::ALLGATHER, list, "allgather", gathered.nbytes(), [=, this](auto& t, int tag) {
+          run_allgather(t, tag, in, gathered);
+          for (int q = 0; q < size_; ++q)
+            out_list[q].copy_(
+                gathered.narrow(0, q * in.numel(), in.numel()).view(out_list[q].sizes()));
+        });
   }
 
   c10::intrusive_ptr<c10d::Work> _allgather_base(at::Tensor& output, at::Tensor& input,
@@ -586,9 +582,8 @@ public:
     at::Tensor token = at::zeros({1}, at::kByte);
     return enqueue(OpType::BARRIER, {}, "barrier", 1, [=, this](auto& t, int tag) {
       tcoll::cpu_reducer red;
-      tcoll::detail::allreduce_tagged(t, tag, token.data_ptr<byte>(),
-                                      token.data_ptr<byte>(), 1, tcoll::max_op{},
-                                      tcoll::recursive_doubling{}, red);
+      tcoll::detail::allreduce_tagged(t, tag, token.data_ptr<byte>(), token.data_ptr<byte>(), 1,
+                                      tcoll::max_op{}, tcoll::recursive_doubling{}, red);
     });
   }
 
@@ -640,8 +635,7 @@ public:
     for (int k = 0; k < 10; ++k) once();
     const auto start = std::chrono::steady_clock::now();
     for (int k = 0; k < iters; ++k) once();
-    return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() /
-           iters;
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() / iters;
   }
 
 private:
@@ -661,7 +655,8 @@ private:
                                          const char* what, std::size_t bytes, Body body) {
     return with_flat([&](auto& t) {
       return run_or_queue(
-          type, std::move(outputs), what, bytes, [&t] { return tcoll::detail::begin_collective(t); },
+          type, std::move(outputs), what, bytes,
+          [&t] { return tcoll::detail::begin_collective(t); },
           [&t](auto&& run) { tcoll::detail::guarded(t, run); },
           [&t](auto task, auto done) { return tcoll::detail::submit_collective(t, task, done); },
           [&t, body](int tag) mutable { body(t, tag); });
@@ -680,7 +675,11 @@ private:
         [](auto&& run) { run(); },
         [&h](auto task, auto done) {
           return tcoll::detail::submit_hierarchical(
-              h, [task](int a, int b) mutable { task(std::pair<int, int>{a, b}); }, done);
+              h,
+              [task](int a, int b) mutable {
+                task(std::pair<int, int>{a, b});
+              },
+              done);
         },
         [body](std::pair<int, int> tags) mutable { body(tags.first, tags.second); });
   }
@@ -755,8 +754,7 @@ private:
         const auto dtype = b.scalar_type();
         with_type(dtype, [&]<class T>(type_tag<T>) {
           with_op<T>(run_op, dtype, rank_, [&](const auto& o) {
-            reduce_one(reinterpret_cast<T*>(b.data_ptr()), static_cast<std::size_t>(b.numel()),
-                       o);
+            reduce_one(reinterpret_cast<T*>(b.data_ptr()), static_cast<std::size_t>(b.numel()), o);
           });
         });
         copy_back(tensors[i], b);
@@ -784,8 +782,8 @@ private:
   template <class Tr>
   static void run_allgather(Tr& t, int tag, const at::Tensor& in, const at::Tensor& out) {
     tcoll::cpu_reducer red;
-    tcoll::detail::allgather_tagged(t, tag, static_cast<const byte*>(bytes_of(in)),
-                                    bytes_of(out), in.nbytes(), tcoll::ring{}, red);
+    tcoll::detail::allgather_tagged(t, tag, static_cast<const byte*>(bytes_of(in)), bytes_of(out),
+                                    in.nbytes(), tcoll::ring{}, red);
   }
 
   template <class Tr>
@@ -796,9 +794,8 @@ private:
       with_op<T>(op, dtype, rank_, [&](const auto& o) {
         tcoll::cpu_reducer red;
         tcoll::detail::reduce_scatter_tagged(
-            t, tag, reinterpret_cast<const T*>(in.data_ptr()),
-            reinterpret_cast<T*>(out.data_ptr()), static_cast<std::size_t>(out.numel()), o,
-            tcoll::ring{}, red);
+            t, tag, reinterpret_cast<const T*>(in.data_ptr()), reinterpret_cast<T*>(out.data_ptr()),
+            static_cast<std::size_t>(out.numel()), o, tcoll::ring{}, red);
       });
     });
   }
@@ -912,11 +909,10 @@ c10::intrusive_ptr<c10d::Backend> create_backend(const c10::intrusive_ptr<c10d::
                                                  c10::intrusive_ptr<c10d::Backend> inter_group) {
   const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(timeout);
   const auto [node, nodes, local_rank, local_size, shards] = layout;
-  return c10::make_intrusive<backend>(store, rank, size,
-                                      ms.count() > 0 ? ms : std::chrono::milliseconds(1800000),
-                                      backend::node_layout{node, nodes, local_rank, local_size,
-                                                           shards},
-                                      std::move(flat_group), std::move(inter_group));
+  return c10::make_intrusive<backend>(
+      store, rank, size, ms.count() > 0 ? ms : std::chrono::milliseconds(1800000),
+      backend::node_layout{node, nodes, local_rank, local_size, shards}, std::move(flat_group),
+      std::move(inter_group));
 }
 
 } // namespace tcoll_torch

@@ -82,11 +82,11 @@ public:
     r.work_ = call(peer, "recv", [&] { return group_->recv(t, peer, tag); });
     return r;
   }
-  request irecv_consume(int peer, std::size_t bytes, int tag, tcoll::consumer use,
-                        void* staging) {
+  request irecv_consume(int peer, std::size_t bytes, int tag, tcoll::consumer use, void* staging) {
     if (bytes != 0 && staging == nullptr)
       throw tcoll::invalid_argument("irecv_consume: staging is null but bytes is " +
-                                        std::to_string(bytes) + " (c10d_transport is not zero-copy)",
+                                        std::to_string(bytes) +
+                                        " (c10d_transport is not zero-copy)",
                                     rank_, peer);
     request r = irecv(peer, staging, bytes, tag);
     r.use_ = use;
@@ -105,7 +105,8 @@ public:
   /// Blocks until `r` completes; throws `timeout_error` at `when`.
   void wait(request& r, tcoll::deadline when) {
     while (!test(r)) {
-      const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(when - tcoll::clock::now());
+      const auto left =
+          std::chrono::duration_cast<std::chrono::milliseconds>(when - tcoll::clock::now());
       if (left.count() <= 0) throw timeout(r);
       // a bounded wait, so an abort() from another thread is seen within 50 ms
       try {
@@ -144,8 +145,9 @@ private:
         why = e.what();
       } catch (...) {
       }
-      throw tcoll::transport_error(std::string("c10d_transport: ") + (r.send_ ? "send" : "receive") +
-                                       " of " + std::to_string(r.bytes_) + " bytes failed: " + why,
+      throw tcoll::transport_error(std::string("c10d_transport: ") +
+                                       (r.send_ ? "send" : "receive") + " of " +
+                                       std::to_string(r.bytes_) + " bytes failed: " + why,
                                    rank_, r.peer_);
     }
     if (r.use_.fn && r.bytes_) r.use_(r.staging_, r.bytes_);
@@ -156,8 +158,10 @@ private:
   }
   tcoll::timeout_error timeout(const request& r) const {
     return tcoll::timeout_error(std::string(r.send_ ? "send" : "receive") + " of " +
-                                    std::to_string(r.bytes_) + " bytes over the process group "
-                                    "timed out after " + std::to_string(timeout_.count()) + " ms",
+                                    std::to_string(r.bytes_) +
+                                    " bytes over the process group "
+                                    "timed out after " +
+                                    std::to_string(timeout_.count()) + " ms",
                                 rank_, r.peer_);
   }
   void check_peer(int peer, const char* what) const {
