@@ -1,10 +1,13 @@
 // The `torch.distributed` backend "tcoll" for CPU tensors (docs/torch.md).
 //
-// One `tcoll_torch::backend` per process group: its transport is tcoll's shm_transport,
-// built through the c10d::Store that PyTorch hands the backend (store_bootstrap), so no MPI
-// is needed. Every collective is queued on the transport's communication engine (one thread
-// per group, collectives run in call order, MPI's rule) and returns a `work` that the engine
-// completes; its future carries the output tensors, so DDP comm hooks chain on it.
+// One `tcoll_torch::backend` per process group. On one node its transport is tcoll's
+// shm_transport, built through the c10d::Store that PyTorch hands the backend
+// (store_bootstrap), so no MPI is needed. Across nodes, allreduce is hierarchical (shared
+// memory inside each node, Gloo's send/recv between nodes through c10d_transport) and the
+// other collectives run on c10d_transport over every rank. Calls of at most 64 KiB per rank
+// run at once in the caller's thread; larger ones queue on the transport's communication
+// engine (one thread per transport, calls in call order, MPI's rule). Either way the call
+// returns a `work` whose future carries the output tensors, so DDP comm hooks chain on it.
 // Point-to-point send/recv are posted on the transport at once and complete in wait().
 #include <torch/csrc/distributed/c10d/Backend.hpp>
 #include <torch/csrc/distributed/c10d/Store.hpp>
