@@ -94,12 +94,18 @@ def run_ranks(fn, size, *args, backend="tcoll", timeout_s=30, deadline=120, init
 
     end = time.monotonic() + deadline
     received = 0
-    while received < size:
+    reported = set()
+    while received < size and time.monotonic() < end:
         try:
-            rank, status, value = queue.get(timeout=max(0.1, end - time.monotonic()))
+            rank, status, value = queue.get(timeout=0.2)
         except queue_module.Empty:
-            break
+            # every rank that has not reported has exited: nothing more will come
+            if all(not procs[r].is_alive() for r in range(size) if r not in reported):
+                if queue.empty():  # a rank that put its result just before it exited
+                    break
+            continue
         received += 1
+        reported.add(rank)
         if status == "ok":
             import torch
             results[rank] = torch.load(io.BytesIO(value), weights_only=False)
