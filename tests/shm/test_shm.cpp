@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "../common/collective_cases.hpp"
+#include "dev_shm.hpp"
 
 using namespace tcoll::testing;
 using namespace std::chrono_literals;
@@ -92,14 +93,6 @@ bool single_copy_agreed(const tcoll::shm_transport& t) {
   MPI_Allreduce(&mine, &low, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
   MPI_Allreduce(&mine, &high, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
   return low == high;
-}
-
-std::size_t tcoll_files_in_dev_shm() {
-  std::size_t n = 0;
-  std::error_code ec;
-  for (const auto& e : std::filesystem::directory_iterator("/dev/shm", ec))
-    if (e.path().filename().string().rfind("tcoll-shm-", 0) == 0) ++n;
-  return n;
 }
 
 } // namespace

@@ -15,6 +15,7 @@
 #include <tcoll/transport/shm.hpp>
 
 #include "../common/collective_cases.hpp"
+#include "dev_shm.hpp"
 #include "process_team.hpp"
 
 #ifdef TCOLL_SHM_FROM_MPI
@@ -36,14 +37,6 @@ tcoll::shm_options small_slots() {
   o.single_copy_min_bytes = 512;
   o.single_copy_piece_bytes = 128;
   return o;
-}
-
-std::size_t tcoll_files_in_dev_shm() {
-  std::size_t n = 0;
-  std::error_code ec;
-  for (const auto& e : std::filesystem::directory_iterator("/dev/shm", ec))
-    if (e.path().filename().string().rfind("tcoll-shm-", 0) == 0) ++n;
-  return n;
 }
 
 /// Constructs a transport with `options`; the invalid_argument's text, or "" when none.

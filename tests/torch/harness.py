@@ -10,8 +10,10 @@ import datetime
 import io
 import multiprocessing
 import os
+import queue as queue_module
 import sys
 import tempfile
+import time
 import traceback
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -89,9 +91,6 @@ def run_ranks(fn, size, *args, backend="tcoll", timeout_s=30, deadline=120, init
         os.environ.clear()
         os.environ.update(saved)
     results, errors = [None] * size, {}
-    import queue as queue_module
-    import time
-
     end = time.monotonic() + deadline
     received = 0
     reported = set()

@@ -373,7 +373,7 @@ public:
     at::Tensor buffer = dense(tensors[0]);
     const auto op = opts.reduceOp;
     const auto dtype = buffer.scalar_type();
-    with_type(dtype, [&]<class T>(type_tag<T>) { with_op<T>(op, dtype, rank_, [](auto) {}); });
+    check_op(op, dtype);
     return enqueue(OpType::REDUCE, tensors, "reduce", buffer.nbytes(), [=, this](auto& t, int tag) {
       with_type(dtype, [&]<class T>(type_tag<T>) {
         with_op<T>(op, dtype, rank_, [&](const auto& o) {
@@ -411,11 +411,7 @@ public:
 
   c10::intrusive_ptr<c10d::Work> _allgather_base(at::Tensor& output, at::Tensor& input,
                                                  const c10d::AllgatherOptions&) override {
-    check_cpu(input, "all_gather_into_tensor", "input", rank_);
-    check_cpu(output, "all_gather_into_tensor", "output", rank_);
-    TORCH_CHECK(output.scalar_type() == input.scalar_type(), "tcoll: all_gather_into_tensor: rank ",
-                rank_, ": output dtype ", output.scalar_type(), " differs from input dtype ",
-                input.scalar_type());
+    check_pair(output, input, "all_gather_into_tensor");
     TORCH_CHECK(output.numel() == input.numel() * size_, "tcoll: all_gather_into_tensor: rank ",
                 rank_, ": output has ", output.numel(), " elements, expected ", size_, " x ",
                 input.numel());
@@ -447,11 +443,7 @@ public:
   c10::intrusive_ptr<c10d::Work>
   _reduce_scatter_base(at::Tensor& output, at::Tensor& input,
                        const c10d::ReduceScatterOptions& opts) override {
-    check_cpu(input, "reduce_scatter_tensor", "input", rank_);
-    check_cpu(output, "reduce_scatter_tensor", "output", rank_);
-    TORCH_CHECK(output.scalar_type() == input.scalar_type(), "tcoll: reduce_scatter_tensor: rank ",
-                rank_, ": output dtype ", output.scalar_type(), " differs from input dtype ",
-                input.scalar_type());
+    check_pair(output, input, "reduce_scatter_tensor");
     TORCH_CHECK(input.numel() == output.numel() * size_, "tcoll: reduce_scatter_tensor: rank ",
                 rank_, ": input has ", input.numel(), " elements, expected ", size_, " x ",
                 output.numel());
@@ -467,10 +459,7 @@ public:
                                                std::vector<int64_t>& output_splits,
                                                std::vector<int64_t>& input_splits,
                                                const c10d::AllToAllOptions&) override {
-    check_cpu(input, "all_to_all_single", "input", rank_);
-    check_cpu(output, "all_to_all_single", "output", rank_);
-    TORCH_CHECK(output.scalar_type() == input.scalar_type(), "tcoll: all_to_all_single: rank ",
-                rank_, ": output dtype differs from input dtype");
+    check_pair(output, input, "all_to_all_single");
     const auto send_bytes = split_bytes(input, input_splits, "input_split_sizes");
     const auto recv_bytes = split_bytes(output, output_splits, "output_split_sizes");
     at::Tensor in = dense(input), out = dense(output);
@@ -744,9 +733,7 @@ private:
     }
     std::vector<at::Tensor> work_on;
     for (auto& t : tensors) {
-      const auto dtype = t.scalar_type();
-      with_type(dtype,
-                [&]<class T>(type_tag<T>) { with_op<T>(run_op, dtype, rank_, [](auto) {}); });
+      check_op(run_op, t.scalar_type());
       work_on.push_back(dense(t));
     }
     // every tensor in turn: reduce_one(data, count, op) runs one allreduce in place
@@ -829,6 +816,18 @@ private:
                        const char* argument) {
     TORCH_CHECK(static_cast<int>(list.size()) == size_, "tcoll: ", what, ": rank ", rank_, ": ",
                 argument, " has ", list.size(), " tensors, the group has ", size_, " ranks");
+  }
+  /// Both tensors usable here, and of one dtype (the single-tensor collectives).
+  void check_pair(const at::Tensor& output, const at::Tensor& input, const char* what) {
+    check_cpu(input, what, "input", rank_);
+    check_cpu(output, what, "output", rank_);
+    TORCH_CHECK(output.scalar_type() == input.scalar_type(), "tcoll: ", what, ": rank ", rank_,
+                ": output dtype ", output.scalar_type(), " differs from input dtype ",
+                input.scalar_type());
+  }
+  /// Throws at the call (not in wait()) for an op this dtype does not support.
+  void check_op(const c10d::ReduceOp& op, at::ScalarType dtype) {
+    with_type(dtype, [&]<class T>(type_tag<T>) { with_op<T>(op, dtype, rank_, [](auto) {}); });
   }
   void check_like(const at::Tensor& t, const at::Tensor& like, const char* what,
                   const char* argument) {
