@@ -5,7 +5,7 @@
 # tables (bench/allreduce_ratios.py) in $OUT/ratios.md.
 #
 #   bash bench/run_allreduce_suite.sh                 # uses ./build, writes bench/results/
-#   BUILD=build-mpi REPS=7 OUT=/tmp/r bash bench/run_allreduce_suite.sh
+#   BUILD=build REPS=7 OUT=/tmp/r bash bench/run_allreduce_suite.sh
 #
 # Sizes 8 B .. 128 MiB by factor 8 (8 * 8^k; the next step would pass 256 MiB). Small sizes
 # (<= 2 MiB) run -n $SMALL_ITERS (50) after 10 warm-ups, large ones -n $LARGE_ITERS (3)

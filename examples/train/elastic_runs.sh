@@ -10,9 +10,9 @@
 #
 #   bash examples/train/elastic_runs.sh [BUILD_DIR] [OUT_DIR] [EPOCHS] [SEEDS]
 #
-# Defaults: build-hybrid, docs/results/elastic, 10 epochs, seed 1. One JSON per run.
+# Defaults: build, docs/results/elastic, 10 epochs, seed 1. One JSON per run.
 set -euo pipefail
-build=${1:-build-hybrid}
+build=${1:-build}
 out=${2:-docs/results/elastic}
 epochs=${3:-10}
 seeds=${4:-1}

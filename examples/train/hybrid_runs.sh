@@ -23,7 +23,7 @@
 #
 # PARTS: "acc time" (default), or any of acc, time, overlap.
 set -euo pipefail
-build=${1:-build-hybrid}
+build=${1:-build}
 out=${2:-docs/results/hybrid}
 parts=${3:-acc time}
 exe="$build/examples/train_mnist"

@@ -9,11 +9,11 @@
 #
 #   bash examples/train/sparse_runs.sh [BUILD_DIR] [OUT_DIR] [EPOCHS]
 #
-# Defaults: build-sparse, docs/results/train_sparse, 10 epochs. Run from the repository root
+# Defaults: build, docs/results/train_sparse, 10 epochs. Run from the repository root
 # after `ninja -C BUILD_DIR examples/train_mnist`. About 15 minutes on 2 shared cores (top-k's
 # per-rank selection over 535,818 elements dominates).
 set -euo pipefail
-build=${1:-build-sparse}
+build=${1:-build}
 out=${2:-docs/results/train_sparse}
 epochs=${3:-10}
 exe="$build/examples/train_mnist"

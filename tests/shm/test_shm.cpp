@@ -21,8 +21,8 @@
 #include <thread>
 #include <vector>
 
-#include "../common/collective_cases.hpp"
 #include "dev_shm.hpp"
+#include "shm_cases.hpp"
 
 using namespace tcoll::testing;
 using namespace std::chrono_literals;

@@ -14,9 +14,9 @@
 #include <tcoll/schedule.hpp>
 #include <tcoll/transport/shm.hpp>
 
-#include "../common/collective_cases.hpp"
 #include "dev_shm.hpp"
 #include "process_team.hpp"
+#include "shm_cases.hpp"
 
 #ifdef TCOLL_SHM_FROM_MPI
 #error "this suite must build without MPI (TCOLL_NO_MPI)"

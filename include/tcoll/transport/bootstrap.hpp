@@ -102,6 +102,15 @@ inline void barrier(tcoll::bootstrap& b) {
 
 } // namespace detail::bootstrap
 
+namespace detail {
+/// The bootstrap class built from a communicator handle `C`: none here; bootstrap_mpi.hpp
+/// adds `MPI_Comm`. A trait rather than an `#ifdef`, so that every class constructible from
+/// a communicator (`shm_transport`) has one definition whether or not a translation unit
+/// sees MPI.
+template <class C>
+struct bootstrap_for {};
+} // namespace detail
+
 /// A key-value store every process of a team reaches: `set` publishes a value, `get` waits
 /// for a key to appear (bounded by the store's own timeout, throwing when it passes).
 /// PyTorch's `c10d::Store` satisfies it as it is.

@@ -63,4 +63,11 @@ private:
   int rank_ = 0, size_ = 1;
 };
 
+namespace detail {
+template <>
+struct bootstrap_for<MPI_Comm> {
+  using type = mpi_bootstrap;
+};
+} // namespace detail
+
 } // namespace tcoll

@@ -341,11 +341,14 @@ public:
     sends_.resize(static_cast<std::size_t>(size_));
     recvs_.resize(static_cast<std::size_t>(size_));
   }
-#ifdef TCOLL_SHM_FROM_MPI
-  /// Maps the node's segment; collective over `comm` (see the bootstrap constructor).
-  explicit shm_transport(MPI_Comm comm, shm_options options = {})
-      : shm_transport(std::make_unique<mpi_bootstrap>(comm), options) {}
-#endif
+  /// Maps the node's segment; collective over `comm`, an `MPI_Comm` (see the bootstrap
+  /// constructor). A template on a trait, not an `#ifdef`: the class is the same in a
+  /// translation unit built with MPI and in one without, which may then share its code.
+  template <class Communicator>
+  requires requires { typename detail::bootstrap_for<Communicator>::type; }
+  explicit shm_transport(Communicator comm, shm_options options = {})
+      : shm_transport(std::make_unique<typename detail::bootstrap_for<Communicator>::type>(comm),
+                      options) {}
   shm_transport(const shm_transport&) = delete;
   shm_transport& operator=(const shm_transport&) = delete;
   ~shm_transport() {
@@ -353,31 +356,17 @@ public:
     if (base_) munmap(base_, layout_.total);
   }
 
-  collective_context& collectives() noexcept {
-    return context_;
-  }
-  int rank() const noexcept {
-    return rank_;
-  }
-  int size() const noexcept {
-    return size_;
-  }
-  std::chrono::milliseconds timeout() const noexcept {
-    return options_.timeout;
-  }
-  const shm_options& options() const noexcept {
-    return options_;
-  }
+  collective_context& collectives() noexcept { return context_; }
+  int rank() const noexcept { return rank_; }
+  int size() const noexcept { return size_; }
+  std::chrono::milliseconds timeout() const noexcept { return options_.timeout; }
+  const shm_options& options() const noexcept { return options_; }
   /// Bytes of the shared segment (all ranks' inboxes).
-  std::size_t segment_bytes() const noexcept {
-    return layout_.total;
-  }
+  std::size_t segment_bytes() const noexcept { return layout_.total; }
   /// Whether long messages go single-copy (every rank can read every other's memory with
   /// `process_vm_readv`, and `options.single_copy_min_bytes` does not turn it off); the
   /// same on every rank.
-  bool single_copy() const noexcept {
-    return single_copy_;
-  }
+  bool single_copy() const noexcept { return single_copy_; }
 
   /// A registered buffer of `count` elements for this rank (see `shm_buffer`). Collective:
   /// every rank of the team calls it, in the same order, each with its own count (0
