@@ -14,21 +14,28 @@
 namespace tcoll::preload {
 namespace {
 
-/// Calls f(algorithm struct) for the flat algorithm `a` (ring for anything else).
-template <class F>
-void with_flat_algorithm(algo a, F&& f) {
+/// tcoll's id of the flat algorithm `a` (ring for anything else).
+algorithm_id flat_id(algo a) {
   switch (a) {
   case algo::recursive_doubling:
-    return f(recursive_doubling{});
+    return algorithm_id::recursive_doubling;
   case algo::recursive_halving_doubling:
-    return f(recursive_halving_doubling{});
+    return algorithm_id::recursive_halving_doubling;
   case algo::binomial_tree:
-    return f(binomial_tree{});
+    return algorithm_id::binomial_tree;
   case algo::multi_ring:
-    return f(multi_ring{});
+    return algorithm_id::multi_ring;
   default:
-    return f(ring{});
+    return algorithm_id::ring;
   }
+}
+
+/// Calls f(algorithm struct) for the flat algorithm `a` through tcoll's one dispatch (the
+/// predefined MPI ops tcoll runs are all commutative; passthrough is not a flat path).
+template <class F>
+void with_flat_algorithm(algo a, F&& f) {
+  static const automatic knobs{.rules = {}}; // default ring and multi_ring knobs
+  visit_algorithm<algorithm_support{.commutative = true, .native = false}>(flat_id(a), knobs, f);
 }
 
 /// A flat algorithm `a` on transport `t`.

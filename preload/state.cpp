@@ -272,8 +272,7 @@ algo choose(coll c, std::size_t bytes) {
   case coll::iallreduce: {
     // tcoll's built-in choice without the environment's rules (read above).
     automatic a{.rules = {}};
-    switch (a.choose(bytes, /*commutative=*/true, /*has_native=*/true, /*zero_copy=*/false,
-                     /*with_multi_ring=*/true)) {
+    switch (a.choose(bytes, /*commutative=*/true, /*has_native=*/true)) {
     case algorithm_id::recursive_doubling:
       return algo::recursive_doubling;
     case algorithm_id::recursive_halving_doubling:

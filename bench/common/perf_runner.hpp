@@ -47,26 +47,22 @@ void with_op(const std::string& name, F&& f) {
   throw invalid_argument("allreduce_perf: unknown op " + name);
 }
 
-/// Calls f(algorithm struct) for the algorithm named `name`, with the knobs of `o`.
+/// Calls f(algorithm struct) for the algorithm named `name` (`automatic` or a name of
+/// `parse_algorithm`), with the knobs of `o`.
 template <class F>
 void with_algorithm(const std::string& name, const perf_options& o, F&& f) {
-  ring rg{};
-  if (o.segment_bytes) rg.max_segment_bytes = o.segment_bytes;
-  if (name == "ring") return f(rg);
-  if (name == "recursive_doubling") return f(recursive_doubling{});
-  if (name == "recursive_halving_doubling") return f(recursive_halving_doubling{});
-  if (name == "binomial_tree") return f(binomial_tree{});
-  multi_ring mr{}; // 2 rings in alternate directions
-  if (o.segment_bytes) mr.max_segment_bytes = o.segment_bytes;
-  if (name == "multi_ring") return f(mr);
+  automatic knobs{.rules = {}}; // multi_ring: its default 2 rings in alternate directions
+  if (o.segment_bytes) {
+    knobs.ring_knobs.max_segment_bytes = o.segment_bytes;
+    knobs.multi_ring_knobs.max_segment_bytes = o.segment_bytes;
+  }
   if (name == "automatic") {
     automatic a{};
-    a.ring_knobs = rg;
-    a.multi_ring_knobs = mr;
+    a.ring_knobs = knobs.ring_knobs;
+    a.multi_ring_knobs = knobs.multi_ring_knobs;
     return f(a);
   }
-  if (name == "passthrough") return f(passthrough{});
-  throw invalid_argument("allreduce_perf: unknown algorithm " + name);
+  visit_algorithm(parse_algorithm(name), knobs, f);
 }
 
 /// Maximum of a double over the ranks of `t` (tcoll's own allreduce, so it works on

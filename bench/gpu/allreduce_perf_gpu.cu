@@ -89,30 +89,14 @@ T expected(int P, std::size_t i) {
 
 template <class F>
 void with_algorithm(const options& o, F&& f) {
-  ring rg{};
-  rg.max_segment_bytes = o.segment;
-  const algorithm_id a = o.algorithm == "automatic"
-                             ? algorithm_id::ring
-                             : parse_algorithm(o.algorithm, /*with_multi_ring=*/true);
+  automatic knobs{.rules = {}};
+  knobs.ring_knobs.max_segment_bytes = o.segment;
   if (o.algorithm == "automatic") {
     automatic au{};
-    au.ring_knobs = rg;
+    au.ring_knobs = knobs.ring_knobs;
     return f(au);
   }
-  switch (a) {
-  case algorithm_id::ring:
-    return f(rg);
-  case algorithm_id::multi_ring:
-    return f(multi_ring{});
-  case algorithm_id::recursive_doubling:
-    return f(recursive_doubling{});
-  case algorithm_id::recursive_halving_doubling:
-    return f(recursive_halving_doubling{});
-  case algorithm_id::binomial_tree:
-    return f(binomial_tree{});
-  case algorithm_id::passthrough:
-    return f(passthrough{});
-  }
+  visit_algorithm(parse_algorithm(o.algorithm), knobs, f);
 }
 
 struct result {

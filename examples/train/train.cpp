@@ -329,7 +329,7 @@ options parse_options(int argc, char** argv) {
   }
   if (o.algorithm != "automatic") {
     try {
-      (void)tcoll::parse_algorithm(o.algorithm, /*with_multi_ring=*/true);
+      (void)tcoll::parse_algorithm(o.algorithm);
     } catch (const tcoll::invalid_argument& e) {
       throw usage_error(std::string("--algo: ") + e.what() + " or automatic");
     }
@@ -385,20 +385,7 @@ options parse_options(int argc, char** argv) {
 template <class F>
 void with_algorithm(const std::string& name, F&& f) {
   if (name == "automatic") return f(tcoll::automatic{});
-  switch (tcoll::parse_algorithm(name, /*with_multi_ring=*/true)) {
-  case tcoll::algorithm_id::ring:
-    return f(tcoll::ring{});
-  case tcoll::algorithm_id::multi_ring:
-    return f(tcoll::multi_ring{});
-  case tcoll::algorithm_id::recursive_doubling:
-    return f(tcoll::recursive_doubling{});
-  case tcoll::algorithm_id::recursive_halving_doubling:
-    return f(tcoll::recursive_halving_doubling{});
-  case tcoll::algorithm_id::binomial_tree:
-    return f(tcoll::binomial_tree{});
-  case tcoll::algorithm_id::passthrough:
-    return f(tcoll::passthrough{});
-  }
+  tcoll::visit_algorithm(tcoll::parse_algorithm(name), tcoll::automatic{.rules = {}}, f);
 }
 
 /// Fisher-Yates shuffle driven by splitmix64, so every rank (and every platform) draws the

@@ -16,6 +16,7 @@
 #include "algorithm/recursive_halving_doubling.hpp"
 #include "algorithm/ring.hpp"
 #include "algorithm/select.hpp"
+#include "algorithm/visit.hpp"
 #include "core/concepts.hpp"
 #include "core/ops.hpp"
 #include "detail/collective_scope.hpp"
@@ -64,29 +65,12 @@ template <transport Tr, class T, class Op, class Algo, reducer R>
 void allreduce_tagged(Tr& t, int tag, const T* sendbuf, T* recvbuf, std::size_t count, const Op& op,
                       const Algo& algo, R& red) {
   if constexpr (std::is_same_v<Algo, automatic>) {
-    switch (algo.template choose_for<Tr>(count * sizeof(T), t.size(), commutative_op<Op>,
-                                         has_native_allreduce<Tr, T, Op>,
-                                         /*with_multi_ring=*/true)) {
-    case algorithm_id::multi_ring:
-      if constexpr (commutative_op<Op>)
-        return allreduce_tagged(t, tag, sendbuf, recvbuf, count, op, algo.multi_ring_knobs, red);
-      [[fallthrough]];
-    case algorithm_id::passthrough:
-      if constexpr (has_native_allreduce<Tr, T, Op>)
-        return allreduce_tagged(t, tag, sendbuf, recvbuf, count, op, passthrough{}, red);
-      [[fallthrough]];
-    case algorithm_id::ring:
-      if constexpr (commutative_op<Op>)
-        return allreduce_tagged(t, tag, sendbuf, recvbuf, count, op, algo.ring_knobs, red);
-      [[fallthrough]];
-    case algorithm_id::recursive_halving_doubling:
-      return allreduce_tagged(t, tag, sendbuf, recvbuf, count, op, recursive_halving_doubling{},
-                              red);
-    case algorithm_id::recursive_doubling:
-      return allreduce_tagged(t, tag, sendbuf, recvbuf, count, op, recursive_doubling{}, red);
-    case algorithm_id::binomial_tree:
-      return allreduce_tagged(t, tag, sendbuf, recvbuf, count, op, binomial_tree{}, red);
-    }
+    constexpr algorithm_support can{commutative_op<Op>, has_native_allreduce<Tr, T, Op>};
+    visit_algorithm<can>(algo.template choose_for<Tr>(count * sizeof(T), t.size(), can.commutative,
+                                                      can.native),
+                         algo, [&](const auto& chosen) {
+                           allreduce_tagged(t, tag, sendbuf, recvbuf, count, op, chosen, red);
+                         });
   } else if constexpr (std::is_same_v<Algo, passthrough>) {
     static_assert(has_native_allreduce<Tr, T, Op>,
                   "tcoll: passthrough needs a transport with a vendor allreduce (mpi, nccl)");

@@ -158,22 +158,20 @@ TEST_CASE("multi_ring in selection strings and automatic") {
   const auto rules = tcoll::parse_selection("multi_ring:1M-max;ring:0-64K");
   REQUIRE(rules.size() == 2);
   CHECK(rules[0].algorithm == algorithm_id::multi_ring);
-  CHECK(tcoll::parse_algorithm("multi_ring", true) == algorithm_id::multi_ring);
-  CHECK_THROWS_WITH_AS(tcoll::parse_algorithm("multi_ring"), doctest::Contains("'multi_ring'"),
+  CHECK(tcoll::parse_algorithm("multi_ring") == algorithm_id::multi_ring);
+  CHECK_THROWS_WITH_AS(tcoll::parse_algorithm("multiring"), doctest::Contains("'multiring'"),
                        tcoll::invalid_argument);
   tcoll::automatic a{};
   a.rules = rules;
-  CHECK(a.choose(2 << 20, true, false, false, true) == algorithm_id::multi_ring);
-  CHECK(a.choose(1024, true, false, false, true) == algorithm_id::ring);
-  // dispatchers that predate multi_ring get the ring for a multi_ring rule
-  CHECK(a.choose(2 << 20, true) == algorithm_id::ring);
+  CHECK(a.choose(2 << 20, true) == algorithm_id::multi_ring);
+  CHECK(a.choose(1024, true) == algorithm_id::ring);
   // non-commutative ops never get a ring of any kind
-  CHECK(a.choose(2 << 20, false, false, false, true) == algorithm_id::recursive_halving_doubling);
+  CHECK(a.choose(2 << 20, false) == algorithm_id::recursive_halving_doubling);
   // the built-in choice never picks multi_ring
   a.rules.clear();
   for (std::size_t bytes :
        {std::size_t{0}, std::size_t{1} << 10, std::size_t{1} << 20, std::size_t{1} << 30})
-    CHECK(a.choose(bytes, true, false, false, true) != algorithm_id::multi_ring);
+    CHECK(a.choose(bytes, true) != algorithm_id::multi_ring);
 }
 
 namespace {

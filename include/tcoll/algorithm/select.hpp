@@ -25,7 +25,7 @@ enum class algorithm_id {
   recursive_halving_doubling,
   binomial_tree,
   passthrough,
-  multi_ring, ///< K rings over K parts (automatic::multi_ring_knobs); last, see parse_algorithm
+  multi_ring, ///< K rings over K parts (automatic::multi_ring_knobs)
 };
 
 /// Name as used in selection strings, benchmarks and docs.
@@ -47,23 +47,15 @@ constexpr std::string_view to_string(algorithm_id a) {
   return "?";
 }
 
-/// Parses an algorithm name; throws `invalid_argument` naming it otherwise.
-/// `with_multi_ring`: also accept "multi_ring". Selection strings (and so
-/// TCOLL_ALLREDUCE_ALGO) always do; the default (false) keeps the five names that callers
-/// written before multi_ring joined (a `switch` over the five) can dispatch, so such a
-/// caller rejects "multi_ring" instead of silently running nothing. Deprecated default:
-/// it becomes true once those callers (examples/train, bench/gpu) handle multi_ring.
-inline algorithm_id parse_algorithm(std::string_view name, bool with_multi_ring = false) {
+/// Parses an algorithm name (`to_string`'s); throws `invalid_argument` naming it otherwise.
+inline algorithm_id parse_algorithm(std::string_view name) {
   for (auto a : {algorithm_id::ring, algorithm_id::recursive_doubling,
                  algorithm_id::recursive_halving_doubling, algorithm_id::binomial_tree,
-                 algorithm_id::passthrough})
+                 algorithm_id::passthrough, algorithm_id::multi_ring})
     if (to_string(a) == name) return a;
-  if (with_multi_ring && name == to_string(algorithm_id::multi_ring))
-    return algorithm_id::multi_ring;
   throw invalid_argument("unknown algorithm '" + std::string(name) +
                          "' (ring, recursive_doubling, recursive_halving_doubling, "
-                         "binomial_tree, passthrough" +
-                         (with_multi_ring ? ", multi_ring)" : ")"));
+                         "binomial_tree, passthrough, multi_ring)");
 }
 
 /// One selection rule: use `algorithm` for messages of [min_bytes, max_bytes] bytes.
@@ -121,7 +113,7 @@ inline std::vector<size_rule> parse_selection(std::string_view text) {
       throw invalid_argument("selection '" + std::string(text) + "': rule '" + std::string(tok) +
                              "' is not name:min-max");
     size_rule r;
-    r.algorithm = parse_algorithm(tok.substr(0, colon), /*with_multi_ring=*/true);
+    r.algorithm = parse_algorithm(tok.substr(0, colon));
     const std::string context = "selection '" + std::string(text) + "'";
     r.min_bytes = detail::parse_size(tok.substr(colon + 1, dash - colon - 1), context);
     r.max_bytes = detail::parse_size(tok.substr(dash + 1), context);
@@ -179,52 +171,43 @@ struct automatic {
   /// the order-keeping ones, so a ring or multi_ring choice becomes recursive
   /// halving-doubling). `has_native`: the transport offers `passthrough`.
   /// `zero_copy`: the transport reads peers' memory directly.
-  /// `with_multi_ring`: the caller dispatches algorithm_id::multi_ring. With the default
-  /// (false, deprecated: for dispatchers written before multi_ring joined, such as
-  /// schedule/prepared.hpp) a multi_ring rule yields ring, which computes the same sums
-  /// with one ring instead of K.
   algorithm_id choose(std::size_t bytes, bool commutative, bool has_native = false,
-                      bool zero_copy = false, bool with_multi_ring = false) const {
+                      bool zero_copy = false) const {
     const std::size_t small = zero_copy ? small_bytes_zero_copy : small_bytes;
     algorithm_id a = has_native && bytes <= native_below_bytes ? algorithm_id::passthrough
                      : bytes <= small                          ? algorithm_id::recursive_doubling
                                                                : algorithm_id::ring;
-    for (const auto& r : rules)
-      if (bytes >= r.min_bytes && bytes <= r.max_bytes) {
-        a = r.algorithm;
-        break;
-      }
-    return adjust(a, bytes, small, commutative, with_multi_ring);
+    return adjust(ruled(bytes, a), bytes, small, commutative);
   }
 
   /// The choice on a shared-memory transport of `ranks` ranks: the first rule of `rules`
   /// covering `bytes`, else `shared_memory` (non-commutative ops as in `choose`).
-  algorithm_id choose_shared_memory(std::size_t bytes, int ranks, bool commutative,
-                                    bool with_multi_ring = false) const {
-    algorithm_id a = shared_memory.choose(bytes, ranks);
-    for (const auto& r : rules)
-      if (bytes >= r.min_bytes && bytes <= r.max_bytes) {
-        a = r.algorithm;
-        break;
-      }
-    return adjust(a, bytes, small_bytes, commutative, with_multi_ring);
+  algorithm_id choose_shared_memory(std::size_t bytes, int ranks, bool commutative) const {
+    return adjust(ruled(bytes, shared_memory.choose(bytes, ranks)), bytes, small_bytes,
+                  commutative);
   }
 
   /// The choice for transport `Tr` of `ranks` ranks: `choose_shared_memory` on a
   /// shared-memory transport, `choose` elsewhere. What `allreduce` and prepared collectives
-  /// run for `automatic`.
+  /// run for `automatic` (through `visit_algorithm`, algorithm/visit.hpp).
   template <class Tr>
-  algorithm_id choose_for(std::size_t bytes, int ranks, bool commutative, bool has_native,
-                          bool with_multi_ring = false) const {
+  algorithm_id choose_for(std::size_t bytes, int ranks, bool commutative, bool has_native) const {
     if constexpr (transport_is_shared_memory<Tr>())
-      return choose_shared_memory(bytes, ranks, commutative, with_multi_ring);
+      return choose_shared_memory(bytes, ranks, commutative);
     else
-      return choose(bytes, commutative, has_native, transport_is_zero_copy<Tr>(), with_multi_ring);
+      return choose(bytes, commutative, has_native, transport_is_zero_copy<Tr>());
   }
 
-  static algorithm_id adjust(algorithm_id a, std::size_t bytes, std::size_t small, bool commutative,
-                             bool with_multi_ring) {
-    if (a == algorithm_id::multi_ring && !with_multi_ring) a = algorithm_id::ring;
+  /// The algorithm of the first rule covering `bytes`, else `built_in`.
+  algorithm_id ruled(std::size_t bytes, algorithm_id built_in) const {
+    for (const auto& r : rules)
+      if (bytes >= r.min_bytes && bytes <= r.max_bytes) return r.algorithm;
+    return built_in;
+  }
+
+  /// `a`, or an order-keeping algorithm in its place for a non-commutative op.
+  static algorithm_id adjust(algorithm_id a, std::size_t bytes, std::size_t small,
+                             bool commutative) {
     if (!commutative && (a == algorithm_id::ring || a == algorithm_id::passthrough ||
                          a == algorithm_id::multi_ring))
       a = bytes <= small ? algorithm_id::recursive_doubling

@@ -24,25 +24,10 @@ namespace detail {
 template <class Tr, class T, class Op, class Algo, class F>
 void with_resolved_algorithm(const Algo& algo, std::size_t count, int ranks, F&& f) {
   if constexpr (std::is_same_v<Algo, automatic>) {
-    switch (algo.template choose_for<Tr>(count * sizeof(T), ranks, commutative_op<Op>,
-                                         has_native_allreduce<Tr, T, Op>,
-                                         /*with_multi_ring=*/true)) {
-    case algorithm_id::multi_ring:
-      if constexpr (commutative_op<Op>) return f(algo.multi_ring_knobs);
-      [[fallthrough]];
-    case algorithm_id::passthrough:
-      if constexpr (has_native_allreduce<Tr, T, Op>) return f(passthrough{});
-      [[fallthrough]];
-    case algorithm_id::ring:
-      if constexpr (commutative_op<Op>) return f(algo.ring_knobs);
-      [[fallthrough]];
-    case algorithm_id::recursive_halving_doubling:
-      return f(recursive_halving_doubling{});
-    case algorithm_id::recursive_doubling:
-      return f(recursive_doubling{});
-    case algorithm_id::binomial_tree:
-      return f(binomial_tree{});
-    }
+    constexpr algorithm_support can{commutative_op<Op>, has_native_allreduce<Tr, T, Op>};
+    visit_algorithm<can>(algo.template choose_for<Tr>(count * sizeof(T), ranks, can.commutative,
+                                                      can.native),
+                         algo, f);
   } else {
     f(algo);
   }
