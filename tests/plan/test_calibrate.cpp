@@ -75,12 +75,12 @@ TEST_CASE("a noisy fit reports its error and recovers the parameters roughly") {
 
 TEST_CASE("degenerate inputs are rejected") {
   const std::vector<sample> one_size{{8, 1}, {8, 2}};
-  CHECK_THROWS_AS(fit_linear(one_size), std::invalid_argument);
-  CHECK_THROWS_AS(fit_linear(std::vector<sample>{}), std::invalid_argument);
+  CHECK_THROWS_AS(fit_linear(one_size), tcoll::invalid_argument);
+  CHECK_THROWS_AS(fit_linear(std::vector<sample>{}), tcoll::invalid_argument);
   const std::vector<sample> s{{1, 1}, {2, 2}, {4, 3}, {8, 4}};
-  CHECK_THROWS_AS(fit_piecewise(s, 2.0), std::invalid_argument); // one size below the cut
+  CHECK_THROWS_AS(fit_piecewise(s, 2.0), tcoll::invalid_argument); // one size below the cut
   CHECK_THROWS_AS(fit_piecewise_auto(std::vector<sample>{{1, 1}, {2, 2}, {4, 3}}),
-                  std::invalid_argument);
+                  tcoll::invalid_argument);
 }
 
 TEST_CASE("alpha and beta of every flat algorithm from a linear fit") {

@@ -123,5 +123,5 @@ TEST_CASE("the closed forms by hand (guards the model side of the comparison)") 
   CHECK(hd.bytes_sent == 140);
   CHECK(hd.bytes_reduced == 70);
   CHECK_THROWS_AS(plan::allreduce_traffic(plan::allreduce_algorithm::hierarchical_leader, 8, 4),
-                  std::invalid_argument);
+                  tcoll::invalid_argument);
 }

@@ -87,8 +87,8 @@ TEST_CASE("hierarchical forms by hand and their flat limits") {
         doctest::Approx(ring_allreduce_us(n, 8, singles.inter)));
   CHECK(hierarchical_sharded_allreduce_us(n, 8, singles) ==
         doctest::Approx(ring_allreduce_us(n, 8, singles.inter)));
-  CHECK_THROWS_AS(hierarchical_leader_allreduce_us(n, 10, h), std::invalid_argument);
-  CHECK_THROWS_AS(hierarchical_sharded_allreduce_us(n, 6, h), std::invalid_argument);
+  CHECK_THROWS_AS(hierarchical_leader_allreduce_us(n, 10, h), tcoll::invalid_argument);
+  CHECK_THROWS_AS(hierarchical_sharded_allreduce_us(n, 6, h), tcoll::invalid_argument);
 }
 
 TEST_CASE("MG-WFBP's measured 10 GbE ring startup gives one alpha") {

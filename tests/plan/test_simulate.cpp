@@ -51,8 +51,8 @@ TEST_CASE("hand-computed timeline with queueing, fusion and dispatch delay") {
   CHECK(f.buckets[0].start_us == doctest::Approx(17));
   CHECK(f.buckets[1].start_us == doctest::Approx(25));
   CHECK(f.iteration_us == doctest::Approx(33));
-  CHECK_THROWS_AS(simulate(w, c, bucket_plan{{1, 1, 3}, {}}), std::invalid_argument);
-  CHECK_THROWS_AS(simulate(w, c, bucket_plan{{1, 2}, {}}), std::invalid_argument);
+  CHECK_THROWS_AS(simulate(w, c, bucket_plan{{1, 1, 3}, {}}), tcoll::invalid_argument);
+  CHECK_THROWS_AS(simulate(w, c, bucket_plan{{1, 2}, {}}), tcoll::invalid_argument);
 }
 
 TEST_CASE("MG-WFBP Case 1 / Eq. 11: fully hidden communication") {

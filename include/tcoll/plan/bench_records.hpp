@@ -21,6 +21,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "tcoll/core/error.hpp"
 #include "tcoll/plan/calibrate.hpp"
 
 namespace tcoll::plan {
@@ -46,24 +47,24 @@ inline std::vector<json_record> parse_json_records(std::string_view text) {
       if ((event == json::parse_event_t::object_start ||
            event == json::parse_event_t::array_start) &&
           static_cast<std::size_t>(depth) >= detail::max_json_depth)
-        throw std::runtime_error("bench json: nesting deeper than " +
+        throw tcoll::invalid_argument("bench json: nesting deeper than " +
                                  std::to_string(detail::max_json_depth));
       return true;
     };
     document = json::parse(text.begin(), text.end(), bound_depth);
   } catch (const json::parse_error& e) { // e.byte: 1-based; report the 0-based offset
-    throw std::runtime_error("bench json: offset " + std::to_string(e.byte > 0 ? e.byte - 1 : 0) +
+    throw tcoll::invalid_argument("bench json: offset " + std::to_string(e.byte > 0 ? e.byte - 1 : 0) +
                              ": " + e.what());
   } catch (const json::exception& e) {
-    throw std::runtime_error(std::string("bench json: ") + e.what());
+    throw tcoll::invalid_argument(std::string("bench json: ") + e.what());
   }
-  if (!document.is_array()) throw std::runtime_error("bench json: expected an array of records");
+  if (!document.is_array()) throw tcoll::invalid_argument("bench json: expected an array of records");
   std::vector<json_record> records;
   records.reserve(document.size());
   for (std::size_t i = 0; i < document.size(); ++i) {
     const json& object = document[i];
     if (!object.is_object())
-      throw std::runtime_error("bench json: element " + std::to_string(i) + " is not an object");
+      throw tcoll::invalid_argument("bench json: element " + std::to_string(i) + " is not an object");
     json_record record;
     for (const auto& [key, value] : object.items()) {
       if (value.is_null())
@@ -102,13 +103,13 @@ inline std::vector<allreduce_record> to_allreduce_records(std::span<const json_r
     const auto it = r.find(key);
     if (it == r.end() || std::holds_alternative<std::monostate>(it->second)) {
       if (required)
-        throw std::runtime_error("bench json: record " + std::to_string(index) + " lacks '" +
+        throw tcoll::invalid_argument("bench json: record " + std::to_string(index) + " lacks '" +
                                  std::string(key) + "'");
       return 0.0;
     }
     if (const auto* d = std::get_if<double>(&it->second)) return *d;
     if (const auto* b = std::get_if<bool>(&it->second)) return *b ? 1.0 : 0.0;
-    throw std::runtime_error("bench json: record " + std::to_string(index) + " field '" +
+    throw tcoll::invalid_argument("bench json: record " + std::to_string(index) + " field '" +
                              std::string(key) + "' is not a number");
   };
   auto text = [](const json_record& r, std::string_view key, std::size_t index,
@@ -117,7 +118,7 @@ inline std::vector<allreduce_record> to_allreduce_records(std::span<const json_r
     if (it != r.end())
       if (const auto* s = std::get_if<std::string>(&it->second)) return *s;
     if (required)
-      throw std::runtime_error("bench json: record " + std::to_string(index) + " lacks string '" +
+      throw tcoll::invalid_argument("bench json: record " + std::to_string(index) + " lacks string '" +
                                std::string(key) + "'");
     return {};
   };
@@ -134,7 +135,7 @@ inline std::vector<allreduce_record> to_allreduce_records(std::span<const json_r
     a.time_us = number(r, "time_us", i, true);
     a.wrong = number(r, "wrong", i, false);
     if (!(a.time_us >= 0) || !(a.bytes >= 0) || a.ranks < 1)
-      throw std::runtime_error("bench json: record " + std::to_string(i) +
+      throw tcoll::invalid_argument("bench json: record " + std::to_string(i) +
                                " has a negative size/time or ranks < 1");
     out.push_back(std::move(a));
   }

@@ -10,6 +10,7 @@
 #include <stdexcept>
 #include <vector>
 
+#include "tcoll/core/error.hpp"
 #include "tcoll/plan/cost_model.hpp"
 
 namespace tcoll::plan {
@@ -82,7 +83,7 @@ constexpr line weighted_line_fit(std::span<const sample> samples, XOf&& x_of,
     sy += w * s.time_us;
   }
   if (samples.size() < 2 || !(sw > 0))
-    throw std::invalid_argument("least squares: need at least two samples");
+    throw tcoll::invalid_argument("least squares: need at least two samples");
   const double mean_x = sx / sw, mean_y = sy / sw;
   double sxx = 0, sxy = 0;
   for (const auto& s : samples) {
@@ -91,7 +92,7 @@ constexpr line weighted_line_fit(std::span<const sample> samples, XOf&& x_of,
     sxy += w * dx * (s.time_us - mean_y);
   }
   if (!(sxx > 0))
-    throw std::invalid_argument("least squares: need at least two distinct message sizes");
+    throw tcoll::invalid_argument("least squares: need at least two distinct message sizes");
   const double slope = sxy / sxx;
   return {mean_y - slope * mean_x, slope};
 }
@@ -129,7 +130,7 @@ constexpr piecewise_cost fit_piecewise_auto(std::span<const sample> samples,
   std::sort(sizes.begin(), sizes.end());
   sizes.erase(std::unique(sizes.begin(), sizes.end()), sizes.end());
   if (sizes.size() < 4)
-    throw std::invalid_argument("piecewise fit: need at least four distinct message sizes");
+    throw tcoll::invalid_argument("piecewise fit: need at least four distinct message sizes");
   piecewise_cost best{};
   double best_error = -1;
   for (std::size_t cut = 2; cut + 2 <= sizes.size(); ++cut) {
@@ -156,7 +157,7 @@ constexpr link_params link_from_linear_fit(allreduce_algorithm algorithm, int ra
   const double c_beta = cost({0, 1, 0}, 1.0);
   const double c_gamma = cost({0, 0, 1}, 1.0);
   if (!(c_alpha > 0) || !(c_beta > 0))
-    throw std::invalid_argument("link_from_linear_fit: needs ranks >= 2");
+    throw tcoll::invalid_argument("link_from_linear_fit: needs ranks >= 2");
   return {fit.startup_us / c_alpha, (fit.per_byte_us - c_gamma * gamma_us_per_byte) / c_beta,
           gamma_us_per_byte};
 }

@@ -11,6 +11,7 @@
 #include <stdexcept>
 #include <string_view>
 
+#include "tcoll/core/error.hpp"
 #include "tcoll/plan/detail/math.hpp"
 
 namespace tcoll::plan {
@@ -160,7 +161,7 @@ struct hierarchy_params {
 /// Throws std::invalid_argument if ranks is not a multiple of group_size.
 constexpr double hierarchical_leader_allreduce_us(double bytes, int ranks, hierarchy_params h) {
   if (h.group_size < 1 || ranks % h.group_size != 0)
-    throw std::invalid_argument("hierarchical allreduce: ranks must be a multiple of group_size");
+    throw tcoll::invalid_argument("hierarchical allreduce: ranks must be a multiple of group_size");
   const double intra_rounds = detail::ceil_log2(static_cast<std::uint64_t>(h.group_size));
   const double reduce = intra_rounds * (h.intra.alpha_us + bytes * h.intra.beta_us_per_byte +
                                         bytes * h.intra.gamma_us_per_byte);
@@ -173,7 +174,7 @@ constexpr double hierarchical_leader_allreduce_us(double bytes, int ranks, hiera
 /// inside each group.
 constexpr double hierarchical_sharded_allreduce_us(double bytes, int ranks, hierarchy_params h) {
   if (h.group_size < 1 || ranks % h.group_size != 0)
-    throw std::invalid_argument("hierarchical allreduce: ranks must be a multiple of group_size");
+    throw tcoll::invalid_argument("hierarchical allreduce: ranks must be a multiple of group_size");
   const double g = h.group_size;
   const double intra_share = (g - 1) / g * bytes;
   const double reduce_scatter =
@@ -230,7 +231,7 @@ constexpr rank_traffic allreduce_traffic(allreduce_algorithm a, double bytes, in
   case allreduce_algorithm::hierarchical_sharded:
     break;
   }
-  throw std::invalid_argument("allreduce_traffic: only the flat algorithms have one link class");
+  throw tcoll::invalid_argument("allreduce_traffic: only the flat algorithms have one link class");
 }
 
 /// Cost of one allreduce of `bytes` on `ranks` ranks. Flat algorithms use `h.inter` as

@@ -9,6 +9,7 @@
 #include <stdexcept>
 #include <vector>
 
+#include "tcoll/core/error.hpp"
 #include "tcoll/plan/bucket_plan.hpp"
 
 namespace tcoll::plan {
@@ -44,9 +45,9 @@ struct timeline {
 template <cost_model Cost>
 constexpr timeline simulate(const workload& w, const Cost& cost, const bucket_plan& plan) {
   if (w.backward_us.size() != w.bytes.size())
-    throw std::invalid_argument("simulate: workload sizes differ");
+    throw tcoll::invalid_argument("simulate: workload sizes differ");
   if (!is_valid(plan, w.size()))
-    throw std::invalid_argument("simulate: plan does not partition the tensors");
+    throw tcoll::invalid_argument("simulate: plan does not partition the tensors");
   timeline t;
   t.forward_us = w.forward_us;
   double clock = w.forward_us;
