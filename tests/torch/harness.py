@@ -92,18 +92,17 @@ def run_ranks(fn, size, *args, backend="tcoll", timeout_s=30, deadline=120, init
         os.environ.update(saved)
     results, errors = [None] * size, {}
     end = time.monotonic() + deadline
-    received = 0
     reported = set()
-    while received < size and time.monotonic() < end:
+    while len(reported) < size and time.monotonic() < end:
         try:
             rank, status, value = queue.get(timeout=0.2)
         except queue_module.Empty:
-            # every rank that has not reported has exited: nothing more will come
-            if all(not procs[r].is_alive() for r in range(size) if r not in reported):
-                if queue.empty():  # a rank that put its result just before it exited
-                    break
+            # every rank that has not reported has exited, and none put its result just
+            # before it exited: nothing more will come
+            if queue.empty() and all(
+                    not procs[r].is_alive() for r in range(size) if r not in reported):
+                break
             continue
-        received += 1
         reported.add(rank)
         if status == "ok":
             import torch

@@ -2,8 +2,11 @@
 /// \file
 /// `visit_algorithm`: the one dispatch from an `algorithm_id` (select.hpp) to the algorithm
 /// object it names. `allreduce` and the prepared collectives resolve `automatic` through it;
-/// callers that select by name (benchmarks, tests, the training app, the preload) go
+/// callers that select by name (benchmarks, the training app, the preload) go
 /// `parse_algorithm(name)` then here, so a new algorithm is added in one switch.
+#include <string>
+
+#include "../core/error.hpp"
 #include "binomial_tree.hpp"
 #include "multi_ring.hpp"
 #include "passthrough.hpp"
