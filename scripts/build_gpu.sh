@@ -40,7 +40,8 @@ rm -rf "$out"
 mkdir -p "$out/bin" "$out/lib"
 for t in "${targets[@]}"; do cp "$build/$t" "$out/bin/"; done
 cp "$root/scripts/run_gpu_suite.sh" "$out/run.sh"
-chmod +x "$out/run.sh"
+cp "$root/scripts/gpu_capture_ab.sh" "$out/capture_ab.sh"
+chmod +x "$out/run.sh" "$out/capture_ab.sh"
 
 # Shared libraries the binaries need beyond glibc/libstdc++ and the driver.
 nccl=$(ldd "$out/bin/allreduce_perf_gpu" | awk '/libnccl/ {print $3}')

@@ -94,7 +94,11 @@ if has_stage tests; then
   # reducers first, then what was never run before: sparse kernels, the device pool and the
   # overlap scheduler, SFB with cuBLAS and the device-only SFB path; NCCL at one rank last
   run gpu_mixed_precision_cpu test_mixed_precision_cpu.log 60 "$bin/gpu_mixed_precision_cpu"
-  run tcoll_gpu_tests test_gpu.log 120 "$bin/tcoll_gpu_tests" --duration=true
+  # the graph-capture case runs in a process of its own: a device fault there leaves the
+  # CUDA context unusable, and every later case of the same process would fail with it
+  run tcoll_gpu_tests test_gpu.log 120 "$bin/tcoll_gpu_tests" --duration=true -tce='*CUDA graph*'
+  run "tcoll_gpu_tests (graph capture)" test_gpu_capture.log 60 "$bin/tcoll_gpu_tests" \
+    --duration=true -tc='*CUDA graph*'
   run tcoll_gpu_sparse_tests test_sparse_cuda.log 60 "$bin/tcoll_gpu_sparse_tests" --duration=true
   run tcoll_gpu_schedule_tests test_schedule_cuda.log 60 "$bin/tcoll_gpu_schedule_tests" --duration=true
   run tcoll_gpu_cublas_tests test_sfb_cublas.log 60 "$bin/tcoll_gpu_cublas_tests" --duration=true

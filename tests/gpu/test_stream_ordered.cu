@@ -5,13 +5,17 @@
 #include <doctest/doctest.h>
 
 #include <atomic>
+#include <cstdint>
 #include <cstdlib>
 #include <cstring>
 #include <mutex>
+#include <optional>
+#include <string>
 #include <vector>
 
 #include <tcoll/collectives.hpp>
 #include <tcoll/reduce/cuda.cuh>
+#include <tcoll/schedule/prepared.hpp>
 #include <tcoll/transport/device_team.hpp>
 
 #include "device_buffers.hpp"
@@ -102,6 +106,15 @@ void returns_before_gpu_case(int P, std::size_t n) {
       }
 }
 
+/// TCOLL_CAPTURE_STAGES=1 (diagnosis): synchronize the device after each stage of a capture
+/// case, so a sticky error names the stage that raised it instead of the next replay.
+void stage_check(const char* stage, int rank) {
+  if (!std::getenv("TCOLL_CAPTURE_STAGES")) return;
+  const cudaError_t e = cudaDeviceSynchronize();
+  if (e != cudaSuccess)
+    FAIL("stage '" << stage << "' (rank " << rank << "): " << cudaGetErrorString(e));
+}
+
 /// Rank 0 captures the whole team's allreduce into one graph: the other ranks' streams join
 /// the capture through a fork event and rejoin rank 0's stream at the end. The graph is then
 /// replayed on new inputs.
@@ -124,6 +137,17 @@ void captured_team_case(int P, std::size_t n) {
     // warm-up outside the capture: loads the kernels (see returns_before_gpu_case)
     tcoll::allreduce(t, in.data(), out.data(), n, tcoll::sum_op{}, Algo{}, red);
     tcoll::detail::cuda::synchronize(s, clock::now() + gpu_timeout);
+    stage_check("warm-up", r);
+    // TCOLL_CAPTURE_PREPARED=1 (diagnosis): capture a prepared allreduce, whose scratch is
+    // allocated here, outside the capture, so the graph has no memory nodes
+    std::optional<tcoll::prepared_allreduce<tcoll::device_transport, float, tcoll::sum_op, Algo,
+                                            tcoll::cuda_reducer>>
+        prepared;
+    if (std::getenv("TCOLL_CAPTURE_PREPARED"))
+      prepared.emplace(t, n, false, tcoll::sum_op{}, Algo{}, red);
+    if (std::getenv("TCOLL_CAPTURE_DOT"))
+      MESSAGE(Algo::name << " P=" << P << " rank " << r << ": in " << in.data() << " out "
+                         << out.data());
     t.barrier();
     bool capturing = false;
     try {
@@ -135,7 +159,10 @@ void captured_team_case(int P, std::size_t n) {
       }
       t.barrier();
       if (r != 0) tcoll::detail::cuda::check(cudaStreamWaitEvent(s, fork, 0), "join the capture");
-      tcoll::allreduce(t, in.data(), out.data(), n, tcoll::sum_op{}, Algo{}, red);
+      if (prepared)
+        prepared->run(in.data(), out.data());
+      else
+        tcoll::allreduce(t, in.data(), out.data(), n, tcoll::sum_op{}, Algo{}, red);
       if (r != 0) tcoll::detail::cuda::check(cudaEventRecord(join[r], s), "join record");
       t.barrier();
       if (r == 0) {
@@ -144,11 +171,20 @@ void captured_team_case(int P, std::size_t n) {
         cudaGraph_t graph = nullptr;
         capturing = false;
         tcoll::detail::cuda::check(cudaStreamEndCapture(s, &graph), "cudaStreamEndCapture");
+        // TCOLL_CAPTURE_DOT=DIR (diagnosis): the captured graph with every node's parameters
+        if (const char* dir = std::getenv("TCOLL_CAPTURE_DOT")) {
+          const std::string path =
+              std::string(dir) + "/" + std::string(Algo::name) + "_P" + std::to_string(P) + ".dot";
+          tcoll::detail::cuda::check(
+              cudaGraphDebugDotPrint(graph, path.c_str(), cudaGraphDebugDotFlagsVerbose),
+              "cudaGraphDebugDotPrint");
+        }
         const unsigned long long flags =
             std::getenv("TCOLL_CAPTURE_AUTOFREE") ? cudaGraphInstantiateFlagAutoFreeOnLaunch : 0;
         tcoll::detail::cuda::check(cudaGraphInstantiate(&exec, graph, flags),
                                    "cudaGraphInstantiate");
         cudaGraphDestroy(graph);
+        stage_check("instantiate", r);
       }
     } catch (...) {
       // never leave a capture open: later tests on this GPU would fail with capture errors
@@ -167,6 +203,7 @@ void captured_team_case(int P, std::size_t n) {
         h[i] = round == 0 ? integral(r, i) : fractional(r, round, i);
       upload(in.data(), h, s);
       tcoll::detail::cuda::synchronize(s, clock::now() + gpu_timeout);
+      stage_check("upload", r);
       t.barrier();
       if (r == 0) {
         tcoll::detail::cuda::check(cudaGraphLaunch(exec, s), "cudaGraphLaunch");
@@ -224,24 +261,49 @@ TEST_CASE("device_team collectives are stream ordered: every round enqueued, no 
 }
 
 TEST_CASE("a whole device_team allreduce captured in one CUDA graph, replayed on new inputs") {
-  // TCOLL_CAPTURE_ONLY=ring|rd|rhd runs one algorithm (diagnosis on a GPU machine)
+  // Diagnosis on a GPU machine: TCOLL_CAPTURE_ONLY=ring|rd|rhd runs one algorithm,
+  // TCOLL_CAPTURE_P=N one team size, TCOLL_CAPTURE_REVERSE=1 the algorithms in reverse order,
+  // TCOLL_CAPTURE_KEEP_POOL=1 keeps freed memory of the default pool mapped (release
+  // threshold at its maximum instead of 0, which unmaps it at every synchronization).
+  if (std::getenv("TCOLL_CAPTURE_KEEP_POOL")) {
+    int dev = 0;
+    cudaMemPool_t pool = nullptr;
+    tcoll::detail::cuda::check(cudaGetDevice(&dev), "cudaGetDevice");
+    tcoll::detail::cuda::check(cudaDeviceGetDefaultMemPool(&pool, dev), "default pool");
+    std::uint64_t keep = UINT64_MAX;
+    tcoll::detail::cuda::check(
+        cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &keep), "release threshold");
+  }
+  const bool reverse = std::getenv("TCOLL_CAPTURE_REVERSE") != nullptr;
   const char* only = std::getenv("TCOLL_CAPTURE_ONLY");
   const auto wanted = [&](const char* name) { return !only || std::strcmp(only, name) == 0; };
   const char* only_p = std::getenv("TCOLL_CAPTURE_P");
   for (int P : {1, 2, 3, 4, 8}) {
     if (only_p && std::atoi(only_p) != P) continue;
     CAPTURE(P);
-    if (wanted("ring")) {
+    const auto ring_case = [&] {
+      if (!wanted("ring")) return;
       MESSAGE("ring P=" << P);
       captured_team_case<tcoll::ring>(P, 4099);
-    }
-    if (wanted("rd")) {
+    };
+    const auto rd_case = [&] {
+      if (!wanted("rd")) return;
       MESSAGE("recursive_doubling P=" << P);
       captured_team_case<tcoll::recursive_doubling>(P, 100);
-    }
-    if (wanted("rhd")) {
+    };
+    const auto rhd_case = [&] {
+      if (!wanted("rhd")) return;
       MESSAGE("recursive_halving_doubling P=" << P);
       captured_team_case<tcoll::recursive_halving_doubling>(P, 1000);
+    };
+    if (reverse) {
+      rhd_case();
+      rd_case();
+      ring_case();
+    } else {
+      ring_case();
+      rd_case();
+      rhd_case();
     }
   }
 }

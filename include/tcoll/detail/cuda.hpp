@@ -8,6 +8,7 @@
 
 #include <chrono>
 #include <cstddef>
+#include <mutex>
 #include <string>
 #include <thread>
 #include <utility>
@@ -71,6 +72,39 @@ inline int sm_count() {
   return sms;
 }
 
+/// Is `s` being captured into a CUDA graph? (An error counts as no; it is cleared.)
+inline bool is_capturing(cudaStream_t s) noexcept {
+  cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
+  if (cudaStreamIsCapturing(s, &status) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return false;
+  }
+  return status == cudaStreamCaptureStatusActive;
+}
+
+/// Held around stream-ordered allocations and frees made while their stream is being
+/// captured, so graph memory nodes are created one at a time. Found on an H100 (driver of
+/// CUDA 13.0): when the eight rank threads of a `device_team` allocated scratch into one
+/// capture at once, the graph's allocations landed in four separate address ranges
+/// (`cudaGraphDebugDotPrint`) and the graph's first launch failed with
+/// `cudaErrorIllegalAddress`; one at a time, they share one range and the graph runs.
+inline std::mutex& capture_allocation_mutex() {
+  static std::mutex m;
+  return m;
+}
+
+/// `cudaMallocAsync` / `cudaFreeAsync`, serialised while `s` is being captured.
+inline cudaError_t malloc_async(void** p, std::size_t bytes, cudaStream_t s) {
+  if (!is_capturing(s)) return cudaMallocAsync(p, bytes, s);
+  std::lock_guard lock(capture_allocation_mutex());
+  return cudaMallocAsync(p, bytes, s);
+}
+inline cudaError_t free_async(void* p, cudaStream_t s) {
+  if (!is_capturing(s)) return cudaFreeAsync(p, s);
+  std::lock_guard lock(capture_allocation_mutex());
+  return cudaFreeAsync(p, s);
+}
+
 } // namespace tcoll::detail::cuda
 
 namespace tcoll {
@@ -85,7 +119,7 @@ public:
   device_buffer(std::size_t n, cudaStream_t stream) : size_(n), stream_(stream) {
     if (n == 0) return;
     void* p = nullptr;
-    detail::cuda::check(cudaMallocAsync(&p, n * sizeof(T), stream),
+    detail::cuda::check(detail::cuda::malloc_async(&p, n * sizeof(T), stream),
                         ("cudaMallocAsync of " + std::to_string(n * sizeof(T)) + " bytes").c_str());
     data_ = static_cast<T*>(p);
   }
@@ -99,7 +133,7 @@ public:
     return *this;
   }
   ~device_buffer() {
-    if (data_) (void)cudaFreeAsync(data_, stream_); // a destructor cannot report; the pool does
+    if (data_) (void)detail::cuda::free_async(data_, stream_); // a destructor cannot report
   }
   T* data() const noexcept { return data_; }
   std::size_t size() const noexcept { return size_; }
