@@ -73,6 +73,32 @@ algo one_node_choice(coll c, MPI_Comm comm, std::size_t bytes, algo ruled) {
   return s.shared_memory() ? choose_shared_memory(bytes, s.size) : ruled;
 }
 
+/// The path of an MPI_Iallreduce of `bytes` on `s` whose rule or built-in choice is `a`:
+/// `one_node_choice` and the transport it runs on, from what blocking collectives have
+/// created. Where that is not enough, `missing` gets what is (`comm_state::setup_*`), since
+/// creating it is a collective step and a non-blocking start must stay local (a rank may
+/// start MPI_Iallreduce and then wait for a message its peer sends before starting its
+/// own). A one-rank communicator needs nothing: its set-up is local.
+algo nonblocking_path(coll c, const comm_state& s, std::size_t bytes, algo a, unsigned& missing) {
+  missing = 0;
+  if (s.size == 1 || bytes == 0) return a;
+  const bool consults_node = bytes >= config().shm_native_below_bytes && config().shm &&
+                             !chosen_by_rule(c, bytes); // as one_node_choice
+  if (consults_node && !s.node_checked) {
+    missing = comm_state::setup_flat;
+    return a;
+  }
+  if (consults_node && s.node) a = choose_shared_memory(bytes, s.size);
+  if (a == algo::passthrough) return a;
+  if (a == algo::hierarchical) {
+    if (!(config().shm ? s.node_hier != nullptr : s.hier != nullptr))
+      missing = comm_state::setup_hierarchy;
+    return a;
+  }
+  if (!s.node_checked || (!s.node && !s.flat)) missing = comm_state::setup_flat;
+  return a;
+}
+
 /// State of one MPI_Iallreduce run by tcoll: the generalized request's extra state.
 struct ireq {
   MPI_Request handle = MPI_REQUEST_NULL;
@@ -163,6 +189,7 @@ TCOLL_PRELOAD_EXPORT int MPI_Allreduce(const void* sendbuf, void* recvbuf, int c
     count_fallback(c, fallback::not_initialized);
     return PMPI_Allreduce(sendbuf, recvbuf, count, datatype, op, comm);
   }
+  if (const int rc = settle_pending_setup(c, comm); rc != MPI_SUCCESS) return rc;
   const reduction r = classify_reduction(datatype, op);
   fallback why = r.why;
   const bool usable = r.ok() && !is_intercomm(comm) && count >= 0 && recvbuf != nullptr &&
@@ -229,10 +256,18 @@ TCOLL_PRELOAD_EXPORT int MPI_Iallreduce(const void* sendbuf, void* recvbuf, int 
     return PMPI_Iallreduce(sendbuf, recvbuf, count, datatype, op, comm, request);
   }
   if (!config().error.empty()) return report_settings_error(c, comm);
-  try { // a rule's hierarchical stays: the one-node choice leaves rules alone
-    if (n > 0) a = one_node_choice(c, comm, bytes, a);
+  comm_state* state = nullptr;
+  try {
+    state = &state_of(comm); // local: an attribute, no communication
   } catch (const std::exception& e) {
     return report_error(c, comm, MPI_ERR_OTHER, e.what());
+  }
+  unsigned missing = 0;
+  a = nonblocking_path(c, *state, bytes, a, missing);
+  if (missing) { // MPI starts a non-blocking collective locally: no set-up here
+    state->want_setup(missing);
+    count_fallback(c, fallback::not_set_up);
+    return PMPI_Iallreduce(sendbuf, recvbuf, count, datatype, op, comm, request);
   }
   count_call(c, a, bytes, comm);
   if (a == algo::passthrough)
@@ -245,7 +280,7 @@ TCOLL_PRELOAD_EXPORT int MPI_Iallreduce(const void* sendbuf, void* recvbuf, int 
     return report_error(c, comm, rc, "PMPI_Grequest_start failed");
   }
   try {
-    comm_state& s = state_of(comm);
+    comm_state& s = *state;
     dispatch(r.type, r.op, [&]<class T>(const auto& o) {
       T* out = static_cast<T*>(recvbuf);
       const T* in = sendbuf == MPI_IN_PLACE ? out : static_cast<const T*>(sendbuf);

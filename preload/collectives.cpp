@@ -101,6 +101,7 @@ TCOLL_PRELOAD_EXPORT int MPI_Reduce_scatter_block(const void* sendbuf, void* rec
     return PMPI_Reduce_scatter_block(sendbuf, recvbuf, recvcount, datatype, op, comm);
   };
   if (common_fallback(c, comm, recvcount >= 0 && sendbuf && recvbuf)) return pmpi();
+  if (const int rc = settle_pending_setup(c, comm); rc != MPI_SUCCESS) return rc;
   const reduction r = classify_reduction(datatype, op);
   if (!r.ok()) {
     count_fallback(c, r.why);
@@ -152,6 +153,7 @@ TCOLL_PRELOAD_EXPORT int MPI_Allgather(const void* sendbuf, int sendcount, MPI_D
   if (common_fallback(c, comm,
                       recvcount >= 0 && recvbuf && sendbuf && (in_place || sendcount >= 0)))
     return pmpi();
+  if (const int rc = settle_pending_setup(c, comm); rc != MPI_SUCCESS) return rc;
   // a predefined contiguous type costs the same queries as before packing existed
   const std::size_t rsize = contiguous_size(recvtype);
   const std::size_t ssize = in_place ? rsize : contiguous_size(sendtype);
@@ -220,6 +222,7 @@ TCOLL_PRELOAD_EXPORT int MPI_Bcast(void* buffer, int count, MPI_Datatype datatyp
   constexpr coll c = coll::bcast;
   auto pmpi = [&] { return PMPI_Bcast(buffer, count, datatype, root, comm); };
   if (common_fallback(c, comm, count >= 0 && buffer != nullptr)) return pmpi();
+  if (const int rc = settle_pending_setup(c, comm); rc != MPI_SUCCESS) return rc;
   const int P = comm_size(comm);
   const std::size_t size = contiguous_size(datatype); // 0: derived or not contiguous
   const long long signature =
@@ -264,6 +267,7 @@ TCOLL_PRELOAD_EXPORT int MPI_Reduce(const void* sendbuf, void* recvbuf, int coun
   constexpr coll c = coll::reduce;
   auto pmpi = [&] { return PMPI_Reduce(sendbuf, recvbuf, count, datatype, op, root, comm); };
   if (common_fallback(c, comm, count >= 0 && sendbuf != nullptr)) return pmpi();
+  if (const int rc = settle_pending_setup(c, comm); rc != MPI_SUCCESS) return rc;
   const int P = comm_size(comm);
   int rank = 0;
   PMPI_Comm_rank(comm, &rank);

@@ -14,6 +14,8 @@
 #include <thread>
 #include <utility>
 
+#include <tcoll/schedule/engine.hpp>
+
 #undef MPI_Finalize
 
 namespace tcoll::preload {
@@ -32,7 +34,8 @@ const char* fallback_name(fallback f) noexcept {
                                                     "intercommunicator",
                                                     "below MPI_THREAD_MULTIPLE",
                                                     "arguments left to MPI",
-                                                    "MPI not initialised"};
+                                                    "MPI not initialised",
+                                                    "communicator not yet set up"};
   return names[static_cast<int>(f)];
 }
 
@@ -445,6 +448,65 @@ hierarchical<shm_transport, mpi_transport>* comm_state::shm_hierarchy() {
     node_hier = std::make_unique<mpi_node_hierarchy>(user, o);
   }
   return &node_hier->get();
+}
+
+namespace {
+/// The engine of `t`, if one was started.
+template <class Tr>
+tcoll::detail::engine* engine_if_any(Tr* t) {
+  return t ? dynamic_cast<tcoll::detail::engine*>(t->collectives().attached()) : nullptr;
+}
+} // namespace
+
+comm_state::~comm_state() {
+  tcoll::shm_transport* node_intra = node_hier ? &node_hier->intra() : nullptr;
+  mpi_transport* node_inter = node_hier ? node_hier->inter() : nullptr;
+  // pending MPI_Iallreduce calls finish first (every rank frees the communicator, so its
+  // peers run theirs too)
+  for (tcoll::detail::engine* e :
+       {engine_if_any(flat.get()), engine_if_any(intra.get()), engine_if_any(inter.get()),
+        engine_if_any(node.get()), engine_if_any(node_intra), engine_if_any(node_inter)})
+    if (e) (void)e->wait_idle(config().timeout);
+  // then no engine may outlive what its collectives use (hier uses intra and inter)
+  auto stop = [](auto* t) {
+    if (t) t->collectives().detach();
+  };
+  stop(flat.get());
+  stop(intra.get());
+  stop(inter.get());
+  stop(node.get());
+  stop(node_intra);
+  stop(node_inter);
+  if (pending_setup) pending_setups.fetch_sub(1, std::memory_order_relaxed);
+}
+
+void comm_state::want_setup(unsigned what) {
+  if (!what) return;
+  if (!pending_setup) pending_setups.fetch_add(1, std::memory_order_relaxed);
+  pending_setup |= what;
+}
+
+void comm_state::settle() {
+  const unsigned what = std::exchange(pending_setup, 0u);
+  if (!what) return;
+  pending_setups.fetch_sub(1, std::memory_order_relaxed);
+  if (what & setup_flat)
+    if (!shared_memory()) transport();
+  if (what & setup_hierarchy) on_hierarchy([](auto&) {});
+}
+
+int settle_pending_setup_slow(coll c, MPI_Comm comm) {
+  if (comm == MPI_COMM_NULL || keyval == MPI_KEYVAL_INVALID) return MPI_SUCCESS;
+  void* value = nullptr;
+  int found = 0;
+  if (PMPI_Comm_get_attr(comm, keyval, &value, &found) != MPI_SUCCESS || !found)
+    return MPI_SUCCESS; // MPI judges a bad handle itself; no state, nothing pending
+  try {
+    static_cast<comm_state*>(value)->settle();
+  } catch (const std::exception& e) {
+    return report_error(c, comm, MPI_ERR_OTHER, e.what());
+  }
+  return MPI_SUCCESS;
 }
 
 std::byte* comm_state::scratch_bytes(std::size_t bytes) {

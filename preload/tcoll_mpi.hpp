@@ -66,8 +66,11 @@ enum class fallback : int {
   arguments,       ///< arguments MPI itself should judge (negative count, bad root, MPI_BOTTOM,
                    ///< different send and receive types)
   not_initialized, ///< called before MPI_Init or after MPI_Finalize
+  not_set_up, ///< MPI_Iallreduce on a communicator whose tcoll state no blocking collective has
+              ///< created yet: creating it is a collective step, and MPI starts a
+              ///< non-blocking collective locally (the next blocking collective creates it)
 };
-inline constexpr int fallback_count = 7;
+inline constexpr int fallback_count = 8;
 /// "user-defined op", ...
 const char* fallback_name(fallback f) noexcept;
 
@@ -162,6 +165,25 @@ struct comm_state {
   std::unique_ptr<mpi_node_hierarchy> node_hier; ///< hierarchical with shared memory inside
   bool node_checked = false;
   std::vector<std::byte> scratch; ///< in-place reduce_scatter_block copies its input here
+  /// What a non-blocking call found missing (`setup_flat`, `setup_hierarchy`), for the next
+  /// blocking collective on the communicator to create (`settle`).
+  unsigned pending_setup = 0;
+  static constexpr unsigned setup_flat = 1;      ///< node check, then shm or flat transport
+  static constexpr unsigned setup_hierarchy = 2; ///< the two-level machine
+
+  comm_state() = default;
+  comm_state(const comm_state&) = delete;
+  comm_state& operator=(const comm_state&) = delete;
+  /// MPI_Comm_free lets pending operations complete: waits (each collective bounded by
+  /// TCOLL_TIMEOUT) for every MPI_Iallreduce still queued on the communicator's engines,
+  /// then stops the engines before the transports and machines they use go.
+  ~comm_state();
+
+  /// Records set-up for the next blocking collective to create (see `pending_setup`).
+  void want_setup(unsigned what);
+  /// Creates what `want_setup` recorded. Collective: called by every blocking collective
+  /// wrapper on the communicator, which every rank reaches in the same order.
+  void settle();
 
   /// The flat transport over the whole communicator (created on first call).
   mpi_transport& transport();
@@ -191,6 +213,18 @@ struct comm_state {
 
 /// The state of an intracommunicator, created on first use. Throws on MPI errors.
 comm_state& state_of(MPI_Comm comm);
+
+/// Communicators with set-up pending (`comm_state::pending_setup`): the blocking wrappers
+/// look further only while this is non-zero, so the common call pays one relaxed load.
+inline std::atomic<int> pending_setups{0};
+/// `settle_pending_setup`'s slow path: settles `comm`'s state, if it has any.
+int settle_pending_setup_slow(coll c, MPI_Comm comm);
+/// Called by every blocking collective wrapper on `comm` before it decides its path: creates
+/// the set-up a non-blocking call found missing. MPI_SUCCESS, or the reported error's code.
+inline int settle_pending_setup(coll c, MPI_Comm comm) {
+  if (pending_setups.load(std::memory_order_relaxed) == 0) return MPI_SUCCESS;
+  return settle_pending_setup_slow(c, comm);
+}
 
 /// Is MPI usable now (initialised, not finalised)?
 bool mpi_active() noexcept;

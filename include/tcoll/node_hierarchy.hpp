@@ -97,6 +97,12 @@ public:
   }
   mpi_node_hierarchy(const mpi_node_hierarchy&) = delete;
   mpi_node_hierarchy& operator=(const mpi_node_hierarchy&) = delete;
+  /// Stops the transports' engines before the machine goes: a hierarchical collective
+  /// queued on the node transport's engine uses the machine until it finishes.
+  ~mpi_node_hierarchy() {
+    if (intra_) intra_->collectives().detach();
+    if (inter_) inter_->collectives().detach();
+  }
 
   /// The two-level machine for `allreduce`, `iallreduce` and `overlap_scheduler`.
   hierarchical<shm_transport, mpi_transport>& get() noexcept { return *machine_; }

@@ -2,6 +2,7 @@
 // communicator duplication, splits.
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdint>
@@ -353,4 +354,60 @@ TEST_CASE("mpi_transport: non-blocking collectives below MPI_THREAD_MULTIPLE are
   // nothing was queued: blocking collectives still work
   tcoll::allreduce(t, std::span<float>(v));
   for (float x : v) CHECK(x == float(t.size()));
+}
+
+TEST_CASE("mpi_transport: transports made and destroyed in a loop leave no communicator behind") {
+  // A program that builds a transport on a split or a duplicate every step must not leak
+  // MPI communicators (MPICH-family MPIs run out of context ids after a few thousand). Each
+  // transport owns two: its duplicate, freed at destruction, and the control communicator
+  // of failure announcements, freed once every rank agreed that none saw a failure.
+  const int P = world_size(), r = world_rank();
+  const int cycles = P <= 2 ? 10000 : 400; // oversubscribed runs share two cores
+  MPI_Barrier(MPI_COMM_WORLD);
+  tcoll::detail::mpi::reap_controls(true);
+  const long before = tcoll::live_control_communicators();
+  MPI_Comm half = MPI_COMM_NULL;
+  MPI_Comm_split(MPI_COMM_WORLD, r % 2, r, &half);
+  long most = 0;
+  for (int i = 0; i < cycles; ++i) {
+    tcoll::mpi_transport t(i % 2 ? half : MPI_COMM_WORLD, 20s);
+    if (i % 997 == 0) {
+      std::vector<std::int32_t> v(5, r + 1);
+      tcoll::allreduce(t, std::span<std::int32_t>(v), tcoll::sum_op{}, tcoll::ring{});
+      std::int32_t want = 0;
+      for (int q = 0; q < P; ++q)
+        if (i % 2 == 0 || q % 2 == r % 2) want += q + 1;
+      CHECK(v[0] == want);
+    }
+    most = std::max(most, tcoll::live_control_communicators() - before);
+  }
+  MPI_Comm_free(&half);
+  MPI_Barrier(MPI_COMM_WORLD);
+  tcoll::detail::mpi::reap_controls(true);
+  CHECK(tcoll::live_control_communicators() == before);
+  // bounded on the way: a few transports' agreements in flight at most
+  CHECK_MESSAGE(most <= 8, "at most " << most << " control communicators alive at once");
+}
+
+TEST_CASE("mpi_transport: after a failure the control communicator stays until MPI_Finalize") {
+  // An announcement may still be on its way to a rank that has destroyed its transport; it
+  // must land on a communicator no successor reuses.
+  const int P = world_size();
+  if (P < 2) return;
+  MPI_Barrier(MPI_COMM_WORLD);
+  tcoll::detail::mpi::reap_controls(true);
+  const long before = tcoll::live_control_communicators();
+  {
+    tcoll::mpi_transport t(MPI_COMM_WORLD, 20s);
+    if (world_rank() == 0) t.abort(); // announces to every peer
+    MPI_Barrier(MPI_COMM_WORLD);
+  }
+  MPI_Barrier(MPI_COMM_WORLD);
+  tcoll::detail::mpi::reap_controls(true);
+  CHECK(tcoll::live_control_communicators() == before + 1);
+  // and the next transports work as before
+  auto t = mpi_test::make();
+  std::vector<float> data(16, 1.0f);
+  tcoll::allreduce(t, std::span<float>(data), tcoll::sum_op{}, tcoll::ring{});
+  for (float v : data) CHECK(v == float(P));
 }

@@ -9,9 +9,12 @@
  *
  * Run under mpirun with or without LD_PRELOAD=libtcoll_mpi.so; the test runner
  * (run_preload.py) checks that the preload was active from its TCOLL_DEBUG summary.
- * Arguments: [full|quick] [multiple|single] (MPI_Init_thread level; single: MPI_Init).
+ * Arguments: [full|quick] [multiple|serialized|funneled|single] (MPI_Init_thread level;
+ * single: MPI_Init; serialized: the checks run on a second thread).
  * Every rank prints its error count; the exit code is non-zero if any check failed. */
+#include <dirent.h>
 #include <mpi.h>
+#include <pthread.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -638,29 +641,207 @@ static int stall_nonblocking(void) {
   return 1;
 }
 
-int main(int argc, char** argv) {
-  quick = argc > 1 && strcmp(argv[1], "quick") == 0;
-  if (argc > 1 && strcmp(argv[1], "stall_nonblocking") == 0) {
-    int provided = MPI_THREAD_SINGLE;
-    MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &provided);
-    MPI_Comm_rank(MPI_COMM_WORLD, &world_rank);
-    return stall_nonblocking();
-  }
-  if (argc > 1 && strncmp(argv[1], "stall", 5) == 0) {
-    MPI_Init(&argc, &argv);
-    MPI_Comm_rank(MPI_COMM_WORLD, &world_rank);
-    return stall(strcmp(argv[1], "stall_first") == 0);
-  }
-  const int single = argc > 2 && strcmp(argv[2], "single") == 0;
-  int provided = MPI_THREAD_SINGLE;
-  if (single)
-    MPI_Init(&argc, &argv);
-  else
-    MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &provided);
-  const int nonblocking = 1; /* MPI_Iallreduce works at every level (the preload falls back) */
+/* Mode "local_start": starting a non-blocking collective is a local operation in MPI. Rank 0
+ * starts MPI_Iallreduce on a new communicator, then sends to rank 1, which receives that
+ * message before it starts its own MPI_Iallreduce; under MPI alone this completes. Round 0 is
+ * the communicator's first collective (tcoll has no state for it yet: the preload must not
+ * create it there, since that waits for every rank), round 1 follows a blocking MPI_Allreduce
+ * (which creates it; the call runs through tcoll). */
+static int local_start(void) {
+  enum { N = 4099 };
   int P;
-  MPI_Comm_rank(MPI_COMM_WORLD, &world_rank);
+  MPI_Comm comm;
+  MPI_Comm_dup(MPI_COMM_WORLD, &comm);
+  MPI_Comm_size(comm, &P);
+  double* in = xmalloc(sizeof(double) * N);
+  double* out = xmalloc(sizeof(double) * N);
+  for (int round = 0; round < 2; ++round) {
+    for (int i = 0; i < N; ++i) in[i] = (double)((i * 7 + world_rank * 3 + round) % 101);
+    MPI_Request q = MPI_REQUEST_NULL;
+    int token = 40 + round;
+    if (world_rank == 0) {
+      check_call(MPI_Iallreduce(in, out, N, MPI_DOUBLE, MPI_SUM, comm, &q), "MPI_Iallreduce");
+      check_call(MPI_Send(&token, 1, MPI_INT, 1, round, MPI_COMM_WORLD), "MPI_Send");
+    } else if (world_rank == 1) {
+      check_call(MPI_Recv(&token, 1, MPI_INT, 0, round, MPI_COMM_WORLD, MPI_STATUS_IGNORE),
+                 "MPI_Recv");
+      if (token != 40 + round) {
+        fprintf(stderr, "rank 1: token %d, want %d\n", token, 40 + round);
+        ++errors;
+      }
+      check_call(MPI_Iallreduce(in, out, N, MPI_DOUBLE, MPI_SUM, comm, &q), "MPI_Iallreduce");
+    } else {
+      check_call(MPI_Iallreduce(in, out, N, MPI_DOUBLE, MPI_SUM, comm, &q), "MPI_Iallreduce");
+    }
+    check_call(MPI_Wait(&q, MPI_STATUS_IGNORE), "MPI_Wait");
+    for (int i = 0; i < N; ++i) {
+      double want = 0;
+      for (int r = 0; r < P; ++r) want += (double)((i * 7 + r * 3 + round) % 101);
+      if (out[i] != want) {
+        fprintf(stderr, "rank %d round %d: element %d is %g, want %g\n", world_rank, round, i,
+                out[i], want);
+        ++errors;
+        break;
+      }
+    }
+    ++checks;
+    if (round == 0) { /* a blocking collective: every rank reaches it in the same order */
+      int one = 1, sum = 0;
+      check_call(MPI_Allreduce(&one, &sum, 1, MPI_INT, MPI_SUM, comm), "MPI_Allreduce");
+      if (sum != P) ++errors;
+    }
+  }
+  MPI_Comm_free(&comm);
+  free(in);
+  free(out);
+  if (world_rank == 0) fprintf(stderr, "local_start: %s\n", errors ? "FAILED" : "completed");
+  MPI_Finalize();
+  return errors ? 1 : 0;
+}
+
+/* Mode "free_pending": MPI_Comm_free while MPI_Iallreduce calls on the communicator are
+ * still pending; MPI lets pending operations complete normally. Each round: a blocking
+ * MPI_Allreduce on a new communicator (tcoll's state is created there), three 64 KiB
+ * MPI_Iallreduce, MPI_Comm_free, MPI_Waitall, and every result checked. */
+static int free_pending(void) {
+  enum { N = 16384, K = 3 };
+  int P;
   MPI_Comm_size(MPI_COMM_WORLD, &P);
+  float* v[K];
+  for (int k = 0; k < K; ++k) v[k] = xmalloc(sizeof(float) * N);
+  for (int round = 0; round < 5; ++round) {
+    MPI_Comm c;
+    MPI_Comm_dup(MPI_COMM_WORLD, &c);
+    int one = 1, sum = 0;
+    check_call(MPI_Allreduce(&one, &sum, 1, MPI_INT, MPI_SUM, c), "MPI_Allreduce");
+    MPI_Request q[K];
+    for (int k = 0; k < K; ++k) {
+      for (int i = 0; i < N; ++i) v[k][i] = (float)((i + 3 * k + world_rank + round) % 13);
+      check_call(MPI_Iallreduce(MPI_IN_PLACE, v[k], N, MPI_FLOAT, MPI_SUM, c, &q[k]),
+                 "MPI_Iallreduce");
+    }
+    check_call(MPI_Comm_free(&c), "MPI_Comm_free");
+    check_call(MPI_Waitall(K, q, MPI_STATUSES_IGNORE), "MPI_Waitall");
+    for (int k = 0; k < K; ++k)
+      for (int i = 0; i < N; ++i) {
+        float want = 0;
+        for (int r = 0; r < P; ++r) want += (float)((i + 3 * k + r + round) % 13);
+        if (v[k][i] != want) {
+          fprintf(stderr, "rank %d round %d call %d: element %d is %g, want %g\n", world_rank,
+                  round, k, i, v[k][i], want);
+          ++errors;
+          break;
+        }
+      }
+    ++checks;
+  }
+  for (int k = 0; k < K; ++k) free(v[k]);
+  if (world_rank == 0) fprintf(stderr, "free_pending: %s\n", errors ? "FAILED" : "completed");
+  MPI_Finalize();
+  return errors ? 1 : 0;
+}
+
+/* Entries of a /proc/self listing file (lines of maps) or directory (fd), or -1. */
+static long proc_count(const char* what) {
+  char path[64];
+  snprintf(path, sizeof path, "/proc/self/%s", what);
+  if (strcmp(what, "maps") == 0) {
+    FILE* f = fopen(path, "r");
+    if (!f) return -1;
+    long n = 0;
+    for (int c; (c = fgetc(f)) != EOF;) n += c == '\n';
+    fclose(f);
+    return n;
+  }
+  DIR* d = opendir(path);
+  if (!d) return -1;
+  long n = 0;
+  while (readdir(d)) ++n;
+  closedir(d);
+  return n;
+}
+
+/* The largest Fortran handle of 8 new communicators. Open MPI hands out the lowest free
+ * slot of its communicator table, so the first new ones fill the holes that freed
+ * communicators leave below leaked ones, and the largest of several grows with the leaked
+ * ones above them. */
+static int fresh_comm_handle(void) {
+  MPI_Comm c[8];
+  int h = 0;
+  for (int k = 0; k < 8; ++k) {
+    MPI_Comm_dup(MPI_COMM_WORLD, &c[k]);
+    if ((int)MPI_Comm_c2f(c[k]) > h) h = (int)MPI_Comm_c2f(c[k]);
+  }
+  for (int k = 0; k < 8; ++k) MPI_Comm_free(&c[k]);
+  return h;
+}
+
+/* Mode "comm_cycles N": N times, make a communicator (a duplicate, or a split with reversed
+ * rank order), run a tcoll MPI_Allreduce on it and free it. A program like this must not
+ * leak communicators (MPICH-family MPIs run out of context ids after a few thousand),
+ * mappings or file descriptors through the preload: the handle of a fresh communicator, the
+ * lines of /proc/self/maps and the open descriptors must stay where they were after the
+ * first cycle. */
+static int comm_cycles(int cycles) {
+  enum { N = 4099 };
+  int P;
+  MPI_Comm_size(MPI_COMM_WORLD, &P);
+  double* v = xmalloc(sizeof(double) * N);
+  long maps0 = 0, fds0 = 0;
+  int handle0 = 0;
+  for (int i = 0; i < cycles; ++i) {
+    MPI_Comm c;
+    if (i % 2)
+      MPI_Comm_split(MPI_COMM_WORLD, 0, -world_rank, &c);
+    else
+      MPI_Comm_dup(MPI_COMM_WORLD, &c);
+    for (int k = 0; k < N; ++k) v[k] = (double)((k + i + world_rank) % 9);
+    check_call(MPI_Allreduce(MPI_IN_PLACE, v, N, MPI_DOUBLE, MPI_SUM, c), "MPI_Allreduce");
+    for (int k = 0; k < N; ++k) {
+      double want = 0;
+      for (int r = 0; r < P; ++r) want += (double)((k + i + r) % 9);
+      if (v[k] != want) {
+        fprintf(stderr, "rank %d cycle %d: element %d is %g, want %g\n", world_rank, i, k, v[k],
+                want);
+        ++errors;
+        break;
+      }
+    }
+    ++checks;
+    MPI_Comm_free(&c);
+    if (i == 1) { /* after one cycle of each kind: tcoll's one-time state exists */
+      MPI_Barrier(MPI_COMM_WORLD);
+      handle0 = fresh_comm_handle();
+      maps0 = proc_count("maps");
+      fds0 = proc_count("fd");
+    }
+  }
+  MPI_Barrier(MPI_COMM_WORLD);
+  /* one more cycle lets the last transports' retirement finish */
+  const int handle1 = fresh_comm_handle();
+  const long maps1 = proc_count("maps"), fds1 = proc_count("fd");
+  fprintf(stderr,
+          "rank %d: %d cycles; fresh communicator handle %d -> %d, /proc/self/maps lines %ld -> "
+          "%ld, open descriptors %ld -> %ld\n",
+          world_rank, cycles, handle0, handle1, maps0, maps1, fds0, fds1);
+  if (handle1 - handle0 > 16) {
+    fprintf(stderr, "rank %d: communicators leak (handle %d -> %d)\n", world_rank, handle0,
+            handle1);
+    ++errors;
+  }
+  if (maps1 - maps0 > 32 || fds1 - fds0 > 4) {
+    fprintf(stderr, "rank %d: mappings or descriptors leak\n", world_rank);
+    ++errors;
+  }
+  free(v);
+  MPI_Finalize();
+  return errors ? 1 : 0;
+}
+
+/* The checks of the default mode (sections 1-4), on the thread that calls MPI. */
+static void* run_checks(void* unused) {
+  (void)unused;
+  const int nonblocking = 1; /* MPI_Iallreduce works at every level (the preload falls back) */
 
   /* 1. Every type and op on the world, counts 0, 1 and 7. */
   const size_t small[] = {0, 1, 7};
@@ -701,6 +882,72 @@ int main(int argc, char** argv) {
   /* 4. What the preload leaves to MPI, and datatypes that differ between ranks. */
   check_fallbacks(MPI_COMM_WORLD);
   check_signatures(MPI_COMM_WORLD);
+
+  return NULL;
+}
+
+int main(int argc, char** argv) {
+  quick = argc > 1 && strcmp(argv[1], "quick") == 0;
+  if (argc > 1 && strcmp(argv[1], "stall_nonblocking") == 0) {
+    int provided = MPI_THREAD_SINGLE;
+    MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &provided);
+    MPI_Comm_rank(MPI_COMM_WORLD, &world_rank);
+    return stall_nonblocking();
+  }
+  if (argc > 2 && strcmp(argv[1], "comm_cycles") == 0) {
+    int provided = MPI_THREAD_SINGLE;
+    MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &provided);
+    MPI_Comm_rank(MPI_COMM_WORLD, &world_rank);
+    return comm_cycles(atoi(argv[2]));
+  }
+  if (argc > 1 && strcmp(argv[1], "free_pending") == 0) {
+    int provided = MPI_THREAD_SINGLE;
+    MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &provided);
+    MPI_Comm_rank(MPI_COMM_WORLD, &world_rank);
+    return free_pending();
+  }
+  if (argc > 1 && strcmp(argv[1], "local_start") == 0) {
+    int provided = MPI_THREAD_SINGLE;
+    MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &provided);
+    MPI_Comm_rank(MPI_COMM_WORLD, &world_rank);
+    return local_start();
+  }
+  if (argc > 1 && strncmp(argv[1], "stall", 5) == 0) {
+    MPI_Init(&argc, &argv);
+    MPI_Comm_rank(MPI_COMM_WORLD, &world_rank);
+    return stall(strcmp(argv[1], "stall_first") == 0);
+  }
+  /* thread level: single (MPI_Init), funneled, serialized (the checks then run on a second
+   * thread while the main thread waits: MPI called from a thread that is not the main one),
+   * multiple (default) */
+  const char* level_name = argc > 2 ? argv[2] : "multiple";
+  const int single = strcmp(level_name, "single") == 0;
+  const int level = strcmp(level_name, "funneled") == 0     ? MPI_THREAD_FUNNELED
+                    : strcmp(level_name, "serialized") == 0 ? MPI_THREAD_SERIALIZED
+                                                            : MPI_THREAD_MULTIPLE;
+  int provided = MPI_THREAD_SINGLE;
+  if (single)
+    MPI_Init(&argc, &argv);
+  else
+    MPI_Init_thread(&argc, &argv, level, &provided);
+  int P;
+  MPI_Comm_rank(MPI_COMM_WORLD, &world_rank);
+  MPI_Comm_size(MPI_COMM_WORLD, &P);
+  if (!single && provided < level) {
+    fprintf(stderr, "rank %d: MPI provides thread level %d, %d asked\n", world_rank, provided,
+            level);
+    ++errors;
+  }
+  if (!single && level == MPI_THREAD_SERIALIZED) {
+    pthread_t worker;
+    if (pthread_create(&worker, NULL, run_checks, NULL) != 0) {
+      fprintf(stderr, "rank %d: pthread_create failed\n", world_rank);
+      MPI_Abort(MPI_COMM_WORLD, 2);
+    }
+    pthread_join(worker, NULL);
+  } else {
+    run_checks(NULL);
+  }
 
   printf("rank %d of %d: %ld checks, %d errors (thread level %d)\n", world_rank, P, checks, errors,
          single ? -1 : provided);

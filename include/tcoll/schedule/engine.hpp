@@ -24,6 +24,7 @@
 ///    transport timeout), queued ones fail with `aborted_error`.
 #include <chrono>
 #include <condition_variable>
+#include <cstdint>
 #include <deque>
 #include <exception>
 #include <memory>
@@ -179,6 +180,25 @@ public:
     return queue_.size();
   }
 
+  /// Waits until every collective queued so far has finished (MPI_Comm_free lets pending
+  /// operations complete). Each collective bounds its own waits; this gives up after
+  /// `no_progress` without one finishing. True when the engine is idle.
+  bool wait_idle(std::chrono::milliseconds no_progress) {
+    std::unique_lock lock(mutex_);
+    std::uint64_t seen = finished_;
+    auto until = clock::now() + no_progress;
+    while (!queue_.empty() || running_) {
+      const bool timed_out = idle_cv_.wait_until(lock, until) == std::cv_status::timeout;
+      if (finished_ != seen) {
+        seen = finished_;
+        until = clock::now() + no_progress;
+      } else if (timed_out) {
+        return false;
+      }
+    }
+    return true;
+  }
+
 private:
   void loop() {
     for (;;) {
@@ -189,10 +209,12 @@ private:
         if (queue_.empty()) return; // stopping, nothing left
         t = std::move(queue_.front());
         queue_.pop_front();
+        running_ = true;
         if (stopping_) {
           lock.unlock();
           t->mark_finished(std::make_exception_ptr(aborted_error(
               "the transport was destroyed before this queued collective started", rank_)));
+          finish_one();
           continue;
         }
       }
@@ -204,15 +226,27 @@ private:
         error = std::current_exception();
       }
       t->mark_finished(error);
+      finish_one();
     }
+  }
+  void finish_one() {
+    {
+      std::lock_guard lock(mutex_);
+      running_ = false;
+      ++finished_;
+    }
+    idle_cv_.notify_all();
   }
 
   int rank_;
   mutable std::mutex mutex_;
   std::condition_variable cv_;
+  std::condition_variable idle_cv_; ///< a collective finished (wait_idle)
   std::deque<std::shared_ptr<task>> queue_;
   bool stopping_ = false;
-  std::thread thread_; // last: starts after the rest is built
+  bool running_ = false;       ///< a collective has been taken off the queue and not finished
+  std::uint64_t finished_ = 0; ///< collectives finished so far
+  std::thread thread_;         // last: starts after the rest is built
 };
 
 /// The engine of transport `t`, started on first use. Checks that `t` may be driven from

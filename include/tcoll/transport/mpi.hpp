@@ -20,11 +20,13 @@
 #include <cstdint>
 #include <cstring>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <string_view>
 #include <thread>
 #include <type_traits>
 #include <utility>
+#include <vector>
 
 #include "../algorithm/passthrough.hpp"
 #include "../core/collective_context.hpp"
@@ -155,7 +157,99 @@ MPI_Op user_mpi_op(int rank) {
   return mop;
 }
 
+/// The control communicator of a destroyed `mpi_transport` while its ranks agree (a
+/// non-blocking MPI_MAX over "this rank saw a failure") whether it may be freed.
+struct control_retirement {
+  MPI_Comm comm = MPI_COMM_NULL;
+  MPI_Request agreement = MPI_REQUEST_NULL;
+  int mine = 0; ///< this rank saw a failure on the transport
+  int any = 0;  ///< some rank did
+  deadline until{};
+};
+
+/// Control communicators that exist, and those being retired. Process-wide.
+struct control_registry {
+  std::mutex mutex;
+  std::vector<std::unique_ptr<control_retirement>> retiring;
+  std::atomic<long> live{0};
+  int finalize_keyval = MPI_KEYVAL_INVALID;
+};
+inline control_registry& controls() {
+  static control_registry r;
+  return r;
+}
+
+/// Finishes the agreements that have finished: frees a control communicator on which no
+/// rank saw a failure, and keeps one where some rank did (its announcements may still be on
+/// the way, and a message that arrives for a freed communicator lands in the next one MPI
+/// creates with the same context id), as it keeps one whose agreement failed. With `wait`,
+/// waits for each until its deadline first (MPI_Finalize: no request may stay pending).
+inline void reap_controls(bool wait) noexcept {
+  auto& r = controls();
+  std::lock_guard lock(r.mutex);
+  for (auto it = r.retiring.begin(); it != r.retiring.end();) {
+    control_retirement& c = **it;
+    int done = 0;
+    bool failed = false;
+    for (;;) {
+      if (MPI_Test(&c.agreement, &done, MPI_STATUS_IGNORE) != MPI_SUCCESS) failed = true;
+      if (done || failed || !wait || clock::now() >= c.until) break;
+      std::this_thread::yield();
+    }
+    if (!done && !failed) {
+      ++it;
+      continue;
+    }
+    if (done && c.any == 0 && MPI_Comm_free(&c.comm) == MPI_SUCCESS)
+      r.live.fetch_sub(1, std::memory_order_relaxed);
+    it = r.retiring.erase(it);
+  }
+}
+
+/// MPI_Finalize deletes the attributes of MPI_COMM_SELF first, while MPI still works
+/// (MPI-3.1 8.7.1): the last chance to finish the agreements.
+inline int reap_controls_at_finalize(MPI_Comm, int, void*, void*) {
+  reap_controls(true);
+  return MPI_SUCCESS;
+}
+
+/// Hands a destroyed transport's control communicator to the retirement agreement.
+/// `failed`: this rank saw a failure on the transport. Keeps the communicator where MPI
+/// refuses a step (it is then left to MPI_Finalize, as before).
+inline void retire_control(MPI_Comm comm, bool failed, std::chrono::milliseconds timeout) noexcept {
+  auto& r = controls();
+  auto c = std::make_unique<control_retirement>();
+  c->comm = comm;
+  c->mine = failed ? 1 : 0;
+  c->until = clock::now() + timeout;
+  {
+    std::lock_guard lock(r.mutex);
+    if (r.finalize_keyval == MPI_KEYVAL_INVALID) {
+      if (MPI_Comm_create_keyval(MPI_COMM_NULL_COPY_FN, &reap_controls_at_finalize,
+                                 &r.finalize_keyval, nullptr) != MPI_SUCCESS ||
+          MPI_Comm_set_attr(MPI_COMM_SELF, r.finalize_keyval, nullptr) != MPI_SUCCESS)
+        return;
+    }
+    if (MPI_Iallreduce(&c->mine, &c->any, 1, MPI_INT, MPI_MAX, comm, &c->agreement) != MPI_SUCCESS)
+      return;
+    try {
+      r.retiring.push_back(std::move(c));
+    } catch (...) { // out of memory: wait for this one here
+      MPI_Wait(&c->agreement, MPI_STATUS_IGNORE);
+      return;
+    }
+  }
+  reap_controls(false);
+}
+
 } // namespace detail::mpi
+
+/// Control communicators of `mpi_transport`s that exist in this process: one per live
+/// transport, plus those of destroyed transports whose ranks have not all agreed yet, plus
+/// those kept because a rank saw a failure on them (see `detail::mpi::reap_controls`).
+inline long live_control_communicators() noexcept {
+  return detail::mpi::controls().live.load(std::memory_order_relaxed);
+}
 
 /// tcoll transport over a duplicate of an MPI communicator; satisfies `tcoll::transport`.
 /// Receive-and-reduce lands in the caller's staging buffer first (`zero_copy` is false);
@@ -170,12 +264,13 @@ class mpi_transport {
     /// Message spaces and broken state of the collectives (created with the communicator,
     /// whose MPI_TAG_UB bounds the tags).
     std::unique_ptr<collective_context> context;
-    /// A second duplicate that carries only failure announcements. It is never freed:
-    /// Open MPI reuses the context id of a freed communicator, and a message that arrives
-    /// for a freed one is delivered to its successor and desynchronises that one's message
-    /// ordering (its next messages are never matched). An announcement may arrive after
-    /// its receiver has destroyed the transport, so it must land on a communicator that
-    /// stays. One leaked communicator per transport; MPI_Finalize releases them.
+    /// A second duplicate that carries only failure announcements. Freed only once every
+    /// rank has destroyed its transport and agreed that none saw a failure: Open MPI reuses
+    /// the context id of a freed communicator, and a message that arrives for a freed one
+    /// is delivered to its successor and desynchronises that one's message ordering (its
+    /// next messages are never matched). An announcement may arrive after its receiver has
+    /// destroyed the transport, so after a failure it must land on a communicator that
+    /// stays (kept until MPI_Finalize). See `detail::mpi::retire_control`.
     MPI_Comm control = MPI_COMM_NULL;
     /// Rank whose failure announcement aborted this one (-1: none, or a local abort).
     std::atomic<int> failed_peer{-1};
@@ -310,6 +405,7 @@ public:
   mpi_transport& operator=(mpi_transport&& o) noexcept {
     if (this != &o) {
       if (state_ && state_->context) state_->context->detach();
+      retire_control();
       free_comm();
       state_ = std::move(o.state_);
       options_ = o.options_;
@@ -323,6 +419,7 @@ public:
   /// own destructors; they must not outlive the transport).
   ~mpi_transport() {
     if (state_ && state_->context) state_->context->detach(); // stop the engine first
+    retire_control();
     free_comm();
   }
 
@@ -349,7 +446,7 @@ public:
               " (call MPI_Init_thread with MPI_THREAD_MULTIPLE)",
           rank_);
   }
-  /// The communicator failure announcements travel on (tag `announce_tag`). Never freed.
+  /// The communicator failure announcements travel on (tag `announce_tag`); see `shared::control`.
   MPI_Comm control_comm() const noexcept { return state_->control; }
   static constexpr int announce_tag = 0;
   /// The duplicate communicator tcoll talks on (for barriers or user-side diagnostics; do
@@ -630,12 +727,30 @@ private:
           first, std::min(collective_context::default_tag_count, ub - first + 1));
       detail::mpi::check(MPI_Comm_dup(comm_, &state_->control), "MPI_Comm_dup(control)",
                          world_rank);
+      detail::mpi::controls().live.fetch_add(1, std::memory_order_relaxed);
+      detail::mpi::reap_controls(false); // earlier transports' agreements, where finished
       detail::mpi::check(MPI_Comm_set_errhandler(state_->control, MPI_ERRORS_RETURN),
                          "MPI_Comm_set_errhandler(control)", world_rank);
     } catch (...) {
       free_comm();
       throw;
     }
+  }
+
+  /// Did this rank see a failure on the transport (abort, a peer's announcement, a send
+  /// handed back unfinished, a broken collective)?
+  bool saw_failure() const noexcept {
+    return state_ && (state_->aborted.load() || state_->broken.load() || state_->announced.load() ||
+                      (state_->context && state_->context->broken()));
+  }
+
+  /// Hands the control communicator to the retirement agreement (collective, non-blocking:
+  /// `detail::mpi::retire_control`). Where this thread may not call MPI, or MPI is gone, it
+  /// stays to MPI_Finalize.
+  void retire_control() noexcept {
+    if (!state_ || state_->control == MPI_COMM_NULL || !may_call_mpi_here()) return;
+    detail::mpi::retire_control(std::exchange(state_->control, MPI_COMM_NULL), saw_failure(),
+                                options_.timeout);
   }
 
   /// Frees the communicator, unless this rank saw a failure on it: then peers may still
@@ -646,9 +761,7 @@ private:
     if (comm_ == MPI_COMM_NULL) return;
     int finalized = 0;
     MPI_Finalized(&finalized);
-    const bool failed = state_ && (state_->aborted.load() || state_->broken.load() ||
-                                   (state_->context && state_->context->broken()));
-    if (!finalized && !failed) MPI_Comm_free(&comm_);
+    if (!finalized && !saw_failure()) MPI_Comm_free(&comm_);
     comm_ = MPI_COMM_NULL;
   }
 
