@@ -34,10 +34,9 @@ namespace {
   std::exit(2);
 }
 
-std::optional<allreduce_algorithm> flat_algorithm(const std::string& name) {
-  for (auto a :
-       {allreduce_algorithm::ring, allreduce_algorithm::recursive_doubling,
-        allreduce_algorithm::recursive_halving_doubling, allreduce_algorithm::binomial_tree})
+std::optional<modeled_algorithm> flat_algorithm(const std::string& name) {
+  for (auto a : {modeled_algorithm::ring, modeled_algorithm::recursive_doubling,
+                 modeled_algorithm::recursive_halving_doubling, modeled_algorithm::binomial_tree})
     if (name == algorithm_name(a)) return a;
   return std::nullopt;
 }

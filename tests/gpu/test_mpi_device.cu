@@ -19,7 +19,7 @@ using namespace tcoll::testing;
 
 namespace {
 template <class F>
-void on_mpi_device(mpi_device_knobs knobs, F&& f) {
+void on_mpi_device(mpi_device_options knobs, F&& f) {
   cudaStream_t s = nullptr;
   detail::cuda::check(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), "cudaStreamCreate");
   {
@@ -32,8 +32,8 @@ void on_mpi_device(mpi_device_knobs knobs, F&& f) {
 } // namespace
 
 TEST_CASE("mpi_device staged: pipelined segments, allreduce and collectives on device memory") {
-  mpi_device_knobs k;
-  k.mode = mpi_device_knobs::path::staged;
+  mpi_device_options k;
+  k.mode = mpi_device_options::path::staged;
   k.segment_bytes = 4096 + 12; // many segments, odd boundaries
   on_mpi_device(k, [](mpi_device_transport& t, device_buffers<cuda_reducer>& b) {
     CHECK_FALSE(t.cuda_aware());

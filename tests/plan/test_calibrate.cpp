@@ -84,9 +84,8 @@ TEST_CASE("degenerate inputs are rejected") {
 }
 
 TEST_CASE("alpha and beta of every flat algorithm from a linear fit") {
-  for (auto a :
-       {allreduce_algorithm::ring, allreduce_algorithm::recursive_doubling,
-        allreduce_algorithm::recursive_halving_doubling, allreduce_algorithm::binomial_tree}) {
+  for (auto a : {modeled_algorithm::ring, modeled_algorithm::recursive_doubling,
+                 modeled_algorithm::recursive_halving_doubling, modeled_algorithm::binomial_tree}) {
     for (int ranks : {2, 5, 8, 12}) {
       const link_params truth{12.0, 0.002, 0.0001};
       const auto model = flat_allreduce(a, ranks, truth);

@@ -28,15 +28,15 @@ TEST_CASE("MG-WFBP Table II for power-of-two N") {
   for (int N : {2, 4, 8, 16, 64, 1024}) {
     const double lg = std::log2(N);
     struct row {
-      allreduce_algorithm algorithm;
+      modeled_algorithm algorithm;
       double a, b;
     };
     const row rows[] = {
-        {allreduce_algorithm::binomial_tree, 2 * alpha * lg, (2 * beta + gamma) * lg},
-        {allreduce_algorithm::recursive_doubling, alpha * lg, (beta + gamma) * lg},
-        {allreduce_algorithm::recursive_halving_doubling, 2 * alpha * lg,
+        {modeled_algorithm::binomial_tree, 2 * alpha * lg, (2 * beta + gamma) * lg},
+        {modeled_algorithm::recursive_doubling, alpha * lg, (beta + gamma) * lg},
+        {modeled_algorithm::recursive_halving_doubling, 2 * alpha * lg,
          2 * beta - (2 * beta + gamma) / N + gamma},
-        {allreduce_algorithm::ring, 2 * (N - 1) * alpha,
+        {modeled_algorithm::ring, 2 * (N - 1) * alpha,
          2.0 * (N - 1) / N * beta + (N - 1.0) / N * gamma},
     };
     for (const auto& r : rows) {
@@ -95,7 +95,7 @@ TEST_CASE("MG-WFBP's measured 10 GbE ring startup gives one alpha") {
   // Sec. V-A: startup 2(N-1) alpha = 90.52, 271.56, 633.64 us at N = 2, 4, 8.
   const std::pair<int, double> published[] = {{2, 90.52}, {4, 271.56}, {8, 633.64}};
   for (auto [N, startup] : published) {
-    const auto l = link_from_linear_fit(allreduce_algorithm::ring, N, {startup, 0.0});
+    const auto l = link_from_linear_fit(modeled_algorithm::ring, N, {startup, 0.0});
     CHECK(l.alpha_us == doctest::Approx(45.26).epsilon(0.003));
   }
 }
@@ -124,16 +124,15 @@ TEST_CASE("constexpr log2 and sqrt match <cmath>") {
 TEST_CASE("one name per algorithm: the planner's names are the library's and the benchmark's") {
   // every flat algorithm the planner models is a selectable algorithm of the same name
   // and an allreduce_perf -a name (issue 11: the planner said "halving_doubling")
-  for (auto a :
-       {allreduce_algorithm::ring, allreduce_algorithm::recursive_doubling,
-        allreduce_algorithm::recursive_halving_doubling, allreduce_algorithm::binomial_tree}) {
+  for (auto a : {modeled_algorithm::ring, modeled_algorithm::recursive_doubling,
+                 modeled_algorithm::recursive_halving_doubling, modeled_algorithm::binomial_tree}) {
     const std::string_view name = algorithm_name(a);
     CAPTURE(name);
     CHECK(tcoll::to_string(tcoll::parse_algorithm(name)) == name);
     const auto& bench = tcoll::bench::all_algorithms();
     CHECK(std::find(bench.begin(), bench.end(), name) != bench.end());
   }
-  CHECK(algorithm_name(allreduce_algorithm::recursive_halving_doubling) ==
+  CHECK(algorithm_name(modeled_algorithm::recursive_halving_doubling) ==
         "recursive_halving_doubling");
   // every selectable algorithm is an allreduce_perf -a name
   for (auto id :
@@ -146,7 +145,7 @@ TEST_CASE("one name per algorithm: the planner's names are the library's and the
   // the deprecated spellings still compile and mean the same
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wdeprecated-declarations"
-  CHECK(allreduce_algorithm::halving_doubling == allreduce_algorithm::recursive_halving_doubling);
+  CHECK(modeled_algorithm::halving_doubling == modeled_algorithm::recursive_halving_doubling);
   CHECK(halving_doubling_allreduce_us(1000, 6, {1, 0.01, 0.001}) ==
         recursive_halving_doubling_allreduce_us(1000, 6, {1, 0.01, 0.001}));
 #pragma GCC diagnostic pop

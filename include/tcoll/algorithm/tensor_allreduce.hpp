@@ -138,19 +138,14 @@ void tensor_allreduce(Tr& t, std::span<T* const> buffers, std::size_t count, con
       opt.inter.allreduce(rec, detail::layout{rank, P, n, sizeof(T), 0, true});
       detail::executor<Tr, R, T, PhaseOp> ex(t, red, pop, acc + off, n, acc + off, n, tag);
       ex.reserve(rec.scratch_count, rec.staging_count);
-      bool overlapped = false;
+      // the ring records at least one round (one local copy round on a single rank)
       for (std::size_t i = 0; i < rec.rounds.size(); ++i) {
         ex.round_begin();
         for (const auto& st : rec.rounds[i]) ex.add(st);
         // local work on other segments while this round's transfers are in flight
         if (i == 0 && s + 1 < nseg) local_reduce(s + 1);
         if (i == 0 && s > 0) local_broadcast(s - 1);
-        overlapped = true;
         ex.round_end();
-      }
-      if (!overlapped) { // no round to hide behind (never for ring, kept for other inner algos)
-        if (s + 1 < nseg) local_reduce(s + 1);
-        if (s > 0) local_broadcast(s - 1);
       }
       red.finalize(op, acc + off, n, members);
       red.synchronize();

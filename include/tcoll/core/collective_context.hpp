@@ -24,6 +24,7 @@
 #include <string>
 
 #include "error.hpp"
+#include "tags.hpp"
 
 namespace tcoll {
 
@@ -37,9 +38,10 @@ public:
   };
 
   /// Tags of collectives are `first_tag + sequence % tag_count`. The defaults leave tags
-  /// below 1024 to point-to-point users and fit below the 65536 tag shift of `subgroup`.
-  static constexpr int default_first_tag = 1024;
-  static constexpr int default_tag_count = 1 << 14;
+  /// below 1024 to point-to-point users and fit below the 65536 tag shift of `subgroup`
+  /// (the tag map: `core/tags.hpp`).
+  static constexpr int default_first_tag = tags::collectives_first;
+  static constexpr int default_tag_count = tags::collectives_count;
 
   /// `first_sequence` offsets the sequence (MPI transports start each communicator at a
   /// different point, so stale messages of a freed communicator whose context id MPI

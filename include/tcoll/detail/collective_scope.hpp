@@ -9,12 +9,13 @@
 
 #include "../core/collective_context.hpp"
 #include "../core/concepts.hpp"
+#include "../core/tags.hpp"
 
 namespace tcoll::detail {
 
 /// Tag of every collective on a transport without a `collective_context` (a user's own
 /// transport): one collective at a time, as before message spaces existed.
-inline constexpr int collective_tag = 7001;
+inline constexpr int collective_tag = tags::single_collective;
 
 /// The context of `t`, or null for a transport without one.
 template <class Tr>

@@ -33,6 +33,7 @@
 #include <vector>
 
 #include "../core/error.hpp"
+#include "../detail/mpi_error.hpp"
 
 namespace tcoll::elastic {
 
@@ -119,12 +120,7 @@ inline int size_of(MPI_Comm c) {
 
 /// Throws `transport_error` naming the call when an MPI call fails.
 inline void join_check(int rc, const char* what, int rank) {
-  if (rc == MPI_SUCCESS) return;
-  char text[MPI_MAX_ERROR_STRING];
-  int n = 0;
-  MPI_Error_string(rc, text, &n);
-  throw transport_error(std::string("elastic join: ") + what + " failed: " + std::string(text, n),
-                        rank);
+  tcoll::detail::mpi::check(rc, std::string("elastic join: ") + what, rank);
 }
 
 /// Accepts the next client job on `grown` (collective; the port matters at its rank 0 only,

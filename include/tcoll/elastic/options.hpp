@@ -16,6 +16,7 @@
 
 #include "../core/collective_context.hpp"
 #include "../core/error.hpp"
+#include "../core/tags.hpp"
 
 namespace tcoll::elastic {
 
@@ -87,8 +88,8 @@ struct options {
   /// Server: fruitless sweeps before it starts sleeping.
   int spin_polls = 64;
   /// Point-to-point tag of pushes; replies use `tag + 1`. Both must lie below
-  /// `collective_context::default_first_tag` (tags there belong to collectives).
-  int tag = 700;
+  /// `tags::collectives_first` (tags there belong to collectives; `core/tags.hpp`).
+  int tag = tags::elastic_push;
   /// Where the server's notices go (a dropped client); unset: stderr.
   std::function<void(std::string_view)> log;
 };
@@ -115,8 +116,8 @@ inline void validate(const options& o, int world_size, int rank) {
   if (o.idle_sleep.count() < 0)
     bad("idle_sleep must be >= 0 us, got " + std::to_string(o.idle_sleep.count()));
   if (o.spin_polls < 0) bad("spin_polls must be >= 0, got " + std::to_string(o.spin_polls));
-  if (o.tag < 0 || o.tag + 1 >= collective_context::default_first_tag)
-    bad("tag must be in [0, " + std::to_string(collective_context::default_first_tag - 1) +
+  if (o.tag < 0 || o.tag + 1 >= tags::collectives_first)
+    bad("tag must be in [0, " + std::to_string(tags::collectives_first - 1) +
         ") (tag + 1 carries the replies), got " + std::to_string(o.tag));
   if (o.variant == mode::asynchronous) {
     if (o.server_rank < 0 || o.server_rank >= world_size)

@@ -151,8 +151,8 @@ constexpr scheme poseidon_best_scheme(const layer& l, int workers, int servers, 
 
 /// Knobs of tcoll's cost comparison (`best_scheme`).
 struct sfb_costs {
-  /// The allreduce a dense layer would run (`plan::allreduce_algorithm`).
-  plan::allreduce_algorithm dense_algorithm = plan::allreduce_algorithm::ring;
+  /// The allreduce a dense layer would run (`plan::modeled_algorithm`).
+  plan::modeled_algorithm dense_algorithm = plan::modeled_algorithm::ring;
   /// Calibrated link parameters (plan/calibrate.hpp); flat algorithms read `machine.inter`.
   plan::hierarchy_params machine{};
   /// Bytes per gradient element (4 for float).

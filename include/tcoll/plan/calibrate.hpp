@@ -148,8 +148,8 @@ constexpr piecewise_cost fit_piecewise_auto(std::span<const sample> samples,
 /// given gamma (the reduction cost per byte, 0 if unknown). The algorithm's cost is
 /// c_alpha alpha + M (c_beta beta + c_gamma gamma); the coefficients are read off the
 /// cost formula itself, so this works for every flat algorithm and its fold.
-constexpr link_params link_from_linear_fit(allreduce_algorithm algorithm, int ranks,
-                                           linear_cost fit, double gamma_us_per_byte = 0.0) {
+constexpr link_params link_from_linear_fit(modeled_algorithm algorithm, int ranks, linear_cost fit,
+                                           double gamma_us_per_byte = 0.0) {
   auto cost = [&](link_params l, double bytes) {
     return allreduce_us(algorithm, bytes, ranks, hierarchy_params{1, l, l});
   };

@@ -184,8 +184,12 @@ constexpr double hierarchical_sharded_allreduce_us(double bytes, int ranks, hier
   return reduce_scatter + ring_allreduce_us(bytes / g, ranks / h.group_size, h.inter) + allgather;
 }
 
-/// The allreduce algorithms of tcoll, by the names the library and benchmarks use.
-enum class allreduce_algorithm {
+/// The allreduce algorithms the cost model prices, by the names the library and benchmarks
+/// use (the two hierarchical forms apart). Named apart from the `allreduce_algorithm`
+/// concept (an algorithm object the collectives run) and from `algorithm_id` (the runtime
+/// id of such an object, `algorithm/select.hpp`); it was `plan::allreduce_algorithm` before
+/// 2026-11-27.
+enum class modeled_algorithm {
   ring,
   recursive_doubling,
   recursive_halving_doubling,
@@ -197,19 +201,19 @@ enum class allreduce_algorithm {
 };
 
 /// Library name of an algorithm ("ring", "recursive_doubling", ...).
-constexpr std::string_view algorithm_name(allreduce_algorithm a) noexcept {
+constexpr std::string_view algorithm_name(modeled_algorithm a) noexcept {
   switch (a) {
-  case allreduce_algorithm::ring:
+  case modeled_algorithm::ring:
     return "ring";
-  case allreduce_algorithm::recursive_doubling:
+  case modeled_algorithm::recursive_doubling:
     return "recursive_doubling";
-  case allreduce_algorithm::recursive_halving_doubling:
+  case modeled_algorithm::recursive_halving_doubling:
     return "recursive_halving_doubling";
-  case allreduce_algorithm::binomial_tree:
+  case modeled_algorithm::binomial_tree:
     return "binomial_tree";
-  case allreduce_algorithm::hierarchical_leader:
+  case modeled_algorithm::hierarchical_leader:
     return "hierarchical_leader";
-  case allreduce_algorithm::hierarchical_sharded:
+  case modeled_algorithm::hierarchical_sharded:
     return "hierarchical_sharded";
   }
   return "unknown";
@@ -217,18 +221,18 @@ constexpr std::string_view algorithm_name(allreduce_algorithm a) noexcept {
 
 /// The busiest rank's traffic of a flat algorithm (see `rank_traffic`).
 /// Throws std::invalid_argument for the hierarchical forms (two link classes).
-constexpr rank_traffic allreduce_traffic(allreduce_algorithm a, double bytes, int ranks) {
+constexpr rank_traffic allreduce_traffic(modeled_algorithm a, double bytes, int ranks) {
   switch (a) {
-  case allreduce_algorithm::ring:
+  case modeled_algorithm::ring:
     return ring_allreduce_traffic(bytes, ranks);
-  case allreduce_algorithm::recursive_doubling:
+  case modeled_algorithm::recursive_doubling:
     return recursive_doubling_allreduce_traffic(bytes, ranks);
-  case allreduce_algorithm::recursive_halving_doubling:
+  case modeled_algorithm::recursive_halving_doubling:
     return recursive_halving_doubling_allreduce_traffic(bytes, ranks);
-  case allreduce_algorithm::binomial_tree:
+  case modeled_algorithm::binomial_tree:
     return binomial_tree_allreduce_traffic(bytes, ranks);
-  case allreduce_algorithm::hierarchical_leader:
-  case allreduce_algorithm::hierarchical_sharded:
+  case modeled_algorithm::hierarchical_leader:
+  case modeled_algorithm::hierarchical_sharded:
     break;
   }
   throw tcoll::invalid_argument("allreduce_traffic: only the flat algorithms have one link class");
@@ -236,19 +240,19 @@ constexpr rank_traffic allreduce_traffic(allreduce_algorithm a, double bytes, in
 
 /// Cost of one allreduce of `bytes` on `ranks` ranks. Flat algorithms use `h.inter` as
 /// the link of every pair (the network), hierarchical ones use both levels.
-constexpr double allreduce_us(allreduce_algorithm a, double bytes, int ranks, hierarchy_params h) {
+constexpr double allreduce_us(modeled_algorithm a, double bytes, int ranks, hierarchy_params h) {
   switch (a) {
-  case allreduce_algorithm::ring:
+  case modeled_algorithm::ring:
     return ring_allreduce_us(bytes, ranks, h.inter);
-  case allreduce_algorithm::recursive_doubling:
+  case modeled_algorithm::recursive_doubling:
     return recursive_doubling_allreduce_us(bytes, ranks, h.inter);
-  case allreduce_algorithm::recursive_halving_doubling:
+  case modeled_algorithm::recursive_halving_doubling:
     return recursive_halving_doubling_allreduce_us(bytes, ranks, h.inter);
-  case allreduce_algorithm::binomial_tree:
+  case modeled_algorithm::binomial_tree:
     return binomial_tree_allreduce_us(bytes, ranks, h.inter);
-  case allreduce_algorithm::hierarchical_leader:
+  case modeled_algorithm::hierarchical_leader:
     return hierarchical_leader_allreduce_us(bytes, ranks, h);
-  case allreduce_algorithm::hierarchical_sharded:
+  case modeled_algorithm::hierarchical_sharded:
     return hierarchical_sharded_allreduce_us(bytes, ranks, h);
   }
   return 0.0;
@@ -291,7 +295,7 @@ concept affine_cost_model = cost_model<M> && requires(const M& m) {
 
 /// The cost of one algorithm on a fixed machine and rank count, as a cost_model.
 struct allreduce_cost {
-  allreduce_algorithm algorithm = allreduce_algorithm::ring;
+  modeled_algorithm algorithm = modeled_algorithm::ring;
   int ranks = 1;
   hierarchy_params machine{}; ///< flat algorithms read machine.inter
 
@@ -309,7 +313,7 @@ struct allreduce_cost {
 };
 
 /// Convenience: the cost of `algorithm` over `ranks` ranks of a flat network.
-constexpr allreduce_cost flat_allreduce(allreduce_algorithm algorithm, int ranks,
+constexpr allreduce_cost flat_allreduce(modeled_algorithm algorithm, int ranks,
                                         link_params network) noexcept {
   return allreduce_cost{algorithm, ranks, hierarchy_params{1, network, network}};
 }

@@ -252,7 +252,7 @@ inline std::uintptr_t addr(const void* p) {
 } // namespace detail::cuda
 
 /// Tuning knobs of the CUDA reducer.
-struct cuda_reducer_knobs {
+struct cuda_reducer_options {
   /// Threads per block.
   int block = 512;
   /// Resident blocks per SM the grid is sized for (grid = SMs x this, fewer for small n).
@@ -272,7 +272,7 @@ struct cuda_reducer {
       std::is_invocable_v<const Op&, accumulator_t<T>, accumulator_t<T>>;
 
   cudaStream_t stream = nullptr;
-  cuda_reducer_knobs knobs{};
+  cuda_reducer_options knobs{};
 
   /// dst[i] = op(a[i], b[i]); dst may be a or b (exactly), otherwise no overlap.
   template <class Op, class T>

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "../core/error.hpp"
+#include "../detail/mpi_error.hpp"
 #include "bootstrap.hpp"
 
 namespace tcoll {
@@ -53,11 +54,7 @@ public:
 
 private:
   static void check(int code, const char* what, int rank) {
-    if (code == MPI_SUCCESS) return;
-    char text[MPI_MAX_ERROR_STRING] = {};
-    int length = 0;
-    MPI_Error_string(code, text, &length);
-    throw transport_error(std::string("mpi_bootstrap: ") + what + " failed: " + text, rank);
+    detail::mpi::check(code, std::string("mpi_bootstrap: ") + what, rank);
   }
   MPI_Comm comm_ = MPI_COMM_NULL;
   int rank_ = 0, size_ = 1;

@@ -20,6 +20,7 @@
 #include "../core/collective_context.hpp"
 #include "../core/concepts.hpp"
 #include "../core/error.hpp"
+#include "../core/tags.hpp"
 
 namespace tcoll {
 
@@ -57,7 +58,7 @@ public:
   /// Tags of the composed transport's own collectives start here: above the message spaces
   /// of `intra` and `inter` themselves and of their subgroup views, so collectives on the
   /// composed world and on either level never share a tag.
-  static constexpr int first_collective_tag = (3 << 16) + collective_context::default_first_tag;
+  static constexpr int first_collective_tag = tags::composed_offset + tags::collectives_first;
   /// Message spaces, broken state and engine of the composed world's collectives.
   collective_context& collectives() noexcept { return *context_; }
 

@@ -33,7 +33,9 @@
 #include "../core/concepts.hpp"
 #include "../core/error.hpp"
 #include "../core/ops.hpp"
+#include "../core/tags.hpp"
 #include "../core/types.hpp"
+#include "../detail/mpi_error.hpp"
 
 namespace tcoll {
 
@@ -56,20 +58,6 @@ struct mpi_options {
 };
 
 namespace detail::mpi {
-
-/// "MPI_ERR_RANK: invalid rank" style text of an MPI error code.
-inline std::string error_string(int code) {
-  char text[MPI_MAX_ERROR_STRING] = {};
-  int len = 0;
-  if (MPI_Error_string(code, text, &len) != MPI_SUCCESS) return "MPI error " + std::to_string(code);
-  return std::string(text, static_cast<std::size_t>(std::max(0, len)));
-}
-
-/// Throws `transport_error` if `code` is not MPI_SUCCESS.
-inline void check(int code, std::string_view what, int rank, int peer = -1) {
-  if (code != MPI_SUCCESS)
-    throw transport_error(std::string(what) + " failed: " + error_string(code), rank, peer);
-}
 
 /// The MPI datatype of a built-in element type, or MPI_DATATYPE_NULL if there is none.
 template <class T>
@@ -448,7 +436,7 @@ public:
   }
   /// The communicator failure announcements travel on (tag `announce_tag`); see `shared::control`.
   MPI_Comm control_comm() const noexcept { return state_->control; }
-  static constexpr int announce_tag = 0;
+  static constexpr int announce_tag = tags::announce;
   /// The duplicate communicator tcoll talks on (for barriers or user-side diagnostics; do
   /// not free it).
   MPI_Comm comm() const noexcept { return comm_; }

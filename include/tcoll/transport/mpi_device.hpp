@@ -3,7 +3,7 @@
 /// `mpi_device_transport`: the MPI transport for device buffers.
 ///
 /// - CUDA-aware MPI (OpenMPI's `MPIX_Query_cuda_support()` says so at run time, or
-///   `mpi_device_knobs::mode = cuda_aware`): device pointers go straight to the wrapped
+///   `mpi_device_options::mode = cuda_aware`): device pointers go straight to the wrapped
 ///   `mpi_transport`.
 /// - Otherwise staged through page-locked host memory, pipelined in segments of
 ///   `segment_bytes` (MXNET-MPI Sec. 6.3 runs its rings through host buffers the same way):
@@ -39,7 +39,7 @@
 namespace tcoll {
 
 /// Knobs of the device MPI transport.
-struct mpi_device_knobs {
+struct mpi_device_options {
   enum class path { automatic, cuda_aware, staged };
   /// automatic: CUDA-aware when MPI reports it at run time, staged otherwise.
   path mode = path::automatic;
@@ -101,12 +101,12 @@ public:
 
   /// Duplicates `comm` (through `mpi_transport`); all copies are ordered on `stream`.
   mpi_device_transport(MPI_Comm comm, cudaStream_t stream, mpi_options options = {},
-                       mpi_device_knobs knobs = {})
+                       mpi_device_options knobs = {})
       : base_(comm, options), stream_(stream), knobs_(knobs) {
     if (knobs.segment_bytes == 0)
       throw invalid_argument("mpi_device_transport: segment_bytes must be positive", rank());
-    cuda_aware_ = knobs.mode == mpi_device_knobs::path::cuda_aware ||
-                  (knobs.mode == mpi_device_knobs::path::automatic && mpi_is_cuda_aware());
+    cuda_aware_ = knobs.mode == mpi_device_options::path::cuda_aware ||
+                  (knobs.mode == mpi_device_options::path::automatic && mpi_is_cuda_aware());
     sends_.resize(static_cast<std::size_t>(base_.size()));
   }
   mpi_device_transport(const mpi_device_transport&) = delete;
@@ -324,7 +324,7 @@ private:
 
   mpi_transport base_;
   cudaStream_t stream_;
-  mpi_device_knobs knobs_;
+  mpi_device_options knobs_;
   bool cuda_aware_ = false;
   std::vector<std::deque<std::shared_ptr<detail::mpi_device::staged>>> sends_;
   std::vector<pool_entry> pool_;

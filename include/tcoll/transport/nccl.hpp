@@ -22,7 +22,7 @@
 /// Restrictions: the reducer must use the same stream (`cuda_reducer{t.stream()}`); tags
 /// are not sent (NCCL matches per pair in posting order, which is what tcoll's collectives
 /// rely on); `abort()` calls `ncclCommAbort` (the only way to release kernels stuck on a dead
-/// peer) unless `nccl_knobs::abort_communicator` is false, after which the communicator is
+/// peer) unless `nccl_options::abort_communicator` is false, after which the communicator is
 /// unusable.
 #include <cuda_runtime_api.h>
 #include <nccl.h>
@@ -45,7 +45,7 @@
 namespace tcoll {
 
 /// Knobs of the NCCL transport.
-struct nccl_knobs {
+struct nccl_options {
   /// Deadline of each wait.
   std::chrono::milliseconds timeout = std::chrono::seconds(60);
   /// `abort()` aborts the communicator (ncclCommAbort) so kernels waiting on a failed peer end.
@@ -138,7 +138,7 @@ public:
   /// Stream ordered: completion means enqueued (see the file comment).
   static constexpr bool stream_ordered = true;
 
-  nccl_transport(ncclComm_t comm, cudaStream_t stream, nccl_knobs knobs = {})
+  nccl_transport(ncclComm_t comm, cudaStream_t stream, nccl_options knobs = {})
       : comm_(comm), stream_(stream), knobs_(knobs) {
     if (!comm) throw invalid_argument("nccl_transport: communicator is null");
     detail::nccl::check(ncclCommUserRank(comm, &rank_), "ncclCommUserRank", comm, -1);
@@ -312,7 +312,7 @@ private:
 
   ncclComm_t comm_;
   cudaStream_t stream_;
-  nccl_knobs knobs_;
+  nccl_options knobs_;
   int rank_ = -1;
   int size_ = 0;
   int version_ = 0; ///< ncclGetVersion of the library loaded at run time

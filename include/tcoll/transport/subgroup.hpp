@@ -22,6 +22,7 @@
 #include "../core/collective_context.hpp"
 #include "../core/concepts.hpp"
 #include "../core/error.hpp"
+#include "../core/tags.hpp"
 
 namespace tcoll {
 
@@ -102,8 +103,8 @@ private:
 
 /// Tag offsets of the two levels (intra and inter views never share a pair of ranks; the
 /// offsets keep them apart anyway, also from the parent's own messages).
-inline constexpr int intra_tag_offset = 1 << 16;
-inline constexpr int inter_tag_offset = 2 << 16;
+inline constexpr int intra_tag_offset = tags::intra_offset;
+inline constexpr int inter_tag_offset = tags::inter_offset;
 
 /// The two levels of one rank of a transport cut into groups.
 template <transport Tr>

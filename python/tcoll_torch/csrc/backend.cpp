@@ -847,7 +847,7 @@ private:
                 argument, " ", peer, " is not another rank of the group of ", size_);
   }
   int check_tag(int tag, const char* what) {
-    const int limit = tcoll::collective_context::default_first_tag;
+    const int limit = tcoll::tags::collectives_first;
     TORCH_CHECK(tag >= 0 && tag < limit, "tcoll: ", what, ": rank ", rank_, ": tag ", tag,
                 " is outside [0, ", limit, ") (tags above belong to collectives)");
     return tag;
