@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <array>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -450,33 +451,22 @@ hierarchical<shm_transport, mpi_transport>* comm_state::shm_hierarchy() {
   return &node_hier->get();
 }
 
-namespace {
-/// The engine of `t`, if one was started.
-template <class Tr>
-tcoll::detail::engine* engine_if_any(Tr* t) {
-  return t ? dynamic_cast<tcoll::detail::engine*>(t->collectives().attached()) : nullptr;
-}
-} // namespace
-
 comm_state::~comm_state() {
-  tcoll::shm_transport* node_intra = node_hier ? &node_hier->intra() : nullptr;
-  mpi_transport* node_inter = node_hier ? node_hier->inter() : nullptr;
-  // pending MPI_Iallreduce calls finish first (every rank frees the communicator, so its
-  // peers run theirs too)
-  for (tcoll::detail::engine* e :
-       {engine_if_any(flat.get()), engine_if_any(intra.get()), engine_if_any(inter.get()),
-        engine_if_any(node.get()), engine_if_any(node_intra), engine_if_any(node_inter)})
-    if (e) (void)e->wait_idle(config().timeout);
-  // then no engine may outlive what its collectives use (hier uses intra and inter)
-  auto stop = [](auto* t) {
-    if (t) t->collectives().detach();
-  };
-  stop(flat.get());
-  stop(intra.get());
-  stop(inter.get());
-  stop(node.get());
-  stop(node_intra);
-  stop(node_inter);
+  // every transport whose engine may run this communicator's MPI_Iallreduce calls
+  const std::array<collective_context*, 6> contexts = {
+      flat ? &flat->collectives() : nullptr,
+      intra ? &intra->collectives() : nullptr,
+      inter ? &inter->collectives() : nullptr,
+      node ? &node->collectives() : nullptr,
+      node_hier ? &node_hier->intra().collectives() : nullptr,
+      node_hier && node_hier->inter() ? &node_hier->inter()->collectives() : nullptr};
+  // pending calls finish first (every rank frees the communicator, so its peers run theirs
+  // too), then no engine may outlive what its collectives use (hier uses intra and inter)
+  for (collective_context* c : contexts)
+    if (auto* e = c ? dynamic_cast<tcoll::detail::engine*>(c->attached()) : nullptr)
+      (void)e->wait_idle(config().timeout);
+  for (collective_context* c : contexts)
+    if (c) c->detach();
   if (pending_setup) pending_setups.fetch_sub(1, std::memory_order_relaxed);
 }
 

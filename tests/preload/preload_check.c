@@ -888,28 +888,16 @@ static void* run_checks(void* unused) {
 
 int main(int argc, char** argv) {
   quick = argc > 1 && strcmp(argv[1], "quick") == 0;
-  if (argc > 1 && strcmp(argv[1], "stall_nonblocking") == 0) {
+  /* the single-purpose modes, each at MPI_THREAD_MULTIPLE */
+  const char* mode = argc > 1 ? argv[1] : "";
+  if (strcmp(mode, "stall_nonblocking") == 0 || strcmp(mode, "comm_cycles") == 0 ||
+      strcmp(mode, "free_pending") == 0 || strcmp(mode, "local_start") == 0) {
     int provided = MPI_THREAD_SINGLE;
     MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &provided);
     MPI_Comm_rank(MPI_COMM_WORLD, &world_rank);
-    return stall_nonblocking();
-  }
-  if (argc > 2 && strcmp(argv[1], "comm_cycles") == 0) {
-    int provided = MPI_THREAD_SINGLE;
-    MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &provided);
-    MPI_Comm_rank(MPI_COMM_WORLD, &world_rank);
-    return comm_cycles(atoi(argv[2]));
-  }
-  if (argc > 1 && strcmp(argv[1], "free_pending") == 0) {
-    int provided = MPI_THREAD_SINGLE;
-    MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &provided);
-    MPI_Comm_rank(MPI_COMM_WORLD, &world_rank);
-    return free_pending();
-  }
-  if (argc > 1 && strcmp(argv[1], "local_start") == 0) {
-    int provided = MPI_THREAD_SINGLE;
-    MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &provided);
-    MPI_Comm_rank(MPI_COMM_WORLD, &world_rank);
+    if (strcmp(mode, "stall_nonblocking") == 0) return stall_nonblocking();
+    if (strcmp(mode, "comm_cycles") == 0) return comm_cycles(argc > 2 ? atoi(argv[2]) : 10000);
+    if (strcmp(mode, "free_pending") == 0) return free_pending();
     return local_start();
   }
   if (argc > 1 && strncmp(argv[1], "stall", 5) == 0) {

@@ -266,12 +266,7 @@ private:
     const bool known = cudaPointerGetAttributes(&a, p) == cudaSuccess;
     if (!known) (void)cudaGetLastError(); // older runtimes report unregistered memory as an error
     if (known && a.type != cudaMemoryTypeUnregistered) return a.type == cudaMemoryTypeHost;
-    cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
-    if (cudaStreamIsCapturing(stream_, &capture) != cudaSuccess) {
-      (void)cudaGetLastError();
-      return true;
-    }
-    return capture != cudaStreamCaptureStatusActive;
+    return !detail::cuda::is_capturing(stream_); // a failed query counts as host memory
   }
   void check_peer(int peer, const char* what) const {
     if (peer < 0 || peer >= state_->nranks)
