@@ -100,9 +100,13 @@ algo nonblocking_path(coll c, const comm_state& s, std::size_t bytes, algo a, un
 }
 
 /// State of one MPI_Iallreduce run by tcoll: the generalized request's extra state.
+///
+/// It holds no `tcoll::request`: MPI may call `free_fn` from inside `PMPI_Grequest_complete`
+/// on the engine thread (Open MPI does when the user's MPI_Wait released the request first),
+/// and a request's destructor there would wait for the very task that is completing. The
+/// engine keeps the task alive until it has finished.
 struct ireq {
   MPI_Request handle = MPI_REQUEST_NULL;
-  tcoll::request work; ///< tcoll's request (its destructor waits for the engine to let go)
   std::atomic<int> code{MPI_SUCCESS};
 };
 
@@ -143,36 +147,24 @@ struct complete_ireq {
   }
 };
 
-/// Queues the allreduce on the engine of transport `t` (the communicator's shared-memory
-/// or MPI transport); the engine thread completes the generalized request `r->handle` when
-/// the data is in place (or failed).
-template <class Tr, class T, class Op>
-void queue_iallreduce(Tr& t, algo a, const T* send, T* recv, std::size_t n, const Op& op, ireq* r) {
-  auto body = [&t, a, send, recv, n, op](int tag) {
-    with_flat_algorithm(a, [&](const auto& algorithm) {
-      cpu_reducer red;
-      detail::allreduce_tagged(t, tag, send, recv, n, op, algorithm, red);
-    });
-  };
-  detail::check_allreduce_args(send, recv, n, t.rank());
-  r->work = tcoll::request(detail::submit_collective(t, std::move(body), complete_ireq{r}));
-}
-
-/// Queues a hierarchical allreduce (`MPI_Allreduce`'s default options) on the engine of the
-/// node transport `h.intra()`, as `tcoll::iallreduce(hierarchical&, ...)` does, completing
-/// the generalized request `r->handle` when the data is in place (or failed). Its message
-/// spaces on both levels are drawn when it is queued, so calls queue in program order.
-template <class Hierarchy, class T, class Op>
-void queue_hierarchical_iallreduce(Hierarchy& h, const T* send, T* recv, std::size_t n,
-                                   const Op& op, ireq* r) {
-  detail::check_allreduce_args(send, recv, n, h.rank());
-  r->work = tcoll::request(detail::submit_hierarchical(
-      h,
-      [&h, send, recv, n, op, red = cpu_reducer{}](int intra_tag, int inter_tag) mutable {
-        h.allreduce_tagged(intra_tag, inter_tag, send, recv, n, op, hierarchical_options<ring>{},
-                           red);
+/// Queues the allreduce on the engine of communicator `c` (the communicator's shared-memory
+/// or MPI transport, or its hierarchy with `MPI_Allreduce`'s default options, on the node
+/// transport's engine); the engine thread completes the generalized request `r->handle`
+/// when the data is in place (or failed). Message spaces are drawn when it is queued, so
+/// calls queue in program order.
+template <class Comm, class Run, class T, class Op>
+void queue_iallreduce(Comm& c, Run run, const T* send, T* recv, std::size_t n, const Op& op,
+                      ireq* r) {
+  detail::check_allreduce_args(send, recv, n, c.rank());
+  (void)detail::submit_collective(
+      c,
+      [&c, run, send, recv, n, op](const auto& tags) {
+        cpu_reducer red;
+        run([&](const auto& algorithm) {
+          detail::allreduce_on(c, tags, send, recv, n, op, algorithm, red);
+        });
       },
-      complete_ireq{r}));
+      complete_ireq{r});
 }
 
 } // namespace
@@ -284,15 +276,17 @@ TCOLL_PRELOAD_EXPORT int MPI_Iallreduce(const void* sendbuf, void* recvbuf, int 
     dispatch(r.type, r.op, [&]<class T>(const auto& o) {
       T* out = static_cast<T*>(recvbuf);
       const T* in = sendbuf == MPI_IN_PLACE ? out : static_cast<const T*>(sendbuf);
+      auto flat = [a](const auto& f) { with_flat_algorithm(a, f); };
       if (a == algo::hierarchical) {
+        auto defaults = [](const auto& f) { f(tcoll::hierarchical_options<tcoll::ring>{}); };
         if (s.on_hierarchy(
-                [&](auto& machine) { queue_hierarchical_iallreduce(machine, in, out, n, o, q); }))
+                [&](auto& machine) { queue_iallreduce(machine, defaults, in, out, n, o, q); }))
           count_shared_memory(c);
       } else if (tcoll::shm_transport* node = s.shared_memory()) {
         count_shared_memory(c);
-        queue_iallreduce(*node, a, in, out, n, o, q);
+        queue_iallreduce(*node, flat, in, out, n, o, q);
       } else {
-        queue_iallreduce(s.transport(), a, in, out, n, o, q);
+        queue_iallreduce(s.transport(), flat, in, out, n, o, q);
       }
     });
   } catch (const std::exception& e) {

@@ -8,6 +8,7 @@
 #include "algorithm/multi_ring.hpp"
 #include "algorithm/tensor_allreduce.hpp"
 #include "collectives.hpp"
+#include "communicator.hpp"
 #include "core/concepts.hpp"
 #include "core/error.hpp"
 #include "core/ops.hpp"

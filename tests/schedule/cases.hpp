@@ -12,8 +12,13 @@
 #include <chrono>
 #include <cmath>
 #include <cstdint>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
+#include <future>
+#include <memory>
 #include <mutex>
+#include <optional>
 #include <random>
 #include <string>
 #include <thread>
@@ -190,6 +195,64 @@ void destroyed_request_waits_case(Tr& t) {
   for (float x : b) REQUIRE(x == 2.0f * float(P));
 }
 
+/// The completion callback of a queued collective (run on the engine thread) may drop the
+/// last handle of that same collective, as MPI's free_fn does inside
+/// MPI_Grequest_complete: the handle's destructor must not wait for the task that is
+/// completing, and an explicit wait there throws instead of hanging. The collective only
+/// starts once the handle is stored, so the callback always finds it.
+template <class Tr>
+void request_released_by_its_completion_case(Tr& t) {
+  const int P = t.size();
+  struct shared {
+    std::optional<tcoll::request> handle;
+    std::atomic<bool> stored{false};
+    std::string wait_error;
+    std::promise<void> released;
+  };
+  for (bool explicit_wait : {false, true}) {
+    CAPTURE(explicit_wait);
+    auto s = std::make_shared<shared>();
+    std::future<void> released = s->released.get_future();
+    std::vector<float> v(1000);
+    for (std::size_t i = 0; i < v.size(); ++i)
+      v[i] = 0.25f * float(t.rank() + 1) + 0.1f * float(i % 7);
+    auto body = [&t, &v, s](int tag) {
+      const auto until = std::chrono::steady_clock::now() + 10s;
+      while (!s->stored.load() && std::chrono::steady_clock::now() < until)
+        std::this_thread::yield();
+      tcoll::cpu_reducer red;
+      tcoll::detail::allreduce_tagged(t, tag, v.data(), v.data(), v.size(), tcoll::sum_op{},
+                                      tcoll::ring{}, red);
+    };
+    auto done = [s, explicit_wait](std::exception_ptr) noexcept {
+      if (explicit_wait) {
+        try {
+          s->handle->wait();
+        } catch (const std::exception& e) {
+          s->wait_error = e.what();
+        }
+      }
+      s->handle.reset(); // the last handle, destroyed on the engine thread
+      s->released.set_value();
+    };
+    s->handle.emplace(tcoll::detail::submit_collective(t, body, done));
+    s->stored = true;
+    if (released.wait_for(20s) != std::future_status::ready) {
+      FAIL_CHECK("the completion callback that released its own request never returned "
+                 "(the engine thread waits for itself)");
+      std::fflush(nullptr);
+      std::_Exit(1); // the engine thread is stuck: no orderly teardown is possible
+    }
+    if (explicit_wait) CHECK(s->wait_error.find("own engine thread") != std::string::npos);
+    tcoll::detail::engine_of(t).wait_idle(20s);
+    for (std::size_t i = 0; i < v.size(); ++i) {
+      float want = 0;
+      for (int r = 0; r < P; ++r) want += 0.25f * float(r + 1) + 0.1f * float(i % 7);
+      REQUIRE(v[i] == doctest::Approx(want).epsilon(1e-5));
+    }
+  }
+}
+
 /// wait_for reports false while a peer has not joined yet, then true.
 template <class Tr>
 void wait_for_case(Tr& t) {
@@ -230,7 +293,7 @@ void prepared_case(Tr& t, const Algo& algo, std::size_t n) {
     for (std::size_t i = 0; i < n; ++i) a[i] = fractional(r, rep, i);
     const auto input = a;
     auto expect = a;
-    tcoll::allreduce(t, std::span<float>(expect), tcoll::sum_op{}, algo);
+    tcoll::allreduce(t, expect.data(), expect.data(), n, tcoll::sum_op{}, algo);
     if (rep == 1) {
       in_place.start(a.data()).wait();
     } else {

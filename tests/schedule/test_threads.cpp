@@ -38,6 +38,7 @@ TEST_CASE("ireduce_scatter, iallgather, ibroadcast and iallreduce in flight toge
 TEST_CASE("requests: destroyed unfinished waits, wait_for, argument errors at the call") {
   on_team(3, [](tcoll::thread_transport& t) {
     destroyed_request_waits_case(t);
+    request_released_by_its_completion_case(t);
     wait_for_case(t);
     nonblocking_bad_arguments_case(t);
   });
@@ -190,6 +191,29 @@ TEST_CASE("scheduler over a hierarchical allreduce (groups of 2 and 3)") {
       qa.wait();
       for (float x : a) CHECK(x == 3.0f);
       for (float x : b) CHECK(x == 6.0f);
+    });
+}
+
+// A hierarchical machine is an ordinary communicator: the same prepared-allreduce body as
+// every transport, blocking and started on the group transport's engine.
+static_assert(tcoll::communicator<tcoll::thread_transport>);
+static_assert(!tcoll::composite_communicator<tcoll::thread_transport>);
+static_assert(tcoll::composite_communicator<
+              tcoll::hierarchical<tcoll::subgroup<tcoll::thread_transport>,
+                                  tcoll::subgroup<tcoll::thread_transport>>>);
+
+TEST_CASE("prepared allreduce over a hierarchical machine (groups of 2 and 3, both forms)") {
+  for (int group : {2, 3})
+    on_team(6, [&](tcoll::thread_transport& t) {
+      auto v = tcoll::split_groups(t, group);
+      tcoll::hierarchical h(v.intra, v.inter_ptr(), {v.world_rank, v.world_size, v.shards});
+      for (std::size_t n : {std::size_t{0}, std::size_t{1}, std::size_t{999}, std::size_t{40000}}) {
+        CAPTURE(n);
+        prepared_case(h, tcoll::hierarchical_options<tcoll::ring>{}, n);
+        tcoll::hierarchical_options<tcoll::recursive_doubling> leader;
+        leader.form = tcoll::hierarchical_form::leader;
+        prepared_case(h, leader, n);
+      }
     });
 }
 

@@ -77,6 +77,9 @@ template <transport Intra, transport Inter>
 class hierarchical {
 public:
   static constexpr std::string_view name = "hierarchical";
+  /// Its algorithm knobs when a caller names none (it is a `communicator`, see
+  /// communicator.hpp).
+  using default_algorithm = hierarchical_options<ring>;
 
   hierarchical(Intra& intra, Inter* inter, hierarchy_shape shape)
       : intra_(&intra), inter_(inter), shape_(shape) {
@@ -206,6 +209,26 @@ public:
     const int intra_tag = detail::begin_collective(*intra_);
     const int inter_tag = inter_ ? detail::begin_collective(*inter_) : 0;
     return {intra_tag, inter_tag};
+  }
+
+  /// Calls `f(transport&)` for the group transport and, on ranks that have one, the
+  /// transport across groups.
+  template <class F>
+  void for_each_transport(F&& f) {
+    f(*intra_);
+    if (inter_) f(*inter_);
+  }
+  /// Queued collectives run on the group transport's engine.
+  Intra& engine_transport() noexcept { return *intra_; }
+
+  /// The allreduce in the message spaces `begin()` drew (the `communicator` form).
+  template <class T, class Op, class InterAlgo, reducer R>
+  void allreduce_tagged(std::pair<int, int> tags, const T* sendbuf, T* recvbuf, std::size_t count,
+                        const Op& op, const hierarchical_options<InterAlgo>& opt, R& red) {
+    static_assert(commutative_op<Op>, "tcoll: hierarchical allreduce reorders operands; it "
+                                      "needs a commutative op");
+    detail::check_support<R, Op, T>();
+    allreduce_tagged(tags.first, tags.second, sendbuf, recvbuf, count, op, opt, red);
   }
 
   /// The allreduce in message spaces drawn by `begin()`, arguments already checked (the

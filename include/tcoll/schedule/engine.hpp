@@ -33,6 +33,7 @@
 #include <thread>
 #include <utility>
 
+#include "../communicator.hpp"
 #include "../core/collective_context.hpp"
 #include "../core/concepts.hpp"
 #include "../core/error.hpp"
@@ -65,7 +66,18 @@ public:
   }
   void wait() {
     std::unique_lock lock(mutex_);
+    if (runner_ == std::this_thread::get_id() && state_ != state::done && state_ != state::failed)
+      throw invalid_argument("a non-blocking collective was waited on from its own engine "
+                             "thread (its completion callback); it can never finish there",
+                             rank_);
     cv_.wait(lock, [&] { return state_ == state::done || state_ == state::failed; });
+  }
+  /// Whether the calling thread is the one running this task (its completion included):
+  /// waiting for the task there could never end.
+  bool running_here() const {
+    std::lock_guard lock(mutex_);
+    return runner_ == std::this_thread::get_id() && state_ != state::done &&
+           state_ != state::failed;
   }
   std::exception_ptr error() const {
     std::lock_guard lock(mutex_);
@@ -86,6 +98,7 @@ public:
     std::lock_guard lock(mutex_);
     state_ = state::queued;
     error_ = nullptr;
+    runner_ = {};
     queued_at = started_at = finished_at = clock::time_point{};
   }
   void mark_queued() {
@@ -93,6 +106,13 @@ public:
     queued_at = clock::now();
   }
 
+  /// The engine thread of `rank` has taken the task off its queue (to run it, or to fail
+  /// it unstarted); only it may finish the task now.
+  void mark_taken(int rank) {
+    std::lock_guard lock(mutex_);
+    runner_ = std::this_thread::get_id();
+    rank_ = rank;
+  }
   void mark_running() {
     std::lock_guard lock(mutex_);
     started_at = clock::now();
@@ -122,6 +142,8 @@ private:
   state state_ = state::queued;
   std::exception_ptr error_;
   clock::time_point queued_at{}, started_at{}, finished_at{};
+  std::thread::id runner_{}; ///< the engine thread, once running
+  int rank_ = -1;            ///< of the engine's transport, for errors
 };
 
 /// The completion of a task that needs none.
@@ -210,6 +232,7 @@ private:
         t = std::move(queue_.front());
         queue_.pop_front();
         running_ = true;
+        t->mark_taken(rank_);
         if (stopping_) {
           lock.unlock();
           t->mark_finished(std::make_exception_ptr(aborted_error(
@@ -263,40 +286,33 @@ engine& engine_of(Tr& t) {
   return c.template attach<engine>([rank] { return std::make_unique<engine>(rank); });
 }
 
-/// Queues `body(tag)` on `t`'s engine: draws the tag at once (throwing if `t` is broken),
-/// runs the body on the engine thread under `guarded` (a failure breaks `t`). A collective
-/// whose transport broke while it was queued throws the cause without communicating.
-/// `done(error)` runs on the engine thread once the collective has finished, in every
-/// outcome after it was queued (succeeded, failed, skipped because the transport broke or
-/// was destroyed), before the request completes.
-template <transport Tr, class Body, class Done = no_completion>
-std::shared_ptr<task> submit_collective(Tr& t, Body body, Done done = {}) {
-  engine& e = engine_of(t);
-  return e.submit([&] {
-    const int tag = begin_collective(t);
-    auto run = [&t, tag, body = std::move(body)]() mutable {
-      if (collective_context* c = context_of(t)) c->throw_if_broken(t.rank());
-      guarded(t, [&] { body(tag); });
-    };
-    return std::make_shared<function_task<decltype(run), Done>>(std::move(run), std::move(done));
+/// The engine that runs the collectives queued on a composed communicator: its
+/// `engine_transport()`'s. Every transport it uses must allow being driven from that
+/// thread (the same checks, without starting engines on the others).
+template <composite_communicator C>
+engine& engine_of(C& comm) {
+  for_each_transport(comm, [](auto& t) {
+    if constexpr (requires { t.check_concurrent_use(); }) t.check_concurrent_use();
   });
+  return engine_of(engine_transport(comm));
 }
 
-/// `submit_collective` for a two-level machine `h` (`hierarchical<Intra, Inter>`): runs
-/// `body(intra_tag, inter_tag)` on the engine of `h.intra()`, drawing the message spaces of
-/// both levels when queued (so calls start in queue order on both), and checking both
-/// transports before it communicates. `done` as in `submit_collective`.
-template <class Hierarchy, class Body, class Done = no_completion>
-std::shared_ptr<task> submit_hierarchical(Hierarchy& h, Body body, Done done = {}) {
-  engine& e = engine_of(h.intra());
-  if (h.inter()) (void)engine_of(*h.inter()); // the same thread-level checks
+/// Queues `body(tags)` on the engine of communicator `comm`: draws the message spaces at
+/// once (throwing if `comm` is broken), so calls start in queue order on every transport
+/// of `comm`; on the engine thread it checks `comm` again and runs the body under
+/// `guarded_on` (a failure breaks every transport of `comm`). A collective whose
+/// communicator broke while it was queued throws the cause without communicating.
+/// `done(error)` runs on the engine thread once the collective has finished, in every
+/// outcome after it was queued (succeeded, failed, skipped because the communicator broke
+/// or was destroyed), before the request completes.
+template <communicator C, class Body, class Done = no_completion>
+std::shared_ptr<task> submit_collective(C& comm, Body body, Done done = {}) {
+  engine& e = engine_of(comm);
   return e.submit([&] {
-    const auto [intra_tag, inter_tag] = h.begin();
-    auto run = [&h, intra_tag, inter_tag, body = std::move(body)]() mutable {
-      if (collective_context* c = context_of(h.intra())) c->throw_if_broken(h.rank());
-      if (h.inter())
-        if (collective_context* c = context_of(*h.inter())) c->throw_if_broken(h.rank());
-      body(intra_tag, inter_tag);
+    auto tags = begin_on(comm);
+    auto run = [&comm, tags, body = std::move(body)]() mutable {
+      throw_if_broken(comm);
+      guarded_on(comm, [&] { body(tags); });
     };
     return std::make_shared<function_task<decltype(run), Done>>(std::move(run), std::move(done));
   });
@@ -359,8 +375,11 @@ private:
   void rethrow() {
     if (auto e = task_->error()) std::rethrow_exception(e);
   }
+  /// Waits for the task, except where that could never end: destroyed by the completion
+  /// callback of its own collective on the engine thread, where the collective has run
+  /// and the engine keeps the task alive until it is marked finished.
   void settle() noexcept {
-    if (task_) task_->wait();
+    if (task_ && !task_->running_here()) task_->wait();
   }
   std::shared_ptr<detail::task> task_;
 };

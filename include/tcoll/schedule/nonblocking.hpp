@@ -4,54 +4,41 @@
 /// Each checks its arguments at once (throwing like the blocking call), draws the next
 /// message space of the transport, queues the collective on the transport's engine
 /// (`engine.hpp`) and returns a `request`. Every algorithm works (flat, `multi_ring`,
-/// `automatic`, `passthrough`, and hierarchical through the `hierarchical` overload) on
-/// every transport. Rules: every rank queues in the same order (MPI's), the buffers stay
+/// `automatic`, `passthrough`) on every transport, and `iallreduce` on every communicator
+/// (hierarchical too). Rules: every rank queues in the same order (MPI's), the buffers stay
 /// valid and untouched until the request completes, and the transport object outlives the
 /// request. See `engine.hpp` for the thread-safety contract.
 #include <cstddef>
 #include <span>
 #include <string>
 
-#include "../algorithm/hierarchical.hpp"
 #include "../collectives.hpp"
+#include "../communicator.hpp"
 #include "engine.hpp"
 
 namespace tcoll {
 
-/// Non-blocking `allreduce` (same arguments, same checks).
-template <transport Tr, class T, class Op = sum_op, class Algo = automatic, reducer R = cpu_reducer>
-[[nodiscard]] request iallreduce(Tr& t, const T* sendbuf, T* recvbuf, std::size_t count,
+/// Non-blocking `allreduce` (same arguments, same checks) on any communicator: a transport
+/// or a composed machine such as `hierarchical<Intra, Inter>` (which runs on its group
+/// transport's engine and draws its message spaces on both levels when queued).
+template <communicator C, class T, class Op = sum_op, class Algo = detail::default_algorithm_t<C>,
+          reducer R = cpu_reducer>
+[[nodiscard]] request iallreduce(C& comm, const T* sendbuf, T* recvbuf, std::size_t count,
                                  const Op& op = {}, const Algo& algo = {}, R red = {}) {
   detail::check_support<R, Op, T>();
-  detail::check_allreduce_args(sendbuf, recvbuf, count, t.rank());
-  return request(
-      detail::submit_collective(t, [&t, sendbuf, recvbuf, count, op, algo, red](int tag) mutable {
-        detail::allreduce_tagged(t, tag, sendbuf, recvbuf, count, op, algo, red);
+  detail::check_allreduce_args(sendbuf, recvbuf, count, comm.rank());
+  return request(detail::submit_collective(
+      comm, [&comm, sendbuf, recvbuf, count, op, algo, red](const auto& tags) mutable {
+        detail::allreduce_on(comm, tags, sendbuf, recvbuf, count, op, algo, red);
       }));
 }
 
 /// Non-blocking in-place allreduce over a span.
-template <transport Tr, class T, class Op = sum_op, class Algo = automatic, reducer R = cpu_reducer>
-[[nodiscard]] request iallreduce(Tr& t, std::span<T> data, const Op& op = {}, const Algo& algo = {},
-                                 R red = {}) {
-  return iallreduce(t, data.data(), data.data(), data.size(), op, algo, red);
-}
-
-/// Non-blocking hierarchical allreduce; it runs on the engine of the group transport and
-/// draws its message spaces on both transports when queued.
-template <transport Intra, transport Inter, class T, class Op = sum_op, class InterAlgo = ring,
+template <communicator C, class T, class Op = sum_op, class Algo = detail::default_algorithm_t<C>,
           reducer R = cpu_reducer>
-[[nodiscard]] request iallreduce(hierarchical<Intra, Inter>& h, const T* sendbuf, T* recvbuf,
-                                 std::size_t count, const Op& op = {},
-                                 const hierarchical_options<InterAlgo>& opt = {}, R red = {}) {
-  static_assert(commutative_op<Op>, "tcoll: hierarchical allreduce reorders operands; it "
-                                    "needs a commutative op");
-  detail::check_support<R, Op, T>();
-  detail::check_allreduce_args(sendbuf, recvbuf, count, h.rank());
-  return request(detail::submit_hierarchical(
-      h, [&h, sendbuf, recvbuf, count, op, opt, red](int intra_tag, int inter_tag) mutable {
-        h.allreduce_tagged(intra_tag, inter_tag, sendbuf, recvbuf, count, op, opt, red);
-      }));
+[[nodiscard]] request iallreduce(C& comm, std::span<T> data, const Op& op = {},
+                                 const Algo& algo = {}, R red = {}) {
+  return iallreduce(comm, data.data(), data.data(), data.size(), op, algo, red);
 }
 
 /// Non-blocking `reduce_scatter` (ring).

@@ -6,6 +6,7 @@
 /// so a repeated call allocates nothing (the transport's own requests aside: an MPI message
 /// split into more than one piece allocates its request array). `automatic` is resolved
 /// once, for the prepared count. `passthrough` calls the vendor allreduce each time.
+#include <cmath>
 #include <cstddef>
 #include <memory>
 #include <string>
@@ -25,9 +26,9 @@ template <class Tr, class T, class Op, class Algo, class F>
 void with_resolved_algorithm(const Algo& algo, std::size_t count, int ranks, F&& f) {
   if constexpr (std::is_same_v<Algo, automatic>) {
     constexpr algorithm_support can{commutative_op<Op>, has_native_allreduce<Tr, T, Op>};
-    visit_algorithm<can>(algo.template choose_for<Tr>(count * sizeof(T), ranks, can.commutative,
-                                                      can.native),
-                         algo, f);
+    visit_algorithm<can>(
+        algo.template choose_for<Tr>(count * sizeof(T), ranks, can.commutative, can.native), algo,
+        f);
   } else {
     f(algo);
   }
@@ -86,47 +87,126 @@ void replay_allreduce(Tr& t, int tag, const recorded_allreduce& rec, const T* se
   }
 }
 
+/// The ring's traffic, 2 (P-1)/P count bytes per rank, rounded to nearest (a plain
+/// function, not a lambda: nvcc treats constexpr lambdas as device code and warns about
+/// long double).
+inline std::size_t ring_bytes_estimate(int P, std::size_t count, std::size_t element_bytes) {
+  if (P <= 1) return 0;
+  const long double b = 2.0L * (P - 1) / P * static_cast<long double>(count) * element_bytes;
+  return static_cast<std::size_t>(std::llround(b));
+}
+
+/// One allreduce shape (`count` elements of `T`, in place or not) on communicator `C`,
+/// prepared once and run many times in message spaces drawn by `begin_on`: on a transport,
+/// the algorithm's recorded steps replayed with a lent workspace (nothing decided or
+/// allocated per call); on a composed machine, the machine's own allreduce (which needs
+/// no workspace). The overlap scheduler's and the sparse adaptor's buckets are these.
+template <class C, class T, class Op, class Algo>
+class allreduce_program;
+
+template <transport Tr, class T, class Op, class Algo>
+class allreduce_program<Tr, T, Op, Algo> {
+public:
+  allreduce_program() = default;
+  allreduce_program(const Tr& t, std::size_t count, bool in_place, const Algo& algo)
+      : rec_(record_allreduce<Tr, T, Op>(t, count, in_place, algo)) {}
+  /// Elements of scratch and of staging a run needs lent (`run`'s workspace).
+  std::size_t scratch_count() const noexcept { return rec_.steps.scratch_count; }
+  std::size_t staging_count() const noexcept {
+    return transport_is_zero_copy<Tr>() ? 0 : rec_.steps.staging_count;
+  }
+  /// Runs the allreduce in message space `tag` with the lent workspace.
+  template <reducer R>
+  void run(Tr& t, int tag, const T* sendbuf, T* recvbuf, const Op& op, R& red, T* scratch,
+           std::size_t scratch_count, T* staging, std::size_t staging_count) const {
+    replay_allreduce(t, tag, rec_, sendbuf, recvbuf, op, red, scratch, scratch_count, staging,
+                     staging_count);
+  }
+  /// Bytes this rank sends per run; `exact` is cleared where that is the ring's estimate
+  /// (the vendor allreduce, whose steps tcoll cannot see).
+  std::size_t bytes_sent(int ranks, bool& exact) const {
+    if (rec_.native) {
+      exact = false;
+      return ring_bytes_estimate(ranks, rec_.count, sizeof(T));
+    }
+    std::size_t elems = 0;
+    for (const auto& round : rec_.steps.rounds)
+      for (const auto& s : round)
+        if (s.kind == step_kind::send) elems += s.src.count;
+    return elems * sizeof(T);
+  }
+
+private:
+  recorded_allreduce rec_;
+};
+
+template <composite_communicator C, class T, class Op, class Algo>
+class allreduce_program<C, T, Op, Algo> {
+public:
+  allreduce_program() = default;
+  allreduce_program(const C&, std::size_t count, bool, const Algo& algo)
+      : count_(count), algo_(algo) {}
+  std::size_t scratch_count() const noexcept { return 0; }
+  std::size_t staging_count() const noexcept { return 0; }
+  template <reducer R>
+  void run(C& c, const collective_tags_t<C>& tags, const T* sendbuf, T* recvbuf, const Op& op,
+           R& red, T*, std::size_t, T*, std::size_t) const {
+    if (count_) allreduce_on(c, tags, sendbuf, recvbuf, count_, op, algo_, red);
+  }
+  /// The ring's estimate (the machine's steps are not recorded).
+  std::size_t bytes_sent(int ranks, bool& exact) const {
+    exact = false;
+    return ring_bytes_estimate(ranks, count_, sizeof(T));
+  }
+
+private:
+  std::size_t count_ = 0;
+  Algo algo_{};
+};
+
 } // namespace detail
 
-/// A prepared allreduce (see the file comment). Not thread-safe: one call (or one started
-/// request) at a time; `start` while a previous start is unfinished waits for it first.
-template <transport Tr, class T, class Op = sum_op, class Algo = automatic, reducer R = cpu_reducer>
+/// A prepared allreduce (see the file comment) on any communicator: a transport (its steps
+/// recorded once) or a composed machine such as `hierarchical<Intra, Inter>` (its own
+/// allreduce each call). Not thread-safe: one call (or one started request) at a time;
+/// `start` while a previous start is unfinished waits for it first.
+template <communicator C, class T, class Op = sum_op, class Algo = detail::default_algorithm_t<C>,
+          reducer R = cpu_reducer>
 class prepared_allreduce {
 public:
   /// Prepares an allreduce of `count` elements; `in_place` says whether calls pass
   /// `sendbuf == recvbuf`.
-  prepared_allreduce(Tr& t, std::size_t count, bool in_place = true, const Op& op = {},
+  prepared_allreduce(C& comm, std::size_t count, bool in_place = true, const Op& op = {},
                      const Algo& algo = {}, R red = {})
-      : t_(&t), op_(op), red_(std::move(red)) {
+      : comm_(&comm), op_(op), red_(std::move(red)), count_(count), in_place_(in_place) {
     detail::check_support<R, Op, T>();
-    detail::check_count(count, 1, sizeof(T), "prepared_allreduce", t.rank());
-    rec_ = detail::record_allreduce<Tr, T, Op>(t, count, in_place, algo);
-    scratch_ = red_.template allocate<T>(rec_.steps.scratch_count);
-    if constexpr (!transport_is_zero_copy<Tr>())
-      staging_ = red_.template allocate<T>(rec_.steps.staging_count);
+    detail::check_count(count, 1, sizeof(T), "prepared_allreduce", comm.rank());
+    program_ = {comm, count, in_place, algo};
+    scratch_ = red_.template allocate<T>(program_.scratch_count());
+    staging_ = red_.template allocate<T>(program_.staging_count());
   }
   prepared_allreduce(const prepared_allreduce&) = delete;
   prepared_allreduce& operator=(const prepared_allreduce&) = delete;
   ~prepared_allreduce() { pending_ = request(); } // wait for a started call
 
-  std::size_t count() const noexcept { return rec_.count; }
-  bool in_place() const noexcept { return rec_.in_place; }
+  std::size_t count() const noexcept { return count_; }
+  bool in_place() const noexcept { return in_place_; }
   /// Scratch plus staging elements owned (what a call would otherwise allocate).
   std::size_t workspace_elements() const noexcept {
-    return rec_.steps.scratch_count + (transport_is_zero_copy<Tr>() ? 0 : rec_.steps.staging_count);
+    return program_.scratch_count() + program_.staging_count();
   }
 
   /// Blocking call: the allreduce of `count()` elements from `sendbuf` into `recvbuf`.
   void run(const T* sendbuf, T* recvbuf) {
     check(sendbuf, recvbuf);
-    pending_ = request(); // a started call goes first (its tag was drawn first)
-    const int tag = detail::begin_collective(*t_);
-    detail::guarded(*t_, [&] { replay(tag, sendbuf, recvbuf); });
+    pending_ = request(); // a started call goes first (its tags were drawn first)
+    const auto tags = detail::begin_on(*comm_);
+    detail::guarded_on(*comm_, [&] { replay(tags, sendbuf, recvbuf); });
   }
   /// In-place blocking call.
   void run(T* data) { run(data, data); }
 
-  /// Non-blocking call on the transport's engine; the returned request is also kept, so
+  /// Non-blocking call on the communicator's engine; the returned request is also kept, so
   /// the next call waits for it. The task object is reused: nothing is allocated after
   /// the first start.
   request& start(const T* sendbuf, T* recvbuf) {
@@ -136,9 +216,9 @@ public:
     task_->reset();
     task_->send = sendbuf;
     task_->recv = recvbuf;
-    detail::engine& e = detail::engine_of(*t_);
+    detail::engine& e = detail::engine_of(*comm_);
     pending_ = request(e.submit([&] {
-      task_->tag = detail::begin_collective(*t_);
+      task_->tags = detail::begin_on(*comm_);
       return std::static_pointer_cast<detail::task>(task_);
     }));
     return pending_;
@@ -149,35 +229,36 @@ private:
   struct task final : detail::task {
     explicit task(prepared_allreduce* o) : owner(o) {}
     void run() override {
-      Tr& t = *owner->t_;
-      if (collective_context* c = detail::context_of(t)) c->throw_if_broken(t.rank());
-      detail::guarded(t, [&] { owner->replay(tag, send, recv); });
+      C& comm = *owner->comm_;
+      detail::throw_if_broken(comm);
+      detail::guarded_on(comm, [&] { owner->replay(tags, send, recv); });
     }
     prepared_allreduce* owner;
-    int tag = 0;
+    detail::collective_tags_t<C> tags{};
     const T* send = nullptr;
     T* recv = nullptr;
   };
 
   void check(const T* sendbuf, T* recvbuf) const {
-    const int rank = t_->rank();
-    detail::check_allreduce_args(sendbuf, recvbuf, rec_.count, rank);
-    if (rec_.count && (sendbuf == recvbuf) != rec_.in_place)
+    const int rank = comm_->rank();
+    detail::check_allreduce_args(sendbuf, recvbuf, count_, rank);
+    if (count_ && (sendbuf == recvbuf) != in_place_)
       throw invalid_argument(std::string("prepared_allreduce: prepared ") +
-                                 (rec_.in_place ? "in place" : "out of place") + " but called " +
-                                 (rec_.in_place ? "out of place" : "in place"),
+                                 (in_place_ ? "in place" : "out of place") + " but called " +
+                                 (in_place_ ? "out of place" : "in place"),
                              rank);
   }
-  void replay(int tag, const T* sendbuf, T* recvbuf) {
-    detail::replay_allreduce(*t_, tag, rec_, sendbuf, recvbuf, op_, red_, scratch_.data(),
-                             rec_.steps.scratch_count, staging_.data(),
-                             transport_is_zero_copy<Tr>() ? 0 : rec_.steps.staging_count);
+  void replay(const detail::collective_tags_t<C>& tags, const T* sendbuf, T* recvbuf) {
+    program_.run(*comm_, tags, sendbuf, recvbuf, op_, red_, scratch_.data(),
+                 program_.scratch_count(), staging_.data(), program_.staging_count());
   }
 
-  Tr* t_;
+  C* comm_;
   Op op_;
   R red_;
-  detail::recorded_allreduce rec_;
+  std::size_t count_ = 0;
+  bool in_place_ = true;
+  detail::allreduce_program<C, T, Op, Algo> program_;
   typename R::template buffer<T> scratch_{};
   typename R::template buffer<T> staging_{};
   std::shared_ptr<task> task_;

@@ -39,8 +39,8 @@
 #include <type_traits>
 #include <vector>
 
-#include "../algorithm/hierarchical.hpp"
 #include "../collectives.hpp"
+#include "../communicator.hpp"
 #include "../plan/any_planner.hpp"
 #include "../plan/bucket_plan.hpp"
 #include "../plan/calibrate.hpp"
@@ -88,29 +88,14 @@ struct iteration_timing {
 
 namespace detail {
 
-template <class C>
-struct is_hierarchical : std::false_type {};
-template <class I, class E>
-struct is_hierarchical<hierarchical<I, E>> : std::true_type {};
-
-/// The algorithm a scheduler uses by default on `Comm`.
-template <class Comm>
-struct default_algorithm {
-  using type = automatic;
-};
-template <class I, class E>
-struct default_algorithm<hierarchical<I, E>> {
-  using type = hierarchical_options<ring>;
-};
-
 inline std::uint64_t fnv1a(std::uint64_t h, std::uint64_t v) {
   for (int i = 0; i < 8; ++i) h = (h ^ ((v >> (8 * i)) & 0xff)) * 1099511628211ull;
   return h;
 }
 
-/// Blocking sum-allreduce of a few uint64 on `comm` (a transport or a hierarchy) through
-/// reducer `red`, for the schedulers' plan checks and plan broadcasts: the values go
-/// through the reducer's memory, so device-only transports work too.
+/// Blocking sum-allreduce of a few uint64 on communicator `comm` (its default algorithm)
+/// through reducer `red`, for the schedulers' plan checks and plan broadcasts: the values
+/// go through the reducer's memory, so device-only transports work too.
 template <class Comm, class R>
 void sum_over_ranks(Comm& comm, R& red, std::vector<std::uint64_t>& v) {
   if (v.empty()) return;
@@ -120,11 +105,8 @@ void sum_over_ranks(Comm& comm, R& red, std::vector<std::uint64_t>& v) {
   else
     red.copy(buf.data(), v.data(), v.size());
   red.synchronize();
-  if constexpr (is_hierarchical<Comm>::value)
-    tcoll::allreduce(comm, buf.data(), buf.data(), v.size(), sum_op{}, hierarchical_options<ring>{},
-                     red);
-  else
-    tcoll::allreduce(comm, buf.data(), buf.data(), v.size(), sum_op{}, ring{}, red);
+  tcoll::allreduce(comm, buf.data(), buf.data(), v.size(), sum_op{}, default_algorithm_t<Comm>{},
+                   red);
   if constexpr (host_device_copies<R>)
     red.copy_to_host(v.data(), static_cast<const std::uint64_t*>(buf.data()), v.size());
   else
@@ -201,11 +183,9 @@ std::string algorithm_label(const Algo&) {
 /// `mark_ready` may be called from several threads; `finish` from one. `Wire` is the type
 /// on the wire: `T` (default), or half / bfloat16 for a float pool (mixed precision, see
 /// the file comment and `mixed_precision_scheduler`).
-template <class Comm, class T, class Op = sum_op,
-          class Algo = typename detail::default_algorithm<Comm>::type, reducer R = cpu_reducer,
-          class Wire = T>
+template <class Comm, class T, class Op = sum_op, class Algo = detail::default_algorithm_t<Comm>,
+          reducer R = cpu_reducer, class Wire = T>
 class overlap_scheduler {
-  static constexpr bool hier = detail::is_hierarchical<Comm>::value;
   static constexpr bool mixed = !std::is_same_v<Wire, T>;
   static_assert(!mixed || (std::is_same_v<T, float> && is_reduced_precision_v<Wire>),
                 "tcoll: a mixed-precision wire is half or bfloat16 over a float pool");
@@ -220,10 +200,7 @@ public:
                              "number, got " +
                                  std::to_string(options_.wire_scale),
                              comm.rank());
-    if constexpr (hier)
-      engine_ = &detail::engine_of(comm.intra());
-    else
-      engine_ = &detail::engine_of(comm);
+    engine_ = &detail::engine_of(comm);
     adopt(std::move(plan));
     timing_.begin = clock::now();
   }
@@ -328,11 +305,11 @@ private:
     void run() override { owner->run_bucket(index, tags); }
     overlap_scheduler* owner = nullptr;
     std::size_t index = 0;
-    std::pair<int, int> tags{};
+    detail::collective_tags_t<Comm> tags{};
   };
   struct bucket {
     std::size_t first = 0, end = 0, offset = 0, count = 0;
-    detail::recorded_allreduce steps;
+    detail::allreduce_program<Comm, Wire, Op, Algo> program;
     std::shared_ptr<bucket_task> task;
     bool submitted = false;
   };
@@ -363,11 +340,9 @@ private:
       b.count = pool_->range_size(b.first, b.end);
       largest = std::max(largest, b.count);
       for (std::size_t i = b.first; i < b.end; ++i) bucket_of_[i] = k;
-      if constexpr (!hier) {
-        b.steps = detail::record_allreduce<Comm, Wire, Op>(*comm_, b.count, true, algo_);
-        scratch = std::max(scratch, b.steps.steps.scratch_count);
-        staging = std::max(staging, b.steps.steps.staging_count);
-      }
+      b.program = {*comm_, b.count, true, algo_};
+      scratch = std::max(scratch, b.program.scratch_count());
+      staging = std::max(staging, b.program.staging_count());
       b.task = std::make_shared<bucket_task>();
       b.task->owner = this;
       b.task->index = k;
@@ -378,16 +353,13 @@ private:
         wire_ = pool_->reducer().template allocate<Wire>(largest);
         wire_count_ = largest;
       }
-    if constexpr (!hier) {
-      if (scratch > scratch_count_) {
-        scratch_ = pool_->reducer().template allocate<Wire>(scratch);
-        scratch_count_ = scratch;
-      }
-      if constexpr (!transport_is_zero_copy<Comm>())
-        if (staging > staging_count_) {
-          staging_ = pool_->reducer().template allocate<Wire>(staging);
-          staging_count_ = staging;
-        }
+    if (scratch > scratch_count_) {
+      scratch_ = pool_->reducer().template allocate<Wire>(scratch);
+      scratch_count_ = scratch;
+    }
+    if (staging > staging_count_) {
+      staging_ = pool_->reducer().template allocate<Wire>(staging);
+      staging_count_ = staging;
     }
     remaining_.resize(buckets_.size());
     timing_.tensor_ready.assign(L, {});
@@ -428,10 +400,7 @@ private:
     b.task->reset();
     try {
       engine_->submit([&] {
-        if constexpr (hier)
-          b.task->tags = comm_->begin();
-        else
-          b.task->tags = {detail::begin_collective(*comm_), 0};
+        b.task->tags = detail::begin_on(*comm_);
         return std::static_pointer_cast<detail::task>(b.task);
       });
     } catch (...) {
@@ -440,7 +409,7 @@ private:
     b.submitted = true;
   }
 
-  void run_bucket(std::size_t k, std::pair<int, int> tags) {
+  void run_bucket(std::size_t k, const detail::collective_tags_t<Comm>& tags) {
     auto& b = buckets_[k];
     T* const pool_data = pool_->data() + b.offset;
     R& red = pool_->reducer();
@@ -451,33 +420,18 @@ private:
     } else {
       data = pool_data;
     }
-    if constexpr (hier) {
-      if (auto* c = detail::context_of(comm_->intra())) c->throw_if_broken(rank());
-      if (comm_->inter())
-        if (auto* c = detail::context_of(*comm_->inter())) c->throw_if_broken(rank());
-      if (b.count)
-        comm_->allreduce_tagged(tags.first, tags.second, data, data, b.count, op_, algo_, red);
-    } else {
-      if (auto* c = detail::context_of(*comm_)) c->throw_if_broken(rank());
-      detail::guarded(*comm_, [&] {
-        detail::replay_allreduce(*comm_, tags.first, b.steps, data, data, op_, red, scratch_.data(),
-                                 scratch_count_, staging_.data(), staging_count_);
-      });
-    }
+    detail::throw_if_broken(*comm_);
+    detail::guarded_on(*comm_, [&] {
+      b.program.run(*comm_, tags, data, data, op_, red, scratch_.data(), scratch_count_,
+                    staging_.data(), staging_count_);
+    });
     if constexpr (mixed) {
       detail::convert(red, pool_data, data, b.count, 1.0f / options_.wire_scale);
       red.synchronize();
     }
   }
 
-  void fail(std::exception_ptr cause) {
-    if constexpr (hier) {
-      detail::fail_transport(comm_->intra(), cause);
-      if (comm_->inter()) detail::fail_transport(*comm_->inter(), cause);
-    } else {
-      detail::fail_transport(*comm_, cause);
-    }
-  }
+  void fail(std::exception_ptr cause) { detail::fail_communicator(*comm_, cause); }
 
   void check_same_plan(const plan::bucket_plan& plan) {
     std::uint64_t h = 1469598103934665603ull;
@@ -561,8 +515,8 @@ private:
 
 /// The overlap scheduler with a mixed-precision wire: a float pool whose buckets travel as
 /// `Wire` (half or bfloat16), e.g. `mixed_precision_scheduler<half, thread_transport>`.
-template <class Wire, class Comm, class Op = sum_op,
-          class Algo = typename detail::default_algorithm<Comm>::type, reducer R = cpu_reducer>
+template <class Wire, class Comm, class Op = sum_op, class Algo = detail::default_algorithm_t<Comm>,
+          reducer R = cpu_reducer>
 using mixed_precision_scheduler = overlap_scheduler<Comm, float, Op, Algo, R, Wire>;
 
 } // namespace tcoll

@@ -67,8 +67,8 @@
 #include <utility>
 #include <vector>
 
-#include "../algorithm/hierarchical.hpp"
 #include "../collectives.hpp"
+#include "../communicator.hpp"
 #include "../core/error.hpp"
 #include "../core/types.hpp"
 #include "../detail/memory_kind.hpp"
@@ -141,35 +141,14 @@ concept fuses_residual_norm = ops_on_host<Ops>() && requires(const Ops o, T* p) 
   { Ops::scaled_norm(1.0, false, 1.0, 1.0) } -> std::convertible_to<float>;
 };
 
-/// The ring estimate 2 (P-1)/P count bytes, rounded to nearest (a plain function, not a
-/// lambda: nvcc treats constexpr lambdas as device code and warns about long double).
-inline std::size_t ring_estimate_bytes(int P, std::size_t count, std::size_t element_bytes) {
-  const long double b = 2.0L * (P - 1) / P * static_cast<long double>(count) * element_bytes;
-  return static_cast<std::size_t>(std::llround(b));
-}
-
 /// Bytes rank `comm.rank()` sends in an allreduce of `count` elements of `T` under `algo`,
 /// from the algorithm's recorded steps; `exact` is cleared for the estimated cases.
 template <class Comm, class T, class Op, class Algo>
 std::size_t allreduce_bytes_sent(const Comm& comm, std::size_t count, const Algo& algo,
                                  bool& exact) {
-  const int P = comm.size();
-  if (P <= 1 || count == 0) return 0;
-  auto estimate = [&] {
-    exact = false;
-    return ring_estimate_bytes(P, count, sizeof(T));
-  };
-  if constexpr (tcoll::detail::is_hierarchical<Comm>::value) {
-    return estimate();
-  } else {
-    const auto rec = tcoll::detail::record_allreduce<Comm, T, Op>(comm, count, true, algo);
-    if (rec.native) return estimate();
-    std::size_t elems = 0;
-    for (const auto& round : rec.steps.rounds)
-      for (const auto& s : round)
-        if (s.kind == tcoll::detail::step_kind::send) elems += s.src.count;
-    return elems * sizeof(T);
-  }
+  if (comm.size() <= 1 || count == 0) return 0;
+  return tcoll::detail::allreduce_program<Comm, T, Op, Algo>(comm, count, true, algo)
+      .bytes_sent(comm.size(), exact);
 }
 
 } // namespace detail
@@ -180,10 +159,9 @@ std::size_t allreduce_bytes_sent(const Comm& comm, std::size_t count, const Algo
 /// type on the wire (`T`, or half/bfloat16 for T = float); `Ops` the per-chunk policy.
 /// `mark_ready` may be called from several threads; `finish` from one.
 template <class Comm, class T, class Op = sum_op,
-          class Algo = typename tcoll::detail::default_algorithm<Comm>::type,
-          reducer R = cpu_reducer, class Wire = T, class Ops = host_chunk_ops>
+          class Algo = tcoll::detail::default_algorithm_t<Comm>, reducer R = cpu_reducer,
+          class Wire = T, class Ops = host_chunk_ops>
 class csc_allreduce {
-  static constexpr bool hier = tcoll::detail::is_hierarchical<Comm>::value;
   static_assert(std::is_same_v<Wire, T> ||
                     (std::is_same_v<T, float> && is_reduced_precision_v<Wire>),
                 "tcoll: the wire type is T itself, or half/bfloat16 for T = float");
@@ -562,14 +540,7 @@ private:
     }
   }
 
-  void fail(std::exception_ptr cause) {
-    if constexpr (hier) {
-      tcoll::detail::fail_transport(comm_->intra(), cause);
-      if (comm_->inter()) tcoll::detail::fail_transport(*comm_->inter(), cause);
-    } else {
-      tcoll::detail::fail_transport(*comm_, cause);
-    }
-  }
+  void fail(std::exception_ptr cause) { tcoll::detail::fail_communicator(*comm_, cause); }
 
   /// Throws when another rank's pool shape or options differ from rank 0's (one sum
   /// allreduce of P hashes).
@@ -606,11 +577,8 @@ private:
     auto buf = red.template allocate<std::uint64_t>(all.size());
     red.synchronize();
     ops_.upload(buf.data(), all.data(), all.size());
-    if constexpr (hier)
-      tcoll::allreduce(*comm_, buf.data(), buf.data(), all.size(), sum_op{},
-                       hierarchical_options<ring>{}, red);
-    else
-      tcoll::allreduce(*comm_, buf.data(), buf.data(), all.size(), sum_op{}, ring{}, red);
+    tcoll::allreduce(*comm_, buf.data(), buf.data(), all.size(), sum_op{},
+                     tcoll::detail::default_algorithm_t<Comm>{}, red);
     red.synchronize();
     ops_.download(all.data(), buf.data(), all.size());
     for (int q = 1; q < P; ++q)

@@ -467,7 +467,8 @@ public:
         throw timeout_error(std::string(is_send ? "send" : "receive") + " of " +
                                 std::to_string(bytes) + " bytes (tag " + std::to_string(tag) +
                                 ") through shared memory timed out after " +
-                                std::to_string(options_.timeout.count()) + " ms",
+                                std::to_string(options_.timeout.count()) + " ms; " +
+                                describe_pair(peer),
                             rank_, peer);
       }
       if (!spin_allowed_ || polls > options_.spins_before_yield) std::this_thread::yield();
@@ -748,6 +749,36 @@ private:
       }
       read_fragments(*r);
     }
+  }
+
+  /// What a timeout report needs to tell a full lane from a missing send: the lanes
+  /// `peer` fills for this rank and this rank's for `peer` (message number, tag, bytes;
+  /// "-" free), the receives and sends this rank has pending with `peer`.
+  std::string describe_pair(int peer) {
+    std::lock_guard lock(mutex_);
+    const auto p = static_cast<std::size_t>(peer);
+    auto lanes = [&](int receiver, int sender) {
+      std::string s;
+      for (std::size_t l = 0; l < options_.lanes; ++l) {
+        const auto& h = lane(receiver, sender, l);
+        const std::uint64_t m = h.message.load(std::memory_order_acquire);
+        s += l ? " " : "";
+        s += m ? std::to_string(m) + ":" + std::to_string(h.tag) + ":" + std::to_string(h.bytes)
+               : "-";
+      }
+      return s;
+    };
+    std::string s = "lanes from peer [" + lanes(rank_, peer) + "] (all seen up to message " +
+                    std::to_string(observed_[p]) + "), lanes to peer [" + lanes(peer, rank_) +
+                    "] (" + std::to_string(sent_count_[p]) + " messages posted); receives pending:";
+    for (const recv_state* r : recvs_[p])
+      if (!r->done) s += " " + std::to_string(r->tag) + (r->lane >= 0 ? "(matched)" : "");
+    s += "; sends pending:";
+    for (const send_state* q : sends_[p])
+      if (!q->done)
+        s += " " + std::to_string(q->message) + ":" + std::to_string(q->tag) +
+             (q->lane >= 0 ? "(in lane)" : "");
+    return s;
   }
 
   /// Takes the oldest unclaimed message of `r.peer` with `r.tag`, if any.

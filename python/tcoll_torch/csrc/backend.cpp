@@ -646,12 +646,8 @@ private:
   c10::intrusive_ptr<c10d::Work> enqueue(OpType type, std::vector<at::Tensor> outputs,
                                          const char* what, std::size_t bytes, Body body) {
     return with_flat([&](auto& t) {
-      return run_or_queue(
-          type, std::move(outputs), what, bytes,
-          [&t] { return tcoll::detail::begin_collective(t); },
-          [&t](auto&& run) { tcoll::detail::guarded(t, run); },
-          [&t](auto task, auto done) { return tcoll::detail::submit_collective(t, task, done); },
-          [&t, body](int tag) mutable { body(t, tag); });
+      return enqueue_on(t, type, std::move(outputs), what, bytes,
+                        [&t, body](int tag) mutable { body(t, tag); });
     });
   }
 
@@ -661,28 +657,15 @@ private:
   c10::intrusive_ptr<c10d::Work> enqueue_hierarchical(OpType type, std::vector<at::Tensor> outputs,
                                                       const char* what, std::size_t bytes,
                                                       Body body) {
-    auto& h = *machine_;
-    return run_or_queue(
-        type, std::move(outputs), what, bytes, [&h] { return h.begin(); },
-        [](auto&& run) { run(); },
-        [&h](auto task, auto done) {
-          return tcoll::detail::submit_hierarchical(
-              h,
-              [task](int a, int b) mutable {
-                task(std::pair<int, int>{a, b});
-              },
-              done);
-        },
-        [body](std::pair<int, int> tags) mutable { body(tags.first, tags.second); });
+    return enqueue_on(*machine_, type, std::move(outputs), what, bytes,
+                      [body](std::pair<int, int> tags) mutable { body(tags.first, tags.second); });
   }
 
-  /// The common part of `enqueue` and `enqueue_hierarchical`: `begin()` draws the call's
-  /// message space(s), `guard(run)` runs under the transport's failure guard, `submit`
-  /// queues on the engine with a completion.
-  template <class Begin, class Guard, class Submit, class Body>
-  c10::intrusive_ptr<c10d::Work> run_or_queue(OpType type, std::vector<at::Tensor> outputs,
-                                              const char* what, std::size_t bytes, Begin begin,
-                                              Guard guard, Submit submit, Body body) {
+  /// `body(tags)` on communicator `c` (a transport or the hierarchy): queued on its engine,
+  /// or run at once (see below); the message spaces are drawn now either way.
+  template <class Comm, class Body>
+  c10::intrusive_ptr<c10d::Work> enqueue_on(Comm& c, OpType type, std::vector<at::Tensor> outputs,
+                                            const char* what, std::size_t bytes, Body body) {
     auto w = c10::make_intrusive<work>(rank_, type, std::move(outputs));
     ++sequence_;
     if (debug_enabled())
@@ -696,8 +679,8 @@ private:
       // transport takes calls from several threads). The work is complete on return.
       std::exception_ptr error;
       try {
-        auto tags = begin();
-        guard([&] { body(tags); });
+        const auto tags = tcoll::detail::begin_on(c);
+        tcoll::detail::guarded_on(c, [&] { body(tags); });
       } catch (...) {
         error = std::current_exception();
       }
@@ -705,7 +688,8 @@ private:
       return w;
     }
     try {
-      (void)submit(std::move(body), [w](std::exception_ptr error) { w->complete(error); });
+      (void)tcoll::detail::submit_collective(c, std::move(body),
+                                             [w](std::exception_ptr error) { w->complete(error); });
     } catch (...) {
       w->complete(std::current_exception());
     }
