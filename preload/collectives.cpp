@@ -10,6 +10,7 @@
 #undef MPI_Allgather
 #undef MPI_Bcast
 #undef MPI_Reduce
+#undef MPI_Barrier
 
 using namespace tcoll::preload;
 
@@ -306,4 +307,14 @@ TCOLL_PRELOAD_EXPORT int MPI_Reduce(const void* sendbuf, void* recvbuf, int coun
     return report_error(c, comm, MPI_ERR_OTHER, e.what());
   }
   return MPI_SUCCESS;
+}
+
+/// MPI_Barrier is MPI's own. It is intercepted only to create the tcoll state that an
+/// earlier MPI_Iallreduce on the communicator found missing (a barrier is a collective step
+/// every rank reaches in the same order, as the blocking collectives are), so a program that
+/// synchronises with barriers only still gets tcoll's MPI_Iallreduce after the first.
+TCOLL_PRELOAD_EXPORT int MPI_Barrier(MPI_Comm comm) {
+  if (mpi_active())
+    if (const int rc = settle_pending_setup(coll::barrier, comm); rc != MPI_SUCCESS) return rc;
+  return PMPI_Barrier(comm);
 }

@@ -24,7 +24,8 @@ namespace tcoll::preload {
 const char* coll_name(coll c) noexcept {
   static const char* const names[coll_count] = {"MPI_Allreduce", "MPI_Reduce_scatter_block",
                                                 "MPI_Allgather", "MPI_Bcast",
-                                                "MPI_Reduce",    "MPI_Iallreduce"};
+                                                "MPI_Reduce",    "MPI_Iallreduce",
+                                                "MPI_Barrier"};
   return names[static_cast<int>(c)];
 }
 
@@ -52,7 +53,8 @@ namespace {
 /// The environment variable of each collective's selection string.
 const char* const algo_env[coll_count] = {"TCOLL_ALLREDUCE_ALGO", "TCOLL_REDUCE_SCATTER_ALGO",
                                           "TCOLL_ALLGATHER_ALGO", "TCOLL_BCAST_ALGO",
-                                          "TCOLL_REDUCE_ALGO",    nullptr};
+                                          "TCOLL_REDUCE_ALGO",    nullptr,
+                                          nullptr};
 
 /// The names a collective's selection string accepts.
 std::vector<algo> accepted(coll c) {

@@ -18,6 +18,7 @@
 #define MPI_Allgather PMPI_Allgather
 #define MPI_Bcast PMPI_Bcast
 #define MPI_Reduce PMPI_Reduce
+#define MPI_Barrier PMPI_Barrier
 #define MPI_Finalize PMPI_Finalize
 
 #include <atomic>
@@ -51,8 +52,9 @@ enum class coll : int {
   bcast,
   reduce,
   iallreduce,
+  barrier, ///< MPI's own barrier; intercepted only to create a pending set-up
 };
-inline constexpr int coll_count = 6;
+inline constexpr int coll_count = 7;
 /// "MPI_Allreduce", ...
 const char* coll_name(coll c) noexcept;
 

@@ -646,8 +646,9 @@ static int stall_nonblocking(void) {
  * message before it starts its own MPI_Iallreduce; under MPI alone this completes. Round 0 is
  * the communicator's first collective (tcoll has no state for it yet: the preload must not
  * create it there, since that waits for every rank), round 1 follows a blocking MPI_Allreduce
- * (which creates it; the call runs through tcoll). */
-static int local_start(void) {
+ * (which creates it; the call runs through tcoll), or with `barrier`, an MPI_Barrier (which
+ * creates it too). */
+static int local_start(int barrier) {
   enum { N = 4099 };
   int P;
   MPI_Comm comm;
@@ -685,7 +686,9 @@ static int local_start(void) {
       }
     }
     ++checks;
-    if (round == 0) { /* a blocking collective: every rank reaches it in the same order */
+    if (round == 0 && barrier) {
+      check_call(MPI_Barrier(comm), "MPI_Barrier");
+    } else if (round == 0) { /* a blocking collective: every rank reaches it in the same order */
       int one = 1, sum = 0;
       check_call(MPI_Allreduce(&one, &sum, 1, MPI_INT, MPI_SUM, comm), "MPI_Allreduce");
       if (sum != P) ++errors;
@@ -898,7 +901,7 @@ int main(int argc, char** argv) {
     if (strcmp(mode, "stall_nonblocking") == 0) return stall_nonblocking();
     if (strcmp(mode, "comm_cycles") == 0) return comm_cycles(argc > 2 ? atoi(argv[2]) : 10000);
     if (strcmp(mode, "free_pending") == 0) return free_pending();
-    return local_start();
+    return local_start(argc > 2 && strcmp(argv[2], "barrier") == 0);
   }
   if (argc > 1 && strncmp(argv[1], "stall", 5) == 0) {
     MPI_Init(&argc, &argv);

@@ -336,28 +336,20 @@ private:
   }
 
   void check_same_plan() {
-    std::uint64_t h = 1469598103934665603ull;
-    h = tcoll::detail::fnv1a(h, sizeof(T));
-    h = tcoll::detail::fnv1a(h, plan_.batch);
-    h = tcoll::detail::fnv1a(h, options_.fuse_dense);
-    for (std::size_t end : options_.dense_buckets.ends) h = tcoll::detail::fnv1a(h, end + 1);
-    h = tcoll::detail::fnv1a(h, options_.autotune_iterations);
-    h = tcoll::detail::fnv1a(h, pool_->tensor_count());
+    tcoll::detail::fingerprint f;
+    f.add(sizeof(T)).add(plan_.batch).add(options_.fuse_dense);
+    for (std::size_t end : options_.dense_buckets.ends) f.add(end + 1);
+    f.add(options_.autotune_iterations).add(pool_->tensor_count());
     for (std::size_t i = 0; i < pool_->tensor_count(); ++i) {
       const tensor_scheme& s = plan_.tensors[i];
-      h = tcoll::detail::fnv1a(h, pool_->tensor_size(i));
-      h = tcoll::detail::fnv1a(h, s.how == scheme::sfb ? 1 + s.rows * 7919u + s.cols : 0);
+      f.add(pool_->tensor_size(i)).add(s.how == scheme::sfb ? 1 + s.rows * 7919u + s.cols : 0);
     }
-    const int P = comm_->size(), r = comm_->rank();
-    std::vector<std::uint64_t> all(static_cast<std::size_t>(P), 0);
-    all[static_cast<std::size_t>(r)] = h;
-    tcoll::detail::sum_over_ranks(*comm_, pool_->reducer(), all);
-    for (int q = 1; q < P; ++q)
-      if (all[static_cast<std::size_t>(q)] != all[0])
-        throw invalid_argument("hybrid_scheduler: rank " + std::to_string(q) +
-                                   " runs a different hybrid plan or pool than rank 0; every "
-                                   "rank must run the same plan",
-                               r, q);
+    tcoll::detail::check_same_everywhere(
+        *comm_, f.value(),
+        [&](std::vector<std::uint64_t>& v) {
+          tcoll::detail::sum_over_ranks(*comm_, pool_->reducer(), v);
+        },
+        "hybrid_scheduler", "runs a different hybrid plan or pool", "run the same plan");
   }
 
   void build_jobs() {

@@ -287,10 +287,12 @@ engine& engine_of(Tr& t) {
 }
 
 /// The engine that runs the collectives queued on a composed communicator: its
-/// `engine_transport()`'s. Every transport it uses must allow being driven from that
-/// thread (the same checks, without starting engines on the others).
+/// `engine_transport()`'s. When that engine starts, every transport the communicator uses
+/// must allow being driven from its thread (the same checks, without starting engines on
+/// the others).
 template <composite_communicator C>
 engine& engine_of(C& comm) {
+  if (auto* a = dynamic_cast<engine*>(engine_transport(comm).collectives().attached())) return *a;
   for_each_transport(comm, [](auto& t) {
     if constexpr (requires { t.check_concurrent_use(); }) t.check_concurrent_use();
   });

@@ -45,9 +45,11 @@
 #include "../plan/bucket_plan.hpp"
 #include "../plan/calibrate.hpp"
 #include "../reduce/convert.hpp"
+#include "agreement.hpp"
 #include "engine.hpp"
 #include "gradient_pool.hpp"
 #include "prepared.hpp"
+#include "timing.hpp"
 
 namespace tcoll {
 
@@ -66,53 +68,7 @@ struct scheduler_options {
   float wire_scale = 1.0f;
 };
 
-/// Timings of one bucket in one iteration (steady clock).
-struct bucket_timing {
-  std::size_t bucket = 0, first_tensor = 0, end_tensor = 0;
-  std::size_t bytes = 0;           ///< on the wire (the pool's bytes unless a mixed-precision wire)
-  clock::time_point first_ready{}; ///< its first tensor was marked ready
-  clock::time_point ready{};       ///< its last tensor was marked ready
-  clock::time_point queued{};      ///< handed to the engine (= start of QUEUE)
-  clock::time_point started{};     ///< its allreduce began
-  clock::time_point finished{};    ///< its allreduce ended
-};
-
-/// Timings of one scheduled iteration.
-struct iteration_timing {
-  clock::time_point begin{};                   ///< end of the previous finish() (or construction)
-  clock::time_point end{};                     ///< finish() returned
-  std::vector<clock::time_point> tensor_ready; ///< per tensor, in backward order
-  std::vector<bucket_timing> buckets;          ///< in plan order
-  std::string algorithm;
-};
-
 namespace detail {
-
-inline std::uint64_t fnv1a(std::uint64_t h, std::uint64_t v) {
-  for (int i = 0; i < 8; ++i) h = (h ^ ((v >> (8 * i)) & 0xff)) * 1099511628211ull;
-  return h;
-}
-
-/// Blocking sum-allreduce of a few uint64 on communicator `comm` (its default algorithm)
-/// through reducer `red`, for the schedulers' plan checks and plan broadcasts: the values
-/// go through the reducer's memory, so device-only transports work too.
-template <class Comm, class R>
-void sum_over_ranks(Comm& comm, R& red, std::vector<std::uint64_t>& v) {
-  if (v.empty()) return;
-  auto buf = red.template allocate<std::uint64_t>(v.size());
-  if constexpr (host_device_copies<R>) // a device reducer's copy may not read host memory
-    red.copy_from_host(buf.data(), v.data(), v.size());
-  else
-    red.copy(buf.data(), v.data(), v.size());
-  red.synchronize();
-  tcoll::allreduce(comm, buf.data(), buf.data(), v.size(), sum_op{}, default_algorithm_t<Comm>{},
-                   red);
-  if constexpr (host_device_copies<R>)
-    red.copy_to_host(v.data(), static_cast<const std::uint64_t*>(buf.data()), v.size());
-  else
-    red.copy(v.data(), buf.data(), v.size());
-  red.synchronize();
-}
 
 /// Autotune's backward measurement: per tensor, the time since the previous mark (the
 /// iteration's `begin` for the first), appended to that tensor's samples.
@@ -434,27 +390,18 @@ private:
   void fail(std::exception_ptr cause) { detail::fail_communicator(*comm_, cause); }
 
   void check_same_plan(const plan::bucket_plan& plan) {
-    std::uint64_t h = 1469598103934665603ull;
-    h = detail::fnv1a(h, sizeof(T));
-    h = detail::fnv1a(h, mixed ? sizeof(Wire) * 256 + (std::is_same_v<Wire, half> ? 1 : 2) : 0);
-    if (mixed) h = detail::fnv1a(h, std::bit_cast<std::uint32_t>(options_.wire_scale));
-    h = detail::fnv1a(h, pool_->tensor_count());
-    for (std::size_t i = 0; i < pool_->tensor_count(); ++i)
-      h = detail::fnv1a(h, pool_->tensor_size(i));
-    h = detail::fnv1a(h, plan.ends.size());
-    for (auto e : plan.ends) h = detail::fnv1a(h, e);
-    h = detail::fnv1a(h, options_.autotune_iterations);
-    const int P = comm_->size(), r = comm_->rank();
-    std::vector<std::uint64_t> all(static_cast<std::size_t>(P), 0);
-    all[static_cast<std::size_t>(r)] = h;
-    detail::sum_over_ranks(*comm_, pool_->reducer(), all);
-    for (int q = 1; q < P; ++q)
-      if (all[static_cast<std::size_t>(q)] != all[0])
-        throw invalid_argument("overlap_scheduler: rank " + std::to_string(q) +
-                                   " runs a different plan or pool than rank 0 (plan/pool hash " +
-                                   std::to_string(all[static_cast<std::size_t>(q)]) + " vs " +
-                                   std::to_string(all[0]) + "); every rank must run the same plan",
-                               r, q);
+    detail::fingerprint f;
+    f.add(sizeof(T)).add(mixed ? sizeof(Wire) * 256 + (std::is_same_v<Wire, half> ? 1 : 2) : 0);
+    if (mixed) f.add_bits(options_.wire_scale);
+    f.add(pool_->tensor_count());
+    for (std::size_t i = 0; i < pool_->tensor_count(); ++i) f.add(pool_->tensor_size(i));
+    f.add(plan.ends.size());
+    for (auto e : plan.ends) f.add(e);
+    f.add(options_.autotune_iterations);
+    detail::check_same_everywhere(
+        *comm_, f.value(),
+        [&](std::vector<std::uint64_t>& v) { detail::sum_over_ranks(*comm_, pool_->reducer(), v); },
+        "overlap_scheduler", "runs a different plan or pool", "run the same plan");
   }
 
   void autotune_step() {

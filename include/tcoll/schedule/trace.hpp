@@ -14,7 +14,7 @@
 #include <string>
 
 #include "../plan/trace.hpp"
-#include "scheduler.hpp"
+#include "timing.hpp"
 
 namespace tcoll {
 

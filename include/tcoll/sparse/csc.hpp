@@ -72,6 +72,7 @@
 #include "../core/error.hpp"
 #include "../core/types.hpp"
 #include "../detail/memory_kind.hpp"
+#include "../schedule/agreement.hpp"
 #include "../schedule/gradient_pool.hpp"
 #include "../schedule/nonblocking.hpp"
 #include "../schedule/prepared.hpp"
@@ -545,50 +546,33 @@ private:
   /// Throws when another rank's pool shape or options differ from rank 0's (one sum
   /// allreduce of P hashes).
   void check_same_pool() {
-    std::uint64_t h = 1469598103934665603ull;
-    using tcoll::detail::fnv1a;
-    h = fnv1a(h, sizeof(T));
-    h = fnv1a(h, sizeof(Wire));
-    h = fnv1a(h, pool_->tensor_count());
-    for (std::size_t i = 0; i < pool_->tensor_count(); ++i) {
-      h = fnv1a(h, pool_->tensor_size(i));
-      h = fnv1a(h, pool_->tensor_offset(i));
-    }
-    h = fnv1a(h, pool_->size());
-    h = fnv1a(h, options_.chunk_elements);
-    std::uint64_t bits = 0;
-    std::memcpy(&bits, &options_.density, sizeof(bits));
-    h = fnv1a(h, bits);
-    std::memcpy(&bits, &options_.momentum, sizeof(bits));
-    h = fnv1a(h, bits);
-    h = fnv1a(h, options_.warmup_iterations);
-    h = fnv1a(h, options_.threshold_bytes);
-    h = fnv1a(h, options_.in_place_min_bytes);
-    h = fnv1a(h, static_cast<std::uint64_t>(options_.residual));
-    std::uint32_t sbits = 0;
-    std::memcpy(&sbits, &options_.wire_scale, sizeof(sbits));
-    h = fnv1a(h, sbits);
-    const int P = size(), r = rank();
-    std::vector<std::uint64_t> all(static_cast<std::size_t>(P), 0);
-    all[static_cast<std::size_t>(r)] = h;
-    // the reducer's memory (device memory for a device pool), filled and read back through
-    // the Ops policy's host copies (a device reducer's copy may not take host pointers)
-    R& red = pool_->reducer();
-    auto buf = red.template allocate<std::uint64_t>(all.size());
-    red.synchronize();
-    ops_.upload(buf.data(), all.data(), all.size());
-    tcoll::allreduce(*comm_, buf.data(), buf.data(), all.size(), sum_op{},
-                     tcoll::detail::default_algorithm_t<Comm>{}, red);
-    red.synchronize();
-    ops_.download(all.data(), buf.data(), all.size());
-    for (int q = 1; q < P; ++q)
-      if (all[static_cast<std::size_t>(q)] != all[0])
-        throw invalid_argument("csc_allreduce: rank " + std::to_string(q) +
-                                   " has a different pool (tensor sizes, alignment, element or "
-                                   "wire type) or different csc_options than rank 0 (hash " +
-                                   std::to_string(all[static_cast<std::size_t>(q)]) + " vs " +
-                                   std::to_string(all[0]) + "); every rank must use the same",
-                               r, q);
+    tcoll::detail::fingerprint f;
+    f.add(sizeof(T)).add(sizeof(Wire)).add(pool_->tensor_count());
+    for (std::size_t i = 0; i < pool_->tensor_count(); ++i)
+      f.add(pool_->tensor_size(i)).add(pool_->tensor_offset(i));
+    f.add(pool_->size()).add(options_.chunk_elements);
+    f.add_bits(options_.density).add_bits(options_.momentum);
+    f.add(options_.warmup_iterations).add(options_.threshold_bytes);
+    f.add(options_.in_place_min_bytes).add(static_cast<std::uint64_t>(options_.residual));
+    f.add_bits(options_.wire_scale);
+    // the exchange goes through the reducer's memory (device memory for a device pool),
+    // filled and read back through the Ops policy's host copies (a device reducer's copy
+    // may not take host pointers)
+    auto sum = [&](std::vector<std::uint64_t>& all) {
+      R& red = pool_->reducer();
+      auto buf = red.template allocate<std::uint64_t>(all.size());
+      red.synchronize();
+      ops_.upload(buf.data(), all.data(), all.size());
+      tcoll::allreduce(*comm_, buf.data(), buf.data(), all.size(), sum_op{},
+                       tcoll::detail::default_algorithm_t<Comm>{}, red);
+      red.synchronize();
+      ops_.download(all.data(), buf.data(), all.size());
+    };
+    tcoll::detail::check_same_everywhere(
+        *comm_, f.value(), sum, "csc_allreduce",
+        "has a different pool (tensor sizes, alignment, element or wire type) or different "
+        "csc_options",
+        "use the same");
   }
 
   gradient_pool<T, R>* pool_;

@@ -1,0 +1,81 @@
+#pragma once
+/// \file
+/// Shared rank-level test bodies, topic: Allreduce matrix.
+/// (one of the topics of tests/common/collective_cases.hpp; see that file for the rules
+/// every body follows).
+#include "algorithms.hpp"
+
+namespace tcoll::testing {
+
+// ---------------------------------------------------------------------------------------
+// Allreduce matrix.
+
+/// What `allreduce_matrix` sweeps. Empty name lists mean "all".
+struct matrix_options {
+  std::vector<std::size_t> counts;
+  std::vector<std::string> algorithms = all_algorithms();
+  std::vector<std::string> types;
+  std::vector<std::string> ops;
+  bool in_place = true;
+  bool out_of_place = true;
+  /// Non-zero: ring (and automatic's ring) use this max_segment_bytes.
+  std::size_t ring_segment_bytes = 0;
+  /// Check every rank's output against rank 0's by fingerprint (side channel).
+  bool check_identity = true;
+  /// Varies the inputs between calls.
+  std::uint64_t salt = 1;
+};
+
+/// Runs one allreduce case and checks the result, the untouched input (out of place) and
+/// the cross-rank identity.
+template <transport Tr, class T, class Op, class Algo, class Buffers = host_buffers>
+void allreduce_case(Tr& t, const Algo& algo, const Op& op, op_kind k, std::size_t n, bool in_place,
+                    const case_id& id, std::uint64_t salt, bool identity, const Buffers& b = {}) {
+  const case_data<T> d = make_case<T>(k, t.size(), t.rank(), n, salt);
+  auto out = b.template allocate<T>(n);
+  const std::string what = id.str();
+  if (in_place) {
+    b.upload(out, d.input);
+    allreduce(t, out.data(), out.data(), n, op, algo, b.reducer());
+  } else {
+    auto in = b.template allocate<T>(n);
+    b.upload(in, d.input);
+    allreduce(t, static_cast<const T*>(in.data()), out.data(), n, op, algo, b.reducer());
+    check_equal(b.download(in, n), d.input, what + " (input must stay untouched)");
+  }
+  const std::vector<T> got = b.download(out, n);
+  check_equal(got, d.expected, what);
+  if (identity) check_identical_across_ranks(t, got.data(), n * sizeof(T), what);
+}
+
+/// Every algorithm x type x op x count x {in place, out of place} of `opt` on transport `t`.
+/// Every rank of `t` calls it with the same options.
+template <transport Tr, class Buffers = host_buffers>
+void allreduce_matrix(Tr& t, const matrix_options& opt, const Buffers& b = {}) {
+  for (const std::string& name : opt.algorithms)
+    with_algorithm(name, opt.ring_segment_bytes, [&]<class Algo>(const Algo& algo) {
+      for_each_type(opt.types, [&]<class T>(type_tag<T>) {
+        constexpr bool nc = accepts_noncommutative<Algo>() && std::is_integral_v<T>;
+        for_each_op<nc>(opt.ops, [&]<class Op>(const Op& op, op_kind k) {
+          if constexpr (commutative_op<Op> || accepts_noncommutative<Algo>()) {
+            for (std::size_t n : opt.counts)
+              for (int ip = 0; ip < 2; ++ip) {
+                const bool in_place = ip == 1;
+                if ((in_place && !opt.in_place) || (!in_place && !opt.out_of_place)) continue;
+                const case_id id{algorithm_label(algo, opt.ring_segment_bytes),
+                                 type_name<T>(),
+                                 op_name(k),
+                                 n,
+                                 t.size(),
+                                 t.rank(),
+                                 in_place};
+                allreduce_case<Tr, T>(t, algo, op, k, n, in_place, id, opt.salt + n,
+                                      opt.check_identity, b);
+              }
+          }
+        });
+      });
+    });
+}
+
+} // namespace tcoll::testing
