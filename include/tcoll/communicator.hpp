@@ -18,6 +18,7 @@
 #include <concepts>
 #include <exception>
 #include <utility>
+#include <vector>
 
 #include "algorithm/select.hpp"
 #include "collectives.hpp"
@@ -126,6 +127,30 @@ template <composite_communicator C, class T, class Op, class Algo, reducer R>
 void allreduce_on(C& c, const collective_tags_t<C>& tags, const T* sendbuf, T* recvbuf,
                   std::size_t count, const Op& op, const Algo& algo, R& red) {
   c.allreduce_tagged(tags, sendbuf, recvbuf, count, op, algo, red);
+}
+
+/// Allgather of `count` elements per rank into `recvbuf` (rank order) on `c` in the message
+/// spaces `tags`, arguments already checked: the ring allgather on a transport. A composed
+/// machine without an allgather of its own gets a sum allreduce of a table that is zero but
+/// for this rank's block: twice a ring allgather's traffic, the same bits on every rank (a
+/// -0.0 element arrives as +0.0).
+template <transport Tr, class T, reducer R>
+void allgather_on(Tr& t, int tag, const T* sendbuf, T* recvbuf, std::size_t count, const ring& algo,
+                  R& red) {
+  allgather_tagged(t, tag, sendbuf, recvbuf, count, algo, red);
+}
+template <composite_communicator C, class T, reducer R>
+void allgather_on(C& c, const collective_tags_t<C>& tags, const T* sendbuf, T* recvbuf,
+                  std::size_t count, const ring&, R& red) {
+  const std::size_t all = count * static_cast<std::size_t>(c.size());
+  const std::vector<T> zeros(all, T(0));
+  if constexpr (host_device_copies<R>) // a device reducer's copy may not read host memory
+    red.copy_from_host(recvbuf, zeros.data(), all);
+  else
+    red.copy(recvbuf, zeros.data(), all);
+  red.copy(recvbuf + count * static_cast<std::size_t>(c.rank()), sendbuf, count);
+  red.synchronize();
+  allreduce_on(c, tags, recvbuf, recvbuf, all, sum_op{}, default_algorithm_t<C>{}, red);
 }
 
 } // namespace detail

@@ -124,6 +124,60 @@ TEST_CASE("hybrid_scheduler: per-tensor jobs during backward (Poseidon Algorithm
   }
 }
 
+TEST_CASE("SFB and hybrid_scheduler over a hierarchical machine (groups of 2 and 3): the flat "
+          "transport's bits on integer-valued data") {
+  using tcoll::hybrid::scheme;
+  for (int group : {2, 3})
+    on_team(6, [&](tcoll::thread_transport& t) {
+      CAPTURE(group);
+      auto v = tcoll::split_groups(t, group);
+      tcoll::hierarchical h(v.intra, v.inter_ptr(), {v.world_rank, v.world_size, v.shards});
+      const int r = t.rank();
+      const std::size_t K = 4;
+      auto same = [](const std::vector<double>& a, std::span<const double> b) {
+        return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * 8) == 0;
+      };
+      { // blocking SFB through the hierarchy (its gathers are allreduces) equals the flat one
+        const auto f = make_factors<double>(7, r, K, 9, 13, true);
+        std::vector<double> flat(9 * 13), hier(9 * 13, -1.0);
+        tcoll::hybrid::sfb_allreduce(t, f.u.data(), f.v.data(), K, 9, 13, flat.data());
+        tcoll::hybrid::sfb_allreduce(h, f.u.data(), f.v.data(), K, 9, 13, hier.data());
+        CHECK(same(flat, hier));
+      }
+      // Poseidon's scheduler on the hierarchy: SFB and dense tensors
+      tcoll::hybrid::hybrid_plan plan;
+      plan.batch = K;
+      plan.tensors = {
+          {scheme::sfb, 12, 7}, {scheme::dense, 0, 0}, {scheme::sfb, 9, 30}, {scheme::dense, 0, 0}};
+      tcoll::gradient_pool<double> pool(std::vector<std::size_t>{12 * 7, 12, 9 * 30, 37});
+      tcoll::hybrid::hybrid_scheduler<decltype(h), double, tcoll::avg_op> sched(pool, h, plan);
+      for (int it = 0; it < 2; ++it) {
+        const auto f0 = make_factors<double>(20 + it, r, K, 12, 7, true);
+        const auto f2 = make_factors<double>(30 + it, r, K, 9, 30, true);
+        auto d1 = make_factors<double>(40 + it, r, 1, 12, 1, true).u;
+        auto d3 = make_factors<double>(50 + it, r, 1, 37, 1, true).u;
+        std::copy(d1.begin(), d1.end(), pool.tensor(1).begin());
+        std::copy(d3.begin(), d3.end(), pool.tensor(3).begin());
+        sched.mark_ready(3);
+        sched.mark_factors_ready(2, f2.u.data(), f2.v.data(), K);
+        sched.mark_ready(1);
+        sched.mark_factors_ready(0, f0.u.data(), f0.v.data(), K);
+        sched.finish();
+        std::vector<double> w0(12 * 7), w2(9 * 30);
+        tcoll::hybrid::sfb_allreduce(t, f0.u.data(), f0.v.data(), K, 12, 7, w0.data(),
+                                     tcoll::avg_op{});
+        tcoll::hybrid::sfb_allreduce(t, f2.u.data(), f2.v.data(), K, 9, 30, w2.data(),
+                                     tcoll::avg_op{});
+        tcoll::allreduce(t, std::span<double>(d1), tcoll::avg_op{}, tcoll::ring{});
+        tcoll::allreduce(t, std::span<double>(d3), tcoll::avg_op{}, tcoll::ring{});
+        CHECK(same(w0, pool.tensor(0)));
+        CHECK(same(d1, pool.tensor(1)));
+        CHECK(same(w2, pool.tensor(2)));
+        CHECK(same(d3, pool.tensor(3)));
+      }
+    });
+}
+
 TEST_CASE("hybrid_scheduler with a fusion planner's buckets (dense_buckets): dense tensors "
           "fuse within a bucket, SFB tensors split it; the blocking calls' bits") {
   for (int P : quick() ? std::vector<int>{1, 3} : std::vector<int>{1, 2, 3, 5}) {

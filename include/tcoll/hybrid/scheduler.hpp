@@ -130,12 +130,14 @@ struct hybrid_timing {
   std::vector<hybrid_job_timing> jobs;         ///< in plan order
 };
 
-/// Poseidon's Algorithm 2 over a gradient pool (see the file comment). `Comm` is a
-/// transport; `Algo` the dense allreduce; `Gemm` the reconstruction (`host_gemm`,
+/// Poseidon's Algorithm 2 over a gradient pool (see the file comment). `Comm` is any
+/// communicator (a transport, or a hierarchy, on which SFB gathers through an allreduce,
+/// see `sfb.hpp`); `Algo` the dense allreduce; `Gemm` the reconstruction (`host_gemm`,
 /// `eigen_gemm`). `mark_ready` and `mark_factors_ready` may be called from several threads;
 /// `finish` from one.
-template <transport Comm, class T, class Op = sum_op, class Algo = automatic,
-          class Gemm = host_gemm, reducer R = cpu_reducer>
+template <communicator Comm, class T, class Op = sum_op,
+          class Algo = tcoll::detail::default_algorithm_t<Comm>, class Gemm = host_gemm,
+          reducer R = cpu_reducer>
 class hybrid_scheduler {
 public:
   hybrid_scheduler(gradient_pool<T, R>& pool, Comm& comm, hybrid_plan plan, const Op& op = {},
@@ -231,7 +233,7 @@ public:
               " was never marked ready; the jobs not started are left as they are and the "
               "transport is broken so the other ranks stop",
           rank()));
-      tcoll::detail::fail_transport(*comm_, cause);
+      tcoll::detail::fail_communicator(*comm_, cause);
       reset();
       std::rethrow_exception(cause);
     }

@@ -56,6 +56,7 @@
 #include <vector>
 
 #include "../collectives.hpp"
+#include "../communicator.hpp"
 #include "../core/concepts.hpp"
 #include "../core/error.hpp"
 #include "../core/ops.hpp"
@@ -215,34 +216,34 @@ std::shared_ptr<sfb_state<T, R>> make_state(Tr& t, const T* u, const T* v, const
 /// The communication of one SFB collective in the message spaces `tags`: the records, the
 /// checks, then the factors. A failing transport is broken (tcoll's rule); a bad argument
 /// or shape throws on every rank and leaves the transport usable.
-template <transport Tr, class T, reducer R>
-void sfb_exchange(Tr& t, const std::array<int, 3>& tags, sfb_state<T, R>& s, const ring& algo,
-                  R& red) {
+template <communicator Tr, class T, reducer R>
+void sfb_exchange(Tr& t, const std::array<tcoll::detail::collective_tags_t<Tr>, 3>& tags,
+                  sfb_state<T, R>& s, const ring& algo, R& red) {
   if constexpr (host_device_copies<R>) {
     // NCCL sends device memory only: the records go through the reducer's memory.
     auto mine = red.template allocate<std::uint64_t>(4);
     auto table = red.template allocate<std::uint64_t>(s.table.size());
     red.copy_from_host(mine.data(), s.mine.data(), 4);
-    tcoll::detail::guarded(t, [&] {
-      tcoll::detail::allgather_tagged(t, tags[0], static_cast<const std::uint64_t*>(mine.data()),
-                                      table.data(), 4, algo, red);
+    tcoll::detail::guarded_on(t, [&] {
+      tcoll::detail::allgather_on(t, tags[0], static_cast<const std::uint64_t*>(mine.data()),
+                                  table.data(), 4, algo, red);
       red.copy_to_host(s.table.data(), static_cast<const std::uint64_t*>(table.data()),
                        s.table.size());
       red.synchronize();
     });
   } else {
     cpu_reducer host;
-    tcoll::detail::guarded(t, [&] {
-      tcoll::detail::allgather_tagged(t, tags[0], s.mine.data(), s.table.data(), 4, algo, host);
+    tcoll::detail::guarded_on(t, [&] {
+      tcoll::detail::allgather_on(t, tags[0], s.mine.data(), s.table.data(), 4, algo, host);
     });
   }
   check_records(s.table, s.rank, s.P);
   const std::size_t P = static_cast<std::size_t>(s.P);
   s.U.emplace(red.template allocate<T>(P * s.K * s.M));
   s.V.emplace(red.template allocate<T>(P * s.K * s.N));
-  tcoll::detail::guarded(t, [&] {
-    tcoll::detail::allgather_tagged(t, tags[1], s.u, s.U->data(), s.K * s.M, algo, red);
-    tcoll::detail::allgather_tagged(t, tags[2], s.v, s.V->data(), s.K * s.N, algo, red);
+  tcoll::detail::guarded_on(t, [&] {
+    tcoll::detail::allgather_on(t, tags[1], s.u, s.U->data(), s.K * s.M, algo, red);
+    tcoll::detail::allgather_on(t, tags[2], s.v, s.V->data(), s.K * s.N, algo, red);
   });
 }
 
@@ -273,14 +274,15 @@ constexpr void check_sfb_types() {
 /// matrix, `v` its K x N one (row-major, row k = sample k); `grad` (M x N, row-major)
 /// receives op(sum over every rank's samples of u_k v_k^T), bitwise identical on every rank.
 /// Blocking; every rank must call it (collective), with the same K, M and N.
-template <transport Tr, class T, class Op = sum_op, class Gemm = host_gemm, reducer R = cpu_reducer>
+template <communicator Tr, class T, class Op = sum_op, class Gemm = host_gemm,
+          reducer R = cpu_reducer>
 void sfb_allreduce(Tr& t, const T* u, const T* v, std::size_t K, std::size_t M, std::size_t N,
                    T* grad, const Op& op = {}, Gemm gemm = {}, const sfb_options& opt = {},
                    R red = {}) {
   detail::check_sfb_types<T, Op, Gemm>();
   auto s = detail::make_state<T, R>(t, u, v, grad, K, M, N);
-  std::array<int, 3> tags{};
-  for (int& tag : tags) tag = tcoll::detail::begin_collective(t);
+  std::array<tcoll::detail::collective_tags_t<Tr>, 3> tags{};
+  for (auto& tag : tags) tag = tcoll::detail::begin_on(t);
   detail::sfb_exchange(t, tags, *s, opt.gather, red);
   detail::sfb_reconstruct(*s, grad, op, gemm, red);
 }
@@ -334,7 +336,8 @@ private:
 /// Non-blocking `sfb_allreduce` (same arguments; the checks run in the queued exchange, so
 /// their errors come from `wait()`, on every rank). `u`, `v` and `grad` must stay valid and
 /// `u`, `v` unmodified until `wait()` returns; every rank queues in the same order.
-template <transport Tr, class T, class Op = sum_op, class Gemm = host_gemm, reducer R = cpu_reducer>
+template <communicator Tr, class T, class Op = sum_op, class Gemm = host_gemm,
+          reducer R = cpu_reducer>
 [[nodiscard]] sfb_request<T, Op, Gemm, R>
 isfb_allreduce(Tr& t, const T* u, const T* v, std::size_t K, std::size_t M, std::size_t N, T* grad,
                const Op& op = {}, Gemm gemm = {}, const sfb_options& opt = {}, R red = {}) {
@@ -342,10 +345,10 @@ isfb_allreduce(Tr& t, const T* u, const T* v, std::size_t K, std::size_t M, std:
   auto s = detail::make_state<T, R>(t, u, v, grad, K, M, N);
   tcoll::detail::engine& e = tcoll::detail::engine_of(t);
   auto task = e.submit([&] {
-    std::array<int, 3> tags{};
-    for (int& tag : tags) tag = tcoll::detail::begin_collective(t);
+    std::array<tcoll::detail::collective_tags_t<Tr>, 3> tags{};
+    for (auto& tag : tags) tag = tcoll::detail::begin_on(t);
     auto run = [&t, tags, s, algo = opt.gather, red]() mutable {
-      if (collective_context* c = tcoll::detail::context_of(t)) c->throw_if_broken(t.rank());
+      tcoll::detail::throw_if_broken(t);
       detail::sfb_exchange(t, tags, *s, algo, red);
     };
     return std::make_shared<tcoll::detail::function_task<decltype(run)>>(std::move(run));
