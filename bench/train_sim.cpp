@@ -443,7 +443,10 @@ setting_result run_setting(const options& o, const std::string& model, const std
     std::vector<std::unique_ptr<sched_t>> scheds;
     for (const auto& run : runs) {
       scheduler_options so;
-      if (run.autotune) so.autotune_iterations = static_cast<std::size_t>(o.warmup);
+      if (run.autotune) {
+        so.autotune_iterations = static_cast<std::size_t>(o.warmup);
+        so.autotune_replan = plan::replan_with(plan::optimal_planner{});
+      }
       scheds.push_back(std::make_unique<sched_t>(pool, comm, run.plan, sum_op{}, ring{}, so));
     }
     const float mine = static_cast<float>(r + 1);

@@ -101,7 +101,7 @@ private:
   static tcoll::scheduler_options options(const overlap_options& o) {
     tcoll::scheduler_options s;
     s.autotune_iterations = o.autotune_steps;
-    s.autotune_planner = planner_of(o);
+    s.autotune_replan = tcoll::plan::replan_with(planner_of(o));
     return s;
   }
 

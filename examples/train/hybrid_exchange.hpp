@@ -154,7 +154,7 @@ public:
       if (!planner_.empty()) {
         options.dense_buckets = planned_buckets();
         options.autotune_iterations = c.autotune_steps;
-        options.autotune_planner = *tcoll::plan::planner_by_name(planner_);
+        options.autotune_replan = tcoll::plan::replan_with(*tcoll::plan::planner_by_name(planner_));
       }
       scheduler_.emplace(*pool_, comm, std::move(plan), tcoll::avg_op{}, algo,
                          tcoll::hybrid::eigen_gemm{}, options);

@@ -7,6 +7,8 @@
 
 #include "tcoll/plan/adafusion.hpp"
 #include "tcoll/plan/any_planner.hpp"
+#include "tcoll/plan/interface.hpp"
+#include "tcoll/plan/replan.hpp"
 #include "tcoll/plan/bucket_plan.hpp"
 #include "tcoll/plan/calibrate.hpp"
 #include "tcoll/plan/cost_model.hpp"

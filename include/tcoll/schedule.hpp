@@ -4,6 +4,7 @@
 /// allreduce, the gradient pool, the overlap scheduler and its measured Chrome trace.
 #include "schedule/engine.hpp"
 #include "schedule/gradient_pool.hpp"
+#include "schedule/iteration.hpp"
 #include "schedule/nonblocking.hpp"
 #include "schedule/prepared.hpp"
 #include "schedule/scheduler.hpp"

@@ -21,6 +21,7 @@
 #include <vector>
 
 #include <tcoll/hybrid.hpp>
+#include <tcoll/plan.hpp>
 #include <tcoll/schedule.hpp>
 #include <tcoll/tcoll.hpp>
 
@@ -587,7 +588,7 @@ void scheduler_autotune_case(Tr& t, std::uint64_t seed, const Planner& planner,
   tcoll::gradient_pool<T> pool(sizes);
   tcoll::hybrid::hybrid_scheduler_options options;
   options.autotune_iterations = 2;
-  options.autotune_planner = planner;
+  options.autotune_replan = tcoll::plan::replan_with(planner);
   tcoll::hybrid::hybrid_scheduler<Tr, T, tcoll::sum_op, tcoll::ring> sched(pool, t, plan, {}, {},
                                                                            {}, options);
   CHECK(sched.job_count() == L); // no buckets yet: a job per tensor

@@ -25,6 +25,7 @@
 #include <vector>
 
 #include <tcoll/compress/mixed_precision.hpp>
+#include <tcoll/plan.hpp>
 #include <tcoll/schedule.hpp>
 #include <tcoll/tcoll.hpp>
 
@@ -472,7 +473,7 @@ void autotune_case(Tr& t) {
   tcoll::gradient_pool<float> pool(sizes);
   tcoll::scheduler_options opt;
   opt.autotune_iterations = 2;
-  opt.autotune_planner = tcoll::plan::mgwfbp_planner{};
+  opt.autotune_replan = tcoll::plan::replan_with(tcoll::plan::mgwfbp_planner{});
   tcoll::overlap_scheduler<Tr, float> s(pool, t, plan_with_ends({1, 2, 3, 4, 5, 6, 7}),
                                         tcoll::sum_op{}, tcoll::automatic{}, opt);
   for (int it = 0; it < 4; ++it) {
@@ -489,6 +490,13 @@ void autotune_case(Tr& t) {
   const auto& ends = s.plan().ends;
   CHECK(identical_on_all_ranks(t, ends.data(), ends.size() * sizeof(std::size_t)));
   CHECK(tcoll::plan::is_valid(s.plan(), sizes.size()));
+  // autotune without a way to re-plan is refused before anything is exchanged
+  tcoll::scheduler_options no_replan;
+  no_replan.autotune_iterations = 2;
+  CHECK_THROWS_WITH_AS(
+      (tcoll::overlap_scheduler<Tr, float>(pool, t, plan_with_ends({7}), tcoll::sum_op{},
+                                           tcoll::automatic{}, no_replan)),
+      doctest::Contains("options.autotune_replan is empty"), tcoll::invalid_argument);
 }
 
 /// Plans that differ across ranks: every rank throws, naming the first differing rank.

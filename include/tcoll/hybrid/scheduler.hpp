@@ -46,10 +46,9 @@
 #include <variant>
 #include <vector>
 
-#include "../plan/any_planner.hpp"
-#include "../plan/bucket_plan.hpp"
-#include "../plan/calibrate.hpp"
+#include "../plan/interface.hpp"
 #include "../schedule/gradient_pool.hpp"
+#include "../schedule/iteration.hpp"
 #include "../schedule/nonblocking.hpp"
 #include "../schedule/scheduler.hpp"
 #include "best_scheme.hpp"
@@ -101,10 +100,12 @@ struct hybrid_scheduler_options {
   /// (which is the one-bucket plan).
   plan::bucket_plan dense_buckets{};
   /// Autotune, as `overlap_scheduler`'s: measure this many iterations, then re-plan
-  /// `dense_buckets` with `autotune_planner` from the measured backward times (per tensor)
-  /// and a cost line fitted to the measured dense jobs (0: off). Excludes `fuse_dense`.
+  /// `dense_buckets` with `autotune_replan` from the measured backward times (per tensor)
+  /// and the measured dense jobs (0: off). Excludes `fuse_dense`.
   std::size_t autotune_iterations = 0;
-  plan::any_planner autotune_planner = plan::optimal_planner{};
+  /// How autotune re-plans: `plan::replan_with(planner)` (tcoll/plan/replan.hpp); required
+  /// when `autotune_iterations` is set.
+  plan::replan_function autotune_replan{};
   /// The ring allgather of the SFB jobs.
   sfb_options sfb{};
   /// Exchange a hash of the plan and the pool's shape at construction, throwing an error
@@ -143,12 +144,14 @@ public:
   hybrid_scheduler(gradient_pool<T, R>& pool, Comm& comm, hybrid_plan plan, const Op& op = {},
                    const Algo& algo = {}, Gemm gemm = {}, hybrid_scheduler_options options = {})
       : pool_(&pool), comm_(&comm), plan_(std::move(plan)), op_(op), algo_(algo),
-        gemm_(std::move(gemm)), options_(options) {
+        gemm_(std::move(gemm)), options_(options),
+        driver_(comm, "hybrid_scheduler", [this](std::vector<std::uint64_t>& v) {
+          tcoll::detail::sum_over_ranks(*comm_, pool_->reducer(), v);
+        }) {
     detail::check_sfb_types<T, Op, Gemm>();
     validate();
     if (options_.check_plan) check_same_plan();
     build_jobs();
-    reset();
   }
   hybrid_scheduler(const hybrid_scheduler&) = delete;
   hybrid_scheduler& operator=(const hybrid_scheduler&) = delete;
@@ -164,36 +167,46 @@ public:
   /// Dense tensor `i` holds its final gradient in the pool. Throws `invalid_argument` for a
   /// bad mark; communication errors (a broken transport included) surface from `finish()`.
   void mark_ready(std::size_t i) {
-    std::lock_guard lock(mutex_);
-    check_mark(i, scheme::dense, "mark_ready");
-    mark(i);
+    driver_.mark_ready(
+        i, "mark_ready",
+        [&](std::size_t t) {
+          check_scheme(t, scheme::dense, "mark_ready");
+          driver_.satisfy(job_of_[t]);
+        },
+        [&](std::size_t k) { start(k); });
   }
 
   /// SFB tensor `i`: `u` holds `samples` rows of M (row k: sample k's back-propagated error,
   /// or whatever the model's u is) and `v` `samples` rows of N; `samples` <= the plan's batch.
   /// They are copied; the rows past `samples` are zero.
   void mark_factors_ready(std::size_t i, const T* u, const T* v, std::size_t samples) {
-    std::lock_guard lock(mutex_);
-    check_mark(i, scheme::sfb, "mark_factors_ready");
-    if (samples > plan_.batch)
-      throw invalid_argument("hybrid_scheduler::mark_factors_ready: samples = " +
-                                 std::to_string(samples) + " for tensor " + std::to_string(i) +
-                                 " exceeds the plan's batch K = " + std::to_string(plan_.batch),
-                             rank());
-    if (samples > 0 && (!u || !v))
-      throw invalid_argument("hybrid_scheduler::mark_factors_ready: u or v is null for tensor " +
-                                 std::to_string(i),
-                             rank());
-    const tensor_scheme& s = plan_.tensors[i];
-    factors& f = factors_[i];
-    R& red = pool_->reducer();
-    const std::size_t K = plan_.batch;
-    red.copy(f.u.data(), u, samples * s.rows);
-    red.zero(f.u.data() + samples * s.rows, (K - samples) * s.rows);
-    red.copy(f.v.data(), v, samples * s.cols);
-    red.zero(f.v.data() + samples * s.cols, (K - samples) * s.cols);
-    red.synchronize(); // the caller may reuse u and v once this returns
-    mark(i);
+    driver_.mark_ready(
+        i, "mark_factors_ready",
+        [&](std::size_t t) {
+          check_scheme(t, scheme::sfb, "mark_factors_ready");
+          if (samples > plan_.batch)
+            throw invalid_argument(
+                "hybrid_scheduler::mark_factors_ready: samples = " + std::to_string(samples) +
+                    " for tensor " + std::to_string(t) +
+                    " exceeds the plan's batch K = " + std::to_string(plan_.batch),
+                rank());
+          if (samples > 0 && (!u || !v))
+            throw invalid_argument(
+                "hybrid_scheduler::mark_factors_ready: u or v is null for tensor " +
+                    std::to_string(t),
+                rank());
+          const tensor_scheme& s = plan_.tensors[t];
+          factors& f = factors_[t];
+          R& red = pool_->reducer();
+          const std::size_t K = plan_.batch;
+          red.copy(f.u.data(), u, samples * s.rows);
+          red.zero(f.u.data() + samples * s.rows, (K - samples) * s.rows);
+          red.copy(f.v.data(), v, samples * s.cols);
+          red.zero(f.v.data() + samples * s.cols, (K - samples) * s.cols);
+          red.synchronize(); // the caller may reuse u and v once this returns
+          driver_.satisfy(job_of_[t]);
+        },
+        [&](std::size_t k) { start(k); });
   }
 
   /// Waits for every job (each bounded by the transport's timeout), reconstructs the SFB
@@ -201,64 +214,46 @@ public:
   /// jobs are waited for, the transport is broken (so the peers fail at once) and
   /// `invalid_argument` names it. A failed job rethrows its cause.
   const hybrid_timing& finish() {
-    std::size_t unmarked = 0;
-    std::exception_ptr first_error;
-    {
-      std::lock_guard lock(mutex_);
-      unmarked =
-          static_cast<std::size_t>(std::find(marked_.begin(), marked_.end(), 0) - marked_.begin());
-      first_error = std::exchange(start_error_, nullptr);
-    }
-    for (auto& j : jobs_) {
-      if (!j.started) continue;
-      try {
-        if (j.how == scheme::sfb)
-          j.sfb.wait();
-        else
-          j.dense.wait();
-      } catch (...) {
-        if (!first_error) first_error = std::current_exception();
+    const iteration_timing& t = driver_.finish([&](std::size_t k) {
+      job& j = jobs_[k];
+      if (j.how == scheme::sfb) {
+        j.sfb.wait();
+        return j.sfb.timestamps();
       }
-      j.started = false;
-      auto& jt = timing_.jobs[static_cast<std::size_t>(&j - jobs_.data())];
-      jt.finished = clock::now();
-      const auto ts = j.how == scheme::sfb ? j.sfb.timestamps() : j.dense.timestamps();
-      jt.comm_started = ts.started;
-      jt.comm_finished = ts.finished;
+      j.dense.wait();
+      return j.dense.timestamps();
+    });
+    last_.begin = t.begin;
+    last_.end = t.end;
+    last_.tensor_ready = t.tensor_ready;
+    last_.jobs.resize(t.buckets.size());
+    for (std::size_t k = 0; k < t.buckets.size(); ++k) {
+      const bucket_timing& b = t.buckets[k];
+      last_.jobs[k] = {b.first_tensor, b.end_tensor, jobs_[k].how, b.ready,
+                       b.queued,       b.collected,  b.started,    b.finished};
     }
-    timing_.end = clock::now();
-    if (unmarked < marked_.size() && !first_error) {
-      const auto cause = std::make_exception_ptr(invalid_argument(
-          "hybrid_scheduler::finish: tensor " + std::to_string(unmarked) +
-              " was never marked ready; the jobs not started are left as they are and the "
-              "transport is broken so the other ranks stop",
-          rank()));
-      tcoll::detail::fail_communicator(*comm_, cause);
-      reset();
-      std::rethrow_exception(cause);
+    if (auto next = driver_.autotune(options_.autotune_iterations, options_.autotune_replan,
+                                     autotune_bytes())) {
+      options_.dense_buckets = std::move(*next);
+      build_jobs();
+      autotuned_ = true;
     }
-    last_ = timing_;
-    reset();
-    if (first_error) std::rethrow_exception(first_error);
-    ++iterations_;
-    if (options_.autotune_iterations && !autotuned_) autotune_step();
     return last_;
   }
 
-  std::size_t iterations() const noexcept { return iterations_; }
+  std::size_t iterations() const noexcept { return driver_.iterations(); }
   /// The buckets that group the dense tensors now (empty: `fuse_dense` runs or a job per
   /// tensor); after autotune, the agreed re-plan.
   const plan::bucket_plan& dense_buckets() const noexcept { return options_.dense_buckets; }
-  /// Whether autotune has re-planned, and the cost line it fitted (nullopt before).
+  /// Whether autotune has re-planned, and the cost line its re-plan was made with.
   bool autotuned() const noexcept { return autotuned_; }
-  std::optional<plan::linear_cost> fitted_cost() const { return fitted_; }
+  std::optional<plan::linear_cost> fitted_cost() const { return driver_.fitted_cost(); }
 
 private:
   using sfb_handle = sfb_request<T, Op, Gemm, R>;
   struct job {
     std::size_t first = 0, end = 0;
     scheme how = scheme::dense;
-    bool started = false;
     request dense;
     sfb_handle sfb;
   };
@@ -283,6 +278,8 @@ private:
       throw invalid_argument("hybrid_scheduler: options.autotune_iterations re-plans the dense "
                              "buckets and excludes options.fuse_dense",
                              rank());
+    tcoll::detail::check_autotune(options_.autotune_iterations, options_.autotune_replan,
+                                  "hybrid_scheduler", rank());
     if (!options_.dense_buckets.ends.empty()) {
       if (options_.fuse_dense)
         throw invalid_argument("hybrid_scheduler: options.fuse_dense and options.dense_buckets "
@@ -305,36 +302,17 @@ private:
     }
   }
 
-  /// Autotune (see `hybrid_scheduler_options::autotune_iterations`): collects the finished
-  /// iteration's measurements; after the last measured one every rank plans from its own
-  /// measurements and all adopt rank 0's plan (so the jobs match on every rank).
-  void autotune_step() {
-    for (const auto& jt : last_.jobs)
-      if (jt.how == scheme::dense && jt.comm_finished > jt.comm_started)
-        samples_.push_back(
-            {static_cast<double>(pool_->range_size(jt.first_tensor, jt.end_tensor) * sizeof(T)),
-             std::chrono::duration<double, std::micro>(jt.comm_finished - jt.comm_started)
-                 .count()});
-    tcoll::detail::record_backward_intervals(backward_, last_.tensor_ready, last_.begin);
-    if (iterations_ < options_.autotune_iterations) return;
-    const std::size_t L = pool_->tensor_count();
-    plan::workload w;
-    for (std::size_t i = 0; i < L; ++i) {
+  /// What a tensor sends: an SFB tensor its factors (it is a job of its own whatever the
+  /// plan says), a dense one its elements. Autotune's workload.
+  std::vector<std::uint64_t> autotune_bytes() const {
+    std::vector<std::uint64_t> bytes;
+    for (std::size_t i = 0; i < pool_->tensor_count(); ++i) {
       const tensor_scheme& s = plan_.tensors[i];
-      // an SFB tensor sends its factors; it is a job of its own whatever the plan says
-      const std::size_t values =
-          s.how == scheme::sfb ? plan_.batch * (s.rows + s.cols) : pool_->tensor_size(i);
-      w.bytes.push_back(values * sizeof(T));
-      w.backward_us.push_back(tcoll::detail::median_us(backward_[i]));
+      bytes.push_back(
+          (s.how == scheme::sfb ? plan_.batch * (s.rows + s.cols) : pool_->tensor_size(i)) *
+          sizeof(T));
     }
-    const plan::linear_cost cost = tcoll::detail::fit_autotune_cost(samples_);
-    fitted_ = cost;
-    plan::bucket_plan agreed = tcoll::detail::rank0_plan(
-        *comm_, pool_->reducer(), plan::make_plan(options_.autotune_planner, w, cost), L);
-    options_.dense_buckets = std::move(agreed);
-    build_jobs();
-    reset();
-    autotuned_ = true;
+    return bytes;
   }
 
   void check_same_plan() {
@@ -346,12 +324,7 @@ private:
       const tensor_scheme& s = plan_.tensors[i];
       f.add(pool_->tensor_size(i)).add(s.how == scheme::sfb ? 1 + s.rows * 7919u + s.cols : 0);
     }
-    tcoll::detail::check_same_everywhere(
-        *comm_, f.value(),
-        [&](std::vector<std::uint64_t>& v) {
-          tcoll::detail::sum_over_ranks(*comm_, pool_->reducer(), v);
-        },
-        "hybrid_scheduler", "runs a different hybrid plan or pool", "run the same plan");
+    driver_.agree(f.value(), "runs a different hybrid plan or pool", "run the same plan");
   }
 
   void build_jobs() {
@@ -359,6 +332,7 @@ private:
     jobs_.clear();
     job_of_.assign(L, 0);
     factors_.resize(L);
+    std::vector<job_shape> shapes;
     for (std::size_t i = 0; i < L;) {
       job j;
       j.first = i;
@@ -372,80 +346,44 @@ private:
         while (end < bucket_end && plan_.tensors[end].how == scheme::dense) ++end;
       }
       j.end = end;
+      std::size_t bytes = pool_->range_size(i, end) * sizeof(T);
       if (j.how == scheme::sfb) {
         const tensor_scheme& s = plan_.tensors[i];
         R& red = pool_->reducer();
         factors_[i].u = red.template allocate<T>(plan_.batch * s.rows);
         factors_[i].v = red.template allocate<T>(plan_.batch * s.cols);
+        bytes = plan_.batch * (s.rows + s.cols) * sizeof(T);
       }
       for (std::size_t k = i; k < end; ++k) job_of_[k] = jobs_.size();
+      shapes.push_back({i, end, bytes, end - i, j.how == scheme::dense});
       jobs_.push_back(std::move(j));
       i = end;
     }
-    remaining_.assign(jobs_.size(), 0);
-    timing_.jobs.resize(jobs_.size());
+    driver_.arrange(L, std::move(shapes));
   }
 
-  void reset() {
-    marked_.assign(pool_->tensor_count(), 0);
-    timing_.tensor_ready.assign(pool_->tensor_count(), {});
-    next_ = 0;
-    for (std::size_t k = 0; k < jobs_.size(); ++k) {
-      remaining_[k] = jobs_[k].end - jobs_[k].first;
-      timing_.jobs[k] = {jobs_[k].first, jobs_[k].end, jobs_[k].how, {}, {}, {}};
-    }
-    timing_.begin = timing_.end != clock::time_point{} ? timing_.end : clock::now();
-  }
-
-  void check_mark(std::size_t i, scheme expected, const char* what) const {
-    if (i >= marked_.size())
-      throw invalid_argument(std::string("hybrid_scheduler::") + what + ": tensor " +
-                                 std::to_string(i) + " is out of range (the pool holds " +
-                                 std::to_string(marked_.size()) + " tensors)",
-                             rank());
+  void check_scheme(std::size_t i, scheme expected, const char* what) const {
     if (plan_.tensors[i].how != expected)
       throw invalid_argument(
           std::string("hybrid_scheduler::") + what + ": tensor " + std::to_string(i) +
               " is planned " + std::string(scheme_name(plan_.tensors[i].how)) +
               (expected == scheme::sfb ? "; call mark_ready" : "; call mark_factors_ready"),
           rank());
-    if (marked_[i])
-      throw invalid_argument(std::string("hybrid_scheduler::") + what + ": tensor " +
-                                 std::to_string(i) + " was already marked in this iteration",
-                             rank());
   }
 
-  void mark(std::size_t i) {
-    marked_[i] = 1;
-    const auto now = clock::now();
-    timing_.tensor_ready[i] = now;
-    const std::size_t k = job_of_[i];
-    if (--remaining_[k] == 0) timing_.jobs[k].ready = now;
-    while (next_ < jobs_.size() && remaining_[next_] == 0) start(next_++);
-  }
-
-  /// Starts job `k`. If it cannot start (the transport broke, or is being destroyed),
-  /// `finish()` reports the cause: a peer's failure never escapes from the marking calls,
-  /// and an iteration with a job not reduced never finishes as a success.
+  /// Starts job `k` (the driver reports a job that cannot start from `finish()`).
   void start(std::size_t k) {
     job& j = jobs_[k];
     R& red = pool_->reducer();
-    try {
-      if (j.how == scheme::sfb) {
-        const tensor_scheme& s = plan_.tensors[j.first];
-        factors& f = factors_[j.first];
-        j.sfb = isfb_allreduce(*comm_, f.u.data(), f.v.data(), plan_.batch, s.rows, s.cols,
-                               pool_->tensor(j.first).data(), op_, gemm_, options_.sfb, red);
-      } else {
-        std::span<T> range = pool_->range(j.first, j.end);
-        j.dense = iallreduce(*comm_, range.data(), range.data(), range.size(), op_, algo_, red);
-      }
-    } catch (...) {
-      if (!start_error_) start_error_ = std::current_exception();
-      return;
+    if (j.how == scheme::sfb) {
+      const tensor_scheme& s = plan_.tensors[j.first];
+      factors& f = factors_[j.first];
+      j.sfb = isfb_allreduce(*comm_, f.u.data(), f.v.data(), plan_.batch, s.rows, s.cols,
+                             pool_->tensor(j.first).data(), op_, gemm_, options_.sfb, red);
+    } else {
+      std::span<T> range = pool_->range(j.first, j.end);
+      j.dense = iallreduce(*comm_, range.data(), range.data(), range.size(), op_, algo_, red);
     }
-    j.started = true;
-    timing_.jobs[k].started = clock::now();
   }
 
   gradient_pool<T, R>* pool_;
@@ -455,20 +393,14 @@ private:
   Algo algo_;
   Gemm gemm_;
   hybrid_scheduler_options options_;
+  iteration_driver<Comm> driver_;
   // declared before jobs_ so that an SFB exchange still in flight at destruction (an
   // sfb_request waits for it in its destructor) never reads freed factor buffers
   std::vector<factors> factors_;
   std::vector<job> jobs_;
-  std::vector<std::size_t> job_of_, remaining_;
-  std::vector<unsigned char> marked_;
-  std::size_t next_ = 0, iterations_ = 0;
-  std::mutex mutex_;
-  std::exception_ptr start_error_;            // a job that could not start this iteration
-  std::vector<plan::sample> samples_;         ///< autotune: dense jobs (bytes, us)
-  std::vector<std::vector<double>> backward_; ///< autotune: per tensor, us since the last mark
-  std::optional<plan::linear_cost> fitted_;
+  std::vector<std::size_t> job_of_;
   bool autotuned_ = false;
-  hybrid_timing timing_, last_;
+  hybrid_timing last_;
 };
 
 } // namespace tcoll::hybrid

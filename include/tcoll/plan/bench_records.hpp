@@ -48,23 +48,25 @@ inline std::vector<json_record> parse_json_records(std::string_view text) {
            event == json::parse_event_t::array_start) &&
           static_cast<std::size_t>(depth) >= detail::max_json_depth)
         throw tcoll::invalid_argument("bench json: nesting deeper than " +
-                                 std::to_string(detail::max_json_depth));
+                                      std::to_string(detail::max_json_depth));
       return true;
     };
     document = json::parse(text.begin(), text.end(), bound_depth);
   } catch (const json::parse_error& e) { // e.byte: 1-based; report the 0-based offset
-    throw tcoll::invalid_argument("bench json: offset " + std::to_string(e.byte > 0 ? e.byte - 1 : 0) +
-                             ": " + e.what());
+    throw tcoll::invalid_argument("bench json: offset " +
+                                  std::to_string(e.byte > 0 ? e.byte - 1 : 0) + ": " + e.what());
   } catch (const json::exception& e) {
     throw tcoll::invalid_argument(std::string("bench json: ") + e.what());
   }
-  if (!document.is_array()) throw tcoll::invalid_argument("bench json: expected an array of records");
+  if (!document.is_array())
+    throw tcoll::invalid_argument("bench json: expected an array of records");
   std::vector<json_record> records;
   records.reserve(document.size());
   for (std::size_t i = 0; i < document.size(); ++i) {
     const json& object = document[i];
     if (!object.is_object())
-      throw tcoll::invalid_argument("bench json: element " + std::to_string(i) + " is not an object");
+      throw tcoll::invalid_argument("bench json: element " + std::to_string(i) +
+                                    " is not an object");
     json_record record;
     for (const auto& [key, value] : object.items()) {
       if (value.is_null())
@@ -104,13 +106,13 @@ inline std::vector<allreduce_record> to_allreduce_records(std::span<const json_r
     if (it == r.end() || std::holds_alternative<std::monostate>(it->second)) {
       if (required)
         throw tcoll::invalid_argument("bench json: record " + std::to_string(index) + " lacks '" +
-                                 std::string(key) + "'");
+                                      std::string(key) + "'");
       return 0.0;
     }
     if (const auto* d = std::get_if<double>(&it->second)) return *d;
     if (const auto* b = std::get_if<bool>(&it->second)) return *b ? 1.0 : 0.0;
     throw tcoll::invalid_argument("bench json: record " + std::to_string(index) + " field '" +
-                             std::string(key) + "' is not a number");
+                                  std::string(key) + "' is not a number");
   };
   auto text = [](const json_record& r, std::string_view key, std::size_t index,
                  bool required) -> std::string {
@@ -118,8 +120,8 @@ inline std::vector<allreduce_record> to_allreduce_records(std::span<const json_r
     if (it != r.end())
       if (const auto* s = std::get_if<std::string>(&it->second)) return *s;
     if (required)
-      throw tcoll::invalid_argument("bench json: record " + std::to_string(index) + " lacks string '" +
-                               std::string(key) + "'");
+      throw tcoll::invalid_argument("bench json: record " + std::to_string(index) +
+                                    " lacks string '" + std::string(key) + "'");
     return {};
   };
   for (std::size_t i = 0; i < records.size(); ++i) {
@@ -136,7 +138,7 @@ inline std::vector<allreduce_record> to_allreduce_records(std::span<const json_r
     a.wrong = number(r, "wrong", i, false);
     if (!(a.time_us >= 0) || !(a.bytes >= 0) || a.ranks < 1)
       throw tcoll::invalid_argument("bench json: record " + std::to_string(i) +
-                               " has a negative size/time or ranks < 1");
+                                    " has a negative size/time or ranks < 1");
     out.push_back(std::move(a));
   }
   return out;

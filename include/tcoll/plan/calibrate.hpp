@@ -12,14 +12,9 @@
 
 #include "tcoll/core/error.hpp"
 #include "tcoll/plan/cost_model.hpp"
+#include "tcoll/plan/interface.hpp"
 
 namespace tcoll::plan {
-
-/// One measurement.
-struct sample {
-  double bytes = 0;
-  double time_us = 0;
-};
 
 /// What the residuals are weighted by.
 enum class fit_weighting {

@@ -13,6 +13,7 @@
 
 #include "tcoll/core/error.hpp"
 #include "tcoll/plan/detail/math.hpp"
+#include "tcoll/plan/interface.hpp"
 
 namespace tcoll::plan {
 
@@ -272,19 +273,6 @@ concept cost_model = requires(const M& m, double bytes) {
 template <class M>
 concept monotonicity_reporting_cost_model = cost_model<M> && requires(const M& m) {
   { m.nondecreasing() } -> std::convertible_to<bool>;
-};
-
-/// MG-WFBP Eq. 9: T(M) = a + b M.
-struct linear_cost {
-  double startup_us = 0.0;  ///< a
-  double per_byte_us = 0.0; ///< b
-  constexpr double operator()(double bytes) const noexcept {
-    return startup_us + per_byte_us * bytes;
-  }
-  /// Models affine in the size expose their a + b M form (planners use it for speed).
-  constexpr linear_cost affine() const noexcept { return *this; }
-  /// True when T does not decrease with the size (b >= 0).
-  constexpr bool nondecreasing() const noexcept { return per_byte_us >= 0.0; }
 };
 
 /// A cost model that is exactly a + b M and says so: planners may use the coefficients.

@@ -18,6 +18,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "tcoll/plan/interface.hpp"
 namespace tcoll::plan {
 
 /// One gradient tensor as embedded in code (no allocation, usable in constant expressions).
@@ -65,22 +66,6 @@ struct compute_model {
   double utilization = 0.4;            ///< c, fraction of the peak the layers reach
   int batch_size = 32;                 ///< M, samples per worker per iteration
   std::uint32_t bytes_per_element = 4; ///< s, bytes per gradient element (FP32)
-};
-
-/// What a planner needs to know about one iteration: per tensor (backward order) its
-/// gradient size and backward time, plus the forward time that precedes backward.
-struct workload {
-  std::vector<std::uint64_t> bytes;
-  std::vector<double> backward_us;
-  double forward_us = 0.0;
-
-  constexpr std::size_t size() const noexcept { return bytes.size(); }
-  /// t_f + t_b: the computation of one iteration (OSF T_comp).
-  constexpr double compute_us() const noexcept {
-    double total = forward_us;
-    for (double t : backward_us) total += t;
-    return total;
-  }
 };
 
 /// Build a workload from tensors with `.elements` and `.forward_flops` using OSF

@@ -12,39 +12,14 @@
 #include <string>
 #include <string_view>
 
+#include "tcoll/detail/json_string.hpp"
 #include "tcoll/plan/simulate.hpp"
 
 namespace tcoll::plan {
 
 namespace detail {
 
-inline void write_json_string(std::ostream& out, std::string_view s) {
-  out << '"';
-  for (char c : s) {
-    switch (c) {
-    case '"':
-      out << "\\\"";
-      break;
-    case '\\':
-      out << "\\\\";
-      break;
-    case '\n':
-      out << "\\n";
-      break;
-    case '\t':
-      out << "\\t";
-      break;
-    default:
-      if (static_cast<unsigned char>(c) < 0x20) {
-        static constexpr char hex[] = "0123456789abcdef";
-        out << "\\u00" << hex[(c >> 4) & 0xf] << hex[c & 0xf];
-      } else {
-        out << c;
-      }
-    }
-  }
-  out << '"';
-}
+using tcoll::detail::write_json_string;
 
 inline void write_slice(std::ostream& out, bool& first, std::string_view name, int tid,
                         double start, double duration, const std::string& args_json) {

@@ -17,7 +17,7 @@
 #include "../core/concepts.hpp"
 #include "../core/error.hpp"
 #include "../detail/memory_kind.hpp"
-#include "../plan/profile.hpp"
+#include "../plan/interface.hpp"
 #include "../reduce/cpu.hpp"
 
 namespace tcoll {
@@ -86,7 +86,11 @@ public:
                       std::forward<Allocate>(allocate)) {}
 
   /// The tensors of a profile (its order must be backward order, as in `data/profiles`).
-  static gradient_pool from_profile(const plan::profile& p, gradient_pool_options options = {},
+  /// Any type with `tensors`, each with `elements` (`plan::profile`; this layer does not
+  /// include the planning layer's profile parser).
+  template <class Profile>
+  requires requires(const Profile& p) { p.tensors.begin()->elements; }
+  static gradient_pool from_profile(const Profile& p, gradient_pool_options options = {},
                                     R red = {}) {
     std::vector<std::size_t> sizes;
     for (const auto& t : p.tensors) sizes.push_back(static_cast<std::size_t>(t.elements));

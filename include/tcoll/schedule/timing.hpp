@@ -11,7 +11,7 @@
 
 namespace tcoll {
 
-/// Timings of one bucket in one iteration (steady clock).
+/// Timings of one bucket (one job of the iteration driver) in one iteration (steady clock).
 struct bucket_timing {
   std::size_t bucket = 0, first_tensor = 0, end_tensor = 0;
   std::size_t bytes = 0;           ///< on the wire (the pool's bytes unless a mixed-precision wire)
@@ -20,6 +20,7 @@ struct bucket_timing {
   clock::time_point queued{};      ///< handed to the engine (= start of QUEUE)
   clock::time_point started{};     ///< its allreduce began
   clock::time_point finished{};    ///< its allreduce ended
+  clock::time_point collected{};   ///< `finish()` had its result (after its wait)
 };
 
 /// Timings of one scheduled iteration.

@@ -13,7 +13,7 @@
 #include <span>
 #include <string>
 
-#include "../plan/trace.hpp"
+#include "../detail/json_string.hpp"
 #include "timing.hpp"
 
 namespace tcoll {
@@ -34,7 +34,6 @@ inline double trace_us(clock::time_point t, clock::time_point origin) {
 /// per-rank trace). Times are relative to `origin` (e.g. the earliest `timing.begin`).
 inline void write_chrome_trace(std::ostream& out, std::span<const rank_iteration> ranks,
                                clock::time_point origin) {
-  using plan::detail::write_json_string;
   const auto old_precision = out.precision(12);
   out << "{\"displayTimeUnit\":\"ms\",\"traceEvents\":[";
   bool first = true;
@@ -47,7 +46,7 @@ inline void write_chrome_trace(std::ostream& out, std::span<const rank_iteration
     if (a == clock::time_point{} || b == clock::time_point{} || b < a) return;
     sep();
     out << "{\"name\":";
-    write_json_string(out, name);
+    detail::write_json_string(out, name);
     out << ",\"ph\":\"X\",\"pid\":" << pid << ",\"tid\":" << tid
         << ",\"ts\":" << detail::trace_us(a, origin) << ",\"dur\":" << detail::trace_us(b, a);
     if (!args.empty()) out << ",\"args\":" << args;

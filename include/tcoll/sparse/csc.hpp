@@ -74,6 +74,7 @@
 #include "../detail/memory_kind.hpp"
 #include "../schedule/agreement.hpp"
 #include "../schedule/gradient_pool.hpp"
+#include "../schedule/iteration.hpp"
 #include "../schedule/nonblocking.hpp"
 #include "../schedule/prepared.hpp"
 #include "../schedule/scheduler.hpp"
@@ -176,7 +177,9 @@ public:
   /// `options.check_pool` (the default): every rank constructs it at the same time.
   csc_allreduce(gradient_pool<T, R>& pool, Comm& comm, csc_options options = {}, const Op& op = {},
                 const Algo& algo = {}, Ops ops = {})
-      : pool_(&pool), comm_(&comm), op_(op), algo_(algo), ops_(std::move(ops)), options_(options) {
+      : pool_(&pool), comm_(&comm), op_(op), algo_(algo), ops_(std::move(ops)), options_(options),
+        driver_(comm, "csc_allreduce",
+                [this](std::vector<std::uint64_t>& v) { sum_through_pool_memory(v); }) {
     tcoll::detail::check_support<R, Op, Wire>();
     const int r = rank();
     if (options_.chunk_elements == 0)
@@ -221,8 +224,8 @@ public:
     dense_bytes_ = detail::allreduce_bytes_sent<Comm, Wire, Op>(*comm_, pool.size(), algo_, exact);
     important_.assign(C, 1); // iteration 0: dense
     density_ = 1.0;
+    remaining_ = deps_;
     arrange();
-    reset_marks();
   }
   csc_allreduce(const csc_allreduce&) = delete;
   csc_allreduce& operator=(const csc_allreduce&) = delete;
@@ -263,10 +266,7 @@ public:
   const csc_iteration& last() const noexcept { return last_; }
   /// Buffers of the iteration in progress, and how many of them have started.
   std::size_t buffer_count() const noexcept { return buffers_.size(); }
-  std::size_t buffers_started() const {
-    std::lock_guard lock(mutex_);
-    return next_;
-  }
+  std::size_t buffers_started() const { return driver_.launched(); }
   /// Bytes this rank sends in a dense allreduce of the whole pool (for ratios).
   std::size_t dense_bytes_sent() const noexcept { return dense_bytes_; }
 
@@ -275,21 +275,13 @@ public:
   /// `invalid_argument` for a tensor out of range or already marked this iteration;
   /// communication errors (a broken transport included) surface from `finish()`.
   void mark_ready(std::size_t i) {
-    std::lock_guard lock(mutex_);
-    if (i >= marked_.size())
-      throw invalid_argument("csc_allreduce::mark_ready: tensor " + std::to_string(i) +
-                                 " is out of range (the pool holds " +
-                                 std::to_string(marked_.size()) + " tensors)",
-                             rank());
-    if (marked_[i])
-      throw invalid_argument("csc_allreduce::mark_ready: tensor " + std::to_string(i) +
-                                 " was already marked ready in this iteration",
-                             rank());
-    marked_[i] = 1;
-    ++marked_count_;
-    for (std::size_t c = first_chunk_[i]; c < end_chunk_[i]; ++c)
-      if (--remaining_[c] == 0) fill(c);
-    while (next_ < buffers_.size() && buffers_[next_].remaining == 0) start(next_++);
+    driver_.mark_ready(
+        i, "mark_ready",
+        [&](std::size_t t) {
+          for (std::size_t c = first_chunk_[t]; c < end_chunk_[t]; ++c)
+            if (--remaining_[c] == 0) fill(c);
+        },
+        [&](std::size_t k) { start(k); });
   }
 
   /// Marks every tensor ready (the whole pool was written at once).
@@ -303,40 +295,11 @@ public:
   /// at once instead of waiting out their timeout) and `invalid_argument` names the first
   /// unmarked tensor. A failed allreduce rethrows its cause.
   const csc_iteration& finish() {
-    std::exception_ptr first_error;
-    std::size_t unmarked = marked_.size();
-    {
-      std::lock_guard lock(mutex_);
-      for (std::size_t i = 0; i < marked_.size(); ++i)
-        if (!marked_[i]) {
-          unmarked = i;
-          break;
-        }
-      first_error = std::exchange(start_error_, nullptr);
-    }
-    for (auto& b : buffers_) {
-      if (!b.started) continue;
-      try {
-        b.req.wait();
-      } catch (...) {
-        if (!first_error) first_error = std::current_exception();
-      }
-      b.started = false;
-    }
-    if (unmarked < marked_.size() && !first_error) {
-      const auto cause = std::make_exception_ptr(invalid_argument(
-          "csc_allreduce::finish: tensor " + std::to_string(unmarked) +
-              " was never marked ready (" + std::to_string(marked_.size() - marked_count_) +
-              " unmarked); the transport is broken so the other ranks stop",
-          rank()));
-      fail(cause);
-      reset_marks();
-      std::rethrow_exception(cause);
-    }
-    if (first_error) {
-      reset_marks();
-      std::rethrow_exception(first_error);
-    }
+    remaining_ = deps_; // chunk readiness of the next iteration (marking is over)
+    driver_.finish([&](std::size_t k) {
+      buffers_[k].req.wait();
+      return buffers_[k].req.timestamps();
+    });
     // the reduced data is complete in the reducer's stream order (a no-op on the host; a
     // device Ops policy may run on another stream)
     pool_->reducer().synchronize();
@@ -401,16 +364,14 @@ public:
     last_ = it;
     ++iterations_;
     arrange();
-    reset_marks();
     return last_;
   }
 
 private:
   struct buffer {
     std::size_t offset = 0, count = 0; // in the send buffer (in the pool when in_place)
-    std::size_t remaining = 0;         // chunks not yet filled
+    std::size_t chunks = 0;            // important chunks in it (the driver's needs)
     bool in_place = false;             // a run of important chunks reduced in the pool
-    bool started = false;
     request req;
   };
 
@@ -440,7 +401,7 @@ private:
     std::size_t at = 0; // next free slot of the send buffer
     buffer cur;         // the buffer being grouped
     auto close = [&] {
-      if (cur.remaining) buffers_.push_back(std::move(cur));
+      if (cur.chunks) buffers_.push_back(std::move(cur));
       cur = buffer{};
     };
     for (std::size_t c = 0; c < C;) {
@@ -459,17 +420,17 @@ private:
         buffer_of_[j] = buffers_.size();
         if (in_place) {
           in_place_[j] = 1;
-          if (cur.remaining == 0) {
+          if (cur.chunks == 0) {
             cur.in_place = true;
             cur.offset = layout_.begin(j); // in the pool
           }
         } else {
           slot_[j] = at;
-          if (cur.remaining == 0) cur.offset = at; // in the send buffer
+          if (cur.chunks == 0) cur.offset = at; // in the send buffer
           at += m;
         }
         cur.count += m;
-        ++cur.remaining;
+        ++cur.chunks;
         ++important_count_;
         important_elements_ += m;
         if (cur.count * sizeof(Wire) > options_.threshold_bytes) close();
@@ -478,24 +439,14 @@ private:
       c = e;
     }
     close();
+    std::vector<job_shape> jobs;
+    for (const auto& b : buffers_) jobs.push_back({0, 0, b.count * sizeof(Wire), b.chunks, false});
+    driver_.arrange(pool_->tensor_count(), std::move(jobs));
   }
 
   /// In-place runs need the pool's own type on the wire, unscaled.
   bool in_place_allowed() const noexcept {
     return std::is_same_v<Wire, T> && options_.wire_scale == 1.0f;
-  }
-
-  void reset_marks() {
-    marked_.assign(pool_->tensor_count(), 0);
-    marked_count_ = 0;
-    remaining_ = deps_;
-    next_ = 0;
-    for (auto& b : buffers_) {
-      b.remaining = 0;
-      b.started = false;
-    }
-    for (std::size_t c = 0; c < layout_.count(); ++c)
-      if (important_[c]) ++buffers_[buffer_of_[c]].remaining;
   }
 
   /// Every chunk's norm is divided by this (the rank count for `avg_op`, else 1).
@@ -520,28 +471,19 @@ private:
     if (imp) {
       if (!in_place_[c])
         ops_.gather(send_.data() + slot_[c], pool_->data() + b, m, options_.wire_scale);
-      --buffers_[buffer_of_[c]].remaining;
+      driver_.satisfy(buffer_of_[c]);
     }
   }
 
-  /// Starts buffer `k`. If it cannot start (the transport broke, or is being destroyed),
-  /// `finish()` reports the cause: a peer's failure never escapes from `mark_ready`, and an
-  /// iteration with a buffer not reduced never finishes as a success.
+  /// Starts buffer `k` (the driver reports a buffer that cannot start from `finish()`).
   void start(std::size_t k) {
     auto& b = buffers_[k];
     ops_.synchronize();
     Wire* p = send_.data() + b.offset;
     if constexpr (std::is_same_v<Wire, T>)
       if (b.in_place) p = pool_->data() + b.offset;
-    try {
-      b.req = tcoll::iallreduce(*comm_, p, p, b.count, op_, algo_, pool_->reducer());
-      b.started = true;
-    } catch (...) {
-      if (!start_error_) start_error_ = std::current_exception();
-    }
+    b.req = tcoll::iallreduce(*comm_, p, p, b.count, op_, algo_, pool_->reducer());
   }
-
-  void fail(std::exception_ptr cause) { tcoll::detail::fail_communicator(*comm_, cause); }
 
   /// Throws when another rank's pool shape or options differ from rank 0's (one sum
   /// allreduce of P hashes).
@@ -555,24 +497,25 @@ private:
     f.add(options_.warmup_iterations).add(options_.threshold_bytes);
     f.add(options_.in_place_min_bytes).add(static_cast<std::uint64_t>(options_.residual));
     f.add_bits(options_.wire_scale);
-    // the exchange goes through the reducer's memory (device memory for a device pool),
-    // filled and read back through the Ops policy's host copies (a device reducer's copy
-    // may not take host pointers)
-    auto sum = [&](std::vector<std::uint64_t>& all) {
-      R& red = pool_->reducer();
-      auto buf = red.template allocate<std::uint64_t>(all.size());
-      red.synchronize();
-      ops_.upload(buf.data(), all.data(), all.size());
-      tcoll::allreduce(*comm_, buf.data(), buf.data(), all.size(), sum_op{},
-                       tcoll::detail::default_algorithm_t<Comm>{}, red);
-      red.synchronize();
-      ops_.download(all.data(), buf.data(), all.size());
-    };
-    tcoll::detail::check_same_everywhere(
-        *comm_, f.value(), sum, "csc_allreduce",
-        "has a different pool (tensor sizes, alignment, element or wire type) or different "
-        "csc_options",
-        "use the same");
+    driver_.agree(f.value(),
+                  "has a different pool (tensor sizes, alignment, element or wire type) or "
+                  "different csc_options",
+                  "use the same");
+  }
+
+  /// The driver's sum over ranks: through the reducer's memory (device memory for a device
+  /// pool), filled and read back through the Ops policy's host copies (a device reducer's
+  /// copy may not take host pointers).
+  void sum_through_pool_memory(std::vector<std::uint64_t>& all) {
+    if (all.empty()) return;
+    R& red = pool_->reducer();
+    auto buf = red.template allocate<std::uint64_t>(all.size());
+    red.synchronize();
+    ops_.upload(buf.data(), all.data(), all.size());
+    tcoll::allreduce(*comm_, buf.data(), buf.data(), all.size(), sum_op{},
+                     tcoll::detail::default_algorithm_t<Comm>{}, red);
+    red.synchronize();
+    ops_.download(all.data(), buf.data(), all.size());
   }
 
   gradient_pool<T, R>* pool_;
@@ -584,10 +527,10 @@ private:
   chunk_layout layout_;
   std::vector<std::size_t> first_chunk_, end_chunk_, deps_, remaining_;
   std::vector<std::size_t> slot_, buffer_of_;
-  std::vector<unsigned char> important_, last_important_, marked_, in_place_;
+  std::vector<unsigned char> important_, last_important_, in_place_;
   std::size_t important_count_ = 0, important_elements_ = 0;
   std::vector<buffer> buffers_;
-  std::size_t next_ = 0, marked_count_ = 0, iterations_ = 0;
+  std::size_t iterations_ = 0;
   double density_ = 1.0;
   typename R::template buffer<T> residual_{};
   typename R::template buffer<float> norms_{};
@@ -596,8 +539,7 @@ private:
   std::size_t dense_bytes_ = 0;
   std::map<std::size_t, std::pair<std::size_t, bool>> data_bytes_, norm_bytes_;
   csc_iteration last_{};
-  mutable std::mutex mutex_;
-  std::exception_ptr start_error_; // a buffer that could not start this iteration
+  iteration_driver<Comm> driver_;
 };
 
 } // namespace tcoll::sparse
