@@ -8,6 +8,7 @@
 #include "tcoll/plan/bench_records.hpp"
 #endif
 #include "tcoll/plan/calibrate.hpp"
+#include "tcoll/plan/replan.hpp"
 
 using namespace tcoll::plan;
 
@@ -192,3 +193,25 @@ TEST_CASE("fuzz: the JSON reader throws runtime_error on garbage, never anything
       std::runtime_error);
 }
 #endif // TCOLL_HAVE_NLOHMANN_JSON
+
+TEST_CASE("autotune's cost line: a fit, or through the origin when every sample has one size") {
+  using namespace tcoll::plan;
+  const std::vector<sample> two_sizes{{1000, 12}, {2000, 22}, {1000, 12}};
+  const linear_cost fit = fit_autotune_cost(two_sizes);
+  CHECK(fit.startup_us == doctest::Approx(2.0));
+  CHECK(fit.per_byte_us == doctest::Approx(0.01));
+  // one size (a model whose buckets are all alike): least squares cannot separate a and b
+  const std::vector<sample> one_size{{1000, 10}, {1000, 14}};
+  const linear_cost origin = fit_autotune_cost(one_size);
+  CHECK(origin.startup_us == 0.0);
+  CHECK(origin.per_byte_us == doctest::Approx(0.012));
+  // nothing measured (one rank: no communication): a free link
+  const linear_cost none = fit_autotune_cost(std::vector<sample>{});
+  CHECK(none.startup_us == 0.0);
+  CHECK(none.per_byte_us == 0.0);
+  // a replan callback runs the planner on the measured workload with that line
+  const measured_iterations m{{{4000, 4000, 4000}, {10, 10, 10}}, one_size};
+  const replan_result r = replan_with(single_planner{})(m);
+  CHECK(r.plan.ends == std::vector<std::size_t>{3});
+  CHECK(r.cost.per_byte_us == doctest::Approx(0.012));
+}

@@ -19,7 +19,7 @@ inline linear_cost fit_autotune_cost(std::span<const sample> samples) {
   linear_cost cost{};
   try {
     cost = fit_linear(samples);
-  } catch (const std::invalid_argument&) { // one size only: a line through the origin
+  } catch (const tcoll::invalid_argument&) { // one size only: a line through the origin
     double bytes = 0, us = 0;
     for (const auto& s : samples) bytes += s.bytes, us += s.time_us;
     cost = {0.0, bytes > 0 ? us / bytes : 0.0};

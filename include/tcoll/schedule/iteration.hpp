@@ -140,34 +140,18 @@ public:
   void mark_ready(std::size_t i, const char* call, OnReady&& on_ready, Launch&& launch) {
     std::lock_guard lock(mutex_);
     const auto now = clock::now();
-    if (i >= tensors_)
+    if (i >= tensors_ || marked_[i])
       throw invalid_argument(owner_ + "::" + call + ": tensor " + std::to_string(i) +
-                                 " is out of range (the pool holds " + std::to_string(tensors_) +
-                                 " tensors)",
-                             rank());
-    if (marked_[i])
-      throw invalid_argument(owner_ + "::" + call + ": tensor " + std::to_string(i) +
-                                 " was already marked ready in this iteration",
+                                 (i >= tensors_ ? " is out of range (the pool holds " +
+                                                      std::to_string(tensors_) + " tensors)"
+                                                : std::string(" was already marked ready in this "
+                                                              "iteration")),
                              rank());
     on_ready(i);
     marked_[i] = 1;
     ++marked_count_;
     timing_.tensor_ready[i] = now;
     launch_due(launch);
-  }
-
-  /// Checks a mark without recording it (for adaptors that validate more before marking).
-  void check_mark(std::size_t i, const char* call) const {
-    std::lock_guard lock(mutex_);
-    if (i >= tensors_)
-      throw invalid_argument(owner_ + "::" + call + ": tensor " + std::to_string(i) +
-                                 " is out of range (the pool holds " + std::to_string(tensors_) +
-                                 " tensors)",
-                             rank());
-    if (marked_[i])
-      throw invalid_argument(owner_ + "::" + call + ": tensor " + std::to_string(i) +
-                                 " was already marked ready in this iteration",
-                             rank());
   }
 
   /// One of job `k`'s needs is met (call from inside `mark_ready`'s `on_ready`).

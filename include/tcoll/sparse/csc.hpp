@@ -264,6 +264,9 @@ public:
   std::span<const float> last_norms() const noexcept { return norms_host_; }
   /// What the last finished iteration did.
   const csc_iteration& last() const noexcept { return last_; }
+  /// The last finished iteration's timings (per tensor: ready; per buffer: ready, queued,
+  /// started, finished), as the overlap scheduler's.
+  const iteration_timing& last_timing() const noexcept { return driver_.last_timing(); }
   /// Buffers of the iteration in progress, and how many of them have started.
   std::size_t buffer_count() const noexcept { return buffers_.size(); }
   std::size_t buffers_started() const { return driver_.launched(); }
