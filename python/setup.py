@@ -19,7 +19,7 @@ setup(
     ext_modules=[
         CppExtension(
             "tcoll_torch._C",
-            ["tcoll_torch/csrc/backend.cpp"],
+            ["tcoll_torch/csrc/backend.cpp", "tcoll_torch/csrc/ddp.cpp"],
             include_dirs=[str(here.parent / "include")],
             # C++20 for tcoll's concepts; no MPI: the backend bootstraps through c10d's store.
             # -g0 overrides the -g of Python's own flags: debug information for the template

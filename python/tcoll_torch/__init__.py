@@ -5,13 +5,17 @@
     dist.init_process_group("tcoll", ...)            # CPU tensors on tcoll
     dist.init_process_group("cpu:tcoll,cuda:nccl")   # CPU tensors on tcoll, CUDA on NCCL
     dist.new_group(ranks, backend="tcoll")
+
+and ``tcoll_torch.DistributedDataParallel`` runs tcoll's planners and adaptors in training
+(ddp.py).
 """
 import torch
 import torch.distributed as dist
 
 from . import _C
+from .ddp import DistributedDataParallel
 
-__all__ = ["BACKEND_NAME"]
+__all__ = ["BACKEND_NAME", "DistributedDataParallel"]
 
 BACKEND_NAME = "tcoll"
 

@@ -35,6 +35,7 @@
 #include <tcoll/schedule/engine.hpp>
 #include <tcoll/transport/shm.hpp>
 
+#include "backend_access.hpp"
 #include "c10d_transport.hpp"
 
 namespace tcoll_torch {
@@ -331,6 +332,9 @@ public:
   }
 
   const std::string getBackendName() const override { return "tcoll"; }
+
+  /// Its communicators (backend_access.hpp): the DistributedDataParallel reducer runs on them.
+  backend_communicators communicators() const { return {shm_.get(), machine_.get(), rank_, size_}; }
 
   /// Calls made on this group so far (PyTorch's ProcessGroupWrapper, which
   /// TORCH_DISTRIBUTED_DEBUG=DETAIL puts around the backend, compares them across ranks).
@@ -915,6 +919,17 @@ double time_raw_allreduce(const c10::intrusive_ptr<c10d::Backend>& b, std::size_
 } // namespace tcoll_torch
 
 namespace tcoll_torch {
+backend_communicators communicators_of(const c10::intrusive_ptr<c10d::Backend>& b) {
+  auto* mine = dynamic_cast<backend*>(b.get());
+  if (!mine)
+    throw pybind11::value_error("tcoll: the process group's CPU backend is " +
+                                (b ? b->getBackendName() : std::string("missing")) +
+                                ", not tcoll (init_process_group(\"tcoll\") or \"cpu:tcoll,...\")");
+  return mine->communicators();
+}
+} // namespace tcoll_torch
+
+namespace tcoll_torch {
 /// The layout a tcoll backend runs with (tests, TCOLL_DEBUG users).
 std::tuple<int, int, int, int, int> layout_of(const c10::intrusive_ptr<c10d::Backend>& b) {
   auto* mine = dynamic_cast<backend*>(b.get());
@@ -935,4 +950,5 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
         "(node, nodes, local_rank, local_size, shards) of a tcoll backend");
   m.def("time_raw_allreduce", &tcoll_torch::time_raw_allreduce,
         "seconds per blocking allreduce straight from C++ (collective; benchmarks only)");
+  tcoll_torch::register_ddp(m);
 }

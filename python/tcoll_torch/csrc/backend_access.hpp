@@ -1,0 +1,30 @@
+#pragma once
+// What other parts of the extension may reach of a tcoll backend (backend.cpp): its
+// communicators. The DistributedDataParallel reducer (ddp.cpp) runs the execution layer's
+// iteration driver on them, in the same message spaces as the backend's own calls.
+#include <torch/csrc/distributed/c10d/Backend.hpp>
+#include <torch/extension.h>
+
+#include <tcoll/algorithm/hierarchical.hpp>
+#include <tcoll/transport/shm.hpp>
+
+#include "c10d_transport.hpp"
+
+namespace tcoll_torch {
+
+/// A tcoll backend's communicators: its node's shared-memory transport (every rank of the
+/// group on one node), and across nodes the hierarchy its allreduce runs on (null on one
+/// node).
+struct backend_communicators {
+  tcoll::shm_transport* shm = nullptr;
+  tcoll::hierarchical<tcoll::shm_transport, c10d_transport>* machine = nullptr;
+  int rank = 0, size = 1;
+};
+
+/// The communicators of `b`; throws (a Python ValueError) when `b` is not a tcoll backend.
+backend_communicators communicators_of(const c10::intrusive_ptr<c10d::Backend>& b);
+
+/// Adds the DistributedDataParallel reducer (`_C.Reducer`) to the module (ddp.cpp).
+void register_ddp(pybind11::module& m);
+
+} // namespace tcoll_torch

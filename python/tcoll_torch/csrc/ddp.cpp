@@ -1,0 +1,360 @@
+// The C++ half of `tcoll_torch.DistributedDataParallel` (docs/torch.md): `_C.Reducer`.
+//
+// One `tcoll::gradient_pool<float>` holds every gradient of the model in backward order; the
+// Python side makes each parameter's `.grad` a view into it (`grads()`), so a bucket is
+// reduced in place, with no copy (GradientFlow's lazy allreduce, DDP's
+// gradient_as_bucket_view). The parameters' post-accumulate-grad hooks call `mark_ready(i)`;
+// the execution layer's iteration driver starts a bucket in plan order as soon as its
+// tensors are ready, on the communication engine of the backend's communicator (the node's
+// shared-memory transport, or the hierarchy across nodes), while backward goes on;
+// `finish()` waits for the last bucket. What a bucket runs is the scheme's job:
+//  - "dense": `overlap_scheduler` (an allreduce of the bucket, average), the wire float32,
+//    bfloat16 or float16 (mixed precision: cast, reduce, cast back);
+//  - "csc": `sparse::csc_allreduce` (GradientFlow's coarse-grained sparse chunks over the
+//    whole pool, with its residual; buckets are its buffers of important chunks).
+// Buckets come from any tcoll planner: an initial plan from the tensor sizes, then autotune
+// (measure, fit, re-plan with the same planner, adopt rank 0's plan).
+#include <pybind11/stl.h>
+#include <torch/csrc/distributed/c10d/Backend.hpp>
+#include <torch/extension.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstddef>
+#include <fstream>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <tcoll/plan.hpp>
+#include <tcoll/schedule/gradient_pool.hpp>
+#include <tcoll/schedule/scheduler.hpp>
+#include <tcoll/schedule/trace.hpp>
+#include <tcoll/sparse/csc.hpp>
+
+#include "backend_access.hpp"
+
+namespace tcoll_torch {
+namespace {
+
+namespace py = pybind11;
+using pool_t = tcoll::gradient_pool<float>;
+
+/// The knobs of a reducer (Python passes them by keyword; see DistributedDataParallel).
+struct reducer_options {
+  std::string planner = "optimal";
+  std::string scheme = "dense";
+  std::string wire = "float32";
+  std::size_t autotune_iterations = 3;
+  bool check_plan = true;
+  float wire_scale = 1.0f;
+  // scheme "csc" (tcoll::sparse::csc_options; the residual defaults to error feedback, which
+  // needs nothing from the optimizer)
+  double density = 0.15;
+  std::size_t chunk_elements = 32000;
+  std::size_t warmup_iterations = 100;
+  std::size_t threshold_bytes = std::size_t{4} << 20;
+  std::string residual = "error_feedback";
+  double momentum = 0.9;
+};
+
+/// What the reducer runs each iteration: one implementation per scheme and communicator.
+class exchange {
+public:
+  virtual ~exchange() = default;
+  virtual void mark_ready(std::size_t i) = 0;
+  virtual const tcoll::iteration_timing& finish() = 0;
+  /// The bucket ends of the plan in use (for csc: the ends are chunk buffers, not tensors).
+  virtual std::vector<std::size_t> plan_ends() const = 0;
+  virtual bool autotuned() const = 0;
+  virtual std::optional<tcoll::plan::linear_cost> fitted_cost() const = 0;
+  /// Scheme-specific figures of the last iteration.
+  virtual py::dict stats() const { return {}; }
+};
+
+template <class Comm, class Wire>
+class dense_exchange final : public exchange {
+public:
+  dense_exchange(pool_t& pool, Comm& comm, tcoll::plan::bucket_plan plan,
+                 tcoll::scheduler_options options)
+      : scheduler_(pool, comm, std::move(plan), {}, {}, std::move(options)) {}
+  void mark_ready(std::size_t i) override { scheduler_.mark_ready(i); }
+  const tcoll::iteration_timing& finish() override { return scheduler_.finish(); }
+  std::vector<std::size_t> plan_ends() const override { return scheduler_.plan().ends; }
+  bool autotuned() const override { return scheduler_.autotuned(); }
+  std::optional<tcoll::plan::linear_cost> fitted_cost() const override {
+    return scheduler_.fitted_cost();
+  }
+
+private:
+  tcoll::overlap_scheduler<Comm, float, tcoll::avg_op, tcoll::detail::default_algorithm_t<Comm>,
+                           tcoll::cpu_reducer, Wire>
+      scheduler_;
+};
+
+template <class Comm>
+class csc_exchange final : public exchange {
+public:
+  csc_exchange(pool_t& pool, Comm& comm, const tcoll::sparse::csc_options& options)
+      : csc_(pool, comm, options) {}
+  void mark_ready(std::size_t i) override { csc_.mark_ready(i); }
+  const tcoll::iteration_timing& finish() override {
+    csc_.finish();
+    return csc_.last_timing();
+  }
+  std::vector<std::size_t> plan_ends() const override { return {}; }
+  bool autotuned() const override { return false; }
+  std::optional<tcoll::plan::linear_cost> fitted_cost() const override { return std::nullopt; }
+  py::dict stats() const override {
+    const auto& it = csc_.last();
+    py::dict d;
+    d["density"] = it.density;
+    d["chunks"] = it.chunks;
+    d["important_chunks"] = it.important_chunks;
+    d["buffers"] = it.buffers;
+    d["bytes_sent"] = it.bytes_sent();
+    d["dense_bytes_sent"] = it.dense_bytes_sent;
+    return d;
+  }
+
+private:
+  tcoll::sparse::csc_allreduce<Comm, float, tcoll::avg_op> csc_;
+};
+
+double us_since(tcoll::clock::time_point t, tcoll::clock::time_point origin) {
+  if (t == tcoll::clock::time_point{}) return -1.0;
+  return std::chrono::duration<double, std::micro>(t - origin).count();
+}
+
+/// `_C.Reducer` (see the file comment).
+class reducer {
+public:
+  reducer(const c10::intrusive_ptr<c10d::Backend>& backend, std::vector<std::size_t> sizes,
+          reducer_options options)
+      : backend_(backend), options_(std::move(options)) {
+    const backend_communicators comms = communicators_of(backend);
+    rank_ = comms.rank;
+    const auto fail = [&](const std::string& what) {
+      throw tcoll::invalid_argument("tcoll_torch.DistributedDataParallel: " + what, rank_);
+    };
+    for (std::size_t i = 0; i < sizes.size(); ++i)
+      if (sizes[i] == 0) fail("parameter " + std::to_string(i) + " has no elements");
+    pool_ = std::make_shared<pool_t>(sizes);
+    pool_->zero();
+    marked_.assign(sizes.size(), 0);
+    if (comms.machine)
+      make(*comms.machine);
+    else
+      make(*comms.shm);
+  }
+
+  /// The pool's tensors (1-D views, backward order); they keep the pool alive.
+  std::vector<at::Tensor> grads() {
+    std::vector<at::Tensor> views;
+    for (std::size_t i = 0; i < pool_->tensor_count(); ++i) {
+      auto span = pool_->tensor(i);
+      auto keep = pool_;
+      views.push_back(torch::from_blob(
+          span.data(), {static_cast<std::int64_t>(span.size())}, [keep](void*) {},
+          torch::TensorOptions().dtype(torch::kFloat32)));
+    }
+    return views;
+  }
+
+  void mark_ready(std::size_t i) {
+    {
+      std::lock_guard lock(mutex_);
+      if (i < marked_.size()) marked_[i] = 1;
+    }
+    py::gil_scoped_release release;
+    exchange_->mark_ready(i);
+  }
+
+  /// Tensors not marked in this iteration (find_unused_parameters: their gradient is zero
+  /// on this rank): zeroes their part of the pool and marks them. Returns how many.
+  std::size_t mark_unused() {
+    std::vector<std::size_t> unused;
+    {
+      std::lock_guard lock(mutex_);
+      for (std::size_t i = 0; i < marked_.size(); ++i)
+        if (!marked_[i]) unused.push_back(i);
+    }
+    for (std::size_t i : unused) {
+      auto t = pool_->tensor(i);
+      std::fill(t.begin(), t.end(), 0.0f);
+      mark_ready(i);
+    }
+    return unused.size();
+  }
+
+  /// Indices of the tensors not marked in this iteration.
+  std::vector<std::size_t> unmarked() const {
+    std::lock_guard lock(mutex_);
+    std::vector<std::size_t> out;
+    for (std::size_t i = 0; i < marked_.size(); ++i)
+      if (!marked_[i]) out.push_back(i);
+    return out;
+  }
+
+  /// Waits for every bucket; the pool then holds the averaged gradients.
+  void finish() {
+    {
+      std::lock_guard lock(mutex_);
+      std::fill(marked_.begin(), marked_.end(), 0);
+    }
+    py::gil_scoped_release release;
+    const auto& t = exchange_->finish();
+    last_ = t;
+    ++iterations_;
+  }
+
+  std::size_t iterations() const { return iterations_; }
+  std::vector<std::size_t> plan_ends() const { return exchange_->plan_ends(); }
+  bool autotuned() const { return exchange_->autotuned(); }
+  std::optional<std::pair<double, double>> fitted_cost() const {
+    if (auto c = exchange_->fitted_cost()) return std::make_pair(c->startup_us, c->per_byte_us);
+    return std::nullopt;
+  }
+  py::dict stats() const { return exchange_->stats(); }
+
+  /// The last iteration's timings in microseconds since its begin (-1: never happened).
+  py::dict timing() const {
+    py::dict d;
+    const auto o = last_.begin;
+    d["end_us"] = us_since(last_.end, o);
+    std::vector<double> ready;
+    for (auto t : last_.tensor_ready) ready.push_back(us_since(t, o));
+    d["tensor_ready_us"] = ready;
+    py::list buckets;
+    for (const auto& b : last_.buckets) {
+      py::dict e;
+      e["first_tensor"] = b.first_tensor;
+      e["end_tensor"] = b.end_tensor;
+      e["bytes"] = b.bytes;
+      e["ready_us"] = us_since(b.ready, o);
+      e["queued_us"] = us_since(b.queued, o);
+      e["started_us"] = us_since(b.started, o);
+      e["finished_us"] = us_since(b.finished, o);
+      buckets.append(e);
+    }
+    d["buckets"] = buckets;
+    d["algorithm"] = last_.algorithm;
+    return d;
+  }
+
+  /// The last iteration as a Chrome trace of this rank (Horovod's phase names).
+  void write_trace(const std::string& path) const {
+    std::ofstream out(path);
+    if (!out) throw tcoll::invalid_argument("write_trace: cannot open " + path, rank_);
+    const tcoll::rank_iteration it{rank_, last_};
+    tcoll::write_chrome_trace(out, std::span<const tcoll::rank_iteration>(&it, 1), last_.begin);
+  }
+
+private:
+  template <class Comm>
+  void make(Comm& comm) {
+    const auto fail = [&](const std::string& what) {
+      throw tcoll::invalid_argument("tcoll_torch.DistributedDataParallel: " + what, rank_);
+    };
+    if (options_.scheme == "csc") {
+      if (options_.wire != "float32") fail("scheme 'csc' sends float32 (wire='float32')");
+      tcoll::sparse::csc_options o;
+      o.density = options_.density;
+      o.chunk_elements = options_.chunk_elements;
+      o.warmup_iterations = options_.warmup_iterations;
+      o.threshold_bytes = options_.threshold_bytes;
+      o.momentum = options_.momentum;
+      if (options_.residual == "error_feedback")
+        o.residual = tcoll::sparse::residual_rule::error_feedback;
+      else if (options_.residual == "momentum_scaled")
+        o.residual = tcoll::sparse::residual_rule::momentum_scaled;
+      else
+        fail("residual must be 'error_feedback' or 'momentum_scaled', got '" + options_.residual +
+             "'");
+      exchange_ = std::make_unique<csc_exchange<Comm>>(*pool_, comm, o);
+      return;
+    }
+    if (options_.scheme != "dense")
+      fail("scheme must be 'dense' or 'csc', got '" + options_.scheme + "'");
+    const auto planner = tcoll::plan::planner_by_name(options_.planner);
+    if (!planner)
+      fail("unknown planner '" + options_.planner +
+           "' (layerwise, single, threshold, ddp, mgwfbp, adafusion, optimal)");
+    const std::size_t wire_bytes = options_.wire == "float32" ? 4 : 2;
+    // the first plan, before anything is measured: the tensor sizes, equal backward times
+    // and a guessed link (50 us + 2 GB/s); autotune replaces it with a measured one
+    tcoll::plan::workload w;
+    for (std::size_t i = 0; i < pool_->tensor_count(); ++i) {
+      w.bytes.push_back(pool_->tensor_size(i) * wire_bytes);
+      w.backward_us.push_back(100.0);
+    }
+    tcoll::plan::bucket_plan first = pool_->tensor_count()
+                                         ? tcoll::plan::make_plan(
+                                               *planner, w, tcoll::plan::linear_cost{50.0, 5e-4})
+                                         : tcoll::plan::bucket_plan{};
+    tcoll::scheduler_options o;
+    o.check_plan = options_.check_plan;
+    o.autotune_iterations = options_.autotune_iterations;
+    o.autotune_replan = tcoll::plan::replan_with(*planner);
+    o.wire_scale = options_.wire_scale;
+    if (options_.wire == "float32")
+      exchange_ = std::make_unique<dense_exchange<Comm, float>>(*pool_, comm, std::move(first), o);
+    else if (options_.wire == "bfloat16")
+      exchange_ = std::make_unique<dense_exchange<Comm, tcoll::bfloat16>>(*pool_, comm,
+                                                                          std::move(first), o);
+    else if (options_.wire == "float16")
+      exchange_ =
+          std::make_unique<dense_exchange<Comm, tcoll::half>>(*pool_, comm, std::move(first), o);
+    else
+      fail("wire must be 'float32', 'bfloat16' or 'float16', got '" + options_.wire + "'");
+  }
+
+  c10::intrusive_ptr<c10d::Backend> backend_; ///< outlives the exchange (its transport)
+  reducer_options options_;
+  int rank_ = 0;
+  std::shared_ptr<pool_t> pool_;
+  std::unique_ptr<exchange> exchange_; ///< destroyed first: waits for buckets in flight
+  mutable std::mutex mutex_;
+  std::vector<unsigned char> marked_;
+  std::size_t iterations_ = 0;
+  tcoll::iteration_timing last_;
+};
+
+} // namespace
+
+void register_ddp(py::module& m) {
+  py::class_<reducer_options>(m, "ReducerOptions")
+      .def(py::init<>())
+      .def_readwrite("planner", &reducer_options::planner)
+      .def_readwrite("scheme", &reducer_options::scheme)
+      .def_readwrite("wire", &reducer_options::wire)
+      .def_readwrite("autotune_iterations", &reducer_options::autotune_iterations)
+      .def_readwrite("check_plan", &reducer_options::check_plan)
+      .def_readwrite("wire_scale", &reducer_options::wire_scale)
+      .def_readwrite("density", &reducer_options::density)
+      .def_readwrite("chunk_elements", &reducer_options::chunk_elements)
+      .def_readwrite("warmup_iterations", &reducer_options::warmup_iterations)
+      .def_readwrite("threshold_bytes", &reducer_options::threshold_bytes)
+      .def_readwrite("residual", &reducer_options::residual)
+      .def_readwrite("momentum", &reducer_options::momentum);
+  py::class_<reducer>(m, "Reducer")
+      .def(py::init<const c10::intrusive_ptr<c10d::Backend>&, std::vector<std::size_t>,
+                    reducer_options>(),
+           py::arg("backend"), py::arg("sizes"), py::arg("options"))
+      .def("grads", &reducer::grads, "the pool's tensors: 1-D views in backward order")
+      .def("mark_ready", &reducer::mark_ready, "tensor i holds its gradient")
+      .def("mark_unused", &reducer::mark_unused, "zero and mark the tensors not marked")
+      .def("unmarked", &reducer::unmarked, "the tensors not marked in this iteration")
+      .def("finish", &reducer::finish, "wait for every bucket")
+      .def("iterations", &reducer::iterations)
+      .def("plan", &reducer::plan_ends, "the bucket ends of the plan in use")
+      .def("autotuned", &reducer::autotuned)
+      .def("fitted_cost", &reducer::fitted_cost, "(startup_us, per_byte_us) of autotune's fit")
+      .def("stats", &reducer::stats)
+      .def("timing", &reducer::timing, "the last iteration's timings (us since its begin)")
+      .def("write_trace", &reducer::write_trace, "the last iteration as a Chrome trace");
+}
+
+} // namespace tcoll_torch

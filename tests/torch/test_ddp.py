@@ -1,0 +1,226 @@
+"""tcoll_torch.DistributedDataParallel against PyTorch's own DDP on Gloo (issue 28).
+
+Every rank trains the same random model twice from rank 0's initial parameters: once through
+tcoll's DDP on the "tcoll" backend, once through torch.nn.parallel.DistributedDataParallel on
+a Gloo group, with the same data and the same SGD steps. With integer-valued data on 1, 2 or
+4 ranks every gradient and its average are exact in float, so the parameters must match
+bit for bit; with fractional data they must be bitwise identical on every rank and within
+the reassociation bound of Gloo's.
+"""
+import os
+import random
+import sys
+
+import pytest
+import torch
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from harness import run_ranks  # noqa: E402
+
+
+class RandomNet(torch.nn.Module):
+    """Linear layers of random widths with ReLU; `unused` is a layer forward never calls
+    (a parameter that gets no gradient)."""
+
+    def __init__(self, widths, unused):
+        super().__init__()
+        self.layers = torch.nn.ModuleList(
+            torch.nn.Linear(a, b, bias=(i % 2 == 0)) for i, (a, b) in enumerate(zip(widths,
+                                                                                   widths[1:])))
+        self.unused = torch.nn.Linear(3, 2) if unused else None
+
+    def forward(self, x):
+        for i, layer in enumerate(self.layers):
+            x = layer(x)
+            if i + 1 < len(self.layers):
+                x = torch.relu(x)
+        return x
+
+
+def make_model(seed, rank, integer, allow_unused=True):
+    """A random model from `seed` (its shape the same on every rank), its initial values
+    differing between ranks (DDP must broadcast rank 0's)."""
+    shape = random.Random(seed)
+    widths = [shape.randint(1, 24) for _ in range(shape.randint(2, 5))]
+    unused = shape.random() < 0.5 and allow_unused
+    torch.manual_seed(seed * 100 + rank)
+    model = RandomNet(widths, unused)
+    if integer:
+        with torch.no_grad():
+            for p in model.parameters():
+                p.copy_(torch.randint(-1, 2, p.shape).float())
+    return model, widths, unused
+
+
+def batch(seed, step, rank, width, integer):
+    g = torch.Generator().manual_seed(seed * 1000 + step * 10 + rank)
+    if integer:
+        return torch.randint(-1, 2, (4, width), generator=g).float()
+    return torch.rand((4, width), generator=g) - 0.5
+
+
+def loss_of(out, integer):
+    # integer runs: linear in the output, so every gradient is a small integer
+    return out.sum() if integer else (out ** 2).mean()
+
+
+def body_compare(rank, size, seeds, planners, integer, steps, options):
+    import torch.distributed as dist
+
+    import tcoll_torch
+
+    gloo = dist.new_group(backend="gloo")
+    out = []
+    for seed in seeds:
+        for planner in planners:
+            model, widths, unused = make_model(seed, rank, integer)
+            reference = RandomNet(widths, unused)
+            ours = tcoll_torch.DistributedDataParallel(
+                model, planner=planner, find_unused_parameters=unused, autotune_iterations=2,
+                **options)
+            reference.load_state_dict(model.state_dict())  # rank 0's, after the broadcast
+            theirs = torch.nn.parallel.DistributedDataParallel(
+                reference, process_group=gloo, find_unused_parameters=unused)
+            lr = 0.5 if integer else 0.1
+            opt_ours = torch.optim.SGD(model.parameters(), lr=lr)
+            opt_theirs = torch.optim.SGD(reference.parameters(), lr=lr)
+            for step in range(steps):
+                x = batch(seed, step, rank, widths[0], integer)
+                for net, opt in ((ours, opt_ours), (theirs, opt_theirs)):
+                    opt.zero_grad(set_to_none=(step % 2 == 0))
+                    loss_of(net(x), integer).backward()
+                    opt.step()
+            out.append({
+                "seed": seed, "planner": planner, "plan": ours.plan(),
+                "autotuned": ours.autotuned(),
+                "ours": [p.detach().clone() for p in model.parameters()],
+                "theirs": [p.detach().clone() for p in reference.parameters()],
+            })
+    return out
+
+
+def same_bits(a, b):
+    return torch.equal(a.view(torch.int32), b.view(torch.int32))
+
+
+PLANNERS = ["optimal", "layerwise", "single", "ddp", "mgwfbp", "adafusion", "threshold"]
+
+
+@pytest.mark.parametrize("size", [1, 2, 4])
+def test_integer_data_matches_pytorch_ddp_on_gloo_exactly(size):
+    seeds = [1, 2, 3] if size > 1 else [4]
+    results = run_ranks(body_compare, size, seeds, PLANNERS, True, 4, {}, deadline=300)
+    for r in range(size):
+        for k, case in enumerate(results[r]):
+            label = f"rank {r} seed {case['seed']} planner {case['planner']}"
+            assert case["autotuned"], label
+            for i, (a, b) in enumerate(zip(case["ours"], case["theirs"])):
+                assert same_bits(a, b), f"{label}: parameter {i} differs from DDP on Gloo"
+            assert case["plan"] == results[0][k]["plan"], label
+
+
+def test_fractional_data_bitwise_identical_on_every_rank():
+    size = 3
+    results = run_ranks(body_compare, size, [5, 6], ["optimal", "layerwise"], False, 4, {},
+                        deadline=300)
+    for r in range(size):
+        for k, case in enumerate(results[r]):
+            label = f"rank {r} seed {case['seed']} planner {case['planner']}"
+            for i, (a, b) in enumerate(zip(case["ours"], case["theirs"])):
+                assert same_bits(a, results[0][k]["ours"][i]), f"{label}: parameter {i}"
+                assert torch.allclose(a, b, rtol=1e-5, atol=1e-6), f"{label}: parameter {i}"
+
+
+def test_csc_at_full_density_equals_dense_and_bfloat16_wire_is_within_its_bound():
+    size = 2
+    # csc at density 1 sends every chunk: the same averages as DDP on integer data
+    csc = run_ranks(body_compare, size, [7], ["optimal"], True, 3,
+                    {"scheme": "csc", "density": 1.0, "chunk_elements": 16}, deadline=200)
+    for r in range(size):
+        for a, b in zip(csc[r][0]["ours"], csc[r][0]["theirs"]):
+            assert same_bits(a, b)
+    # bfloat16 on the wire (8 significant bits): one step, identical on every rank, within
+    # bfloat16's rounding of the gradient of DDP's float32 step
+    wire = run_ranks(body_compare, size, [7, 8], ["optimal"], True, 1, {"wire": "bfloat16"},
+                     deadline=200)
+    for r in range(size):
+        for k, case in enumerate(wire[r]):
+            for i, (a, b) in enumerate(zip(case["ours"], case["theirs"])):
+                assert same_bits(a, wire[0][k]["ours"][i])
+                assert torch.allclose(a, b, rtol=2 ** -7, atol=2 ** -7), f"parameter {i}"
+
+
+def body_no_sync(rank, size):
+    import torch.distributed as dist
+
+    import tcoll_torch
+
+    gloo = dist.new_group(backend="gloo")
+    model, widths, _ = make_model(11, rank, True, allow_unused=False)
+    reference = RandomNet(widths, False)
+    ours = tcoll_torch.DistributedDataParallel(model, planner="layerwise")
+    reference.load_state_dict(model.state_dict(), strict=False)
+    theirs = torch.nn.parallel.DistributedDataParallel(reference, process_group=gloo)
+    for net in (ours, theirs):
+        opt = torch.optim.SGD(net.parameters(), lr=0.5)
+        for step in range(2):
+            opt.zero_grad()
+            with net.no_sync():  # two micro-batches accumulate locally
+                for micro in range(2):
+                    loss_of(net(batch(11, step * 3 + micro, rank, widths[0], True)), True).backward()
+            loss_of(net(batch(11, step * 3 + 2, rank, widths[0], True)), True).backward()
+            opt.step()
+    return [p.detach().clone() for p in model.parameters()], \
+        [p.detach().clone() for p in reference.parameters()], \
+        list(ours.state_dict().keys()), list(theirs.state_dict().keys())
+
+
+def test_no_sync_and_state_dict_as_pytorch_ddp():
+    results = run_ranks(body_no_sync, 2)
+    for ours, theirs, our_keys, their_keys in results:
+        assert our_keys == their_keys
+        for a, b in zip(ours, theirs):
+            assert same_bits(a, b)
+
+
+def body_error(rank, size, kind):
+    import torch.distributed as dist
+
+    import tcoll_torch
+
+    model, widths, _ = make_model(12, 0, True, allow_unused=False)
+    if kind == "unused":
+        widths = [3, 4, 2]
+        ddp = tcoll_torch.DistributedDataParallel(RandomNet(widths, True))  # .unused gets none
+        loss_of(ddp(batch(12, 0, rank, widths[0], True)), True).backward()
+    elif kind == "plans":
+        tcoll_torch.DistributedDataParallel(model, planner="layerwise" if rank == 0 else "single")
+    elif kind == "planner":
+        tcoll_torch.DistributedDataParallel(model, planner="fastest")
+    elif kind == "stalled":
+        ddp = tcoll_torch.DistributedDataParallel(model, planner="layerwise")
+        if rank == 1:
+            import time
+            time.sleep(8)  # never runs backward: rank 0 must fail within the group's timeout
+            return "stalled"
+        loss_of(ddp(batch(12, 0, rank, widths[0], True)), True).backward()
+    elif kind == "gloo":
+        gloo = dist.new_group(backend="gloo")
+        tcoll_torch.DistributedDataParallel(model, process_group=gloo)
+    return "no error"
+
+
+@pytest.mark.parametrize("kind,expect", [
+    ("unused", "find_unused_parameters=True"),
+    ("plans", "runs a different plan"),
+    ("planner", "unknown planner 'fastest'"),
+    ("stalled", "timed out"),
+    ("gloo", "not tcoll"),
+])
+def test_errors_are_clear_and_never_hang(kind, expect):
+    import time
+    start = time.monotonic()
+    results, errors = run_ranks(body_error, 2, kind, timeout_s=4, deadline=60, allow_errors=True)
+    assert 0 in errors, f"rank 0 did not fail: {results}"
+    assert expect in errors[0], errors[0]
+    assert time.monotonic() - start < 45
