@@ -322,9 +322,28 @@ private:
   tcoll::iteration_timing last_;
 };
 
+/// The simulator's iteration time (plan::iteration_time_us) for `ends` over a workload of
+/// per-tensor `bytes` and `backward_us` after `forward_us`, on the line a + b M.
+double predict_iteration_us(std::vector<std::size_t> ends, std::vector<std::uint64_t> bytes,
+                            std::vector<double> backward_us, double forward_us, double startup_us,
+                            double per_byte_us) {
+  tcoll::plan::workload w{std::move(bytes), std::move(backward_us), forward_us};
+  if (w.backward_us.size() != w.bytes.size())
+    throw tcoll::invalid_argument("predict_iteration_us: bytes and backward_us differ in length");
+  tcoll::plan::bucket_plan plan{std::move(ends), {}};
+  if (!tcoll::plan::is_valid(plan, w.size()))
+    throw tcoll::invalid_argument("predict_iteration_us: the bucket ends do not partition the " +
+                                  std::to_string(w.size()) + " tensors");
+  return tcoll::plan::iteration_time_us(w, tcoll::plan::linear_cost{startup_us, per_byte_us}, plan);
+}
+
 } // namespace
 
 void register_ddp(py::module& m) {
+  m.def("predict_iteration_us", &predict_iteration_us,
+        "the simulator's iteration time of a plan (microseconds)", py::arg("ends"),
+        py::arg("bytes"), py::arg("backward_us"), py::arg("forward_us"), py::arg("startup_us"),
+        py::arg("per_byte_us"));
   py::class_<reducer_options>(m, "ReducerOptions")
       .def(py::init<>())
       .def_readwrite("planner", &reducer_options::planner)

@@ -1,0 +1,149 @@
+"""Iteration time of data-parallel training on real PyTorch models, side by side in one job:
+PyTorch's DDP on Gloo, PyTorch's DDP on the tcoll backend, and tcoll_torch's
+DistributedDataParallel with each planner (issue 28 section 3; docs/torch.md has the table).
+
+    .venv/bin/pip install torchvision          # the model definitions (bench only)
+    .venv/bin/python bench/torch/ddp_speed.py --model resnet18 --ranks 2 [--json out.json]
+
+Per variant every rank builds the model from one seed, runs --warmup iterations (tcoll's
+autotune measures and re-plans inside them), then --iterations timed iterations of
+forward + backward + SGD step on random inputs; the time of an iteration is the slowest
+rank's, and the figure the median over the timed iterations. "compute" is the same
+iteration with no communication at all (one process alone, no DDP): iteration - compute is
+the communication that backward did not hide. "predicted" is the simulator's iteration time
+(plan::simulate) for the plan tcoll ran, from the backward times and cost line it measured.
+"""
+import argparse
+import json
+import os
+import statistics
+import sys
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, "..", "..", "tests", "torch"))
+from harness import run_ranks  # noqa: E402
+
+PLANNERS = ["layerwise", "single", "threshold", "ddp", "mgwfbp", "adafusion", "optimal"]
+
+
+def make_model(name):
+    import torch
+    if name in ("resnet18", "resnet50", "vgg16"):
+        import torchvision
+        model = getattr(torchvision.models, name)(num_classes=10)
+        return model, lambda g: (torch.randn(8, 3, 32, 32, generator=g),
+                                 torch.randint(0, 10, (8,), generator=g))
+    if name.startswith("bert"):  # BERT-base's encoder shape: d 768, 12 heads, ff 3072
+        layers = int(name[4:] or 12)
+        layer = torch.nn.TransformerEncoderLayer(768, 12, 3072, batch_first=True)
+        encoder = torch.nn.TransformerEncoder(layer, layers, enable_nested_tensor=False)
+        head = torch.nn.Linear(768, 10)
+        model = torch.nn.Sequential(encoder, torch.nn.Flatten(0, 1), head)
+        return model, lambda g: (torch.randn(2, 32, 768, generator=g),
+                                 torch.randint(0, 10, (64,), generator=g))
+    raise ValueError(f"unknown model {name}")
+
+
+def body(rank, size, model_name, variants, warmup, iterations):
+    import torch
+    import torch.distributed as dist
+
+    import tcoll_torch
+
+    gloo = dist.new_group(backend="gloo")
+    results = {}
+    for variant in variants:
+        torch.manual_seed(1)
+        model, inputs = make_model(model_name)
+        if variant == "ddp/gloo":
+            net = torch.nn.parallel.DistributedDataParallel(model, process_group=gloo)
+        elif variant == "ddp/tcoll":
+            net = torch.nn.parallel.DistributedDataParallel(model)
+        elif variant == "compute":
+            net = model
+        else:
+            net = tcoll_torch.DistributedDataParallel(model, planner=variant.split("/")[1])
+        opt = torch.optim.SGD(model.parameters(), lr=1e-3)
+        g = torch.Generator().manual_seed(rank)
+        times, forward = [], []
+        for it in range(warmup + iterations):
+            x, y = inputs(g)
+            if variant != "compute":
+                dist.barrier(group=gloo)
+            start = time.perf_counter()
+            opt.zero_grad()
+            out = net(x)
+            mid = time.perf_counter()
+            torch.nn.functional.cross_entropy(out, y).backward()
+            opt.step()
+            end = time.perf_counter()
+            if it >= warmup:
+                times.append(end - start)
+                forward.append(mid - start)
+        entry = {"times": times, "forward": forward}
+        if variant.startswith("tcoll/"):
+            timing = net.last_timing()
+            ready = timing["tensor_ready_us"]
+            backward = [max(0.0, b - a) for a, b in zip([0.0] + ready[:-1], ready)]
+            nbytes = [p.numel() * 4 for p in net.parameters_in_backward_order()]
+            cost = net.fitted_cost() or (0.0, 0.0)
+            entry.update(plan=net.plan(), cost=cost, buckets=len(net.plan()),
+                         predicted_us=tcoll_torch._C.predict_iteration_us(
+                             net.plan(), nbytes, backward,
+                             statistics.median(forward) * 1e6, cost[0], cost[1]))
+        results[variant] = entry
+        del net, model, opt
+    return results
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--model", default="resnet18")
+    parser.add_argument("--ranks", type=int, default=2)
+    parser.add_argument("--warmup", type=int, default=5)
+    parser.add_argument("--iterations", type=int, default=10)
+    parser.add_argument("--planners", default=",".join(PLANNERS))
+    parser.add_argument("--json")
+    a = parser.parse_args()
+    variants = ["ddp/gloo", "ddp/tcoll"] + [f"tcoll/{p}" for p in a.planners.split(",") if p]
+    measured = run_ranks(body, a.ranks, a.model, variants, a.warmup, a.iterations,
+                         timeout_s=600, deadline=7200)
+    alone = run_ranks(body, 1, a.model, ["compute"], a.warmup, a.iterations, init=True,
+                      timeout_s=600, deadline=3600)[0]["compute"]
+    compute_ms = statistics.median(alone["times"]) * 1e3
+    rows = []
+    for v in variants:
+        per_iteration = [max(r[v]["times"][i] for r in measured)
+                         for i in range(len(measured[0][v]["times"]))]
+        ms = statistics.median(per_iteration) * 1e3
+        row = {"variant": v, "ms": ms, "spread_ms": (min(per_iteration) * 1e3,
+                                                     max(per_iteration) * 1e3),
+               "non_overlapped_ms": ms - compute_ms}
+        if v.startswith("tcoll/"):
+            mine = measured[0][v]
+            row.update(buckets=mine["buckets"], predicted_ms=mine["predicted_us"] / 1e3,
+                       cost=mine["cost"])
+        rows.append(row)
+    gloo_ms = rows[0]["ms"]
+    ddp_tcoll_ms = rows[1]["ms"]
+    print(f"# {a.model}, {a.ranks} ranks, median of {a.iterations} iterations after "
+          f"{a.warmup} warm-up; compute alone {compute_ms:.1f} ms")
+    print("| variant | ms/iter (min-max) | non-overlapped ms | buckets | predicted ms (error) "
+          "| vs DDP/Gloo | vs DDP/tcoll |")
+    print("|---|---|---|---|---|---|---|")
+    for row in rows:
+        pred = (f"{row['predicted_ms']:.1f} ({(row['predicted_ms'] - row['ms']) / row['ms']:+.0%})"
+                if "predicted_ms" in row else "-")
+        print(f"| {row['variant']} | {row['ms']:.1f} ({row['spread_ms'][0]:.1f}-"
+              f"{row['spread_ms'][1]:.1f}) | {row['non_overlapped_ms']:.1f} | "
+              f"{row.get('buckets', '-')} | {pred} | {gloo_ms / row['ms']:.2f}x | "
+              f"{ddp_tcoll_ms / row['ms']:.2f}x |")
+    if a.json:
+        with open(a.json, "w") as f:
+            json.dump({"model": a.model, "ranks": a.ranks, "compute_ms": compute_ms,
+                       "rows": rows}, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()
