@@ -1,0 +1,121 @@
+"""Held-out accuracy of a small convolutional network on the fetched MNIST file, trained
+data-parallel through tcoll_torch.DistributedDataParallel (dense, CSC at 85 % and 99 %
+sparsity) and through PyTorch's DDP on Gloo, against epochs and against bytes sent
+(issue 28 section 3; docs/torch.md shows the plot).
+
+    bash scripts/fetch_mnist.sh
+    .venv/bin/python bench/torch/mnist_accuracy.py --ranks 2 --epochs 6 \
+        --json bench/results/mnist_accuracy.json --plot docs/img/torch_mnist_accuracy.png
+
+The 5,000 samples are shuffled once (seed 0): 4,000 for training (rank r takes every P-th),
+1,000 held out. Every run starts from the same initial parameters (seed 1) and sees the same
+batches. Bytes are what this rank sent per iteration: for dense, the ring's 2 (P-1)/P of
+the gradient bytes; for CSC, the adaptor's own count (important chunks and norm vector).
+"""
+import argparse
+import json
+import os
+import sys
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.join(HERE, "..", "..")
+sys.path.insert(0, os.path.join(ROOT, "tests", "torch"))
+from harness import run_ranks  # noqa: E402
+
+RUNS = {
+    "PyTorch DDP on Gloo": {},
+    "tcoll DDP dense": {"scheme": "dense"},
+    "tcoll DDP CSC 85%": {"scheme": "csc", "density": 0.15},
+    "tcoll DDP CSC 99%": {"scheme": "csc", "density": 0.01},
+}
+
+
+def body(rank, size, runs, epochs, data_path):
+    import numpy as np
+    import torch
+    import torch.distributed as dist
+
+    import tcoll_torch
+
+    data = np.loadtxt(data_path, delimiter=",", dtype=np.float32)
+    order = np.random.default_rng(0).permutation(len(data))
+    train, test = data[order[:4000]], data[order[4000:]]
+    shard = torch.from_numpy(train[rank::size])
+    x, y = shard[:, :784].view(-1, 1, 28, 28) / 255, shard[:, 784].long()
+    tx = torch.from_numpy(test[:, :784]).view(-1, 1, 28, 28) / 255
+    ty = test[:, 784]
+    gloo = dist.new_group(backend="gloo")
+    out = {}
+    for name in runs:
+        options = RUNS[name]
+        torch.manual_seed(1)
+        net = torch.nn.Sequential(torch.nn.Conv2d(1, 8, 5), torch.nn.ReLU(), torch.nn.MaxPool2d(2),
+                                  torch.nn.Flatten(), torch.nn.Linear(8 * 12 * 12, 10))
+        grad_bytes = sum(p.numel() * 4 for p in net.parameters())
+        if options:
+            extra = {"chunk_elements": 256, "warmup_iterations": 40} if options["scheme"] == "csc" \
+                else {}
+            model = tcoll_torch.DistributedDataParallel(net, **options, **extra)
+        else:
+            model = torch.nn.parallel.DistributedDataParallel(net, process_group=gloo)
+        opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
+        sent, curve = 0, []
+        for epoch in range(epochs):
+            for i in range(0, len(x), 32):
+                opt.zero_grad()
+                torch.nn.functional.cross_entropy(model(x[i:i + 32]), y[i:i + 32]).backward()
+                opt.step()
+                if options.get("scheme") == "csc":
+                    sent += model.stats()["bytes_sent"]
+                else:
+                    sent += 2 * (size - 1) * grad_bytes // size
+            with torch.no_grad():
+                accuracy = float((net(tx).argmax(1).numpy() == ty).mean())
+            curve.append({"epoch": epoch + 1, "accuracy": accuracy, "bytes": sent})
+        out[name] = curve
+    return out
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--ranks", type=int, default=2)
+    parser.add_argument("--epochs", type=int, default=6)
+    parser.add_argument("--data", default=os.path.join(ROOT, "data", "mnist", "mnist_5k.csv.gz"))
+    parser.add_argument("--json")
+    parser.add_argument("--plot")
+    a = parser.parse_args()
+    results = run_ranks(body, a.ranks, list(RUNS), a.epochs, os.path.abspath(a.data),
+                        timeout_s=300, deadline=3600)[0]
+    print(f"# held-out accuracy, {a.ranks} ranks, batch 32 per rank")
+    print("| run | " + " | ".join(f"epoch {e + 1}" for e in range(a.epochs)) +
+          " | MB sent per rank |")
+    print("|---|" + "---|" * (a.epochs + 1))
+    for name, curve in results.items():
+        print(f"| {name} | " + " | ".join(f"{c['accuracy']:.3f}" for c in curve) +
+              f" | {curve[-1]['bytes'] / 1e6:.1f} |")
+    if a.json:
+        with open(a.json, "w") as f:
+            json.dump({"ranks": a.ranks, "runs": results}, f, indent=1)
+    if a.plot:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+        fig, (by_epoch, by_bytes) = plt.subplots(1, 2, figsize=(10, 4))
+        for name, curve in results.items():
+            acc = [c["accuracy"] for c in curve]
+            by_epoch.plot([c["epoch"] for c in curve], acc, marker="o", label=name)
+            by_bytes.plot([c["bytes"] / 1e6 for c in curve], acc, marker="o", label=name)
+        by_epoch.set_xlabel("epoch")
+        by_bytes.set_xlabel("MB sent by one rank")
+        by_bytes.set_xscale("log")
+        for ax in (by_epoch, by_bytes):
+            ax.set_ylabel("held-out accuracy")
+            ax.grid(True, alpha=0.3)
+        by_epoch.legend()
+        fig.suptitle(f"MNIST (5k file), {a.ranks} ranks: tcoll_torch.DistributedDataParallel")
+        fig.tight_layout()
+        fig.savefig(a.plot, dpi=100)
+
+
+if __name__ == "__main__":
+    main()
