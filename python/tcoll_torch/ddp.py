@@ -153,7 +153,17 @@ class DistributedDataParallel(torch.nn.Module):
             if not self._finalize_queued:
                 self._finalize_queued = True
                 torch.autograd.Variable._execution_engine.queue_callback(self._finalize)
-            self._reducer.mark_ready(index)
+            try:
+                self._reducer.mark_ready(index)
+            except RuntimeError as e:
+                if "already marked" not in str(e):
+                    raise
+                names = {id(p): n for n, p in self.module.named_parameters()}
+                raise RuntimeError(
+                    f"{e}\ntcoll_torch.DistributedDataParallel: parameter "
+                    f"{names.get(id(param), '?')} got its gradient twice in one backward (a "
+                    "parameter used both inside and outside a reentrant checkpoint does); "
+                    "every parameter may be reduced once per iteration") from e
 
         return hook
 

@@ -204,6 +204,19 @@ def body_error(rank, size, kind):
             time.sleep(8)  # never runs backward: rank 0 must fail within the group's timeout
             return "stalled"
         loss_of(ddp(batch(12, 0, rank, widths[0], True)), True).backward()
+    elif kind == "twice":
+        from torch.utils.checkpoint import checkpoint
+
+        class Twice(torch.nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.lin = torch.nn.Linear(4, 4)
+
+            def forward(self, x):  # the reentrant checkpoint's inner backward accumulates
+                return self.lin(checkpoint(self.lin, x, use_reentrant=True))  # lin's grad too
+
+        ddp = tcoll_torch.DistributedDataParallel(Twice())
+        ddp(torch.ones(2, 4, requires_grad=True)).sum().backward()
     elif kind == "gloo":
         gloo = dist.new_group(backend="gloo")
         tcoll_torch.DistributedDataParallel(model, process_group=gloo)
@@ -216,6 +229,7 @@ def body_error(rank, size, kind):
     ("planner", "unknown planner 'fastest'"),
     ("stalled", "timed out"),
     ("gloo", "not tcoll"),
+    ("twice", "got its gradient twice in one backward"),
 ])
 def test_errors_are_clear_and_never_hang(kind, expect):
     import time
