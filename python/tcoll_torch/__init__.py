@@ -12,7 +12,7 @@ and ``tcoll_torch.DistributedDataParallel`` runs tcoll's planners and adaptors i
 import torch
 import torch.distributed as dist
 
-from . import _C
+from . import _C, hooks
 from .ddp import DistributedDataParallel
 
 __all__ = ["BACKEND_NAME", "DistributedDataParallel"]

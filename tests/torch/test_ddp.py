@@ -22,11 +22,11 @@ class RandomNet(torch.nn.Module):
     """Linear layers of random widths with ReLU; `unused` is a layer forward never calls
     (a parameter that gets no gradient)."""
 
-    def __init__(self, widths, unused):
+    def __init__(self, widths, unused, bias=True):
         super().__init__()
         self.layers = torch.nn.ModuleList(
-            torch.nn.Linear(a, b, bias=(i % 2 == 0)) for i, (a, b) in enumerate(zip(widths,
-                                                                                   widths[1:])))
+            torch.nn.Linear(a, b, bias=bias and i % 2 == 0)
+            for i, (a, b) in enumerate(zip(widths, widths[1:])))
         self.unused = torch.nn.Linear(3, 2) if unused else None
 
     def forward(self, x):
@@ -181,6 +181,80 @@ def test_no_sync_and_state_dict_as_pytorch_ddp():
         assert our_keys == their_keys
         for a, b in zip(ours, theirs):
             assert same_bits(a, b)
+
+
+def body_hooks(rank, size, steps):
+    import torch.distributed as dist
+
+    import tcoll_torch
+    from tcoll_torch import hooks
+
+    gloo = dist.new_group(backend="gloo")
+    out = {}
+    # the CSC hook on PyTorch's DDP (one bucket) against tcoll's DDP with scheme "csc": the
+    # same adaptor on the same layout, reached through two different reducers. PyTorch's
+    # DDP lays its bucket out in registration order for the first iteration, then in the
+    # order the gradients arrived (the reverse, tcoll's order, for this bias-free chain);
+    # the hook starts a new adaptor for the new layout. So both sides run step 0 densely
+    # (the hook's first adaptor; plain DDP on Gloo for tcoll's side) and CSC from step 1.
+    options = {"density": 0.4, "chunk_elements": 8, "warmup_iterations": 1}
+    torch.manual_seed(21)
+    widths = [14, 23, 9, 5]
+    first = RandomNet(widths, False, bias=False)
+    reference = RandomNet(widths, False, bias=False)
+    reference.load_state_dict(first.state_dict())
+    theirs = torch.nn.parallel.DistributedDataParallel(reference, bucket_cap_mb=100)
+    theirs.register_comm_hook(hooks.CscState(**options), hooks.csc_hook)
+    dense = torch.nn.parallel.DistributedDataParallel(first, process_group=gloo)
+    model = RandomNet(widths, False, bias=False)
+    for step in range(steps):
+        if step == 1:
+            model.load_state_dict(first.state_dict())
+            ours = tcoll_torch.DistributedDataParallel(model, scheme="csc", **options)
+        for net, m in ((dense if step == 0 else ours, first if step == 0 else model),
+                       (theirs, reference)):
+            opt = torch.optim.SGD(m.parameters(), lr=0.1)
+            opt.zero_grad()
+            loss_of(net(batch(21, step, rank, widths[0], False)), False).backward()
+            opt.step()
+    out["csc"] = ([p.detach().clone() for p in model.parameters()],
+                  [p.detach().clone() for p in reference.parameters()], ours.stats()["density"])
+    # bfloat16 hooks on DDP over tcoll and Gloo against plain DDP on Gloo (integer data, small
+    # enough to be exact in bfloat16)
+    widths = [6, 5, 3]
+    runs = {}
+    for name, group, hook in (("plain", gloo, None), ("tcoll", None, hooks.bf16_hook),
+                              ("gloo", gloo, hooks.bf16_hook)):
+        torch.manual_seed(22)
+        m = RandomNet(widths, False)
+        with torch.no_grad():
+            for p in m.parameters():
+                p.copy_(torch.randint(-1, 2, p.shape).float())
+        net = torch.nn.parallel.DistributedDataParallel(m, process_group=group)
+        if hook:
+            net.register_comm_hook(group, hook)
+        opt = torch.optim.SGD(m.parameters(), lr=0.5)
+        for step in range(2):
+            opt.zero_grad()
+            loss_of(net(batch(22, step, rank, widths[0], True)), True).backward()
+            opt.step()
+        runs[name] = [p.detach().clone() for p in m.parameters()]
+    out["bf16"] = runs
+    return out
+
+
+def test_hooks_on_pytorch_ddp():
+    results = run_ranks(body_hooks, 2, 4, deadline=200)
+    for r, res in enumerate(results):
+        ours, theirs, density = res["csc"]
+        assert density < 1.0  # the last step was sparse
+        for i, (a, b) in enumerate(zip(ours, theirs)):
+            assert same_bits(a, b), f"rank {r}: parameter {i}: csc_hook differs from scheme csc"
+            assert same_bits(a, results[0]["csc"][0][i])
+        runs = res["bf16"]
+        for name in ("tcoll", "gloo"):
+            for a, b in zip(runs[name], runs["plain"]):
+                assert same_bits(a, b), f"rank {r}: bf16_hook on {name}"
 
 
 def body_error(rank, size, kind):

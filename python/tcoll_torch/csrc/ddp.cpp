@@ -98,10 +98,18 @@ template <class Comm>
 class csc_exchange final : public exchange {
 public:
   csc_exchange(pool_t& pool, Comm& comm, const tcoll::sparse::csc_options& options)
-      : csc_(pool, comm, options) {}
+      : pool_(&pool), csc_(pool, comm, options) {}
   void mark_ready(std::size_t i) override { csc_.mark_ready(i); }
+  /// After the adaptor, the chunks it did not send hold this rank's own gradient (kept in
+  /// its residual for later iterations). An optimizer must not apply them, or the replicas
+  /// drift apart (GradientFlow's update leaves those weights unchanged): they are zeroed, so
+  /// the optimizer sees the averaged important chunks and zero elsewhere.
   const tcoll::iteration_timing& finish() override {
     csc_.finish();
+    const auto sent = csc_.last_important();
+    const auto& chunks = csc_.chunks();
+    for (std::size_t c = 0; c < chunks.count(); ++c)
+      if (!sent[c]) std::fill_n(pool_->data() + chunks.begin(c), chunks.size(c), 0.0f);
     return csc_.last_timing();
   }
   std::vector<std::size_t> plan_ends() const override { return {}; }
@@ -120,6 +128,7 @@ public:
   }
 
 private:
+  pool_t* pool_;
   tcoll::sparse::csc_allreduce<Comm, float, tcoll::avg_op> csc_;
 };
 
