@@ -48,7 +48,7 @@ namespace tcoll {
 struct job_shape {
   std::size_t first_tensor = 0, end_tensor = 0; ///< the tensors it covers (timings)
   std::size_t bytes = 0;                        ///< on the wire (timings, autotune samples)
-  std::size_t needs = 0; ///< `satisfy` calls before it may launch (0: launches at once)
+  std::size_t needs = 0; ///< `satisfy` calls before it may launch (0: at the first mark)
   bool measured = true;  ///< autotune samples its communication time
 };
 
@@ -160,13 +160,6 @@ public:
     const auto now = clock::now();
     if (bt.first_ready == clock::time_point{}) bt.first_ready = now;
     if (--remaining_[k] == 0) bt.ready = now;
-  }
-
-  /// Launches the jobs that need nothing (an iteration whose first jobs have no needs).
-  template <class Launch>
-  void launch_ready(Launch&& launch) {
-    std::lock_guard lock(mutex_);
-    launch_due(launch);
   }
 
   /// Ends the iteration: waits for every launched job in plan order with `wait(k)` (which

@@ -299,10 +299,10 @@ private:
       w.bytes.push_back(pool_->tensor_size(i) * wire_bytes);
       w.backward_us.push_back(100.0);
     }
-    tcoll::plan::bucket_plan first = pool_->tensor_count()
-                                         ? tcoll::plan::make_plan(
-                                               *planner, w, tcoll::plan::linear_cost{50.0, 5e-4})
-                                         : tcoll::plan::bucket_plan{};
+    tcoll::plan::bucket_plan first =
+        pool_->tensor_count()
+            ? tcoll::plan::make_plan(*planner, w, tcoll::plan::linear_cost{50.0, 5e-4})
+            : tcoll::plan::bucket_plan{};
     tcoll::scheduler_options o;
     o.check_plan = options_.check_plan;
     o.autotune_iterations = options_.autotune_iterations;
