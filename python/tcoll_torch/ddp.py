@@ -156,6 +156,8 @@ class DistributedDataParallel(torch.nn.Module):
             try:
                 self._reducer.mark_ready(index)
             except RuntimeError as e:
+                # backward stops here and runs no callback: the next one queues its own
+                self._finalize_queued = False
                 if "already marked" not in str(e):
                     raise
                 names = {id(p): n for n, p in self.module.named_parameters()}
