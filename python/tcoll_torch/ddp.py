@@ -37,7 +37,7 @@ class DistributedDataParallel(torch.nn.Module):
                  wire="float32", find_unused_parameters=False, broadcast_buffers=True,
                  autotune_iterations=3, check_plan=True, wire_scale=1.0, density=0.15,
                  chunk_elements=32000, warmup_iterations=100, threshold_bytes=4 << 20,
-                 residual="error_feedback", momentum=0.9):
+                 residual="error_feedback", momentum=0.9, rebuild_order=False):
         super().__init__()
         self.module = module
         if process_group is None:
@@ -65,6 +65,7 @@ class DistributedDataParallel(torch.nn.Module):
 
         # backward order: the reverse of registration, as DDP's first buckets assume
         self._params = list(reversed(params))
+        self._rebuild_order = rebuild_order
         options = _C.ReducerOptions()
         options.planner = planner
         options.scheme = scheme
@@ -78,17 +79,11 @@ class DistributedDataParallel(torch.nn.Module):
         options.threshold_bytes = threshold_bytes
         options.residual = residual
         options.momentum = momentum
-        backend = process_group._get_backend(torch.device("cpu"))
-        self._reducer = _C.Reducer(backend, [p.numel() for p in self._params], options)
-        self._views = [v.view(p.shape) for v, p in zip(self._reducer.grads(), self._params)]
-        with torch.no_grad():
-            for p, view in zip(self._params, self._views):
-                if p.grad is not None:
-                    view.copy_(p.grad)
-                p.grad = view
+        self._options = options
+        self._backend = process_group._get_backend(torch.device("cpu"))
+        self._make_pool(self._params)
         self._finalize_queued = False
-        self._hooks = [p.register_post_accumulate_grad_hook(self._hook_for(i))
-                       for i, p in enumerate(self._params)]
+        self._hooks = [p.register_post_accumulate_grad_hook(self._hook) for p in self._params]
 
     # -- what DDP users call -------------------------------------------------------------
 
@@ -138,36 +133,60 @@ class DistributedDataParallel(torch.nn.Module):
 
     # -- internals -----------------------------------------------------------------------
 
-    def _hook_for(self, index):
+    def _make_pool(self, params):
+        """A reducer whose pool holds `params`' gradients in this order; each `.grad` becomes
+        its view (the gradient it held is copied in). Collective (the plan check)."""
+        self._reducer = _C.Reducer(self._backend, [p.numel() for p in params], self._options)
+        self._params = list(params)
+        self._views = [v.view(p.shape) for v, p in zip(self._reducer.grads(), params)]
+        self._index = {id(p): i for i, p in enumerate(params)}
+        with torch.no_grad():
+            for p, view in zip(params, self._views):
+                if p.grad is not None:
+                    view.copy_(p.grad)
+                p.grad = view
+
+    def _hook(self, param):
+        index = self._index[id(param)]
         view = self._views[index]
+        if param.grad is not view:
+            # zero_grad(set_to_none=True) dropped the view, so autograd made a fresh
+            # gradient: it goes into the pool, and the view comes back
+            with torch.no_grad():
+                view.copy_(param.grad)
+            param.grad = view
+        if not self.require_backward_grad_sync:
+            return
+        if not self._finalize_queued:
+            self._finalize_queued = True
+            torch.autograd.Variable._execution_engine.queue_callback(self._finalize)
+        try:
+            self._reducer.mark_ready(index)
+        except RuntimeError as e:
+            # backward stops here and runs no callback: the next one queues its own
+            self._finalize_queued = False
+            if "already marked" not in str(e):
+                raise
+            names = {id(p): n for n, p in self.module.named_parameters()}
+            raise RuntimeError(
+                f"{e}\ntcoll_torch.DistributedDataParallel: parameter "
+                f"{names.get(id(param), '?')} got its gradient twice in one backward (a "
+                "parameter used both inside and outside a reentrant checkpoint does); "
+                "every parameter may be reduced once per iteration") from e
 
-        def hook(param):
-            if param.grad is not view:
-                # zero_grad(set_to_none=True) dropped the view, so autograd made a fresh
-                # gradient: it goes into the pool, and the view comes back
-                with torch.no_grad():
-                    view.copy_(param.grad)
-                param.grad = view
-            if not self.require_backward_grad_sync:
-                return
-            if not self._finalize_queued:
-                self._finalize_queued = True
-                torch.autograd.Variable._execution_engine.queue_callback(self._finalize)
-            try:
-                self._reducer.mark_ready(index)
-            except RuntimeError as e:
-                # backward stops here and runs no callback: the next one queues its own
-                self._finalize_queued = False
-                if "already marked" not in str(e):
-                    raise
-                names = {id(p): n for n, p in self.module.named_parameters()}
-                raise RuntimeError(
-                    f"{e}\ntcoll_torch.DistributedDataParallel: parameter "
-                    f"{names.get(id(param), '?')} got its gradient twice in one backward (a "
-                    "parameter used both inside and outside a reentrant checkpoint does); "
-                    "every parameter may be reduced once per iteration") from e
-
-        return hook
+    def _rebuild_in_arrival_order(self):
+        """After the first iteration, as DDP rebuilds its buckets: the pool in the order the
+        gradients arrived on rank 0 (every rank adopts it), if that differs from the pool's."""
+        self._rebuild_order = False
+        ready = self._reducer.timing()["tensor_ready_us"]
+        order = sorted(range(len(ready)), key=lambda i: (ready[i] < 0, ready[i], i))
+        agreed = torch.tensor(order, dtype=torch.int64)
+        if dist.get_world_size(self.process_group) > 1:
+            dist.broadcast(agreed, src=dist.get_global_rank(self.process_group, 0),
+                           group=self.process_group)
+        order = agreed.tolist()
+        if order != list(range(len(order))):
+            self._make_pool([self._params[i] for i in order])
 
     def _finalize(self):
         self._finalize_queued = False
@@ -176,6 +195,8 @@ class DistributedDataParallel(torch.nn.Module):
         unmarked = self._reducer.unmarked()
         try:
             self._reducer.finish()
+            if self._rebuild_order:
+                self._rebuild_in_arrival_order()
         except RuntimeError as e:
             if unmarked and not self.find_unused_parameters:
                 names = {id(p): n for n, p in self.module.named_parameters()}

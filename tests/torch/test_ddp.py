@@ -257,6 +257,57 @@ def test_hooks_on_pytorch_ddp():
                 assert same_bits(a, b), f"rank {r}: bf16_hook on {name}"
 
 
+class Scrambled(torch.nn.Module):
+    """Layers registered in an order that is neither forward's nor backward's."""
+
+    def __init__(self):
+        super().__init__()
+        self.c = torch.nn.Linear(5, 4)
+        self.a = torch.nn.Linear(3, 6)
+        self.b = torch.nn.Linear(6, 5)
+
+    def forward(self, x):
+        return self.c(torch.relu(self.b(torch.relu(self.a(x)))))
+
+
+def body_rebuild(rank, size):
+    import torch.distributed as dist
+
+    import tcoll_torch
+
+    gloo = dist.new_group(backend="gloo")
+    torch.manual_seed(31)
+    model, reference = Scrambled(), Scrambled()
+    with torch.no_grad():
+        for p in model.parameters():
+            p.copy_(torch.randint(-1, 2, p.shape).float())
+    reference.load_state_dict(model.state_dict())
+    ours = tcoll_torch.DistributedDataParallel(model, planner="layerwise", rebuild_order=True)
+    theirs = torch.nn.parallel.DistributedDataParallel(reference, process_group=gloo)
+    names = {id(p): n for n, p in model.named_parameters()}
+    orders = [[names[id(p)] for p in ours.parameters_in_backward_order()]]
+    for net, m in ((ours, model), (theirs, reference)):
+        opt = torch.optim.SGD(m.parameters(), lr=0.5)
+        for step in range(4):
+            opt.zero_grad()
+            loss_of(net(batch(31, step, rank, 3, True)), True).backward()
+            opt.step()
+            if net is ours and step == 0:
+                orders.append([names[id(p)] for p in ours.parameters_in_backward_order()])
+    return orders, [p.detach().clone() for p in model.parameters()], \
+        [p.detach().clone() for p in reference.parameters()]
+
+
+def test_pool_rebuilt_in_arrival_order_after_the_first_iteration():
+    for orders, ours, theirs in run_ranks(body_rebuild, 2):
+        before, after = orders
+        assert before[:2] == ["b.bias", "b.weight"]  # reverse registration
+        assert {after[0], after[1]} == {"c.weight", "c.bias"}  # backward reaches c first
+        assert {after[-1], after[-2]} == {"a.weight", "a.bias"}
+        for a, b in zip(ours, theirs):
+            assert same_bits(a, b)
+
+
 def body_error(rank, size, kind):
     import torch.distributed as dist
 
