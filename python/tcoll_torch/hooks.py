@@ -58,7 +58,7 @@ class CscState:
         reducer, pool, _ = entry
         pool.copy_(buffer)
         reducer.mark_ready(0)
-        reducer.finish()  # the bucket's important chunks averaged, the rest kept as residual
+        reducer.finish()  # important chunks averaged; the rest zero, kept in the residual
         buffer.copy_(pool)
         return buffer
 
