@@ -29,6 +29,14 @@ from . import _C
 __all__ = ["DistributedDataParallel"]
 
 
+def reducer_options(**values):
+    """A ``_C.ReducerOptions`` with the given fields set (the rest at their defaults)."""
+    options = _C.ReducerOptions()
+    for name, value in values.items():
+        setattr(options, name, value)
+    return options
+
+
 class DistributedDataParallel(torch.nn.Module):
     """A drop-in for ``torch.nn.parallel.DistributedDataParallel`` for CPU float32 models on
     a process group whose CPU backend is ``tcoll`` (see the module docstring)."""
@@ -66,19 +74,11 @@ class DistributedDataParallel(torch.nn.Module):
         # backward order: the reverse of registration, as DDP's first buckets assume
         self._params = list(reversed(params))
         self._rebuild_order = rebuild_order
-        options = _C.ReducerOptions()
-        options.planner = planner
-        options.scheme = scheme
-        options.wire = wire
-        options.autotune_iterations = autotune_iterations
-        options.check_plan = check_plan
-        options.wire_scale = wire_scale
-        options.density = density
-        options.chunk_elements = chunk_elements
-        options.warmup_iterations = warmup_iterations
-        options.threshold_bytes = threshold_bytes
-        options.residual = residual
-        options.momentum = momentum
+        options = reducer_options(
+            planner=planner, scheme=scheme, wire=wire, autotune_iterations=autotune_iterations,
+            check_plan=check_plan, wire_scale=wire_scale, density=density,
+            chunk_elements=chunk_elements, warmup_iterations=warmup_iterations,
+            threshold_bytes=threshold_bytes, residual=residual, momentum=momentum)
         self._options = options
         self._backend = process_group._get_backend(torch.device("cpu"))
         self._make_pool(self._params)

@@ -15,6 +15,7 @@ import torch
 import torch.distributed as dist
 
 from . import _C
+from .ddp import reducer_options
 
 __all__ = ["CscState", "csc_hook", "bf16_hook", "fp16_hook"]
 
@@ -33,14 +34,11 @@ class CscState:
                  warmup_iterations=100, threshold_bytes=4 << 20, residual="error_feedback",
                  momentum=0.9):
         self.process_group = process_group
-        self.options = _C.ReducerOptions()
-        self.options.scheme = "csc"
-        self.options.density = density
-        self.options.chunk_elements = chunk_elements
-        self.options.warmup_iterations = warmup_iterations
-        self.options.threshold_bytes = threshold_bytes
-        self.options.residual = residual
-        self.options.momentum = momentum
+        self.options = reducer_options(scheme="csc", density=density,
+                                       chunk_elements=chunk_elements,
+                                       warmup_iterations=warmup_iterations,
+                                       threshold_bytes=threshold_bytes, residual=residual,
+                                       momentum=momentum)
         self.reducers = {}
         self._worker = concurrent.futures.ThreadPoolExecutor(max_workers=1,
                                                              thread_name_prefix="tcoll-csc")
