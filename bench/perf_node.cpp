@@ -83,8 +83,7 @@ void run_all_node(mpi_transport& world, const mpi_options& mpi, const perf_optio
                             sizeof(std::max_align_t);
   std::vector<std::max_align_t> send(words), recv(words);
   for (const auto& dtype : o.dtypes) {
-    std::size_t elem = 0;
-    with_dtype(dtype, [&](auto tag) { elem = sizeof(typename decltype(tag)::type); });
+    const std::size_t elem = size_of(parse_dtype(dtype));
     for (const auto& op : o.ops)
       for (std::size_t bytes : sizes(o, elem))
         for (const auto& aname : o.algorithms) {

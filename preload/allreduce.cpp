@@ -204,7 +204,7 @@ TCOLL_PRELOAD_EXPORT int MPI_Allreduce(const void* sendbuf, void* recvbuf, int c
   if (a == algo::passthrough) return PMPI_Allreduce(sendbuf, recvbuf, count, datatype, op, comm);
   try {
     comm_state& s = state_of(comm);
-    dispatch(r.type, r.op, [&]<class T>(const auto& o) {
+    dispatch(r, [&]<class T>(const auto& o) {
       T* out = static_cast<T*>(recvbuf);
       const T* in = sendbuf == MPI_IN_PLACE ? out : static_cast<const T*>(sendbuf);
       run_allreduce(s, a, in, out, n, o);
@@ -273,7 +273,7 @@ TCOLL_PRELOAD_EXPORT int MPI_Iallreduce(const void* sendbuf, void* recvbuf, int 
   }
   try {
     comm_state& s = *state;
-    dispatch(r.type, r.op, [&]<class T>(const auto& o) {
+    dispatch(r, [&]<class T>(const auto& o) {
       T* out = static_cast<T*>(recvbuf);
       const T* in = sendbuf == MPI_IN_PLACE ? out : static_cast<const T*>(sendbuf);
       auto flat = [a](const auto& f) { with_flat_algorithm(a, f); };

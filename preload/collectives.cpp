@@ -129,7 +129,7 @@ TCOLL_PRELOAD_EXPORT int MPI_Reduce_scatter_block(const void* sendbuf, void* rec
       in = copy;
     }
     on_transport(c, s, [&](auto& t) {
-      dispatch(r.type, r.op, [&]<class T>(const auto& o) {
+      dispatch(r, [&]<class T>(const auto& o) {
         tcoll::reduce_scatter(t, static_cast<const T*>(in), static_cast<T*>(recvbuf), n, o);
       });
     });
@@ -297,7 +297,7 @@ TCOLL_PRELOAD_EXPORT int MPI_Reduce(const void* sendbuf, void* recvbuf, int coun
   try {
     comm_state& s = state_of(comm);
     on_transport(c, s, [&](auto& t) {
-      dispatch(r.type, r.op, [&]<class T>(const auto& o) {
+      dispatch(r, [&]<class T>(const auto& o) {
         T* out = is_root ? static_cast<T*>(recvbuf) : nullptr;
         const T* in = sendbuf == MPI_IN_PLACE ? out : static_cast<const T*>(sendbuf);
         tcoll::reduce(t, in, out, n, root, o);

@@ -11,6 +11,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <mutex>
+#include <optional>
 #include <set>
 #include <thread>
 #include <utility>
@@ -22,10 +23,9 @@
 namespace tcoll::preload {
 
 const char* coll_name(coll c) noexcept {
-  static const char* const names[coll_count] = {"MPI_Allreduce", "MPI_Reduce_scatter_block",
-                                                "MPI_Allgather", "MPI_Bcast",
-                                                "MPI_Reduce",    "MPI_Iallreduce",
-                                                "MPI_Barrier"};
+  static const char* const names[coll_count] = {
+      "MPI_Allreduce", "MPI_Reduce_scatter_block", "MPI_Allgather", "MPI_Bcast",
+      "MPI_Reduce",    "MPI_Iallreduce",           "MPI_Barrier"};
   return names[static_cast<int>(c)];
 }
 
@@ -51,9 +51,12 @@ const char* algo_name(algo a) noexcept {
 namespace {
 
 /// The environment variable of each collective's selection string.
-const char* const algo_env[coll_count] = {"TCOLL_ALLREDUCE_ALGO", "TCOLL_REDUCE_SCATTER_ALGO",
-                                          "TCOLL_ALLGATHER_ALGO", "TCOLL_BCAST_ALGO",
-                                          "TCOLL_REDUCE_ALGO",    nullptr,
+const char* const algo_env[coll_count] = {"TCOLL_ALLREDUCE_ALGO",
+                                          "TCOLL_REDUCE_SCATTER_ALGO",
+                                          "TCOLL_ALLGATHER_ALGO",
+                                          "TCOLL_BCAST_ALGO",
+                                          "TCOLL_REDUCE_ALGO",
+                                          nullptr,
                                           nullptr};
 
 /// The names a collective's selection string accepts.
@@ -593,28 +596,28 @@ reduction classify_reduction(MPI_Datatype type, MPI_Op op) {
 namespace {
 reduction classify_uncached(MPI_Datatype type, MPI_Op op) {
   reduction r;
-  opk o = opk::none;
+  std::optional<reduce_kind> o;
   if (op == MPI_SUM)
-    o = opk::sum;
+    o = reduce_kind::sum;
   else if (op == MPI_PROD)
-    o = opk::prod;
+    o = reduce_kind::prod;
   else if (op == MPI_MIN)
-    o = opk::min;
+    o = reduce_kind::min;
   else if (op == MPI_MAX)
-    o = opk::max;
+    o = reduce_kind::max;
   else if (op == MPI_BAND)
-    o = opk::band;
+    o = reduce_kind::band;
   else if (op == MPI_BOR)
-    o = opk::bor;
+    o = reduce_kind::bor;
   else if (op == MPI_BXOR)
-    o = opk::bxor;
+    o = reduce_kind::bxor;
   else if (op == MPI_LAND)
-    o = opk::land;
+    o = reduce_kind::land;
   else if (op == MPI_LOR)
-    o = opk::lor;
+    o = reduce_kind::lor;
   else if (op == MPI_LXOR)
-    o = opk::lxor;
-  if (o == opk::none) {
+    o = reduce_kind::lxor;
+  if (!o) {
     // MPI_MAXLOC, MPI_MINLOC, MPI_REPLACE, MPI_NO_OP are predefined; anything else is a user op.
     const bool predefined = op == MPI_MAXLOC || op == MPI_MINLOC || op == MPI_REPLACE ||
                             op == MPI_NO_OP || op == MPI_OP_NULL;
@@ -630,18 +633,18 @@ reduction classify_uncached(MPI_Datatype type, MPI_Op op) {
   }
   int size = 0;
   PMPI_Type_size(type, &size);
-  const bool bitwise = o == opk::band || o == opk::bor || o == opk::bxor;
-  const bool logical = o == opk::land || o == opk::lor || o == opk::lxor;
-  const bool order = o == opk::min || o == opk::max;
+  const bool bitwise = o == reduce_kind::band || o == reduce_kind::bor || o == reduce_kind::bxor;
+  const bool logical = o == reduce_kind::land || o == reduce_kind::lor || o == reduce_kind::lxor;
+  const bool order = o == reduce_kind::min || o == reduce_kind::max;
   r.why = fallback::op_type;
   if (it->kind == cls::real) {
     if (bitwise || logical) return r;
     if (size == 4)
-      r.type = elem::f32;
+      r.type = scalar_type::float32;
     else if (size == 8)
-      r.type = elem::f64;
+      r.type = scalar_type::float64;
     else if (size == static_cast<int>(sizeof(long double)))
-      r.type = elem::f80;
+      r.type = scalar_type::long_double;
     else {
       r.why = fallback::datatype;
       return r;
@@ -651,23 +654,23 @@ reduction classify_uncached(MPI_Datatype type, MPI_Op op) {
     const bool keep_sign = it->kind == cls::sint && order;
     switch (size) {
     case 1:
-      r.type = keep_sign ? elem::i8 : elem::u8;
+      r.type = keep_sign ? scalar_type::int8 : scalar_type::uint8;
       break;
     case 2:
-      r.type = keep_sign ? elem::i16 : elem::u16;
+      r.type = keep_sign ? scalar_type::int16 : scalar_type::uint16;
       break;
     case 4:
-      r.type = keep_sign ? elem::i32 : elem::u32;
+      r.type = keep_sign ? scalar_type::int32 : scalar_type::uint32;
       break;
     case 8:
-      r.type = keep_sign ? elem::i64 : elem::u64;
+      r.type = keep_sign ? scalar_type::int64 : scalar_type::uint64;
       break;
     default:
       r.why = fallback::datatype;
       return r;
     }
   }
-  r.op = o;
+  r.op = *o;
   r.size = static_cast<std::size_t>(size);
   return r;
 }

@@ -239,19 +239,15 @@ int report_error(coll c, MPI_Comm comm, int code, const std::string& what);
 /// The error path of an invalid environment: report_error with MPI_ERR_ARG.
 int report_settings_error(coll c, MPI_Comm comm);
 
-/// Element kinds of reductions. Signed integers appear only for min and max: sum, prod and
-/// the bitwise and logical ops give the same bits on the unsigned type of the same size.
-enum class elem : int { none, i8, i16, i32, i64, u8, u16, u32, u64, f32, f64, f80 };
-/// Reduction ops of MPI that tcoll runs.
-enum class opk : int { none, sum, prod, min, max, band, bor, bxor, land, lor, lxor };
-
 /// The element kind `op` reduces for `type`, or why it cannot (op_type, datatype, user_op).
+/// Signed integers appear only for min and max: sum, prod and the bitwise and logical ops
+/// give the same bits on the unsigned type of the same size.
 struct reduction {
-  elem type = elem::none;
-  opk op = opk::none;
-  std::size_t size = 0; ///< bytes per element
+  scalar_type type = scalar_type::uint8;
+  reduce_kind op = reduce_kind::sum;
+  std::size_t size = 0; ///< bytes per element; 0 where tcoll does not run it
   fallback why = fallback::datatype;
-  bool ok() const noexcept { return type != elem::none; }
+  bool ok() const noexcept { return size != 0; }
 };
 reduction classify_reduction(MPI_Datatype type, MPI_Op op);
 /// Bytes per element of a predefined, contiguous datatype (data movement), or 0.
@@ -272,76 +268,14 @@ void unpack_local(const std::byte* in, std::size_t bytes, void* buf, int count, 
 /// Is `comm` an intercommunicator? (false for MPI_COMM_NULL: MPI reports that itself)
 bool is_intercomm(MPI_Comm comm);
 
-// The bitwise and logical ops (band_op, ..., lxor_op) are tcoll's own (core/ops.hpp).
-
-/// Calls `f.template operator()<T>(op)` with the C++ element type of `e` and the tcoll op
-/// of `o` (a combination classify_reduction accepted).
+/// Calls `f.template operator()<E>(op)` with the raw element of `r`'s size and the
+/// `runtime_op` of `r` (a reduction classify_reduction accepted): every algorithm is
+/// instantiated once per element size, and the reduction runs its (type, op) kernel.
 template <class F>
-decltype(auto) dispatch(elem e, opk o, F&& f) {
-  auto with_type = [&]<class T>() -> decltype(auto) {
-    if constexpr (std::is_integral_v<T> && std::is_unsigned_v<T>) {
-      switch (o) {
-      case opk::sum:
-        return f.template operator()<T>(sum_op{});
-      case opk::prod:
-        return f.template operator()<T>(prod_op{});
-      case opk::band:
-        return f.template operator()<T>(band_op{});
-      case opk::bor:
-        return f.template operator()<T>(bor_op{});
-      case opk::bxor:
-        return f.template operator()<T>(bxor_op{});
-      case opk::land:
-        return f.template operator()<T>(land_op{});
-      case opk::lor:
-        return f.template operator()<T>(lor_op{});
-      case opk::lxor:
-        return f.template operator()<T>(lxor_op{});
-      case opk::max:
-        return f.template operator()<T>(max_op{});
-      default:
-        return f.template operator()<T>(min_op{});
-      }
-    } else if constexpr (std::is_integral_v<T>) {
-      if (o == opk::max) return f.template operator()<T>(max_op{});
-      return f.template operator()<T>(min_op{});
-    } else {
-      switch (o) {
-      case opk::sum:
-        return f.template operator()<T>(sum_op{});
-      case opk::prod:
-        return f.template operator()<T>(prod_op{});
-      case opk::max:
-        return f.template operator()<T>(max_op{});
-      default:
-        return f.template operator()<T>(min_op{});
-      }
-    }
-  };
-  switch (e) {
-  case elem::i8:
-    return with_type.template operator()<std::int8_t>();
-  case elem::i16:
-    return with_type.template operator()<std::int16_t>();
-  case elem::i32:
-    return with_type.template operator()<std::int32_t>();
-  case elem::i64:
-    return with_type.template operator()<std::int64_t>();
-  case elem::u8:
-    return with_type.template operator()<std::uint8_t>();
-  case elem::u16:
-    return with_type.template operator()<std::uint16_t>();
-  case elem::u32:
-    return with_type.template operator()<std::uint32_t>();
-  case elem::u64:
-    return with_type.template operator()<std::uint64_t>();
-  case elem::f32:
-    return with_type.template operator()<float>();
-  case elem::f64:
-    return with_type.template operator()<double>();
-  default:
-    return with_type.template operator()<long double>();
-  }
+decltype(auto) dispatch(const reduction& r, F&& f) {
+  const runtime_op op(r.type, r.op);
+  return visit_element_size(
+      r.size, [&]<class E>(type_tag<E>) -> decltype(auto) { return f.template operator()<E>(op); });
 }
 
 } // namespace tcoll::preload

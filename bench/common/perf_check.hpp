@@ -11,6 +11,7 @@
 #include <type_traits>
 
 #include <tcoll/core/ops.hpp>
+#include <tcoll/core/scalar_type.hpp>
 #include <tcoll/core/types.hpp>
 
 namespace tcoll::bench {
@@ -82,6 +83,41 @@ inline std::size_t count_wrong(const T* data, std::size_t n, int nranks) {
   for (std::size_t i = 0; i < n; ++i)
     wrong += std::memcmp(&data[i], &table[i % period], sizeof(T)) != 0;
   return wrong;
+}
+
+/// Calls `f(op)` with the tcoll op of `kind` (the ones allreduce_perf offers).
+template <class F>
+decltype(auto) visit_checked_op(reduce_kind kind, F&& f) {
+  switch (kind) {
+  case reduce_kind::prod:
+    return f(prod_op{});
+  case reduce_kind::min:
+    return f(min_op{});
+  case reduce_kind::max:
+    return f(max_op{});
+  case reduce_kind::avg:
+    return f(avg_op{});
+  default:
+    return f(sum_op{});
+  }
+}
+
+/// `fill_input` for a type and op named at run time.
+inline void fill_input(scalar_type type, reduce_kind kind, void* data, std::size_t n, int rank) {
+  visit_scalar_type(type, [&]<class T>(type_tag<T>) {
+    visit_checked_op(kind,
+                     [&]<class Op>(Op) { fill_input<T, Op>(static_cast<T*>(data), n, rank); });
+  });
+}
+
+/// `count_wrong` for a type and op named at run time.
+inline std::size_t count_wrong(scalar_type type, reduce_kind kind, const void* data, std::size_t n,
+                               int nranks) {
+  return visit_scalar_type(type, [&]<class T>(type_tag<T>) {
+    return visit_checked_op(kind, [&]<class Op>(Op) {
+      return count_wrong<T, Op>(static_cast<const T*>(data), n, nranks);
+    });
+  });
 }
 
 } // namespace tcoll::bench

@@ -61,8 +61,7 @@ void run_row_node(hierarchical<mpi_transport, mpi_transport>& machine, mpi_trans
 
 /// Calls f(algorithm struct) for the algorithm across nodes named `name`: ring,
 /// recursive_doubling or recursive_halving_doubling. Fewer than `with_algorithm` offers, on
-/// purpose: every one is instantiated for every type, op and machine, which doubled this
-/// benchmark's compile time with all of them.
+/// purpose: every one is instantiated for every element size and machine.
 template <class F>
 void with_inter_algorithm(const std::string& name, const perf_options& o, F&& f) {
   ring rg{};
@@ -80,30 +79,24 @@ void node_row(Machine& machine, mpi_transport& world, const perf_options& o,
               const std::string& transport_name, const std::string& inter, const std::string& dtype,
               const std::string& op, std::size_t bytes, void* send, void* recv,
               std::vector<row>& rows) {
-  with_dtype(dtype, [&](auto tag) {
-    using T = typename decltype(tag)::type;
-    T* const s = static_cast<T*>(send);
-    T* const r = static_cast<T*>(recv);
-    with_op(op, [&](auto op_tag) {
-      using Op = decltype(op_tag);
-      with_inter_algorithm(inter, o, [&](const auto& across) {
-        hierarchical_options<std::decay_t<decltype(across)>> h;
-        h.inter = across;
-        if (o.segment_bytes) h.intra.max_segment_bytes = o.segment_bytes;
-        row rw{"hierarchical/" + inter,
-               transport_name,
-               std::string(type_name<T>()),
-               op,
-               world.size(),
-               bytes,
-               bytes / sizeof(T),
-               {},
-               {}};
-        rw.out_of_place = measure_on<T, Op>(machine, world, o, h, s, r, rw.count, false);
-        rw.in_place = measure_on<T, Op>(machine, world, o, h, s, r, rw.count, true);
-        if (world.rank() == 0) rows.push_back(rw);
-      });
-    });
+  const scalar_type type = parse_dtype(dtype);
+  const reduce_kind kind = parse_op(op);
+  with_inter_algorithm(inter, o, [&](const auto& across) {
+    hierarchical_options<std::decay_t<decltype(across)>> h;
+    h.inter = across;
+    if (o.segment_bytes) h.intra.max_segment_bytes = o.segment_bytes;
+    row rw{"hierarchical/" + inter,
+           transport_name,
+           std::string(name_of(type)),
+           op,
+           world.size(),
+           bytes,
+           bytes / size_of(type),
+           {},
+           {}};
+    rw.out_of_place = measure_on(machine, world, o, h, type, kind, send, recv, rw.count, false);
+    rw.in_place = measure_on(machine, world, o, h, type, kind, send, recv, rw.count, true);
+    if (world.rank() == 0) rows.push_back(rw);
   });
 }
 

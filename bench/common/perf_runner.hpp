@@ -18,34 +18,26 @@
 
 namespace tcoll::bench {
 
-template <class T>
-struct type_tag {
-  using type = T;
-};
-
-/// Calls f(type_tag<T>{}) for the element type named `name`.
-template <class F>
-void with_dtype(const std::string& name, F&& f) {
-  if (name == "float") return f(type_tag<float>{});
-  if (name == "double") return f(type_tag<double>{});
-  if (name == "half") return f(type_tag<half>{});
-  if (name == "bfloat16") return f(type_tag<bfloat16>{});
-  if (name == "int8") return f(type_tag<std::int8_t>{});
-  if (name == "uint8") return f(type_tag<std::uint8_t>{});
-  if (name == "int32") return f(type_tag<std::int32_t>{});
-  if (name == "int64") return f(type_tag<std::int64_t>{});
+/// The element type named `name` (`name_of`: "float", "half", "int32", ...).
+inline scalar_type parse_dtype(const std::string& name) {
+  for (int t = 0; t < scalar_type_count; ++t)
+    if (name_of(static_cast<scalar_type>(t)) == name) return static_cast<scalar_type>(t);
   throw invalid_argument("allreduce_perf: unknown dtype " + name);
 }
 
-template <class F>
-void with_op(const std::string& name, F&& f) {
-  if (name == "sum") return f(sum_op{});
-  if (name == "prod") return f(prod_op{});
-  if (name == "min") return f(min_op{});
-  if (name == "max") return f(max_op{});
-  if (name == "avg") return f(avg_op{});
+/// The reduction named `name`: sum, prod, min, max or avg (the ones the check knows).
+inline reduce_kind parse_op(const std::string& name) {
+  for (reduce_kind k :
+       {reduce_kind::sum, reduce_kind::prod, reduce_kind::min, reduce_kind::max, reduce_kind::avg})
+    if (name_of(k) == name) return k;
   throw invalid_argument("allreduce_perf: unknown op " + name);
 }
+
+/// Does transport `Tr` offer a vendor allreduce on the runtime-typed path (the same for
+/// every element size)?
+template <class Tr>
+inline constexpr bool has_native_runtime_allreduce =
+    has_native_allreduce<Tr, raw_element<4>, runtime_op>;
 
 /// Calls f(algorithm struct) for the algorithm named `name` (`automatic` or a name of
 /// `parse_algorithm`), with the knobs of `o`.
@@ -83,19 +75,18 @@ long long sum_over_ranks(Tr& t, long long v) {
 /// ranks. `ctl`, a transport over the same ranks in the same order, runs the barrier before
 /// each repetition and the reductions of times and wrong counts (`t` itself below; the
 /// whole job's `mpi_transport` for a two-level machine, which has no barrier of its own).
-template <class T, class Op, class Tr, class Ctl, class Algo>
-measurement measure_on(Tr& t, Ctl& ctl, const perf_options& o, const Algo& algo, T* send, T* recv,
-                       std::size_t count, bool in_place) {
+/// The calls take the runtime-typed path (one instantiation per element size), whose
+/// results are the typed path's bit for bit.
+template <class Tr, class Ctl, class Algo>
+measurement measure_on(Tr& t, Ctl& ctl, const perf_options& o, const Algo& algo, scalar_type type,
+                       reduce_kind kind, void* send, void* recv, std::size_t count, bool in_place) {
   const int P = t.size(), r = t.rank();
-  const Op op{};
+  const std::size_t bytes = count * size_of(type);
   auto call = [&] {
-    if (in_place)
-      allreduce(t, recv, recv, count, op, algo);
-    else
-      allreduce(t, send, recv, count, op, algo);
+    allreduce(t, in_place ? static_cast<const void*>(recv) : send, recv, count, type, kind, algo);
   };
-  fill_input<T, Op>(send, count, r);
-  if (in_place) std::memcpy(static_cast<void*>(recv), send, count * sizeof(T));
+  fill_input(type, kind, send, count, r);
+  if (in_place) std::memcpy(recv, send, bytes);
   for (int i = 0; i < o.warmup; ++i) call();
   std::vector<double> times;
   for (int rep = 0; rep < o.reps; ++rep) {
@@ -115,91 +106,85 @@ measurement measure_on(Tr& t, Ctl& ctl, const perf_options& o, const Algo& algo,
   long long wrong = -1;
   if (o.check) {
     // Fresh inputs (in place they were reduced over and over) and a poisoned output.
-    fill_input<T, Op>(send, count, r);
+    fill_input(type, kind, send, count, r);
     if (in_place)
-      std::memcpy(static_cast<void*>(recv), send, count * sizeof(T));
+      std::memcpy(recv, send, bytes);
     else
-      std::memset(static_cast<void*>(recv), 0xA5, count * sizeof(T));
+      std::memset(recv, 0xA5, bytes);
     call();
-    wrong = sum_over_ranks(ctl, static_cast<long long>(count_wrong<T, Op>(recv, count, P)));
+    wrong = sum_over_ranks(ctl, static_cast<long long>(count_wrong(type, kind, recv, count, P)));
   }
-  return make_measurement(median, count * sizeof(T), P, wrong);
+  return make_measurement(median, bytes, P, wrong);
 }
-template <class T, class Op, class Tr, class Algo>
-measurement measure(Tr& t, const perf_options& o, const Algo& algo, T* send, T* recv,
-                    std::size_t count, bool in_place) {
-  return measure_on<T, Op>(t, t, o, algo, send, recv, count, in_place);
+template <class Tr, class Algo>
+measurement measure(Tr& t, const perf_options& o, const Algo& algo, scalar_type type,
+                    reduce_kind kind, void* send, void* recv, std::size_t count, bool in_place) {
+  return measure_on(t, t, o, algo, type, kind, send, recv, count, in_place);
 }
 
 /// One row: algorithm `aname` at `bytes` on transport `t`, out of place then in place;
 /// rank 0 appends it. `native`, when given, runs `passthrough` for a transport without a
 /// vendor allreduce (shm: MPI_Allreduce over the same processes).
-template <class T, class Op, class Tr, class Native>
+template <class Tr, class Native>
 void run_one(Tr& t, const perf_options& o, const std::string& transport_name,
-             const std::string& aname, const std::string& op_name, std::size_t bytes,
-             std::span<T> send, std::span<T> recv, std::vector<row>& rows, Native* native) {
+             const std::string& aname, scalar_type type, reduce_kind kind, std::size_t bytes,
+             void* send, void* recv, std::vector<row>& rows, Native* native) {
   with_algorithm(aname, o, [&](const auto& algo) {
     using Algo = std::decay_t<decltype(algo)>;
-    if constexpr (std::is_same_v<Algo, passthrough> && !has_native_allreduce<Tr, T, Op>) {
-      if constexpr (has_native_allreduce<Native, T, Op>) {
+    const std::size_t count = bytes / size_of(type);
+    row rw{aname,
+           transport_name,
+           std::string(name_of(type)),
+           std::string(name_of(kind)),
+           t.size(),
+           bytes,
+           count,
+           {},
+           {}};
+    if constexpr (std::is_same_v<Algo, passthrough> && !has_native_runtime_allreduce<Tr>) {
+      if constexpr (has_native_runtime_allreduce<Native>) {
         if (!native) return;
-        row rw{aname,
-               "mpi",
-               std::string(type_name<T>()),
-               op_name,
-               native->size(),
-               bytes,
-               bytes / sizeof(T),
-               {},
-               {}};
-        rw.out_of_place =
-            measure<T, Op>(*native, o, algo, send.data(), recv.data(), rw.count, false);
-        rw.in_place = measure<T, Op>(*native, o, algo, send.data(), recv.data(), rw.count, true);
+        rw.transport = "mpi";
+        rw.ranks = native->size();
+        rw.out_of_place = measure(*native, o, algo, type, kind, send, recv, count, false);
+        rw.in_place = measure(*native, o, algo, type, kind, send, recv, count, true);
         if (t.rank() == 0) rows.push_back(rw);
       }
       return; // else removed from the list before (threads has no vendor allreduce)
     } else {
-      row rw{aname,    transport_name, std::string(type_name<T>()), op_name,
-             t.size(), bytes,          bytes / sizeof(T),           {},
-             {}};
-      rw.out_of_place = measure<T, Op>(t, o, algo, send.data(), recv.data(), rw.count, false);
-      rw.in_place = measure<T, Op>(t, o, algo, send.data(), recv.data(), rw.count, true);
+      rw.out_of_place = measure(t, o, algo, type, kind, send, recv, count, false);
+      rw.in_place = measure(t, o, algo, type, kind, send, recv, count, true);
       if (t.rank() == 0) rows.push_back(rw);
     }
   });
 }
 
-/// Every size and algorithm of one (dtype, op) on transport `t`; rank 0 collects rows.
+/// Every op, size and algorithm of one dtype on transport `t`; rank 0 collects rows.
 /// `native` as in `run_one`, interleaved with the others per size.
-template <class T, class Op, class Tr, class Native>
-void run_type_op(Tr& t, const perf_options& o, const std::string& transport_name,
-                 const std::string& op_name, std::span<T> send, std::span<T> recv,
-                 std::vector<row>& rows, Native* native) {
-  for (std::size_t bytes : sizes(o, sizeof(T)))
-    for (const auto& aname : o.algorithms)
-      run_one<T, Op>(t, o, transport_name, aname, op_name, bytes, send, recv, rows, native);
-}
-
-template <class T, class Tr, class Native>
-void run_type(Tr& t, const perf_options& o, const std::string& transport_name,
+template <class Tr, class Native>
+void run_type(Tr& t, const perf_options& o, const std::string& transport_name, scalar_type type,
               std::vector<row>& rows, Native* native) {
-  const auto sz = sizes(o, sizeof(T));
-  const std::size_t max_count = sz.empty() ? 1 : std::max<std::size_t>(1, sz.back() / sizeof(T));
-  auto run_ops = [&](std::span<T> send, std::span<T> recv) {
+  const auto sz = sizes(o, size_of(type));
+  const std::size_t max_bytes = std::max<std::size_t>(size_of(type), sz.empty() ? 0 : sz.back());
+  auto run_ops = [&](void* send, void* recv) {
     for (const auto& oname : o.ops)
-      with_op(oname, [&](auto op) {
-        run_type_op<T, decltype(op)>(t, o, transport_name, oname, send, recv, rows, native);
-      });
+      for (std::size_t bytes : sz)
+        for (const auto& aname : o.algorithms)
+          run_one(t, o, transport_name, aname, type, parse_op(oname), bytes, send, recv, rows,
+                  native);
   };
-  if constexpr (requires { t.template allocate<T>(max_count).span(); }) {
+  // 16-byte words: aligned for every element type
+  const std::size_t words = (max_bytes + 15) / 16;
+  if constexpr (requires { t.template allocate<raw_element<16>>(words).span(); }) {
     if (o.registered) { // the shared-memory transport's registered buffers (collective)
-      auto send = t.template allocate<T>(max_count), recv = t.template allocate<T>(max_count);
-      run_ops(send.span(), recv.span());
+      auto send = t.template allocate<raw_element<16>>(words),
+           recv = t.template allocate<raw_element<16>>(words);
+      run_ops(send.span().data(), recv.span().data());
       return;
     }
   }
-  std::vector<T> send(max_count), recv(max_count);
-  run_ops(send, recv);
+  std::vector<raw_element<16>> send(words), recv(words);
+  run_ops(send.data(), recv.data());
 }
 
 /// Runs every configured (dtype, op, size, algorithm) on transport `t`; rank 0 collects rows.
@@ -207,9 +192,7 @@ template <class Tr, class Native = Tr>
 void run_all(Tr& t, const perf_options& o, const std::string& transport_name,
              std::vector<row>& rows, Native* native = nullptr) {
   for (const auto& dname : o.dtypes)
-    with_dtype(dname, [&](auto tag) {
-      run_type<typename decltype(tag)::type>(t, o, transport_name, rows, native);
-    });
+    run_type(t, o, transport_name, parse_dtype(dname), rows, native);
 }
 
 } // namespace tcoll::bench

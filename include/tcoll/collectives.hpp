@@ -23,6 +23,7 @@
 #include "detail/executor.hpp"
 #include "detail/validate.hpp"
 #include "reduce/cpu.hpp"
+#include "reduce/runtime.hpp"
 
 namespace tcoll {
 
@@ -66,11 +67,11 @@ void allreduce_tagged(Tr& t, int tag, const T* sendbuf, T* recvbuf, std::size_t 
                       const Algo& algo, R& red) {
   if constexpr (std::is_same_v<Algo, automatic>) {
     constexpr algorithm_support can{commutative_op<Op>, has_native_allreduce<Tr, T, Op>};
-    visit_algorithm<can>(algo.template choose_for<Tr>(count * sizeof(T), t.size(), can.commutative,
-                                                      can.native),
-                         algo, [&](const auto& chosen) {
-                           allreduce_tagged(t, tag, sendbuf, recvbuf, count, op, chosen, red);
-                         });
+    visit_algorithm<can>(
+        algo.template choose_for<Tr>(count * sizeof(T), t.size(), can.commutative, can.native),
+        algo, [&](const auto& chosen) {
+          allreduce_tagged(t, tag, sendbuf, recvbuf, count, op, chosen, red);
+        });
   } else if constexpr (std::is_same_v<Algo, passthrough>) {
     static_assert(has_native_allreduce<Tr, T, Op>,
                   "tcoll: passthrough needs a transport with a vendor allreduce (mpi, nccl)");
@@ -260,6 +261,47 @@ void reduce(Tr& t, const T* sendbuf, T* recvbuf, std::size_t count, int root, co
   const int tag = detail::begin_collective(t);
   detail::guarded(
       t, [&] { detail::reduce_tagged(t, tag, sendbuf, recvbuf, count, root, op, algo, red); });
+}
+
+// Runtime-typed entry points: the element type and the reduction are values (NCCL's
+// ncclAllReduce, MPI_Allreduce). Each algorithm is instantiated once per element size on
+// `raw_element<N>` and reduces through `runtime_op`'s kernels, with the typed path's results
+// bit for bit; host memory and the CPU reducer only. `Comm` is a transport or a
+// two-level machine (`hierarchical`), as for the typed calls.
+
+/// Allreduce of `count` elements of `type` under `kind` (see the typed `allreduce`).
+/// Throws `invalid_argument` where `kind` does not apply to `type`.
+template <class Comm, class Algo = automatic>
+void allreduce(Comm& t, const void* sendbuf, void* recvbuf, std::size_t count, scalar_type type,
+               reduce_kind kind, const Algo& algo = {}) {
+  const runtime_op op(type, kind, t.rank());
+  visit_element_size(size_of(type), [&]<class E>(type_tag<E>) {
+    allreduce(t, static_cast<const E*>(sendbuf), static_cast<E*>(recvbuf), count, op, algo);
+  });
+  if (kind == reduce_kind::avg) finalize_average(type, recvbuf, count, t.size());
+}
+
+/// Reduce-scatter of blocks of `count` elements of `type` under `kind` (see the typed one).
+template <class Comm>
+void reduce_scatter(Comm& t, const void* sendbuf, void* recvbuf, std::size_t count,
+                    scalar_type type, reduce_kind kind, const ring& algo = {}) {
+  const runtime_op op(type, kind, t.rank());
+  visit_element_size(size_of(type), [&]<class E>(type_tag<E>) {
+    reduce_scatter(t, static_cast<const E*>(sendbuf), static_cast<E*>(recvbuf), count, op, algo);
+  });
+  if (kind == reduce_kind::avg) finalize_average(type, recvbuf, count, t.size());
+}
+
+/// Reduce of `count` elements of `type` under `kind` to `root` (see the typed one).
+template <class Comm>
+void reduce(Comm& t, const void* sendbuf, void* recvbuf, std::size_t count, int root,
+            scalar_type type, reduce_kind kind, const binomial_tree& algo = {}) {
+  const runtime_op op(type, kind, t.rank());
+  visit_element_size(size_of(type), [&]<class E>(type_tag<E>) {
+    reduce(t, static_cast<const E*>(sendbuf), static_cast<E*>(recvbuf), count, root, op, algo);
+  });
+  if (kind == reduce_kind::avg && t.rank() == root)
+    finalize_average(type, recvbuf, count, t.size());
 }
 
 } // namespace tcoll

@@ -4,6 +4,7 @@
 /// `commutative` trait; algorithms that reorder operands reject non-commutative ops at
 /// compile time (see `commutative_op`).
 #include <algorithm>
+#include <cstddef>
 #include <string_view>
 #include <type_traits>
 
@@ -170,6 +171,14 @@ concept commutative_op = requires {
 template <class Op>
 concept finalizing_op = requires(const Op& op, float x) {
   op.finalize(x, 2);
+};
+
+/// An op that reduces whole arrays itself (`runtime_op`, whose element type is known only
+/// at run time): reducers and transports hand it `reduce_arrays(dst, a, b, n)` instead of
+/// applying it element by element.
+template <class Op>
+concept array_op = requires(const Op& op, void* dst, const void* src, std::size_t n) {
+  op.reduce_arrays(dst, src, src, n);
 };
 
 /// Applies `op` to two stored elements, accumulating in `accumulator_t<T>`.

@@ -68,7 +68,9 @@ struct cpu_reducer {
   template <class Op, class T>
   void reduce(const Op& op, T* dst, const T* a, const T* b, std::size_t n) const {
     if (n == 0) return;
-    if (dst == a)
+    if constexpr (array_op<Op>)
+      op.reduce_arrays(dst, a, b, n);
+    else if (dst == a)
       detail::reduce_inplace_left(op, dst, b, n);
     else if (dst == b)
       detail::reduce_inplace_right(op, dst, a, n);

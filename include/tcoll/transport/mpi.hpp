@@ -33,6 +33,7 @@
 #include "../core/concepts.hpp"
 #include "../core/error.hpp"
 #include "../core/ops.hpp"
+#include "../core/scalar_type.hpp"
 #include "../core/tags.hpp"
 #include "../core/types.hpp"
 #include "../detail/mpi_error.hpp"
@@ -102,6 +103,33 @@ MPI_Op builtin_op() {
     return MPI_OP_NULL;
 }
 
+/// The MPI datatype of a scalar type named at run time, or MPI_DATATYPE_NULL (half and
+/// bfloat16, which travel as bytes).
+inline MPI_Datatype builtin_datatype(scalar_type t) {
+  if (t == scalar_type::float16 || t == scalar_type::bfloat16) return MPI_DATATYPE_NULL;
+  return visit_scalar_type(t, []<class T>(type_tag<T>) { return builtin_datatype<T>(); });
+}
+
+/// The built-in MPI op of a reduction named at run time on type `t` (avg travels as a sum),
+/// or MPI_OP_NULL (types without an MPI datatype, and MPI's logical ops, which MPI defines
+/// on C integers but tcoll computes as 0/1 of any width with its own kernel).
+inline MPI_Op builtin_op(scalar_type t, reduce_kind k) {
+  if (builtin_datatype(t) == MPI_DATATYPE_NULL) return MPI_OP_NULL;
+  switch (k) {
+  case reduce_kind::sum:
+  case reduce_kind::avg:
+    return MPI_SUM;
+  case reduce_kind::prod:
+    return MPI_PROD;
+  case reduce_kind::min:
+    return MPI_MIN;
+  case reduce_kind::max:
+    return MPI_MAX;
+  default:
+    return MPI_OP_NULL;
+  }
+}
+
 /// A committed datatype of sizeof(T) contiguous bytes (half, bfloat16, user structs),
 /// created on first use and cached for the life of the process (MPI_Finalize frees it).
 template <class T>
@@ -130,7 +158,10 @@ void user_function(void* in, void* inout, int* len, MPI_Datatype*) {
   const Op& op = *current_op<Op>;
   const T* a = static_cast<const T*>(in);
   T* b = static_cast<T*>(inout);
-  for (int i = 0; i < *len; ++i) b[i] = apply_op(op, a[i], b[i]);
+  if constexpr (array_op<Op>)
+    op.reduce_arrays(b, a, b, static_cast<std::size_t>(*len));
+  else
+    for (int i = 0; i < *len; ++i) b[i] = apply_op(op, a[i], b[i]);
 }
 
 /// `MPI_Op_create` for (T, Op), created once per process with the op's commutativity.
@@ -586,8 +617,16 @@ public:
     if (count == 0) return;
     if (state_->aborted.load())
       throw aborted_error("native_allreduce after abort() on this rank", rank_);
-    MPI_Datatype type = detail::mpi::builtin_datatype<T>();
-    MPI_Op mop = detail::mpi::builtin_op<T, Op>();
+    MPI_Datatype type = MPI_DATATYPE_NULL;
+    MPI_Op mop = MPI_OP_NULL;
+    if constexpr (described_op<Op>) {
+      type = detail::mpi::builtin_datatype(op.type());
+      mop = type == MPI_DATATYPE_NULL ? MPI_OP_NULL : detail::mpi::builtin_op(op.type(), op.kind());
+      if (mop == MPI_OP_NULL) type = MPI_DATATYPE_NULL; // a user op works on T's bytes
+    } else {
+      type = detail::mpi::builtin_datatype<T>();
+      mop = detail::mpi::builtin_op<T, Op>();
+    }
     if (type == MPI_DATATYPE_NULL) type = detail::mpi::byte_datatype<T>(rank_);
     if (mop == MPI_OP_NULL) mop = detail::mpi::user_mpi_op<T, Op>(rank_);
     const Op* saved = detail::mpi::current_op<Op>;

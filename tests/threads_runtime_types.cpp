@@ -1,0 +1,216 @@
+// The runtime-typed entry points (reduce/runtime.hpp): for every scalar_type and every
+// reduce_kind that applies to it, allreduce, reduce_scatter and reduce with the type and
+// op as values give the typed calls' results bit for bit (fractional floats, random
+// integer bits) on every rank; kinds that do not apply are refused before any message.
+#include <doctest/doctest.h>
+
+#include <cstdint>
+#include <cstring>
+#include <limits>
+#include <random>
+#include <string>
+#include <vector>
+
+#include <tcoll/tcoll.hpp>
+
+namespace {
+
+using tcoll::reduce_kind;
+using tcoll::scalar_type;
+
+/// The typed op of `kind` (for kinds the tests reach).
+template <class F>
+void visit_op(reduce_kind kind, F&& f) {
+  switch (kind) {
+  case reduce_kind::sum:
+    return f(tcoll::sum_op{});
+  case reduce_kind::prod:
+    return f(tcoll::prod_op{});
+  case reduce_kind::min:
+    return f(tcoll::min_op{});
+  case reduce_kind::max:
+    return f(tcoll::max_op{});
+  case reduce_kind::avg:
+    return f(tcoll::avg_op{});
+  case reduce_kind::band:
+    return f(tcoll::band_op{});
+  case reduce_kind::bor:
+    return f(tcoll::bor_op{});
+  case reduce_kind::bxor:
+    return f(tcoll::bxor_op{});
+  case reduce_kind::land:
+    return f(tcoll::land_op{});
+  case reduce_kind::lor:
+    return f(tcoll::lor_op{});
+  case reduce_kind::lxor:
+    return f(tcoll::lxor_op{});
+  }
+}
+
+/// Inputs of `rank`: fractional floats of mixed magnitude (near 1 for prod, so products
+/// stay finite), random integer bits (a quarter zeros, so the logical kinds see both).
+template <class T>
+std::vector<T> inputs(std::size_t n, int rank, reduce_kind kind) {
+  std::mt19937_64 gen(1234 + 77 * rank);
+  std::vector<T> v(n);
+  for (auto& x : v) {
+    const std::uint64_t bits = gen();
+    if constexpr (std::is_integral_v<T>) {
+      x = bits % 4 == 0 ? T(0) : static_cast<T>(bits >> 7);
+    } else {
+      const double frac = static_cast<double>(bits >> 11) * 0x1.0p-53; // [0, 1)
+      const double value =
+          kind == reduce_kind::prod ? 0.75 + 0.5 * frac : (frac - 0.3) * (1 + (bits % 7) * 97.3);
+      x = T(static_cast<float>(value));
+      if constexpr (sizeof(T) >= 8) x = static_cast<T>(value);
+    }
+  }
+  return v;
+}
+
+bool same_bytes(const void* a, const void* b, std::size_t bytes) {
+  return std::memcmp(a, b, bytes) == 0;
+}
+
+/// Do `a` and `b` hold the same value bits in each of `n` elements? x87's long double
+/// stores 10 value bytes in 16; the other 6 are whatever the memory held before the store
+/// (scratch buffers are not cleared), on the typed path as on the runtime one.
+template <class T>
+bool same_values(const T* a, const T* b, std::size_t n) {
+  constexpr std::size_t value_bytes =
+      std::is_same_v<T, long double> && std::numeric_limits<long double>::digits == 64
+          ? 10
+          : sizeof(T);
+  for (std::size_t i = 0; i < n; ++i)
+    if (!same_bytes(a + i, b + i, value_bytes)) return false;
+  return true;
+}
+
+constexpr int ranks = 5;        // not a power of two
+constexpr std::size_t n = 1003; // not divisible by the rank count
+
+} // namespace
+
+TEST_CASE("runtime-typed allreduce, reduce_scatter and reduce match the typed calls bit for bit") {
+  int cases = 0;
+  for (int ti = 0; ti < tcoll::scalar_type_count; ++ti)
+    for (int ki = 0; ki < tcoll::reduce_kind_count; ++ki) {
+      const auto type = static_cast<scalar_type>(ti);
+      const auto kind = static_cast<reduce_kind>(ki);
+      if (!tcoll::reduces(type, kind)) continue;
+      ++cases;
+      CAPTURE(std::string(tcoll::name_of(type)));
+      CAPTURE(std::string(tcoll::name_of(kind)));
+      tcoll::visit_scalar_type(type, [&]<class T>(tcoll::type_tag<T>) {
+        REQUIRE(sizeof(T) == tcoll::size_of(type));
+        REQUIRE(tcoll::scalar_type_of<T>() == type);
+        visit_op(kind, [&]<class Op>(Op op) {
+          if constexpr (std::is_integral_v<T> ||
+                        !(std::is_same_v<Op, tcoll::band_op> || std::is_same_v<Op, tcoll::bor_op> ||
+                          std::is_same_v<Op, tcoll::bxor_op> ||
+                          std::is_same_v<Op, tcoll::land_op> || std::is_same_v<Op, tcoll::lor_op> ||
+                          std::is_same_v<Op, tcoll::lxor_op>)) {
+            std::vector<std::vector<T>> typed(ranks), runtime(ranks), scattered(ranks),
+                scattered_rt(ranks), reduced(ranks), reduced_rt(ranks);
+            std::vector<int> input_kept(ranks, 0);
+            tcoll::thread_team team(ranks);
+            team.run([&](tcoll::thread_transport& t) {
+              const int r = t.rank();
+              const auto in = inputs<T>(n * ranks, r, kind);
+              const auto copy = in;
+              typed[r].resize(n);
+              runtime[r].resize(n);
+              tcoll::allreduce(t, in.data(), typed[r].data(), n, op, tcoll::ring{});
+              tcoll::allreduce(t, static_cast<const void*>(in.data()), runtime[r].data(), n, type,
+                               kind, tcoll::ring{});
+              scattered[r].resize(n / 4);
+              scattered_rt[r].resize(n / 4);
+              tcoll::reduce_scatter(t, in.data(), scattered[r].data(), n / 4, op);
+              tcoll::reduce_scatter(t, static_cast<const void*>(in.data()), scattered_rt[r].data(),
+                                    n / 4, type, kind);
+              reduced[r].resize(n);
+              reduced_rt[r].resize(n);
+              tcoll::reduce(t, in.data(), reduced[r].data(), n, 2, op);
+              tcoll::reduce(t, static_cast<const void*>(in.data()), reduced_rt[r].data(), n, 2,
+                            type, kind);
+              input_kept[r] = in == copy;
+            });
+            for (int r = 0; r < ranks; ++r) {
+              CAPTURE(r);
+              CHECK(input_kept[r]);
+              CHECK(same_values(runtime[r].data(), typed[r].data(), n));
+              CHECK(same_values(runtime[r].data(), runtime[0].data(), n));
+              CHECK(same_values(scattered_rt[r].data(), scattered[r].data(), n / 4));
+            }
+            CHECK(same_values(reduced_rt[2].data(), reduced[2].data(), n));
+          }
+        });
+      });
+    }
+  CHECK(cases == 8 * 11 + 5 * 5); // every (type, kind) that applies was run
+}
+
+TEST_CASE("runtime-typed allreduce over recursive halving-doubling and automatic, in place") {
+  for (auto kind : {reduce_kind::sum, reduce_kind::avg, reduce_kind::max}) {
+    CAPTURE(std::string(tcoll::name_of(kind)));
+    std::vector<std::vector<float>> typed(ranks), runtime(ranks);
+    tcoll::thread_team team(ranks);
+    team.run([&](tcoll::thread_transport& t) {
+      const int r = t.rank();
+      typed[r] = runtime[r] = inputs<float>(n, r, kind);
+      visit_op(kind, [&](auto op) {
+        if constexpr (!std::is_same_v<decltype(op), tcoll::band_op> &&
+                      !std::is_same_v<decltype(op), tcoll::bor_op> &&
+                      !std::is_same_v<decltype(op), tcoll::bxor_op> &&
+                      !std::is_same_v<decltype(op), tcoll::land_op> &&
+                      !std::is_same_v<decltype(op), tcoll::lor_op> &&
+                      !std::is_same_v<decltype(op), tcoll::lxor_op>) {
+          tcoll::allreduce(t, typed[r].data(), typed[r].data(), n, op,
+                           tcoll::recursive_halving_doubling{});
+          tcoll::allreduce(t, runtime[r].data(), runtime[r].data(), n, scalar_type::float32, kind,
+                           tcoll::recursive_halving_doubling{});
+          std::vector<float> a = inputs<float>(n, r, kind), b(n), c(n);
+          tcoll::allreduce(t, a.data(), b.data(), n, op); // automatic
+          tcoll::allreduce(t, static_cast<const void*>(a.data()), c.data(), n, scalar_type::float32,
+                           kind);
+          CHECK(same_bytes(b.data(), c.data(), n * sizeof(float)));
+        }
+      });
+    });
+    for (int r = 0; r < ranks; ++r)
+      CHECK(same_bytes(runtime[r].data(), typed[r].data(), n * sizeof(float)));
+  }
+}
+
+TEST_CASE("a reduction that does not apply to the type is refused before any message") {
+  CHECK_THROWS_WITH_AS(tcoll::runtime_op(scalar_type::float32, reduce_kind::band, 3),
+                       doctest::Contains("op: band does not apply to float elements"),
+                       tcoll::invalid_argument);
+  CHECK_THROWS_AS(tcoll::runtime_op(static_cast<scalar_type>(200), reduce_kind::sum),
+                  tcoll::invalid_argument);
+  CHECK_THROWS_AS(tcoll::visit_element_size(3, [](auto) {}), tcoll::invalid_argument);
+  std::vector<std::string> errors(3);
+  std::vector<int> after(3, 0);
+  tcoll::thread_team team(3);
+  team.run([&](tcoll::thread_transport& t) {
+    const int r = t.rank();
+    std::vector<double> in(10, 0.25 * r), out(10, -1.0);
+    try {
+      tcoll::allreduce(t, static_cast<const void*>(in.data()), out.data(), in.size(),
+                       scalar_type::float64, reduce_kind::lxor);
+    } catch (const tcoll::invalid_argument& e) {
+      errors[r] = e.what();
+    }
+    // Nothing was written and the transport still works (no message was sent).
+    const bool untouched = in == std::vector<double>(10, 0.25 * r) && out[0] == -1.0;
+    tcoll::allreduce(t, static_cast<const void*>(in.data()), out.data(), in.size(),
+                     scalar_type::float64, reduce_kind::sum);
+    after[r] = untouched && out[9] == 0.75;
+  });
+  for (int r = 0; r < 3; ++r) {
+    CAPTURE(r);
+    CHECK(errors[r].find("lxor does not apply to double") != std::string::npos);
+    CHECK(errors[r].find("rank " + std::to_string(r)) != std::string::npos);
+    CHECK(after[r]);
+  }
+}
