@@ -140,94 +140,125 @@ private:
 
 namespace {
 
-template <class T>
-struct type_tag {
-  using type = T;
-};
-
-/// Calls f(type_tag<T>{}) for the tcoll element type of `dtype` (bool travels as uint8).
-template <class F>
-void with_type(at::ScalarType dtype, F&& f) {
-  switch (dtype) {
-  case at::kFloat:
-    return f(type_tag<float>{});
-  case at::kDouble:
-    return f(type_tag<double>{});
-  case at::kHalf:
-    return f(type_tag<tcoll::half>{});
-  case at::kBFloat16:
-    return f(type_tag<tcoll::bfloat16>{});
-  case at::kChar:
-    return f(type_tag<std::int8_t>{});
-  case at::kByte:
-    return f(type_tag<std::uint8_t>{});
-  case at::kBool:
-    return f(type_tag<std::uint8_t>{});
-  case at::kShort:
-    return f(type_tag<std::int16_t>{});
-  case at::kInt:
-    return f(type_tag<std::int32_t>{});
-  case at::kLong:
-    return f(type_tag<std::int64_t>{});
-  default:
-    TORCH_CHECK(false, "tcoll: dtype ", dtype, " is not supported");
-  }
-}
-
 const char* op_name(c10d::ReduceOp::RedOpType op) {
   static const char* names[] = {"SUM",  "AVG", "PRODUCT", "MIN",        "MAX",
                                 "BAND", "BOR", "BXOR",    "PREMUL_SUM", "UNUSED"};
   return names[static_cast<int>(op)];
 }
 
-/// Calls f(op) with the tcoll op of `op` for element type T of `dtype`. bool: SUM, MAX and
-/// BOR are logical or, PRODUCT, MIN and BAND logical and (as NCCL's bool sum); BXOR xor.
-template <class T, class F>
-void with_op(const c10d::ReduceOp& op, at::ScalarType dtype, int rank, F&& f) {
+/// A reduction of the backend: tcoll's runtime-typed op (every algorithm instantiated once
+/// per element size, not per dtype and op) and whether it averages.
+struct reduction {
+  tcoll::scalar_type type;
+  tcoll::reduce_kind kind;
+  tcoll::runtime_op op() const { return tcoll::runtime_op(type, kind); }
+  /// avg's final division of `n` elements at `data` by `nranks` (nothing for other kinds).
+  void finalize(void* data, std::size_t n, int nranks) const {
+    if (kind == tcoll::reduce_kind::avg) tcoll::finalize_average(type, data, n, nranks);
+  }
+};
+
+/// The tcoll reduction of `op` on `dtype` (bool travels as uint8: SUM, MAX and BOR are
+/// logical or, PRODUCT, MIN and BAND logical and, as NCCL's bool sum; BXOR xor). Throws
+/// naming the rank, op and dtype where tcoll has none.
+reduction reduction_of(const c10d::ReduceOp& op, at::ScalarType dtype, int rank) {
   using R = c10d::ReduceOp;
-  constexpr bool integral = std::is_integral_v<T>;
+  using tcoll::reduce_kind;
+  using tcoll::scalar_type;
+  std::optional<scalar_type> type;
+  switch (dtype) {
+  case at::kFloat:
+    type = scalar_type::float32;
+    break;
+  case at::kDouble:
+    type = scalar_type::float64;
+    break;
+  case at::kHalf:
+    type = scalar_type::float16;
+    break;
+  case at::kBFloat16:
+    type = scalar_type::bfloat16;
+    break;
+  case at::kChar:
+    type = scalar_type::int8;
+    break;
+  case at::kByte:
+  case at::kBool:
+    type = scalar_type::uint8;
+    break;
+  case at::kShort:
+    type = scalar_type::int16;
+    break;
+  case at::kInt:
+    type = scalar_type::int32;
+    break;
+  case at::kLong:
+    type = scalar_type::int64;
+    break;
+  default:
+    TORCH_CHECK(false, "tcoll: rank ", rank, ": dtype ", dtype, " is not supported");
+  }
+  std::optional<reduce_kind> kind;
   if (dtype == at::kBool) {
-    if constexpr (integral) switch (op.op_) {
-      case R::SUM:
-      case R::MAX:
-      case R::BOR:
-        return f(tcoll::max_op{});
-      case R::PRODUCT:
-      case R::MIN:
-      case R::BAND:
-        return f(tcoll::min_op{});
-      case R::BXOR:
-        return f(tcoll::bxor_op{});
-      default:
-        break;
-      }
+    switch (op.op_) {
+    case R::SUM:
+    case R::MAX:
+    case R::BOR:
+      kind = reduce_kind::max;
+      break;
+    case R::PRODUCT:
+    case R::MIN:
+    case R::BAND:
+      kind = reduce_kind::min;
+      break;
+    case R::BXOR:
+      kind = reduce_kind::bxor;
+      break;
+    default:
+      break;
+    }
   } else {
     switch (op.op_) {
     case R::SUM:
-      return f(tcoll::sum_op{});
+      kind = reduce_kind::sum;
+      break;
     case R::AVG:
-      return f(tcoll::avg_op{});
+      kind = reduce_kind::avg;
+      break;
     case R::PRODUCT:
-      return f(tcoll::prod_op{});
+      kind = reduce_kind::prod;
+      break;
     case R::MIN:
-      return f(tcoll::min_op{});
+      kind = reduce_kind::min;
+      break;
     case R::MAX:
-      return f(tcoll::max_op{});
+      kind = reduce_kind::max;
+      break;
     case R::BAND:
-      if constexpr (integral) return f(tcoll::band_op{});
+      kind = reduce_kind::band;
       break;
     case R::BOR:
-      if constexpr (integral) return f(tcoll::bor_op{});
+      kind = reduce_kind::bor;
       break;
     case R::BXOR:
-      if constexpr (integral) return f(tcoll::bxor_op{});
+      kind = reduce_kind::bxor;
       break;
     default:
       break;
     }
   }
-  TORCH_CHECK(false, "tcoll: rank ", rank, ": reduce op ", op_name(op.op_),
-              " is not supported on dtype ", dtype);
+  TORCH_CHECK(kind && tcoll::reduces(*type, *kind), "tcoll: rank ", rank, ": reduce op ",
+              op_name(op.op_), " is not supported on dtype ", dtype);
+  return {*type, *kind};
+}
+
+/// Calls `f.template operator()<E>(op)` with the raw element type of `r`'s size and its
+/// runtime op.
+template <class F>
+void with_reduction(const reduction& r, F&& f) {
+  const tcoll::runtime_op op = r.op();
+  tcoll::visit_element_size(tcoll::size_of(r.type),
+                            [&]<class E>(tcoll::type_tag<E>) { f.template operator()<E>(op); });
 }
 
 void check_cpu(const at::Tensor& t, const char* what, const char* argument, int rank) {
@@ -375,19 +406,17 @@ public:
     TORCH_CHECK(tensors.size() == 1, "tcoll: reduce: rank ", rank_, ": takes one tensor");
     const int root = check_root(opts.rootRank, "reduce");
     at::Tensor buffer = dense(tensors[0]);
-    const auto op = opts.reduceOp;
-    const auto dtype = buffer.scalar_type();
-    check_op(op, dtype);
+    const reduction r = reduction_of(opts.reduceOp, buffer.scalar_type(), rank_);
     return enqueue(OpType::REDUCE, tensors, "reduce", buffer.nbytes(), [=, this](auto& t, int tag) {
-      with_type(dtype, [&]<class T>(type_tag<T>) {
-        with_op<T>(op, dtype, rank_, [&](const auto& o) {
-          tcoll::cpu_reducer red;
-          T* data = reinterpret_cast<T*>(buffer.data_ptr());
-          tcoll::detail::reduce_tagged(
-              t, tag, static_cast<const T*>(data), rank_ == root ? data : nullptr,
-              static_cast<std::size_t>(buffer.numel()), root, o, tcoll::binomial_tree{}, red);
-        });
+      const auto n = static_cast<std::size_t>(buffer.numel());
+      with_reduction(r, [&]<class E>(const tcoll::runtime_op& o) {
+        tcoll::cpu_reducer red;
+        E* data = reinterpret_cast<E*>(buffer.data_ptr());
+        tcoll::detail::reduce_tagged(t, tag, static_cast<const E*>(data),
+                                     rank_ == root ? data : nullptr, n, root, o,
+                                     tcoll::binomial_tree{}, red);
       });
+      if (rank_ == root) r.finalize(buffer.data_ptr(), n, size_);
       copy_back(tensors[0], buffer);
     });
   }
@@ -435,6 +464,7 @@ public:
     check_cpu(outputs[0], "reduce_scatter", "output", rank_);
     check_list_size(inputs[0], "reduce_scatter", "input list");
     for (const auto& i : inputs[0]) check_like(i, outputs[0], "reduce_scatter", "input tensor");
+    check_op(opts.reduceOp, outputs[0].scalar_type());
     at::Tensor packed = at::cat(flattened(inputs[0]));
     at::Tensor out = dense(outputs[0]);
     return enqueue(OpType::REDUCE_SCATTER, outputs, "reduce_scatter", packed.nbytes(),
@@ -451,6 +481,7 @@ public:
     TORCH_CHECK(input.numel() == output.numel() * size_, "tcoll: reduce_scatter_tensor: rank ",
                 rank_, ": input has ", input.numel(), " elements, expected ", size_, " x ",
                 output.numel());
+    check_op(opts.reduceOp, output.scalar_type());
     at::Tensor in = dense(input), out = dense(output);
     return enqueue(OpType::_REDUCE_SCATTER_BASE, {output}, "reduce_scatter_tensor", in.nbytes(),
                    [=, this](auto& t, int tag) {
@@ -720,8 +751,9 @@ private:
                     ": PREMUL_SUM needs a floating-point dtype, got ", t.scalar_type());
     }
     std::vector<at::Tensor> work_on;
+    std::vector<reduction> reductions;
     for (auto& t : tensors) {
-      check_op(run_op, t.scalar_type());
+      reductions.push_back(reduction_of(run_op, t.scalar_type(), rank_));
       work_on.push_back(dense(t));
     }
     // every tensor in turn: reduce_one(data, count, op) runs one allreduce in place
@@ -729,12 +761,11 @@ private:
       for (std::size_t i = 0; i < work_on.size(); ++i) {
         const at::Tensor& b = work_on[i];
         if (factor) b.mul_(*factor);
-        const auto dtype = b.scalar_type();
-        with_type(dtype, [&]<class T>(type_tag<T>) {
-          with_op<T>(run_op, dtype, rank_, [&](const auto& o) {
-            reduce_one(reinterpret_cast<T*>(b.data_ptr()), static_cast<std::size_t>(b.numel()), o);
-          });
+        const auto n = static_cast<std::size_t>(b.numel());
+        with_reduction(reductions[i], [&]<class E>(const tcoll::runtime_op& o) {
+          reduce_one(reinterpret_cast<E*>(b.data_ptr()), n, o);
         });
+        reductions[i].finalize(b.data_ptr(), n, size_);
         copy_back(tensors[i], b);
       }
     };
@@ -767,15 +798,15 @@ private:
   template <class Tr>
   void run_reduce_scatter(Tr& t, int tag, const at::Tensor& in, const at::Tensor& out,
                           const c10d::ReduceOp& op) {
-    const auto dtype = in.scalar_type();
-    with_type(dtype, [&]<class T>(type_tag<T>) {
-      with_op<T>(op, dtype, rank_, [&](const auto& o) {
-        tcoll::cpu_reducer red;
-        tcoll::detail::reduce_scatter_tagged(
-            t, tag, reinterpret_cast<const T*>(in.data_ptr()), reinterpret_cast<T*>(out.data_ptr()),
-            static_cast<std::size_t>(out.numel()), o, tcoll::ring{}, red);
-      });
+    const reduction r = reduction_of(op, in.scalar_type(), rank_);
+    const auto n = static_cast<std::size_t>(out.numel());
+    with_reduction(r, [&]<class E>(const tcoll::runtime_op& o) {
+      tcoll::cpu_reducer red;
+      tcoll::detail::reduce_scatter_tagged(t, tag, reinterpret_cast<const E*>(in.data_ptr()),
+                                           reinterpret_cast<E*>(out.data_ptr()), n, o,
+                                           tcoll::ring{}, red);
     });
+    r.finalize(out.data_ptr(), n, size_);
   }
 
   static std::size_t total_bytes(const std::vector<at::Tensor>& tensors) {
@@ -815,7 +846,7 @@ private:
   }
   /// Throws at the call (not in wait()) for an op this dtype does not support.
   void check_op(const c10d::ReduceOp& op, at::ScalarType dtype) {
-    with_type(dtype, [&]<class T>(type_tag<T>) { with_op<T>(op, dtype, rank_, [](auto) {}); });
+    (void)reduction_of(op, dtype, rank_);
   }
   void check_like(const at::Tensor& t, const at::Tensor& like, const char* what,
                   const char* argument) {
