@@ -5,10 +5,13 @@
 //              (isend + irecv_consume reducing into the buffer, both waited), no tcoll call
 //   prepared   tcoll::prepared_allreduce<..., recursive_doubling>::run (steps recorded once)
 //   allreduce  tcoll::allreduce(t, span, sum_op, recursive_doubling{}) (plans every call)
+//   runtime    the same call with the type and op as values (scalar_type::float32,
+//              reduce_kind::sum: the runtime-typed path of the preload and the torch backend)
 //   MPI        MPI_Allreduce on the same processes
 // Each is timed over -n back-to-back calls after a barrier (per-call time = elapsed / n,
 // max over ranks) and the median of -R repetitions is printed. The overhead of tcoll is
-// allreduce - raw (planning + executor + collective bookkeeping) and prepared - raw.
+// allreduce - raw (planning + executor + collective bookkeeping) and prepared - raw;
+// runtime - allreduce is what the runtime-typed dispatch adds.
 //
 // `-t threads` adds the thread transport: two threads of rank 0 (rank 1 sleeps meanwhile,
 // so the two threads own the two cores), once with the default eager lanes and once with
@@ -94,7 +97,7 @@ void measure(const char* name, Tr& t, const options& o) {
   const std::size_t n = std::max<std::size_t>(1, o.bytes / sizeof(float));
   std::vector<float> data(n, 0.0f), staging(n); // zeros: the sums stay finite
   tcoll::prepared_allreduce<Tr, float, tcoll::sum_op, tcoll::recursive_doubling> prepared(t, n);
-  std::vector<double> raw, prep, plain, mpi;
+  std::vector<double> raw, prep, plain, mpi, runtime;
   auto reset = [&] { std::fill(data.begin(), data.end(), 0.0f); };
   for (int rep = 0; rep < o.reps; ++rep) {
     reset();
@@ -110,11 +113,16 @@ void measure(const char* name, Tr& t, const options& o) {
       MPI_Allreduce(MPI_IN_PLACE, data.data(), static_cast<int>(n), MPI_FLOAT, MPI_SUM,
                     MPI_COMM_WORLD);
     }));
+    reset();
+    runtime.push_back(time_calls(o.calls, [&] {
+      tcoll::allreduce(t, data.data(), data.data(), n, tcoll::scalar_type::float32,
+                       tcoll::reduce_kind::sum, tcoll::recursive_doubling{});
+    }));
   }
   if (t.rank() == 0)
-    std::printf("%-6s %8zu %9.3f %9.3f %9.3f %9.3f %10.3f %10.3f\n", name, n * sizeof(float),
+    std::printf("%-6s %8zu %9.3f %9.3f %9.3f %9.3f %10.3f %10.3f %9.3f\n", name, n * sizeof(float),
                 median(raw), median(prep), median(plain), median(mpi), median(prep) - median(raw),
-                median(plain) - median(raw));
+                median(plain) - median(raw), median(runtime));
 }
 
 /// Rank 0 runs `f`; the other ranks wait in a polled, sleeping barrier so they take no core.
@@ -131,11 +139,11 @@ void on_rank0_alone(F&& f) {
   }
 }
 
-/// raw, prepared and allreduce on a 2-thread team with `eager_bytes`, per-call us, the
+/// raw, prepared, allreduce and runtime on a 2-thread team with `eager_bytes`, per-call us, the
 /// maximum over the two threads.
-std::array<double, 3> thread_calls(const options& o, std::size_t eager_bytes) {
+std::array<double, 4> thread_calls(const options& o, std::size_t eager_bytes) {
   const std::size_t n = std::max<std::size_t>(1, o.bytes / sizeof(float));
-  double per_rank[2][3] = {};
+  double per_rank[2][4] = {};
   tcoll::thread_options team_options;
   team_options.eager_bytes = eager_bytes;
   tcoll::thread_team(2, team_options).run([&](tcoll::thread_transport& t) {
@@ -159,16 +167,20 @@ std::array<double, 3> thread_calls(const options& o, std::size_t eager_bytes) {
     time(2, [&] {
       tcoll::allreduce(t, std::span<float>(data), tcoll::sum_op{}, tcoll::recursive_doubling{});
     });
+    time(3, [&] {
+      tcoll::allreduce(t, data.data(), data.data(), n, tcoll::scalar_type::float32,
+                       tcoll::reduce_kind::sum, tcoll::recursive_doubling{});
+    });
   });
   return {std::max(per_rank[0][0], per_rank[1][0]), std::max(per_rank[0][1], per_rank[1][1]),
-          std::max(per_rank[0][2], per_rank[1][2])};
+          std::max(per_rank[0][2], per_rank[1][2]), std::max(per_rank[0][3], per_rank[1][3])};
 }
 
 /// The thread transport with its eager lanes and without, next to MPI_Allreduce.
 void measure_threads(const options& o) {
   const std::size_t n = std::max<std::size_t>(1, o.bytes / sizeof(float));
   const std::size_t eager_settings[2] = {tcoll::thread_options{}.eager_bytes, 0};
-  std::vector<double> raw[2], prep[2], plain[2], mpi;
+  std::vector<double> raw[2], prep[2], plain[2], runtime[2], mpi;
   std::vector<float> data(n, 0.0f);
   for (int rep = 0; rep < o.reps; ++rep) {
     std::fill(data.begin(), data.end(), 0.0f);
@@ -182,6 +194,7 @@ void measure_threads(const options& o) {
         raw[e].push_back(r[0]);
         prep[e].push_back(r[1]);
         plain[e].push_back(r[2]);
+        runtime[e].push_back(r[3]);
       });
   }
   int rank = 0;
@@ -189,9 +202,10 @@ void measure_threads(const options& o) {
   if (rank != 0) return;
   const char* names[2] = {"threads", "thr-e0"};
   for (int e = 0; e < 2; ++e)
-    std::printf("%-6s %8zu %9.3f %9.3f %9.3f %9.3f %10.3f %10.3f\n", names[e], n * sizeof(float),
-                median(raw[e]), median(prep[e]), median(plain[e]), median(mpi),
-                median(prep[e]) - median(raw[e]), median(plain[e]) - median(raw[e]));
+    std::printf("%-6s %8zu %9.3f %9.3f %9.3f %9.3f %10.3f %10.3f %9.3f\n", names[e],
+                n * sizeof(float), median(raw[e]), median(prep[e]), median(plain[e]), median(mpi),
+                median(prep[e]) - median(raw[e]), median(plain[e]) - median(raw[e]),
+                median(runtime[e]));
 }
 
 } // namespace
@@ -229,7 +243,7 @@ int main(int argc, char** argv) {
     if (m.rank() == 0)
       std::printf("# per-call us, medians of %d reps of %d calls (max over ranks), float sum\n"
                   "# transport bytes       raw  prepared allreduce       MPI  prep-raw  "
-                  "allreduce-raw\n",
+                  "allreduce-raw   runtime\n",
                   o.reps, o.calls);
     if (o.transports.find("shm") != std::string::npos) measure("shm", s, o);
     if (o.transports.find("mpi") != std::string::npos) measure("mpi", m, o);
