@@ -1,7 +1,8 @@
-// The runtime-typed entry points (reduce/runtime.hpp): for every scalar_type and every
-// reduce_kind that applies to it, allreduce, reduce_scatter and reduce with the type and
-// op as values give the typed calls' results bit for bit (fractional floats, random
-// integer bits) on every rank; kinds that do not apply are refused before any message.
+// The runtime-typed entry points (reduce/runtime.hpp): runtime_op's kernel of every
+// (scalar_type, reduce_kind) that applies is the typed op's loop bit for bit (fractional
+// floats, random integer bits, every aliasing case); allreduce, reduce_scatter and reduce
+// with the type and op as values give the typed calls' results bit for bit on every rank
+// for every element size; kinds that do not apply are refused before any message.
 #include <doctest/doctest.h>
 
 #include <cstdint>
@@ -78,9 +79,8 @@ bool same_bytes(const void* a, const void* b, std::size_t bytes) {
 template <class T>
 bool same_values(const T* a, const T* b, std::size_t n) {
   constexpr std::size_t value_bytes =
-      std::is_same_v<T, long double> && std::numeric_limits<long double>::digits == 64
-          ? 10
-          : sizeof(T);
+      std::is_same_v<T, long double> && std::numeric_limits<long double>::digits == 64 ? 10
+                                                                                       : sizeof(T);
   for (std::size_t i = 0; i < n; ++i)
     if (!same_bytes(a + i, b + i, value_bytes)) return false;
   return true;
@@ -91,58 +91,54 @@ constexpr std::size_t n = 1003; // not divisible by the rank count
 
 } // namespace
 
-TEST_CASE("runtime-typed allreduce, reduce_scatter and reduce match the typed calls bit for bit") {
+/// Is `Op` one of the bitwise or logical ops (integers only)?
+template <class Op>
+constexpr bool integer_only_op() {
+  return std::is_same_v<Op, tcoll::band_op> || std::is_same_v<Op, tcoll::bor_op> ||
+         std::is_same_v<Op, tcoll::bxor_op> || std::is_same_v<Op, tcoll::land_op> ||
+         std::is_same_v<Op, tcoll::lor_op> || std::is_same_v<Op, tcoll::lxor_op>;
+}
+
+TEST_CASE("runtime_op reduces every (type, kind) with the typed op's loop, bit for bit") {
   int cases = 0;
   for (int ti = 0; ti < tcoll::scalar_type_count; ++ti)
     for (int ki = 0; ki < tcoll::reduce_kind_count; ++ki) {
       const auto type = static_cast<scalar_type>(ti);
       const auto kind = static_cast<reduce_kind>(ki);
-      if (!tcoll::reduces(type, kind)) continue;
-      ++cases;
       CAPTURE(std::string(tcoll::name_of(type)));
       CAPTURE(std::string(tcoll::name_of(kind)));
+      if (!tcoll::reduces(type, kind)) {
+        CHECK_THROWS_AS(tcoll::runtime_op(type, kind), tcoll::invalid_argument);
+        continue;
+      }
+      ++cases;
+      const tcoll::runtime_op rt(type, kind);
+      CHECK(rt.type() == type);
+      CHECK(rt.kind() == kind);
       tcoll::visit_scalar_type(type, [&]<class T>(tcoll::type_tag<T>) {
         REQUIRE(sizeof(T) == tcoll::size_of(type));
         REQUIRE(tcoll::scalar_type_of<T>() == type);
         visit_op(kind, [&]<class Op>(Op op) {
-          if constexpr (std::is_integral_v<T> ||
-                        !(std::is_same_v<Op, tcoll::band_op> || std::is_same_v<Op, tcoll::bor_op> ||
-                          std::is_same_v<Op, tcoll::bxor_op> ||
-                          std::is_same_v<Op, tcoll::land_op> || std::is_same_v<Op, tcoll::lor_op> ||
-                          std::is_same_v<Op, tcoll::lxor_op>)) {
-            std::vector<std::vector<T>> typed(ranks), runtime(ranks), scattered(ranks),
-                scattered_rt(ranks), reduced(ranks), reduced_rt(ranks);
-            std::vector<int> input_kept(ranks, 0);
-            tcoll::thread_team team(ranks);
-            team.run([&](tcoll::thread_transport& t) {
-              const int r = t.rank();
-              const auto in = inputs<T>(n * ranks, r, kind);
-              const auto copy = in;
-              typed[r].resize(n);
-              runtime[r].resize(n);
-              tcoll::allreduce(t, in.data(), typed[r].data(), n, op, tcoll::ring{});
-              tcoll::allreduce(t, static_cast<const void*>(in.data()), runtime[r].data(), n, type,
-                               kind, tcoll::ring{});
-              scattered[r].resize(n / 4);
-              scattered_rt[r].resize(n / 4);
-              tcoll::reduce_scatter(t, in.data(), scattered[r].data(), n / 4, op);
-              tcoll::reduce_scatter(t, static_cast<const void*>(in.data()), scattered_rt[r].data(),
-                                    n / 4, type, kind);
-              reduced[r].resize(n);
-              reduced_rt[r].resize(n);
-              tcoll::reduce(t, in.data(), reduced[r].data(), n, 2, op);
-              tcoll::reduce(t, static_cast<const void*>(in.data()), reduced_rt[r].data(), n, 2,
-                            type, kind);
-              input_kept[r] = in == copy;
-            });
-            for (int r = 0; r < ranks; ++r) {
-              CAPTURE(r);
-              CHECK(input_kept[r]);
-              CHECK(same_values(runtime[r].data(), typed[r].data(), n));
-              CHECK(same_values(runtime[r].data(), runtime[0].data(), n));
-              CHECK(same_values(scattered_rt[r].data(), scattered[r].data(), n / 4));
+          if constexpr (std::is_integral_v<T> || !integer_only_op<Op>()) {
+            const tcoll::cpu_reducer red;
+            const auto a = inputs<T>(n, 1, kind), b = inputs<T>(n, 2, kind);
+            std::vector<T> want(n), got(n);
+            red.reduce(op, want.data(), a.data(), b.data(), n); // dst distinct
+            rt.reduce_arrays(got.data(), a.data(), b.data(), n);
+            CHECK(same_values(got.data(), want.data(), n));
+            auto want_left = a, got_left = a; // dst == a
+            red.reduce(op, want_left.data(), want_left.data(), b.data(), n);
+            rt.reduce_arrays(got_left.data(), got_left.data(), b.data(), n);
+            CHECK(same_values(got_left.data(), want_left.data(), n));
+            auto want_right = b, got_right = b; // dst == b: op(a, b), not op(b, a)
+            red.reduce(op, want_right.data(), a.data(), want_right.data(), n);
+            rt.reduce_arrays(got_right.data(), a.data(), got_right.data(), n);
+            CHECK(same_values(got_right.data(), want_right.data(), n));
+            if constexpr (std::is_same_v<Op, tcoll::avg_op>) {
+              red.finalize(op, want.data(), n, ranks);
+              tcoll::finalize_average(type, got.data(), n, ranks);
+              CHECK(same_values(got.data(), want.data(), n));
             }
-            CHECK(same_values(reduced_rt[2].data(), reduced[2].data(), n));
           }
         });
       });
@@ -150,36 +146,105 @@ TEST_CASE("runtime-typed allreduce, reduce_scatter and reduce match the typed ca
   CHECK(cases == 8 * 11 + 5 * 5); // every (type, kind) that applies was run
 }
 
-TEST_CASE("runtime-typed allreduce over recursive halving-doubling and automatic, in place") {
-  for (auto kind : {reduce_kind::sum, reduce_kind::avg, reduce_kind::max}) {
-    CAPTURE(std::string(tcoll::name_of(kind)));
-    std::vector<std::vector<float>> typed(ranks), runtime(ranks);
-    tcoll::thread_team team(ranks);
-    team.run([&](tcoll::thread_transport& t) {
-      const int r = t.rank();
-      typed[r] = runtime[r] = inputs<float>(n, r, kind);
-      visit_op(kind, [&](auto op) {
-        if constexpr (!std::is_same_v<decltype(op), tcoll::band_op> &&
-                      !std::is_same_v<decltype(op), tcoll::bor_op> &&
-                      !std::is_same_v<decltype(op), tcoll::bxor_op> &&
-                      !std::is_same_v<decltype(op), tcoll::land_op> &&
-                      !std::is_same_v<decltype(op), tcoll::lor_op> &&
-                      !std::is_same_v<decltype(op), tcoll::lxor_op>) {
-          tcoll::allreduce(t, typed[r].data(), typed[r].data(), n, op,
-                           tcoll::recursive_halving_doubling{});
-          tcoll::allreduce(t, runtime[r].data(), runtime[r].data(), n, scalar_type::float32, kind,
-                           tcoll::recursive_halving_doubling{});
-          std::vector<float> a = inputs<float>(n, r, kind), b(n), c(n);
-          tcoll::allreduce(t, a.data(), b.data(), n, op); // automatic
-          tcoll::allreduce(t, static_cast<const void*>(a.data()), c.data(), n, scalar_type::float32,
-                           kind);
-          CHECK(same_bytes(b.data(), c.data(), n * sizeof(float)));
-        }
-      });
-    });
-    for (int r = 0; r < ranks; ++r)
-      CHECK(same_bytes(runtime[r].data(), typed[r].data(), n * sizeof(float)));
+namespace {
+
+/// allreduce (ring), reduce_scatter and reduce of T under Op, typed and runtime-typed, on 5
+/// threads: the same bits on every rank, inputs untouched.
+template <class T, class Op>
+void check_against_typed(reduce_kind kind) {
+  const scalar_type type = tcoll::scalar_type_of<T>();
+  const Op op{};
+  CAPTURE(std::string(tcoll::name_of(type)));
+  CAPTURE(std::string(tcoll::name_of(kind)));
+  std::vector<std::vector<T>> typed(ranks), runtime(ranks), scattered(ranks), scattered_rt(ranks),
+      reduced(ranks), reduced_rt(ranks);
+  std::vector<int> input_kept(ranks, 0);
+  tcoll::thread_team team(ranks);
+  team.run([&](tcoll::thread_transport& t) {
+    const int r = t.rank();
+    const auto in = inputs<T>(n * ranks, r, kind);
+    const auto copy = in;
+    typed[r].resize(n);
+    runtime[r].resize(n);
+    tcoll::allreduce(t, in.data(), typed[r].data(), n, op, tcoll::ring{});
+    tcoll::allreduce(t, static_cast<const void*>(in.data()), runtime[r].data(), n, type, kind,
+                     tcoll::ring{});
+    scattered[r].resize(n / 4);
+    scattered_rt[r].resize(n / 4);
+    tcoll::reduce_scatter(t, in.data(), scattered[r].data(), n / 4, op);
+    tcoll::reduce_scatter(t, static_cast<const void*>(in.data()), scattered_rt[r].data(), n / 4,
+                          type, kind);
+    reduced[r].resize(n);
+    reduced_rt[r].resize(n);
+    tcoll::reduce(t, in.data(), reduced[r].data(), n, 2, op);
+    tcoll::reduce(t, static_cast<const void*>(in.data()), reduced_rt[r].data(), n, 2, type, kind);
+    input_kept[r] = in == copy;
+  });
+  for (int r = 0; r < ranks; ++r) {
+    CAPTURE(r);
+    CHECK(input_kept[r]);
+    CHECK(same_values(runtime[r].data(), typed[r].data(), n));
+    CHECK(same_values(runtime[r].data(), runtime[0].data(), n));
+    CHECK(same_values(scattered_rt[r].data(), scattered[r].data(), n / 4));
   }
+  CHECK(same_values(reduced_rt[2].data(), reduced[2].data(), n));
+}
+
+} // namespace
+
+TEST_CASE("runtime-typed allreduce, reduce_scatter and reduce: every element size matches the "
+          "typed calls bit for bit") {
+  // Algorithms see only the element size and the reducer's calls, and the kernels are the
+  // typed loops (above): one (type, kind) per size, floats where the order shows. Each pair
+  // is instantiated on its own (a visit over all of them would instantiate every pairing).
+  check_against_typed<std::int8_t, tcoll::bxor_op>(reduce_kind::bxor);
+  check_against_typed<tcoll::half, tcoll::sum_op>(reduce_kind::sum);
+  check_against_typed<tcoll::bfloat16, tcoll::avg_op>(reduce_kind::avg);
+  check_against_typed<float, tcoll::sum_op>(reduce_kind::sum);
+  check_against_typed<float, tcoll::avg_op>(reduce_kind::avg);
+  check_against_typed<std::int32_t, tcoll::min_op>(reduce_kind::min);
+  check_against_typed<double, tcoll::prod_op>(reduce_kind::prod);
+  check_against_typed<std::uint64_t, tcoll::land_op>(reduce_kind::land);
+  check_against_typed<long double, tcoll::sum_op>(reduce_kind::sum);
+}
+
+namespace {
+
+/// float under Op, in place with recursive halving-doubling and out of place with
+/// automatic, typed and runtime-typed.
+template <class Op>
+void check_float_in_place(reduce_kind kind) {
+  CAPTURE(std::string(tcoll::name_of(kind)));
+  std::vector<std::vector<float>> typed(ranks), runtime(ranks), automatic(ranks),
+      automatic_rt(ranks);
+  tcoll::thread_team team(ranks);
+  team.run([&](tcoll::thread_transport& t) {
+    const int r = t.rank();
+    typed[r] = runtime[r] = inputs<float>(n, r, kind);
+    tcoll::allreduce(t, typed[r].data(), typed[r].data(), n, Op{},
+                     tcoll::recursive_halving_doubling{});
+    tcoll::allreduce(t, runtime[r].data(), runtime[r].data(), n, scalar_type::float32, kind,
+                     tcoll::recursive_halving_doubling{});
+    const std::vector<float> a = inputs<float>(n, r, kind);
+    automatic[r].resize(n);
+    automatic_rt[r].resize(n);
+    tcoll::allreduce(t, a.data(), automatic[r].data(), n, Op{});
+    tcoll::allreduce(t, static_cast<const void*>(a.data()), automatic_rt[r].data(), n,
+                     scalar_type::float32, kind);
+  });
+  for (int r = 0; r < ranks; ++r) {
+    CAPTURE(r);
+    CHECK(same_bytes(runtime[r].data(), typed[r].data(), n * sizeof(float)));
+    CHECK(same_bytes(automatic_rt[r].data(), automatic[r].data(), n * sizeof(float)));
+  }
+}
+
+} // namespace
+
+TEST_CASE("runtime-typed allreduce over recursive halving-doubling and automatic, in place") {
+  check_float_in_place<tcoll::sum_op>(reduce_kind::sum);
+  check_float_in_place<tcoll::avg_op>(reduce_kind::avg);
+  check_float_in_place<tcoll::max_op>(reduce_kind::max);
 }
 
 TEST_CASE("a reduction that does not apply to the type is refused before any message") {
