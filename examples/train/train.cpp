@@ -381,11 +381,13 @@ options parse_options(int argc, char** argv) {
   return o;
 }
 
-/// Calls `f` with the tuning struct of the algorithm named `name` (checked by parse_options).
-template <class F>
-void with_algorithm(const std::string& name, F&& f) {
-  if (name == "automatic") return f(tcoll::automatic{});
-  tcoll::visit_algorithm(tcoll::parse_algorithm(name), tcoll::automatic{.rules = {}}, f);
+/// The algorithm named `name` (checked by parse_options) as `automatic` with one rule for
+/// every size, so each exchange is instantiated once per transport and its allreduces run
+/// the named algorithm through automatic's dispatch (default knobs, as `visit_algorithm`
+/// gives them). One exchange per algorithm made this file take 151 s to compile.
+tcoll::automatic algorithm_of(const std::string& name) {
+  if (name == "automatic") return tcoll::automatic{}; // TCOLL_ALLREDUCE_ALGO, else built in
+  return tcoll::automatic{.rules = {tcoll::size_rule{.algorithm = tcoll::parse_algorithm(name)}}};
 }
 
 /// Fisher-Yates shuffle driven by splitmix64, so every rank (and every platform) draws the
@@ -437,11 +439,12 @@ std::vector<epoch_record> train_rank(Transport& t, const options& o,
   train::sgd_momentum optimiser(model.parameters().size(), o.sgd);
   tcoll::counting<Transport> counted(t);
   std::unique_ptr<train::gradient_exchange> exchange;
-  with_algorithm(o.algorithm, [&](const auto& algo) {
-    using algo_type = std::decay_t<decltype(algo)>;
+  {
+    const tcoll::automatic algo = algorithm_of(o.algorithm);
+    using algo_type = tcoll::automatic;
     using comm_type = tcoll::counting<Transport>;
-    if constexpr (std::is_same_v<algo_type, tcoll::passthrough> &&
-                  !tcoll::has_native_allreduce<comm_type, float, tcoll::avg_op>)
+    if (o.algorithm == "passthrough" &&
+        !tcoll::has_native_allreduce<comm_type, float, tcoll::avg_op>)
       throw tcoll::invalid_argument("passthrough: this transport has no vendor allreduce");
     else if (o.scheme == "csc")
       exchange = std::make_unique<train::csc_exchange<comm_type, algo_type>>(counted, model, algo,
@@ -467,7 +470,7 @@ std::vector<epoch_record> train_rank(Transport& t, const options& o,
     else
       exchange = std::make_unique<train::overlapped<comm_type, algo_type>>(
           counted, model, algo, train::overlap_options{o.overlap, o.autotune_steps});
-  });
+  }
   model.on_gradient_ready = [&](std::size_t i) { exchange->gradient_ready(i); };
 
   const std::size_t samples = train_subset.size();

@@ -124,6 +124,7 @@ constexpr scalar_type scalar_type_of() {
   }
 }
 
+/// A type as a value, for visitors (`visit_scalar_type`, `visit_element_size`).
 template <class T>
 struct type_tag {
   using type = T;

@@ -10,10 +10,7 @@ namespace tcoll::testing {
 // ---------------------------------------------------------------------------------------
 // Element types and ops.
 
-template <class T>
-struct type_tag {
-  using type = T;
-};
+// type_tag<T> is tcoll's own (core/scalar_type.hpp).
 
 /// Calls f(type_tag<T>{}) for every element type whose name is in `names` (all if empty).
 template <class F>
