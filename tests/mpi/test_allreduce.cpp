@@ -75,6 +75,34 @@ bool same_bits(const T& a, const T& b) {
   return std::memcmp(&a, &b, sizeof(T)) == 0;
 }
 
+/// The reduce_kind of a predefined op.
+template <class Op>
+constexpr tcoll::reduce_kind kind_of() {
+  if constexpr (std::is_same_v<Op, tcoll::prod_op>)
+    return tcoll::reduce_kind::prod;
+  else if constexpr (std::is_same_v<Op, tcoll::min_op>)
+    return tcoll::reduce_kind::min;
+  else if constexpr (std::is_same_v<Op, tcoll::max_op>)
+    return tcoll::reduce_kind::max;
+  else if constexpr (std::is_same_v<Op, tcoll::avg_op>)
+    return tcoll::reduce_kind::avg;
+  else
+    return tcoll::reduce_kind::sum;
+}
+
+/// The typed call for float (MPI_FLOAT with the built-in ops) and half (a byte datatype
+/// with a user op); the runtime-typed call, with its own MPI mapping, for the other types
+/// (one instantiation per element size: see tests/threads_runtime_types.cpp).
+template <class T, class Op, class Algo>
+void run_allreduce(tcoll::mpi_transport& t, const T* in, T* out, std::size_t count,
+                   const Algo& algo) {
+  if constexpr (std::is_same_v<T, float> || std::is_same_v<T, tcoll::half>)
+    tcoll::allreduce(t, in, out, count, Op{}, algo);
+  else
+    tcoll::allreduce(t, static_cast<const void*>(in), static_cast<void*>(out), count,
+                     tcoll::scalar_type_of<T>(), kind_of<Op>(), algo);
+}
+
 template <class T, class Op, class Algo>
 void check_case(tcoll::mpi_transport& t, std::size_t count, bool in_place, const Algo& algo) {
   const int P = t.size(), r = t.rank();
@@ -82,9 +110,9 @@ void check_case(tcoll::mpi_transport& t, std::size_t count, bool in_place, const
   for (std::size_t i = 0; i < count; ++i) in[i] = from_ll<T>(input_value<Op>(r, i));
   const std::vector<T> original = in;
   if (in_place)
-    tcoll::allreduce(t, in.data(), in.data(), count, Op{}, algo);
+    run_allreduce<T, Op>(t, in.data(), in.data(), count, algo);
   else
-    tcoll::allreduce(t, in.data(), out.data(), count, Op{}, algo);
+    run_allreduce<T, Op>(t, in.data(), out.data(), count, algo);
   const std::vector<T>& got = in_place ? in : out;
   std::size_t wrong = 0, first = count;
   for (std::size_t i = 0; i < count; ++i)

@@ -26,6 +26,47 @@ struct matrix_options {
   std::uint64_t salt = 1;
 };
 
+/// Does the matrix run (T, Op) through the runtime-typed entry point? Every type but float
+/// under the predefined ops, on host memory with the CPU reducer: an algorithm sees the
+/// element type only through its size and the reducer's kernel, so one instantiation per
+/// element size covers them (tests/threads_runtime_types.cpp proves the runtime path equal
+/// to the typed one, kernel by kernel and size by size). float, the non-commutative user
+/// op and every other reducer run the typed call.
+template <class T, class Op, class Buffers>
+constexpr bool runs_runtime_typed() {
+  return std::is_same_v<decltype(std::declval<const Buffers&>().reducer()), cpu_reducer> &&
+         !std::is_same_v<T, float> && arithmetic_element<T> &&
+         (std::is_same_v<Op, sum_op> || std::is_same_v<Op, prod_op> || std::is_same_v<Op, min_op> ||
+          std::is_same_v<Op, max_op> || std::is_same_v<Op, avg_op>);
+}
+
+/// The reduce_kind of a predefined op kind.
+constexpr reduce_kind kind_of(op_kind k) {
+  switch (k) {
+  case op_kind::prod:
+    return reduce_kind::prod;
+  case op_kind::min:
+    return reduce_kind::min;
+  case op_kind::max:
+    return reduce_kind::max;
+  case op_kind::avg:
+    return reduce_kind::avg;
+  default:
+    return reduce_kind::sum;
+  }
+}
+
+/// `allreduce` of the case: typed, or runtime-typed where `runs_runtime_typed`.
+template <class T, class Op, transport Tr, class Algo, class Buffers>
+void matrix_allreduce(Tr& t, const T* send, T* recv, std::size_t n, const Op& op, op_kind k,
+                      const Algo& algo, const Buffers& b) {
+  if constexpr (runs_runtime_typed<T, Op, Buffers>())
+    allreduce(t, static_cast<const void*>(send), static_cast<void*>(recv), n, scalar_type_of<T>(),
+              kind_of(k), algo);
+  else
+    allreduce(t, send, recv, n, op, algo, b.reducer());
+}
+
 /// Runs one allreduce case and checks the result, the untouched input (out of place) and
 /// the cross-rank identity.
 template <transport Tr, class T, class Op, class Algo, class Buffers = host_buffers>
@@ -36,11 +77,11 @@ void allreduce_case(Tr& t, const Algo& algo, const Op& op, op_kind k, std::size_
   const std::string what = id.str();
   if (in_place) {
     b.upload(out, d.input);
-    allreduce(t, out.data(), out.data(), n, op, algo, b.reducer());
+    matrix_allreduce<T>(t, out.data(), out.data(), n, op, k, algo, b);
   } else {
     auto in = b.template allocate<T>(n);
     b.upload(in, d.input);
-    allreduce(t, static_cast<const T*>(in.data()), out.data(), n, op, algo, b.reducer());
+    matrix_allreduce<T>(t, static_cast<const T*>(in.data()), out.data(), n, op, k, algo, b);
     check_equal(b.download(in, n), d.input, what + " (input must stay untouched)");
   }
   const std::vector<T> got = b.download(out, n);
@@ -48,8 +89,9 @@ void allreduce_case(Tr& t, const Algo& algo, const Op& op, op_kind k, std::size_
   if (identity) check_identical_across_ranks(t, got.data(), n * sizeof(T), what);
 }
 
-/// Every algorithm x type x op x count x {in place, out of place} of `opt` on transport `t`.
-/// Every rank of `t` calls it with the same options.
+/// Every algorithm x type x op x count x {in place, out of place} of `opt` on transport `t`
+/// (typed or runtime-typed: see `runs_runtime_typed`). Every rank of `t` calls it with the
+/// same options.
 template <transport Tr, class Buffers = host_buffers>
 void allreduce_matrix(Tr& t, const matrix_options& opt, const Buffers& b = {}) {
   for (const std::string& name : opt.algorithms)
