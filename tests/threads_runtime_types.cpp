@@ -19,7 +19,8 @@ namespace {
 using tcoll::reduce_kind;
 using tcoll::scalar_type;
 
-/// The typed op of `kind` (for kinds the tests reach).
+/// The typed op of `kind`: the test's own map, independent of tcoll::visit_reduce_kind, which
+/// builds the kernel table under test.
 template <class F>
 void visit_op(reduce_kind kind, F&& f) {
   switch (kind) {

@@ -85,28 +85,12 @@ inline std::size_t count_wrong(const T* data, std::size_t n, int nranks) {
   return wrong;
 }
 
-/// Calls `f(op)` with the tcoll op of `kind` (the ones allreduce_perf offers).
-template <class F>
-decltype(auto) visit_checked_op(reduce_kind kind, F&& f) {
-  switch (kind) {
-  case reduce_kind::prod:
-    return f(prod_op{});
-  case reduce_kind::min:
-    return f(min_op{});
-  case reduce_kind::max:
-    return f(max_op{});
-  case reduce_kind::avg:
-    return f(avg_op{});
-  default:
-    return f(sum_op{});
-  }
-}
-
-/// `fill_input` for a type and op named at run time.
+/// `fill_input` for a type and op named at run time (`parse_op` admits sum, prod, min, max
+/// and avg: the ops the expectation models).
 inline void fill_input(scalar_type type, reduce_kind kind, void* data, std::size_t n, int rank) {
   visit_scalar_type(type, [&]<class T>(type_tag<T>) {
-    visit_checked_op(kind,
-                     [&]<class Op>(Op) { fill_input<T, Op>(static_cast<T*>(data), n, rank); });
+    visit_reduce_kind(kind,
+                      [&]<class Op>(Op) { fill_input<T, Op>(static_cast<T*>(data), n, rank); });
   });
 }
 
@@ -114,7 +98,7 @@ inline void fill_input(scalar_type type, reduce_kind kind, void* data, std::size
 inline std::size_t count_wrong(scalar_type type, reduce_kind kind, const void* data, std::size_t n,
                                int nranks) {
   return visit_scalar_type(type, [&]<class T>(type_tag<T>) {
-    return visit_checked_op(kind, [&]<class Op>(Op) {
+    return visit_reduce_kind(kind, [&]<class Op>(Op) {
       return count_wrong<T, Op>(static_cast<const T*>(data), n, nranks);
     });
   });

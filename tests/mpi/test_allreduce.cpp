@@ -75,21 +75,6 @@ bool same_bits(const T& a, const T& b) {
   return std::memcmp(&a, &b, sizeof(T)) == 0;
 }
 
-/// The reduce_kind of a predefined op.
-template <class Op>
-constexpr tcoll::reduce_kind kind_of() {
-  if constexpr (std::is_same_v<Op, tcoll::prod_op>)
-    return tcoll::reduce_kind::prod;
-  else if constexpr (std::is_same_v<Op, tcoll::min_op>)
-    return tcoll::reduce_kind::min;
-  else if constexpr (std::is_same_v<Op, tcoll::max_op>)
-    return tcoll::reduce_kind::max;
-  else if constexpr (std::is_same_v<Op, tcoll::avg_op>)
-    return tcoll::reduce_kind::avg;
-  else
-    return tcoll::reduce_kind::sum;
-}
-
 /// The typed call for float (MPI_FLOAT with the built-in ops) and half (a byte datatype
 /// with a user op); the runtime-typed call, with its own MPI mapping, for the other types
 /// (one instantiation per element size: see tests/threads_runtime_types.cpp).
@@ -100,7 +85,7 @@ void run_allreduce(tcoll::mpi_transport& t, const T* in, T* out, std::size_t cou
     tcoll::allreduce(t, in, out, count, Op{}, algo);
   else
     tcoll::allreduce(t, static_cast<const void*>(in), static_cast<void*>(out), count,
-                     tcoll::scalar_type_of<T>(), kind_of<Op>(), algo);
+                     tcoll::scalar_type_of<T>(), tcoll::reduce_kind_of<Op>(), algo);
 }
 
 template <class T, class Op, class Algo>

@@ -14,6 +14,7 @@
 #include <type_traits>
 
 #include "error.hpp"
+#include "ops.hpp"
 #include "types.hpp"
 
 namespace tcoll {
@@ -160,6 +161,65 @@ decltype(auto) visit_scalar_type(scalar_type t, F&& f) {
     return f(type_tag<double>{});
   default:
     return f(type_tag<long double>{});
+  }
+}
+
+/// Calls `f(op)` with tcoll's op of `kind` (`sum_op`, ..., `lxor_op`).
+template <class F>
+decltype(auto) visit_reduce_kind(reduce_kind kind, F&& f) {
+  switch (kind) {
+  case reduce_kind::sum:
+    return f(sum_op{});
+  case reduce_kind::prod:
+    return f(prod_op{});
+  case reduce_kind::min:
+    return f(min_op{});
+  case reduce_kind::max:
+    return f(max_op{});
+  case reduce_kind::avg:
+    return f(avg_op{});
+  case reduce_kind::band:
+    return f(band_op{});
+  case reduce_kind::bor:
+    return f(bor_op{});
+  case reduce_kind::bxor:
+    return f(bxor_op{});
+  case reduce_kind::land:
+    return f(land_op{});
+  case reduce_kind::lor:
+    return f(lor_op{});
+  default:
+    return f(lxor_op{});
+  }
+}
+
+/// The reduce_kind of tcoll's op `Op` (the inverse of `visit_reduce_kind`).
+template <class Op>
+constexpr reduce_kind reduce_kind_of() {
+  using K = reduce_kind;
+  if constexpr (std::is_same_v<Op, sum_op>)
+    return K::sum;
+  else if constexpr (std::is_same_v<Op, prod_op>)
+    return K::prod;
+  else if constexpr (std::is_same_v<Op, min_op>)
+    return K::min;
+  else if constexpr (std::is_same_v<Op, max_op>)
+    return K::max;
+  else if constexpr (std::is_same_v<Op, avg_op>)
+    return K::avg;
+  else if constexpr (std::is_same_v<Op, band_op>)
+    return K::band;
+  else if constexpr (std::is_same_v<Op, bor_op>)
+    return K::bor;
+  else if constexpr (std::is_same_v<Op, bxor_op>)
+    return K::bxor;
+  else if constexpr (std::is_same_v<Op, land_op>)
+    return K::land;
+  else if constexpr (std::is_same_v<Op, lor_op>)
+    return K::lor;
+  else {
+    static_assert(std::is_same_v<Op, lxor_op>, "tcoll: no reduce_kind for this op");
+    return K::lxor;
   }
 }
 

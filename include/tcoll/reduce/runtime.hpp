@@ -37,39 +37,14 @@ void average_array(void* data, std::size_t n, int nranks) {
 
 /// The kernel of (T, kind); null where the kind does not apply to T. avg reduces as sum.
 template <class T>
-constexpr array_kernel kernel_of(reduce_kind k) {
-  switch (k) {
-  case reduce_kind::sum:
-  case reduce_kind::avg:
-    return &reduce_array<T, sum_op>;
-  case reduce_kind::prod:
-    return &reduce_array<T, prod_op>;
-  case reduce_kind::min:
-    return &reduce_array<T, min_op>;
-  case reduce_kind::max:
-    return &reduce_array<T, max_op>;
-  default:
-    break;
-  }
-  if constexpr (std::is_integral_v<T>) {
-    switch (k) {
-    case reduce_kind::band:
-      return &reduce_array<T, band_op>;
-    case reduce_kind::bor:
-      return &reduce_array<T, bor_op>;
-    case reduce_kind::bxor:
-      return &reduce_array<T, bxor_op>;
-    case reduce_kind::land:
-      return &reduce_array<T, land_op>;
-    case reduce_kind::lor:
-      return &reduce_array<T, lor_op>;
-    case reduce_kind::lxor:
-      return &reduce_array<T, lxor_op>;
-    default:
-      break;
-    }
-  }
-  return nullptr;
+array_kernel kernel_of(reduce_kind k) {
+  if (k == reduce_kind::avg) k = reduce_kind::sum;
+  return visit_reduce_kind(k, []<class Op>(Op) -> array_kernel {
+    if constexpr (std::is_same_v<Op, avg_op> || !reduces(scalar_type_of<T>(), reduce_kind_of<Op>()))
+      return nullptr; // avg: mapped to sum above
+    else
+      return &reduce_array<T, Op>;
+  });
 }
 
 /// Kernels of every (type, kind), and avg's division per type, built once.

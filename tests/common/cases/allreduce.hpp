@@ -40,29 +40,13 @@ constexpr bool runs_runtime_typed() {
           std::is_same_v<Op, max_op> || std::is_same_v<Op, avg_op>);
 }
 
-/// The reduce_kind of a predefined op kind.
-constexpr reduce_kind kind_of(op_kind k) {
-  switch (k) {
-  case op_kind::prod:
-    return reduce_kind::prod;
-  case op_kind::min:
-    return reduce_kind::min;
-  case op_kind::max:
-    return reduce_kind::max;
-  case op_kind::avg:
-    return reduce_kind::avg;
-  default:
-    return reduce_kind::sum;
-  }
-}
-
 /// `allreduce` of the case: typed, or runtime-typed where `runs_runtime_typed`.
 template <class T, class Op, transport Tr, class Algo, class Buffers>
-void matrix_allreduce(Tr& t, const T* send, T* recv, std::size_t n, const Op& op, op_kind k,
-                      const Algo& algo, const Buffers& b) {
+void matrix_allreduce(Tr& t, const T* send, T* recv, std::size_t n, const Op& op, const Algo& algo,
+                      const Buffers& b) {
   if constexpr (runs_runtime_typed<T, Op, Buffers>())
     allreduce(t, static_cast<const void*>(send), static_cast<void*>(recv), n, scalar_type_of<T>(),
-              kind_of(k), algo);
+              reduce_kind_of<Op>(), algo);
   else
     allreduce(t, send, recv, n, op, algo, b.reducer());
 }
@@ -77,11 +61,11 @@ void allreduce_case(Tr& t, const Algo& algo, const Op& op, op_kind k, std::size_
   const std::string what = id.str();
   if (in_place) {
     b.upload(out, d.input);
-    matrix_allreduce<T>(t, out.data(), out.data(), n, op, k, algo, b);
+    matrix_allreduce<T>(t, out.data(), out.data(), n, op, algo, b);
   } else {
     auto in = b.template allocate<T>(n);
     b.upload(in, d.input);
-    matrix_allreduce<T>(t, static_cast<const T*>(in.data()), out.data(), n, op, k, algo, b);
+    matrix_allreduce<T>(t, static_cast<const T*>(in.data()), out.data(), n, op, algo, b);
     check_equal(b.download(in, n), d.input, what + " (input must stay untouched)");
   }
   const std::vector<T> got = b.download(out, n);
