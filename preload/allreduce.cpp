@@ -172,24 +172,27 @@ void queue_iallreduce(Comm& c, Run run, const T* send, T* recv, std::size_t n, c
 
 using namespace tcoll::preload;
 
-/// MPI_Allreduce through tcoll for the predefined C integer and floating types and the
-/// predefined ops tcoll runs (see docs/preload.md); PMPI_Allreduce otherwise.
-TCOLL_PRELOAD_EXPORT int MPI_Allreduce(const void* sendbuf, void* recvbuf, int count,
-                                       MPI_Datatype datatype, MPI_Op op, MPI_Comm comm) {
+namespace {
+
+/// MPI_Allreduce and MPI_Allreduce_c (`Count` int or MPI_Count); `pmpi()` hands the call
+/// to MPI.
+template <class Count, class Pmpi>
+int allreduce_call(const void* sendbuf, void* recvbuf, Count count, MPI_Datatype datatype,
+                   MPI_Op op, MPI_Comm comm, Pmpi pmpi) {
   constexpr coll c = coll::allreduce;
   if (!mpi_active()) {
     count_fallback(c, fallback::not_initialized);
-    return PMPI_Allreduce(sendbuf, recvbuf, count, datatype, op, comm);
+    return pmpi();
   }
   if (const int rc = settle_pending_setup(c, comm); rc != MPI_SUCCESS) return rc;
   const reduction r = classify_reduction(datatype, op);
   fallback why = r.why;
-  const bool usable = r.ok() && !is_intercomm(comm) && count >= 0 && recvbuf != nullptr &&
+  const bool usable = r.ok() && !is_intercomm(comm) && count_fits(count) && recvbuf != nullptr &&
                       sendbuf != nullptr && comm != MPI_COMM_NULL;
   if (r.ok() && !usable) why = is_intercomm(comm) ? fallback::intercomm : fallback::arguments;
   if (!usable) {
     count_fallback(c, why);
-    return PMPI_Allreduce(sendbuf, recvbuf, count, datatype, op, comm);
+    return pmpi();
   }
   if (!config().error.empty()) return report_settings_error(c, comm);
   const std::size_t n = static_cast<std::size_t>(count), bytes = n * r.size;
@@ -200,8 +203,9 @@ TCOLL_PRELOAD_EXPORT int MPI_Allreduce(const void* sendbuf, void* recvbuf, int c
     return report_error(c, comm, MPI_ERR_OTHER, e.what());
   }
   count_call(c, a, bytes, comm);
+  if (a != algo::passthrough && a != algo::empty) count_entry_point<Count>(c);
   if (a == algo::empty) return MPI_SUCCESS;
-  if (a == algo::passthrough) return PMPI_Allreduce(sendbuf, recvbuf, count, datatype, op, comm);
+  if (a == algo::passthrough) return pmpi();
   try {
     comm_state& s = state_of(comm);
     dispatch(r, [&]<class T>(const auto& o) {
@@ -215,25 +219,45 @@ TCOLL_PRELOAD_EXPORT int MPI_Allreduce(const void* sendbuf, void* recvbuf, int c
   return MPI_SUCCESS;
 }
 
-/// MPI_Iallreduce through tcoll's engine thread (a generalized request completed by it) when
-/// MPI runs at MPI_THREAD_MULTIPLE; PMPI_Iallreduce otherwise, for passthrough sizes and for
-/// and over the same machine as MPI_Allreduce for sizes a rule sends to `hierarchical` (on
-/// the node transport's engine). On a communicator in shared memory (TCOLL_SHM=1) it runs
-/// over the shared-memory transport, with the same built-in choice as MPI_Allreduce where
-/// no rule covers the size.
-TCOLL_PRELOAD_EXPORT int MPI_Iallreduce(const void* sendbuf, void* recvbuf, int count,
-                                        MPI_Datatype datatype, MPI_Op op, MPI_Comm comm,
-                                        MPI_Request* request) {
+} // namespace
+
+/// MPI_Allreduce through tcoll for the predefined C integer and floating types and the
+/// predefined ops tcoll runs (see docs/preload.md); PMPI_Allreduce otherwise.
+TCOLL_PRELOAD_EXPORT int MPI_Allreduce(const void* sendbuf, void* recvbuf, int count,
+                                       MPI_Datatype datatype, MPI_Op op, MPI_Comm comm) {
+  return allreduce_call(sendbuf, recvbuf, count, datatype, op, comm, [&] {
+    return PMPI_Allreduce(sendbuf, recvbuf, count, datatype, op, comm);
+  });
+}
+
+#if TCOLL_PRELOAD_LARGE_COUNT
+/// MPI-4's MPI_Allreduce_c (an MPI_Count count; mpi4py 4 calls it for every allreduce where
+/// the MPI has it): the same path as MPI_Allreduce.
+TCOLL_PRELOAD_EXPORT int MPI_Allreduce_c(const void* sendbuf, void* recvbuf, MPI_Count count,
+                                         MPI_Datatype datatype, MPI_Op op, MPI_Comm comm) {
+  return allreduce_call(sendbuf, recvbuf, count, datatype, op, comm, [&] {
+    return PMPI_Allreduce_c(sendbuf, recvbuf, count, datatype, op, comm);
+  });
+}
+#endif
+
+namespace {
+
+/// MPI_Iallreduce and MPI_Iallreduce_c (`Count` int or MPI_Count); `pmpi()` hands the call
+/// to MPI.
+template <class Count, class Pmpi>
+int iallreduce_call(const void* sendbuf, void* recvbuf, Count count, MPI_Datatype datatype,
+                    MPI_Op op, MPI_Comm comm, MPI_Request* request, Pmpi pmpi) {
   constexpr coll c = coll::iallreduce;
   if (!mpi_active()) {
     count_fallback(c, fallback::not_initialized);
-    return PMPI_Iallreduce(sendbuf, recvbuf, count, datatype, op, comm, request);
+    return pmpi();
   }
   const reduction r = classify_reduction(datatype, op);
   fallback why = r.why;
   int level = MPI_THREAD_SINGLE;
   PMPI_Query_thread(&level);
-  bool usable = r.ok() && !is_intercomm(comm) && count >= 0 && recvbuf != nullptr &&
+  bool usable = r.ok() && !is_intercomm(comm) && count_fits(count) && recvbuf != nullptr &&
                 sendbuf != nullptr && comm != MPI_COMM_NULL && request != nullptr;
   if (r.ok() && !usable)
     why = is_intercomm(comm) ? fallback::intercomm : fallback::arguments;
@@ -245,7 +269,7 @@ TCOLL_PRELOAD_EXPORT int MPI_Iallreduce(const void* sendbuf, void* recvbuf, int 
   algo a = usable ? (n == 0 ? algo::passthrough : choose(c, bytes)) : algo::empty;
   if (!usable) {
     count_fallback(c, why);
-    return PMPI_Iallreduce(sendbuf, recvbuf, count, datatype, op, comm, request);
+    return pmpi();
   }
   if (!config().error.empty()) return report_settings_error(c, comm);
   comm_state* state = nullptr;
@@ -259,11 +283,11 @@ TCOLL_PRELOAD_EXPORT int MPI_Iallreduce(const void* sendbuf, void* recvbuf, int 
   if (missing) { // MPI starts a non-blocking collective locally: no set-up here
     state->want_setup(missing);
     count_fallback(c, fallback::not_set_up);
-    return PMPI_Iallreduce(sendbuf, recvbuf, count, datatype, op, comm, request);
+    return pmpi();
   }
   count_call(c, a, bytes, comm);
-  if (a == algo::passthrough)
-    return PMPI_Iallreduce(sendbuf, recvbuf, count, datatype, op, comm, request);
+  if (a != algo::passthrough && a != algo::empty) count_entry_point<Count>(c);
+  if (a == algo::passthrough) return pmpi();
   ireq* q = new (std::nothrow) ireq;
   if (q == nullptr) return report_error(c, comm, MPI_ERR_NO_MEM, "out of memory");
   const int rc = PMPI_Grequest_start(&query_fn, &free_fn, &cancel_fn, q, &q->handle);
@@ -300,3 +324,30 @@ TCOLL_PRELOAD_EXPORT int MPI_Iallreduce(const void* sendbuf, void* recvbuf, int 
   *request = q->handle;
   return MPI_SUCCESS;
 }
+
+} // namespace
+
+/// MPI_Iallreduce through tcoll's engine thread (a generalized request completed by it) when
+/// MPI runs at MPI_THREAD_MULTIPLE; PMPI_Iallreduce otherwise, for passthrough sizes and for
+/// and over the same machine as MPI_Allreduce for sizes a rule sends to `hierarchical` (on
+/// the node transport's engine). On a communicator in shared memory (TCOLL_SHM=1) it runs
+/// over the shared-memory transport, with the same built-in choice as MPI_Allreduce where
+/// no rule covers the size.
+TCOLL_PRELOAD_EXPORT int MPI_Iallreduce(const void* sendbuf, void* recvbuf, int count,
+                                        MPI_Datatype datatype, MPI_Op op, MPI_Comm comm,
+                                        MPI_Request* request) {
+  return iallreduce_call(sendbuf, recvbuf, count, datatype, op, comm, request, [&] {
+    return PMPI_Iallreduce(sendbuf, recvbuf, count, datatype, op, comm, request);
+  });
+}
+
+#if TCOLL_PRELOAD_LARGE_COUNT
+/// MPI-4's MPI_Iallreduce_c: the same path as MPI_Iallreduce.
+TCOLL_PRELOAD_EXPORT int MPI_Iallreduce_c(const void* sendbuf, void* recvbuf, MPI_Count count,
+                                          MPI_Datatype datatype, MPI_Op op, MPI_Comm comm,
+                                          MPI_Request* request) {
+  return iallreduce_call(sendbuf, recvbuf, count, datatype, op, comm, request, [&] {
+    return PMPI_Iallreduce_c(sendbuf, recvbuf, count, datatype, op, comm, request);
+  });
+}
+#endif

@@ -94,13 +94,14 @@ algo one_node_collective_choice(coll c, MPI_Comm comm, std::size_t bytes, int P,
 
 } // namespace
 
-/// MPI_Reduce_scatter_block through tcoll's ring (reduction types and ops as MPI_Allreduce).
-TCOLL_PRELOAD_EXPORT int MPI_Reduce_scatter_block(const void* sendbuf, void* recvbuf, int recvcount,
-                                                  MPI_Datatype datatype, MPI_Op op, MPI_Comm comm) {
+namespace {
+
+/// MPI_Reduce_scatter_block and MPI_Reduce_scatter_block_c (`Count` int or MPI_Count); `pmpi()`
+/// hands the call to MPI.
+template <class Count, class Pmpi>
+int reduce_scatter_block_call(const void* sendbuf, void* recvbuf, Count recvcount,
+                              MPI_Datatype datatype, MPI_Op op, MPI_Comm comm, Pmpi pmpi) {
   constexpr coll c = coll::reduce_scatter_block;
-  auto pmpi = [&] {
-    return PMPI_Reduce_scatter_block(sendbuf, recvbuf, recvcount, datatype, op, comm);
-  };
   if (common_fallback(c, comm, recvcount >= 0 && sendbuf && recvbuf)) return pmpi();
   if (const int rc = settle_pending_setup(c, comm); rc != MPI_SUCCESS) return rc;
   const reduction r = classify_reduction(datatype, op);
@@ -110,6 +111,10 @@ TCOLL_PRELOAD_EXPORT int MPI_Reduce_scatter_block(const void* sendbuf, void* rec
   }
   if (!config().error.empty()) return report_settings_error(c, comm);
   const int P = comm_size(comm);
+  if (!count_fits(recvcount, P)) {
+    count_fallback(c, fallback::arguments);
+    return pmpi();
+  }
   const std::size_t n = static_cast<std::size_t>(recvcount), bytes = n * P * r.size;
   algo a = n == 0 ? algo::empty : choose(c, bytes);
   try {
@@ -118,6 +123,7 @@ TCOLL_PRELOAD_EXPORT int MPI_Reduce_scatter_block(const void* sendbuf, void* rec
     return report_error(c, comm, MPI_ERR_OTHER, e.what());
   }
   count_call(c, a, bytes, comm);
+  if (a != algo::passthrough && a != algo::empty) count_entry_point<Count>(c);
   if (a == algo::empty) return MPI_SUCCESS;
   if (a == algo::passthrough) return pmpi();
   try {
@@ -139,17 +145,34 @@ TCOLL_PRELOAD_EXPORT int MPI_Reduce_scatter_block(const void* sendbuf, void* rec
   return MPI_SUCCESS;
 }
 
-/// MPI_Allgather through tcoll's ring, moved as bytes. The path is chosen from the block's
-/// signature bytes (recvcount x the size of recvtype), which every rank of a matching call
-/// shares whatever datatypes each uses; a rank whose send or receive datatype is derived or
-/// not contiguous packs its block (or unpacks the result) locally around the collective.
-TCOLL_PRELOAD_EXPORT int MPI_Allgather(const void* sendbuf, int sendcount, MPI_Datatype sendtype,
-                                       void* recvbuf, int recvcount, MPI_Datatype recvtype,
-                                       MPI_Comm comm) {
+} // namespace
+
+/// MPI_Reduce_scatter_block through tcoll's ring (reduction types and ops as MPI_Allreduce).
+TCOLL_PRELOAD_EXPORT int MPI_Reduce_scatter_block(const void* sendbuf, void* recvbuf, int recvcount,
+                                                  MPI_Datatype datatype, MPI_Op op, MPI_Comm comm) {
+  return reduce_scatter_block_call(sendbuf, recvbuf, recvcount, datatype, op, comm, [&] {
+    return PMPI_Reduce_scatter_block(sendbuf, recvbuf, recvcount, datatype, op, comm);
+  });
+}
+
+#if TCOLL_PRELOAD_LARGE_COUNT
+/// MPI-4's MPI_Reduce_scatter_block_c: the same path as MPI_Reduce_scatter_block.
+TCOLL_PRELOAD_EXPORT int MPI_Reduce_scatter_block_c(const void* sendbuf, void* recvbuf,
+                                                    MPI_Count recvcount, MPI_Datatype datatype,
+                                                    MPI_Op op, MPI_Comm comm) {
+  return reduce_scatter_block_call(sendbuf, recvbuf, recvcount, datatype, op, comm, [&] {
+    return PMPI_Reduce_scatter_block_c(sendbuf, recvbuf, recvcount, datatype, op, comm);
+  });
+}
+#endif
+
+namespace {
+
+/// MPI_Allgather and MPI_Allgather_c (`Count` int or MPI_Count); `pmpi()` hands the call to MPI.
+template <class Count, class Pmpi>
+int allgather_call(const void* sendbuf, Count sendcount, MPI_Datatype sendtype, void* recvbuf,
+                   Count recvcount, MPI_Datatype recvtype, MPI_Comm comm, Pmpi pmpi) {
   constexpr coll c = coll::allgather;
-  auto pmpi = [&] {
-    return PMPI_Allgather(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, comm);
-  };
   const bool in_place = sendbuf == MPI_IN_PLACE;
   if (common_fallback(c, comm,
                       recvcount >= 0 && recvbuf && sendbuf && (in_place || sendcount >= 0)))
@@ -169,6 +192,10 @@ TCOLL_PRELOAD_EXPORT int MPI_Allgather(const void* sendbuf, int sendcount, MPI_D
   }
   if (!config().error.empty()) return report_settings_error(c, comm);
   const int P = comm_size(comm);
+  if (!count_fits(block_signature, P)) {
+    count_fallback(c, fallback::arguments);
+    return pmpi();
+  }
   const std::size_t block = static_cast<std::size_t>(block_signature);
   const std::size_t bytes = block * P;
   algo a = block == 0 ? algo::empty : choose(c, bytes);
@@ -178,6 +205,7 @@ TCOLL_PRELOAD_EXPORT int MPI_Allgather(const void* sendbuf, int sendcount, MPI_D
     return report_error(c, comm, MPI_ERR_OTHER, e.what());
   }
   count_call(c, a, bytes, comm);
+  if (a != algo::passthrough && a != algo::empty) count_entry_point<Count>(c);
   if (a == algo::empty) return MPI_SUCCESS;
   if (a == algo::passthrough) return pmpi();
   try {
@@ -214,15 +242,39 @@ TCOLL_PRELOAD_EXPORT int MPI_Allgather(const void* sendbuf, int sendcount, MPI_D
   return MPI_SUCCESS;
 }
 
-/// MPI_Bcast through tcoll's binomial tree, moved as bytes. The path is chosen from the
-/// signature bytes (count x the size of the datatype), which every rank of a matching call
-/// shares even where the root sends one derived type and the others receive another; a rank
-/// whose datatype is derived or not contiguous packs (root) or unpacks (others) locally.
-TCOLL_PRELOAD_EXPORT int MPI_Bcast(void* buffer, int count, MPI_Datatype datatype, int root,
-                                   MPI_Comm comm) {
+} // namespace
+
+/// MPI_Allgather through tcoll's ring, moved as bytes. The path is chosen from the block's
+/// signature bytes (recvcount x the size of recvtype), which every rank of a matching call
+/// shares whatever datatypes each uses; a rank whose send or receive datatype is derived or
+/// not contiguous packs its block (or unpacks the result) locally around the collective.
+TCOLL_PRELOAD_EXPORT int MPI_Allgather(const void* sendbuf, int sendcount, MPI_Datatype sendtype,
+                                       void* recvbuf, int recvcount, MPI_Datatype recvtype,
+                                       MPI_Comm comm) {
+  return allgather_call(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, comm, [&] {
+    return PMPI_Allgather(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, comm);
+  });
+}
+
+#if TCOLL_PRELOAD_LARGE_COUNT
+/// MPI-4's MPI_Allgather_c: the same path as MPI_Allgather.
+TCOLL_PRELOAD_EXPORT int MPI_Allgather_c(const void* sendbuf, MPI_Count sendcount,
+                                         MPI_Datatype sendtype, void* recvbuf, MPI_Count recvcount,
+                                         MPI_Datatype recvtype, MPI_Comm comm) {
+  return allgather_call(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, comm, [&] {
+    return PMPI_Allgather_c(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, comm);
+  });
+}
+#endif
+
+namespace {
+
+/// MPI_Bcast and MPI_Bcast_c (`Count` int or MPI_Count); `pmpi()` hands the call to MPI.
+template <class Count, class Pmpi>
+int bcast_call(void* buffer, Count count, MPI_Datatype datatype, int root, MPI_Comm comm,
+               Pmpi pmpi) {
   constexpr coll c = coll::bcast;
-  auto pmpi = [&] { return PMPI_Bcast(buffer, count, datatype, root, comm); };
-  if (common_fallback(c, comm, count >= 0 && buffer != nullptr)) return pmpi();
+  if (common_fallback(c, comm, count_fits(count) && buffer != nullptr)) return pmpi();
   if (const int rc = settle_pending_setup(c, comm); rc != MPI_SUCCESS) return rc;
   const int P = comm_size(comm);
   const std::size_t size = contiguous_size(datatype); // 0: derived or not contiguous
@@ -241,6 +293,7 @@ TCOLL_PRELOAD_EXPORT int MPI_Bcast(void* buffer, int count, MPI_Datatype datatyp
     return report_error(c, comm, MPI_ERR_OTHER, e.what());
   }
   count_call(c, a, bytes, comm);
+  if (a != algo::passthrough && a != algo::empty) count_entry_point<Count>(c);
   if (a == algo::empty) return MPI_SUCCESS;
   if (a == algo::passthrough) return pmpi();
   try {
@@ -262,12 +315,35 @@ TCOLL_PRELOAD_EXPORT int MPI_Bcast(void* buffer, int count, MPI_Datatype datatyp
   return MPI_SUCCESS;
 }
 
-/// MPI_Reduce through tcoll's binomial tree (reduction types and ops as MPI_Allreduce).
-TCOLL_PRELOAD_EXPORT int MPI_Reduce(const void* sendbuf, void* recvbuf, int count,
-                                    MPI_Datatype datatype, MPI_Op op, int root, MPI_Comm comm) {
+} // namespace
+
+/// MPI_Bcast through tcoll's binomial tree, moved as bytes. The path is chosen from the
+/// signature bytes (count x the size of the datatype), which every rank of a matching call
+/// shares even where the root sends one derived type and the others receive another; a rank
+/// whose datatype is derived or not contiguous packs (root) or unpacks (others) locally.
+TCOLL_PRELOAD_EXPORT int MPI_Bcast(void* buffer, int count, MPI_Datatype datatype, int root,
+                                   MPI_Comm comm) {
+  return bcast_call(buffer, count, datatype, root, comm,
+                    [&] { return PMPI_Bcast(buffer, count, datatype, root, comm); });
+}
+
+#if TCOLL_PRELOAD_LARGE_COUNT
+/// MPI-4's MPI_Bcast_c: the same path as MPI_Bcast.
+TCOLL_PRELOAD_EXPORT int MPI_Bcast_c(void* buffer, MPI_Count count, MPI_Datatype datatype, int root,
+                                     MPI_Comm comm) {
+  return bcast_call(buffer, count, datatype, root, comm,
+                    [&] { return PMPI_Bcast_c(buffer, count, datatype, root, comm); });
+}
+#endif
+
+namespace {
+
+/// MPI_Reduce and MPI_Reduce_c (`Count` int or MPI_Count); `pmpi()` hands the call to MPI.
+template <class Count, class Pmpi>
+int reduce_call(const void* sendbuf, void* recvbuf, Count count, MPI_Datatype datatype, MPI_Op op,
+                int root, MPI_Comm comm, Pmpi pmpi) {
   constexpr coll c = coll::reduce;
-  auto pmpi = [&] { return PMPI_Reduce(sendbuf, recvbuf, count, datatype, op, root, comm); };
-  if (common_fallback(c, comm, count >= 0 && sendbuf != nullptr)) return pmpi();
+  if (common_fallback(c, comm, count_fits(count) && sendbuf != nullptr)) return pmpi();
   if (const int rc = settle_pending_setup(c, comm); rc != MPI_SUCCESS) return rc;
   const int P = comm_size(comm);
   int rank = 0;
@@ -292,6 +368,7 @@ TCOLL_PRELOAD_EXPORT int MPI_Reduce(const void* sendbuf, void* recvbuf, int coun
     return report_error(c, comm, MPI_ERR_OTHER, e.what());
   }
   count_call(c, a, bytes, comm);
+  if (a != algo::passthrough && a != algo::empty) count_entry_point<Count>(c);
   if (a == algo::empty) return MPI_SUCCESS;
   if (a == algo::passthrough) return pmpi();
   try {
@@ -308,6 +385,26 @@ TCOLL_PRELOAD_EXPORT int MPI_Reduce(const void* sendbuf, void* recvbuf, int coun
   }
   return MPI_SUCCESS;
 }
+
+} // namespace
+
+/// MPI_Reduce through tcoll's binomial tree (reduction types and ops as MPI_Allreduce).
+TCOLL_PRELOAD_EXPORT int MPI_Reduce(const void* sendbuf, void* recvbuf, int count,
+                                    MPI_Datatype datatype, MPI_Op op, int root, MPI_Comm comm) {
+  return reduce_call(sendbuf, recvbuf, count, datatype, op, root, comm, [&] {
+    return PMPI_Reduce(sendbuf, recvbuf, count, datatype, op, root, comm);
+  });
+}
+
+#if TCOLL_PRELOAD_LARGE_COUNT
+/// MPI-4's MPI_Reduce_c: the same path as MPI_Reduce.
+TCOLL_PRELOAD_EXPORT int MPI_Reduce_c(const void* sendbuf, void* recvbuf, MPI_Count count,
+                                      MPI_Datatype datatype, MPI_Op op, int root, MPI_Comm comm) {
+  return reduce_call(sendbuf, recvbuf, count, datatype, op, root, comm, [&] {
+    return PMPI_Reduce_c(sendbuf, recvbuf, count, datatype, op, root, comm);
+  });
+}
+#endif
 
 /// MPI_Barrier is MPI's own. It is intercepted only to create the tcoll state that an
 /// earlier MPI_Iallreduce on the communicator found missing (a barrier is a collective step

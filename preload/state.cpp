@@ -10,6 +10,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <limits>
 #include <mutex>
 #include <optional>
 #include <set>
@@ -159,6 +160,7 @@ std::atomic<unsigned long long> by_algo[coll_count][algo_count][size_buckets];
 std::atomic<unsigned long long> by_reason[coll_count][fallback_count];
 std::atomic<unsigned long long> shm_calls[coll_count];
 std::atomic<unsigned long long> packed_calls[coll_count];
+std::atomic<unsigned long long> large_count_calls[coll_count];
 
 int bucket_of(std::size_t bytes) {
   if (bytes == 0) return 0;
@@ -220,6 +222,9 @@ void print_summary() {
     if (const auto n = packed_calls[c].load())
       out += p + "  " + coll_name(static_cast<coll>(c)) +
              " with a derived datatype packed on this rank: " + std::to_string(n) + " calls\n";
+    if (const auto n = large_count_calls[c].load())
+      out += p + "  " + coll_name(static_cast<coll>(c)) + " as " + coll_name(static_cast<coll>(c)) +
+             "_c (large count) through tcoll: " + std::to_string(n) + " calls\n";
     for (int f = 0; f < fallback_count; ++f)
       if (const auto n = by_reason[c][f].load())
         out += p + "  " + coll_name(static_cast<coll>(c)) + " fallback (" +
@@ -324,6 +329,11 @@ void count_shared_memory(coll c) {
 
 void count_packed(coll c) {
   if (config().debug) packed_calls[static_cast<int>(c)].fetch_add(1, std::memory_order_relaxed);
+}
+
+void count_large_count(coll c) {
+  if (config().debug)
+    large_count_calls[static_cast<int>(c)].fetch_add(1, std::memory_order_relaxed);
 }
 
 void count_fallback(coll c, fallback why) {
@@ -692,10 +702,11 @@ std::size_t contiguous_size(MPI_Datatype type) {
   return static_cast<std::size_t>(size);
 }
 
-long long signature_bytes(int count, MPI_Datatype type) {
+long long signature_bytes(long long count, MPI_Datatype type) {
   if (count < 0 || type == MPI_DATATYPE_NULL) return -1;
   MPI_Count size = 0;
   if (PMPI_Type_size_x(type, &size) != MPI_SUCCESS || size < 0 || size == MPI_UNDEFINED) return -1;
+  if (size > 0 && count > std::numeric_limits<long long>::max() / size) return -1;
   return static_cast<long long>(size) * count;
 }
 
@@ -713,10 +724,10 @@ MPI_Comm private_self() {
   return self;
 }
 
-/// MPI counts are ints: moves `bytes` in pieces of at most 1 GiB (a whole number of
-/// elements of `type` each, as MPI_BYTE on the contiguous side).
+/// MPI counts are ints (the pieces of a large-count call too): moves `bytes` in pieces of at most 1
+/// GiB (a whole number of elements of `type` each, as MPI_BYTE on the contiguous side).
 template <class Copy>
-void in_pieces(int count, std::size_t bytes, Copy&& copy) {
+void in_pieces(long long count, std::size_t bytes, Copy&& copy) {
   if (count == 0 || bytes == 0) return;
   const std::size_t elem = bytes / static_cast<std::size_t>(count);
   const std::size_t per =
@@ -733,7 +744,7 @@ namespace {
 
 /// Moves `count` elements of `type` at `typed` to (`pack`) or from `bytes` contiguous bytes
 /// at `flat`, in pieces of at most 1 GiB: a send of one side received as the other.
-void copy_local(bool pack, const void* typed, int count, MPI_Datatype type, std::byte* flat,
+void copy_local(bool pack, const void* typed, long long count, MPI_Datatype type, std::byte* flat,
                 std::size_t bytes) {
   MPI_Aint lb = 0, extent = 0;
   detail::mpi::check(PMPI_Type_get_extent(type, &lb, &extent), "PMPI_Type_get_extent",
@@ -754,11 +765,13 @@ void copy_local(bool pack, const void* typed, int count, MPI_Datatype type, std:
 
 } // namespace
 
-void pack_local(const void* buf, int count, MPI_Datatype type, std::byte* out, std::size_t bytes) {
+void pack_local(const void* buf, long long count, MPI_Datatype type, std::byte* out,
+                std::size_t bytes) {
   copy_local(true, buf, count, type, out, bytes);
 }
 
-void unpack_local(const std::byte* in, std::size_t bytes, void* buf, int count, MPI_Datatype type) {
+void unpack_local(const std::byte* in, std::size_t bytes, void* buf, long long count,
+                  MPI_Datatype type) {
   copy_local(false, buf, count, type, const_cast<std::byte*>(in), bytes);
 }
 

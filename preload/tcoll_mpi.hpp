@@ -28,6 +28,7 @@
 #include <memory>
 #include <string>
 #include <string_view>
+#include <type_traits>
 #include <vector>
 
 #include <tcoll/algorithm/hierarchical.hpp>
@@ -37,6 +38,15 @@
 #include <tcoll/node_hierarchy.hpp>
 #include <tcoll/transport/mpi.hpp>
 #include <tcoll/transport/shm.hpp>
+
+/// MPI-4's large-count entry points (`MPI_Allreduce_c`, ...; MPICH from 4.0, Open MPI from
+/// 5.0) are intercepted too where the MPI has them: MPI-4 clients such as mpi4py 4 call them
+/// for every collective, and would otherwise bypass tcoll altogether.
+#if MPI_VERSION >= 4
+#define TCOLL_PRELOAD_LARGE_COUNT 1
+#else
+#define TCOLL_PRELOAD_LARGE_COUNT 0
+#endif
 
 /// Marks the symbols the library exports (everything else is hidden: a program that uses
 /// tcoll's headers itself never shares inline functions with this library).
@@ -150,6 +160,13 @@ void count_fallback(coll c, fallback why);
 /// Counts a call of collective `c` in which this rank packed a derived or non-contiguous
 /// datatype into contiguous bytes (or unpacked them) around tcoll's collective.
 void count_packed(coll c);
+/// Counts a call of collective `c` made through its MPI-4 large-count entry point (`_c`) that
+/// tcoll ran. `Count` is the wrappers' count type: nothing to do for int.
+void count_large_count(coll c);
+template <class Count>
+void count_entry_point(coll c) {
+  if constexpr (!std::is_same_v<Count, int>) count_large_count(c);
+}
 
 /// tcoll's state of one user communicator, kept as an attribute of it and freed with it.
 /// Transports are created on first need: that is a collective step (MPI_Comm_dup), which
@@ -252,19 +269,28 @@ struct reduction {
 reduction classify_reduction(MPI_Datatype type, MPI_Op op);
 /// Bytes per element of a predefined, contiguous datatype (data movement), or 0.
 std::size_t contiguous_size(MPI_Datatype type);
+/// Do `count` elements of up to 16 bytes, `blocks` times over, make a byte count tcoll can
+/// hold? False for a negative count or one whose bytes overflow (reachable through the
+/// large-count calls); MPI then judges the call itself.
+inline bool count_fits(long long count, long long blocks = 1) {
+  long long bytes = 0;
+  return count >= 0 && blocks >= 0 && !__builtin_mul_overflow(count, 16 * blocks, &bytes);
+}
 /// Bytes of the type signature of `count` elements of `type` (`MPI_Type_size_x`): what every
 /// rank of a matching call shares whatever datatype each uses, so path decisions are made
 /// from it. -1 for a datatype MPI rejects.
-long long signature_bytes(int count, MPI_Datatype type);
+long long signature_bytes(long long count, MPI_Datatype type);
 /// Copies `count` elements of any datatype at `buf` into `bytes` contiguous bytes at `out`,
 /// in type-map order (the bytes a contiguous peer of a matching call holds), through MPI's
 /// own datatype engine: a send of `type` received as MPI_BYTE on a private duplicate of
 /// MPI_COMM_SELF. That assumes, like every byte-moving path of the preload, a homogeneous
 /// MPI that does not convert data (Open MPI and MPICH on one architecture).
-void pack_local(const void* buf, int count, MPI_Datatype type, std::byte* out, std::size_t bytes);
+void pack_local(const void* buf, long long count, MPI_Datatype type, std::byte* out,
+                std::size_t bytes);
 /// The inverse of `pack_local`: `bytes` contiguous bytes at `in` into `count` elements of
 /// `type` at `buf`.
-void unpack_local(const std::byte* in, std::size_t bytes, void* buf, int count, MPI_Datatype type);
+void unpack_local(const std::byte* in, std::size_t bytes, void* buf, long long count,
+                  MPI_Datatype type);
 /// Is `comm` an intercommunicator? (false for MPI_COMM_NULL: MPI reports that itself)
 bool is_intercomm(MPI_Comm comm);
 

@@ -2,7 +2,7 @@
 # Installs what tcoll's build, tests and benchmarks need, only where missing (Debian/Ubuntu).
 set -euo pipefail
 need=()
-for pkg in meson ninja-build g++ pkg-config doctest-dev libopenmpi-dev openmpi-bin python3 \
+for pkg in meson ninja-build g++ pkg-config doctest-dev libopenmpi-dev openmpi-bin mpich libmpich-dev python3 \
            iproute2 clang-format python3-venv libeigen3-dev zlib1g-dev nlohmann-json3-dev python3-mpi4py; do
   dpkg -s "$pkg" >/dev/null 2>&1 || need+=("$pkg")
 done

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs what is missing, builds everything (CUDA parts too when nvcc is present) and runs
-# every test suite, then the thread-transport suite under ASan+UBSan and under TSan.
+# every test suite, the MPI, shared-memory and preload suites again against MPICH, then the
+# in-process suites under ASan+UBSan and under TSan.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
@@ -29,19 +30,22 @@ suite_args() { # suite names -> meson test arguments
   for s in "$@"; do a+=(--suite "$s"); done
   echo "${a[@]}" --no-suite bench
 }
-sanitized_targets() { # build dir, suite names -> ninja targets behind those suites
+suite_targets() { # build dir, suite names -> ninja targets the tests of those suites run
   local dir=$1; shift
-  meson introspect "$dir" --tests | python3 -c '
-import json, os, sys
+  python3 - "$dir" "$@" <<'PY'
+import json, os, subprocess, sys
 build = os.path.abspath(sys.argv[1])
 wanted = set(sys.argv[2:])
+intro = lambda what: json.loads(subprocess.check_output(["meson", "introspect", build, what]))
+files = {t["id"]: t["filename"][0] for t in intro("--targets")}
 targets = set()
-for test in json.load(sys.stdin):
+for test in intro("--tests"):  # depends: the executable, or what mpirun or a runner starts
     suites = {s.split(":")[-1] for s in test["suite"]}
-    exe = test["cmd"][0]
-    if suites & wanted and "bench" not in suites and exe.startswith(build + "/"):
-        targets.add(os.path.relpath(exe, build))
-print(" ".join(sorted(targets)))' "$dir" "$@"
+    if suites & wanted and "bench" not in suites:
+        targets.update(os.path.relpath(files[d], build) for d in test["depends"]
+                       if d in files and files[d].startswith(build + "/"))
+print(" ".join(sorted(targets)))
+PY
 }
 
 # Without a GPU the CUDA targets only prove they compile and print SKIP: build them at -O0.
@@ -52,6 +56,17 @@ ninja -C build -j "$jobs"
 phase "main build"
 run_suite build
 phase "main tests"
+
+# The MPI, shared-memory and preload suites again against MPICH (Debian's, beside Open MPI):
+# the library, its MPI tests and libtcoll_mpi.so built with -Dmpi_impl=mpich, run under
+# MPICH's Hydra launcher.
+mpich_suites=(mpi shm preload)
+[ -d build-mpich ] || meson setup build-mpich --buildtype=release -Dmpi_impl=mpich \
+  -Dcuda=disabled
+ninja -C build-mpich -j "$jobs" $(suite_targets build-mpich "${mpich_suites[@]}")
+phase "MPICH build"
+run_suite build-mpich --no-rebuild $(suite_args "${mpich_suites[@]}")
+phase "MPICH tests"
 
 # Sanitizers on the in-process transports and adaptors (threads, hierarchical/multi-ring,
 # schedule, elastic averaging and hybrid, which start threads of their own; sparse under
@@ -64,7 +79,7 @@ asan_flags="['-O0','-g1']"
 tsan_flags="['-O1','-g1']"
 [ -d build-asan ] || meson setup build-asan --buildtype=plain -Dcpp_args="$asan_flags" \
   -Db_sanitize=address,undefined -Db_lundef=false -Dmpi=disabled -Dcuda=disabled
-ninja -C build-asan -j "$jobs" $(sanitized_targets build-asan "${asan_suites[@]}")
+ninja -C build-asan -j "$jobs" $(suite_targets build-asan "${asan_suites[@]}")
 phase "ASan build"
 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 TCOLL_TEST_LEVEL=quick \
   run_suite build-asan --no-rebuild $(suite_args "${asan_suites[@]}")
@@ -72,14 +87,14 @@ phase "ASan tests"
 
 [ -d build-tsan ] || meson setup build-tsan --buildtype=plain -Dcpp_args="$tsan_flags" \
   -Db_sanitize=thread -Db_lundef=false -Dmpi=disabled -Dcuda=disabled
-ninja -C build-tsan -j "$jobs" $(sanitized_targets build-tsan "${tsan_suites[@]}")
+ninja -C build-tsan -j "$jobs" $(suite_targets build-tsan "${tsan_suites[@]}")
 phase "TSan build"
 TSAN_OPTIONS=halt_on_error=1 TCOLL_TEST_LEVEL=quick \
   run_suite build-tsan --no-rebuild $(suite_args "${tsan_suites[@]}")
 phase "TSan tests"
 
 # One closing line over every suite and build: "tests: N passed, N failed, N skipped".
-python3 - build build-asan build-tsan <<'PY'
+python3 - build build-mpich build-asan build-tsan <<'PY'
 import json, sys, os
 counts = {"passed": 0, "failed": 0, "skipped": 0}
 for d in sys.argv[1:]:

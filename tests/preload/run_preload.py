@@ -6,18 +6,23 @@ Modes:
            summary must be there (the preload was active) and list every --expect
            (`MPI_Allreduce ring`: that collective ran that algorithm at least once;
            `fallback:user-defined op`: at least one call fell back for that reason;
-           `packed:MPI_Bcast`: rank 0 packed a derived datatype around a tcoll call).
+           `packed:MPI_Bcast`: rank 0 packed a derived datatype around a tcoll call;
+           `large:MPI_Allreduce`: tcoll ran MPI_Allreduce_c calls).
   fail     the program must exit non-zero under the preload with every --expect text in its
            output (a bad TCOLL_* variable).
   compare  the program runs without the preload and with it; the lines starting with
            RESULT must be identical (and the preloaded run must pass the checks of `check`).
-Reference runs set OMPI_MCA_op=^avx: Open MPI 4.1.4's AVX ops saturate 8-bit integer sums.
+Reference runs set OMPI_MCA_op=^avx: Open MPI 4.1.4's AVX ops saturate 8-bit integer sums; under
+MPICH, MPIR_CVAR_REDUCE_DEVICE_COLLECTIVE=0 (see below).
 """
 import argparse
+import atexit
 import os
 import re
+import shutil
 import subprocess
 import sys
+import tempfile
 
 
 def run(cmd, env, timeout):
@@ -61,6 +66,11 @@ def check_summary(text, expects):
             coll = e.split(":", 1)[1]
             ok = any(re.match(rf"\s*{re.escape(coll)} with a derived datatype packed", l)
                      for l in lines)
+        elif e.startswith("large:"):
+            # calls of that collective through its MPI-4 large-count entry point run by tcoll
+            coll = e.split(":", 1)[1]
+            ok = any(re.match(rf"\s*{re.escape(coll)} as {re.escape(coll)}_c \(large count\)", l)
+                     for l in lines)
         elif e.startswith("shm:") or e.startswith("no-shm:"):
             # calls of that collective ran over the shared-memory transport (or none did)
             coll = e.split(":", 1)[1]
@@ -83,6 +93,8 @@ def main():
     ap.add_argument("--mode", choices=["check", "fail", "compare"], default="check")
     ap.add_argument("--mpirun", required=True)
     ap.add_argument("--mpi-arg", action="append", default=[], help="argument for mpirun (repeat)")
+    ap.add_argument("--mpi", choices=["openmpi", "mpich"], default="openmpi",
+                    help="the launcher's family: how LD_PRELOAD is handed to the ranks")
     ap.add_argument("--lib", required=True, help="path of libtcoll_mpi.so")
     ap.add_argument("--np", type=int, required=True)
     ap.add_argument("--env", action="append", default=[], help="NAME=VALUE for the ranks (repeat)")
@@ -90,6 +102,8 @@ def main():
     ap.add_argument("--timeout", type=int, default=120)
     ap.add_argument("--no-preload", action="store_true",
                     help="run without LD_PRELOAD (the checks must then fail: a test of the test)")
+    ap.add_argument("--library-alias", action="append", default=[], metavar="NAME=PATH",
+                    help="the program finds library PATH under the name NAME too (repeat)")
     ap.add_argument("--needs-module", help="skip (exit 77) unless the program's interpreter imports it")
     ap.add_argument("program", nargs=argparse.REMAINDER)
     a = ap.parse_args()
@@ -101,7 +115,8 @@ def main():
         probe = subprocess.run([prog[0], "-c", f"import {a.needs_module}"], capture_output=True)
         if probe.returncode != 0:
             print(f"SKIP: {prog[0]} cannot import {a.needs_module} (scripts/setup.sh installs "
-                  "Debian's python3-mpi4py for /usr/bin/python3)")
+                  "Debian's python3-mpi4py for /usr/bin/python3, scripts/setup_torch.sh the "
+                  "PyPI wheel into .venv)")
             sys.exit(77)
     if not os.path.exists(a.lib):
         sys.exit(f"FAIL: {a.lib} does not exist")
@@ -109,14 +124,29 @@ def main():
     env = dict(os.environ)
     env.update({"OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1",
                 "OMPI_MCA_op": "^avx", "TCOLL_TIMEOUT": "100"})
+    if a.mpi == "mpich":
+        # MPICH 4.0-4.1's device-level MPI_Reduce crashes with MPI_IN_PLACE at a root other than
+        # 0 on one node (pmodels/mpich#6540, fixed in 4.1.2): the reference runs its generic one
+        env["MPIR_CVAR_REDUCE_DEVICE_COLLECTIVE"] = "0"
     for k in [k for k in env if k.startswith("TCOLL_") and k != "TCOLL_TIMEOUT"]:
         del env[k]  # only what this test sets
     for kv in a.env:
         k, v = kv.split("=", 1)
         env[k] = v
     env.setdefault("TCOLL_DEBUG", "1")
+    if a.library_alias:  # a directory of symbolic links, first on the library path
+        aliases = tempfile.mkdtemp(prefix="tcoll-preload-libs-")
+        atexit.register(shutil.rmtree, aliases, ignore_errors=True)
+        for alias in a.library_alias:
+            name, path = alias.split("=", 1)
+            os.symlink(path, os.path.join(aliases, name))
+        env["LD_LIBRARY_PATH"] = aliases + os.pathsep + env.get("LD_LIBRARY_PATH", "")
     base = [a.mpirun] + a.mpi_arg + ["-np", str(a.np)]
-    preload = base + ([] if a.no_preload else ["-x", f"LD_PRELOAD={os.path.abspath(a.lib)}"]) + prog
+    # Open MPI's mpirun forwards a variable with -x, MPICH's Hydra with -genv (setting it
+    # in mpirun's own environment would preload the launcher too)
+    lib = os.path.abspath(a.lib)
+    forward = ["-x", f"LD_PRELOAD={lib}"] if a.mpi == "openmpi" else ["-genv", "LD_PRELOAD", lib]
+    preload = base + ([] if a.no_preload else forward) + prog
 
     rc, out, err = run(preload, env, a.timeout)
     text = out + err
