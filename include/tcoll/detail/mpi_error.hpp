@@ -19,7 +19,10 @@ inline std::string_view error_class_name(int error_class) {
     int error_class;
     std::string_view name;
   };
-#define TCOLL_MPI_ERROR_CLASS(name) entry{name, #name}
+#define TCOLL_MPI_ERROR_CLASS(name)                                                                \
+  entry {                                                                                          \
+    name, #name                                                                                    \
+  }
   static constexpr entry table[] = {
       TCOLL_MPI_ERROR_CLASS(MPI_ERR_BUFFER),   TCOLL_MPI_ERROR_CLASS(MPI_ERR_COUNT),
       TCOLL_MPI_ERROR_CLASS(MPI_ERR_TYPE),     TCOLL_MPI_ERROR_CLASS(MPI_ERR_TAG),
