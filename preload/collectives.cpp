@@ -46,7 +46,30 @@ void on_transport(coll c, comm_state& s, F&& f) {
   }
 }
 
+/// The rank of this process in `comm` (the world's asked once).
+int comm_rank(MPI_Comm comm) {
+  if (comm == MPI_COMM_SELF) return 0;
+  static const int world = [] {
+    int r = 0;
+    PMPI_Comm_rank(MPI_COMM_WORLD, &r);
+    return r;
+  }();
+  if (comm == MPI_COMM_WORLD) return world;
+  int r = 0;
+  PMPI_Comm_rank(comm, &r);
+  return r;
+}
+
 int comm_size(MPI_Comm comm) {
+  if (comm == MPI_COMM_SELF) return 1;
+  // the world's size never changes: asked once (each query takes MPICH's global lock at
+  // MPI_THREAD_MULTIPLE)
+  static const int world = [] {
+    int p = 0;
+    PMPI_Comm_size(MPI_COMM_WORLD, &p);
+    return p;
+  }();
+  if (comm == MPI_COMM_WORLD) return world;
   int p = 0;
   PMPI_Comm_size(comm, &p);
   return p;
@@ -346,8 +369,7 @@ int reduce_call(const void* sendbuf, void* recvbuf, Count count, MPI_Datatype da
   if (common_fallback(c, comm, count_fits(count) && sendbuf != nullptr)) return pmpi();
   if (const int rc = settle_pending_setup(c, comm); rc != MPI_SUCCESS) return rc;
   const int P = comm_size(comm);
-  int rank = 0;
-  PMPI_Comm_rank(comm, &rank);
+  const int rank = comm_rank(comm);
   const bool is_root = rank == root;
   if (root < 0 || root >= P || (is_root && recvbuf == nullptr) ||
       (!is_root && sendbuf == MPI_IN_PLACE)) {

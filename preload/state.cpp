@@ -541,7 +541,9 @@ comm_state& state_of(MPI_Comm comm) {
 }
 
 bool is_intercomm(MPI_Comm comm) {
-  if (comm == MPI_COMM_NULL) return false;
+  // the predefined communicators are intracommunicators: no query (MPICH takes its global
+  // lock in every call at MPI_THREAD_MULTIPLE, queries included)
+  if (comm == MPI_COMM_NULL || comm == MPI_COMM_WORLD || comm == MPI_COMM_SELF) return false;
   int inter = 0;
   return PMPI_Comm_test_inter(comm, &inter) == MPI_SUCCESS && inter;
 }
@@ -687,7 +689,24 @@ reduction classify_uncached(MPI_Datatype type, MPI_Op op) {
 
 } // namespace
 
+namespace {
+std::size_t contiguous_size_uncached(MPI_Datatype type);
+} // namespace
+
 std::size_t contiguous_size(MPI_Datatype type) {
+  // One remembered answer per thread, as classify_reduction: three datatype queries (each
+  // taking MPICH's global lock at MPI_THREAD_MULTIPLE) were a third of a passthrough call's
+  // cost. Only predefined types give a non-zero size, and their handles never change meaning.
+  thread_local MPI_Datatype last_type = MPI_DATATYPE_NULL;
+  thread_local std::size_t last_size = 0;
+  if (type == last_type && type != MPI_DATATYPE_NULL) return last_size;
+  const std::size_t size = contiguous_size_uncached(type);
+  if (size != 0) last_type = type, last_size = size;
+  return size;
+}
+
+namespace {
+std::size_t contiguous_size_uncached(MPI_Datatype type) {
   if (type == MPI_DATATYPE_NULL) return 0;
   int ints = 0, addrs = 0, types = 0, combiner = 0;
   if (PMPI_Type_get_envelope(type, &ints, &addrs, &types, &combiner) != MPI_SUCCESS ||
@@ -701,6 +720,7 @@ std::size_t contiguous_size(MPI_Datatype type) {
   if (size <= 0 || lb != 0 || extent != size) return 0;
   return static_cast<std::size_t>(size);
 }
+} // namespace
 
 long long signature_bytes(long long count, MPI_Datatype type) {
   if (count < 0 || type == MPI_DATATYPE_NULL) return -1;

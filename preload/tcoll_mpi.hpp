@@ -25,6 +25,7 @@
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <limits>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -108,6 +109,15 @@ struct rule {
   std::size_t max_bytes = 0;
 };
 
+/// Which MPI's collectives the built-in choice below was measured against: MPICH's small
+/// allreduce and its MPI_Reduce from 64 KiB are slower than tcoll's over shared memory
+/// (docs/benchmarks.md, "MPICH"), Open MPI's are not.
+#ifdef MPICH_VERSION
+inline constexpr bool builtin_for_mpich = true;
+#else
+inline constexpr bool builtin_for_mpich = false;
+#endif
+
 /// The settings read from the environment once per process (see docs/preload.md).
 struct settings {
   std::vector<rule> rules[coll_count]; ///< TCOLL_<COLL>_ALGO (iallreduce shares allreduce's)
@@ -124,16 +134,17 @@ struct settings {
   /// saves), then tcoll's shared-memory choice (`shared_memory_choice`, algorithm/select.hpp:
   /// the same one `automatic` makes on shm_transport). Not set from the environment:
   /// TCOLL_ALLREDUCE_ALGO overrides it.
-  std::size_t shm_native_below_bytes = 512;
+  std::size_t shm_native_below_bytes = builtin_for_mpich ? 0 : 512;
   shared_memory_choice shm_allreduce{};
   /// The built-in choice of the other collectives on such a communicator (sizes as each
   /// collective counts them, docs/preload.md), measured over shared memory against Open MPI
   /// 4.1 with cross-memory attach (docs/benchmarks.md, "the other collectives over shared
-  /// memory"): tcoll's algorithm in these ranges, MPI's own elsewhere. Not set from the
-  /// environment: a TCOLL_*_ALGO rule overrides them.
-  std::size_t shm_bcast_from_bytes = 512;               ///< binomial tree from here
-  std::size_t shm_reduce_from_bytes = 512;              ///< binomial tree from here ...
-  std::size_t shm_reduce_up_to_bytes = 32 * 1024;       ///< ... to here
+  /// memory") and against MPICH 4.0 ("MPICH"): tcoll's algorithm in these ranges, MPI's own
+  /// elsewhere. Not set from the environment: a TCOLL_*_ALGO rule overrides them.
+  std::size_t shm_bcast_from_bytes = 512;  ///< binomial tree from here
+  std::size_t shm_reduce_from_bytes = 512; ///< binomial tree from here ...
+  std::size_t shm_reduce_up_to_bytes =     ///< ... to here
+      builtin_for_mpich ? std::numeric_limits<std::size_t>::max() : 32 * 1024;
   std::size_t shm_allgather_from_bytes = 8 * 1024;      ///< ring, more than 2 ranks (2: MPI's)
   std::size_t shm_reduce_scatter_two_from_bytes = 1024; ///< ring on 2 ranks
   std::size_t shm_reduce_scatter_from_bytes = 8 * 1024; ///< ring on more than 2 ranks

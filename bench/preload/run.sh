@@ -21,15 +21,23 @@ lib=$PWD/$build/preload/libtcoll_mpi.so
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
-mpicc -O2 -o "$tmp/loop" bench/preload/allreduce_loop.c
-M=(mpirun --oversubscribe --mca btl self,vader,tcp --mca btl_vader_single_copy_mechanism none)
+# The MPI the library was built against, at its defaults (Open MPI: MPI_ARGS="--mca btl
+# self,vader,tcp --mca btl_vader_single_copy_mechanism none" gives the launcher arguments of
+# the runs before 2026-11-27)
+source bench/preload/mpi_launch.sh
+echo "run.sh: $mpi_family (${mpi_run[*]})" >&2
+"$mpi_cc" -O2 -o "$tmp/loop" bench/preload/allreduce_loop.c
+M=("${mpi_run[@]}")
 for np in $nps; do
   for rep in $(seq "$reps"); do
     env -u TCOLL_ALLREDUCE_ALGO "${M[@]}" -np "$np" "$tmp/loop" "${loop_args[@]}" > "$tmp/mpi.$np.$rep"
-    env -u TCOLL_ALLREDUCE_ALGO "${M[@]}" -np "$np" -x LD_PRELOAD="$lib" "$tmp/loop" \
+    env -u TCOLL_ALLREDUCE_ALGO "${M[@]}" -np "$np" "${preload_args[@]}" "$tmp/loop" \
       "${loop_args[@]}" > "$tmp/default.$np.$rep"
-    TCOLL_ALLREDUCE_ALGO="recursive_doubling:0-32K;ring:32K-max" "${M[@]}" -np "$np" \
-      -x LD_PRELOAD="$lib" -x TCOLL_ALLREDUCE_ALGO "$tmp/loop" "${loop_args[@]}" > "$tmp/own.$np.$rep"
+    export TCOLL_ALLREDUCE_ALGO="recursive_doubling:0-32K;ring:32K-max"
+    # shellcheck disable=SC2046
+    "${M[@]}" -np "$np" "${preload_args[@]}" $(forward_env TCOLL_ALLREDUCE_ALGO) "$tmp/loop" \
+      "${loop_args[@]}" > "$tmp/own.$np.$rep"
+    unset TCOLL_ALLREDUCE_ALGO
   done
 done
 python3 - "$tmp" "$reps" $nps <<'PY'

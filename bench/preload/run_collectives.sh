@@ -11,12 +11,13 @@
 #   bash bench/preload/run_collectives.sh [BUILD_DIR] [REPS] [NPS] [loop args...]
 #   e.g. bash bench/preload/run_collectives.sh build 3 "2 4" -b 4K -e 16M -f 4 -r 5 -t 0.1
 set -euo pipefail
+cd "$(dirname "$0")/../.."
 build=${1:-build}
 reps=${2:-3}
 nps=${3:-"2 4"}
 shift $(( $# < 3 ? $# : 3 ))
 loop_args=("$@")
-lib="$build/preload/libtcoll_mpi.so"
+lib=$PWD/$build/preload/libtcoll_mpi.so
 [ -f "$lib" ] || { echo "run_collectives.sh: $lib missing (ninja -C $build preload/libtcoll_mpi.so)" >&2; exit 1; }
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 # The reference is Open MPI's defaults: OMPI_MCA_op=^avx (which the tests set for 8-bit sums)
@@ -27,16 +28,21 @@ if [ -n "${OMPI_MCA_op:-}" ]; then
 fi
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
-mpicc -O2 -o "$tmp/loop" bench/preload/collectives_loop.c
-# Plain Open MPI (vader with its default single-copy mechanism, cross-memory attach where
-# permitted, as in the allreduce tables); MPI_ARGS adds mpirun options, e.g.
-# MPI_ARGS="--mca btl_vader_single_copy_mechanism none" for the runs of 2026-11-23.
-read -r -a extra <<< "${MPI_ARGS:-}"
-M=(mpirun --oversubscribe "${extra[@]}")
+source bench/preload/mpi_launch.sh
+echo "run_collectives.sh: $mpi_family (${mpi_run[*]})" >&2
+"$mpi_cc" -O2 -o "$tmp/loop" bench/preload/collectives_loop.c
+# The MPI at its defaults (Open MPI: vader with its default single-copy mechanism, cross-memory
+# attach where permitted); MPI_ARGS adds launcher options, e.g. MPI_ARGS="--mca
+# btl_vader_single_copy_mechanism none" for the runs of 2026-11-23. TCOLL_* rules set in the
+# environment reach the ranks.
+tcoll_vars=$(compgen -e | grep '^TCOLL_' || true)
+forward=()
+for v in $tcoll_vars; do read -r -a f <<< "$(forward_env "$v")"; forward+=("${f[@]}"); done
+M=("${mpi_run[@]}")
 for np in $nps; do
   for rep in $(seq "$reps"); do
     "${M[@]}" -np "$np" "$tmp/loop" "${loop_args[@]}" > "$tmp/mpi.$np.$rep"
-    "${M[@]}" -np "$np" -x LD_PRELOAD="$lib" "$tmp/loop" "${loop_args[@]}" > "$tmp/tcoll.$np.$rep"
+    "${M[@]}" -np "$np" "${preload_args[@]}" "${forward[@]}" "$tmp/loop" "${loop_args[@]}" > "$tmp/tcoll.$np.$rep"
   done
 done
 python3 - "$tmp" "$reps" $nps <<'PY'
