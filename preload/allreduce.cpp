@@ -255,8 +255,12 @@ int iallreduce_call(const void* sendbuf, void* recvbuf, Count count, MPI_Datatyp
   }
   const reduction r = classify_reduction(datatype, op);
   fallback why = r.why;
-  int level = MPI_THREAD_SINGLE;
-  PMPI_Query_thread(&level);
+  // the thread level is fixed once MPI is initialised: asked once
+  static const int level = [] {
+    int provided = MPI_THREAD_SINGLE;
+    PMPI_Query_thread(&provided);
+    return provided;
+  }();
   bool usable = r.ok() && !is_intercomm(comm) && count_fits(count) && recvbuf != nullptr &&
                 sendbuf != nullptr && comm != MPI_COMM_NULL && request != nullptr;
   if (r.ok() && !usable)

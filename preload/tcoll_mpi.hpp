@@ -111,7 +111,7 @@ struct rule {
 
 /// Which MPI's collectives the built-in choice below was measured against: MPICH's small
 /// allreduce and its MPI_Reduce from 64 KiB are slower than tcoll's over shared memory
-/// (docs/benchmarks.md, "MPICH"), Open MPI's are not.
+/// (docs/benchmarks.md, "Against MPICH and Open MPI at their defaults"), Open MPI's are not.
 #ifdef MPICH_VERSION
 inline constexpr bool builtin_for_mpich = true;
 #else
@@ -139,8 +139,8 @@ struct settings {
   /// The built-in choice of the other collectives on such a communicator (sizes as each
   /// collective counts them, docs/preload.md), measured over shared memory against Open MPI
   /// 4.1 with cross-memory attach (docs/benchmarks.md, "the other collectives over shared
-  /// memory") and against MPICH 4.0 ("MPICH"): tcoll's algorithm in these ranges, MPI's own
-  /// elsewhere. Not set from the environment: a TCOLL_*_ALGO rule overrides them.
+  /// memory") and against MPICH 4.0 ("Against MPICH and Open MPI"): tcoll's algorithm in these
+  /// ranges, MPI's own elsewhere. Not set from the environment: a TCOLL_*_ALGO rule overrides them.
   std::size_t shm_bcast_from_bytes = 512;  ///< binomial tree from here
   std::size_t shm_reduce_from_bytes = 512; ///< binomial tree from here ...
   std::size_t shm_reduce_up_to_bytes =     ///< ... to here
