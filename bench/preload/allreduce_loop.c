@@ -1,6 +1,10 @@
 /* An unmodified MPI timing loop (it calls only MPI): float-sum MPI_Allreduce, out of place,
  * from -b to -e bytes (factor -f), printing one line per size on rank 0:
  *   size_bytes  time_us (median over -r timed blocks of -n calls each)  busbw_GBps  wrong
+ * -c 1 times cold buffers (as IMB's -off_cache and OSU's cache-off runs): each call uses the
+ * next of a pool of buffer pairs spanning at least twice 64 MiB, more than this machine's
+ * caches, so no call finds its data cached by the one before; -c 0 (the default) reuses one
+ * pair (hot).
  * Run it with and without LD_PRELOAD=libtcoll_mpi.so (bench/preload/run.sh does both). */
 #include <mpi.h>
 #include <stdio.h>
@@ -11,10 +15,13 @@
 
 static float *in, *out;
 static int n;
+static size_t slots = 1, slot_floats = 0, next_slot = 0; /* the buffer pool (-c 1) */
 
 static void allreduce_once(void* unused) {
   (void)unused;
-  MPI_Allreduce(in, out, n, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
+  const size_t at = next_slot * slot_floats;
+  next_slot = (next_slot + 1) % slots;
+  MPI_Allreduce(in + at, out + at, n, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
 }
 
 int main(int argc, char** argv) {
@@ -23,7 +30,7 @@ int main(int argc, char** argv) {
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   MPI_Comm_size(MPI_COMM_WORLD, &P);
   size_t lo = 8, hi = 64u << 20, factor = 8;
-  int blocks = 5;
+  int blocks = 5, cold = 0;
   double budget = 0.2; /* seconds of timed calls per block, about */
   for (int i = 1; i + 1 < argc; i += 2) {
     if (!strcmp(argv[i], "-b")) lo = loop_parse_bytes(argv[i + 1]);
@@ -31,10 +38,16 @@ int main(int argc, char** argv) {
     if (!strcmp(argv[i], "-f")) factor = loop_parse_bytes(argv[i + 1]);
     if (!strcmp(argv[i], "-r")) blocks = atoi(argv[i + 1]);
     if (!strcmp(argv[i], "-t")) budget = atof(argv[i + 1]);
+    if (!strcmp(argv[i], "-c")) cold = atoi(argv[i + 1]);
   }
-  in = malloc(hi), out = malloc(hi);
-  for (size_t i = 0; i < hi / sizeof(float); ++i) in[i] = (float)((rank + i) % 7);
-  if (rank == 0) printf("# ranks %d\n# bytes time_us busbw_GBps wrong\n", P);
+  const size_t cache_bytes = (size_t)64 << 20;
+  const size_t pool = cold ? 2 * (hi > cache_bytes ? hi : cache_bytes) + 4096 : hi;
+  in = malloc(pool), out = malloc(pool);
+  if (!in || !out) MPI_Abort(MPI_COMM_WORLD, 2);
+  /* every slot holds the same input pattern, at its own offset */
+  for (size_t i = 0; i < pool / sizeof(float); ++i) in[i] = 0;
+  if (rank == 0)
+    printf("# ranks %d, %s buffers\n# bytes time_us busbw_GBps wrong\n", P, cold ? "cold" : "hot");
   size_t sizes[64];
   int nsizes = 0;
   for (size_t b = lo; b <= hi && nsizes < 63; b *= factor) sizes[nsizes++] = b;
@@ -42,7 +55,14 @@ int main(int argc, char** argv) {
   for (int s = 0; s < nsizes; ++s) {
     const size_t bytes = sizes[s];
     n = (int)(bytes / sizeof(float));
+    slot_floats = (bytes + 4095) / 4096 * 4096 / sizeof(float);
+    slots = cold ? pool / (slot_floats * sizeof(float)) : 1;
+    for (size_t k = 0; k < slots; ++k)
+      for (int i = 0; i < n; ++i) in[k * slot_floats + i] = (float)((rank + i) % 7);
+    next_slot = 0;
     const double med = loop_median_seconds(allreduce_once, NULL, blocks, budget);
+    next_slot = 0;
+    allreduce_once(NULL); /* the check reads slot 0 */
     long wrong = 0;
     for (int i = 0; i < n; ++i) {
       float want = 0;
