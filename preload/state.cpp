@@ -556,34 +556,54 @@ struct named_type {
 };
 /// The predefined C integer and floating types (and MPI_BYTE for the bitwise ops).
 const std::vector<named_type>& reducible_types() {
-  static const std::vector<named_type> table = {
-      {MPI_INT, cls::sint},
-      {MPI_FLOAT, cls::real},
-      {MPI_DOUBLE, cls::real},
-      {MPI_LONG, cls::sint},
-      {MPI_UNSIGNED, cls::uint},
-      {MPI_UNSIGNED_LONG, cls::uint},
-      {MPI_LONG_LONG_INT, cls::sint},
-      {MPI_LONG_LONG, cls::sint},
-      {MPI_UNSIGNED_LONG_LONG, cls::uint},
-      {MPI_SHORT, cls::sint},
-      {MPI_UNSIGNED_SHORT, cls::uint},
-      {MPI_SIGNED_CHAR, cls::sint},
-      {MPI_UNSIGNED_CHAR, cls::uint},
-      {MPI_INT8_T, cls::sint},
-      {MPI_INT16_T, cls::sint},
-      {MPI_INT32_T, cls::sint},
-      {MPI_INT64_T, cls::sint},
-      {MPI_UINT8_T, cls::uint},
-      {MPI_UINT16_T, cls::uint},
-      {MPI_UINT32_T, cls::uint},
-      {MPI_UINT64_T, cls::uint},
-      {MPI_AINT, cls::sint},
-      {MPI_OFFSET, cls::sint},
-      {MPI_COUNT, cls::sint},
-      {MPI_LONG_DOUBLE, cls::real},
-      {MPI_BYTE, cls::byte},
-  };
+  static const std::vector<named_type> table = [] {
+    std::vector<named_type> table = {
+        {MPI_INT, cls::sint},
+        {MPI_FLOAT, cls::real},
+        {MPI_DOUBLE, cls::real},
+        {MPI_LONG, cls::sint},
+        {MPI_UNSIGNED, cls::uint},
+        {MPI_UNSIGNED_LONG, cls::uint},
+        {MPI_LONG_LONG_INT, cls::sint},
+        {MPI_LONG_LONG, cls::sint},
+        {MPI_UNSIGNED_LONG_LONG, cls::uint},
+        {MPI_SHORT, cls::sint},
+        {MPI_UNSIGNED_SHORT, cls::uint},
+        {MPI_SIGNED_CHAR, cls::sint},
+        {MPI_UNSIGNED_CHAR, cls::uint},
+        {MPI_INT8_T, cls::sint},
+        {MPI_INT16_T, cls::sint},
+        {MPI_INT32_T, cls::sint},
+        {MPI_INT64_T, cls::sint},
+        {MPI_UINT8_T, cls::uint},
+        {MPI_UINT16_T, cls::uint},
+        {MPI_UINT32_T, cls::uint},
+        {MPI_UINT64_T, cls::uint},
+        {MPI_AINT, cls::sint},
+        {MPI_OFFSET, cls::sint},
+        {MPI_COUNT, cls::sint},
+        {MPI_LONG_DOUBLE, cls::real},
+        {MPI_BYTE, cls::byte},
+        // Fortran's named types, as a Fortran program passes them (MPICH's Fortran bindings
+        // call the C entry points, so the preload sees those calls). Not MPI_REAL16: Fortran's
+        // 16-byte real is binary128, not x86's 80-bit long double. MPI_LOGICAL's values are
+        // the compiler's, not C's zero/non-zero: its logical ops stay with MPI.
+        {MPI_INTEGER, cls::sint},
+        {MPI_REAL, cls::real},
+        {MPI_DOUBLE_PRECISION, cls::real},
+        {MPI_INTEGER1, cls::sint},
+        {MPI_INTEGER2, cls::sint},
+        {MPI_INTEGER4, cls::sint},
+        {MPI_INTEGER8, cls::sint},
+        {MPI_REAL4, cls::real},
+        {MPI_REAL8, cls::real},
+    };
+    // an MPI without a Fortran type defines its handle as MPI_DATATYPE_NULL
+    table.erase(std::remove_if(table.begin(), table.end(),
+                               [](const named_type& t) { return t.type == MPI_DATATYPE_NULL; }),
+                table.end());
+    return table;
+  }();
   return table;
 }
 } // namespace
