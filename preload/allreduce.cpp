@@ -203,7 +203,7 @@ int allreduce_call(const void* sendbuf, void* recvbuf, Count count, MPI_Datatype
     return report_error(c, comm, MPI_ERR_OTHER, e.what());
   }
   count_call(c, a, bytes, comm);
-  if (a != algo::passthrough && a != algo::empty) count_entry_point<Count>(c);
+  count_entry_point<Count>(c, a);
   if (a == algo::empty) return MPI_SUCCESS;
   if (a == algo::passthrough) return pmpi();
   try {
@@ -290,7 +290,7 @@ int iallreduce_call(const void* sendbuf, void* recvbuf, Count count, MPI_Datatyp
     return pmpi();
   }
   count_call(c, a, bytes, comm);
-  if (a != algo::passthrough && a != algo::empty) count_entry_point<Count>(c);
+  count_entry_point<Count>(c, a);
   if (a == algo::passthrough) return pmpi();
   ireq* q = new (std::nothrow) ireq;
   if (q == nullptr) return report_error(c, comm, MPI_ERR_NO_MEM, "out of memory");

@@ -46,33 +46,28 @@ void on_transport(coll c, comm_state& s, F&& f) {
   }
 }
 
-/// The rank of this process in `comm` (the world's asked once).
-int comm_rank(MPI_Comm comm) {
-  if (comm == MPI_COMM_SELF) return 0;
+/// `Query(comm)` (PMPI_Comm_rank or PMPI_Comm_size), whose answer on MPI_COMM_SELF is `self`
+/// and on the world never changes: asked once there (each query takes MPICH's global lock at
+/// MPI_THREAD_MULTIPLE).
+template <int (*Query)(MPI_Comm, int*)>
+int comm_query(MPI_Comm comm, int self) {
+  if (comm == MPI_COMM_SELF) return self;
   static const int world = [] {
-    int r = 0;
-    PMPI_Comm_rank(MPI_COMM_WORLD, &r);
-    return r;
+    int v = 0;
+    Query(MPI_COMM_WORLD, &v);
+    return v;
   }();
   if (comm == MPI_COMM_WORLD) return world;
-  int r = 0;
-  PMPI_Comm_rank(comm, &r);
-  return r;
+  int v = 0;
+  Query(comm, &v);
+  return v;
 }
 
+int comm_rank(MPI_Comm comm) {
+  return comm_query<PMPI_Comm_rank>(comm, 0);
+}
 int comm_size(MPI_Comm comm) {
-  if (comm == MPI_COMM_SELF) return 1;
-  // the world's size never changes: asked once (each query takes MPICH's global lock at
-  // MPI_THREAD_MULTIPLE)
-  static const int world = [] {
-    int p = 0;
-    PMPI_Comm_size(MPI_COMM_WORLD, &p);
-    return p;
-  }();
-  if (comm == MPI_COMM_WORLD) return world;
-  int p = 0;
-  PMPI_Comm_size(comm, &p);
-  return p;
+  return comm_query<PMPI_Comm_size>(comm, 1);
 }
 
 /// The built-in choice for collective `c` (not allreduce) moving `bytes` on `P` ranks that
@@ -146,7 +141,7 @@ int reduce_scatter_block_call(const void* sendbuf, void* recvbuf, Count recvcoun
     return report_error(c, comm, MPI_ERR_OTHER, e.what());
   }
   count_call(c, a, bytes, comm);
-  if (a != algo::passthrough && a != algo::empty) count_entry_point<Count>(c);
+  count_entry_point<Count>(c, a);
   if (a == algo::empty) return MPI_SUCCESS;
   if (a == algo::passthrough) return pmpi();
   try {
@@ -228,7 +223,7 @@ int allgather_call(const void* sendbuf, Count sendcount, MPI_Datatype sendtype, 
     return report_error(c, comm, MPI_ERR_OTHER, e.what());
   }
   count_call(c, a, bytes, comm);
-  if (a != algo::passthrough && a != algo::empty) count_entry_point<Count>(c);
+  count_entry_point<Count>(c, a);
   if (a == algo::empty) return MPI_SUCCESS;
   if (a == algo::passthrough) return pmpi();
   try {
@@ -316,7 +311,7 @@ int bcast_call(void* buffer, Count count, MPI_Datatype datatype, int root, MPI_C
     return report_error(c, comm, MPI_ERR_OTHER, e.what());
   }
   count_call(c, a, bytes, comm);
-  if (a != algo::passthrough && a != algo::empty) count_entry_point<Count>(c);
+  count_entry_point<Count>(c, a);
   if (a == algo::empty) return MPI_SUCCESS;
   if (a == algo::passthrough) return pmpi();
   try {
@@ -390,7 +385,7 @@ int reduce_call(const void* sendbuf, void* recvbuf, Count count, MPI_Datatype da
     return report_error(c, comm, MPI_ERR_OTHER, e.what());
   }
   count_call(c, a, bytes, comm);
-  if (a != algo::passthrough && a != algo::empty) count_entry_point<Count>(c);
+  count_entry_point<Count>(c, a);
   if (a == algo::empty) return MPI_SUCCESS;
   if (a == algo::passthrough) return pmpi();
   try {

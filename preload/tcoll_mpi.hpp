@@ -172,11 +172,13 @@ void count_fallback(coll c, fallback why);
 /// datatype into contiguous bytes (or unpacked them) around tcoll's collective.
 void count_packed(coll c);
 /// Counts a call of collective `c` made through its MPI-4 large-count entry point (`_c`) that
-/// tcoll ran. `Count` is the wrappers' count type: nothing to do for int.
+/// tcoll ran (`a` neither passthrough nor empty). `Count` is the wrappers' count type:
+/// nothing to do for int.
 void count_large_count(coll c);
 template <class Count>
-void count_entry_point(coll c) {
-  if constexpr (!std::is_same_v<Count, int>) count_large_count(c);
+void count_entry_point(coll c, algo a) {
+  if constexpr (!std::is_same_v<Count, int>)
+    if (a != algo::passthrough && a != algo::empty) count_large_count(c);
 }
 
 /// tcoll's state of one user communicator, kept as an attribute of it and freed with it.
