@@ -152,9 +152,9 @@ struct complete_ireq {
 /// transport's engine); the engine thread completes the generalized request `r->handle`
 /// when the data is in place (or failed). Message spaces are drawn when it is queued, so
 /// calls queue in program order.
-template <class Comm, class Run, class T, class Op>
+template <class Comm, class Run, class T, class Op, class Done>
 void queue_iallreduce(Comm& c, Run run, const T* send, T* recv, std::size_t n, const Op& op,
-                      ireq* r) {
+                      Done done) {
   detail::check_allreduce_args(send, recv, n, c.rank());
   (void)detail::submit_collective(
       c,
@@ -164,7 +164,119 @@ void queue_iallreduce(Comm& c, Run run, const T* send, T* recv, std::size_t n, c
           detail::allreduce_on(c, tags, send, recv, n, op, algorithm, red);
         });
       },
-      complete_ireq{r});
+      done);
+}
+
+/// Queues an allreduce of `n` elements of reduction `r` with algorithm `a` (not passthrough
+/// or empty) on the engine of `s`: over its two-level machine for `hierarchical`, else over
+/// its shared-memory transport where it has one, else over MPI. `done(error)` completes it on
+/// the engine thread. Throws where nothing was queued.
+template <class Done>
+void queue_allreduce(coll c, comm_state& s, algo a, const reduction& r, const void* sendbuf,
+                     void* recvbuf, std::size_t n, Done done) {
+  dispatch(r, [&]<class T>(const auto& o) {
+    T* out = static_cast<T*>(recvbuf);
+    const T* in = sendbuf == MPI_IN_PLACE ? out : static_cast<const T*>(sendbuf);
+    auto flat = [a](const auto& f) { with_flat_algorithm(a, f); };
+    if (a == algo::hierarchical) {
+      auto defaults = [](const auto& f) { f(tcoll::hierarchical_options<tcoll::ring>{}); };
+      if (s.on_hierarchy(
+              [&](auto& machine) { queue_iallreduce(machine, defaults, in, out, n, o, done); }))
+        count_shared_memory(c);
+    } else if (tcoll::shm_transport* node = s.shared_memory()) {
+      count_shared_memory(c);
+      queue_iallreduce(*node, flat, in, out, n, o, done);
+    } else {
+      queue_iallreduce(s.transport(), flat, in, out, n, o, done);
+    }
+  });
+}
+
+/// Completes one run of a persistent allreduce (see `finish_persistent`).
+struct complete_persistent {
+  persistent_collective* p;
+  void operator()(std::exception_ptr error) const noexcept {
+    if (error) {
+      try {
+        std::rethrow_exception(error);
+      } catch (const std::exception& e) {
+        print_error(p->c, e.what());
+      } catch (...) {
+        print_error(p->c, "unknown error");
+      }
+    }
+    finish_persistent(*p, error != nullptr);
+  }
+};
+
+/// What a non-blocking start (MPI_Iallreduce, MPI_Allreduce_init) decided, locally.
+struct local_start {
+  bool to_mpi = false; ///< hand the call to MPI
+  int error = -1;      ///< >= 0: return this code (already reported)
+  comm_state* state = nullptr;
+  reduction r;
+  algo a = algo::passthrough;
+  std::size_t n = 0;
+  bool decided = false; ///< the path was decided (not a fallback): count the call
+};
+
+/// The checks and the path of a non-blocking allreduce start of collective `c` (counted,
+/// also where it goes to MPI); local: no communication (see `nonblocking_path`).
+template <class Count>
+local_start decide_local_start(coll c, const void* sendbuf, void* recvbuf, Count count,
+                               MPI_Datatype datatype, MPI_Op op, MPI_Comm comm,
+                               MPI_Request* request) {
+  local_start d;
+  if (!mpi_active()) {
+    count_fallback(c, fallback::not_initialized);
+    d.to_mpi = true;
+    return d;
+  }
+  d.r = classify_reduction(datatype, op);
+  fallback why = d.r.why;
+  // the thread level is fixed once MPI is initialised: asked once
+  static const int level = [] {
+    int provided = MPI_THREAD_SINGLE;
+    PMPI_Query_thread(&provided);
+    return provided;
+  }();
+  bool usable = d.r.ok() && !is_intercomm(comm) && count_fits(count) && recvbuf != nullptr &&
+                sendbuf != nullptr && comm != MPI_COMM_NULL && request != nullptr;
+  if (d.r.ok() && !usable)
+    why = is_intercomm(comm) ? fallback::intercomm : fallback::arguments;
+  else if (usable && level != MPI_THREAD_MULTIPLE) {
+    usable = false;
+    why = fallback::thread_level;
+  }
+  if (!usable) {
+    count_fallback(c, why);
+    d.to_mpi = true;
+    return d;
+  }
+  if (!config().error.empty()) {
+    d.error = report_settings_error(c, comm);
+    return d;
+  }
+  d.n = static_cast<std::size_t>(count);
+  const std::size_t bytes = d.n * d.r.size;
+  d.a = d.n == 0 ? algo::passthrough : choose(c, bytes);
+  try {
+    d.state = &state_of(comm); // local: an attribute, no communication
+  } catch (const std::exception& e) {
+    d.error = report_error(c, comm, MPI_ERR_OTHER, e.what());
+    return d;
+  }
+  unsigned missing = 0;
+  d.a = nonblocking_path(c, *d.state, bytes, d.a, missing);
+  if (missing) { // MPI starts a non-blocking collective locally: no set-up here
+    d.state->want_setup(missing);
+    count_fallback(c, fallback::not_set_up);
+    d.to_mpi = true;
+    return d;
+  }
+  d.to_mpi = d.a == algo::passthrough;
+  d.decided = true;
+  return d;
 }
 
 } // namespace
@@ -249,49 +361,13 @@ template <class Count, class Pmpi>
 int iallreduce_call(const void* sendbuf, void* recvbuf, Count count, MPI_Datatype datatype,
                     MPI_Op op, MPI_Comm comm, MPI_Request* request, Pmpi pmpi) {
   constexpr coll c = coll::iallreduce;
-  if (!mpi_active()) {
-    count_fallback(c, fallback::not_initialized);
-    return pmpi();
+  const local_start d = decide_local_start(c, sendbuf, recvbuf, count, datatype, op, comm, request);
+  if (d.error >= 0) return d.error;
+  if (d.decided) {
+    count_call(c, d.a, d.n * d.r.size, comm);
+    count_entry_point<Count>(c, d.a);
   }
-  const reduction r = classify_reduction(datatype, op);
-  fallback why = r.why;
-  // the thread level is fixed once MPI is initialised: asked once
-  static const int level = [] {
-    int provided = MPI_THREAD_SINGLE;
-    PMPI_Query_thread(&provided);
-    return provided;
-  }();
-  bool usable = r.ok() && !is_intercomm(comm) && count_fits(count) && recvbuf != nullptr &&
-                sendbuf != nullptr && comm != MPI_COMM_NULL && request != nullptr;
-  if (r.ok() && !usable)
-    why = is_intercomm(comm) ? fallback::intercomm : fallback::arguments;
-  else if (usable && level != MPI_THREAD_MULTIPLE) {
-    usable = false;
-    why = fallback::thread_level;
-  }
-  const std::size_t n = usable ? static_cast<std::size_t>(count) : 0, bytes = n * r.size;
-  algo a = usable ? (n == 0 ? algo::passthrough : choose(c, bytes)) : algo::empty;
-  if (!usable) {
-    count_fallback(c, why);
-    return pmpi();
-  }
-  if (!config().error.empty()) return report_settings_error(c, comm);
-  comm_state* state = nullptr;
-  try {
-    state = &state_of(comm); // local: an attribute, no communication
-  } catch (const std::exception& e) {
-    return report_error(c, comm, MPI_ERR_OTHER, e.what());
-  }
-  unsigned missing = 0;
-  a = nonblocking_path(c, *state, bytes, a, missing);
-  if (missing) { // MPI starts a non-blocking collective locally: no set-up here
-    state->want_setup(missing);
-    count_fallback(c, fallback::not_set_up);
-    return pmpi();
-  }
-  count_call(c, a, bytes, comm);
-  count_entry_point<Count>(c, a);
-  if (a == algo::passthrough) return pmpi();
+  if (d.to_mpi) return pmpi();
   ireq* q = new (std::nothrow) ireq;
   if (q == nullptr) return report_error(c, comm, MPI_ERR_NO_MEM, "out of memory");
   const int rc = PMPI_Grequest_start(&query_fn, &free_fn, &cancel_fn, q, &q->handle);
@@ -300,23 +376,7 @@ int iallreduce_call(const void* sendbuf, void* recvbuf, Count count, MPI_Datatyp
     return report_error(c, comm, rc, "PMPI_Grequest_start failed");
   }
   try {
-    comm_state& s = *state;
-    dispatch(r, [&]<class T>(const auto& o) {
-      T* out = static_cast<T*>(recvbuf);
-      const T* in = sendbuf == MPI_IN_PLACE ? out : static_cast<const T*>(sendbuf);
-      auto flat = [a](const auto& f) { with_flat_algorithm(a, f); };
-      if (a == algo::hierarchical) {
-        auto defaults = [](const auto& f) { f(tcoll::hierarchical_options<tcoll::ring>{}); };
-        if (s.on_hierarchy(
-                [&](auto& machine) { queue_iallreduce(machine, defaults, in, out, n, o, q); }))
-          count_shared_memory(c);
-      } else if (tcoll::shm_transport* node = s.shared_memory()) {
-        count_shared_memory(c);
-        queue_iallreduce(*node, flat, in, out, n, o, q);
-      } else {
-        queue_iallreduce(s.transport(), flat, in, out, n, o, q);
-      }
-    });
+    queue_allreduce(c, *d.state, d.a, d.r, sendbuf, recvbuf, d.n, complete_ireq{q});
   } catch (const std::exception& e) {
     // Nothing was queued: complete the request with the error and hand it back, so the
     // caller's MPI_Wait sees it too when its error handler returns.
@@ -352,6 +412,72 @@ TCOLL_PRELOAD_EXPORT int MPI_Iallreduce_c(const void* sendbuf, void* recvbuf, MP
                                           MPI_Request* request) {
   return iallreduce_call(sendbuf, recvbuf, count, datatype, op, comm, request, [&] {
     return PMPI_Iallreduce_c(sendbuf, recvbuf, count, datatype, op, comm, request);
+  });
+}
+#endif
+
+#if TCOLL_PRELOAD_PERSISTENT
+namespace {
+
+/// MPI_Allreduce_init (MPIX_ on Open MPI 4) and MPI_Allreduce_init_c: decided once, locally,
+/// like MPI_Iallreduce (a persistent start is a non-blocking one); where tcoll runs it,
+/// every MPI_Start queues it on the communicator's engine (see `persistent_collective`).
+/// `pmpi()` hands the call to MPI.
+template <class Count, class Pmpi>
+int allreduce_init_call(const void* sendbuf, void* recvbuf, Count count, MPI_Datatype datatype,
+                        MPI_Op op, MPI_Comm comm, MPI_Request* request, Pmpi pmpi) {
+  constexpr coll c = coll::allreduce_init;
+  const local_start d = decide_local_start(c, sendbuf, recvbuf, count, datatype, op, comm, request);
+  if (d.error >= 0) return d.error;
+  if (d.decided) count_entry_point<Count>(c, d.a);
+  if (d.to_mpi) {
+    if (d.decided) count_call(c, d.a, d.n * d.r.size, comm); // passthrough: counted once
+    return pmpi();
+  }
+  auto p = std::make_unique<persistent_collective>();
+  p->c = c;
+  p->comm = comm;
+  p->state = d.state;
+  p->algorithm = d.a;
+  p->bytes = d.n * d.r.size;
+  p->run = [a = d.a, r = d.r, sendbuf, recvbuf, n = d.n](persistent_collective& self) {
+    queue_allreduce(self.c, *self.state, a, r, sendbuf, recvbuf, n, complete_persistent{&self});
+  };
+  if (const int rc = make_persistent(std::move(p), request); rc != MPI_SUCCESS)
+    return report_error(c, comm, rc, "PMPI_Recv_init (the persistent request) failed");
+  return MPI_SUCCESS;
+}
+
+} // namespace
+#endif
+
+#if TCOLL_PRELOAD_PERSISTENT == 1
+/// MPI-4's persistent allreduce through tcoll: every MPI_Start runs it on the engine of the
+/// communicator, as MPI_Iallreduce does (same rules, same fallbacks, MPI_THREAD_MULTIPLE).
+TCOLL_PRELOAD_EXPORT int MPI_Allreduce_init(const void* sendbuf, void* recvbuf, int count,
+                                            MPI_Datatype datatype, MPI_Op op, MPI_Comm comm,
+                                            MPI_Info info, MPI_Request* request) {
+  return allreduce_init_call(sendbuf, recvbuf, count, datatype, op, comm, request, [&] {
+    return PMPI_Allreduce_init(sendbuf, recvbuf, count, datatype, op, comm, info, request);
+  });
+}
+
+/// MPI-4's MPI_Allreduce_init_c: the same path as MPI_Allreduce_init.
+TCOLL_PRELOAD_EXPORT int MPI_Allreduce_init_c(const void* sendbuf, void* recvbuf, MPI_Count count,
+                                              MPI_Datatype datatype, MPI_Op op, MPI_Comm comm,
+                                              MPI_Info info, MPI_Request* request) {
+  return allreduce_init_call(sendbuf, recvbuf, count, datatype, op, comm, request, [&] {
+    return PMPI_Allreduce_init_c(sendbuf, recvbuf, count, datatype, op, comm, info, request);
+  });
+}
+#elif TCOLL_PRELOAD_PERSISTENT == 2
+/// Open MPI 4's persistent allreduce (the `pcollreq` extension, `mpi-ext.h`) through tcoll,
+/// as MPI_Allreduce_init on MPI-4.
+TCOLL_PRELOAD_EXPORT int MPIX_Allreduce_init(const void* sendbuf, void* recvbuf, int count,
+                                             MPI_Datatype datatype, MPI_Op op, MPI_Comm comm,
+                                             MPI_Info info, MPI_Request* request) {
+  return allreduce_init_call(sendbuf, recvbuf, count, datatype, op, comm, request, [&] {
+    return PMPIX_Allreduce_init(sendbuf, recvbuf, count, datatype, op, comm, info, request);
   });
 }
 #endif

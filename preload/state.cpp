@@ -26,7 +26,7 @@ namespace tcoll::preload {
 const char* coll_name(coll c) noexcept {
   static const char* const names[coll_count] = {
       "MPI_Allreduce", "MPI_Reduce_scatter_block", "MPI_Allgather", "MPI_Bcast",
-      "MPI_Reduce",    "MPI_Iallreduce",           "MPI_Barrier"};
+      "MPI_Reduce",    "MPI_Iallreduce",           "MPI_Barrier",   "MPI_Allreduce_init"};
   return names[static_cast<int>(c)];
 }
 
@@ -38,7 +38,8 @@ const char* fallback_name(fallback f) noexcept {
                                                     "below MPI_THREAD_MULTIPLE",
                                                     "arguments left to MPI",
                                                     "MPI not initialised",
-                                                    "communicator not yet set up"};
+                                                    "communicator not yet set up",
+                                                    "blocks of different sizes"};
   return names[static_cast<int>(f)];
 }
 
@@ -58,6 +59,7 @@ const char* const algo_env[coll_count] = {"TCOLL_ALLREDUCE_ALGO",
                                           "TCOLL_BCAST_ALGO",
                                           "TCOLL_REDUCE_ALGO",
                                           nullptr,
+                                          nullptr,
                                           nullptr};
 
 /// The names a collective's selection string accepts.
@@ -65,6 +67,7 @@ std::vector<algo> accepted(coll c) {
   switch (c) {
   case coll::allreduce:
   case coll::iallreduce:
+  case coll::allreduce_init:
     return {algo::ring,          algo::recursive_doubling, algo::recursive_halving_doubling,
             algo::binomial_tree, algo::passthrough,        algo::multi_ring,
             algo::hierarchical};
@@ -120,6 +123,7 @@ settings read_settings() {
       if (const char* v = algo_env[i] ? std::getenv(algo_env[i]) : nullptr)
         s.rules[i] = parse_rules(static_cast<coll>(i), algo_env[i], v);
     s.rules[static_cast<int>(coll::iallreduce)] = s.rules[static_cast<int>(coll::allreduce)];
+    s.rules[static_cast<int>(coll::allreduce_init)] = s.rules[static_cast<int>(coll::allreduce)];
     if (const char* v = std::getenv("TCOLL_DEBUG"); v && *v) {
       const std::string_view d(v);
       if (d == "0")
@@ -283,7 +287,8 @@ algo choose(coll c, std::size_t bytes) {
   if (bytes <= s.native_below_bytes) return algo::passthrough;
   switch (c) {
   case coll::allreduce:
-  case coll::iallreduce: {
+  case coll::iallreduce:
+  case coll::allreduce_init: {
     // tcoll's built-in choice without the environment's rules (read above).
     automatic a{.rules = {}};
     switch (a.choose(bytes, /*commutative=*/true, /*has_native=*/true)) {
@@ -482,6 +487,7 @@ comm_state::~comm_state() {
       (void)e->wait_idle(config().timeout);
   for (collective_context* c : contexts)
     if (c) c->detach();
+  orphan_persistent(this);
   if (pending_setup) pending_setups.fetch_sub(1, std::memory_order_relaxed);
 }
 

@@ -20,11 +20,15 @@
 #define MPI_Reduce PMPI_Reduce
 #define MPI_Barrier PMPI_Barrier
 #define MPI_Finalize PMPI_Finalize
+#define MPI_Request_free PMPI_Request_free
+#define MPI_Start PMPI_Start
+#define MPI_Startall PMPI_Startall
 
 #include <atomic>
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <limits>
 #include <memory>
 #include <string>
@@ -49,6 +53,24 @@
 #define TCOLL_PRELOAD_LARGE_COUNT 0
 #endif
 
+/// Persistent collectives: MPI-4's `MPI_Allreduce_init` (Open MPI from 5.0), or Open MPI 4's
+/// `MPIX_Allreduce_init` from its `pcollreq` extension where only that exists. Not on MPICH:
+/// its MPI_Wait (4.0.2, ch4:ucx, MPI_THREAD_MULTIPLE) never returns for a receive that
+/// another thread's message to the same process completes (MPI_Test sees it), which is how
+/// tcoll's engine thread completes a persistent request (`persistent_collective`), so MPICH
+/// runs its own.
+#if MPI_VERSION >= 4 && !defined(MPICH_VERSION)
+#define TCOLL_PRELOAD_PERSISTENT 1
+#elif defined(OPEN_MPI)
+#include <mpi-ext.h>
+#if defined(OMPI_HAVE_MPI_EXT_PCOLLREQ) && OMPI_HAVE_MPI_EXT_PCOLLREQ
+#define TCOLL_PRELOAD_PERSISTENT 2
+#endif
+#endif
+#ifndef TCOLL_PRELOAD_PERSISTENT
+#define TCOLL_PRELOAD_PERSISTENT 0
+#endif
+
 /// Marks the symbols the library exports (everything else is hidden: a program that uses
 /// tcoll's headers itself never shares inline functions with this library).
 #define TCOLL_PRELOAD_EXPORT extern "C" __attribute__((visibility("default")))
@@ -63,9 +85,10 @@ enum class coll : int {
   bcast,
   reduce,
   iallreduce,
-  barrier, ///< MPI's own barrier; intercepted only to create a pending set-up
+  barrier,        ///< MPI's own barrier; intercepted only to create a pending set-up
+  allreduce_init, ///< MPI_Allreduce_init (MPIX_ on Open MPI 4), counted per MPI_Start
 };
-inline constexpr int coll_count = 7;
+inline constexpr int coll_count = 8;
 /// "MPI_Allreduce", ...
 const char* coll_name(coll c) noexcept;
 
@@ -79,11 +102,13 @@ enum class fallback : int {
   arguments,       ///< arguments MPI itself should judge (negative count, bad root, MPI_BOTTOM,
                    ///< different send and receive types)
   not_initialized, ///< called before MPI_Init or after MPI_Finalize
-  not_set_up, ///< MPI_Iallreduce on a communicator whose tcoll state no blocking collective has
-              ///< created yet: creating it is a collective step, and MPI starts a
-              ///< non-blocking collective locally (the next blocking collective creates it)
+  not_set_up,    ///< MPI_Iallreduce on a communicator whose tcoll state no blocking collective has
+                 ///< created yet: creating it is a collective step, and MPI starts a
+                 ///< non-blocking collective locally (the next blocking collective creates it)
+  uneven_counts, ///< MPI_Reduce_scatter or MPI_Allgatherv whose blocks differ in size (or, for
+                 ///< MPI_Allgatherv, do not follow each other in rank order)
 };
-inline constexpr int fallback_count = 8;
+inline constexpr int fallback_count = 9;
 /// "user-defined op", ...
 const char* fallback_name(fallback f) noexcept;
 
@@ -306,6 +331,36 @@ void unpack_local(const std::byte* in, std::size_t bytes, void* buf, long long c
                   MPI_Datatype type);
 /// Is `comm` an intercommunicator? (false for MPI_COMM_NULL: MPI reports that itself)
 bool is_intercomm(MPI_Comm comm);
+
+/// One persistent collective that tcoll runs (`MPI_Allreduce_init`). The request the user
+/// holds is MPI's own: a persistent zero-byte receive on a private duplicate of
+/// MPI_COMM_SELF. `MPI_Start` activates that receive and queues `run` on the communicator's
+/// engine; the engine thread completes it with a message to itself when the collective has
+/// finished (`finish_persistent`). So MPI_Wait, MPI_Test and their array forms, mixed with
+/// any other requests, and MPI_Start again all behave as MPI's, with no wrapper on them.
+struct persistent_collective {
+  coll c = coll::allreduce_init;
+  MPI_Comm comm = MPI_COMM_NULL;
+  comm_state* state = nullptr; ///< null once the communicator was freed
+  algo algorithm = algo::ring;
+  std::size_t bytes = 0;
+  MPI_Request handle = MPI_REQUEST_NULL; ///< the user's request
+  int tag = 0;                           ///< of its completion message
+  bool running = false; ///< started, its completion message not yet sent (registry lock)
+  bool freed = false;   ///< MPI_Request_free came while running: freed when it finishes
+  /// Queues one run whose completion calls `finish_persistent(*this, error)`; throws where
+  /// nothing was queued.
+  std::function<void(persistent_collective&)> run;
+};
+/// Makes `p` a persistent request of the user's: its receive, registered for MPI_Start.
+/// MPI_SUCCESS or MPI's error code.
+int make_persistent(std::unique_ptr<persistent_collective> p, MPI_Request* request);
+/// Completes one run of `p` (on the engine thread): a message of zero bytes, or, where the
+/// run failed, of one int, which MPI reports at MPI_Wait as a truncation error
+/// (MPI_ERR_TRUNCATE) after tcoll has printed the failure.
+void finish_persistent(persistent_collective& p, bool failed) noexcept;
+/// The communicator of `s` is being freed: its persistent collectives can no longer start.
+void orphan_persistent(const comm_state* s) noexcept;
 
 /// Calls `f.template operator()<E>(op)` with the raw element of `r`'s size and the
 /// `runtime_op` of `r` (a reduction classify_reduction accepted): every algorithm is

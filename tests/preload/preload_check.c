@@ -1,10 +1,10 @@
 #define _POSIX_C_SOURCE 200809L /* nanosleep */
 /* An unmodified MPI program (it calls only MPI) that checks the results of MPI_Allreduce,
- * MPI_Iallreduce, MPI_Reduce_scatter_block, MPI_Reduce, MPI_Allgather and MPI_Bcast for
- * every predefined C integer and floating type x every predefined op MPI allows on it x
- * in place or not x several communicators (the world, halves with reversed rank order, a
- * singleton and the rest, MPI_COMM_SELF, short-lived duplicates) x counts 0, 1, 7 and a
- * large one. It also makes the calls libtcoll_mpi.so must leave to MPI (a user op, derived
+ * MPI_Iallreduce, the persistent MPI_Allreduce_init, MPI_Reduce_scatter_block, MPI_Reduce,
+ * MPI_Allgather and MPI_Bcast for every predefined C integer and floating type x every predefined
+ * op MPI allows on it x in place or not x several communicators (the world, halves with reversed
+ * rank order, a singleton and the rest, MPI_COMM_SELF, short-lived duplicates) x counts 0, 1, 7 and
+ * a large one. It also makes the calls libtcoll_mpi.so must leave to MPI (a user op, derived
  * datatypes, MAXLOC, an intercommunicator) and checks those results too.
  *
  * Run under mpirun with or without LD_PRELOAD=libtcoll_mpi.so; the test runner
@@ -14,6 +14,9 @@
  * Every rank prints its error count; the exit code is non-zero if any check failed. */
 #include <dirent.h>
 #include <mpi.h>
+#if MPI_VERSION < 4 && defined(OPEN_MPI)
+#include <mpi-ext.h> /* Open MPI 4's persistent collectives: MPIX_Allreduce_init */
+#endif
 #include <pthread.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -373,6 +376,78 @@ static void check_iallreduce(MPI_Comm comm, const tdesc* t, int o, size_t n) {
   free(in), free(want), free(mid);
 }
 
+/* Persistent allreduce: MPI-4's MPI_Allreduce_init, or Open MPI 4's MPIX_Allreduce_init. */
+#if MPI_VERSION >= 4
+#define HAVE_PERSISTENT 1
+#define ALLREDUCE_INIT(...) COLL(MPI_Allreduce_init, __VA_ARGS__)
+#elif defined(OMPI_HAVE_MPI_EXT_PCOLLREQ) && OMPI_HAVE_MPI_EXT_PCOLLREQ
+#define HAVE_PERSISTENT 1
+#define ALLREDUCE_INIT(...) MPIX_Allreduce_init(__VA_ARGS__)
+#else
+#define HAVE_PERSISTENT 0
+#endif
+
+#if HAVE_PERSISTENT
+/* Two persistent allreduce requests (one in place) started three times with new inputs each
+ * round: with MPI_Startall, with MPI_Start and a blocking MPI_Allreduce while they run, and
+ * mixed in one MPI_Startall with a persistent point-to-point pair and again a
+ * blocking MPI_Allreduce; then freed (inactive: freeing an active persistent collective
+ * request is erroneous in MPI). */
+static void check_persistent(MPI_Comm comm, const tdesc* t, int o, size_t n) {
+  int r, P;
+  MPI_Comm_rank(comm, &r);
+  MPI_Comm_size(comm, &P);
+  const size_t b = n * t->size;
+  char *in = xmalloc(b), *out = xmalloc(b), *io = xmalloc(b), *want = xmalloc(b), *mid = xmalloc(b),
+       *keep = xmalloc(b);
+  MPI_Request q[4];
+  check_call(ALLREDUCE_INIT(in, out, (int)n, t->type, mpi_op(o), comm, MPI_INFO_NULL, &q[0]),
+             "MPI_Allreduce_init");
+  check_call(
+      ALLREDUCE_INIT(MPI_IN_PLACE, io, (int)n, t->type, mpi_op(o), comm, MPI_INFO_NULL, &q[1]),
+      "MPI_Allreduce_init (in place)");
+  int token_out = r, token_in = -1; /* a persistent ring exchange started with them */
+  MPI_Send_init(&token_out, 1, MPI_INT, (r + 1) % P, 77, comm, &q[2]);
+  MPI_Recv_init(&token_in, 1, MPI_INT, (r + P - 1) % P, 77, comm, &q[3]);
+  for (int round = 0; round < 3; ++round) {
+    for (size_t i = 0; i < n; ++i) t->set(in, i, input(o, r, (long long)(i + (size_t)round)));
+    memcpy(io, in, b);
+    memcpy(keep, in, b);
+    memset(out, 0x5a, b);
+    expected(t, o, P, n, (size_t)round, want);
+    if (round == 0) {
+      check_call(MPI_Startall(2, q), "MPI_Startall");
+    } else if (round == 1) {
+      check_call(MPI_Start(&q[1]), "MPI_Start");
+      check_call(MPI_Start(&q[0]), "MPI_Start");
+    } else {
+      check_call(MPI_Startall(4, q), "MPI_Startall (mixed)");
+    }
+    if (round > 0) {
+      check_call(COLL(MPI_Allreduce, keep, mid, (int)n, t->type, mpi_op(o), comm), "MPI_Allreduce");
+      compare(t, mid, want, n, "MPI_Allreduce while MPI_Allreduce_init runs", o, 0, comm);
+    }
+    check_call(MPI_Waitall(round == 2 ? 4 : 2, q, MPI_STATUSES_IGNORE), "MPI_Waitall");
+    compare(t, out, want, n, "MPI_Allreduce_init", o, 0, comm);
+    compare(t, io, want, n, "MPI_Allreduce_init", o, 1, comm);
+    compare(t, in, keep, n, "MPI_Allreduce_init (input unchanged)", o, 0, comm);
+    if (round == 2 && token_in != (r + P - 1) % P) {
+      fprintf(stderr, "rank %d: persistent receive started with MPI_Startall got %d\n", world_rank,
+              token_in);
+      ++errors;
+    }
+  }
+  for (int k = 0; k < 4; ++k) {
+    MPI_Request_free(&q[k]);
+    if (q[k] != MPI_REQUEST_NULL) {
+      fprintf(stderr, "rank %d: MPI_Request_free left a handle\n", world_rank);
+      ++errors;
+    }
+  }
+  free(in), free(out), free(io), free(want), free(mid), free(keep);
+}
+#endif
+
 static void check_reduce_scatter(MPI_Comm comm, const tdesc* t, int o, int inplace, size_t n) {
   int r, P;
   MPI_Comm_rank(comm, &r);
@@ -473,6 +548,9 @@ static void check_type(MPI_Comm comm, const tdesc* t, const size_t* counts, int 
         check_reduce(comm, t, o, inplace, n, (int)((n + (size_t)o) % (size_t)P));
       }
       if (nonblocking) check_iallreduce(comm, t, o, n);
+#if HAVE_PERSISTENT
+      if (nonblocking) check_persistent(comm, t, o, n);
+#endif
     }
     for (int inplace = 0; inplace < 2; ++inplace) check_allgather(comm, t, inplace, n);
     check_bcast(comm, t, n, (int)(n % (size_t)P));
@@ -682,6 +760,45 @@ static int stall_nonblocking(void) {
   MPI_Finalize();
   return 1;
 }
+
+#if HAVE_PERSISTENT
+/* Mode "stall_persistent": every rank makes a persistent 1 MiB allreduce, rank 0 starts it
+ * twice and no other rank ever does. The first run times out and breaks the transport; its
+ * MPI_Wait must return with an error (not hang), and so must the second start's. Under MPI
+ * alone this hangs. */
+static int stall_persistent(void) {
+  enum { N = 1 << 18 };
+  float* a = xmalloc(sizeof(float) * N);
+  for (int i = 0; i < N; ++i) a[i] = 1.0f;
+  MPI_Allreduce(MPI_IN_PLACE, a, N, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD); /* setup done */
+  MPI_Request req;
+  check_call(
+      ALLREDUCE_INIT(MPI_IN_PLACE, a, N, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD, MPI_INFO_NULL, &req),
+      "MPI_Allreduce_init");
+  int failed = 0;
+  if (world_rank == 0) {
+    MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
+    for (int k = 0; k < 2; ++k) {
+      const int started = MPI_Start(&req);
+      const int rc = started == MPI_SUCCESS ? MPI_Wait(&req, MPI_STATUS_IGNORE) : started;
+      fprintf(stderr, "rank 0: persistent run %d %s\n", k + 1,
+              rc == MPI_SUCCESS ? "succeeded" : "completed with an error");
+      failed += rc != MPI_SUCCESS;
+    }
+    if (failed == 2)
+      fprintf(stderr, "rank 0: both stalled persistent runs completed with errors\n");
+  } else { /* past rank 0's TCOLL_TIMEOUT (2 s in the tests), then finalize */
+    for (int i = 0; i < 6; ++i) {
+      struct timespec t = {1, 0};
+      nanosleep(&t, NULL);
+    }
+  }
+  MPI_Request_free(&req);
+  free(a);
+  MPI_Finalize();
+  return 1;
+}
+#endif
 
 /* Mode "local_start": starting a non-blocking collective is a local operation in MPI. Rank 0
  * starts MPI_Iallreduce on a new communicator, then sends to rank 1, which receives that
@@ -946,11 +1063,21 @@ int main(int argc, char** argv) {
   /* the single-purpose modes, each at MPI_THREAD_MULTIPLE */
   const char* mode = argc > 1 ? argv[1] : "";
   if (strcmp(mode, "stall_nonblocking") == 0 || strcmp(mode, "comm_cycles") == 0 ||
-      strcmp(mode, "free_pending") == 0 || strcmp(mode, "local_start") == 0) {
+      strcmp(mode, "free_pending") == 0 || strcmp(mode, "local_start") == 0 ||
+      strcmp(mode, "stall_persistent") == 0) {
     int provided = MPI_THREAD_SINGLE;
     MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &provided);
     MPI_Comm_rank(MPI_COMM_WORLD, &world_rank);
     if (strcmp(mode, "stall_nonblocking") == 0) return stall_nonblocking();
+    if (strcmp(mode, "stall_persistent") == 0) {
+#if HAVE_PERSISTENT
+      return stall_persistent();
+#else
+      fprintf(stderr, "this MPI has no persistent allreduce\n");
+      MPI_Finalize();
+      return 1;
+#endif
+    }
     if (strcmp(mode, "comm_cycles") == 0) return comm_cycles(argc > 2 ? atoi(argv[2]) : 10000);
     if (strcmp(mode, "free_pending") == 0) return free_pending();
     return local_start(argc > 2 && strcmp(argv[2], "barrier") == 0);
