@@ -8,6 +8,8 @@
 
 #undef MPI_Reduce_scatter_block
 #undef MPI_Allgather
+#undef MPI_Reduce_scatter
+#undef MPI_Allgatherv
 #undef MPI_Bcast
 #undef MPI_Reduce
 #undef MPI_Barrier
@@ -88,8 +90,10 @@ algo shm_collective_choice(coll c, std::size_t bytes, int P) {
                ? algo::binomial_tree
                : algo::passthrough;
   case coll::allgather:
+  case coll::allgatherv:
     return P > 2 && bytes >= s.shm_allgather_from_bytes ? algo::ring : algo::passthrough;
   case coll::reduce_scatter_block:
+  case coll::reduce_scatter:
     return bytes >= (P == 2 ? s.shm_reduce_scatter_two_from_bytes : s.shm_reduce_scatter_from_bytes)
                ? algo::ring
                : algo::passthrough;
@@ -118,8 +122,8 @@ namespace {
 /// hands the call to MPI.
 template <class Count, class Pmpi>
 int reduce_scatter_block_call(const void* sendbuf, void* recvbuf, Count recvcount,
-                              MPI_Datatype datatype, MPI_Op op, MPI_Comm comm, Pmpi pmpi) {
-  constexpr coll c = coll::reduce_scatter_block;
+                              MPI_Datatype datatype, MPI_Op op, MPI_Comm comm, Pmpi pmpi,
+                              coll c = coll::reduce_scatter_block) {
   if (common_fallback(c, comm, recvcount >= 0 && sendbuf && recvbuf)) return pmpi();
   if (const int rc = settle_pending_setup(c, comm); rc != MPI_SUCCESS) return rc;
   const reduction r = classify_reduction(datatype, op);
@@ -189,8 +193,8 @@ namespace {
 /// MPI_Allgather and MPI_Allgather_c (`Count` int or MPI_Count); `pmpi()` hands the call to MPI.
 template <class Count, class Pmpi>
 int allgather_call(const void* sendbuf, Count sendcount, MPI_Datatype sendtype, void* recvbuf,
-                   Count recvcount, MPI_Datatype recvtype, MPI_Comm comm, Pmpi pmpi) {
-  constexpr coll c = coll::allgather;
+                   Count recvcount, MPI_Datatype recvtype, MPI_Comm comm, Pmpi pmpi,
+                   coll c = coll::allgather) {
   const bool in_place = sendbuf == MPI_IN_PLACE;
   if (common_fallback(c, comm,
                       recvcount >= 0 && recvbuf && sendbuf && (in_place || sendcount >= 0)))
@@ -282,6 +286,101 @@ TCOLL_PRELOAD_EXPORT int MPI_Allgather_c(const void* sendbuf, MPI_Count sendcoun
   return allgather_call(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, comm, [&] {
     return PMPI_Allgather_c(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, comm);
   });
+}
+#endif
+
+namespace {
+
+/// The common block size of `counts[0..P)`, or -1 where they differ (or `counts` is null).
+template <class Count>
+long long common_count(const Count* counts, int P) {
+  if (counts == nullptr || P < 1) return -1;
+  for (int q = 1; q < P; ++q)
+    if (counts[q] != counts[0]) return -1;
+  return counts[0];
+}
+
+/// MPI_Reduce_scatter and MPI_Reduce_scatter_c: every rank's block of the same size (the
+/// counts are an argument all ranks share) runs as MPI_Reduce_scatter_block; uneven blocks
+/// go to MPI.
+template <class Count, class Pmpi>
+int reduce_scatter_call(const void* sendbuf, void* recvbuf, const Count recvcounts[],
+                        MPI_Datatype datatype, MPI_Op op, MPI_Comm comm, Pmpi pmpi) {
+  constexpr coll c = coll::reduce_scatter;
+  if (common_fallback(c, comm, recvcounts != nullptr)) return pmpi();
+  const long long block = common_count(recvcounts, comm_size(comm));
+  if (block < 0) {
+    count_fallback(c, fallback::uneven_counts);
+    return pmpi();
+  }
+  return reduce_scatter_block_call(sendbuf, recvbuf, static_cast<Count>(block), datatype, op, comm,
+                                   pmpi, c);
+}
+
+/// MPI_Allgatherv and MPI_Allgatherv_c: blocks of one size laid out in rank order
+/// (displs[q] = q x recvcounts[0], arguments all ranks share) run as MPI_Allgather; any
+/// other layout goes to MPI.
+template <class Count, class Displ, class Pmpi>
+int allgatherv_call(const void* sendbuf, Count sendcount, MPI_Datatype sendtype, void* recvbuf,
+                    const Count recvcounts[], const Displ displs[], MPI_Datatype recvtype,
+                    MPI_Comm comm, Pmpi pmpi) {
+  constexpr coll c = coll::allgatherv;
+  if (common_fallback(c, comm, recvcounts != nullptr && displs != nullptr)) return pmpi();
+  const int P = comm_size(comm);
+  const long long block = common_count(recvcounts, P);
+  bool in_order = block >= 0;
+  for (int q = 0; in_order && q < P; ++q) in_order = static_cast<long long>(displs[q]) == q * block;
+  if (!in_order) {
+    count_fallback(c, fallback::uneven_counts);
+    return pmpi();
+  }
+  return allgather_call(sendbuf, sendcount, sendtype, recvbuf, static_cast<Count>(block), recvtype,
+                        comm, pmpi, c);
+}
+
+} // namespace
+
+/// MPI_Reduce_scatter through tcoll's ring where every block has the same size.
+TCOLL_PRELOAD_EXPORT int MPI_Reduce_scatter(const void* sendbuf, void* recvbuf,
+                                            const int recvcounts[], MPI_Datatype datatype,
+                                            MPI_Op op, MPI_Comm comm) {
+  return reduce_scatter_call(sendbuf, recvbuf, recvcounts, datatype, op, comm, [&] {
+    return PMPI_Reduce_scatter(sendbuf, recvbuf, recvcounts, datatype, op, comm);
+  });
+}
+
+/// MPI_Allgatherv through tcoll's ring where the blocks have one size and follow each other
+/// in rank order.
+TCOLL_PRELOAD_EXPORT int MPI_Allgatherv(const void* sendbuf, int sendcount, MPI_Datatype sendtype,
+                                        void* recvbuf, const int recvcounts[], const int displs[],
+                                        MPI_Datatype recvtype, MPI_Comm comm) {
+  return allgatherv_call(sendbuf, sendcount, sendtype, recvbuf, recvcounts, displs, recvtype, comm,
+                         [&] {
+                           return PMPI_Allgatherv(sendbuf, sendcount, sendtype, recvbuf, recvcounts,
+                                                  displs, recvtype, comm);
+                         });
+}
+
+#if TCOLL_PRELOAD_LARGE_COUNT
+/// MPI-4's MPI_Reduce_scatter_c: the same path as MPI_Reduce_scatter.
+TCOLL_PRELOAD_EXPORT int MPI_Reduce_scatter_c(const void* sendbuf, void* recvbuf,
+                                              const MPI_Count recvcounts[], MPI_Datatype datatype,
+                                              MPI_Op op, MPI_Comm comm) {
+  return reduce_scatter_call(sendbuf, recvbuf, recvcounts, datatype, op, comm, [&] {
+    return PMPI_Reduce_scatter_c(sendbuf, recvbuf, recvcounts, datatype, op, comm);
+  });
+}
+
+/// MPI-4's MPI_Allgatherv_c: the same path as MPI_Allgatherv.
+TCOLL_PRELOAD_EXPORT int MPI_Allgatherv_c(const void* sendbuf, MPI_Count sendcount,
+                                          MPI_Datatype sendtype, void* recvbuf,
+                                          const MPI_Count recvcounts[], const MPI_Aint displs[],
+                                          MPI_Datatype recvtype, MPI_Comm comm) {
+  return allgatherv_call(sendbuf, sendcount, sendtype, recvbuf, recvcounts, displs, recvtype, comm,
+                         [&] {
+                           return PMPI_Allgatherv_c(sendbuf, sendcount, sendtype, recvbuf,
+                                                    recvcounts, displs, recvtype, comm);
+                         });
 }
 #endif
 

@@ -24,9 +24,11 @@
 namespace tcoll::preload {
 
 const char* coll_name(coll c) noexcept {
-  static const char* const names[coll_count] = {
-      "MPI_Allreduce", "MPI_Reduce_scatter_block", "MPI_Allgather", "MPI_Bcast",
-      "MPI_Reduce",    "MPI_Iallreduce",           "MPI_Barrier",   "MPI_Allreduce_init"};
+  static const char* const names[coll_count] = {"MPI_Allreduce",      "MPI_Reduce_scatter_block",
+                                                "MPI_Allgather",      "MPI_Bcast",
+                                                "MPI_Reduce",         "MPI_Iallreduce",
+                                                "MPI_Barrier",        "MPI_Allreduce_init",
+                                                "MPI_Reduce_scatter", "MPI_Allgatherv"};
   return names[static_cast<int>(c)];
 }
 
@@ -60,6 +62,8 @@ const char* const algo_env[coll_count] = {"TCOLL_ALLREDUCE_ALGO",
                                           "TCOLL_REDUCE_ALGO",
                                           nullptr,
                                           nullptr,
+                                          nullptr,
+                                          nullptr,
                                           nullptr};
 
 /// The names a collective's selection string accepts.
@@ -73,6 +77,8 @@ std::vector<algo> accepted(coll c) {
             algo::hierarchical};
   case coll::reduce_scatter_block:
   case coll::allgather:
+  case coll::reduce_scatter:
+  case coll::allgatherv:
     return {algo::ring, algo::passthrough};
   default:
     return {algo::binomial_tree, algo::passthrough};
@@ -124,6 +130,10 @@ settings read_settings() {
         s.rules[i] = parse_rules(static_cast<coll>(i), algo_env[i], v);
     s.rules[static_cast<int>(coll::iallreduce)] = s.rules[static_cast<int>(coll::allreduce)];
     s.rules[static_cast<int>(coll::allreduce_init)] = s.rules[static_cast<int>(coll::allreduce)];
+    // the uneven-count forms share the selection string of their even-count collective
+    s.rules[static_cast<int>(coll::reduce_scatter)] =
+        s.rules[static_cast<int>(coll::reduce_scatter_block)];
+    s.rules[static_cast<int>(coll::allgatherv)] = s.rules[static_cast<int>(coll::allgather)];
     if (const char* v = std::getenv("TCOLL_DEBUG"); v && *v) {
       const std::string_view d(v);
       if (d == "0")
@@ -308,6 +318,8 @@ algo choose(coll c, std::size_t bytes) {
   }
   case coll::reduce_scatter_block:
   case coll::allgather:
+  case coll::reduce_scatter:
+  case coll::allgatherv:
     return algo::ring;
   default:
     return algo::binomial_tree;

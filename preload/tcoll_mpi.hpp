@@ -16,6 +16,8 @@
 #define MPI_Iallreduce PMPI_Iallreduce
 #define MPI_Reduce_scatter_block PMPI_Reduce_scatter_block
 #define MPI_Allgather PMPI_Allgather
+#define MPI_Reduce_scatter PMPI_Reduce_scatter
+#define MPI_Allgatherv PMPI_Allgatherv
 #define MPI_Bcast PMPI_Bcast
 #define MPI_Reduce PMPI_Reduce
 #define MPI_Barrier PMPI_Barrier
@@ -87,8 +89,10 @@ enum class coll : int {
   iallreduce,
   barrier,        ///< MPI's own barrier; intercepted only to create a pending set-up
   allreduce_init, ///< MPI_Allreduce_init (MPIX_ on Open MPI 4), counted per MPI_Start
+  reduce_scatter, ///< MPI_Reduce_scatter: as reduce_scatter_block where every block is equal
+  allgatherv,     ///< MPI_Allgatherv: as allgather where the blocks are equal and in rank order
 };
-inline constexpr int coll_count = 8;
+inline constexpr int coll_count = 10;
 /// "MPI_Allreduce", ...
 const char* coll_name(coll c) noexcept;
 

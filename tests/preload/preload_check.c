@@ -1,6 +1,7 @@
 #define _POSIX_C_SOURCE 200809L /* nanosleep */
 /* An unmodified MPI program (it calls only MPI) that checks the results of MPI_Allreduce,
- * MPI_Iallreduce, the persistent MPI_Allreduce_init, MPI_Reduce_scatter_block, MPI_Reduce,
+ * MPI_Iallreduce, the persistent MPI_Allreduce_init, MPI_Reduce_scatter_block and
+ * MPI_Reduce_scatter, MPI_Allgatherv, MPI_Reduce,
  * MPI_Allgather and MPI_Bcast for every predefined C integer and floating type x every predefined
  * op MPI allows on it x in place or not x several communicators (the world, halves with reversed
  * rank order, a singleton and the rest, MPI_COMM_SELF, short-lived duplicates) x counts 0, 1, 7 and
@@ -469,6 +470,73 @@ static void check_reduce_scatter(MPI_Comm comm, const tdesc* t, int o, int inpla
   free(in), free(out), free(want);
 }
 
+/* MPI_Reduce_scatter: blocks of n elements each (through tcoll, as MPI_Reduce_scatter_block),
+ * or, with `uneven`, rank q's block n + P - 1 - q elements (left to MPI). Decreasing: in place,
+ * MPICH 4.0 moves a rank's block to the front of recvbuf with memcpy, which aborts where
+ * the block is longer than the blocks before it (overlapping ranges). */
+static void check_reduce_scatter_v(MPI_Comm comm, const tdesc* t, int o, int inplace, size_t n,
+                                   int uneven) {
+  int r, P;
+  MPI_Comm_rank(comm, &r);
+  MPI_Comm_size(comm, &P);
+  int* counts = xmalloc(sizeof(int) * (size_t)P);
+  size_t all = 0, mine = 0;
+  for (int q = 0; q < P; ++q) {
+    counts[q] = (int)n + (uneven ? P - 1 - q : 0);
+    if (q < r) mine += (size_t)counts[q];
+    all += (size_t)counts[q];
+  }
+  const size_t own = (size_t)counts[r];
+  char *in = xmalloc(all * t->size), *out = xmalloc(all * t->size), *want = xmalloc(own * t->size);
+  for (size_t i = 0; i < all; ++i) t->set(in, i, input(o, r, (long long)i));
+  expected(t, o, P, own, mine, want);
+  if (inplace) {
+    memcpy(out, in, all * t->size);
+    check_call(MPI_Reduce_scatter(MPI_IN_PLACE, out, counts, t->type, mpi_op(o), comm),
+               "MPI_Reduce_scatter");
+  } else {
+    memset(out, 0x5a, own * t->size);
+    check_call(MPI_Reduce_scatter(in, out, counts, t->type, mpi_op(o), comm), "MPI_Reduce_scatter");
+  }
+  compare(t, out, want, own, uneven ? "MPI_Reduce_scatter (uneven)" : "MPI_Reduce_scatter", o,
+          inplace, comm);
+  free(in), free(out), free(want), free(counts);
+}
+
+/* MPI_Allgatherv: blocks of n elements in rank order (through tcoll, as MPI_Allgather), or,
+ * with `uneven`, rank q's block n + q elements (left to MPI). */
+static void check_allgatherv(MPI_Comm comm, const tdesc* t, int inplace, size_t n, int uneven) {
+  int r, P;
+  MPI_Comm_rank(comm, &r);
+  MPI_Comm_size(comm, &P);
+  int *counts = xmalloc(sizeof(int) * (size_t)P), *displs = xmalloc(sizeof(int) * (size_t)P);
+  size_t all = 0;
+  for (int q = 0; q < P; ++q) {
+    counts[q] = (int)n + (uneven ? q : 0);
+    displs[q] = (int)all;
+    all += (size_t)counts[q];
+  }
+  char *in = xmalloc((size_t)counts[r] * t->size), *out = xmalloc(all * t->size),
+       *want = xmalloc(all * t->size);
+  for (int i = 0; i < counts[r]; ++i) t->set(in, (size_t)i, input(OP_SUM, r, i));
+  for (int q = 0; q < P; ++q)
+    for (int i = 0; i < counts[q]; ++i)
+      t->set(want, (size_t)displs[q] + (size_t)i, input(OP_SUM, q, i));
+  memset(out, 0x5a, all * t->size);
+  if (inplace) {
+    memcpy(out + (size_t)displs[r] * t->size, in, (size_t)counts[r] * t->size);
+    check_call(
+        MPI_Allgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, out, counts, displs, t->type, comm),
+        "MPI_Allgatherv");
+  } else {
+    check_call(MPI_Allgatherv(in, counts[r], t->type, out, counts, displs, t->type, comm),
+               "MPI_Allgatherv");
+  }
+  compare(t, out, want, all, uneven ? "MPI_Allgatherv (uneven)" : "MPI_Allgatherv", -1, inplace,
+          comm);
+  free(in), free(out), free(want), free(counts), free(displs);
+}
+
 static void check_reduce(MPI_Comm comm, const tdesc* t, int o, int inplace, size_t n, int root) {
   int r, P;
   MPI_Comm_rank(comm, &r);
@@ -545,6 +613,7 @@ static void check_type(MPI_Comm comm, const tdesc* t, const size_t* counts, int 
         check_allreduce(comm, t, o, inplace, n);
         if (!family) continue;
         check_reduce_scatter(comm, t, o, inplace, n);
+        check_reduce_scatter_v(comm, t, o, inplace, n, o == OP_SUM);
         check_reduce(comm, t, o, inplace, n, (int)((n + (size_t)o) % (size_t)P));
       }
       if (nonblocking) check_iallreduce(comm, t, o, n);
@@ -552,7 +621,10 @@ static void check_type(MPI_Comm comm, const tdesc* t, const size_t* counts, int 
       if (nonblocking) check_persistent(comm, t, o, n);
 #endif
     }
-    for (int inplace = 0; inplace < 2; ++inplace) check_allgather(comm, t, inplace, n);
+    for (int inplace = 0; inplace < 2; ++inplace) {
+      check_allgather(comm, t, inplace, n);
+      for (int uneven = 0; uneven < 2; ++uneven) check_allgatherv(comm, t, inplace, n, uneven);
+    }
     check_bcast(comm, t, n, (int)(n % (size_t)P));
     check_bcast(comm, t, n, P - 1);
   }
