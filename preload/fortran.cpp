@@ -1,0 +1,176 @@
+/// \file
+/// libtcoll_mpi.so: the Fortran entry points of the collectives tcoll runs, on Open MPI.
+///
+/// Open MPI's Fortran bindings (`mpif.h`, `use mpi`: `mpi_allreduce_` and its other
+/// manglings; `use mpi_f08`: `mpi_allreduce_f08_`, which calls `ompi_allreduce_f`) convert
+/// their handles and call `PMPI_Allreduce` directly, so a C `MPI_Allreduce` wrapper never
+/// sees a Fortran program's calls. These wrappers take the Fortran call instead (every
+/// mangling, and `ompi_*_f` for the f08 bindings), convert its handles and MPI_IN_PLACE /
+/// MPI_BOTTOM sentinels the way Open MPI's own bindings do, and call the C wrapper of this
+/// library, which decides between tcoll and `PMPI_*` as for a C program. MPICH's Fortran
+/// bindings call the C entry points themselves, all but the f08 binding of MPI_Finalize
+/// (`mpi_finalize_f08_`, which calls PMPI_Finalize): only that one is taken on MPICH.
+#include "tcoll_mpi.hpp"
+
+#if defined(OPEN_MPI) && !defined(MPICH_VERSION)
+
+#include <dlfcn.h>
+
+// the C wrappers of this library, not MPI's entry points (tcoll_mpi.hpp renames them for
+// tcoll's own headers)
+#undef MPI_Allreduce
+#undef MPI_Iallreduce
+#undef MPI_Reduce_scatter_block
+#undef MPI_Reduce_scatter
+#undef MPI_Allgather
+#undef MPI_Allgatherv
+#undef MPI_Bcast
+#undef MPI_Reduce
+#undef MPI_Barrier
+#undef MPI_Finalize
+
+namespace {
+
+/// The address of a Fortran common block of Open MPI's (MPI_IN_PLACE, MPI_BOTTOM), where
+/// the program has it; null otherwise.
+const void* fortran_sentinel(const char* name) {
+  return dlsym(RTLD_DEFAULT, name);
+}
+
+/// A Fortran buffer argument as C sees it: Fortran's MPI_IN_PLACE and MPI_BOTTOM are the
+/// addresses of common blocks, C's are constants.
+const void* c_buffer(const void* fortran) {
+  static const void* const in_place = fortran_sentinel("mpi_fortran_in_place_");
+  static const void* const bottom = fortran_sentinel("mpi_fortran_bottom_");
+  if (fortran != nullptr && fortran == in_place) return MPI_IN_PLACE;
+  if (fortran != nullptr && fortran == bottom) return MPI_BOTTOM;
+  return fortran;
+}
+void* c_buffer(void* fortran) {
+  return const_cast<void*>(c_buffer(static_cast<const void*>(fortran)));
+}
+
+void set_ierr(MPI_Fint* ierr, int code) {
+  if (ierr != nullptr) *ierr = static_cast<MPI_Fint>(code);
+}
+
+} // namespace
+
+/// Defines `ompi_<lower>_f` (called by the f08 bindings) and the Fortran manglings
+/// `<lower>`, `<lower>_`, `<lower>__` and `<UPPER>` as aliases of it.
+#define TCOLL_FORTRAN_ALIASES(lower, upper)                                                        \
+  TCOLL_FORTRAN_ALIAS(mpi_##lower, ompi_##lower##_f)                                               \
+  TCOLL_FORTRAN_ALIAS(mpi_##lower##_, ompi_##lower##_f)                                            \
+  TCOLL_FORTRAN_ALIAS(mpi_##lower##__, ompi_##lower##_f)                                           \
+  TCOLL_FORTRAN_ALIAS(MPI_##upper, ompi_##lower##_f)
+#define TCOLL_FORTRAN_ALIAS(name, target)                                                          \
+  extern "C" __attribute__((visibility("default"), alias(#target))) decltype(target) name;
+
+/// Fortran MPI_ALLREDUCE.
+TCOLL_PRELOAD_EXPORT void ompi_allreduce_f(char* sendbuf, char* recvbuf, MPI_Fint* count,
+                                           MPI_Fint* datatype, MPI_Fint* op, MPI_Fint* comm,
+                                           MPI_Fint* ierr) {
+  set_ierr(ierr, MPI_Allreduce(c_buffer(sendbuf), c_buffer(recvbuf), *count,
+                               PMPI_Type_f2c(*datatype), PMPI_Op_f2c(*op), PMPI_Comm_f2c(*comm)));
+}
+TCOLL_FORTRAN_ALIASES(allreduce, ALLREDUCE)
+
+/// Fortran MPI_IALLREDUCE.
+TCOLL_PRELOAD_EXPORT void ompi_iallreduce_f(char* sendbuf, char* recvbuf, MPI_Fint* count,
+                                            MPI_Fint* datatype, MPI_Fint* op, MPI_Fint* comm,
+                                            MPI_Fint* request, MPI_Fint* ierr) {
+  MPI_Request r = MPI_REQUEST_NULL;
+  const int rc =
+      MPI_Iallreduce(c_buffer(sendbuf), c_buffer(recvbuf), *count, PMPI_Type_f2c(*datatype),
+                     PMPI_Op_f2c(*op), PMPI_Comm_f2c(*comm), &r);
+  if (rc == MPI_SUCCESS) *request = PMPI_Request_c2f(r);
+  set_ierr(ierr, rc);
+}
+TCOLL_FORTRAN_ALIASES(iallreduce, IALLREDUCE)
+
+/// Fortran MPI_REDUCE_SCATTER_BLOCK.
+TCOLL_PRELOAD_EXPORT void ompi_reduce_scatter_block_f(char* sendbuf, char* recvbuf,
+                                                      MPI_Fint* recvcount, MPI_Fint* datatype,
+                                                      MPI_Fint* op, MPI_Fint* comm,
+                                                      MPI_Fint* ierr) {
+  set_ierr(ierr, MPI_Reduce_scatter_block(c_buffer(sendbuf), c_buffer(recvbuf), *recvcount,
+                                          PMPI_Type_f2c(*datatype), PMPI_Op_f2c(*op),
+                                          PMPI_Comm_f2c(*comm)));
+}
+TCOLL_FORTRAN_ALIASES(reduce_scatter_block, REDUCE_SCATTER_BLOCK)
+
+/// Fortran MPI_REDUCE_SCATTER (MPI_Fint is int on Open MPI's default build: the counts pass
+/// as they are).
+TCOLL_PRELOAD_EXPORT void ompi_reduce_scatter_f(char* sendbuf, char* recvbuf, MPI_Fint* recvcounts,
+                                                MPI_Fint* datatype, MPI_Fint* op, MPI_Fint* comm,
+                                                MPI_Fint* ierr) {
+  static_assert(sizeof(MPI_Fint) == sizeof(int), "tcoll: Fortran INTEGER is not a C int here");
+  set_ierr(ierr, MPI_Reduce_scatter(
+                     c_buffer(sendbuf), c_buffer(recvbuf), reinterpret_cast<const int*>(recvcounts),
+                     PMPI_Type_f2c(*datatype), PMPI_Op_f2c(*op), PMPI_Comm_f2c(*comm)));
+}
+TCOLL_FORTRAN_ALIASES(reduce_scatter, REDUCE_SCATTER)
+
+/// Fortran MPI_ALLGATHER.
+TCOLL_PRELOAD_EXPORT void ompi_allgather_f(char* sendbuf, MPI_Fint* sendcount, MPI_Fint* sendtype,
+                                           char* recvbuf, MPI_Fint* recvcount, MPI_Fint* recvtype,
+                                           MPI_Fint* comm, MPI_Fint* ierr) {
+  set_ierr(ierr,
+           MPI_Allgather(c_buffer(sendbuf), *sendcount, PMPI_Type_f2c(*sendtype), c_buffer(recvbuf),
+                         *recvcount, PMPI_Type_f2c(*recvtype), PMPI_Comm_f2c(*comm)));
+}
+TCOLL_FORTRAN_ALIASES(allgather, ALLGATHER)
+
+/// Fortran MPI_ALLGATHERV.
+TCOLL_PRELOAD_EXPORT void ompi_allgatherv_f(char* sendbuf, MPI_Fint* sendcount, MPI_Fint* sendtype,
+                                            char* recvbuf, MPI_Fint* recvcounts, MPI_Fint* displs,
+                                            MPI_Fint* recvtype, MPI_Fint* comm, MPI_Fint* ierr) {
+  set_ierr(ierr, MPI_Allgatherv(c_buffer(sendbuf), *sendcount, PMPI_Type_f2c(*sendtype),
+                                c_buffer(recvbuf), reinterpret_cast<const int*>(recvcounts),
+                                reinterpret_cast<const int*>(displs), PMPI_Type_f2c(*recvtype),
+                                PMPI_Comm_f2c(*comm)));
+}
+TCOLL_FORTRAN_ALIASES(allgatherv, ALLGATHERV)
+
+/// Fortran MPI_BCAST.
+TCOLL_PRELOAD_EXPORT void ompi_bcast_f(char* buffer, MPI_Fint* count, MPI_Fint* datatype,
+                                       MPI_Fint* root, MPI_Fint* comm, MPI_Fint* ierr) {
+  set_ierr(ierr, MPI_Bcast(c_buffer(buffer), *count, PMPI_Type_f2c(*datatype), *root,
+                           PMPI_Comm_f2c(*comm)));
+}
+TCOLL_FORTRAN_ALIASES(bcast, BCAST)
+
+/// Fortran MPI_REDUCE.
+TCOLL_PRELOAD_EXPORT void ompi_reduce_f(char* sendbuf, char* recvbuf, MPI_Fint* count,
+                                        MPI_Fint* datatype, MPI_Fint* op, MPI_Fint* root,
+                                        MPI_Fint* comm, MPI_Fint* ierr) {
+  set_ierr(ierr, MPI_Reduce(c_buffer(sendbuf), c_buffer(recvbuf), *count, PMPI_Type_f2c(*datatype),
+                            PMPI_Op_f2c(*op), *root, PMPI_Comm_f2c(*comm)));
+}
+TCOLL_FORTRAN_ALIASES(reduce, REDUCE)
+
+/// Fortran MPI_BARRIER (MPI's own barrier; a pending set-up is created first, as for C).
+TCOLL_PRELOAD_EXPORT void ompi_barrier_f(MPI_Fint* comm, MPI_Fint* ierr) {
+  set_ierr(ierr, MPI_Barrier(PMPI_Comm_f2c(*comm)));
+}
+TCOLL_FORTRAN_ALIASES(barrier, BARRIER)
+
+/// Fortran MPI_FINALIZE: frees tcoll's state while MPI still works and prints the
+/// TCOLL_DEBUG summary, as for C.
+TCOLL_PRELOAD_EXPORT void ompi_finalize_f(MPI_Fint* ierr) {
+  set_ierr(ierr, MPI_Finalize());
+}
+TCOLL_FORTRAN_ALIASES(finalize, FINALIZE)
+
+#elif defined(MPICH_VERSION)
+
+#undef MPI_Finalize
+
+/// MPICH's f08 MPI_FINALIZE: frees tcoll's state while MPI still works and prints the
+/// TCOLL_DEBUG summary, as for C (MPICH's own binding calls PMPI_Finalize).
+TCOLL_PRELOAD_EXPORT void mpi_finalize_f08_(MPI_Fint* ierr) {
+  const int rc = MPI_Finalize();
+  if (ierr != nullptr) *ierr = static_cast<MPI_Fint>(rc);
+}
+
+#endif
