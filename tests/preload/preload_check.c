@@ -872,6 +872,41 @@ static int stall_persistent(void) {
 }
 #endif
 
+/* Mode "announce_serialized": MPI_THREAD_SERIALIZED, every MPI call on a thread that is not
+ * the main one. Rank 0's 1 MiB MPI_Allreduce times out (rank 1 joins 3 s late, past
+ * TCOLL_TIMEOUT of 2 s); its failure announcement must reach rank 1 at once, so rank 1's
+ * late MPI_Allreduce fails naming rank 0 instead of timing out itself (rank 0 makes no MPI
+ * call until 9 s: an announcement deferred to its next call would come too late). */
+static void* announce_serialized_worker(void* result) {
+  enum { N = 1 << 18 };
+  float* a = xmalloc(sizeof(float) * N);
+  for (int i = 0; i < N; ++i) a[i] = 1.0f;
+  MPI_Allreduce(MPI_IN_PLACE, a, N, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD); /* setup done */
+  MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
+  struct timespec late = {world_rank == 1 ? 3 : 0, 0}, idle = {9, 0};
+  nanosleep(&late, NULL);
+  const double start = MPI_Wtime();
+  const int rc = MPI_Allreduce(MPI_IN_PLACE, a, N, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
+  fprintf(stderr, "rank %d: the allreduce %s after %.1f s\n", world_rank,
+          rc == MPI_SUCCESS ? "succeeded" : "failed", MPI_Wtime() - start);
+  if (world_rank == 0) nanosleep(&idle, NULL);
+  *(int*)result = rc != MPI_SUCCESS;
+  free(a);
+  return NULL;
+}
+
+static int announce_serialized(void) {
+  pthread_t worker;
+  int failed = 0;
+  if (pthread_create(&worker, NULL, announce_serialized_worker, &failed) != 0) {
+    fprintf(stderr, "rank %d: pthread_create failed\n", world_rank);
+    MPI_Abort(MPI_COMM_WORLD, 2);
+  }
+  pthread_join(worker, NULL);
+  MPI_Finalize();
+  return failed ? 1 : 0;
+}
+
 /* Mode "local_start": starting a non-blocking collective is a local operation in MPI. Rank 0
  * starts MPI_Iallreduce on a new communicator, then sends to rank 1, which receives that
  * message before it starts its own MPI_Iallreduce; under MPI alone this completes. Round 0 is
@@ -1153,6 +1188,12 @@ int main(int argc, char** argv) {
     if (strcmp(mode, "comm_cycles") == 0) return comm_cycles(argc > 2 ? atoi(argv[2]) : 10000);
     if (strcmp(mode, "free_pending") == 0) return free_pending();
     return local_start(argc > 2 && strcmp(argv[2], "barrier") == 0);
+  }
+  if (strcmp(mode, "announce_serialized") == 0) {
+    int provided = MPI_THREAD_SINGLE;
+    MPI_Init_thread(&argc, &argv, MPI_THREAD_SERIALIZED, &provided);
+    MPI_Comm_rank(MPI_COMM_WORLD, &world_rank);
+    return announce_serialized();
   }
   if (argc > 1 && strncmp(argv[1], "stall", 5) == 0) {
     MPI_Init(&argc, &argv);

@@ -297,6 +297,10 @@ class mpi_transport {
     /// MPI_THREAD_MULTIPLE): the announcement goes out with this rank's next MPI call.
     std::atomic<bool> announce_pending{false};
     std::atomic<bool> announced{false};
+    /// The thread that posted this transport's latest operation: at MPI_THREAD_SERIALIZED
+    /// the thread calling MPI now, whichever it is (the main one or not), so an abort()
+    /// from it (a collective failing on it) announces at once.
+    std::atomic<std::thread::id> caller{};
   };
 
 public:
@@ -615,6 +619,7 @@ public:
   requires element<T>
   void native_allreduce(const T* send, T* recv, std::size_t count, const Op& op) {
     if (count == 0) return;
+    state_->caller.store(std::this_thread::get_id(), std::memory_order_relaxed);
     if (state_->aborted.load())
       throw aborted_error("native_allreduce after abort() on this rank", rank_);
     MPI_Datatype type = MPI_DATATYPE_NULL;
@@ -806,8 +811,9 @@ private:
                         rank_, peer);
   }
 
-  /// May this thread call MPI now? Always with MPI_THREAD_MULTIPLE; below it only the main
-  /// thread (the thread that uses MPI, FUNNELED's rule).
+  /// May this thread call MPI now? Always with MPI_THREAD_MULTIPLE; at SERIALIZED the
+  /// thread that runs this transport's operations (`shared::caller`) or the main one;
+  /// below, only the main thread (FUNNELED's rule).
   bool may_call_mpi_here() const noexcept {
     int finalized = 0;
     MPI_Finalized(&finalized);
@@ -815,6 +821,9 @@ private:
     int level = MPI_THREAD_SINGLE, is_main = 0;
     MPI_Query_thread(&level);
     if (level == MPI_THREAD_MULTIPLE) return true;
+    if (level == MPI_THREAD_SERIALIZED &&
+        state_->caller.load(std::memory_order_relaxed) == std::this_thread::get_id())
+      return true;
     MPI_Is_thread_main(&is_main);
     return is_main != 0;
   }
@@ -851,6 +860,7 @@ private:
   /// Posts the pieces of `r` (one empty message for zero bytes, so sizes still match up).
   template <class Post>
   void post(request& r, Post&& post_one) {
+    state_->caller.store(std::this_thread::get_id(), std::memory_order_relaxed);
     flush_announcement();
     if (state_->aborted.load(std::memory_order_relaxed))
       throw_aborted(describe(r) + " posted after the transport", r.peer_);
