@@ -269,7 +269,7 @@ void convergence_case(Tr& t, int clients, int rounds, double alpha, failures& ba
 // and vanishes right after a push, without taking the reply.
 template <class Tr>
 void dropped_client_case(Tr& t, std::chrono::milliseconds patience, bool raw_leader, failures& bad,
-                         log_lines& notices) {
+                         log_lines& notices, std::size_t n = 8) {
   const int clients = std::min(3, t.size() - 1);
   el::options o;
   o.clients = clients;
@@ -277,7 +277,6 @@ void dropped_client_case(Tr& t, std::chrono::milliseconds patience, bool raw_lea
   o.alpha = 0.5;
   o.client_timeout = patience;
   o.log = [&](std::string_view s) { notices.add(s); };
-  const std::size_t n = 8;
   const auto steps_of_live = static_cast<int>(2 * patience / 40ms) + 10;
   if (t.rank() == 0) {
     std::vector<float> center0(n, 0.0f);

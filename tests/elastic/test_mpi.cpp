@@ -88,6 +88,23 @@ TEST_CASE("mpi: a client that stops answering is dropped after the timeout") {
   }
 }
 
+TEST_CASE("mpi: a client gone before a large reply is dropped; the transport stays usable") {
+  // The 1 MiB reply to the client that left goes by rendezvous: MPI cannot complete or
+  // cancel it. The server keeps it going (mpi_transport::abandon) instead of destroying it,
+  // which broke the transport and failed every other client.
+  if (world_size() < 3) return skipped("needs 3 ranks");
+  auto t = make();
+  failures bad;
+  log_lines notices;
+  dropped_client_case(t, 400ms, true, bad, notices, std::size_t{1} << 18);
+  report(bad);
+  if (t.rank() == 0) {
+    REQUIRE(notices.lines.size() == 1);
+    CHECK(notices.lines[0].find("dropped client 1") != std::string::npos);
+  }
+  MPI_Barrier(world);
+}
+
 TEST_CASE("mpi: a slow client does not hold up the others") {
   if (world_size() < 3) return skipped("needs 3 ranks");
   auto t = make();

@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
+#include <memory>
 #include <span>
 #include <string>
 #include <string_view>
@@ -121,7 +122,17 @@ public:
       slot& s = slots[static_cast<std::size_t>(c)];
       s.live = false;
       --live;
-      s.recv = {}; // cancels the posted receive (and withdraws a reply nobody took)
+      s.recv = {}; // cancels the posted receive
+      // A reply nobody took: a send cannot be cancelled on every MPI, and destroying it
+      // would break the transport for every client; where the transport can, it keeps the
+      // send (and its buffer) going instead.
+      if constexpr (requires(Tr & t, std::shared_ptr<const void> keep) {
+                      t.abandon(std::move(s.reply), keep);
+                    }) {
+        if (s.reply_pending)
+          world_->abandon(std::move(s.reply),
+                          std::make_shared<std::vector<T>>(std::move(s.outbox)));
+      }
       s.reply = {};
       auto& rec = report.clients[static_cast<std::size_t>(c)];
       rec.dropped = true;

@@ -301,6 +301,14 @@ class mpi_transport {
     /// the thread calling MPI now, whichever it is (the main one or not), so an abort()
     /// from it (a collective failing on it) announces at once.
     std::atomic<std::thread::id> caller{};
+    /// Sends given up on with `abandon`: MPI still owns them, `keep` their buffers.
+    struct abandoned_send {
+      std::vector<MPI_Request> pieces;
+      std::shared_ptr<const void> keep;
+    };
+    std::mutex abandoned_mutex;
+    std::vector<abandoned_send> abandoned;
+    std::atomic<int> abandoned_count{0};
   };
 
 public:
@@ -439,11 +447,37 @@ public:
     return *this;
   }
   /// Frees the duplicate communicator (requests still pending on it were cancelled by their
-  /// own destructors; they must not outlive the transport).
+  /// own destructors; they must not outlive the transport). Sends given up on with `abandon`
+  /// that no receiver has taken stay with MPI, their buffers kept to the end of the process,
+  /// and the communicator then stays to MPI_Finalize.
   ~mpi_transport() {
     if (state_ && state_->context) state_->context->detach(); // stop the engine first
+    const bool abandoned_left = state_ && reap_abandoned(true);
     retire_control();
-    free_comm();
+    if (!abandoned_left) free_comm();
+  }
+
+  /// Gives up on the pending send `r` without breaking the transport, for a receiver that
+  /// may never take it (an elastic client that was dropped): MPI keeps the send (a send
+  /// cannot be cancelled on every MPI), and `keep`, which must own the send's buffer, keeps
+  /// that buffer alive until MPI has completed it (checked by later operations here), so a
+  /// late receiver still reads valid data and the transport stays usable. Destroying a
+  /// pending send request instead marks the transport broken.
+  void abandon(request&& r, std::shared_ptr<const void> keep) {
+    if (r.remaining_ == 0 || r.count_ == 0) return;
+    if (r.kind_ != request::kind::send || r.staging_ != nullptr) { // not a plain send
+      request drop = std::move(r);
+      return;
+    }
+    typename shared::abandoned_send a;
+    MPI_Request* q = r.reqs();
+    for (int i = r.count_ - r.remaining_; i < r.count_; ++i)
+      if (q[i] != MPI_REQUEST_NULL) a.pieces.push_back(std::exchange(q[i], MPI_REQUEST_NULL));
+    r.remaining_ = 0;
+    a.keep = std::move(keep);
+    std::lock_guard lock(state_->abandoned_mutex);
+    state_->abandoned.push_back(std::move(a));
+    state_->abandoned_count.fetch_add(1, std::memory_order_relaxed);
   }
 
   int rank() const noexcept { return rank_; }
@@ -858,9 +892,47 @@ private:
   }
 
   /// Posts the pieces of `r` (one empty message for zero bytes, so sizes still match up).
+  /// Completes what it can of the sends given up on with `abandon` and releases their
+  /// buffers; with `at_end`, hands the rest to MPI (MPI_Request_free) and keeps their buffers
+  /// for the rest of the process. Returns whether some were still pending.
+  bool reap_abandoned(bool at_end) noexcept {
+    if (state_->abandoned_count.load(std::memory_order_relaxed) == 0) return false;
+    int finalized = 0;
+    MPI_Finalized(&finalized);
+    std::lock_guard lock(state_->abandoned_mutex);
+    auto& list = state_->abandoned;
+    bool pending = false;
+    for (auto it = list.begin(); it != list.end();) {
+      bool done = true;
+      for (MPI_Request& q : it->pieces) {
+        int flag = 0;
+        if (!finalized && q != MPI_REQUEST_NULL &&
+            MPI_Test(&q, &flag, MPI_STATUS_IGNORE) == MPI_SUCCESS && !flag)
+          done = false;
+      }
+      if (!done && at_end) {
+        for (MPI_Request& q : it->pieces)
+          if (q != MPI_REQUEST_NULL && !finalized) MPI_Request_free(&q);
+        static std::mutex kept_mutex;
+        static auto* kept_forever = new std::vector<std::shared_ptr<const void>>();
+        std::lock_guard kept_lock(kept_mutex);
+        kept_forever->push_back(std::move(it->keep)); // MPI may read it until it ends
+      }
+      if (done || at_end) {
+        pending |= !done;
+        it = list.erase(it);
+        state_->abandoned_count.fetch_sub(1, std::memory_order_relaxed);
+      } else {
+        ++it;
+      }
+    }
+    return pending;
+  }
+
   template <class Post>
   void post(request& r, Post&& post_one) {
     state_->caller.store(std::this_thread::get_id(), std::memory_order_relaxed);
+    reap_abandoned(false);
     flush_announcement();
     if (state_->aborted.load(std::memory_order_relaxed))
       throw_aborted(describe(r) + " posted after the transport", r.peer_);
