@@ -76,10 +76,10 @@ int comm_size(MPI_Comm comm) {
 /// share one node: tcoll's algorithm over shm_transport (binomial tree for bcast and reduce,
 /// ring for allgather and reduce_scatter_block) in the ranges of `settings`, MPI's own
 /// collective elsewhere. Measured over shared memory against Open MPI 4.1.4 with its
-/// default cross-memory attach (docs/benchmarks.md, "the other collectives over shared
-/// memory"): Open MPI is faster below about 512 B and for MPI_Reduce from 64 KiB, and
-/// even on MPI_Allgather with 2 ranks (where it keeps the call); tcoll's bcast, reduce and
-/// reduce_scatter_block are 1.2-2.5x faster from 512 B-8 KiB on.
+/// default cross-memory attach and MPICH 4.0.2 (docs/benchmarks.md, "Against MPICH and
+/// Open MPI at their defaults"; the thresholds come from the superseded tables listed under
+/// "Earlier preload tables"): Open MPI is faster below about 512 B and for MPI_Reduce from
+/// 64 KiB, and even on MPI_Allgather with 2 ranks (where it keeps the call).
 algo shm_collective_choice(coll c, std::size_t bytes, int P) {
   const settings& s = config();
   switch (c) {

@@ -167,8 +167,8 @@ struct settings {
   shared_memory_choice shm_allreduce{};
   /// The built-in choice of the other collectives on such a communicator (sizes as each
   /// collective counts them, docs/preload.md), measured over shared memory against Open MPI
-  /// 4.1 with cross-memory attach (docs/benchmarks.md, "the other collectives over shared
-  /// memory") and against MPICH 4.0 ("Against MPICH and Open MPI"): tcoll's algorithm in these
+  /// 4.1 with cross-memory attach and against MPICH 4.0 (docs/benchmarks.md, "Against MPICH
+  /// and Open MPI at their defaults", and "Earlier preload tables"): tcoll's algorithm in these
   /// ranges, MPI's own elsewhere. Not set from the environment: a TCOLL_*_ALGO rule overrides them.
   std::size_t shm_bcast_from_bytes = 512;  ///< binomial tree from here
   std::size_t shm_reduce_from_bytes = 512; ///< binomial tree from here ...
