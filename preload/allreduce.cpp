@@ -95,7 +95,8 @@ algo nonblocking_path(coll c, const comm_state& s, std::size_t bytes, algo a, un
       missing = comm_state::setup_hierarchy;
     return a;
   }
-  if (!s.node_checked || (!s.node && !s.flat)) missing = comm_state::setup_flat;
+  if (!s.node_checked || (!s.node && !s.flat) || !s.engine_core_known)
+    missing = comm_state::setup_flat;
   return a;
 }
 
@@ -271,6 +272,16 @@ local_start decide_local_start(coll c, const void* sendbuf, void* recvbuf, Count
   if (missing) { // MPI starts a non-blocking collective locally: no set-up here
     d.state->want_setup(missing);
     count_fallback(c, fallback::not_set_up);
+    d.to_mpi = true;
+    return d;
+  }
+  // tcoll's engine thread runs the collective while the caller typically polls MPI_Wait:
+  // where a rank is bound to one CPU the two share it and every step waits for a time
+  // slice (100x slower than MPI's own, measured), so the built-in choice leaves the call to
+  // MPI there; a TCOLL_ALLREDUCE_ALGO rule still sends it to tcoll
+  if (d.a != algo::passthrough && !d.state->engine_core && d.n > 0 && d.state->size > 1 &&
+      !chosen_by_rule(c, bytes)) {
+    count_fallback(c, fallback::no_spare_core);
     d.to_mpi = true;
     return d;
   }

@@ -3,6 +3,7 @@
 /// functions. The collectives themselves are in allreduce.cpp and collectives.cpp.
 #include "tcoll_mpi.hpp"
 
+#include <sched.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -41,7 +42,8 @@ const char* fallback_name(fallback f) noexcept {
                                                     "arguments left to MPI",
                                                     "MPI not initialised",
                                                     "communicator not yet set up",
-                                                    "blocks of different sizes"};
+                                                    "blocks of different sizes",
+                                                    "no spare core for tcoll's engine thread"};
   return names[static_cast<int>(f)];
 }
 
@@ -423,12 +425,40 @@ static void join(const comm_state& s, const char* what) {
   }
 }
 
+void comm_state::agree_engine_core() {
+  if (engine_core_known) return;
+  // a core for each rank's waiting thread and one for its engine: this rank may run on two
+  // CPUs or more, and its node has twice as many CPUs as it has ranks of the communicator
+  int local_size = 1;
+  if (size > 1) {
+    MPI_Comm local = MPI_COMM_NULL;
+    detail::mpi::check(
+        PMPI_Comm_split_type(user, MPI_COMM_TYPE_SHARED, rank, MPI_INFO_NULL, &local),
+        "PMPI_Comm_split_type", rank);
+    PMPI_Comm_size(local, &local_size);
+    PMPI_Comm_free(&local);
+  }
+  cpu_set_t cpus;
+  CPU_ZERO(&cpus);
+  const long online = sysconf(_SC_NPROCESSORS_ONLN);
+  int spare = sched_getaffinity(0, sizeof cpus, &cpus) == 0 && CPU_COUNT(&cpus) > 1 &&
+                      online >= 2L * local_size
+                  ? 1
+                  : 0;
+  if (size > 1)
+    detail::mpi::check(PMPI_Allreduce(MPI_IN_PLACE, &spare, 1, MPI_INT, MPI_MIN, user),
+                       "PMPI_Allreduce(engine core)", rank);
+  engine_core = spare != 0;
+  engine_core_known = true;
+}
+
 mpi_transport& comm_state::transport() {
   if (!flat) {
     join(*this, "its first collective");
     mpi_options o;
     o.timeout = config().timeout;
     flat = std::make_unique<mpi_transport>(user, o);
+    agree_engine_core();
   }
   return *flat;
 }
@@ -451,6 +481,7 @@ shm_transport* comm_state::shared_memory() {
     o.timeout = config().timeout;
     node = std::make_unique<shm_transport>(user, o);
   }
+  agree_engine_core();
   return node.get();
 }
 

@@ -111,8 +111,12 @@ enum class fallback : int {
                  ///< non-blocking collective locally (the next blocking collective creates it)
   uneven_counts, ///< MPI_Reduce_scatter or MPI_Allgatherv whose blocks differ in size (or, for
                  ///< MPI_Allgatherv, do not follow each other in rank order)
+  no_spare_core, ///< MPI_Iallreduce or MPI_Allreduce_init where some rank may run on one CPU
+                 ///< only (bound to a core) or a node has fewer than two CPUs per rank:
+                 ///< tcoll's engine thread would share a core with a thread polling in
+                 ///< MPI_Wait (no TCOLL_ALLREDUCE_ALGO rule covering the size)
 };
-inline constexpr int fallback_count = 9;
+inline constexpr int fallback_count = 10;
 /// "user-defined op", ...
 const char* fallback_name(fallback f) noexcept;
 
@@ -225,6 +229,12 @@ struct comm_state {
   std::unique_ptr<shm_transport> node; ///< the whole communicator in shared memory (one node)
   std::unique_ptr<mpi_node_hierarchy> node_hier; ///< hierarchical with shared memory inside
   bool node_checked = false;
+  /// Every rank of the communicator may run on more than one CPU (its affinity mask) and
+  /// every node has at least two CPUs per rank of it, so tcoll's engine thread need not
+  /// share a core with a thread polling in MPI_Wait; agreed collectively when the transports
+  /// are created (`agree_engine_core`).
+  bool engine_core = false;
+  bool engine_core_known = false;
   std::vector<std::byte> scratch; ///< in-place reduce_scatter_block copies its input here
   /// What a non-blocking call found missing (`setup_flat`, `setup_hierarchy`), for the next
   /// blocking collective on the communicator to create (`settle`).
@@ -240,6 +250,9 @@ struct comm_state {
   /// then stops the engines before the transports and machines they use go.
   ~comm_state();
 
+  /// Agrees on `engine_core` (a one-int PMPI_Allreduce on the user's communicator).
+  /// Collective: called where a transport is created, which every rank does at the same call.
+  void agree_engine_core();
   /// Records set-up for the next blocking collective to create (see `pending_setup`).
   void want_setup(unsigned what);
   /// Creates what `want_setup` recorded. Collective: called by every blocking collective

@@ -8,7 +8,8 @@
 # algorithms only (recursive_doubling up to 32 KiB, ring above). Prints a
 # Markdown table of the medians over the repetitions (time per call and busbw ratio to MPI).
 # usage: bash bench/preload/run.sh [build dir, default build] [reps, 5] ["2 4" rank counts]
-#        [-b -e -f -r -t -c arguments for the loop; -c 1: cold buffers]
+#        [-b -e -f -r -t -c -p arguments for the loop; -c 1: cold buffers; -p 1: persistent
+#        MPI_Allreduce_init, MPI_Start + MPI_Wait per call]
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 build=${1:-build}
