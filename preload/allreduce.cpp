@@ -277,8 +277,9 @@ local_start decide_local_start(coll c, const void* sendbuf, void* recvbuf, Count
   }
   // tcoll's engine thread runs the collective while the caller typically polls MPI_Wait:
   // where a rank is bound to one CPU the two share it and every step waits for a time
-  // slice (100x slower than MPI's own, measured), so the built-in choice leaves the call to
-  // MPI there; a TCOLL_ALLREDUCE_ALGO rule still sends it to tcoll
+  // slice (4-100x slower than MPI's own: docs/benchmarks.md, "The persistent allreduce under
+  // the preload"), so the built-in choice leaves the call to MPI there; a
+  // TCOLL_ALLREDUCE_ALGO rule still sends it to tcoll
   if (d.a != algo::passthrough && !d.state->engine_core && d.n > 0 && d.state->size > 1 &&
       !chosen_by_rule(c, bytes)) {
     count_fallback(c, fallback::no_spare_core);

@@ -171,6 +171,11 @@ settings read_settings() {
 // Counters. The totals are always kept (tcoll_mpi_counts); the table by algorithm and size
 // only under TCOLL_DEBUG.
 std::atomic<unsigned long long> through_total{0}, fallback_total{0};
+/// Adds one without a locked read-modify-write (the common call's single largest cost in
+/// the wrapper): calls that race on two threads may count once. The totals are a report.
+inline void bump(std::atomic<unsigned long long>& total) {
+  total.store(total.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
+}
 constexpr int size_buckets = 65; // 0 bytes, then [2^k, 2^(k+1)) for k = 0..63
 std::atomic<unsigned long long> by_algo[coll_count][algo_count][size_buckets];
 std::atomic<unsigned long long> by_reason[coll_count][fallback_count];
@@ -268,9 +273,8 @@ int delete_state(MPI_Comm, int, void* value, void*) {
 
 } // namespace
 
-const settings& config() {
-  static const settings s = read_settings();
-  return s;
+settings load_settings() {
+  return read_settings();
 }
 
 bool chosen_by_rule(coll c, std::size_t bytes) {
@@ -329,7 +333,7 @@ algo choose(coll c, std::size_t bytes) {
 }
 
 void count_call(coll c, algo a, std::size_t bytes, MPI_Comm comm) {
-  through_total.fetch_add(1, std::memory_order_relaxed);
+  bump(through_total);
   const int d = config().debug;
   if (d == 0) return;
   by_algo[static_cast<int>(c)][static_cast<int>(a)][bucket_of(bytes)].fetch_add(
@@ -356,7 +360,7 @@ void count_large_count(coll c) {
 }
 
 void count_fallback(coll c, fallback why) {
-  fallback_total.fetch_add(1, std::memory_order_relaxed);
+  bump(fallback_total);
   const int d = config().debug;
   if (d == 0) return;
   by_reason[static_cast<int>(c)][static_cast<int>(why)].fetch_add(1, std::memory_order_relaxed);

@@ -183,8 +183,13 @@ struct settings {
   std::size_t shm_reduce_scatter_from_bytes = 8 * 1024; ///< ring on more than 2 ranks
   std::string error; ///< non-empty: the environment is invalid and every call fails with it
 };
-/// The settings, parsed on first use (thread-safe).
-const settings& config();
+/// Reads and checks the settings from the environment (`config` keeps them).
+settings load_settings();
+/// The settings, parsed on first use (thread-safe); inline, since every wrapper asks.
+inline const settings& config() {
+  static const settings s = load_settings();
+  return s;
+}
 
 /// The algorithm for a call of collective `c` moving `bytes` (see docs/preload.md for what
 /// the size of each collective is): the first matching rule, else the built-in choice.
