@@ -3,6 +3,8 @@
  * from -b to -e bytes (factor -f; the bytes are the collective's whole buffer: the broadcast
  * or reduced vector, all P gathered blocks, all P blocks reduced), one line per size on
  * rank 0:  collective size_bytes time_us (median over -r blocks of calls) wrong
+ * -c 1 times cold buffers (as allreduce_loop.c -c 1: each call uses the next of a pool of
+ * buffer pairs spanning at least twice 64 MiB); -c 0 (the default) reuses one pair (hot).
  * Run it with and without LD_PRELOAD=libtcoll_mpi.so (bench/preload/run_collectives.sh). */
 #include <mpi.h>
 #include <stdio.h>
@@ -12,11 +14,15 @@
 #include "loop_common.h"
 
 static int rank, P;
-static float *in, *out;
+static float *in_pool, *out_pool, *in, *out;
+static size_t slots = 1, slot_floats = 0, next_slot = 0; /* the buffer pool (-c 1) */
 
-/* One call of collective `c` on `bytes` of whole buffer. */
+/* One call of collective `c` on `bytes` of whole buffer, on the next slot of the pool. */
 static void call(int c, size_t bytes) {
   const int n = (int)(bytes / sizeof(float)), block = n / P;
+  in = in_pool + next_slot * slot_floats;
+  out = out_pool + next_slot * slot_floats;
+  next_slot = (next_slot + 1) % slots;
   if (c == 0) MPI_Bcast(in, n, MPI_FLOAT, 0, MPI_COMM_WORLD);
   if (c == 1) MPI_Reduce(in, out, n, MPI_FLOAT, MPI_SUM, 0, MPI_COMM_WORLD);
   if (c == 2) MPI_Allgather(in, block, MPI_FLOAT, out, block, MPI_FLOAT, MPI_COMM_WORLD);
@@ -52,8 +58,14 @@ static long check(int c, size_t bytes) {
   return wrong;
 }
 
-static void reset(size_t bytes) {
-  for (size_t i = 0; i < bytes / sizeof(float); ++i) in[i] = (float)((rank + i) % 7);
+/* Fills every slot's input; the pool restarts at slot 0. */
+static void reset(size_t bytes, int cold, size_t pool) {
+  slot_floats = (bytes + 4095) / 4096 * 4096 / sizeof(float);
+  slots = cold ? pool / (slot_floats * sizeof(float)) : 1;
+  for (size_t k = 0; k < slots; ++k)
+    for (size_t i = 0; i < bytes / sizeof(float); ++i)
+      in_pool[k * slot_floats + i] = (float)((rank + i) % 7);
+  next_slot = 0;
 }
 
 int main(int argc, char** argv) {
@@ -61,7 +73,7 @@ int main(int argc, char** argv) {
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   MPI_Comm_size(MPI_COMM_WORLD, &P);
   size_t lo = 4096, hi = 16u << 20, factor = 4;
-  int blocks = 5;
+  int blocks = 5, cold = 0;
   double budget = 0.1; /* seconds of timed calls per block, about */
   for (int i = 1; i + 1 < argc; i += 2) {
     if (!strcmp(argv[i], "-b")) lo = loop_parse_bytes(argv[i + 1]);
@@ -69,16 +81,23 @@ int main(int argc, char** argv) {
     if (!strcmp(argv[i], "-f")) factor = loop_parse_bytes(argv[i + 1]);
     if (!strcmp(argv[i], "-r")) blocks = atoi(argv[i + 1]);
     if (!strcmp(argv[i], "-t")) budget = atof(argv[i + 1]);
+    if (!strcmp(argv[i], "-c")) cold = atoi(argv[i + 1]);
   }
-  in = malloc(hi), out = malloc(hi);
+  const size_t cache_bytes = (size_t)64 << 20;
+  const size_t pool = cold ? 2 * (hi > cache_bytes ? hi : cache_bytes) + 4096 : hi;
+  in_pool = malloc(pool), out_pool = malloc(pool);
+  if (!in_pool || !out_pool) MPI_Abort(MPI_COMM_WORLD, 2);
   const char* names[4] = {"MPI_Bcast", "MPI_Reduce", "MPI_Allgather", "MPI_Reduce_scatter_block"};
-  if (rank == 0) printf("# ranks %d\n# collective bytes time_us wrong\n", P);
+  if (rank == 0)
+    printf("# ranks %d, %s buffers\n# collective bytes time_us wrong\n", P, cold ? "cold" : "hot");
   for (int c = 0; c < 4; ++c)
     for (size_t bytes = lo; bytes <= hi; bytes *= factor) {
       if (bytes / sizeof(float) < (size_t)P) continue;
-      reset(bytes);
+      reset(bytes, cold, pool);
       struct args a = {c, bytes};
       const double med = loop_median_seconds(call_once, &a, blocks, budget);
+      next_slot = 0;
+      call(c, bytes); /* the check reads slot 0 */
       long wrong = check(c, bytes), all = 0;
       MPI_Reduce(&wrong, &all, 1, MPI_LONG, MPI_SUM, 0, MPI_COMM_WORLD);
       if (rank == 0) {
@@ -86,7 +105,7 @@ int main(int argc, char** argv) {
         fflush(stdout);
       }
     }
-  free(in), free(out);
+  free(in_pool), free(out_pool);
   MPI_Finalize();
   return 0;
 }

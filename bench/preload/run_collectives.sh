@@ -10,6 +10,7 @@
 #
 #   bash bench/preload/run_collectives.sh [BUILD_DIR] [REPS] [NPS] [loop args...]
 #   e.g. bash bench/preload/run_collectives.sh build 3 "2 4" -b 4K -e 16M -f 4 -r 5 -t 0.1
+#   (loop args: -b -e -f -r -t, and -c 1 for cold buffers)
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 build=${1:-build}
