@@ -429,12 +429,12 @@ static void join(const comm_state& s, const char* what) {
   }
 }
 
-void comm_state::agree_engine_core() {
+void comm_state::agree_engine_core(int local_size) {
   if (engine_core_known) return;
   // a core for each rank's waiting thread and one for its engine: this rank may run on two
   // CPUs or more, and its node has twice as many CPUs as it has ranks of the communicator
-  int local_size = 1;
-  if (size > 1) {
+  if (local_size < 1 && size == 1) local_size = 1;
+  if (local_size < 1) {
     MPI_Comm local = MPI_COMM_NULL;
     detail::mpi::check(
         PMPI_Comm_split_type(user, MPI_COMM_TYPE_SHARED, rank, MPI_INFO_NULL, &local),
@@ -485,7 +485,7 @@ shm_transport* comm_state::shared_memory() {
     o.timeout = config().timeout;
     node = std::make_unique<shm_transport>(user, o);
   }
-  agree_engine_core();
+  agree_engine_core(local_size);
   return node.get();
 }
 

@@ -255,9 +255,10 @@ struct comm_state {
   /// then stops the engines before the transports and machines they use go.
   ~comm_state();
 
-  /// Agrees on `engine_core` (a one-int PMPI_Allreduce on the user's communicator).
+  /// Agrees on `engine_core` (a one-int PMPI_Allreduce on the user's communicator; the
+  /// ranks on this node are counted with PMPI_Comm_split_type unless `local_size` says).
   /// Collective: called where a transport is created, which every rank does at the same call.
-  void agree_engine_core();
+  void agree_engine_core(int local_size = 0);
   /// Records set-up for the next blocking collective to create (see `pending_setup`).
   void want_setup(unsigned what);
   /// Creates what `want_setup` recorded. Collective: called by every blocking collective

@@ -891,7 +891,6 @@ private:
     return r;
   }
 
-  /// Posts the pieces of `r` (one empty message for zero bytes, so sizes still match up).
   /// Completes what it can of the sends given up on with `abandon` and releases their
   /// buffers; with `at_end`, hands the rest to MPI (MPI_Request_free) and keeps their buffers
   /// for the rest of the process. Returns whether some were still pending.
@@ -929,6 +928,7 @@ private:
     return pending;
   }
 
+  /// Posts the pieces of `r` (one empty message for zero bytes, so sizes still match up).
   template <class Post>
   void post(request& r, Post&& post_one) {
     state_->caller.store(std::this_thread::get_id(), std::memory_order_relaxed);
