@@ -29,9 +29,7 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
-#include <condition_variable>
 #include <deque>
-#include <exception>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -49,40 +47,22 @@ namespace tcoll {
 namespace detail::devteam {
 
 /// A posted send. Owned by the sender (recycled through its free list, so its two events
-/// are created once).
-struct send_slot {
-  const void* data = nullptr;
-  std::size_t bytes = 0;
-  int tag = 0;
+/// are created once). Its `state` adds 4: the receiver failed to read it.
+struct send_slot : tcoll::detail::posted_send {
   bool host = false;           ///< data is host memory: completion needs a host wait
   cudaEvent_t ready = nullptr; ///< recorded by the sender at isend
   cudaEvent_t done = nullptr;  ///< recorded by the receiver after enqueuing its read
-  // 0 queued, 1 being consumed, 2 done, 3 done with a size mismatch, 4 receiver failed
-  std::atomic<int> state{0};
   ~send_slot() {
     if (ready) (void)cudaEventDestroy(ready);
     if (done) (void)cudaEventDestroy(done);
   }
 };
 
-using doorbell = tcoll::detail::doorbell;
-using mailbox = tcoll::detail::mailbox<send_slot>;
-
-struct shared_state {
-  shared_state(int n, std::chrono::milliseconds t, int dev)
-      : nranks(n), timeout(t), device(dev), boxes(static_cast<std::size_t>(n) * n), bells(n) {}
-  int nranks;
-  std::chrono::milliseconds timeout;
+/// The team's rendezvous (`team_state`) plus its GPU and a host barrier with a deadline.
+struct shared_state : tcoll::detail::team_state<send_slot> {
+  shared_state(int n, std::chrono::milliseconds t, int dev) : team_state(n, t), device(dev) {}
   int device;
-  std::vector<mailbox> boxes; // [src * nranks + dst]
-  std::vector<doorbell> bells;
-  std::atomic<bool> aborted{false};
-  // barrier with a deadline (std::barrier has none)
-  std::mutex bar_mutex;
-  std::condition_variable bar_cv;
-  int bar_count = 0;
-  std::uint64_t bar_generation = 0;
-  mailbox& box(int src, int dst) { return boxes[static_cast<std::size_t>(src) * nranks + dst]; }
+  tcoll::detail::team_barrier barrier;
 };
 
 } // namespace detail::devteam
@@ -99,7 +79,7 @@ public:
   /// A pending transfer. Destroying a pending send withdraws it, or, if a receiver already
   /// read it, makes this rank's stream wait for that read, so unwinding after an error
   /// never lets later work overwrite memory a peer's kernel still reads.
-  class request {
+  class request : public detail::rendezvous_request {
   public:
     request() = default;
     request(request&& o) noexcept { *this = std::move(o); }
@@ -108,34 +88,20 @@ public:
       release();
       owner_ = std::exchange(o.owner_, nullptr);
       slot_ = std::exchange(o.slot_, nullptr);
-      kind_ = o.kind_;
-      peer_ = o.peer_;
-      tag_ = o.tag_;
-      dst_ = o.dst_;
-      bytes_ = o.bytes_;
-      use_ = o.use_;
-      done_ = std::exchange(o.done_, true);
+      rendezvous_request::operator=(o);
+      o.done_ = true;
       return *this;
     }
     ~request() { release(); }
-    bool done() const noexcept { return done_; }
 
   private:
     friend class device_transport;
-    enum class kind : unsigned char { none, send, recv, consume };
     void release() noexcept {
       if (slot_ && owner_) owner_->retire(*this);
       slot_ = nullptr;
     }
     device_transport* owner_ = nullptr;
     detail::devteam::send_slot* slot_ = nullptr;
-    kind kind_ = kind::none;
-    int peer_ = -1;
-    int tag_ = 0;
-    void* dst_ = nullptr;
-    std::size_t bytes_ = 0;
-    consumer use_{};
-    bool done_ = true;
   };
 
   device_transport(detail::devteam::shared_state& s, int rank, cudaStream_t stream)
@@ -152,8 +118,7 @@ public:
   int device() const noexcept { return state_->device; }
 
   request isend(int peer, const void* data, std::size_t bytes, int tag) {
-    check_peer(peer, "isend");
-    request r = make(request::kind::send, peer, tag, bytes);
+    request r = make(request::kind::send, peer, tag, bytes, "isend");
     auto* slot = take_slot();
     slot->data = data;
     slot->bytes = bytes;
@@ -172,14 +137,12 @@ public:
     return r;
   }
   request irecv(int peer, void* dst, std::size_t bytes, int tag) {
-    check_peer(peer, "irecv");
-    request r = make(request::kind::recv, peer, tag, bytes);
+    request r = make(request::kind::recv, peer, tag, bytes, "irecv");
     r.dst_ = dst;
     return r;
   }
   request irecv_consume(int peer, std::size_t bytes, int tag, consumer use, void* /*staging*/) {
-    check_peer(peer, "irecv_consume");
-    request r = make(request::kind::consume, peer, tag, bytes);
+    request r = make(request::kind::consume, peer, tag, bytes, "irecv_consume");
     r.use_ = use;
     return r;
   }
@@ -187,47 +150,25 @@ public:
   /// Progresses `r` once; true when complete (its GPU work is enqueued and ordered).
   bool test(request& r) {
     if (r.done_) return true;
-    if (state_->aborted.load(std::memory_order_relaxed))
-      throw aborted_error("operation aborted because another rank failed", rank_, r.peer_);
-    return r.kind_ == request::kind::send ? test_send(r) : test_recv(r);
+    state_->throw_if_aborted(rank_, r.peer_);
+    return r.is_send() ? test_send(r) : test_recv(r);
   }
 
   /// Blocks until `r` completes; throws `timeout_error` at `when`.
   void wait(request& r, deadline when) {
     if (!state_->bells[rank_].wait([&] { return test(r); }, when, state_->aborted, 4000))
-      throw tcoll::detail::rendezvous_timeout(r.kind_ == request::kind::send, r.bytes_, r.tag_,
-                                              state_->timeout, rank_, r.peer_);
+      throw r.timed_out(state_->timeout, rank_);
   }
 
   /// Makes every pending and future wait of every rank of the team throw `aborted_error`.
   void abort() noexcept {
-    state_->aborted.store(true);
-    for (auto& b : state_->bells) b.ring();
-    std::lock_guard lock(state_->bar_mutex);
-    state_->bar_cv.notify_all();
+    state_->abort();
+    state_->barrier.wake();
   }
 
   /// Team-wide host barrier with the team's timeout (benchmarks and tests; algorithms never
   /// need it). Does not order GPU work: synchronize streams first if that is what you need.
-  void barrier() {
-    std::unique_lock lock(state_->bar_mutex);
-    const auto gen = state_->bar_generation;
-    if (++state_->bar_count == state_->nranks) {
-      state_->bar_count = 0;
-      ++state_->bar_generation;
-      state_->bar_cv.notify_all();
-      return;
-    }
-    const auto when = clock::now() + state_->timeout;
-    while (state_->bar_generation == gen) {
-      if (state_->aborted.load())
-        throw aborted_error("barrier aborted because another rank failed", rank_);
-      if (state_->bar_cv.wait_until(lock, when) == std::cv_status::timeout &&
-          state_->bar_generation == gen)
-        throw timeout_error(
-            "barrier timed out after " + std::to_string(state_->timeout.count()) + " ms", rank_);
-    }
-  }
+  void barrier() { state_->barrier.wait(rank_, state_->nranks, state_->timeout, state_->aborted); }
 
   /// Waits (with the team's timeout) until everything enqueued on this rank's stream is done.
   void synchronize() {
@@ -244,14 +185,13 @@ public:
   collective_context& collectives() noexcept { return context_; }
 
 private:
-  request make(request::kind k, int peer, int tag, std::size_t bytes) {
+  /// A pending request of this rank with `peer`; `call` names the entry point in the error
+  /// for a peer outside the team.
+  request make(request::kind k, int peer, int tag, std::size_t bytes, const char* call) {
+    state_->check_peer(peer, call, rank_);
     request r;
+    r.start(k, peer, tag, bytes);
     r.owner_ = this;
-    r.kind_ = k;
-    r.peer_ = peer;
-    r.tag_ = tag;
-    r.bytes_ = bytes;
-    r.done_ = false;
     return r;
   }
   /// Host memory (pageable or pinned) as opposed to device or managed memory. Memory the
@@ -267,12 +207,6 @@ private:
     if (!known) (void)cudaGetLastError(); // older runtimes report unregistered memory as an error
     if (known && a.type != cudaMemoryTypeUnregistered) return a.type == cudaMemoryTypeHost;
     return !detail::cuda::is_capturing(stream_); // a failed query counts as host memory
-  }
-  void check_peer(int peer, const char* what) const {
-    if (peer < 0 || peer >= state_->nranks)
-      throw invalid_argument(std::string(what) + ": peer " + std::to_string(peer) +
-                                 " is outside [0, " + std::to_string(state_->nranks) + ")",
-                             rank_);
   }
   detail::devteam::send_slot* take_slot() {
     if (!free_.empty()) {
@@ -291,17 +225,7 @@ private:
   void retire(request& r) noexcept {
     auto* slot = r.slot_;
     if (!r.done_) {
-      auto& box = state_->box(rank_, r.peer_);
-      bool withdrawn = false;
-      {
-        std::lock_guard lock(box.mutex);
-        auto it = std::find(box.queue.begin(), box.queue.end(), slot);
-        if (it != box.queue.end()) {
-          box.queue.erase(it);
-          withdrawn = true;
-        }
-      }
-      if (!withdrawn) {
+      if (!state_->box(rank_, r.peer_).withdraw(slot)) {
         // a receiver matched it: wait (bounded) until it has enqueued its read, then order
         // this rank's stream after that read
         const auto when = clock::now() + state_->timeout;
@@ -315,12 +239,7 @@ private:
   }
   bool test_send(request& r) {
     const int s = r.slot_->state.load(std::memory_order_acquire);
-    if (s < 2) return false;
-    r.done_ = true;
-    if (s == 3)
-      throw transport_error("send of " + std::to_string(r.bytes_) +
-                                " bytes did not match the receiver's size",
-                            rank_, r.peer_);
+    if (!r.finish_send(s, rank_)) return false;
     if (s == 4) throw transport_error("the receiver failed to read this send", rank_, r.peer_);
     if (r.slot_->host) // the host may reuse its memory once wait returns: wait for the read
       detail::cuda::wait_event(r.slot_->done, clock::now() + state_->timeout,
@@ -343,15 +262,7 @@ private:
         }
     }
     if (!slot) return false;
-    r.done_ = true;
-    if (slot->bytes != r.bytes_) {
-      const auto sent = slot->bytes;
-      release(slot, 3, r.peer_);
-      throw transport_error("receive of " + std::to_string(r.bytes_) + " bytes (tag " +
-                                std::to_string(r.tag_) + ") matched a send of " +
-                                std::to_string(sent) + " bytes",
-                            rank_, r.peer_);
-    }
+    r.accept(slot, *state_, rank_);
     try {
       detail::cuda::check(cudaStreamWaitEvent(stream_, slot->ready, 0),
                           "device_team receive (cudaStreamWaitEvent)", rank_, r.peer_);
@@ -373,15 +284,11 @@ private:
     } catch (...) {
       // the read may be partly enqueued; make the sender wait for whatever was
       (void)cudaEventRecord(slot->done, stream_);
-      release(slot, 4, r.peer_);
+      state_->release(slot, 4, r.peer_);
       throw;
     }
-    release(slot, 2, r.peer_);
+    state_->release(slot, 2, r.peer_);
     return true;
-  }
-  void release(detail::devteam::send_slot* slot, int final_state, int sender) {
-    slot->state.store(final_state, std::memory_order_release);
-    state_->bells[sender].ring();
   }
 
   detail::devteam::shared_state* state_;
@@ -401,9 +308,7 @@ public:
   explicit device_team(int nranks, std::chrono::milliseconds timeout = std::chrono::seconds(60),
                        int device = 0)
       : nranks_(nranks), timeout_(timeout), device_(device) {
-    if (nranks < 1)
-      throw invalid_argument("device_team: nranks must be >= 1, got " + std::to_string(nranks));
-    if (timeout.count() <= 0) throw invalid_argument("device_team: timeout must be positive");
+    detail::check_team_arguments("device_team", nranks, timeout);
     int count = 0;
     detail::cuda::check(cudaGetDeviceCount(&count), "device_team: cudaGetDeviceCount");
     if (device < 0 || device >= count)
@@ -415,8 +320,7 @@ public:
   template <class F>
   void run(F&& f) {
     detail::devteam::shared_state state(nranks_, timeout_, device_);
-    std::vector<std::exception_ptr> errors(nranks_);
-    std::vector<char> was_abort(nranks_, 0);
+    detail::team_failures failures(nranks_);
     auto body = [&](int rank) {
       cudaStream_t stream = nullptr;
       try {
@@ -424,39 +328,26 @@ public:
         detail::cuda::check(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking),
                             "device_team: cudaStreamCreate", rank);
         device_transport t(state, rank, stream);
-        try {
-          f(t);
-          t.synchronize();
-        } catch (const aborted_error&) {
-          errors[rank] = std::current_exception();
-          was_abort[rank] = 1;
-          t.abort();
-        } catch (...) {
-          errors[rank] = std::current_exception();
-          t.abort();
-        }
+        failures.guard(
+            rank,
+            [&] {
+              f(t);
+              t.synchronize();
+            },
+            [&] { t.abort(); });
         // bounded drain before the slots' events and the stream go away
         try {
           t.synchronize();
         } catch (...) {
         }
       } catch (...) {
-        if (!errors[rank]) errors[rank] = std::current_exception();
-        state.aborted.store(true);
-        for (auto& b : state.bells) b.ring();
+        failures.keep_current(rank, false);
+        state.abort();
       }
       if (stream) (void)cudaStreamDestroy(stream);
     };
-    {
-      std::vector<std::jthread> threads;
-      threads.reserve(nranks_ - 1);
-      for (int r = 1; r < nranks_; ++r) threads.emplace_back(body, r);
-      body(0);
-    }
-    for (int r = 0; r < nranks_; ++r)
-      if (errors[r] && !was_abort[r]) std::rethrow_exception(errors[r]);
-    for (int r = 0; r < nranks_; ++r)
-      if (errors[r]) std::rethrow_exception(errors[r]);
+    detail::run_ranks_on_threads(nranks_, body);
+    failures.rethrow();
   }
 
 private:

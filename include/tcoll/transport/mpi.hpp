@@ -9,7 +9,9 @@
 /// turned into `tcoll::transport_error` carrying MPI's error string, the rank and the peer.
 ///
 /// Include it explicitly (`#include <tcoll/transport/mpi.hpp>`) and link MPI; the umbrella
-/// header `tcoll.hpp` does not pull it in.
+/// header `tcoll.hpp` does not pull it in. Its pieces are in `mpi/`: the element types and
+/// ops as MPI's (`datatypes.hpp`), the retirement of the failure announcements' control
+/// communicators (`control.hpp`), and the vendor collective's loops (`native.hpp`).
 #include <mpi.h>
 
 #include <algorithm>
@@ -17,14 +19,11 @@
 #include <chrono>
 #include <climits>
 #include <cstddef>
-#include <cstdint>
-#include <cstring>
 #include <memory>
 #include <mutex>
 #include <string>
 #include <string_view>
 #include <thread>
-#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -33,10 +32,12 @@
 #include "../core/concepts.hpp"
 #include "../core/error.hpp"
 #include "../core/ops.hpp"
-#include "../core/scalar_type.hpp"
 #include "../core/tags.hpp"
 #include "../core/types.hpp"
 #include "../detail/mpi_error.hpp"
+#include "mpi/control.hpp"
+#include "mpi/datatypes.hpp"
+#include "mpi/native.hpp"
 
 namespace tcoll {
 
@@ -57,218 +58,6 @@ struct mpi_options {
   /// set it to measure the vendor collective as it is.
   bool blocking_native_allreduce = false;
 };
-
-namespace detail::mpi {
-
-/// The MPI datatype of a built-in element type, or MPI_DATATYPE_NULL if there is none.
-template <class T>
-MPI_Datatype builtin_datatype() {
-  if constexpr (std::is_same_v<T, float>)
-    return MPI_FLOAT;
-  else if constexpr (std::is_same_v<T, double>)
-    return MPI_DOUBLE;
-  else if constexpr (std::is_same_v<T, long double>)
-    return MPI_LONG_DOUBLE;
-  else if constexpr (std::is_integral_v<T> && !std::is_same_v<T, bool>) {
-    // Map by width and signedness so int64_t (long) and long long both find a type.
-    constexpr bool s = std::is_signed_v<T>;
-    if constexpr (sizeof(T) == 1)
-      return s ? MPI_INT8_T : MPI_UINT8_T;
-    else if constexpr (sizeof(T) == 2)
-      return s ? MPI_INT16_T : MPI_UINT16_T;
-    else if constexpr (sizeof(T) == 4)
-      return s ? MPI_INT32_T : MPI_UINT32_T;
-    else if constexpr (sizeof(T) == 8)
-      return s ? MPI_INT64_T : MPI_UINT64_T;
-    else
-      return MPI_DATATYPE_NULL;
-  } else
-    return MPI_DATATYPE_NULL;
-}
-
-/// The built-in MPI op equivalent to a tcoll op on type T, or MPI_OP_NULL. Only sum, prod,
-/// min and max on built-in types qualify; avg travels as a sum and is divided afterwards.
-template <class T, class Op>
-MPI_Op builtin_op() {
-  if (builtin_datatype<T>() == MPI_DATATYPE_NULL) return MPI_OP_NULL;
-  if constexpr (std::is_same_v<Op, sum_op> || std::is_same_v<Op, avg_op>)
-    return MPI_SUM;
-  else if constexpr (std::is_same_v<Op, prod_op>)
-    return MPI_PROD;
-  else if constexpr (std::is_same_v<Op, min_op>)
-    return MPI_MIN;
-  else if constexpr (std::is_same_v<Op, max_op>)
-    return MPI_MAX;
-  else
-    return MPI_OP_NULL;
-}
-
-/// The MPI datatype of a scalar type named at run time, or MPI_DATATYPE_NULL (half and
-/// bfloat16, which travel as bytes).
-inline MPI_Datatype builtin_datatype(scalar_type t) {
-  if (t == scalar_type::float16 || t == scalar_type::bfloat16) return MPI_DATATYPE_NULL;
-  return visit_scalar_type(t, []<class T>(type_tag<T>) { return builtin_datatype<T>(); });
-}
-
-/// The built-in MPI op of a reduction named at run time on type `t` (avg travels as a sum),
-/// or MPI_OP_NULL (types without an MPI datatype, and MPI's logical ops, which MPI defines
-/// on C integers but tcoll computes as 0/1 of any width with its own kernel).
-inline MPI_Op builtin_op(scalar_type t, reduce_kind k) {
-  if (builtin_datatype(t) == MPI_DATATYPE_NULL) return MPI_OP_NULL;
-  switch (k) {
-  case reduce_kind::sum:
-  case reduce_kind::avg:
-    return MPI_SUM;
-  case reduce_kind::prod:
-    return MPI_PROD;
-  case reduce_kind::min:
-    return MPI_MIN;
-  case reduce_kind::max:
-    return MPI_MAX;
-  default:
-    return MPI_OP_NULL;
-  }
-}
-
-/// A committed datatype of sizeof(T) contiguous bytes (half, bfloat16, user structs),
-/// created on first use and cached for the life of the process (MPI_Finalize frees it).
-template <class T>
-MPI_Datatype byte_datatype(int rank) {
-  static const MPI_Datatype type = [rank] {
-    MPI_Datatype t = MPI_DATATYPE_NULL;
-    check(MPI_Type_contiguous(static_cast<int>(sizeof(T)), MPI_BYTE, &t), "MPI_Type_contiguous",
-          rank);
-    check(MPI_Type_commit(&t), "MPI_Type_commit", rank);
-    return t;
-  }();
-  return type;
-}
-
-/// The op object an `MPI_Op_create` function applies. MPI calls user functions in the
-/// thread that called the collective, so a thread-local pointer carries stateful user ops
-/// (capturing lambdas) into the C callback without global state shared between threads.
-template <class Op>
-inline thread_local const Op* current_op = nullptr;
-
-/// MPI user function: inout[i] = op(in[i], inout[i]) (MPI passes the lower ranks' partial
-/// result as `in`, so non-commutative ops keep rank order), accumulating in
-/// accumulator_t<T>. avg sums here and divides after the collective.
-template <class T, class Op>
-void user_function(void* in, void* inout, int* len, MPI_Datatype*) {
-  const Op& op = *current_op<Op>;
-  const T* a = static_cast<const T*>(in);
-  T* b = static_cast<T*>(inout);
-  if constexpr (array_op<Op>)
-    op.reduce_arrays(b, a, b, static_cast<std::size_t>(*len));
-  else
-    for (int i = 0; i < *len; ++i) b[i] = apply_op(op, a[i], b[i]);
-}
-
-/// `MPI_Op_create` for (T, Op), created once per process with the op's commutativity.
-template <class T, class Op>
-MPI_Op user_mpi_op(int rank) {
-  static const MPI_Op mop = [rank] {
-    MPI_Op o = MPI_OP_NULL;
-    check(MPI_Op_create(&user_function<T, Op>, commutative_op<Op> ? 1 : 0, &o), "MPI_Op_create",
-          rank);
-    return o;
-  }();
-  return mop;
-}
-
-/// The control communicator of a destroyed `mpi_transport` while its ranks agree (a
-/// non-blocking MPI_MAX over "this rank saw a failure") whether it may be freed.
-struct control_retirement {
-  MPI_Comm comm = MPI_COMM_NULL;
-  MPI_Request agreement = MPI_REQUEST_NULL;
-  int mine = 0; ///< this rank saw a failure on the transport
-  int any = 0;  ///< some rank did
-  deadline until{};
-};
-
-/// Control communicators that exist, and those being retired. Process-wide.
-struct control_registry {
-  std::mutex mutex;
-  std::vector<std::unique_ptr<control_retirement>> retiring;
-  std::atomic<long> live{0};
-  int finalize_keyval = MPI_KEYVAL_INVALID;
-};
-inline control_registry& controls() {
-  static control_registry r;
-  return r;
-}
-
-/// Finishes the agreements that have finished: frees a control communicator on which no
-/// rank saw a failure, and keeps one where some rank did (its announcements may still be on
-/// the way, and a message that arrives for a freed communicator lands in the next one MPI
-/// creates with the same context id), as it keeps one whose agreement failed. With `wait`,
-/// waits for each until its deadline first (MPI_Finalize: no request may stay pending).
-inline void reap_controls(bool wait) noexcept {
-  auto& r = controls();
-  std::lock_guard lock(r.mutex);
-  for (auto it = r.retiring.begin(); it != r.retiring.end();) {
-    control_retirement& c = **it;
-    int done = 0;
-    bool failed = false;
-    for (;;) {
-      if (MPI_Test(&c.agreement, &done, MPI_STATUS_IGNORE) != MPI_SUCCESS) failed = true;
-      if (done || failed || !wait || clock::now() >= c.until) break;
-      std::this_thread::yield();
-    }
-    if (!done && !failed) {
-      ++it;
-      continue;
-    }
-    if (done && c.any == 0 && MPI_Comm_free(&c.comm) == MPI_SUCCESS)
-      r.live.fetch_sub(1, std::memory_order_relaxed);
-    it = r.retiring.erase(it);
-  }
-}
-
-/// MPI_Finalize deletes the attributes of MPI_COMM_SELF first, while MPI still works
-/// (MPI-3.1 8.7.1): the last chance to finish the agreements.
-inline int reap_controls_at_finalize(MPI_Comm, int, void*, void*) {
-  reap_controls(true);
-  return MPI_SUCCESS;
-}
-
-/// Hands a destroyed transport's control communicator to the retirement agreement.
-/// `failed`: this rank saw a failure on the transport. Keeps the communicator where MPI
-/// refuses a step (it is then left to MPI_Finalize, as before).
-inline void retire_control(MPI_Comm comm, bool failed, std::chrono::milliseconds timeout) noexcept {
-  auto& r = controls();
-  auto c = std::make_unique<control_retirement>();
-  c->comm = comm;
-  c->mine = failed ? 1 : 0;
-  c->until = clock::now() + timeout;
-  {
-    std::lock_guard lock(r.mutex);
-    if (r.finalize_keyval == MPI_KEYVAL_INVALID) {
-      if (MPI_Comm_create_keyval(MPI_COMM_NULL_COPY_FN, &reap_controls_at_finalize,
-                                 &r.finalize_keyval, nullptr) != MPI_SUCCESS ||
-          MPI_Comm_set_attr(MPI_COMM_SELF, r.finalize_keyval, nullptr) != MPI_SUCCESS)
-        return;
-    }
-    if (MPI_Iallreduce(&c->mine, &c->any, 1, MPI_INT, MPI_MAX, comm, &c->agreement) != MPI_SUCCESS)
-      return;
-    try {
-      r.retiring.push_back(std::move(c));
-    } catch (...) { // out of memory: wait for this one here
-      MPI_Wait(&c->agreement, MPI_STATUS_IGNORE);
-      return;
-    }
-  }
-  reap_controls(false);
-}
-
-} // namespace detail::mpi
-
-/// Control communicators of `mpi_transport`s that exist in this process: one per live
-/// transport, plus those of destroyed transports whose ranks have not all agreed yet, plus
-/// those kept because a rank saw a failure on them (see `detail::mpi::reap_controls`).
-inline long live_control_communicators() noexcept {
-  return detail::mpi::controls().live.load(std::memory_order_relaxed);
-}
 
 /// tcoll transport over a duplicate of an MPI communicator; satisfies `tcoll::transport`.
 /// Receive-and-reduce lands in the caller's staging buffer first (`zero_copy` is false);
@@ -656,18 +445,7 @@ public:
     state_->caller.store(std::this_thread::get_id(), std::memory_order_relaxed);
     if (state_->aborted.load())
       throw aborted_error("native_allreduce after abort() on this rank", rank_);
-    MPI_Datatype type = MPI_DATATYPE_NULL;
-    MPI_Op mop = MPI_OP_NULL;
-    if constexpr (described_op<Op>) {
-      type = detail::mpi::builtin_datatype(op.type());
-      mop = type == MPI_DATATYPE_NULL ? MPI_OP_NULL : detail::mpi::builtin_op(op.type(), op.kind());
-      if (mop == MPI_OP_NULL) type = MPI_DATATYPE_NULL; // a user op works on T's bytes
-    } else {
-      type = detail::mpi::builtin_datatype<T>();
-      mop = detail::mpi::builtin_op<T, Op>();
-    }
-    if (type == MPI_DATATYPE_NULL) type = detail::mpi::byte_datatype<T>(rank_);
-    if (mop == MPI_OP_NULL) mop = detail::mpi::user_mpi_op<T, Op>(rank_);
+    const detail::mpi::datatype_and_op with = detail::mpi::native_datatype_and_op<T>(op, rank_);
     const Op* saved = detail::mpi::current_op<Op>;
     detail::mpi::current_op<Op> = &op;
     struct restore {
@@ -675,58 +453,22 @@ public:
       ~restore() { detail::mpi::current_op<Op> = saved; }
     } guard{saved};
     if (options_.blocking_native_allreduce) {
-      const bool in_place = static_cast<const void*>(send) == static_cast<void*>(recv);
-      for (std::size_t off = 0; off < count; off += INT_MAX) {
-        const int n = static_cast<int>(std::min<std::size_t>(INT_MAX, count - off));
-        const void* s = in_place ? MPI_IN_PLACE : static_cast<const void*>(send + off);
-        detail::mpi::check(MPI_Allreduce(s, recv + off, n, type, mop, comm_), "MPI_Allreduce",
-                           rank_);
-      }
-      if constexpr (finalizing_op<Op>)
-        for (std::size_t i = 0; i < count; ++i) recv[i] = finalize_op(op, recv[i], size_);
-      return;
-    }
-    // MPI_Iallreduce on a buffer owned by the call, polled against the transport timeout
-    // and the peers' failure announcements. A collective request cannot be cancelled: on
-    // time-out or abort it is left to MPI together with its buffer (leaked, so a late
-    // completion never writes freed or user memory) and the transport is broken.
-    constexpr std::size_t step = INT_MAX;
-    const std::size_t chunk = std::min(step, count);
-    std::unique_ptr<T[]> work(new T[chunk]);
-    for (std::size_t off = 0; off < count; off += step) {
-      const std::size_t n = std::min(step, count - off);
-      std::memcpy(static_cast<void*>(work.get()), send + off, n * sizeof(T));
-      MPI_Request q = MPI_REQUEST_NULL;
-      detail::mpi::check(
-          MPI_Iallreduce(MPI_IN_PLACE, work.get(), static_cast<int>(n), type, mop, comm_, &q),
-          "MPI_Iallreduce", rank_);
-      const auto started = clock::now();
-      const deadline when = started + options_.timeout;
-      for (int polls = 1;; ++polls) {
-        int flag = 0;
-        detail::mpi::check(MPI_Test(&q, &flag, MPI_STATUS_IGNORE), "MPI_Test(MPI_Iallreduce)",
-                           rank_);
-        if (flag) break;
-        if (polls % options_.polls_per_yield != 0) continue;
+      detail::mpi::blocking_allreduce(send, recv, count, with, comm_, rank_);
+    } else {
+      const auto aborted_after_poll = [this] {
         poll_announcements();
-        const bool aborted = state_->aborted.load(std::memory_order_relaxed);
-        const auto now = clock::now();
-        if (aborted || now >= when) {
-          (void)work.release(); // MPI may still write it
-          state_->broken.store(true);
-          if (aborted)
-            throw_aborted("native_allreduce of " + std::to_string(count) + " elements", -1);
-          throw timeout_error("native_allreduce (MPI_Iallreduce) of " + std::to_string(count) +
-                                  " elements timed out after " +
-                                  std::to_string(options_.timeout.count()) + " ms",
-                              rank_);
-        }
-        // Spin like MPI's own blocking loop for the first millisecond (libnbc progresses
-        // only inside MPI_Test; a yield under load costs a time slice per round), then let
-        // an oversubscribed peer run.
-        if (now - started > std::chrono::milliseconds(1)) std::this_thread::yield();
-      }
-      std::memcpy(static_cast<void*>(recv + off), work.get(), n * sizeof(T));
+        return state_->aborted.load(std::memory_order_relaxed);
+      };
+      const detail::mpi::polled_end end = detail::mpi::polled_allreduce(
+          send, recv, count, with, comm_, rank_, options_.timeout, options_.polls_per_yield,
+          state_->broken, aborted_after_poll);
+      if (end == detail::mpi::polled_end::aborted)
+        throw_aborted("native_allreduce of " + std::to_string(count) + " elements", -1);
+      if (end == detail::mpi::polled_end::timed_out)
+        throw timeout_error("native_allreduce (MPI_Iallreduce) of " + std::to_string(count) +
+                                " elements timed out after " +
+                                std::to_string(options_.timeout.count()) + " ms",
+                            rank_);
     }
     if constexpr (finalizing_op<Op>)
       for (std::size_t i = 0; i < count; ++i) recv[i] = finalize_op(op, recv[i], size_);

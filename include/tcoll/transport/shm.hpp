@@ -44,14 +44,12 @@
 /// (the collectives never have more than two or three in flight per pair per collective;
 /// raise `lanes` for many concurrent collectives). A peer process that dies is seen as a
 /// timeout naming it.
-#include <fcntl.h>
 #include <sys/mman.h>
-#include <sys/uio.h>
+#include <sys/types.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
-#include <cerrno>
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
@@ -61,8 +59,6 @@
 #include <memory>
 #include <mutex>
 #include <new>
-#include <random>
-#include <span>
 #include <string>
 #include <string_view>
 #include <thread>
@@ -74,6 +70,10 @@
 #include "../core/concepts.hpp"
 #include "../core/error.hpp"
 #include "bootstrap.hpp"
+#include "shm/options.hpp"
+#include "shm/registered.hpp"
+#include "shm/segment.hpp"
+#include "shm/single_copy.hpp"
 
 #if !defined(TCOLL_NO_MPI) && __has_include(<mpi.h>)
 #include "bootstrap_mpi.hpp"
@@ -81,193 +81,6 @@
 #endif
 
 namespace tcoll {
-
-/// Tuning knobs of `shm_transport`.
-struct shm_options {
-  /// Longest any blocking wait may take before it throws `timeout_error`.
-  std::chrono::milliseconds timeout = std::chrono::seconds(60);
-  /// Messages in flight at once from one rank to another.
-  std::size_t lanes = 4;
-  /// Pipeline depth of a lane.
-  std::size_t slots = 2;
-  /// Fragment size (a multiple of 64). Fragments are reduced straight from shared memory.
-  std::size_t slot_bytes = 32 * 1024;
-  /// Messages of at least this many bytes (and longer than `slot_bytes`) go single-copy:
-  /// the receiver reads the sender's buffer with Linux cross-memory attach
-  /// (`process_vm_readv`) instead of both copying through the slots. Used only where every
-  /// rank of the team could read every other at construction (ptrace permission), else
-  /// the slots carry everything. `SIZE_MAX` turns it off.
-  std::size_t single_copy_min_bytes = 64 * 1024;
-  /// Piece a single-copy receive-and-reduce reads before reducing it (kept cache-sized:
-  /// the piece, the local operand and the result fit in L2). 256 KiB measured 4-5 % faster
-  /// than 64 KiB at 2-8 MiB on 2 processes and 1 MiB 10-15 % slower (docs/benchmarks.md).
-  std::size_t single_copy_piece_bytes = 256 * 1024;
-  /// Failed polls before a waiting rank starts yielding the CPU (0: yield at once). With
-  /// more ranks on the node than cores, waits always yield at once.
-  int spins_before_yield = 2000;
-};
-
-namespace detail::shm {
-
-inline constexpr std::size_t line = 64;
-
-inline std::size_t round_up(std::size_t n, std::size_t to) {
-  return (n + to - 1) / to * to;
-}
-
-/// The first lines of the segment: the team-wide abort flag, then the barrier's counter
-/// and generation on a line of their own (everybody writes them).
-struct alignas(line) control {
-  std::atomic<std::uint32_t> aborted{0};
-  std::atomic<std::int32_t> aborted_by{-1};
-  alignas(line) std::atomic<std::uint32_t> arrived{0};
-  std::atomic<std::uint32_t> generation{0};
-};
-static_assert(sizeof(control) <= 4096, "the control block fits in the segment's first page");
-
-/// A lane's header: which message occupies it (0: free; else the sender's message number
-/// for this pair, counting from 1), its tag and size. Written by the sender before `message`
-/// is published; `message` is reset to 0 by the receiver once it drained the lane.
-/// How a lane carries its message.
-enum class lane_mode : std::uint32_t {
-  slots,       ///< in fragments through the lane's slots
-  single_copy, ///< the receiver reads `bytes` at `address` in the sender's process, then
-               ///< frees the lane, which completes the send
-  inline_data, ///< in the header's own cache line (`inline_bytes` or fewer)
-  one_slot,    ///< whole in the payload of the lane's first slot, published with the header
-               ///< (the slot's flag is not used)
-  registered,  ///< the receiver reads `bytes` at offset `address` of the sender's registered
-               ///< region `region` (mapped by every rank), then frees the lane
-};
-inline constexpr std::size_t inline_bytes = 32;
-
-struct alignas(line) lane_header {
-  std::atomic<std::uint64_t> message{0};
-  std::uint64_t bytes = 0;
-  std::int32_t tag = 0;
-  lane_mode mode = lane_mode::slots;
-  std::uint64_t address = 0;
-  union {
-    /// A tiny message travels here, so its receiver touches one line written by the sender
-    /// instead of three (header, slot flag, payload).
-    alignas(inline_bytes) unsigned char data[inline_bytes];
-    /// `lane_mode::registered`: which of the sender's registered regions.
-    std::uint64_t region;
-  };
-};
-static_assert(sizeof(lane_header) == line, "a lane header is one cache line");
-
-/// A rank's identity line, for cross-memory attach: its process and the address of a
-/// probe word every other rank tries to read at construction.
-struct alignas(line) identity {
-  std::int64_t pid = 0;
-  std::uint64_t probe_address = 0;
-};
-
-/// A slot's flag: 0 empty, k + 1 when it holds fragment k of the lane's message.
-struct alignas(line) slot_header {
-  std::atomic<std::uint64_t> fragment{0};
-  std::uint64_t bytes = 0;
-};
-
-static_assert(std::atomic<std::uint64_t>::is_always_lock_free &&
-                  std::atomic<std::uint32_t>::is_always_lock_free,
-              "shm_transport needs lock-free atomics to share them between processes");
-
-/// Byte offsets inside the segment.
-struct layout {
-  int ranks = 0;
-  std::size_t lanes = 0, slots = 0, slot_bytes = 0;
-  std::size_t slot_stride = 0, lane_stride = 0, inbox_stride = 0, inboxes = 0, total = 0;
-
-  layout(int p, const shm_options& o)
-      : ranks(p), lanes(o.lanes), slots(o.slots), slot_bytes(o.slot_bytes) {
-    slot_stride = sizeof(slot_header) + round_up(slot_bytes, line);
-    lane_stride = sizeof(lane_header) + slots * slot_stride;
-    inbox_stride = round_up(static_cast<std::size_t>(p) * lanes * lane_stride, 4096);
-    inboxes = 4096 + round_up(static_cast<std::size_t>(p) * sizeof(identity), 4096);
-    total = inboxes + static_cast<std::size_t>(p) * inbox_stride;
-  }
-  std::size_t identity_offset(int r) const {
-    return 4096 + static_cast<std::size_t>(r) * sizeof(identity);
-  }
-  std::size_t lane_offset(int receiver, int sender, std::size_t lane) const {
-    return inboxes + static_cast<std::size_t>(receiver) * inbox_stride +
-           (static_cast<std::size_t>(sender) * lanes + lane) * lane_stride;
-  }
-  std::size_t slot_offset(int receiver, int sender, std::size_t lane, std::size_t slot) const {
-    return lane_offset(receiver, sender, lane) + sizeof(lane_header) + slot * slot_stride;
-  }
-};
-
-/// One rank's registered region as mapped in this process; unmapped with its last owner.
-struct mapping {
-  unsigned char* base = nullptr;
-  std::size_t bytes = 0;
-  mapping(unsigned char* b, std::size_t n) : base(b), bytes(n) {}
-  mapping(const mapping&) = delete;
-  mapping& operator=(const mapping&) = delete;
-  ~mapping() {
-    if (base) munmap(base, bytes);
-  }
-};
-
-/// Creates a POSIX shared-memory file of `bytes` under a fresh name written to `name`
-/// ("/tcoll-shm-<pid>-<kind><random>"). Its memory is allocated now, so a full /dev/shm fails
-/// here and not later with SIGBUS. On failure nothing is left and `name` is empty.
-inline void create_file(char (&name)[64], std::size_t bytes, const char* kind) {
-  std::random_device rd;
-  std::snprintf(name, sizeof name, "/tcoll-shm-%d-%s%08x", static_cast<int>(getpid()), kind,
-                static_cast<unsigned>(rd()));
-  const int fd = shm_open(name, O_CREAT | O_EXCL | O_RDWR, 0600);
-  const bool ok = fd >= 0 && ftruncate(fd, static_cast<off_t>(bytes)) == 0 &&
-                  posix_fallocate(fd, 0, static_cast<off_t>(bytes)) == 0;
-  if (fd >= 0) close(fd);
-  if (!ok) {
-    if (fd >= 0) shm_unlink(name);
-    name[0] = 0;
-  }
-}
-
-/// Maps `bytes` of the shared-memory file `name` read-write; null when it cannot.
-inline unsigned char* map_file(const char* name, std::size_t bytes) {
-  const int fd = shm_open(name, O_RDWR, 0600);
-  void* p = fd >= 0 ? mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0) : MAP_FAILED;
-  if (fd >= 0) close(fd);
-  return p == MAP_FAILED ? nullptr : static_cast<unsigned char*>(p);
-}
-
-} // namespace detail::shm
-
-/// `count` elements of `T` in the node's shared memory, made by `shm_transport::allocate`
-/// (a registered buffer): messages sent from it are read by the receiving process straight
-/// from this memory. Owns this rank's mapping (movable, not copyable); starts zeroed. The
-/// memory goes back to the system when this buffer and the transport are both gone (the
-/// other ranks keep their mapping of it until their transport is destroyed).
-template <class T>
-class shm_buffer {
-public:
-  shm_buffer() = default;
-  T* data() const noexcept { return data_; }
-  std::size_t size() const noexcept { return size_; }
-  std::size_t size_bytes() const noexcept { return size_ * sizeof(T); }
-  bool empty() const noexcept { return size_ == 0; }
-  T* begin() const noexcept { return data_; }
-  T* end() const noexcept { return data_ + size_; }
-  T& operator[](std::size_t i) const noexcept { return data_[i]; }
-  std::span<T> span() const noexcept { return {data_, size_}; }
-  operator std::span<T>() const noexcept { return span(); }
-  operator std::span<const T>() const noexcept { return {data_, size_}; }
-
-private:
-  friend class shm_transport;
-  shm_buffer(std::shared_ptr<detail::shm::mapping> m, std::size_t count)
-      : data_(count ? std::launder(reinterpret_cast<T*>(m->base)) : nullptr), size_(count),
-        mapping_(std::move(m)) {}
-  T* data_ = nullptr;
-  std::size_t size_ = 0;
-  std::shared_ptr<detail::shm::mapping> mapping_;
-};
 
 /// Ranks are the processes of one node, as a `bootstrap` (an MPI communicator or a
 /// key-value store) numbers them (see the file comment); satisfies `tcoll::transport`.
@@ -379,22 +192,25 @@ public:
     if (count > std::numeric_limits<std::size_t>::max() / 2 / sizeof(T))
       throw invalid_argument(
           "shm_transport::allocate: count " + std::to_string(count) + " is too large", rank_);
-    const std::size_t bytes = detail::shm::round_up(std::max<std::size_t>(1, count * sizeof(T)),
-                                                    static_cast<std::size_t>(page_size()));
-    std::vector<std::shared_ptr<detail::shm::mapping>> maps = map_region(bytes);
+    const std::size_t bytes =
+        detail::shm::round_up(std::max<std::size_t>(1, count * sizeof(T)),
+                              static_cast<std::size_t>(detail::shm::page_size()));
+    std::vector<std::shared_ptr<detail::shm::mapping>> maps =
+        detail::shm::map_region(*boot_, bytes);
     auto own = maps[static_cast<std::size_t>(rank_)];
     std::lock_guard lock(mutex_);
     const std::uint64_t id = regions_.size();
     maps[static_cast<std::size_t>(rank_)] = nullptr; // this rank's own: held by the buffer
     regions_.push_back(std::move(maps));
-    std::erase_if(own_regions_, [](const own_region& g) { return g.alive.expired(); });
+    std::erase_if(own_regions_, [](const detail::shm::own_region& g) { return g.alive.expired(); });
     own_regions_.push_back({id, own->base, count * sizeof(T), own});
     return shm_buffer<T>(std::move(own), count);
   }
   /// Whether `bytes` at `p` lie in one of this rank's live registered buffers.
   bool registered(const void* p, std::size_t bytes) const {
     std::lock_guard lock(mutex_);
-    return find_registered(static_cast<const unsigned char*>(p), bytes) != nullptr;
+    return detail::shm::find_region(own_regions_, static_cast<const unsigned char*>(p), bytes) !=
+           nullptr;
   }
 
   /// Messages this rank has sent from registered buffers (read by the receiver in place).
@@ -414,7 +230,7 @@ public:
     s->bytes = bytes;
     s->tag = tag;
     if (bytes > detail::shm::inline_bytes && !own_regions_.empty())
-      if (const own_region* g = find_registered(s->data, bytes)) {
+      if (const auto* g = detail::shm::find_region(own_regions_, s->data, bytes)) {
         s->registered = true;
         s->region = g->id;
         s->region_offset = static_cast<std::uint64_t>(s->data - g->base);
@@ -464,12 +280,11 @@ public:
         const int peer = is_send ? r.send_->peer : r.recv_->peer;
         const std::size_t bytes = is_send ? r.send_->bytes : r.recv_->bytes;
         const int tag = is_send ? r.send_->tag : r.recv_->tag;
-        throw timeout_error(std::string(is_send ? "send" : "receive") + " of " +
-                                std::to_string(bytes) + " bytes (tag " + std::to_string(tag) +
-                                ") through shared memory timed out after " +
-                                std::to_string(options_.timeout.count()) + " ms; " +
-                                describe_pair(peer),
-                            rank_, peer);
+        throw timeout_error(
+            std::string(is_send ? "send" : "receive") + " of " + std::to_string(bytes) +
+                " bytes (tag " + std::to_string(tag) + ") through shared memory timed out after " +
+                std::to_string(options_.timeout.count()) + " ms; " + describe_pair(peer),
+            rank_, peer);
       }
       if (!spin_allowed_ || polls > options_.spins_before_yield) std::this_thread::yield();
     }
@@ -510,14 +325,6 @@ public:
   }
 
 private:
-  /// One of this rank's registered buffers, for the senders' lookup; `alive` expires when
-  /// the buffer is destroyed (its address may then be reused by ordinary memory).
-  struct own_region {
-    std::uint64_t id = 0;
-    const unsigned char* base = nullptr;
-    std::size_t bytes = 0;
-    std::weak_ptr<detail::shm::mapping> alive;
-  };
   struct send_state {
     int peer = 0, tag = 0;
     const unsigned char* data = nullptr;
@@ -564,26 +371,6 @@ private:
     return std::max<std::size_t>(1, (bytes + options_.slot_bytes - 1) / options_.slot_bytes);
   }
 
-  static void check_options(const shm_options& o, int rank) {
-    if (o.timeout.count() <= 0)
-      throw invalid_argument("shm_transport: options.timeout must be positive", rank);
-    if (o.lanes < 1 || o.lanes > 64)
-      throw invalid_argument(
-          "shm_transport: options.lanes must be in [1, 64], got " + std::to_string(o.lanes), rank);
-    if (o.slots < 1 || o.slots > 64)
-      throw invalid_argument(
-          "shm_transport: options.slots must be in [1, 64], got " + std::to_string(o.slots), rank);
-    if (o.slot_bytes < 64 || o.slot_bytes > (std::size_t{1} << 30) || o.slot_bytes % 64)
-      throw invalid_argument(
-          "shm_transport: options.slot_bytes must be a multiple of 64 in [64, 2^30], got " +
-              std::to_string(o.slot_bytes),
-          rank);
-    if (o.single_copy_piece_bytes < 64 || o.single_copy_piece_bytes % 64)
-      throw invalid_argument("shm_transport: options.single_copy_piece_bytes must be a positive "
-                             "multiple of 64, got " +
-                                 std::to_string(o.single_copy_piece_bytes),
-                             rank);
-  }
   /// Collective: every rank checks its own options, then all compare the ones that shape
   /// the segment and the protocol. An invalid option on any rank, or options that differ
   /// between ranks, fail construction on every rank (naming the rank and the option)
@@ -591,7 +378,7 @@ private:
   void agree_on_options() {
     std::string problem;
     try {
-      check_options(options_, rank_);
+      detail::shm::check_options(options_, rank_);
     } catch (const invalid_argument& e) {
       problem = e.what();
     }
@@ -936,108 +723,21 @@ private:
     r.done = true;
   }
 
-  /// Under the lock: this rank's live registered region holding [p, p + bytes), if any.
-  const own_region* find_registered(const unsigned char* p, std::size_t bytes) const {
-    for (const auto& g : own_regions_)
-      if (p >= g.base && p < g.base + g.bytes &&
-          bytes <= static_cast<std::size_t>(g.base + g.bytes - p) && !g.alive.expired())
-        return &g;
-    return nullptr;
-  }
-
-  static long page_size() {
-    const long p = sysconf(_SC_PAGESIZE);
-    return p > 0 ? p : 4096;
-  }
-
-  /// Collective: every rank makes a segment of its own `bytes`, every rank maps every
-  /// rank's, and once all are mapped the names go (nothing stays in /dev/shm). The
-  /// mappings, indexed by rank; throws on every rank when any rank failed.
-  std::vector<std::shared_ptr<detail::shm::mapping>> map_region(std::size_t bytes) {
-    char name[64] = {};
-    detail::shm::create_file(name, bytes, "r"); // empty: it failed (the others learn it)
-    const auto P = static_cast<std::size_t>(size_);
-    std::vector<char> names(P * sizeof name);
-    std::vector<std::uint64_t> sizes(P);
-    const std::uint64_t mine = name[0] ? bytes : 0;
-    struct entry {
-      char name[64];
-      std::uint64_t bytes;
-    } own{};
-    std::memcpy(own.name, name, sizeof name);
-    own.bytes = mine;
-    const std::vector<std::uint8_t> all =
-        boot_->allgather({reinterpret_cast<const std::uint8_t*>(&own), sizeof own});
-    for (std::size_t q = 0; q < P; ++q) {
-      entry e;
-      std::memcpy(&e, all.data() + q * sizeof e, sizeof e);
-      std::memcpy(&names[q * sizeof name], e.name, sizeof name);
-      sizes[q] = e.bytes;
-    }
-    std::vector<std::shared_ptr<detail::shm::mapping>> maps(P);
-    int ok = 1, failed_rank = -1;
-    for (std::size_t q = 0; q < P; ++q) {
-      const char* n = &names[q * sizeof name];
-      if (!n[0]) {
-        ok = 0, failed_rank = static_cast<int>(q);
-        continue;
-      }
-      unsigned char* p = detail::shm::map_file(n, sizes[q]);
-      if (!p) {
-        ok = 0, failed_rank = static_cast<int>(q);
-        continue;
-      }
-      maps[q] = std::make_shared<detail::shm::mapping>(p, sizes[q]);
-    }
-    bool every = false;
-    try {
-      every = detail::bootstrap::all_of(*boot_, ok);
-    } catch (...) {
-      if (name[0]) shm_unlink(name);
-      throw;
-    }
-    if (name[0]) shm_unlink(name); // everyone has mapped it or given up
-    if (!every)
-      throw transport_error("shm_transport::allocate: a registered segment of " +
-                                std::to_string(bytes) + " bytes could not be made or mapped" +
-                                (ok ? " on another rank" : " here") + " (/dev/shm too small?)",
-                            rank_, failed_rank);
-    return maps;
-  }
-
   /// `bytes` at `address` in `peer`'s process into `dst` (cross-memory attach).
   void read_peer(int peer, void* dst, std::uint64_t address, std::size_t bytes) const {
-    const auto pid = static_cast<pid_t>(identity(peer).pid);
-    std::size_t done = 0;
-    while (done < bytes) {
-      iovec local{static_cast<unsigned char*>(dst) + done, bytes - done};
-      iovec remote{reinterpret_cast<void*>(address + done), bytes - done};
-      const ssize_t n = process_vm_readv(pid, &local, 1, &remote, 1, 0);
-      if (n < 0 && errno == EINTR) continue;
-      if (n <= 0)
-        throw transport_error("single-copy read of " + std::to_string(bytes) +
-                                  " bytes from the peer's process failed: " +
-                                  (n < 0 ? std::strerror(errno) : "nothing read"),
-                              rank_, peer);
-      done += static_cast<std::size_t>(n);
-    }
+    detail::shm::read_process(static_cast<pid_t>(identity(peer).pid), dst, address, bytes, rank_,
+                              peer);
   }
 
   /// Collective: can every rank read every other's memory? Each rank reads the probe word
   /// of every other; the answer is their agreement (so every rank sends the same way).
   bool probe_single_copy() const {
-    int ok = options_.single_copy_min_bytes != std::numeric_limits<std::size_t>::max() ? 1 : 0;
-    for (int peer = 0; ok && peer < size_; ++peer) {
-      if (peer == rank_) continue;
-      std::uint64_t value = 0;
-      const auto& id = identity(peer);
-      iovec local{&value, sizeof value};
-      iovec remote{reinterpret_cast<void*>(id.probe_address), sizeof value};
-      ok = process_vm_readv(static_cast<pid_t>(id.pid), &local, 1, &remote, 1, 0) ==
-               static_cast<ssize_t>(sizeof value) &&
-           value == probe_value;
-    }
-    return detail::bootstrap::all_of(*boot_, ok != 0);
+    bool ok = options_.single_copy_min_bytes != std::numeric_limits<std::size_t>::max();
+    for (int peer = 0; ok && peer < size_; ++peer)
+      if (peer != rank_)
+        ok = detail::shm::can_read(static_cast<pid_t>(identity(peer).pid),
+                                   identity(peer).probe_address, probe_value);
+    return detail::bootstrap::all_of(*boot_, ok);
   }
 
   /// Under the lock: true when `r` completed (its state is then dropped); rethrows a
@@ -1105,39 +805,9 @@ private:
     if (it != list.end()) list.erase(it);
   }
 
+  /// Maps the node's segment (collective) and constructs the headers of this rank's inbox.
   void map_segment() {
-    char name[64] = {};
-    if (rank_ == 0) detail::shm::create_file(name, layout_.total, ""); // empty: it failed
-    {
-      const std::vector<std::uint8_t> root = detail::bootstrap::broadcast(
-          *boot_, {reinterpret_cast<const std::uint8_t*>(name), sizeof name}, 0);
-      std::memcpy(name, root.data(), sizeof name);
-      name[sizeof name - 1] = 0;
-    }
-    if (!name[0])
-      throw transport_error("shm_transport: cannot create a shared segment of " +
-                                std::to_string(layout_.total) +
-                                " bytes in /dev/shm (too small? lower options.lanes, slots "
-                                "or slot_bytes)",
-                            rank_, 0);
-    base_ = detail::shm::map_file(name, layout_.total);
-    const bool mapped = base_ != nullptr;
-    bool all_mapped = false;
-    try {
-      all_mapped = detail::bootstrap::all_of(*boot_, mapped);
-    } catch (...) {
-      if (rank_ == 0) shm_unlink(name);
-      if (base_) munmap(base_, layout_.total), base_ = nullptr;
-      throw;
-    }
-    // Everyone has it mapped (or failed): the name can go.
-    if (rank_ == 0) shm_unlink(name);
-    if (!all_mapped) {
-      if (base_) munmap(base_, layout_.total), base_ = nullptr;
-      throw transport_error(std::string("shm_transport: mapping the shared segment failed") +
-                                (mapped ? " on another rank" : " here"),
-                            rank_);
-    }
+    base_ = detail::shm::map_team_segment(*boot_, layout_.total);
     // Each rank constructs the headers of its own inbox (the segment starts zeroed).
     if (rank_ == 0) new (base_) detail::shm::control();
     new (base_ + layout_.identity_offset(rank_)) detail::shm::identity{
@@ -1164,7 +834,7 @@ private:
   /// Registered regions, by id (the order of `allocate` calls, the same on every rank):
   /// each rank's mapping in this process (this rank's own entry is empty: its buffer owns it).
   std::vector<std::vector<std::shared_ptr<detail::shm::mapping>>> regions_;
-  std::vector<own_region> own_regions_;
+  std::vector<detail::shm::own_region> own_regions_;
   std::uint64_t registered_messages_ = 0;
   std::vector<std::uint64_t> sent_count_;       ///< per peer: messages posted so far
   std::vector<std::uint64_t> claimed_;          ///< per (peer, lane): message this rank claimed

@@ -17,11 +17,9 @@
 #include <atomic>
 #include <barrier>
 #include <chrono>
-#include <condition_variable>
 #include <cstdint>
 #include <cstring>
 #include <deque>
-#include <exception>
 #include <functional>
 #include <memory>
 #include <mutex>
@@ -59,13 +57,8 @@ inline constexpr std::size_t cache_line = 64;
 inline constexpr std::size_t max_eager_bytes = 64 * 1024;
 
 /// A posted zero-copy send: the sender's memory, owned by the sender's request until `done`.
-struct send_slot {
-  const void* data = nullptr;
-  std::size_t bytes = 0;
-  int tag = 0;
+struct send_slot : posted_send {
   std::uint64_t number = 0; ///< the pair's message number (posting order)
-  // 0 queued, 1 being consumed by the receiver, 2 done, 3 done with a size mismatch
-  std::atomic<int> state{0};
 };
 
 /// The header of an eager lane; the message's bytes follow it in the same lane.
@@ -85,7 +78,6 @@ struct alignas(cache_line) padded_counter {
   std::atomic<std::uint64_t> value{0};
 };
 
-using doorbell = detail::doorbell;
 using mailbox = detail::mailbox<send_slot>;
 
 /// The eager lanes of every pair, each pair's `lanes` lanes of `stride` bytes (header, then
@@ -136,30 +128,19 @@ private:
   std::vector<std::atomic<unsigned char*>> blocks_;
 };
 
-struct shared_state {
+/// The team's rendezvous (`team_state`) plus the eager lanes and message numbers.
+struct shared_state : team_state<send_slot> {
   explicit shared_state(int n, const thread_options& o)
-      : nranks(n), timeout(o.timeout), eager_bytes(o.eager_lanes ? o.eager_bytes : 0),
-        boxes(pairs(n)), bells(n), next_message(pairs(n)), queued(pairs(n)),
-        lanes(pairs(n), o.eager_lanes, eager_bytes),
+      : team_state(n, o.timeout), eager_bytes(o.eager_lanes ? o.eager_bytes : 0),
+        next_message(pairs(n)), queued(pairs(n)), lanes(pairs(n), o.eager_lanes, eager_bytes),
         spin_allowed(static_cast<unsigned>(n) <= std::max(1u, std::thread::hardware_concurrency())),
         sync(n) {}
-  static std::size_t pairs(int n) { return static_cast<std::size_t>(n) * n; }
-  int nranks;
-  std::chrono::milliseconds timeout;
   std::size_t eager_bytes;
-  std::vector<mailbox> boxes; // [src * nranks + dst]
-  std::vector<doorbell> bells;
   std::vector<padded_counter> next_message; // [pair]: message numbers handed out (sender side)
   std::vector<padded_counter> queued;       // [pair]: zero-copy sends in the box
   lane_block lanes;
-  std::atomic<bool> aborted{false};
   bool spin_allowed;
   std::barrier<> sync;
-  std::size_t pair(int src, int dst) const {
-    return static_cast<std::size_t>(src) * static_cast<std::size_t>(nranks) +
-           static_cast<std::size_t>(dst);
-  }
-  mailbox& box(int src, int dst) { return boxes[pair(src, dst)]; }
 };
 
 } // namespace detail::threads
@@ -172,7 +153,7 @@ public:
 
   /// A pending transfer. Destroying a pending send withdraws it (or waits for a receiver
   /// that is copying from it), so unwinding after an error never leaves a dangling pointer.
-  class request {
+  class request : public detail::rendezvous_request {
   public:
     request() = default;
     request(request&&) noexcept = default;
@@ -180,46 +161,25 @@ public:
       withdraw();
       slot_ = std::move(o.slot_);
       state_ = o.state_;
-      kind_ = o.kind_;
       owner_ = o.owner_;
-      peer_ = o.peer_;
-      tag_ = o.tag_;
-      dst_ = o.dst_;
-      bytes_ = o.bytes_;
-      use_ = o.use_;
-      done_ = o.done_;
+      rendezvous_request::operator=(o);
       return *this;
     }
     ~request() { withdraw(); }
-    bool done() const noexcept { return done_; }
 
   private:
     friend class thread_transport;
-    enum class kind : unsigned char { none, send, recv, consume };
     void withdraw() noexcept {
       if (!slot_ || done_) return;
-      auto& box = state_->box(owner_, peer_);
-      {
-        std::lock_guard lock(box.mutex);
-        auto it = std::find(box.queue.begin(), box.queue.end(), slot_.get());
-        if (it != box.queue.end()) {
-          box.queue.erase(it);
-          state_->queued[state_->pair(owner_, peer_)].value.fetch_sub(1, std::memory_order_relaxed);
-          return;
-        }
+      if (state_->box(owner_, peer_).withdraw(slot_.get())) {
+        state_->queued[state_->pair(owner_, peer_)].value.fetch_sub(1, std::memory_order_relaxed);
+        return;
       }
       while (slot_->state.load(std::memory_order_acquire) == 1) std::this_thread::yield();
     }
     std::unique_ptr<detail::threads::send_slot> slot_;
     detail::threads::shared_state* state_ = nullptr;
-    kind kind_ = kind::none;
     int owner_ = -1;
-    int peer_ = -1;
-    int tag_ = 0;
-    void* dst_ = nullptr;
-    std::size_t bytes_ = 0;
-    consumer use_{};
-    bool done_ = true;
   };
 
   thread_transport(detail::threads::shared_state& s, int rank) : state_(&s), rank_(rank) {}
@@ -237,8 +197,7 @@ public:
 
   /// Eager sends (see the file comment) are complete when this returns.
   request isend(int peer, const void* data, std::size_t bytes, int tag) {
-    check_peer(peer, "isend");
-    request r = make(request::kind::send, peer, tag, bytes);
+    request r = make(request::kind::send, peer, tag, bytes, "isend");
     const std::size_t pair = state_->pair(rank_, peer);
     // relaxed: one thread's sends get increasing numbers, which is all the matching needs
     const std::uint64_t number =
@@ -260,14 +219,12 @@ public:
     return r;
   }
   request irecv(int peer, void* dst, std::size_t bytes, int tag) {
-    check_peer(peer, "irecv");
-    request r = make(request::kind::recv, peer, tag, bytes);
+    request r = make(request::kind::recv, peer, tag, bytes, "irecv");
     r.dst_ = dst;
     return r;
   }
   request irecv_consume(int peer, std::size_t bytes, int tag, consumer use, void* /*staging*/) {
-    check_peer(peer, "irecv_consume");
-    request r = make(request::kind::consume, peer, tag, bytes);
+    request r = make(request::kind::consume, peer, tag, bytes, "irecv_consume");
     r.use_ = use;
     return r;
   }
@@ -275,55 +232,36 @@ public:
   /// Progresses `r` once; true when complete.
   bool test(request& r) {
     if (r.done_) return true;
-    if (state_->aborted.load(std::memory_order_relaxed))
-      throw aborted_error("operation aborted because another rank failed", rank_, r.peer_);
-    return r.kind_ == request::kind::send ? test_send(r) : test_recv(r);
+    state_->throw_if_aborted(rank_, r.peer_);
+    return r.is_send() ? test_send(r) : test_recv(r);
   }
 
   /// Blocks until `r` completes; throws `timeout_error` at `when`.
   void wait(request& r, deadline when) {
     if (!state_->bells[rank_].wait([&] { return test(r); }, when, state_->aborted,
                                    state_->spin_allowed ? 20000 : 0))
-      throw detail::rendezvous_timeout(r.kind_ == request::kind::send, r.bytes_, r.tag_,
-                                       state_->timeout, rank_, r.peer_);
+      throw r.timed_out(state_->timeout, rank_);
   }
 
   /// Makes every pending and future wait of every rank of the team throw `aborted_error`.
-  void abort() noexcept {
-    state_->aborted.store(true);
-    for (auto& b : state_->bells) b.ring();
-  }
+  void abort() noexcept { state_->abort(); }
 
   /// Team-wide barrier (for benchmarks and tests; algorithms never need it).
   void barrier() { state_->sync.arrive_and_wait(); }
 
 private:
-  request make(request::kind k, int peer, int tag, std::size_t bytes) {
+  /// A pending request of this rank with `peer`; `call` names the entry point in the error
+  /// for a peer outside the team.
+  request make(request::kind k, int peer, int tag, std::size_t bytes, const char* call) {
+    state_->check_peer(peer, call, rank_);
     request r;
+    r.start(k, peer, tag, bytes);
     r.state_ = state_;
-    r.kind_ = k;
     r.owner_ = rank_;
-    r.peer_ = peer;
-    r.tag_ = tag;
-    r.bytes_ = bytes;
-    r.done_ = false;
     return r;
   }
-  void check_peer(int peer, const char* what) const {
-    if (peer < 0 || peer >= state_->nranks)
-      throw invalid_argument(std::string(what) + ": peer " + std::to_string(peer) +
-                                 " is outside [0, " + std::to_string(state_->nranks) + ")",
-                             rank_);
-  }
   bool test_send(request& r) {
-    const int s = r.slot_->state.load(std::memory_order_acquire);
-    if (s < 2) return false;
-    r.done_ = true;
-    if (s == 3)
-      throw transport_error("send of " + std::to_string(r.bytes_) +
-                                " bytes did not match the receiver's size",
-                            rank_, r.peer_);
-    return true;
+    return r.finish_send(r.slot_->state.load(std::memory_order_acquire), rank_);
   }
   /// Copies a message into a free lane of `pair`; false when every lane is busy.
   bool send_eager(std::size_t pair, const void* data, std::size_t bytes, int tag,
@@ -429,7 +367,7 @@ private:
       ~free_lane() { lane.message.store(0, std::memory_order_release); }
     } on_exit{lane};
     const std::size_t sent = lane.bytes.load(std::memory_order_relaxed);
-    if (sent != r.bytes_) throw size_mismatch(r, sent);
+    if (sent != r.bytes_) throw r.size_mismatch(sent, rank_);
     if (r.kind_ == request::kind::recv) {
       if (r.bytes_) std::memcpy(r.dst_, data, r.bytes_);
     } else {
@@ -437,12 +375,7 @@ private:
     }
   }
   void consume_slot(request& r, detail::threads::send_slot* slot) {
-    r.done_ = true;
-    if (slot->bytes != r.bytes_) {
-      const auto sent = slot->bytes;
-      release(slot, 3, r.peer_);
-      throw size_mismatch(r, sent);
-    }
+    r.accept(slot, *state_, rank_);
     try {
       if (r.kind_ == request::kind::recv) {
         if (r.bytes_) std::memcpy(r.dst_, slot->data, r.bytes_);
@@ -450,20 +383,10 @@ private:
         r.use_(slot->data, r.bytes_);
       }
     } catch (...) {
-      release(slot, 2, r.peer_);
+      state_->release(slot, 2, r.peer_);
       throw;
     }
-    release(slot, 2, r.peer_);
-  }
-  transport_error size_mismatch(const request& r, std::size_t sent) const {
-    return transport_error("receive of " + std::to_string(r.bytes_) + " bytes (tag " +
-                               std::to_string(r.tag_) + ") matched a send of " +
-                               std::to_string(sent) + " bytes",
-                           rank_, r.peer_);
-  }
-  void release(detail::threads::send_slot* slot, int final_state, int sender) {
-    slot->state.store(final_state, std::memory_order_release);
-    state_->bells[sender].ring();
+    state_->release(slot, 2, r.peer_);
   }
 
   detail::threads::shared_state* state_;
@@ -481,10 +404,7 @@ public:
   explicit thread_team(int nranks, std::chrono::milliseconds timeout = std::chrono::seconds(60))
       : thread_team(nranks, thread_options{.timeout = timeout}) {}
   thread_team(int nranks, const thread_options& options) : nranks_(nranks), options_(options) {
-    if (nranks < 1)
-      throw invalid_argument("thread_team: nranks must be >= 1, got " + std::to_string(nranks));
-    if (options.timeout.count() <= 0)
-      throw invalid_argument("thread_team: timeout must be positive");
+    detail::check_team_arguments("thread_team", nranks, options.timeout);
     if (options.eager_bytes > detail::threads::max_eager_bytes)
       throw invalid_argument("thread_team: eager_bytes " + std::to_string(options.eager_bytes) +
                              " is above the limit of " +
@@ -498,31 +418,14 @@ public:
   template <class F>
   void run(F&& f) {
     detail::threads::shared_state state(nranks_, options_);
-    std::vector<std::exception_ptr> errors(nranks_);
-    std::vector<char> was_abort(nranks_, 0);
+    detail::team_failures failures(nranks_);
     auto body = [&](int rank) {
       thread_transport t(state, rank);
-      try {
-        f(t);
-      } catch (const aborted_error&) {
-        errors[rank] = std::current_exception();
-        was_abort[rank] = 1;
-        t.abort();
-      } catch (...) {
-        errors[rank] = std::current_exception();
-        t.abort();
-      }
+      failures.guard(
+          rank, [&] { f(t); }, [&] { t.abort(); });
     };
-    {
-      std::vector<std::jthread> threads;
-      threads.reserve(nranks_ - 1);
-      for (int r = 1; r < nranks_; ++r) threads.emplace_back(body, r);
-      body(0);
-    }
-    for (int r = 0; r < nranks_; ++r)
-      if (errors[r] && !was_abort[r]) std::rethrow_exception(errors[r]);
-    for (int r = 0; r < nranks_; ++r)
-      if (errors[r]) std::rethrow_exception(errors[r]);
+    detail::run_ranks_on_threads(nranks_, body);
+    failures.rethrow();
   }
 
 private:
