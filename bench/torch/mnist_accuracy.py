@@ -1,7 +1,8 @@
 """Held-out accuracy of a small convolutional network on the fetched MNIST file, trained
 data-parallel through tcoll_torch.DistributedDataParallel (dense, CSC at 85 % and 99 %
-sparsity) and through PyTorch's DDP on Gloo, against epochs and against bytes sent
-(issue 28 section 3; docs/torch.md shows the plot).
+sparsity, top-k with error feedback and DGC at 99 %), through PyTorch's DDP on Gloo, and
+through PyTorch's DDP on tcoll with tcoll's comm hooks (CSC, top-k, DGC), against epochs and
+against bytes sent (issue 28 section 3; docs/torch.md shows the plot).
 
     bash scripts/fetch_mnist.sh
     .venv/bin/python bench/torch/mnist_accuracy.py --ranks 2 --epochs 6 \
@@ -9,8 +10,10 @@ sparsity) and through PyTorch's DDP on Gloo, against epochs and against bytes se
 
 The 5,000 samples are shuffled once (seed 0): 4,000 for training (rank r takes every P-th),
 1,000 held out. Every run starts from the same initial parameters (seed 1) and sees the same
-batches. Bytes are what this rank sent per iteration: for dense, the ring's 2 (P-1)/P of
-the gradient bytes; for CSC, the adaptor's own count (important chunks and norm vector).
+batches; SGD with momentum 0.9, except DGC, whose momentum is inside the gradient it
+returns (plain SGD). Bytes are what this rank sent per iteration: for dense, the ring's
+2 (P-1)/P of the gradient bytes; for the sparse schemes, the adaptors' own counts (CSC:
+important chunks and norm vector; top-k and DGC: the allgathered (index, value) pairs).
 """
 import argparse
 import json
@@ -22,11 +25,17 @@ ROOT = os.path.join(HERE, "..", "..")
 sys.path.insert(0, os.path.join(ROOT, "tests", "torch"))
 from harness import run_ranks  # noqa: E402
 
-RUNS = {
+CSC = {"chunk_elements": 256, "warmup_iterations": 40}
+RUNS = {  # tcoll DDP options, or a hook on PyTorch's DDP over the tcoll group
     "PyTorch DDP on Gloo": {},
     "tcoll DDP dense": {"scheme": "dense"},
-    "tcoll DDP CSC 85%": {"scheme": "csc", "density": 0.15},
-    "tcoll DDP CSC 99%": {"scheme": "csc", "density": 0.01},
+    "tcoll DDP CSC 85%": {"scheme": "csc", "density": 0.15, **CSC},
+    "tcoll DDP CSC 99%": {"scheme": "csc", "density": 0.01, **CSC},
+    "tcoll DDP top-k 99%": {"scheme": "topk", "density": 0.01},
+    "tcoll DDP DGC 99%": {"scheme": "dgc", "density": 0.01},
+    "PyTorch DDP + csc_hook 85%": {"hook": "csc", "density": 0.15, **CSC},
+    "PyTorch DDP + topk_hook 99%": {"hook": "topk", "density": 0.01},
+    "PyTorch DDP + dgc_hook 99%": {"hook": "dgc", "density": 0.01},
 }
 
 
@@ -36,6 +45,7 @@ def body(rank, size, runs, epochs, data_path):
     import torch.distributed as dist
 
     import tcoll_torch
+    from tcoll_torch import hooks
 
     data = np.loadtxt(data_path, delimiter=",", dtype=np.float32)
     order = np.random.default_rng(0).permutation(len(data))
@@ -52,20 +62,28 @@ def body(rank, size, runs, epochs, data_path):
         net = torch.nn.Sequential(torch.nn.Conv2d(1, 8, 5), torch.nn.ReLU(), torch.nn.MaxPool2d(2),
                                   torch.nn.Flatten(), torch.nn.Linear(8 * 12 * 12, 10))
         grad_bytes = sum(p.numel() * 4 for p in net.parameters())
-        if options:
-            extra = {"chunk_elements": 256, "warmup_iterations": 40} if options["scheme"] == "csc" \
-                else {}
-            model = tcoll_torch.DistributedDataParallel(net, **options, **extra)
+        options = dict(options)
+        hook, state = options.pop("hook", None), None
+        if hook:
+            model = torch.nn.parallel.DistributedDataParallel(net)  # the tcoll group
+            state = {"csc": hooks.CscState, "topk": hooks.TopkState,
+                     "dgc": hooks.DgcState}[hook](**options)
+            model.register_comm_hook(state, getattr(hooks, hook + "_hook"))
+        elif options:
+            model = tcoll_torch.DistributedDataParallel(net, **options)
         else:
             model = torch.nn.parallel.DistributedDataParallel(net, process_group=gloo)
-        opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
+        dgc = "dgc" in (hook, options.get("scheme"))
+        opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.0 if dgc else 0.9)
         sent, curve = 0, []
         for epoch in range(epochs):
             for i in range(0, len(x), 32):
                 opt.zero_grad()
                 torch.nn.functional.cross_entropy(model(x[i:i + 32]), y[i:i + 32]).backward()
                 opt.step()
-                if options.get("scheme") == "csc":
+                if state is not None:
+                    sent += sum(r[0].stats()["bytes_sent"] for r in state.reducers.values())
+                elif options.get("scheme", "dense") != "dense":
                     sent += model.stats()["bytes_sent"]
                 else:
                     sent += 2 * (size - 1) * grad_bytes // size

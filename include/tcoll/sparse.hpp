@@ -8,3 +8,4 @@
 #include "sparse/csc.hpp"
 #include "sparse/momentum.hpp"
 #include "sparse/topk.hpp"
+#include "sparse/topk_pool.hpp"

@@ -16,8 +16,12 @@ Buckets come from any tcoll planner (``layerwise``, ``single``, ``threshold``, `
 ``mgwfbp``, ``adafusion``, ``optimal``): a first plan from the tensor sizes, then after
 ``autotune_iterations`` measured iterations a re-plan from the measured backward and
 communication times; every rank adopts rank 0's plan. Schemes: ``dense`` (wire float32,
-bfloat16 or float16) and ``csc`` (GradientFlow's coarse-grained sparse chunks; see
-docs/torch.md for what the hook form leaves out).
+bfloat16 or float16), ``csc`` (GradientFlow's coarse-grained sparse chunks; see
+docs/torch.md for what the hook form leaves out), ``topk`` (each rank's ``density`` share of
+largest gradients, with error feedback unless ``residual="none"``) and ``dgc`` (Deep
+Gradient Compression: momentum correction and masking around top-k; the momentum is inside
+the averaged gradient, so train with plain SGD). ``topk`` and ``dgc`` select over the whole
+pool, so they start once backward has produced every gradient.
 """
 import contextlib
 
@@ -35,6 +39,22 @@ def reducer_options(**values):
     for name, value in values.items():
         setattr(options, name, value)
     return options
+
+
+def carry_state(old_state, old_layout, new_state, new_layout):
+    """Copies each parameter's part of a scheme's per-element state (residual, velocity,
+    accumulation: lists of 1-D tensors laid out as the layouts of (key, numel) say) from the
+    old layout to its place in the new one."""
+    old_at, at = {}, 0
+    for key, numel in old_layout:
+        old_at[key] = at
+        at += numel
+    at = 0
+    for key, numel in new_layout:
+        if key in old_at:
+            for old, new in zip(old_state, new_state):
+                new[at:at + numel].copy_(old[old_at[key]:old_at[key] + numel])
+        at += numel
 
 
 class DistributedDataParallel(torch.nn.Module):
@@ -124,7 +144,8 @@ class DistributedDataParallel(torch.nn.Module):
         return self._reducer.timing()
 
     def stats(self):
-        """Scheme figures of the last iteration (csc: density, chunks, bytes sent)."""
+        """Scheme figures of the last iteration (csc: density, chunks, bytes sent; topk, dgc:
+        density, k, bytes sent)."""
         return self._reducer.stats()
 
     def write_timeline(self, path):
@@ -135,8 +156,15 @@ class DistributedDataParallel(torch.nn.Module):
 
     def _make_pool(self, params):
         """A reducer whose pool holds `params`' gradients in this order; each `.grad` becomes
-        its view (the gradient it held is copied in). Collective (the plan check)."""
+        its view (the gradient it held is copied in), and a scheme's per-element state
+        (topk's residual, dgc's velocity and accumulation) moves along. Collective (the plan
+        check)."""
+        old = getattr(self, "_reducer", None)
+        old_layout = [(id(p), p.numel()) for p in getattr(self, "_params", [])]
         self._reducer = _C.Reducer(self._backend, [p.numel() for p in params], self._options)
+        if old is not None:
+            carry_state(old.state(), old_layout, self._reducer.state(),
+                        [(id(p), p.numel()) for p in params])
         self._params = list(params)
         self._views = [v.view(p.shape) for v, p in zip(self._reducer.grads(), params)]
         self._index = {id(p): i for i, p in enumerate(params)}

@@ -747,4 +747,113 @@ void dgc_case(Tr& t, std::size_t n, std::size_t k) {
                   invalid_argument);
 }
 
+/// `topk_pool_allreduce` over a pool of several tensors (alignment padding between them),
+/// each rank marking in its own order, three iterations, against this file's simulation of
+/// every rank: top-k with error feedback (e = g + residual, the k largest |e| go out, the
+/// rest is the next residual) or DGC at momentum 0.5 (as `dgc_case`), then the average.
+/// Gradients are multiples of 1/8, so every sum is exact and the one division by P is the
+/// same float operation here as in the adaptor. Bitwise identical on every rank.
+template <class Tr>
+void topk_pool_case(Tr& t, sp::topk_scheme scheme, double density) {
+  const int P = t.size(), r = t.rank();
+  tcoll::gradient_pool<float> pool(std::vector<std::size_t>{37, 1, 100, 64});
+  sp::topk_pool_options o;
+  o.scheme = scheme;
+  o.density = density;
+  o.momentum = 0.5;
+  sp::topk_pool_allreduce<Tr, float, tcoll::avg_op> a(pool, t, o);
+  const std::size_t n = pool.size(), k = sp::topk_count(density, n);
+  CHECK(a.k() == k);
+  std::vector<char> is_data(n, 0);
+  for (std::size_t i = 0; i < pool.tensor_count(); ++i)
+    for (std::size_t j = 0; j < pool.tensor_size(i); ++j) is_data[pool.tensor_offset(i) + j] = 1;
+  auto grad = [&](int q, int step, std::size_t i) {
+    return is_data[i] ? integral(q, 60 + step, i) / 8.0 + (i % 5 == 0 ? 0.125 : 0.0) : 0.0;
+  };
+  const auto Pn = static_cast<std::size_t>(P);
+  std::vector<std::vector<double>> res(Pn, std::vector<double>(n, 0.0)), u = res, v = res;
+  for (int step = 0; step < 3; ++step) {
+    CAPTURE(step);
+    for (std::size_t i = 0; i < n; ++i) pool.data()[i] = static_cast<float>(grad(r, step, i));
+    // rank r marks tensor (j + r) mod L at its j-th mark: every rank in another order
+    const std::size_t L = pool.tensor_count();
+    for (std::size_t j = 0; j < L; ++j) a.mark_ready((j + static_cast<std::size_t>(r)) % L);
+    if (step == 1)
+      CHECK_THROWS_WITH_AS(a.mark_ready(0), doctest::Contains("already marked"),
+                           tcoll::invalid_argument);
+    a.finish();
+    std::vector<double> sum(n, 0.0);
+    for (std::size_t q = 0; q < Pn; ++q) {
+      std::vector<double> e(n);
+      for (std::size_t i = 0; i < n; ++i) {
+        if (scheme == sp::topk_scheme::dgc) {
+          u[q][i] = 0.5 * u[q][i] + grad(static_cast<int>(q), step, i);
+          v[q][i] += u[q][i];
+          e[i] = v[q][i];
+        } else {
+          e[i] = grad(static_cast<int>(q), step, i) + res[q][i];
+        }
+      }
+      std::vector<std::size_t> idx(n);
+      std::iota(idx.begin(), idx.end(), std::size_t{0});
+      std::stable_sort(idx.begin(), idx.end(), [&](std::size_t x, std::size_t y) {
+        return std::fabs(e[x]) > std::fabs(e[y]);
+      });
+      std::vector<char> taken(n, 0);
+      for (std::size_t j = 0; j < k; ++j) taken[idx[j]] = 1;
+      for (std::size_t i = 0; i < n; ++i) {
+        if (taken[i]) sum[i] += e[i];
+        if (scheme == sp::topk_scheme::dgc) {
+          if (taken[i]) u[q][i] = v[q][i] = 0.0;
+        } else {
+          res[q][i] = taken[i] ? 0.0 : e[i];
+        }
+      }
+    }
+    std::size_t wrong = 0;
+    const auto mine = static_cast<std::size_t>(r);
+    for (std::size_t i = 0; i < n; ++i) {
+      wrong += pool.data()[i] != static_cast<float>(sum[i]) / static_cast<float>(P);
+      if (scheme == sp::topk_scheme::dgc) {
+        wrong += static_cast<double>(a.velocity()[i]) != u[mine][i];
+        wrong += static_cast<double>(a.accumulation()[i]) != v[mine][i];
+      } else {
+        wrong += static_cast<double>(a.residual()[i]) != res[mine][i];
+      }
+    }
+    CHECK(wrong == 0);
+    CHECK(identical_on_all_ranks(t, pool.data(), n * sizeof(float)));
+  }
+  CHECK(a.iterations() == 3);
+  CHECK(a.last_timing().buckets.size() == 1);
+}
+
+/// `topk_pool_allreduce`'s errors: options or pools that differ name the rank; a tensor
+/// never marked fails `finish()` on every rank at once (the transport is broken).
+template <class Tr>
+void topk_pool_errors_case(Tr& t, int odd) {
+  tcoll::gradient_pool<float> pool(std::vector<std::size_t>{50, 60});
+  sp::topk_pool_options o;
+  o.density = t.rank() == odd ? 0.5 : 0.25;
+  const std::string want = "rank " + std::to_string(odd) + " has a different pool";
+  CHECK_THROWS_WITH_AS((sp::topk_pool_allreduce<Tr, float>(pool, t, o)),
+                       doctest::Contains(want.c_str()), tcoll::invalid_argument);
+  o.density = 1.5;
+  CHECK_THROWS_WITH_AS((sp::topk_pool_allreduce<Tr, float>(pool, t, o)),
+                       doctest::Contains("density"), tcoll::invalid_argument);
+  o.density = 0.25;
+  o.scheme = sp::topk_scheme::dgc;
+  o.momentum = 1.0;
+  CHECK_THROWS_WITH_AS((sp::topk_pool_allreduce<Tr, float>(pool, t, o)),
+                       doctest::Contains("momentum"), tcoll::invalid_argument);
+  o.momentum = 0.9;
+  sp::topk_pool_allreduce<Tr, float> a(pool, t, o);
+  // the construction's agreement is complete on every rank before the failure breaks the
+  // transport (a rank done with it may otherwise abort a peer still reading its last message)
+  t.barrier();
+  if (t.rank() != odd) a.mark_ready(1);
+  a.mark_ready(0);
+  CHECK_THROWS_AS(a.finish(), tcoll::error);
+}
+
 } // namespace sparse_test

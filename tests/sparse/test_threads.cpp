@@ -236,6 +236,27 @@ TEST_CASE("DGC momentum correction and masking around top-k: three steps against
   }
 }
 
+TEST_CASE("topk_pool_allreduce: top-k with error feedback and DGC over a pool, driven by "
+          "marks in rank-dependent orders, against a simulation of every rank") {
+  for (int P : {1, 2, 3, 4}) {
+    CAPTURE(P);
+    on_team(P, [](tcoll::thread_transport& t) {
+      for (double density : {0.0, 0.01, 0.3, 1.0}) {
+        CAPTURE(density);
+        topk_pool_case(t, sp::topk_scheme::topk, density);
+        topk_pool_case(t, sp::topk_scheme::dgc, density);
+      }
+    });
+  }
+}
+
+TEST_CASE("topk_pool_allreduce: differing options, bad knobs, a tensor never marked") {
+  const auto start = tcoll::clock::now();
+  on_team(
+      3, [](tcoll::thread_transport& t) { topk_pool_errors_case(t, 1); }, 5s);
+  CHECK(tcoll::clock::now() - start < 3s);
+}
+
 TEST_CASE("CSC against top-k at the same density: bytes per rank") {
   const int P = 8;
   const std::size_t n = 64 * 1000; // 64 chunks of 1000

@@ -150,6 +150,19 @@ def test_csc_at_full_density_equals_dense_and_bfloat16_wire_is_within_its_bound(
                 assert torch.allclose(a, b, rtol=2 ** -7, atol=2 ** -7), f"parameter {i}"
 
 
+@pytest.mark.parametrize("size", [2, 4])
+def test_topk_and_dgc_at_full_density_equal_dense(size):
+    # every element sent: top-k without a residual, and DGC at momentum 0 (u = g, v = u, all
+    # masked each step), give DDP's averages on integer data, at 2 and 4 ranks
+    for options in ({"scheme": "topk", "density": 1.0, "residual": "none"},
+                    {"scheme": "dgc", "density": 1.0, "momentum": 0.0}):
+        results = run_ranks(body_compare, size, [1], ["optimal"], True, 3, options,
+                            deadline=200)
+        for r in range(size):
+            for i, (a, b) in enumerate(zip(results[r][0]["ours"], results[r][0]["theirs"])):
+                assert same_bits(a, b), f"{options['scheme']}: rank {r} parameter {i}"
+
+
 def body_no_sync(rank, size):
     import torch.distributed as dist
 
@@ -241,6 +254,54 @@ def body_hooks(rank, size, steps):
         runs[name] = [p.detach().clone() for p in m.parameters()]
     out["bf16"] = runs
     return out
+
+
+def body_sparse_hooks(rank, size, steps):
+    import torch.distributed as dist  # noqa: F401
+
+    import tcoll_torch
+    from tcoll_torch import hooks
+
+    # topk_hook / dgc_hook on PyTorch's DDP (one bucket) against tcoll's DDP with scheme
+    # "topk" / "dgc": the same C++ adaptor over the same elements. DDP lays its bucket out in
+    # registration order for the first iteration and re-lays it in arrival order after; the
+    # hook carries each parameter's residual (velocity, accumulation) to the new layout, so
+    # both sides keep their state through every step. The selection does not depend on the
+    # layout (ties aside, which fractional data does not produce).
+    out = {}
+    widths = [14, 23, 9, 5]
+    for scheme, state, hook, options in (
+            ("topk", hooks.TopkState(density=0.3), hooks.topk_hook, {"density": 0.3}),
+            ("dgc", hooks.DgcState(density=0.3, momentum=0.5), hooks.dgc_hook,
+             {"density": 0.3, "momentum": 0.5})):
+        torch.manual_seed(23)
+        model = RandomNet(widths, False, bias=False)
+        reference = RandomNet(widths, False, bias=False)
+        reference.load_state_dict(model.state_dict())
+        ours = tcoll_torch.DistributedDataParallel(model, scheme=scheme, **options)
+        theirs = torch.nn.parallel.DistributedDataParallel(reference, bucket_cap_mb=100)
+        theirs.register_comm_hook(state, hook)
+        for step in range(steps):
+            for net, m in ((ours, model), (theirs, reference)):
+                opt = torch.optim.SGD(m.parameters(), lr=0.1)
+                opt.zero_grad()
+                loss_of(net(batch(23, step, rank, widths[0], False)), False).backward()
+                opt.step()
+        out[scheme] = ([p.detach().clone() for p in model.parameters()],
+                       [p.detach().clone() for p in reference.parameters()], ours.stats())
+    return out
+
+
+@pytest.mark.parametrize("size", [2, 3])
+def test_topk_and_dgc_hooks_equal_the_schemes(size):
+    results = run_ranks(body_sparse_hooks, size, 4, deadline=200)
+    for scheme in ("topk", "dgc"):
+        for r, res in enumerate(results):
+            ours, theirs, stats = res[scheme]
+            assert 0 < stats["k"] < sum(p.numel() for p in ours)
+            for i, (a, b) in enumerate(zip(ours, theirs)):
+                assert same_bits(a, b), f"{scheme}: rank {r}: parameter {i}: hook differs"
+                assert same_bits(a, results[0][scheme][0][i]), f"{scheme}: rank {r}"
 
 
 def test_hooks_on_pytorch_ddp():

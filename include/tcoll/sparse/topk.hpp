@@ -115,21 +115,63 @@ void select_topk(const T* input, std::size_t count, std::size_t k, Visit&& visit
   }
 }
 
+/// Sums every rank's pairs `all` (rank by rank, in rank order, so every rank gets the same
+/// bits) into `output`, zeroed first.
+template <class T, class Index>
+void sum_gathered(const std::vector<sparse_entry<T, Index>>& all, T* output, std::size_t count) {
+  using A = accumulator_t<T>;
+  std::fill(output, output + count, T{});
+  for (const auto& e : all)
+    output[e.index] = static_cast<T>(static_cast<A>(output[e.index]) + static_cast<A>(e.value));
+}
+
 /// Allgathers every rank's selected pairs (ring) and sums them into `output` (zeroed first)
 /// rank by rank in rank order.
 template <class Index, transport Tr, class T, reducer R>
 topk_report sum_selected(Tr& t, const std::vector<sparse_entry<T, Index>>& mine, T* output,
                          std::size_t count, R red) {
   using E = sparse_entry<T, Index>;
-  using A = accumulator_t<T>;
   const std::size_t k = mine.size();
   const int P = t.size();
   std::vector<E> all(k * static_cast<std::size_t>(P));
   if (k) tcoll::allgather(t, mine.data(), all.data(), k, ring{}, red);
-  std::fill(output, output + count, T{});
-  for (const E& e : all)
-    output[e.index] = static_cast<T>(static_cast<A>(output[e.index]) + static_cast<A>(e.value));
+  sum_gathered(all, output, count);
   return topk_report{k, static_cast<std::size_t>(P - 1) * k * sizeof(E)};
+}
+
+/// This rank's k pairs of largest magnitude of `input` into `mine`; `residual` (may be
+/// null) receives the input off the selection and 0 on it (error feedback).
+template <class T, class Index>
+void select_with_residual(const T* input, std::size_t count, std::size_t k, T* residual,
+                          std::vector<sparse_entry<T, Index>>& mine) {
+  mine.resize(k);
+  std::size_t j = 0;
+  select_topk(input, count, k, [&](std::size_t i, bool take) {
+    if (take) mine[j++] = {static_cast<Index>(i), input[i]};
+    if (residual) residual[i] = take ? T{} : input[i];
+  });
+}
+
+/// DGC's step on this rank (see `dgc_allreduce`): velocity and accumulation updated with
+/// `grad`, this rank's k pairs of largest accumulated magnitude into `mine`, and both masked
+/// (set to 0) where they were taken.
+template <class T, class Index>
+void select_dgc(const T* grad, std::size_t count, std::size_t k, T* velocity, T* accumulation,
+                double momentum, std::vector<sparse_entry<T, Index>>& mine) {
+  using A = accumulator_t<T>;
+  const A m = static_cast<A>(momentum);
+  for (std::size_t i = 0; i < count; ++i) {
+    velocity[i] = static_cast<T>(m * static_cast<A>(velocity[i]) + static_cast<A>(grad[i]));
+    accumulation[i] = static_cast<T>(static_cast<A>(accumulation[i]) + static_cast<A>(velocity[i]));
+  }
+  mine.resize(k);
+  std::size_t j = 0;
+  select_topk(accumulation, count, k, [&](std::size_t i, bool take) {
+    if (!take) return;
+    mine[j++] = {static_cast<Index>(i), accumulation[i]};
+    accumulation[i] = T{};
+    velocity[i] = T{};
+  });
 }
 
 } // namespace detail
@@ -142,14 +184,9 @@ topk_report topk_allreduce(Tr& t, const T* input, T* output, std::size_t count, 
                            T* residual = nullptr, R red = {}) {
   detail::check_topk_args<Index>(t, input, output, count, k, "topk_allreduce");
   if (count) tcoll::detail::require_memory(residual, true, "topk_allreduce", "residual", t.rank());
-  using E = sparse_entry<T, Index>;
-  std::vector<E> mine(k);
-  std::size_t j = 0;
-  detail::select_topk(input, count, k, [&](std::size_t i, bool take) {
-    if (take) mine[j++] = E{static_cast<Index>(i), input[i]};
-    if (residual) residual[i] = take ? T{} : input[i];
-  });
-  return detail::sum_selected(t, mine, output, count, std::move(red));
+  std::vector<sparse_entry<T, Index>> mine;
+  detail::select_with_residual(input, count, k, residual, mine);
+  return detail::sum_selected<Index>(t, mine, output, count, std::move(red));
 }
 
 /// DGC's momentum correction with momentum factor masking (Lin et al., ICLR 2018, "Deep
@@ -180,22 +217,9 @@ topk_report dgc_allreduce(Tr& t, const T* grad, T* output, std::size_t count, st
     tcoll::detail::require_memory(velocity, true, "dgc_allreduce", "velocity", rank);
     tcoll::detail::require_memory(accumulation, true, "dgc_allreduce", "accumulation", rank);
   }
-  using A = accumulator_t<T>;
-  const A m = static_cast<A>(momentum);
-  for (std::size_t i = 0; i < count; ++i) {
-    velocity[i] = static_cast<T>(m * static_cast<A>(velocity[i]) + static_cast<A>(grad[i]));
-    accumulation[i] = static_cast<T>(static_cast<A>(accumulation[i]) + static_cast<A>(velocity[i]));
-  }
-  using E = sparse_entry<T, Index>;
-  std::vector<E> mine(k);
-  std::size_t j = 0;
-  detail::select_topk(accumulation, count, k, [&](std::size_t i, bool take) {
-    if (!take) return;
-    mine[j++] = E{static_cast<Index>(i), accumulation[i]};
-    accumulation[i] = T{};
-    velocity[i] = T{};
-  });
-  return detail::sum_selected(t, mine, output, count, std::move(red));
+  std::vector<sparse_entry<T, Index>> mine;
+  detail::select_dgc(grad, count, k, velocity, accumulation, momentum, mine);
+  return detail::sum_selected<Index>(t, mine, output, count, std::move(red));
 }
 
 /// Same with `k = topk_count(density, count)`.

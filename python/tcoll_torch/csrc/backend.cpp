@@ -365,7 +365,9 @@ public:
   const std::string getBackendName() const override { return "tcoll"; }
 
   /// Its communicators (backend_access.hpp): the DistributedDataParallel reducer runs on them.
-  backend_communicators communicators() const { return {shm_.get(), machine_.get(), rank_, size_}; }
+  backend_communicators communicators() const {
+    return {shm_.get(), machine_.get(), rank_, size_, flat_.get()};
+  }
 
   /// Calls made on this group so far (PyTorch's ProcessGroupWrapper, which
   /// TORCH_DISTRIBUTED_DEBUG=DETAIL puts around the backend, compares them across ranks).

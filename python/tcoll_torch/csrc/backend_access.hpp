@@ -13,12 +13,13 @@
 namespace tcoll_torch {
 
 /// A tcoll backend's communicators: its node's shared-memory transport (every rank of the
-/// group on one node), and across nodes the hierarchy its allreduce runs on (null on one
-/// node).
+/// group on one node), and across nodes the hierarchy its allreduce runs on and the flat
+/// transport over every rank that its other collectives run on (both null on one node).
 struct backend_communicators {
   tcoll::shm_transport* shm = nullptr;
   tcoll::hierarchical<tcoll::shm_transport, c10d_transport>* machine = nullptr;
   int rank = 0, size = 1;
+  c10d_transport* flat = nullptr;
 };
 
 /// The communicators of `b`; throws (a Python ValueError) when `b` is not a tcoll backend.

@@ -11,7 +11,10 @@
 //  - "dense": `overlap_scheduler` (an allreduce of the bucket, average), the wire float32,
 //    bfloat16 or float16 (mixed precision: cast, reduce, cast back);
 //  - "csc": `sparse::csc_allreduce` (GradientFlow's coarse-grained sparse chunks over the
-//    whole pool, with its residual; buckets are its buffers of important chunks).
+//    whole pool, with its residual; buckets are its buffers of important chunks);
+//  - "topk", "dgc": `sparse::topk_pool_allreduce` (each rank's k largest elements of the
+//    whole pool, with error feedback or DGC's momentum correction, allgathered and summed)
+//    on the group's flat transport, once backward has marked every gradient.
 // Buckets come from any tcoll planner: an initial plan from the tensor sizes, then autotune
 // (measure, fit, re-plan with the same planner, adopt rank 0's plan).
 #include <pybind11/stl.h>
@@ -25,6 +28,7 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -33,6 +37,7 @@
 #include <tcoll/schedule/scheduler.hpp>
 #include <tcoll/schedule/trace.hpp>
 #include <tcoll/sparse/csc.hpp>
+#include <tcoll/sparse/topk_pool.hpp>
 
 #include "backend_access.hpp"
 
@@ -50,8 +55,9 @@ struct reducer_options {
   std::size_t autotune_iterations = 3;
   bool check_plan = true;
   float wire_scale = 1.0f;
-  // scheme "csc" (tcoll::sparse::csc_options; the residual defaults to error feedback, which
-  // needs nothing from the optimizer)
+  // schemes "csc" (tcoll::sparse::csc_options; the residual defaults to error feedback, which
+  // needs nothing from the optimizer), "topk" (residual "error_feedback" or "none") and "dgc"
+  // (momentum: DGC's momentum factor)
   double density = 0.15;
   std::size_t chunk_elements = 32000;
   std::size_t warmup_iterations = 100;
@@ -72,6 +78,9 @@ public:
   virtual std::optional<tcoll::plan::linear_cost> fitted_cost() const = 0;
   /// Scheme-specific figures of the last iteration.
   virtual py::dict stats() const { return {}; }
+  /// The scheme's per-element state laid out like the pool (topk: the residual; dgc: the
+  /// velocity and the accumulation), writable between iterations; empty for the others.
+  virtual std::vector<std::span<float>> state() { return {}; }
 };
 
 template <class Comm, class Wire>
@@ -132,6 +141,36 @@ private:
   tcoll::sparse::csc_allreduce<Comm, float, tcoll::avg_op> csc_;
 };
 
+/// Schemes "topk" and "dgc" (see the file comment). No overlap with backward: the selection
+/// needs every gradient, so the one job starts at the last mark.
+template <class Tr>
+class topk_exchange final : public exchange {
+public:
+  topk_exchange(pool_t& pool, Tr& t, const tcoll::sparse::topk_pool_options& options)
+      : topk_(pool, t, options) {}
+  void mark_ready(std::size_t i) override { topk_.mark_ready(i); }
+  const tcoll::iteration_timing& finish() override { return topk_.finish(); }
+  std::vector<std::size_t> plan_ends() const override { return {}; }
+  bool autotuned() const override { return false; }
+  std::optional<tcoll::plan::linear_cost> fitted_cost() const override { return std::nullopt; }
+  py::dict stats() const override {
+    py::dict d;
+    d["density"] = topk_.options().density;
+    d["k"] = topk_.k();
+    d["bytes_sent"] = topk_.bytes_sent();
+    return d;
+  }
+  std::vector<std::span<float>> state() override {
+    if (topk_.options().scheme == tcoll::sparse::topk_scheme::dgc)
+      return {topk_.velocity(), topk_.accumulation()};
+    if (topk_.options().residual) return {topk_.residual()};
+    return {};
+  }
+
+private:
+  tcoll::sparse::topk_pool_allreduce<Tr, float, tcoll::avg_op> topk_;
+};
+
 double us_since(tcoll::clock::time_point t, tcoll::clock::time_point origin) {
   if (t == tcoll::clock::time_point{}) return -1.0;
   return std::chrono::duration<double, std::micro>(t - origin).count();
@@ -153,10 +192,16 @@ public:
     pool_ = std::make_shared<pool_t>(sizes);
     pool_->zero();
     marked_.assign(sizes.size(), 0);
-    if (comms.machine)
+    if (options_.scheme == "topk" || options_.scheme == "dgc") {
+      if (comms.flat)
+        make_topk(*comms.flat);
+      else
+        make_topk(*comms.shm);
+    } else if (comms.machine) {
       make(*comms.machine);
-    else
+    } else {
       make(*comms.shm);
+    }
   }
 
   /// The pool's tensors (1-D views, backward order); they keep the pool alive.
@@ -228,6 +273,16 @@ public:
   }
   py::dict stats() const { return exchange_->stats(); }
 
+  /// The scheme's state (see `exchange::state`) as 1-D float32 views, valid while this
+  /// reducer lives.
+  std::vector<at::Tensor> state() {
+    std::vector<at::Tensor> views;
+    for (std::span<float> s : exchange_->state())
+      views.push_back(torch::from_blob(s.data(), {static_cast<std::int64_t>(s.size())},
+                                       torch::TensorOptions().dtype(torch::kFloat32)));
+    return views;
+  }
+
   /// The last iteration's timings in microseconds since its begin (-1: never happened).
   py::dict timing() const {
     py::dict d;
@@ -262,6 +317,28 @@ public:
   }
 
 private:
+  template <class Tr>
+  void make_topk(Tr& t) {
+    const auto fail = [&](const std::string& what) {
+      throw tcoll::invalid_argument("tcoll_torch.DistributedDataParallel: " + what, rank_);
+    };
+    if (options_.wire != "float32")
+      fail("scheme '" + options_.scheme + "' sends float32 pairs (wire='float32')");
+    tcoll::sparse::topk_pool_options o;
+    o.scheme = options_.scheme == "dgc" ? tcoll::sparse::topk_scheme::dgc
+                                        : tcoll::sparse::topk_scheme::topk;
+    o.density = options_.density;
+    o.momentum = options_.momentum;
+    o.check_pool = options_.check_plan;
+    if (o.scheme == tcoll::sparse::topk_scheme::topk) {
+      if (options_.residual != "error_feedback" && options_.residual != "none")
+        fail("scheme 'topk' takes residual 'error_feedback' or 'none', got '" + options_.residual +
+             "'");
+      o.residual = options_.residual == "error_feedback";
+    }
+    exchange_ = std::make_unique<topk_exchange<Tr>>(*pool_, t, o);
+  }
+
   template <class Comm>
   void make(Comm& comm) {
     const auto fail = [&](const std::string& what) {
@@ -286,7 +363,7 @@ private:
       return;
     }
     if (options_.scheme != "dense")
-      fail("scheme must be 'dense' or 'csc', got '" + options_.scheme + "'");
+      fail("scheme must be 'dense', 'csc', 'topk' or 'dgc', got '" + options_.scheme + "'");
     const auto planner = tcoll::plan::planner_by_name(options_.planner);
     if (!planner)
       fail("unknown planner '" + options_.planner +
@@ -381,6 +458,8 @@ void register_ddp(py::module& m) {
       .def("autotuned", &reducer::autotuned)
       .def("fitted_cost", &reducer::fitted_cost, "(startup_us, per_byte_us) of autotune's fit")
       .def("stats", &reducer::stats)
+      .def("state", &reducer::state,
+           "the scheme's per-element state (topk: residual; dgc: velocity, accumulation)")
       .def("timing", &reducer::timing, "the last iteration's timings (us since its begin)")
       .def("write_trace", &reducer::write_trace, "the last iteration as a Chrome trace");
 }
