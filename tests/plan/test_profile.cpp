@@ -194,7 +194,7 @@ TEST_CASE("fuzz: garbage and mutated profiles either parse consistently or throw
     } catch (const profile_error& e) {
       ++rejected;
       REQUIRE(std::string(e.what()).find("fuzz") == std::string::npos); // message names the source
-      REQUIRE(std::string(e.what()).find("<profile>:") == 0);
+      REQUIRE(std::string(e.what()).find("tcoll: <profile>:") == 0);    // tcoll::error decorates
     }
   }
   CHECK(parsed > 100);    // the mutations leave many files valid...

@@ -4,7 +4,7 @@
 /// array of flat objects (algorithm, transport, ranks, dtype, op, bytes, inplace,
 /// time_us, algbw_gbs, busbw_gbs, wrong, and whatever fields are added later). Unknown
 /// fields are skipped, nested values included. Malformed input throws
-/// std::runtime_error with the byte offset.
+/// `tcoll::invalid_argument` with the byte offset.
 ///
 /// Parsing is nlohmann/json's (Debian `nlohmann-json3-dev`, Meson `nlohmann_json`), an
 /// optional dependency of the calibration tools only: this header is not part of
@@ -38,7 +38,7 @@ inline constexpr std::size_t max_json_depth = 64;
 
 /// Parse a flat JSON array of flat objects (nlohmann/json underneath). Nested values are
 /// skipped; anything that is not an array of objects, malformed text or nesting deeper
-/// than 64 throws std::runtime_error (with the byte offset where the parser has one).
+/// than 64 throws `tcoll::invalid_argument` (with the byte offset where the parser has one).
 inline std::vector<json_record> parse_json_records(std::string_view text) {
   using nlohmann::json;
   json document;

@@ -159,7 +159,7 @@ struct hierarchy_params {
 /// leader, ring allreduce across the leaders, broadcast from the leader. The intra-group
 /// reduce and broadcast are binomial trees (ceil(lg g) rounds of the whole vector),
 /// which is why GradientFlow calls them "not bandwidth optimal".
-/// Throws std::invalid_argument if ranks is not a multiple of group_size.
+/// Throws `tcoll::invalid_argument` if ranks is not a multiple of group_size.
 constexpr double hierarchical_leader_allreduce_us(double bytes, int ranks, hierarchy_params h) {
   if (h.group_size < 1 || ranks % h.group_size != 0)
     throw tcoll::invalid_argument("hierarchical allreduce: ranks must be a multiple of group_size");
@@ -221,7 +221,7 @@ constexpr std::string_view algorithm_name(modeled_algorithm a) noexcept {
 }
 
 /// The busiest rank's traffic of a flat algorithm (see `rank_traffic`).
-/// Throws std::invalid_argument for the hierarchical forms (two link classes).
+/// Throws `tcoll::invalid_argument` for the hierarchical forms (two link classes).
 constexpr rank_traffic allreduce_traffic(modeled_algorithm a, double bytes, int ranks) {
   switch (a) {
   case modeled_algorithm::ring:

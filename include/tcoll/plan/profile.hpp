@@ -18,6 +18,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "tcoll/core/error.hpp"
 #include "tcoll/plan/interface.hpp"
 namespace tcoll::plan {
 
@@ -55,9 +56,10 @@ constexpr std::uint64_t parameter_count(std::span<const tensor_spec> tensors) no
   return total;
 }
 
-/// Thrown for malformed profile or timing files; what() is "source:line: reason".
-struct profile_error : std::runtime_error {
-  using std::runtime_error::runtime_error;
+/// Thrown for malformed profile or timing files; what() is "tcoll: source:line: reason".
+/// A `tcoll::invalid_argument`, like every other error of the planner.
+struct profile_error : tcoll::invalid_argument {
+  explicit profile_error(const std::string& what) : tcoll::invalid_argument(what) {}
 };
 
 /// How fast one worker computes: OSF Eq. 5-6 (pi, c, M).

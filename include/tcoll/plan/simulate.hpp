@@ -40,7 +40,7 @@ struct timeline {
   double total_wait_us = 0;     ///< sum over buckets of start - ready
 };
 
-/// Simulate one iteration. Throws std::invalid_argument for a plan that does not
+/// Simulate one iteration. Throws `tcoll::invalid_argument` for a plan that does not
 /// partition the workload's tensors.
 template <cost_model Cost>
 constexpr timeline simulate(const workload& w, const Cost& cost, const bucket_plan& plan) {
