@@ -11,7 +11,13 @@ forward + backward + SGD step on random inputs; the time of an iteration is the 
 rank's, and the figure the median over the timed iterations. "compute" is the same
 iteration with no communication at all (one process alone, no DDP): iteration - compute is
 the communication that backward did not hide. "predicted" is the simulator's iteration time
-(plan::simulate) for the plan tcoll ran, from the backward times and cost line it measured.
+(plan::simulate) for the plan tcoll ran, from the forward time, the backward times (gaps
+between gradients, the first from the start of backward) and the cost line it measured,
+plus the measured optimizer step (which the simulator does not model).
+With --trace-dir, rank 0 writes for every tcoll planner the last measured iteration
+(`<model>_<ranks>r_<planner>_measured.json`, WAIT_FOR_DATA / QUEUE / ALLREDUCE per bucket)
+and the simulator's timeline of the same plan from the same measurements
+(`..._predicted.json`), Chrome traces to open side by side in Perfetto.
 """
 import argparse
 import json
@@ -45,7 +51,7 @@ def make_model(name):
     raise ValueError(f"unknown model {name}")
 
 
-def body(rank, size, model_name, variants, warmup, iterations):
+def body(rank, size, model_name, variants, warmup, iterations, trace_dir=None):
     import torch
     import torch.distributed as dist
 
@@ -66,7 +72,7 @@ def body(rank, size, model_name, variants, warmup, iterations):
             net = tcoll_torch.DistributedDataParallel(model, planner=variant.split("/")[1])
         opt = torch.optim.SGD(model.parameters(), lr=1e-3)
         g = torch.Generator().manual_seed(rank)
-        times, forward = [], []
+        times, forward, step, backward_start = [], [], [], 0.0
         for it in range(warmup + iterations):
             x, y = inputs(g)
             if variant != "compute":
@@ -76,22 +82,38 @@ def body(rank, size, model_name, variants, warmup, iterations):
             out = net(x)
             mid = time.perf_counter()
             torch.nn.functional.cross_entropy(out, y).backward()
+            stepping = time.perf_counter()
             opt.step()
             end = time.perf_counter()
+            backward_start = mid  # of the last iteration, for its timeline below
             if it >= warmup:
                 times.append(end - start)
                 forward.append(mid - start)
+                step.append(end - stepping)
         entry = {"times": times, "forward": forward}
         if variant.startswith("tcoll/"):
             timing = net.last_timing()
             ready = timing["tensor_ready_us"]
-            backward = [max(0.0, b - a) for a, b in zip([0.0] + ready[:-1], ready)]
+            # the driver's timeline begins at the previous iteration's end: the first gap
+            # starts when this iteration's backward did (after the step, the barrier, the
+            # zero_grad and the forward, which the simulator models apart)
+            since_begin_us = (backward_start - timing["begin_s"]) * 1e6
+            backward = [max(0.0, b - a) for a, b in zip([since_begin_us] + ready[:-1], ready)]
             nbytes = [p.numel() * 4 for p in net.parameters_in_backward_order()]
             cost = net.fitted_cost() or (0.0, 0.0)
+            inputs_of_simulator = (net.plan(), nbytes, backward,
+                                   statistics.median(forward) * 1e6, cost[0], cost[1])
+            # the simulator's iteration is forward + backward + the communication left;
+            # the measured one also holds the optimizer step
             entry.update(plan=net.plan(), cost=cost, buckets=len(net.plan()),
-                         predicted_us=tcoll_torch._C.predict_iteration_us(
-                             net.plan(), nbytes, backward,
-                             statistics.median(forward) * 1e6, cost[0], cost[1]))
+                         predicted_us=tcoll_torch._C.predict_iteration_us(*inputs_of_simulator)
+                         + statistics.median(step) * 1e6)
+            if trace_dir and rank == 0:
+                stem = os.path.join(trace_dir,
+                                    f"{model_name}_{size}r_{variant.split('/')[1]}")
+                net.write_timeline(stem + "_measured.json")
+                tcoll_torch._C.write_predicted_trace(stem + "_predicted.json",
+                                                     *inputs_of_simulator)
         results[variant] = entry
         del net, model, opt
     return results
@@ -105,10 +127,14 @@ def main():
     parser.add_argument("--iterations", type=int, default=10)
     parser.add_argument("--planners", default=",".join(PLANNERS))
     parser.add_argument("--json")
+    parser.add_argument("--trace-dir", help="write measured and predicted Chrome traces here")
     a = parser.parse_args()
+    if a.trace_dir:
+        os.makedirs(a.trace_dir, exist_ok=True)
     variants = ["ddp/gloo", "ddp/tcoll"] + [f"tcoll/{p}" for p in a.planners.split(",") if p]
     measured = run_ranks(body, a.ranks, a.model, variants, a.warmup, a.iterations,
-                         timeout_s=600, deadline=7200)
+                         a.trace_dir and os.path.abspath(a.trace_dir), timeout_s=600,
+                         deadline=7200)
     alone = run_ranks(body, 1, a.model, ["compute"], a.warmup, a.iterations, init=True,
                       timeout_s=600, deadline=3600)[0]["compute"]
     compute_ms = statistics.median(alone["times"]) * 1e3

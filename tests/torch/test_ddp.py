@@ -424,3 +424,26 @@ def test_errors_are_clear_and_never_hang(kind, expect):
     assert 0 in errors, f"rank 0 did not fail: {results}"
     assert expect in errors[0], errors[0]
     assert time.monotonic() - start < 45
+
+
+def test_simulator_trace_and_prediction_by_hand(tmp_path):
+    # two tensors in two buckets after a 5 us forward: backward 10 and 20 us, a link of
+    # 1 us + 0.01 us per byte. Bucket 0 (100 B) is ready at 15 and takes 2 us; bucket 1
+    # (200 B) is ready at 35 and takes 3 us: the iteration ends at 38 us.
+    import json
+
+    import harness
+    if harness.PYTHON_DIR not in sys.path:
+        sys.path.insert(0, harness.PYTHON_DIR)
+    from tcoll_torch import _C
+
+    args = ([1, 2], [100, 200], [10.0, 20.0], 5.0, 1.0, 0.01)
+    assert abs(_C.predict_iteration_us(*args) - 38.0) < 1e-9
+    path = tmp_path / "predicted.json"
+    _C.write_predicted_trace(str(path), *args)
+    events = [e for e in json.loads(path.read_text())["traceEvents"] if e["ph"] == "X"]
+    slices = sorted((e["name"], e["ts"], e["dur"]) for e in events)
+    assert slices == [("ALLREDUCE", 15, 2), ("ALLREDUCE", 35, 3), ("BACKWARD", 5, 10),
+                      ("BACKWARD", 15, 20), ("FORWARD", 0, 5)]
+    with pytest.raises(Exception, match="do not partition"):
+        _C.write_predicted_trace(str(path), [1], [100, 200], [10.0, 20.0], 5.0, 1.0, 0.01)

@@ -30,6 +30,7 @@
 #include <optional>
 #include <span>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <tcoll/plan.hpp>
@@ -283,11 +284,15 @@ public:
     return views;
   }
 
-  /// The last iteration's timings in microseconds since its begin (-1: never happened).
+  /// The last iteration's timings in microseconds since its begin (-1: never happened); the
+  /// begin is the previous iteration's end (or the reducer's construction).
   py::dict timing() const {
     py::dict d;
     const auto o = last_.begin;
     d["end_us"] = us_since(last_.end, o);
+    // the begin on the monotonic clock (steady_clock is CLOCK_MONOTONIC on Linux, as Python's
+    // time.perf_counter), so a caller can place its own timestamps on this timeline
+    d["begin_s"] = std::chrono::duration<double>(o.time_since_epoch()).count();
     std::vector<double> ready;
     for (auto t : last_.tensor_ready) ready.push_back(us_since(t, o));
     d["tensor_ready_us"] = ready;
@@ -408,19 +413,42 @@ private:
   tcoll::iteration_timing last_;
 };
 
+/// The workload and plan of the simulator's inputs (see `predict_iteration_us`), checked.
+std::pair<tcoll::plan::workload, tcoll::plan::bucket_plan>
+simulator_inputs(const char* who, std::vector<std::size_t> ends, std::vector<std::uint64_t> bytes,
+                 std::vector<double> backward_us, double forward_us) {
+  tcoll::plan::workload w{std::move(bytes), std::move(backward_us), forward_us};
+  if (w.backward_us.size() != w.bytes.size())
+    throw tcoll::invalid_argument(std::string(who) + ": bytes and backward_us differ in length");
+  tcoll::plan::bucket_plan plan{std::move(ends), {}};
+  if (!tcoll::plan::is_valid(plan, w.size()))
+    throw tcoll::invalid_argument(std::string(who) + ": the bucket ends do not partition the " +
+                                  std::to_string(w.size()) + " tensors");
+  return {std::move(w), std::move(plan)};
+}
+
 /// The simulator's iteration time (plan::iteration_time_us) for `ends` over a workload of
 /// per-tensor `bytes` and `backward_us` after `forward_us`, on the line a + b M.
 double predict_iteration_us(std::vector<std::size_t> ends, std::vector<std::uint64_t> bytes,
                             std::vector<double> backward_us, double forward_us, double startup_us,
                             double per_byte_us) {
-  tcoll::plan::workload w{std::move(bytes), std::move(backward_us), forward_us};
-  if (w.backward_us.size() != w.bytes.size())
-    throw tcoll::invalid_argument("predict_iteration_us: bytes and backward_us differ in length");
-  tcoll::plan::bucket_plan plan{std::move(ends), {}};
-  if (!tcoll::plan::is_valid(plan, w.size()))
-    throw tcoll::invalid_argument("predict_iteration_us: the bucket ends do not partition the " +
-                                  std::to_string(w.size()) + " tensors");
+  const auto [w, plan] = simulator_inputs("predict_iteration_us", std::move(ends), std::move(bytes),
+                                          std::move(backward_us), forward_us);
   return tcoll::plan::iteration_time_us(w, tcoll::plan::linear_cost{startup_us, per_byte_us}, plan);
+}
+
+/// The simulator's timeline for the same inputs as `predict_iteration_us`, written to `path`
+/// as a Chrome trace (FORWARD, BACKWARD per tensor, ALLREDUCE per bucket), to lay beside
+/// the measured one (`write_trace`).
+void write_predicted_trace(const std::string& path, std::vector<std::size_t> ends,
+                           std::vector<std::uint64_t> bytes, std::vector<double> backward_us,
+                           double forward_us, double startup_us, double per_byte_us) {
+  const auto [w, plan] = simulator_inputs("write_predicted_trace", std::move(ends),
+                                          std::move(bytes), std::move(backward_us), forward_us);
+  std::ofstream out(path);
+  if (!out) throw tcoll::invalid_argument("write_predicted_trace: cannot open " + path);
+  tcoll::plan::write_chrome_trace(
+      out, tcoll::plan::simulate(w, tcoll::plan::linear_cost{startup_us, per_byte_us}, plan));
 }
 
 } // namespace
@@ -428,6 +456,10 @@ double predict_iteration_us(std::vector<std::size_t> ends, std::vector<std::uint
 void register_ddp(py::module& m) {
   m.def("predict_iteration_us", &predict_iteration_us,
         "the simulator's iteration time of a plan (microseconds)", py::arg("ends"),
+        py::arg("bytes"), py::arg("backward_us"), py::arg("forward_us"), py::arg("startup_us"),
+        py::arg("per_byte_us"));
+  m.def("write_predicted_trace", &write_predicted_trace,
+        "the simulator's timeline of a plan as a Chrome trace", py::arg("path"), py::arg("ends"),
         py::arg("bytes"), py::arg("backward_us"), py::arg("forward_us"), py::arg("startup_us"),
         py::arg("per_byte_us"));
   py::class_<reducer_options>(m, "ReducerOptions")
