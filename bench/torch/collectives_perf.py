@@ -9,7 +9,15 @@ bus factor (allreduce 2(P-1)/P, allgather and reduce-scatter (P-1)/P, broadcast 
 
     .venv/bin/python bench/torch/collectives_perf.py -np 2 [-b 8] [-e 256M] [-f 4]
         [--ops all_reduce,all_gather_into_tensor,reduce_scatter_tensor,broadcast]
-        [--json out.json]
+        [--json out.json] [--deepspeed]
+
+--deepspeed adds DeepSpeed's CPU shared-memory allreduce (`deepspeed.comm.
+inference_all_reduce`, its JIT-built `deepspeed_shm_comm` op) as a third column of the
+all_reduce rows, on the same ranks. It needs the `deepspeed` package, which the project's
+.venv does not carry: `bash bench/torch/setup_deepspeed.sh` makes .venv-deepspeed (the
+.venv's torch plus deepspeed from PyPI); run this script with .venv-deepspeed/bin/python.
+Processes run with OMP_NUM_THREADS=1 (as torchrun and DeepSpeed's launcher start them
+where several share a node) unless it is set.
 
 Bytes are the size of the collective's per-rank tensor as nccl-tests count it: the
 allreduce/broadcast buffer, the gathered output of allgather, the input of reduce-scatter.
@@ -73,6 +81,35 @@ def time_calls(call, iters, warmup, group):
     return (time.perf_counter() - start) / iters
 
 
+def start_deepspeed(rank, P):
+    """deepspeed.comm on the default (Gloo) group, with its shared-memory allreduce built and
+    checked: the module, or an exception saying why it cannot run here."""
+    # what DeepSpeed's launcher sets: its op maps the shared memory only when LOCAL_SIZE says
+    # every rank is on this node, and names the segment after MASTER_ADDR and MASTER_PORT
+    os.environ.update(DS_ACCELERATOR="cpu", LOCAL_SIZE=str(P), LOCAL_RANK=str(rank),
+                      RANK=str(rank), WORLD_SIZE=str(P), MASTER_ADDR="127.0.0.1",
+                      MASTER_PORT=str(29500 + os.getppid() % 20000))
+    import deepspeed
+    import deepspeed.comm as deepspeed_comm
+
+    deepspeed.init_distributed(dist_backend="gloo")
+    backend = deepspeed_comm.comm.cdb
+    level = getattr(backend, "shm_vector_kernel_level", 0)
+    if getattr(backend, "shm_comm_op", None) is None or level < 1:
+        raise RuntimeError(f"deepspeed {deepspeed.__version__}: no shared-memory allreduce for "
+                           f"float32 here (op {getattr(backend, 'shm_comm_op', None)}, vector "
+                           f"kernel level {level}; it needs AVX2)")
+    x = torch.full((1000,), 0.25 + rank)
+    deepspeed_comm.inference_all_reduce(x)
+    want = sum(0.25 + q for q in range(P))
+    if not torch.all(x == want):
+        raise RuntimeError(f"deepspeed's shared-memory allreduce gave {x[:3]}, not {want}")
+    if rank == 0:
+        print(f"# deepspeed {deepspeed.__version__}: shared-memory allreduce on (vector kernel "
+              f"level {level})", flush=True)
+    return deepspeed_comm
+
+
 def worker(rank, P, args, store_path):
     import tcoll_torch  # noqa: F401  registers "tcoll"
 
@@ -81,6 +118,7 @@ def worker(rank, P, args, store_path):
                             world_size=P, timeout=datetime.timedelta(seconds=600))
     groups = {"gloo": dist.group.WORLD, "tcoll": dist.new_group(list(range(P)),
                                                                  backend="tcoll")}
+    deepspeed_comm = start_deepspeed(rank, P) if args.deepspeed else None
     rows = []
     if args.overhead:
         # 8 B all_reduce as Python sees it against the same call straight from C++ on the
@@ -104,9 +142,16 @@ def worker(rank, P, args, store_path):
     while size <= args.end:
         for op in args.ops:
             medians = {}
-            for backend in ("tcoll", "gloo"):
-                group = groups[backend]
-                call = make_call(op, size, P, group)
+            backends = ["tcoll", "gloo"]
+            if deepspeed_comm and op == "all_reduce":
+                backends.append("deepspeed")
+            for backend in backends:
+                group = groups.get(backend, groups["gloo"])
+                if backend == "deepspeed":
+                    x = torch.rand(max(1, size // 4))
+                    call = lambda x=x: deepspeed_comm.inference_all_reduce(x)  # noqa: E731
+                else:
+                    call = make_call(op, size, P, group)
                 # iterations: about args.target_s per repeat, at least 2
                 probe = time_calls(call, 2, 1, group)
                 t = torch.tensor([probe], dtype=torch.float64)
@@ -123,10 +168,16 @@ def worker(rank, P, args, store_path):
                     row[b] = {"time_us": sec * 1e6, "algbw_GBps": size / sec / 1e9,
                               "busbw_GBps": size / sec / 1e9 * bus}
                 row["speedup"] = medians["gloo"] / medians["tcoll"]
+                line = (f"{op:24s} {size:>11d} {medians['tcoll'] * 1e6:11.1f} "
+                        f"{row['tcoll']['busbw_GBps']:8.3f} {medians['gloo'] * 1e6:11.1f} "
+                        f"{row['gloo']['busbw_GBps']:8.3f} {row['speedup']:8.2f}")
+                if "deepspeed" in medians:
+                    row["speedup_vs_deepspeed"] = medians["deepspeed"] / medians["tcoll"]
+                    line += (f" {medians['deepspeed'] * 1e6:11.1f} "
+                             f"{row['deepspeed']['busbw_GBps']:8.3f} "
+                             f"{row['speedup_vs_deepspeed']:8.2f}")
                 rows.append(row)
-                print(f"{op:24s} {size:>11d} {medians['tcoll'] * 1e6:11.1f} "
-                      f"{row['tcoll']['busbw_GBps']:8.3f} {medians['gloo'] * 1e6:11.1f} "
-                      f"{row['gloo']['busbw_GBps']:8.3f} {row['speedup']:8.2f}", flush=True)
+                print(line, flush=True)
         size *= args.factor
     dist.destroy_process_group()
     if rank == 0 and args.json:
@@ -150,14 +201,19 @@ def main():
     parser.add_argument("--json", help="write the rows here")
     parser.add_argument("--overhead", action="store_true",
                         help="first time an 8 B all_reduce from Python against C++")
+    parser.add_argument("--deepspeed", action="store_true",
+                        help="also DeepSpeed's shared-memory allreduce (all_reduce rows)")
     args = parser.parse_args()
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
     for op in args.ops:
         if op not in OPS:
             parser.error(f"unknown op {op}; choose from {OPS}")
     print(f"# torch {torch.__version__}, {args.np} processes, float32, time per call (us) as "
           f"the Python caller sees it, median of {args.reps}; busbw in GB/s")
     print(f"{'op':24s} {'bytes':>11s} {'tcoll_us':>11s} {'tcoll_bw':>8s} {'gloo_us':>11s} "
-          f"{'gloo_bw':>8s} {'speedup':>8s}", flush=True)
+          f"{'gloo_bw':>8s} {'speedup':>8s}" +
+          (f" {'ds_us':>11s} {'ds_bw':>8s} {'vs_ds':>8s}" if args.deepspeed else ""),
+          flush=True)
     store = tempfile.mktemp(prefix="tcoll-bench-store-")
     mp.start_processes(worker, args=(args.np, args, store), nprocs=args.np, start_method="spawn")
 

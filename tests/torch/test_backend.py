@@ -327,6 +327,103 @@ def test_subgroups_overlapping_in_alternation():
         assert same_bits(results[r]["world"], results[0]["world"])
 
 
+def sparse_input(rank, seed):
+    """Rank `rank`'s sparse COO tensor of shape (9, 7, 3) (two sparse dimensions, one dense):
+    fractional values, indices that repeat within the rank and across ranks, a different
+    count per rank, none at all on rank 1."""
+    g = torch.Generator().manual_seed(seed * 100 + rank)
+    nnz = 0 if rank == 1 else 5 + 4 * rank
+    indices = torch.stack([torch.randint(0, 9, (nnz,), generator=g),
+                           torch.randint(0, 7, (nnz,), generator=g)])
+    values = torch.rand(nnz, 3, generator=g, dtype=torch.float64) * 2 - 0.75
+    return torch.sparse_coo_tensor(indices, values.to(torch.float32), (9, 7, 3))
+
+
+class SparseEmbeddingModel(torch.nn.Module):
+    """An embedding bag with sparse gradients (DDP allreduces them as sparse tensors) and a
+    dense head."""
+
+    def __init__(self):
+        super().__init__()
+        self.embedding = torch.nn.EmbeddingBag(50, 8, mode="sum", sparse=True)
+        self.head = torch.nn.Linear(8, 3)
+
+    def forward(self, words, offsets):
+        return self.head(self.embedding(words, offsets))
+
+
+def body_sparse_and_coalesced(rank, size, steps):
+    import torch.distributed as dist
+    from torch.distributed.distributed_c10d import _coalescing_manager
+    res = {}
+    x = sparse_input(rank, 1)
+    dist.all_reduce(x)
+    res["sparse_sum"], res["sparse_sum_coalesced"] = x, x.is_coalesced()
+    if dist.get_backend() == "tcoll":  # Gloo sums sparse tensors only
+        y = sparse_input(rank, 2).to(torch.float64)
+        dist.all_reduce(y, op=dist.ReduceOp.AVG)
+        res["sparse_avg"] = y
+    # torch's coalescing fast path: several calls issued as one
+    ins = [make_input(rank, n, "float32", "SUM", 120 + n) for n in (5, 17)]
+    outs = [torch.empty(size * i.numel()) for i in ins]
+    with _coalescing_manager(async_ops=True) as cm:
+        for o, i in zip(outs, ins):
+            dist.all_gather_into_tensor(o, i)
+    cm.wait()
+    res["gathered"] = outs
+    ins = [make_input(rank, size * n, "float64", "SUM", 130 + n) for n in (3, 11)]
+    outs = [torch.empty(i.numel() // size, dtype=torch.float64) for i in ins]
+    with _coalescing_manager(async_ops=True) as cm:
+        for o, i in zip(outs, ins):
+            dist.reduce_scatter_tensor(o, i)
+    cm.wait()
+    res["scattered"] = outs
+    # PyTorch's DDP with sparse gradients (it allreduces them as sparse tensors)
+    torch.manual_seed(0)
+    model = SparseEmbeddingModel()
+    ddp = torch.nn.parallel.DistributedDataParallel(model)
+    opt = torch.optim.SGD(ddp.parameters(), lr=0.1)
+    g = torch.Generator().manual_seed(1000 + rank)
+    for _ in range(steps):
+        words = torch.randint(0, 50, (24,), generator=g)
+        offsets = torch.arange(0, 24, 3)
+        labels = torch.randint(0, 3, (8,), generator=g)
+        opt.zero_grad()
+        torch.nn.functional.cross_entropy(ddp(words, offsets), labels).backward()
+        opt.step()
+    res["params"] = [p.detach().clone() for p in model.parameters()]
+    return res
+
+
+def test_sparse_allreduce_coalescing_and_sparse_ddp():
+    size, steps = 3, 4
+    on_tcoll = run_ranks(body_sparse_and_coalesced, size, steps, backend="tcoll")
+    on_gloo = run_ranks(body_sparse_and_coalesced, size, steps, backend="gloo")
+    sparse_sum = sum(sparse_input(q, 1).to_dense() for q in range(size))  # rank order
+    sparse_avg = reference([sparse_input(q, 2).to(torch.float64).to_dense()
+                            for q in range(size)], "float64", "AVG")
+    for r in range(size):
+        res = on_tcoll[r]
+        # a sum in rank order of coalesced parts: the bits of the dense sum in rank order
+        assert res["sparse_sum_coalesced"]
+        assert torch.equal(res["sparse_sum"].to_dense(), sparse_sum), f"sparse sum rank {r}"
+        check_close(res["sparse_avg"].to_dense(), sparse_avg, "float64", "sparse average")
+        for key in ("sparse_sum", "sparse_avg"):
+            a, b = res[key], on_tcoll[0][key]
+            assert torch.equal(a.indices(), b.indices()), f"{key}: rank {r} differs from 0"
+            assert same_bits(a.values(), b.values()), f"{key}: rank {r} differs from 0"
+        for k, n in enumerate((5, 17)):
+            want = torch.cat([make_input(q, n, "float32", "SUM", 120 + n) for q in range(size)])
+            assert torch.equal(res["gathered"][k], want), f"coalesced all_gather {k}"
+        for k, n in enumerate((3, 11)):
+            want = reference([make_input(q, size * n, "float64", "SUM", 130 + n)[r * n:(r + 1) * n]
+                              for q in range(size)], "float64", "SUM")
+            check_close(res["scattered"][k], want, "float64", f"coalesced reduce_scatter {k}")
+        for p, (a, b) in enumerate(zip(res["params"], on_gloo[r]["params"])):
+            assert torch.allclose(a, b, rtol=1e-5, atol=1e-6), f"sparse DDP param {p} rank {r}"
+            assert same_bits(a, on_tcoll[0]["params"][p]), f"param {p}: rank {r} differs from 0"
+
+
 def body_mixed_backends(rank, size):
     import torch.distributed as dist
     x = make_input(rank, 33, "float32", "SUM", 100)
@@ -355,6 +452,8 @@ def body_mismatch(rank, size, kind):
     import torch.distributed as dist
     if kind == "count":
         x = torch.ones(1000 + rank * 7)
+    elif kind == "sparse_size":
+        x = torch.sparse_coo_tensor(torch.tensor([[0, 2]]), torch.ones(2, 3), (6 + rank, 3))
     else:
         x = torch.ones(1000, dtype=torch.float32 if rank == 0 else torch.float64)
     dist.all_reduce(x)
@@ -387,7 +486,7 @@ def tcoll_files_in_dev_shm():
     return sorted(f for f in os.listdir("/dev/shm") if f.startswith("tcoll-"))
 
 
-@pytest.mark.parametrize("kind", ["count", "dtype"])
+@pytest.mark.parametrize("kind", ["count", "dtype", "sparse_size"])
 def test_mismatched_arguments_fail_within_the_timeout(kind):
     start = time.monotonic()
     _, errors = run_ranks(body_mismatch, 2, kind, timeout_s=5, deadline=60, allow_errors=True)
@@ -395,6 +494,12 @@ def test_mismatched_arguments_fail_within_the_timeout(kind):
     assert time.monotonic() - start < 45
     for text in errors.values():
         assert "rank" in text
+    if kind == "sparse_size":
+        # both ranks fail; the first to see the sizes names the rank, the dimension and both
+        # sizes (its peer may be told of the abort first)
+        assert len(errors) == 2
+        assert any("rank 1's tensor has size 7 in dimension 0, rank 0's has 6" in text
+                   for text in errors.values()), errors
 
 
 def test_debug_detail_names_the_mismatched_argument():

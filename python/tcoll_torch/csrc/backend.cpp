@@ -376,7 +376,15 @@ public:
 
   c10::intrusive_ptr<c10d::Work> allreduce(std::vector<at::Tensor>& tensors,
                                            const c10d::AllreduceOptions& opts) override {
+    // torch routes sparse CPU tensors here (its dispatcher's SparseCPU key), as to Gloo
+    if (!tensors.empty() && tensors[0].defined() && tensors[0].layout() == at::kSparse)
+      return sparse_allreduce(tensors, opts.reduceOp);
     return reduce_all(tensors, opts.reduceOp, OpType::ALLREDUCE, "allreduce");
+  }
+
+  c10::intrusive_ptr<c10d::Work> allreduce_sparse(std::vector<at::Tensor>& tensors,
+                                                  const c10d::AllreduceOptions& opts) override {
+    return sparse_allreduce(tensors, opts.reduceOp);
   }
 
   c10::intrusive_ptr<c10d::Work>
@@ -456,6 +464,66 @@ public:
                      run_allgather(t, tag, in, out);
                      copy_back(output, out);
                    });
+  }
+
+  /// Several all_gather_into_tensor calls as one (torch's `_coalescing_manager` fast path,
+  /// FSDP): one work, the pairs in list order.
+  c10::intrusive_ptr<c10d::Work>
+  all_gather_single_coalesced(std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs,
+                              const c10d::AllgatherOptions&) override {
+    const char* what = "all_gather_into_tensor (coalesced)";
+    check_pairs(outputs, inputs, what);
+    std::vector<at::Tensor> ins, outs;
+    for (std::size_t i = 0; i < inputs.size(); ++i) {
+      check_pair(outputs[i], inputs[i], what);
+      TORCH_CHECK(outputs[i].numel() == inputs[i].numel() * size_, "tcoll: ", what, ": rank ",
+                  rank_, ": output ", i, " has ", outputs[i].numel(), " elements, expected ", size_,
+                  " x ", inputs[i].numel());
+      ins.push_back(dense(inputs[i]));
+      outs.push_back(dense(outputs[i]));
+    }
+    return enqueue(OpType::ALLGATHER_INTO_TENSOR_COALESCED, outputs, what, total_bytes(outs),
+                   [=, this](auto& t, int tag) {
+                     for (std::size_t i = 0; i < ins.size(); ++i) {
+                       run_allgather(t, tag, ins[i], outs[i]);
+                       copy_back(outputs[i], outs[i]);
+                     }
+                   });
+  }
+  c10::intrusive_ptr<c10d::Work>
+  allgather_into_tensor_coalesced(std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs,
+                                  const c10d::AllgatherOptions& opts) override {
+    return all_gather_single_coalesced(outputs, inputs, opts);
+  }
+
+  /// Several reduce_scatter_tensor calls as one (see all_gather_single_coalesced).
+  c10::intrusive_ptr<c10d::Work>
+  reduce_scatter_single_coalesced(std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs,
+                                  const c10d::ReduceScatterOptions& opts) override {
+    const char* what = "reduce_scatter_tensor (coalesced)";
+    check_pairs(outputs, inputs, what);
+    std::vector<at::Tensor> ins, outs;
+    for (std::size_t i = 0; i < inputs.size(); ++i) {
+      check_pair(outputs[i], inputs[i], what);
+      TORCH_CHECK(inputs[i].numel() == outputs[i].numel() * size_, "tcoll: ", what, ": rank ",
+                  rank_, ": input ", i, " has ", inputs[i].numel(), " elements, expected ", size_,
+                  " x ", outputs[i].numel());
+      check_op(opts.reduceOp, outputs[i].scalar_type());
+      ins.push_back(dense(inputs[i]));
+      outs.push_back(dense(outputs[i]));
+    }
+    return enqueue(OpType::REDUCE_SCATTER_TENSOR_COALESCED, outputs, what, total_bytes(ins),
+                   [=, this](auto& t, int tag) {
+                     for (std::size_t i = 0; i < ins.size(); ++i) {
+                       run_reduce_scatter(t, tag, ins[i], outs[i], opts.reduceOp);
+                       copy_back(outputs[i], outs[i]);
+                     }
+                   });
+  }
+  c10::intrusive_ptr<c10d::Work>
+  reduce_scatter_tensor_coalesced(std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs,
+                                  const c10d::ReduceScatterOptions& opts) override {
+    return reduce_scatter_single_coalesced(outputs, inputs, opts);
   }
 
   c10::intrusive_ptr<c10d::Work> reduce_scatter(std::vector<at::Tensor>& outputs,
@@ -790,6 +858,91 @@ private:
     });
   }
 
+  /// allreduce of one sparse COO tensor, as Gloo's (SUM; AVG too for floating point): every
+  /// rank's coalesced indices and values are gathered, padded to the largest count, and
+  /// summed in rank order into a coalesced tensor (the same bits on every rank) that
+  /// replaces the tensor's contents. The ranks' shapes and dtypes are checked first.
+  c10::intrusive_ptr<c10d::Work> sparse_allreduce(std::vector<at::Tensor>& tensors,
+                                                  const c10d::ReduceOp& op) {
+    const char* what = "allreduce (sparse)";
+    TORCH_CHECK(tensors.size() == 1, "tcoll: ", what, ": rank ", rank_,
+                ": takes one sparse tensor, got ", tensors.size());
+    const at::Tensor& user = tensors[0];
+    TORCH_CHECK(user.defined() && user.device().is_cpu(), "tcoll: ", what, ": rank ", rank_,
+                ": the tensor must be a defined CPU tensor");
+    TORCH_CHECK(user.layout() == at::kSparse, "tcoll: ", what, ": rank ", rank_, ": the tensor is ",
+                user.layout(), ", not sparse COO (to_sparse_coo())");
+    const bool average = op.op_ == c10d::ReduceOp::AVG;
+    TORCH_CHECK(op.op_ == c10d::ReduceOp::SUM ||
+                    (average && at::isFloatingType(user.scalar_type())),
+                "tcoll: ", what, ": rank ", rank_, ": reduce op ", op_name(op.op_),
+                " is not supported on sparse tensors of dtype ", user.scalar_type(),
+                " (SUM, and AVG for floating point)");
+    constexpr std::int64_t max_dims = sparse_meta_slots - 5;
+    TORCH_CHECK(user.dim() <= max_dims, "tcoll: ", what, ": rank ", rank_, ": the tensor has ",
+                user.dim(), " dimensions, at most ", max_dims, " are supported");
+    at::Tensor in = user.coalesce();
+    // what every rank checks of every other: dimensions, dtype, count, sizes
+    at::Tensor meta = at::full({sparse_meta_slots}, -1, at::kLong);
+    {
+      auto m = meta.accessor<std::int64_t, 1>();
+      m[0] = in.dim(), m[1] = in.sparse_dim(), m[2] = in.dense_dim(), m[3] = in._nnz();
+      m[4] = static_cast<std::int64_t>(in.scalar_type());
+      for (std::int64_t d = 0; d < in.dim(); ++d) m[5 + d] = in.size(d);
+    }
+    const std::size_t bytes = in._indices().nbytes() + in._values().nbytes();
+    return enqueue(OpType::ALLREDUCE, tensors, what, bytes, [=, this](auto& t, int tag) {
+      const int P = size_;
+      at::Tensor metas = at::empty({P, sparse_meta_slots}, at::kLong);
+      run_allgather(t, tag, meta, metas);
+      const auto m = metas.accessor<std::int64_t, 2>();
+      std::int64_t max_nnz = 0;
+      for (int q = 0; q < P; ++q) {
+        for (int k : {0, 1, 2, 4}) {
+          static const char* names[] = {"dimensions", "sparse dimensions", "dense dimensions", "",
+                                        "dtype"};
+          TORCH_CHECK(m[q][k] == m[0][k], "tcoll: ", what, ": rank ", rank_, ": rank ", q,
+                      "'s tensor has ", m[q][k], " as its ", names[k], ", rank 0's has ", m[0][k],
+                      k == 4 ? " (dtype codes)" : "");
+        }
+        for (std::int64_t d = 0; d < m[0][0]; ++d)
+          TORCH_CHECK(m[q][5 + d] == m[0][5 + d], "tcoll: ", what, ": rank ", rank_, ": rank ", q,
+                      "'s tensor has size ", m[q][5 + d], " in dimension ", d, ", rank 0's has ",
+                      m[0][5 + d]);
+        max_nnz = std::max(max_nnz, m[q][3]);
+      }
+      const std::int64_t nnz = in._nnz();
+      // padded to the largest count, so one fixed-size allgather carries each part
+      at::Tensor indices = at::zeros({max_nnz, in.sparse_dim()}, at::kLong);
+      indices.narrow(0, 0, nnz).copy_(in._indices().t());
+      std::vector<std::int64_t> value_sizes = in._values().sizes().vec();
+      value_sizes[0] = max_nnz;
+      at::Tensor values = at::zeros(value_sizes, in._values().options());
+      values.narrow(0, 0, nnz).copy_(in._values());
+      std::vector<std::int64_t> all_index_sizes = {P * max_nnz, in.sparse_dim()};
+      std::vector<std::int64_t> all_value_sizes = value_sizes;
+      all_value_sizes[0] = P * max_nnz;
+      at::Tensor all_indices = at::empty(all_index_sizes, at::kLong);
+      at::Tensor all_values = at::empty(all_value_sizes, values.options());
+      if (indices.nbytes() > 0) run_allgather(t, tag, indices, all_indices);
+      if (values.nbytes() > 0) run_allgather(t, tag, values, all_values);
+      at::Tensor sum;
+      for (int q = 0; q < P; ++q) {
+        const std::int64_t n = m[q][3];
+        // each rank's part is coalesced (sorted, no repeats): sums of two such merge in
+        // index order, element by element, rank 0 first
+        at::Tensor part = at::sparse_coo_tensor(all_indices.narrow(0, q * max_nnz, n).t(),
+                                                all_values.narrow(0, q * max_nnz, n), in.sizes(),
+                                                values.options().layout(at::kSparse))
+                              ._coalesced_(true);
+        sum = q == 0 ? part : at::add(sum, part);
+      }
+      sum = sum.coalesce();
+      if (average) sum._values().div_(P);
+      tensors[0].copy_(sum);
+    });
+  }
+
   template <class Tr>
   static void run_allgather(Tr& t, int tag, const at::Tensor& in, const at::Tensor& out) {
     tcoll::cpu_reducer red;
@@ -832,6 +985,12 @@ private:
   void check_list(const std::vector<at::Tensor>& tensors, const char* what, const char* argument) {
     TORCH_CHECK(!tensors.empty(), "tcoll: ", what, ": rank ", rank_, ": ", argument, " is empty");
     for (const auto& t : tensors) check_cpu(t, what, argument, rank_);
+  }
+  /// Coalesced calls: as many outputs as inputs, and at least one.
+  void check_pairs(const std::vector<at::Tensor>& outputs, const std::vector<at::Tensor>& inputs,
+                   const char* what) {
+    TORCH_CHECK(!inputs.empty() && outputs.size() == inputs.size(), "tcoll: ", what, ": rank ",
+                rank_, ": ", outputs.size(), " outputs for ", inputs.size(), " inputs");
   }
   void check_list_size(const std::vector<at::Tensor>& list, const char* what,
                        const char* argument) {
@@ -898,6 +1057,9 @@ private:
                 total, ", dimension 0 is ", rows);
     return bytes;
   }
+
+  /// int64 slots of a sparse tensor's description (dimensions, dtype, count, sizes).
+  static constexpr std::int64_t sparse_meta_slots = 32;
 
   c10::intrusive_ptr<c10d::Store> store_;
   node_layout layout_;
