@@ -1,17 +1,19 @@
 """Held-out accuracy of a small convolutional network on the fetched MNIST file, trained
 data-parallel through tcoll_torch.DistributedDataParallel (dense, CSC at 85 % and 99 %
-sparsity, top-k with error feedback and DGC at 99 %), through PyTorch's DDP on Gloo, and
+sparsity with and without the momentum correction, top-k with error feedback and DGC at
+99 %), through PyTorch's DDP on Gloo, and
 through PyTorch's DDP on tcoll with tcoll's comm hooks (CSC, top-k, DGC), against epochs and
 against bytes sent (issue 28 section 3; docs/torch.md shows the plot).
 
     bash scripts/fetch_mnist.sh
     .venv/bin/python bench/torch/mnist_accuracy.py --ranks 2 --epochs 6 \
-        --json bench/results/mnist_accuracy.json --plot docs/img/torch_mnist_accuracy.png
+        --json docs/results/torch_2026-11-28/mnist_accuracy_np2.json --plot docs/img/torch_mnist_accuracy.png
 
 The 5,000 samples are shuffled once (seed 0): 4,000 for training (rank r takes every P-th),
 1,000 held out. Every run starts from the same initial parameters (seed 1) and sees the same
 batches; SGD with momentum 0.9, except DGC, whose momentum is inside the gradient it
-returns (plain SGD). Bytes are what this rank sent per iteration: for dense, the ring's
+returns (plain SGD), and the "momentum correction" runs (tcoll_torch.CscMomentumSGD,
+momentum 0.9, with the momentum-scaled residual: GradientFlow's Algorithm 1). Bytes are what this rank sent per iteration: for dense, the ring's
 2 (P-1)/P of the gradient bytes; for the sparse schemes, the adaptors' own counts (CSC:
 important chunks and norm vector; top-k and DGC: the allgathered (index, value) pairs).
 """
@@ -31,6 +33,14 @@ RUNS = {  # tcoll DDP options, or a hook on PyTorch's DDP over the tcoll group
     "tcoll DDP dense": {"scheme": "dense"},
     "tcoll DDP CSC 85%": {"scheme": "csc", "density": 0.15, **CSC},
     "tcoll DDP CSC 99%": {"scheme": "csc", "density": 0.01, **CSC},
+    # GradientFlow's Algorithm 1 whole: the momentum-scaled residual and the optimizer's
+    # momentum correction (tcoll_torch.CscMomentumSGD)
+    "tcoll DDP CSC 85% + momentum correction": {
+        "scheme": "csc", "density": 0.15, "residual": "momentum_scaled",
+        "optimizer": "csc_momentum", **CSC},
+    "tcoll DDP CSC 99% + momentum correction": {
+        "scheme": "csc", "density": 0.01, "residual": "momentum_scaled",
+        "optimizer": "csc_momentum", **CSC},
     "tcoll DDP top-k 99%": {"scheme": "topk", "density": 0.01},
     "tcoll DDP DGC 99%": {"scheme": "dgc", "density": 0.01},
     "PyTorch DDP + csc_hook 85%": {"hook": "csc", "density": 0.15, **CSC},
@@ -64,6 +74,7 @@ def body(rank, size, runs, epochs, data_path):
         grad_bytes = sum(p.numel() * 4 for p in net.parameters())
         options = dict(options)
         hook, state = options.pop("hook", None), None
+        optimizer = options.pop("optimizer", "sgd")
         if hook:
             model = torch.nn.parallel.DistributedDataParallel(net)  # the tcoll group
             state = {"csc": hooks.CscState, "topk": hooks.TopkState,
@@ -74,7 +85,10 @@ def body(rank, size, runs, epochs, data_path):
         else:
             model = torch.nn.parallel.DistributedDataParallel(net, process_group=gloo)
         dgc = "dgc" in (hook, options.get("scheme"))
-        opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.0 if dgc else 0.9)
+        if optimizer == "csc_momentum":
+            opt = tcoll_torch.CscMomentumSGD(model, lr=0.05, momentum=0.9)
+        else:
+            opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.0 if dgc else 0.9)
         sent, curve = 0, []
         for epoch in range(epochs):
             for i in range(0, len(x), 32):
@@ -118,20 +132,23 @@ def main():
         import matplotlib
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
-        fig, (by_epoch, by_bytes) = plt.subplots(1, 2, figsize=(10, 4))
-        for name, curve in results.items():
+        fig, (by_epoch, by_bytes) = plt.subplots(1, 2, figsize=(11, 5.5))
+        colors = plt.get_cmap("tab20").colors  # one colour per run (more than 10 runs)
+        for k, (name, curve) in enumerate(results.items()):
             acc = [c["accuracy"] for c in curve]
-            by_epoch.plot([c["epoch"] for c in curve], acc, marker="o", label=name)
-            by_bytes.plot([c["bytes"] / 1e6 for c in curve], acc, marker="o", label=name)
+            style = {"marker": "o", "label": name, "color": colors[(2 * k) % 20 + (k >= 10)]}
+            by_epoch.plot([c["epoch"] for c in curve], acc, **style)
+            by_bytes.plot([c["bytes"] / 1e6 for c in curve], acc, **style)
         by_epoch.set_xlabel("epoch")
         by_bytes.set_xlabel("MB sent by one rank")
         by_bytes.set_xscale("log")
         for ax in (by_epoch, by_bytes):
             ax.set_ylabel("held-out accuracy")
             ax.grid(True, alpha=0.3)
-        by_epoch.legend()
+        handles, labels = by_epoch.get_legend_handles_labels()
+        fig.legend(handles, labels, loc="lower center", ncol=3, fontsize="small")
         fig.suptitle(f"MNIST (5k file), {a.ranks} ranks: tcoll_torch.DistributedDataParallel")
-        fig.tight_layout()
+        fig.tight_layout(rect=(0, 0.2, 1, 1))
         fig.savefig(a.plot, dpi=100)
 
 

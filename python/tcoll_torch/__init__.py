@@ -7,15 +7,16 @@
     dist.new_group(ranks, backend="tcoll")
 
 and ``tcoll_torch.DistributedDataParallel`` runs tcoll's planners and adaptors in training
-(ddp.py).
+(ddp.py), with ``tcoll_torch.CscMomentumSGD`` for CSC's momentum correction (optim.py).
 """
 import torch
 import torch.distributed as dist
 
 from . import _C, hooks
 from .ddp import DistributedDataParallel
+from .optim import CscMomentumSGD
 
-__all__ = ["BACKEND_NAME", "DistributedDataParallel"]
+__all__ = ["BACKEND_NAME", "CscMomentumSGD", "DistributedDataParallel"]
 
 BACKEND_NAME = "tcoll"
 

@@ -163,6 +163,91 @@ def test_topk_and_dgc_at_full_density_equal_dense(size):
                 assert same_bits(a, b), f"{options['scheme']}: rank {r} parameter {i}"
 
 
+def body_csc_momentum(rank, size, steps):
+    import copy
+
+    import tcoll_torch
+
+    out = {"steps": []}
+    torch.manual_seed(31 + rank)  # different on every rank: DDP broadcasts rank 0's
+    widths = [17, 23, 9, 6]
+    model = RandomNet(widths, False)
+    dense = tcoll_torch.DistributedDataParallel(RandomNet(widths, False))
+    try:
+        tcoll_torch.CscMomentumSGD(dense, lr=0.1)
+    except ValueError as e:
+        out["refused"] = str(e)
+    ddp = tcoll_torch.DistributedDataParallel(
+        model, scheme="csc", density=0.4, chunk_elements=8, warmup_iterations=1,
+        residual="momentum_scaled", momentum=0.9)
+    opt = tcoll_torch.CscMomentumSGD(ddp, lr=0.05)
+    params = ddp.parameters_in_backward_order()
+
+    def flat(tensors):
+        return [t.detach().clone().reshape(-1) for t in tensors]
+
+    for step in range(steps):
+        if step == steps // 2:
+            # the model re-lays its pool (as rebuild_order does): the optimizer follows it,
+            # each parameter's momentum moving along
+            ddp._make_pool(list(reversed(ddp.parameters_in_backward_order())))
+            params = ddp.parameters_in_backward_order()
+        opt.zero_grad()
+        loss_of(ddp(batch(5, step, rank, widths[0], False)), False).backward()
+        before = {"w": flat(params), "u": flat(opt.state[p]["momentum_buffer"] for p in params),
+                  "g": flat(p.grad for p in params), "important": ddp._reducer.last_important(),
+                  "offsets": ddp._reducer.pool_layout()[1]}
+        opt.step()
+        before["w_after"] = flat(params)
+        before["u_after"] = flat(opt.state[p]["momentum_buffer"] for p in params)
+        out["steps"].append(before)
+    # a state_dict round trip lands in the buffer the step reads
+    saved = copy.deepcopy(opt.state_dict())
+    loss_of(ddp(batch(5, steps, rank, widths[0], False)), False).backward()
+    opt.step()
+    opt.load_state_dict(saved)
+    # state_dict numbers the parameters in the group's order
+    momentum = [opt.state[p]["momentum_buffer"] for p in opt.param_groups[0]["params"]]
+    out["reloaded"] = all(torch.equal(m, saved["state"][i]["momentum_buffer"])
+                          for i, m in enumerate(momentum))
+    base, end = opt._history.data_ptr(), opt._history.data_ptr() + 4 * opt._history.numel()
+    out["views"] = all(base <= m.data_ptr() < end for m in momentum)
+    out["final"] = flat(model.parameters())
+    return out
+
+
+def test_csc_momentum_correction_optimizer():
+    # GradientFlow's Algorithm 1 lines 12-17, checked element by element against the rule:
+    # a reduced chunk gets u = 0.9 u + lr g, w = w - u; a chunk kept back keeps w and u
+    size, steps, lr, chunk = 2, 6, 0.05, 8
+    results = run_ranks(body_csc_momentum, size, steps, deadline=200)
+    sent = kept = 0
+    for r in range(size):
+        res = results[r]
+        assert "scheme='csc'" in res["refused"] and "scheme='dense'" in res["refused"]
+        for k, st in enumerate(res["steps"]):
+            for i, at in enumerate(st["offsets"]):
+                n = st["w"][i].numel()
+                chunk_of = (at + torch.arange(n)) // chunk
+                mask = torch.tensor(st["important"], dtype=torch.bool)[chunk_of]
+                u = 0.9 * st["u"][i] + lr * st["g"][i]
+                what = f"rank {r} step {k} parameter {i}"
+                assert torch.allclose(st["u_after"][i][mask], u[mask], rtol=1e-6, atol=1e-8), what
+                assert torch.allclose(st["w_after"][i][mask], (st["w"][i] - u)[mask],
+                                      rtol=1e-6, atol=1e-7), what
+                # kept back: exactly unchanged, the gradient there zero
+                assert torch.equal(st["w_after"][i][~mask], st["w"][i][~mask]), what
+                assert torch.equal(st["u_after"][i][~mask], st["u"][i][~mask]), what
+                assert not st["g"][i][~mask].any(), what
+                sent += int(mask.sum())
+                kept += int((~mask).sum())
+        assert res["reloaded"], "state_dict round trip: the loaded momentum"
+        assert res["views"], "state_dict round trip: the momentum is the step's buffer"
+        for a, b in zip(res["final"], results[0]["final"]):
+            assert same_bits(a, b), f"rank {r} differs from rank 0"
+    assert sent and kept, (sent, kept)  # both rules ran
+
+
 def body_no_sync(rank, size):
     import torch.distributed as dist
 

@@ -38,6 +38,7 @@
 #include <tcoll/schedule/scheduler.hpp>
 #include <tcoll/schedule/trace.hpp>
 #include <tcoll/sparse/csc.hpp>
+#include <tcoll/sparse/momentum.hpp>
 #include <tcoll/sparse/topk_pool.hpp>
 
 #include "backend_access.hpp"
@@ -82,6 +83,16 @@ public:
   /// The scheme's per-element state laid out like the pool (topk: the residual; dgc: the
   /// velocity and the accumulation), writable between iterations; empty for the others.
   virtual std::vector<std::span<float>> state() { return {}; }
+  /// GradientFlow's momentum SGD correction over pool-shaped `weights` and `history` (csc
+  /// only: `csc_exchange`).
+  virtual void momentum_step(std::span<float>, std::span<float>,
+                             const tcoll::sparse::csc_sgd_options&, int rank) {
+    throw tcoll::invalid_argument("tcoll_torch.CscMomentumSGD: the model's scheme is not 'csc' "
+                                  "(the momentum correction steps the chunks CSC sent)",
+                                  rank);
+  }
+  /// Which chunks the last iteration reduced, one entry per chunk (csc only).
+  virtual std::vector<unsigned char> last_important() const { return {}; }
 };
 
 template <class Comm, class Wire>
@@ -135,6 +146,19 @@ public:
     d["bytes_sent"] = it.bytes_sent();
     d["dense_bytes_sent"] = it.dense_bytes_sent;
     return d;
+  }
+
+  /// Algorithm 1 lines 12-17 (`sparse::csc_momentum_step`) on the chunks the last iteration
+  /// reduced; the others keep their weights and their frozen history.
+  void momentum_step(std::span<float> weights, std::span<float> history,
+                     const tcoll::sparse::csc_sgd_options& options, int rank) override {
+    tcoll::sparse::csc_momentum_step<float>(std::span<const float>(pool_->data(), pool_->size()),
+                                            weights, history, csc_.chunks(), csc_.last_important(),
+                                            options, {}, rank);
+  }
+  std::vector<unsigned char> last_important() const override {
+    const auto m = csc_.last_important();
+    return {m.begin(), m.end()};
   }
 
 private:
@@ -283,6 +307,37 @@ public:
                                        torch::TensorOptions().dtype(torch::kFloat32)));
     return views;
   }
+
+  /// (elements of the pool, offset of each tensor in it): the layout a pool-shaped buffer
+  /// of parameters or optimizer state must have (`momentum_step`).
+  std::pair<std::size_t, std::vector<std::size_t>> pool_layout() const {
+    std::vector<std::size_t> offsets;
+    for (std::size_t i = 0; i < pool_->tensor_count(); ++i)
+      offsets.push_back(static_cast<std::size_t>(pool_->tensor(i).data() - pool_->data()));
+    return {pool_->size(), offsets};
+  }
+
+  /// scheme "csc": GradientFlow's momentum SGD step (tcoll::sparse::csc_momentum_step) on
+  /// `weights` and `history`, 1-D contiguous float32 tensors laid out as the pool.
+  void momentum_step(const at::Tensor& weights, const at::Tensor& history, double learning_rate,
+                     double momentum) {
+    for (const auto* t : {&weights, &history})
+      if (t->scalar_type() != at::kFloat || !t->is_contiguous() || !t->device().is_cpu() ||
+          t->dim() != 1)
+        throw tcoll::invalid_argument(
+            std::string("tcoll_torch.CscMomentumSGD: ") + (t == &weights ? "weights" : "history") +
+                " must be a 1-D contiguous float32 CPU tensor laid out as the pool",
+            rank_);
+    const auto span_of = [](const at::Tensor& t) {
+      return std::span<float>(t.data_ptr<float>(), static_cast<std::size_t>(t.numel()));
+    };
+    py::gil_scoped_release release;
+    exchange_->momentum_step(span_of(weights), span_of(history), {learning_rate, momentum, true},
+                             rank_);
+  }
+
+  /// csc: the chunks the last iteration reduced (1) and kept back (0); empty for the others.
+  std::vector<unsigned char> last_important() const { return exchange_->last_important(); }
 
   /// The last iteration's timings in microseconds since its begin (-1: never happened); the
   /// begin is the previous iteration's end (or the reducer's construction).
@@ -492,6 +547,12 @@ void register_ddp(py::module& m) {
       .def("stats", &reducer::stats)
       .def("state", &reducer::state,
            "the scheme's per-element state (topk: residual; dgc: velocity, accumulation)")
+      .def("pool_layout", &reducer::pool_layout, "(pool elements, offset of each tensor)")
+      .def("momentum_step", &reducer::momentum_step,
+           "csc: GradientFlow's momentum SGD step on pool-shaped weights and history",
+           py::arg("weights"), py::arg("history"), py::arg("learning_rate"), py::arg("momentum"))
+      .def("last_important", &reducer::last_important,
+           "csc: 1 for each chunk the last iteration reduced, 0 for those kept back")
       .def("timing", &reducer::timing, "the last iteration's timings (us since its begin)")
       .def("write_trace", &reducer::write_trace, "the last iteration as a Chrome trace");
 }
