@@ -1,6 +1,7 @@
 """Runs a function on P processes joined in a torch.distributed group, collects results.
 
-`run_ranks(fn, P, *args, backend="tcoll")` starts P spawned processes; rank r calls
+`run_ranks(fn, P, *args, backend="tcoll")` starts P processes (forks of a server that
+has imported torch, or spawned interpreters where `env` is given); rank r calls
 `init_process_group(backend, init_method="file://...", rank=r, world_size=P)` then
 `fn(r, P, *args)` and sends back its return value (anything picklable; tensors are fine)
 or its exception's text. The parent waits at most `deadline` seconds, kills what is left
@@ -22,6 +23,26 @@ PYTHON_DIR = os.path.join(HERE, "..", "..", "python")
 
 class RankFailed(Exception):
     pass
+
+
+_forkserver = None
+
+
+def _context(env):
+    """Where rank processes come from. A fork server that has imported torch and tcoll_torch
+    once (each rank is a fork of it: importing torch costs 2-3 s of CPU per process, most
+    of the torch suite's time in CI), or, when `env` is given, fresh interpreters (spawn):
+    torch reads some variables when it is imported, and a fork server's children see the
+    environment it started with."""
+    global _forkserver
+    if env:
+        return multiprocessing.get_context("spawn")
+    if _forkserver is None:
+        if PYTHON_DIR not in sys.path:
+            sys.path.insert(0, PYTHON_DIR)  # the fork server starts with this sys.path
+        _forkserver = multiprocessing.get_context("forkserver")
+        _forkserver.set_forkserver_preload(["torch", "torch.distributed", "tcoll_torch"])
+    return _forkserver
 
 
 def set_hostname(name):
@@ -70,7 +91,7 @@ def _rank_main(fn, rank, size, backend, store_path, timeout_s, queue, args, init
 
 def run_ranks(fn, size, *args, backend="tcoll", timeout_s=30, deadline=120, init=True,
               allow_errors=False, env=None, hostnames=None):
-    ctx = multiprocessing.get_context("spawn")
+    ctx = _context(env)
     queue = ctx.Queue()
     directory = tempfile.mkdtemp(prefix="tcoll-torch-test-")
     store_path = os.path.join(directory, "store")
