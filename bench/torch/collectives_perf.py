@@ -14,8 +14,8 @@ bus factor (allreduce 2(P-1)/P, allgather and reduce-scatter (P-1)/P, broadcast 
 --deepspeed adds DeepSpeed's CPU shared-memory allreduce (`deepspeed.comm.
 inference_all_reduce`, its JIT-built `deepspeed_shm_comm` op) as a third column of the
 all_reduce rows, on the same ranks. It needs the `deepspeed` package, which the project's
-.venv does not carry: `bash bench/torch/setup_deepspeed.sh` makes .venv-deepspeed (the
-.venv's torch plus deepspeed from PyPI); run this script with .venv-deepspeed/bin/python.
+.venv does not carry: `bash bench/torch/setup_extras.sh` makes .venv-extras (the
+.venv's torch plus deepspeed from PyPI); run this script with .venv-extras/bin/python.
 Processes run with OMP_NUM_THREADS=1 (as torchrun and DeepSpeed's launcher start them
 where several share a node) unless it is set.
 

@@ -2,8 +2,8 @@
 PyTorch's DDP on Gloo, PyTorch's DDP on the tcoll backend, and tcoll_torch's
 DistributedDataParallel with each planner (issue 28 section 3; docs/torch.md has the table).
 
-    .venv/bin/pip install torchvision          # the model definitions (bench only)
-    .venv/bin/python bench/torch/ddp_speed.py --model resnet18 --ranks 2 [--json out.json]
+    bash bench/torch/setup_extras.sh   # .venv-extras: torchvision's model definitions
+    .venv-extras/bin/python bench/torch/ddp_speed.py --model resnet18 --ranks 2 [--json out.json]
 
 Per variant every rank builds the model from one seed, runs --warmup iterations (tcoll's
 autotune measures and re-plans inside them), then --iterations timed iterations of
