@@ -378,6 +378,25 @@ def body_sparse_and_coalesced(rank, size, steps):
             dist.reduce_scatter_tensor(o, i)
     cm.wait()
     res["scattered"] = outs
+    # batch_isend_irecv, a ring exchange: tcoll says it coalesces, so torch brackets the
+    # operations with start/endCoalescing and waits on the one work that returns
+    send = make_input(rank, 9, "float32", "SUM", 140)
+    recv = torch.empty(9)
+    ops = [dist.P2POp(dist.isend, send, (rank + 1) % size),
+           dist.P2POp(dist.irecv, recv, (rank - 1) % size)]
+    works = dist.batch_isend_irecv(ops)
+    for w in works:
+        w.wait()
+    res["ring"], res["ring_works"] = recv, len(works)
+    if dist.get_backend() == "tcoll":  # Gloo does not coalesce
+        # the coalescing manager with a device: its fast path (one allreduce_coalesced) in
+        # torch's start/endCoalescing bracket
+        a, b = (make_input(rank, n, "float64", "SUM", 150 + n) for n in (6, 70))
+        with _coalescing_manager(device=torch.device("cpu"), async_ops=True) as cm:
+            dist.all_reduce(a)
+            dist.all_reduce(b)
+        cm.wait()
+        res["bracketed"] = [a, b]
     # PyTorch's DDP with sparse gradients (it allreduces them as sparse tensors)
     torch.manual_seed(0)
     model = SparseEmbeddingModel()
@@ -419,6 +438,14 @@ def test_sparse_allreduce_coalescing_and_sparse_ddp():
             want = reference([make_input(q, size * n, "float64", "SUM", 130 + n)[r * n:(r + 1) * n]
                               for q in range(size)], "float64", "SUM")
             check_close(res["scattered"][k], want, "float64", f"coalesced reduce_scatter {k}")
+        assert torch.equal(res["ring"], make_input((r - 1) % size, 9, "float32", "SUM", 140))
+        assert res["ring_works"] == 1, "batch_isend_irecv: one coalesced work"
+        assert on_gloo[r]["ring_works"] == 2  # Gloo's: one work per operation
+        for k, n in enumerate((6, 70)):
+            want = reference([make_input(q, n, "float64", "SUM", 150 + n) for q in range(size)],
+                             "float64", "SUM")
+            check_close(res["bracketed"][k], want, "float64", f"bracketed all_reduce {k}")
+            assert same_bits(res["bracketed"][k], on_tcoll[0]["bracketed"][k])
         for p, (a, b) in enumerate(zip(res["params"], on_gloo[r]["params"])):
             assert torch.allclose(a, b, rtol=1e-5, atol=1e-6), f"sparse DDP param {p} rank {r}"
             assert same_bits(a, on_tcoll[0]["params"][p]), f"param {p}: rank {r} differs from 0"

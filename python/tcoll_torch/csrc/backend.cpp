@@ -25,6 +25,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <string>
 #include <tuple>
@@ -136,6 +137,39 @@ private:
   typename Tr::request request_;
   at::Tensor tensor_, user_;
   int peer_;
+};
+
+/// What `endCoalescing` returns: the works of every call made since `startCoalescing`, in
+/// call order (each call ran or was posted when it was made: coalescing here groups the
+/// waiting, which is what `batch_isend_irecv` and `_coalescing_manager` need).
+class coalesced_work final : public c10d::Work {
+public:
+  coalesced_work(int rank, std::vector<c10::intrusive_ptr<c10d::Work>> works)
+      : c10d::Work(rank, OpType::COALESCED), works_(std::move(works)) {}
+
+  bool isCompleted() override {
+    return std::all_of(works_.begin(), works_.end(), [](auto& w) { return w->isCompleted(); });
+  }
+  /// Waits for every work, then rethrows the first failure.
+  bool wait(std::chrono::milliseconds timeout) override {
+    std::exception_ptr first;
+    for (auto& w : works_) try {
+        w->wait(timeout);
+      } catch (...) {
+        if (!first) first = std::current_exception();
+      }
+    if (first) std::rethrow_exception(first);
+    return true;
+  }
+  std::vector<at::Tensor> result() override {
+    std::vector<at::Tensor> all;
+    for (auto& w : works_)
+      for (auto& t : w->result()) all.push_back(t);
+    return all;
+  }
+
+private:
+  std::vector<c10::intrusive_ptr<c10d::Work>> works_;
 };
 
 namespace {
@@ -372,6 +406,24 @@ public:
   /// Calls made on this group so far (PyTorch's ProcessGroupWrapper, which
   /// TORCH_DISTRIBUTED_DEBUG=DETAIL puts around the backend, compares them across ranks).
   void setSequenceNumberForGroup() override { sequence_ = 0; }
+
+  /// Coalescing (torch's `batch_isend_irecv`, `_coalescing_manager` with a device): the
+  /// calls between start and end run as usual; `endCoalescing` returns one work over them.
+  bool supportsCoalescing() const override { return true; }
+  void startCoalescing() override {
+    std::lock_guard lock(coalescing_mutex_);
+    TORCH_CHECK(!coalescing_, "tcoll: startCoalescing: rank ", rank_,
+                ": already coalescing (endCoalescing first)");
+    coalescing_.emplace();
+  }
+  c10::intrusive_ptr<c10d::Work> endCoalescing() override {
+    std::lock_guard lock(coalescing_mutex_);
+    TORCH_CHECK(coalescing_, "tcoll: endCoalescing: rank ", rank_,
+                ": startCoalescing was not called");
+    auto works = std::move(*coalescing_);
+    coalescing_.reset();
+    return c10::make_intrusive<coalesced_work>(rank_, std::move(works));
+  }
   uint64_t getSequenceNumberForGroup() override { return sequence_; }
 
   c10::intrusive_ptr<c10d::Work> allreduce(std::vector<at::Tensor>& tensors,
@@ -693,8 +745,8 @@ public:
     return with_flat([&](auto& t) -> c10::intrusive_ptr<c10d::Work> {
       using Tr = std::remove_cvref_t<decltype(t)>;
       auto r = t.isend(dst, data.data_ptr(), data.nbytes(), t_tag);
-      return c10::make_intrusive<p2p_work<Tr>>(rank_, OpType::SEND, t, std::move(r), data,
-                                               at::Tensor(), dst);
+      return recorded(c10::make_intrusive<p2p_work<Tr>>(rank_, OpType::SEND, t, std::move(r), data,
+                                                        at::Tensor(), dst));
     });
   }
 
@@ -707,8 +759,8 @@ public:
     return with_flat([&](auto& t) -> c10::intrusive_ptr<c10d::Work> {
       using Tr = std::remove_cvref_t<decltype(t)>;
       auto r = t.irecv(src, data.data_ptr(), data.nbytes(), t_tag);
-      return c10::make_intrusive<p2p_work<Tr>>(rank_, OpType::RECV, t, std::move(r), data,
-                                               tensors[0], src);
+      return recorded(c10::make_intrusive<p2p_work<Tr>>(rank_, OpType::RECV, t, std::move(r), data,
+                                                        tensors[0], src));
     });
   }
 
@@ -736,6 +788,14 @@ public:
   }
 
 private:
+  /// `w`, also kept for `endCoalescing` while coalescing.
+  template <class W>
+  c10::intrusive_ptr<W> recorded(c10::intrusive_ptr<W> w) {
+    std::lock_guard lock(coalescing_mutex_);
+    if (coalescing_) coalescing_->push_back(w);
+    return w;
+  }
+
   /// `f(t)` with the transport of the flat collectives: shared memory on one node, Gloo's
   /// send/recv across nodes.
   template <class F>
@@ -772,6 +832,7 @@ private:
   c10::intrusive_ptr<c10d::Work> enqueue_on(Comm& c, OpType type, std::vector<at::Tensor> outputs,
                                             const char* what, std::size_t bytes, Body body) {
     auto w = c10::make_intrusive<work>(rank_, type, std::move(outputs));
+    recorded(w);
     ++sequence_;
     if (debug_enabled())
       std::fprintf(stderr, "[tcoll] rank %d: %s of %zu bytes%s\n", rank_, what, bytes,
@@ -1068,6 +1129,9 @@ private:
   std::unique_ptr<c10d_transport> flat_, inter_;
   std::unique_ptr<tcoll::hierarchical<tcoll::shm_transport, c10d_transport>> machine_;
   std::atomic<std::uint64_t> sequence_{0};
+  std::mutex coalescing_mutex_;
+  /// The works of the calls since startCoalescing (empty optional: not coalescing).
+  std::optional<std::vector<c10::intrusive_ptr<c10d::Work>>> coalescing_;
   /// Calls moving at most this many bytes per rank run in the caller's thread
   /// (TCOLL_TORCH_INLINE_BYTES, default 64 KiB; 0 queues every call on the engine).
   std::size_t inline_max_bytes_ = [] {
