@@ -5,7 +5,10 @@
 # the shaped loopback. The namespace is removed on exit, also on error or Ctrl-C.
 #
 #   scripts/emulated_cluster.sh [--rate 10gbit] [--burst 512kb] [--latency 50ms] [--np 2]
-#                               [--name NS] [--] program [args...]
+#                               [--name NS] [--no-mpi] [--] program [args...]
+#
+# --no-mpi runs the program itself in the namespace (not under mpirun): a program that
+# starts its own processes and talks TCP over the loopback (bench/torch/ddp_speed.py).
 #
 # Notes:
 #  - Needs root (ip netns, tc). Where namespaces or tbf are unavailable it prints why and
@@ -16,7 +19,7 @@
 #    netem, so latency cannot be added here (use tcoll::shaped for latency-bound regimes).
 set -euo pipefail
 
-rate=10gbit burst=512kb latency=50ms np=2 name="tcoll-emu-$$"
+rate=10gbit burst=512kb latency=50ms np=2 name="tcoll-emu-$$" mpi=1
 while [ $# -gt 0 ]; do
   case "$1" in
     --rate) rate=$2; shift 2 ;;
@@ -24,7 +27,8 @@ while [ $# -gt 0 ]; do
     --latency) latency=$2; shift 2 ;;
     --np) np=$2; shift 2 ;;
     --name) name=$2; shift 2 ;;
-    --help|-h) sed -n '2,17p' "$0"; exit 0 ;;
+    --no-mpi) mpi=0; shift ;;
+    --help|-h) sed -n '2,20p' "$0"; exit 0 ;;
     --) shift; break ;;
     -*) echo "emulated_cluster: unknown option $1" >&2; exit 2 ;;
     *) break ;;
@@ -36,7 +40,7 @@ skip() { echo "emulated_cluster: SKIP: $*" >&2; exit 77; }
 [ "$(id -u)" -eq 0 ] || skip "needs root for ip netns / tc"
 command -v ip >/dev/null || skip "iproute2 (ip) not installed"
 command -v tc >/dev/null || skip "tc not installed"
-command -v mpirun >/dev/null || skip "mpirun not found"
+[ "$mpi" = 0 ] || command -v mpirun >/dev/null || skip "mpirun not found"
 
 created=0
 cleanup() { if [ "$created" = 1 ]; then ip netns del "$name" 2>/dev/null || true; fi; }
@@ -48,9 +52,13 @@ created=1
 ip netns exec "$name" ip link set lo up || skip "cannot bring up lo in the namespace"
 ip netns exec "$name" tc qdisc add dev lo root tbf rate "$rate" burst "$burst" latency "$latency" \
   2>/dev/null || skip "tc tbf is not available in this kernel"
-echo "emulated_cluster: namespace $name, lo shaped to $rate (burst $burst), $np processes" >&2
-
 status=0
+if [ "$mpi" = 0 ]; then
+  echo "emulated_cluster: namespace $name, lo shaped to $rate (burst $burst): $*" >&2
+  ip netns exec "$name" "$@" || status=$?
+  exit $status
+fi
+echo "emulated_cluster: namespace $name, lo shaped to $rate (burst $burst), $np processes" >&2
 OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 \
   ip netns exec "$name" mpirun --allow-run-as-root --oversubscribe -np "$np" \
   --mca btl self,tcp --mca btl_tcp_if_include lo --mca oob_tcp_if_include lo \

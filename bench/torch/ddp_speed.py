@@ -14,6 +14,11 @@ the communication that backward did not hide. "predicted" is the simulator's ite
 (plan::simulate) for the plan tcoll ran, from the forward time, the backward times (gaps
 between gradients, the first from the start of backward) and the cost line it measured,
 plus the measured optimizer step (which the simulator does not model).
+With --nodes N the ranks play N emulated nodes (host names in UTS namespaces, root only):
+tcoll's backend then runs the hierarchy (shared memory inside a node, Gloo's send/recv
+between nodes); inside `scripts/emulated_cluster.sh --no-mpi --rate 10gbit -- ...` every
+byte between processes over TCP crosses a loopback shaped to that rate (DDP on Gloo's
+whole allreduce, tcoll's inter-node level only).
 With --trace-dir, rank 0 writes for every tcoll planner the last measured iteration
 (`<model>_<ranks>r_<planner>_measured.json`, WAIT_FOR_DATA / QUEUE / ALLREDUCE per bucket)
 and the simulator's timeline of the same plan from the same measurements
@@ -128,13 +133,22 @@ def main():
     parser.add_argument("--planners", default=",".join(PLANNERS))
     parser.add_argument("--json")
     parser.add_argument("--trace-dir", help="write measured and predicted Chrome traces here")
+    parser.add_argument("--nodes", type=int, default=1,
+                        help="emulated nodes: rank r gets host name emu-node<r*nodes//ranks> "
+                             "in a UTS namespace of its own (root), so tcoll runs its "
+                             "hierarchy and crosses nodes over Gloo's TCP; run inside "
+                             "scripts/emulated_cluster.sh --no-mpi to shape that link")
     a = parser.parse_args()
+    if not 1 <= a.nodes <= a.ranks:
+        parser.error("--nodes must be in [1, --ranks]")
+    hostnames = ([f"emu-node{r * a.nodes // a.ranks}" for r in range(a.ranks)]
+                 if a.nodes > 1 else None)
     if a.trace_dir:
         os.makedirs(a.trace_dir, exist_ok=True)
     variants = ["ddp/gloo", "ddp/tcoll"] + [f"tcoll/{p}" for p in a.planners.split(",") if p]
     measured = run_ranks(body, a.ranks, a.model, variants, a.warmup, a.iterations,
                          a.trace_dir and os.path.abspath(a.trace_dir), timeout_s=600,
-                         deadline=7200)
+                         deadline=7200, hostnames=hostnames)
     alone = run_ranks(body, 1, a.model, ["compute"], a.warmup, a.iterations, init=True,
                       timeout_s=600, deadline=3600)[0]["compute"]
     compute_ms = statistics.median(alone["times"]) * 1e3
@@ -153,7 +167,8 @@ def main():
         rows.append(row)
     gloo_ms = rows[0]["ms"]
     ddp_tcoll_ms = rows[1]["ms"]
-    print(f"# {a.model}, {a.ranks} ranks, median of {a.iterations} iterations after "
+    print(f"# {a.model}, {a.ranks} ranks on {a.nodes} node(s), median of {a.iterations} "
+          f"iterations after "
           f"{a.warmup} warm-up; compute alone {compute_ms:.1f} ms")
     print("| variant | ms/iter (min-max) | non-overlapped ms | buckets | predicted ms (error) "
           "| vs DDP/Gloo | vs DDP/tcoll |")
@@ -167,7 +182,8 @@ def main():
               f"{ddp_tcoll_ms / row['ms']:.2f}x |")
     if a.json:
         with open(a.json, "w") as f:
-            json.dump({"model": a.model, "ranks": a.ranks, "compute_ms": compute_ms,
+            json.dump({"model": a.model, "ranks": a.ranks, "nodes": a.nodes,
+                       "compute_ms": compute_ms,
                        "rows": rows}, f, indent=1)
 
 

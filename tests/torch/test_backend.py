@@ -671,8 +671,19 @@ def body_nodes(rank, size, cases, n):
     import torch.distributed as dist
     import tcoll_torch
     layout = tcoll_torch._C.layout_of(dist.group.WORLD._get_backend(torch.device("cpu")))
-    return {"layout": layout, "allreduce": body_allreduce(rank, size, cases),
-            "collectives": body_collectives(rank, size, n)}
+    out = {"layout": layout, "allreduce": body_allreduce(rank, size, cases),
+           "collectives": body_collectives(rank, size, n)}
+    # a straggler: the last rank comes 0.3 s late to a broadcast (Gloo's send/recv between
+    # nodes) and an allreduce (the hierarchy's inter-node level). Its peers wait that long
+    # in one transfer, which once failed ("Timed out waiting 50ms")
+    x = torch.full((1000,), float(rank))
+    y = make_input(rank, 5000, "float32", "SUM", 300)
+    if rank == size - 1:
+        time.sleep(0.3)
+    dist.broadcast(x, src=size - 1)
+    dist.all_reduce(y)
+    out["straggler"] = (x, y)
+    return out
 
 
 @pytest.mark.parametrize("hosts", [["a", "a", "b", "b"], ["a", "b", "a"]])
@@ -697,6 +708,13 @@ def test_emulated_nodes(hosts):
             got = results[r]["allreduce"][k]
             check_close(got, want, dtype_name, f"{dtype_name} {op} n={n} hosts={hosts} rank {r}")
             assert same_bits(got, results[0]["allreduce"][k]), f"rank {r} differs"
+    want = reference([make_input(r, 5000, "float32", "SUM", 300) for r in range(size)],
+                     "float32", "SUM")
+    for r in range(size):
+        x, y = results[r]["straggler"]
+        assert torch.equal(x, torch.full((1000,), float(size - 1))), f"straggler rank {r}"
+        check_close(y, want, "float32", f"allreduce with a straggler, rank {r}")
+        assert same_bits(y, results[0]["straggler"][1])
     n = 257
     xs = [make_input(r, n, "float32", "SUM", 7) for r in range(size)]
     for r in range(size):

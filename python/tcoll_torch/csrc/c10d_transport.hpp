@@ -7,10 +7,13 @@
 #include <torch/csrc/distributed/c10d/Backend.hpp>
 #include <torch/csrc/distributed/c10d/Work.hpp>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <exception>
+#include <mutex>
 #include <string>
+#include <vector>
 
 #include <tcoll/core/collective_context.hpp>
 #include <tcoll/core/concepts.hpp>
@@ -34,15 +37,19 @@ public:
     /// An unfinished transfer is aborted (a failed collective's buffers are about to go: a
     /// late receive must not write into them).
     ~request() {
-      if (work_ && !done_) try {
+      if (work_ && !done_) {
+        try {
           if (!work_->isCompleted()) work_->abort();
         } catch (...) {
         }
+        owner_->forget(work_);
+      }
     }
 
   private:
     friend class c10d_transport;
     c10::intrusive_ptr<c10d::Work> work_;
+    c10d_transport* owner_ = nullptr;
     tcoll::consumer use_{};
     const void* staging_ = nullptr;
     std::size_t bytes_ = 0;
@@ -71,6 +78,7 @@ public:
     r.bytes_ = bytes;
     std::vector<at::Tensor> t{wrap(const_cast<void*>(data), bytes)};
     r.work_ = call(peer, "send", [&] { return group_->send(t, peer, tag); });
+    track(r);
     return r;
   }
   request irecv(int peer, void* data, std::size_t bytes, int tag) {
@@ -80,6 +88,7 @@ public:
     r.bytes_ = bytes;
     std::vector<at::Tensor> t{wrap(data, bytes)};
     r.work_ = call(peer, "recv", [&] { return group_->recv(t, peer, tag); });
+    track(r);
     return r;
   }
   request irecv_consume(int peer, std::size_t bytes, int tag, tcoll::consumer use, void* staging) {
@@ -108,17 +117,27 @@ public:
       const auto left =
           std::chrono::duration_cast<std::chrono::milliseconds>(when - tcoll::clock::now());
       if (left.count() <= 0) throw timeout(r);
-      // a bounded wait, so an abort() from another thread is seen within 50 ms
+      // One wait up to the deadline, never in slices: Gloo fails a send or receive whose
+      // wait times out (a slower peer would fail the transfer). abort() aborts the pending
+      // works, which wakes this wait.
       try {
-        r.work_->wait(std::min(left, std::chrono::milliseconds(50)));
+        r.work_->wait(std::max(left, std::chrono::milliseconds(1)));
       } catch (...) {
-        if (r.work_->isCompleted()) break; // failed: test() rethrows it below
-        // a wait that timed out: loop (Gloo throws on a wait's timeout)
+        if (r.work_->isCompleted()) break; // failed or aborted: test() throws below
       }
     }
     test(r);
   }
-  void abort() noexcept { aborted_.store(true); }
+  /// Fails every pending and later transfer (a failure elsewhere in the collective): the
+  /// pending works are aborted, so waits on them return now.
+  void abort() noexcept {
+    aborted_.store(true);
+    std::lock_guard lock(pending_mutex_);
+    for (auto& w : pending_) try {
+        w->abort();
+      } catch (...) {
+      }
+  }
 
 private:
   static at::Tensor wrap(void* data, std::size_t bytes) {
@@ -135,8 +154,22 @@ private:
                                    rank_, peer);
     }
   }
+  void track(request& r) {
+    r.owner_ = this;
+    std::lock_guard lock(pending_mutex_);
+    pending_.push_back(r.work_);
+  }
+  void forget(const c10::intrusive_ptr<c10d::Work>& w) noexcept {
+    std::lock_guard lock(pending_mutex_);
+    const auto it = std::find(pending_.begin(), pending_.end(), w);
+    if (it != pending_.end()) {
+      *it = std::move(pending_.back());
+      pending_.pop_back();
+    }
+  }
   void settle(request& r) {
     r.done_ = true;
+    forget(r.work_);
     if (!r.work_->isSuccess()) {
       std::string why = "unknown error";
       try {
@@ -176,7 +209,9 @@ private:
   int rank_, size_;
   std::chrono::milliseconds timeout_;
   std::atomic<bool> aborted_{false};
-  tcoll::collective_context context_; // last: destroyed first
+  std::mutex pending_mutex_;
+  std::vector<c10::intrusive_ptr<c10d::Work>> pending_; ///< unfinished transfers (abort())
+  tcoll::collective_context context_;                   // last: destroyed first
 };
 
 static_assert(tcoll::check_transport<c10d_transport>());
