@@ -406,6 +406,7 @@ public:
   /// Calls made on this group so far (PyTorch's ProcessGroupWrapper, which
   /// TORCH_DISTRIBUTED_DEBUG=DETAIL puts around the backend, compares them across ranks).
   void setSequenceNumberForGroup() override { sequence_ = 0; }
+  uint64_t getSequenceNumberForGroup() override { return sequence_; }
 
   /// Coalescing (torch's `batch_isend_irecv`, `_coalescing_manager` with a device): the
   /// calls between start and end run as usual; `endCoalescing` returns one work over them.
@@ -424,7 +425,6 @@ public:
     coalescing_.reset();
     return c10::make_intrusive<coalesced_work>(rank_, std::move(works));
   }
-  uint64_t getSequenceNumberForGroup() override { return sequence_; }
 
   c10::intrusive_ptr<c10d::Work> allreduce(std::vector<at::Tensor>& tensors,
                                            const c10d::AllreduceOptions& opts) override {
