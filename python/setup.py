@@ -24,7 +24,7 @@ setup(
             # C++20 for tcoll's concepts; no MPI: the backend bootstraps through c10d's store.
             # -g0 overrides the -g of Python's own flags: debug information for the template
             # instantiations made the build several minutes and the library 80 MB.
-            extra_compile_args=["-std=c++20", "-O2", "-g0", "-DTCOLL_NO_MPI"],
+            extra_compile_args=["-std=c++20", "-O3", "-g0", "-DTCOLL_NO_MPI"],
         )
     ],
     cmdclass={"build_ext": BuildExtension.with_options(use_ninja=True)},
