@@ -327,6 +327,48 @@ def test_subgroups_overlapping_in_alternation():
         assert same_bits(results[r]["world"], results[0]["world"])
 
 
+STAGED_COUNTS = (10, 20000, 262144, 262145, 600000)  # 40 B to 2.4 MB; 262144 floats: 1 MiB
+
+
+def body_staged(rank, size):
+    import torch.distributed as dist
+    import tcoll_torch
+    res = {}
+    # the ranks ask for different staging sizes: they must agree on the smaller, 1 MiB, or
+    # rank 1 would stage (and run recursive doubling on) calls rank 0 runs unstaged
+    os.environ["TCOLL_TORCH_STAGING_BYTES"] = "1M" if rank == 0 else "4M"
+    staged = dist.new_group([0, 1], backend="tcoll")
+    os.environ["TCOLL_TORCH_STAGING_BYTES"] = "0"
+    plain = dist.new_group([0, 1], backend="tcoll")
+    for name, g in (("staged", staged), ("plain", plain)):
+        b = g._get_backend(torch.device("cpu"))
+        before = tcoll_torch._C.registered_messages(b)
+        outs, works = [], []
+        for k, n in enumerate(STAGED_COUNTS):  # in flight together: inline and engine calls
+            outs.append(make_input(rank, n, "float32", "SUM", 110 + k))
+            works.append(dist.all_reduce(outs[-1], group=g, async_op=True))
+        for w in works:
+            w.wait()
+        res[name] = outs
+        res[name + "_registered"] = tcoll_torch._C.registered_messages(b) - before
+    return res
+
+
+def test_two_rank_allreduce_staged_through_registered_memory():
+    results = run_ranks(body_staged, 2)
+    for name in ("staged", "plain"):
+        for k, n in enumerate(STAGED_COUNTS):
+            want = reference([make_input(q, n, "float32", "SUM", 110 + k) for q in range(2)],
+                             "float32", "SUM")
+            for r in range(2):
+                check_close(results[r][name][k], want, "float32", f"{name} n={n} rank {r}")
+            assert same_bits(results[1][name][k], results[0][name][k]), f"{name} n={n}"
+    for r in range(2):
+        # each call up to the agreed 1 MiB sends its one message from the staging buffer
+        assert results[r]["staged_registered"] == 3, results[r]["staged_registered"]
+        assert results[r]["plain_registered"] == 0
+
+
 def sparse_input(rank, seed):
     """Rank `rank`'s sparse COO tensor of shape (9, 7, 3) (two sparse dimensions, one dense):
     fractional values, indices that repeat within the rank and across ranks, a different
