@@ -369,6 +369,29 @@ def test_two_rank_allreduce_staged_through_registered_memory():
         assert results[r]["plain_registered"] == 0
 
 
+def body_blocking_after_queued(rank, size):
+    import torch.distributed as dist
+    # 1 MiB: queued on the engine when asynchronous; the blocking call on the same tensor
+    # right after it must wait its turn, not run at once in this thread and overtake it
+    # (MAX then SUM gives twice the maximum; SUM then MAX, or a mix, gives something else)
+    x = make_input(rank, 262144, "float32", "SUM", 120)
+    work = dist.all_reduce(x, op=dist.ReduceOp.MAX, async_op=True)
+    dist.all_reduce(x)
+    work.wait()
+    return x
+
+
+def test_blocking_call_does_not_overtake_a_queued_one():
+    size = 2
+    results = run_ranks(body_blocking_after_queued, size)
+    inputs = [make_input(q, 262144, "float32", "SUM", 120) for q in range(size)]
+    first = reference(inputs, "float32", "MAX").to(torch.float32)
+    want = reference([first] * size, "float32", "SUM")  # every rank holds the maximum
+    for r in range(size):
+        check_close(results[r], want, "float32", f"rank {r}")
+        assert same_bits(results[r], results[0])
+
+
 def sparse_input(rank, seed):
     """Rank `rank`'s sparse COO tensor of shape (9, 7, 3) (two sparse dimensions, one dense):
     fractional values, indices that repeat within the rank and across ranks, a different

@@ -202,6 +202,12 @@ public:
     return queue_.size();
   }
 
+  /// Whether no collective is queued or running.
+  bool idle() const {
+    std::lock_guard lock(mutex_);
+    return queue_.empty() && !running_;
+  }
+
   /// Waits until every collective queued so far has finished (MPI_Comm_free lets pending
   /// operations complete). Each collective bounds its own waits; this gives up after
   /// `no_progress` without one finishing. True when the engine is idle.
@@ -284,6 +290,20 @@ engine& engine_of(Tr& t) {
   if constexpr (requires { t.check_concurrent_use(); }) t.check_concurrent_use();
   const int rank = t.rank();
   return c.template attach<engine>([rank] { return std::make_unique<engine>(rank); });
+}
+
+/// Whether nothing is queued or running on the engine of `comm` (a transport or a composed
+/// communicator); true when it has none. Starts no engine. A blocking collective started
+/// while this holds cannot overtake a queued one on the same buffers.
+template <class C>
+bool engine_idle(C& comm) {
+  collective_context* c = nullptr;
+  if constexpr (composite_communicator<C>)
+    c = &engine_transport(comm).collectives();
+  else
+    c = &comm.collectives();
+  auto* e = dynamic_cast<engine*>(c->attached());
+  return !e || e->idle();
 }
 
 /// The engine that runs the collectives queued on a composed communicator: its

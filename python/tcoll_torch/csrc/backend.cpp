@@ -321,6 +321,20 @@ bool debug_enabled() {
 
 } // namespace
 
+/// Whether the collective being started on this thread is waited on at once by its caller
+/// (torch's `asyncOp` false: `dist.all_reduce(x)` without `async_op=True`). Such a call
+/// runs in the caller's thread whatever its size: handing it to the engine thread would
+/// only add a wake-up to a wait that begins at once.
+inline thread_local bool caller_waits = false;
+
+/// Sets `caller_waits` for the collective that an override of `c10d::Backend` starts.
+struct waited_call {
+  explicit waited_call(bool async_op) noexcept { caller_waits = !async_op; }
+  ~waited_call() { caller_waits = false; }
+  waited_call(const waited_call&) = delete;
+  waited_call& operator=(const waited_call&) = delete;
+};
+
 /// The process group backend (see the file comment).
 class backend final : public c10d::Backend {
 public:
@@ -432,6 +446,7 @@ public:
 
   c10::intrusive_ptr<c10d::Work> allreduce(std::vector<at::Tensor>& tensors,
                                            const c10d::AllreduceOptions& opts) override {
+    const waited_call waited(opts.asyncOp);
     // torch routes sparse CPU tensors here (its dispatcher's SparseCPU key), as to Gloo
     if (!tensors.empty() && tensors[0].defined() && tensors[0].layout() == at::kSparse)
       return sparse_allreduce(tensors, opts.reduceOp);
@@ -440,17 +455,20 @@ public:
 
   c10::intrusive_ptr<c10d::Work> allreduce_sparse(std::vector<at::Tensor>& tensors,
                                                   const c10d::AllreduceOptions& opts) override {
+    const waited_call waited(opts.asyncOp);
     return sparse_allreduce(tensors, opts.reduceOp);
   }
 
   c10::intrusive_ptr<c10d::Work>
   allreduce_coalesced(std::vector<at::Tensor>& tensors,
                       const c10d::AllreduceCoalescedOptions& opts) override {
+    const waited_call waited(opts.asyncOp);
     return reduce_all(tensors, opts.reduceOp, OpType::ALLREDUCE_COALESCED, "allreduce_coalesced");
   }
 
   c10::intrusive_ptr<c10d::Work> broadcast(std::vector<at::Tensor>& tensors,
                                            const c10d::BroadcastOptions& opts) override {
+    const waited_call waited(opts.asyncOp);
     check_list(tensors, "broadcast", "tensors");
     const int root = check_root(opts.rootRank, "broadcast");
     std::vector<at::Tensor> work_on;
@@ -468,6 +486,7 @@ public:
 
   c10::intrusive_ptr<c10d::Work> reduce(std::vector<at::Tensor>& tensors,
                                         const c10d::ReduceOptions& opts) override {
+    const waited_call waited(opts.asyncOp);
     check_list(tensors, "reduce", "tensors");
     TORCH_CHECK(tensors.size() == 1, "tcoll: reduce: rank ", rank_, ": takes one tensor");
     const int root = check_root(opts.rootRank, "reduce");
@@ -489,7 +508,8 @@ public:
 
   c10::intrusive_ptr<c10d::Work> allgather(std::vector<std::vector<at::Tensor>>& outputs,
                                            std::vector<at::Tensor>& inputs,
-                                           const c10d::AllgatherOptions&) override {
+                                           const c10d::AllgatherOptions& opts) override {
+    const waited_call waited(opts.asyncOp);
     TORCH_CHECK(inputs.size() == 1 && outputs.size() == 1, "tcoll: allgather: rank ", rank_,
                 ": takes one input tensor and one output list");
     check_cpu(inputs[0], "allgather", "input", rank_);
@@ -509,7 +529,8 @@ public:
   }
 
   c10::intrusive_ptr<c10d::Work> _allgather_base(at::Tensor& output, at::Tensor& input,
-                                                 const c10d::AllgatherOptions&) override {
+                                                 const c10d::AllgatherOptions& opts) override {
+    const waited_call waited(opts.asyncOp);
     check_pair(output, input, "all_gather_into_tensor");
     TORCH_CHECK(output.numel() == input.numel() * size_, "tcoll: all_gather_into_tensor: rank ",
                 rank_, ": output has ", output.numel(), " elements, expected ", size_, " x ",
@@ -526,7 +547,8 @@ public:
   /// FSDP): one work, the pairs in list order.
   c10::intrusive_ptr<c10d::Work>
   all_gather_single_coalesced(std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs,
-                              const c10d::AllgatherOptions&) override {
+                              const c10d::AllgatherOptions& opts) override {
+    const waited_call waited(opts.asyncOp);
     const char* what = "all_gather_into_tensor (coalesced)";
     check_pairs(outputs, inputs, what);
     std::vector<at::Tensor> ins, outs;
@@ -549,6 +571,7 @@ public:
   c10::intrusive_ptr<c10d::Work>
   allgather_into_tensor_coalesced(std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs,
                                   const c10d::AllgatherOptions& opts) override {
+    const waited_call waited(opts.asyncOp);
     return all_gather_single_coalesced(outputs, inputs, opts);
   }
 
@@ -556,6 +579,7 @@ public:
   c10::intrusive_ptr<c10d::Work>
   reduce_scatter_single_coalesced(std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs,
                                   const c10d::ReduceScatterOptions& opts) override {
+    const waited_call waited(opts.asyncOp);
     const char* what = "reduce_scatter_tensor (coalesced)";
     check_pairs(outputs, inputs, what);
     std::vector<at::Tensor> ins, outs;
@@ -579,12 +603,14 @@ public:
   c10::intrusive_ptr<c10d::Work>
   reduce_scatter_tensor_coalesced(std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs,
                                   const c10d::ReduceScatterOptions& opts) override {
+    const waited_call waited(opts.asyncOp);
     return reduce_scatter_single_coalesced(outputs, inputs, opts);
   }
 
   c10::intrusive_ptr<c10d::Work> reduce_scatter(std::vector<at::Tensor>& outputs,
                                                 std::vector<std::vector<at::Tensor>>& inputs,
                                                 const c10d::ReduceScatterOptions& opts) override {
+    const waited_call waited(opts.asyncOp);
     TORCH_CHECK(outputs.size() == 1 && inputs.size() == 1, "tcoll: reduce_scatter: rank ", rank_,
                 ": takes one output tensor and one input list");
     check_cpu(outputs[0], "reduce_scatter", "output", rank_);
@@ -603,6 +629,7 @@ public:
   c10::intrusive_ptr<c10d::Work>
   _reduce_scatter_base(at::Tensor& output, at::Tensor& input,
                        const c10d::ReduceScatterOptions& opts) override {
+    const waited_call waited(opts.asyncOp);
     check_pair(output, input, "reduce_scatter_tensor");
     TORCH_CHECK(input.numel() == output.numel() * size_, "tcoll: reduce_scatter_tensor: rank ",
                 rank_, ": input has ", input.numel(), " elements, expected ", size_, " x ",
@@ -619,7 +646,8 @@ public:
   c10::intrusive_ptr<c10d::Work> alltoall_base(at::Tensor& output, at::Tensor& input,
                                                std::vector<int64_t>& output_splits,
                                                std::vector<int64_t>& input_splits,
-                                               const c10d::AllToAllOptions&) override {
+                                               const c10d::AllToAllOptions& opts) override {
+    const waited_call waited(opts.asyncOp);
     check_pair(output, input, "all_to_all_single");
     const auto send_bytes = split_bytes(input, input_splits, "input_split_sizes");
     const auto recv_bytes = split_bytes(output, output_splits, "output_split_sizes");
@@ -656,6 +684,7 @@ public:
   c10::intrusive_ptr<c10d::Work> gather(std::vector<std::vector<at::Tensor>>& outputs,
                                         std::vector<at::Tensor>& inputs,
                                         const c10d::GatherOptions& opts) override {
+    const waited_call waited(opts.asyncOp);
     TORCH_CHECK(inputs.size() == 1, "tcoll: gather: rank ", rank_, ": takes one input tensor");
     check_cpu(inputs[0], "gather", "input", rank_);
     const int root = check_root(opts.rootRank, "gather");
@@ -698,6 +727,7 @@ public:
   c10::intrusive_ptr<c10d::Work> scatter(std::vector<at::Tensor>& outputs,
                                          std::vector<std::vector<at::Tensor>>& inputs,
                                          const c10d::ScatterOptions& opts) override {
+    const waited_call waited(opts.asyncOp);
     TORCH_CHECK(outputs.size() == 1, "tcoll: scatter: rank ", rank_, ": takes one output tensor");
     check_cpu(outputs[0], "scatter", "output", rank_);
     const int root = check_root(opts.rootRank, "scatter");
@@ -730,7 +760,8 @@ public:
                    });
   }
 
-  c10::intrusive_ptr<c10d::Work> barrier(const c10d::BarrierOptions&) override {
+  c10::intrusive_ptr<c10d::Work> barrier(const c10d::BarrierOptions& opts) override {
+    const waited_call waited(opts.asyncOp);
     // a one-byte allreduce in the call order (a barrier is a collective like the others)
     at::Tensor token = at::zeros({1}, at::kByte);
     return enqueue(OpType::BARRIER, {}, "barrier", 1, [=, this](auto& t, int tag) {
@@ -838,10 +869,14 @@ private:
     auto w = c10::make_intrusive<work>(rank_, type, std::move(outputs));
     recorded(w);
     ++sequence_;
+    // a call its caller waits for at once runs here too unless earlier calls are still
+    // queued or running, which it must not overtake (they may use the same tensors)
+    const bool run_here =
+        bytes <= inline_max_bytes_ || (caller_waits && tcoll::detail::engine_idle(c));
     if (debug_enabled())
       std::fprintf(stderr, "[tcoll] rank %d: %s of %zu bytes%s\n", rank_, what, bytes,
-                   bytes <= inline_max_bytes_ ? " (inline)" : "");
-    if (bytes <= inline_max_bytes_) {
+                   run_here ? " (inline)" : "");
+    if (run_here) {
       // Small calls run here, in the caller's thread: handing them to the engine thread
       // costs a wake-up (10-30 us on a loaded machine) that is longer than the collective
       // itself. They draw their message space now, like a queued call, so the call order
@@ -1208,7 +1243,8 @@ private:
   /// The works of the calls since startCoalescing (empty optional: not coalescing).
   std::optional<std::vector<c10::intrusive_ptr<c10d::Work>>> coalescing_;
   /// Calls moving at most this many bytes per rank run in the caller's thread
-  /// (TCOLL_TORCH_INLINE_BYTES, default 64 KiB; 0 queues every call on the engine).
+  /// (TCOLL_TORCH_INLINE_BYTES, default 64 KiB; 0 queues every asynchronous call on the
+  /// engine), and so does every call its caller waits for at once (`caller_waits`).
   std::size_t inline_max_bytes_ = [] {
     const char* v = std::getenv("TCOLL_TORCH_INLINE_BYTES");
     return v ? static_cast<std::size_t>(std::strtoull(v, nullptr, 10)) : std::size_t{64} << 10;
