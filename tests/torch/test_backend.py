@@ -369,6 +369,23 @@ def test_two_rank_allreduce_staged_through_registered_memory():
         assert results[r]["plain_registered"] == 0
 
 
+def body_bad_staging_size(rank, size):
+    import torch.distributed as dist
+    os.environ["TCOLL_TORCH_STAGING_BYTES"] = "4M" if rank == 0 else "four"
+    try:
+        dist.new_group([0, 1], backend="tcoll")
+    except Exception as e:  # noqa: BLE001  the message is the result
+        return str(e)
+    return "no error"
+
+
+def test_unparsable_staging_size_fails_on_every_rank():
+    results = run_ranks(body_bad_staging_size, 2)
+    for r in range(2):
+        assert f"rank {r}: TCOLL_TORCH_STAGING_BYTES of rank 1 is not a size" in results[r], \
+            results[r]
+
+
 def body_blocking_after_queued(rank, size):
     import torch.distributed as dist
     # 1 MiB: queued on the engine when asynchronous; the blocking call on the same tensor

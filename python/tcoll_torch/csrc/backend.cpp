@@ -25,6 +25,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <limits>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -977,14 +978,27 @@ private:
   /// halving-doubling, the unstaged choice there; on 4 ranks (oversubscribed) staging
   /// changed nothing measurable, so larger groups do not stage.
   void make_staging(c10d::Store& store, int rank, int size) {
+    // a value this rank cannot parse travels as `unparsable`, so that every rank fails
+    // here naming it, instead of its peers waiting in the exchange for it
+    constexpr std::uint64_t unparsable = std::numeric_limits<std::uint64_t>::max();
     const char* v = std::getenv("TCOLL_TORCH_STAGING_BYTES");
-    std::uint64_t mine = v ? tcoll::parse_bytes(v) : std::uint64_t{4} << 20;
+    std::uint64_t mine = std::uint64_t{4} << 20;
+    std::string problem;
+    if (v) try {
+        mine = tcoll::parse_bytes(v);
+      } catch (const std::exception& e) {
+        mine = unparsable;
+        problem = e.what();
+      }
     tcoll::store_bootstrap<c10d::Store> boot(store, rank, size, "tcoll/staging");
     const std::vector<std::uint8_t> all =
         boot.allgather({reinterpret_cast<const std::uint8_t*>(&mine), sizeof mine});
     for (int q = 0; q < size; ++q) {
       std::uint64_t theirs;
       std::memcpy(&theirs, all.data() + static_cast<std::size_t>(q) * sizeof theirs, sizeof theirs);
+      TORCH_CHECK(theirs != unparsable, "tcoll: rank ", rank,
+                  ": TCOLL_TORCH_STAGING_BYTES of rank ", q, " is not a size",
+                  q == rank ? " (" + problem + ")" : std::string());
       mine = std::min(mine, theirs);
     }
     staging_bytes_ = size == 2 ? mine : 0;

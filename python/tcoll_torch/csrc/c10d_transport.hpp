@@ -13,6 +13,7 @@
 #include <exception>
 #include <mutex>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <tcoll/core/collective_context.hpp>
@@ -32,11 +33,29 @@ public:
   class request {
   public:
     request() = default;
-    request(request&&) noexcept = default;
-    request& operator=(request&&) noexcept = default;
+    request(request&& o) noexcept { *this = std::move(o); }
+    /// Withdraws this request's own unfinished transfer first, as the destructor does.
+    request& operator=(request&& o) noexcept {
+      if (this != &o) {
+        withdraw();
+        work_ = std::move(o.work_);
+        owner_ = std::exchange(o.owner_, nullptr);
+        use_ = o.use_;
+        staging_ = o.staging_;
+        bytes_ = o.bytes_;
+        peer_ = o.peer_;
+        send_ = o.send_;
+        done_ = std::exchange(o.done_, false);
+      }
+      return *this;
+    }
     /// An unfinished transfer is aborted (a failed collective's buffers are about to go: a
     /// late receive must not write into them).
-    ~request() {
+    ~request() { withdraw(); }
+
+  private:
+    friend class c10d_transport;
+    void withdraw() noexcept {
       if (work_ && !done_) {
         try {
           if (!work_->isCompleted()) work_->abort();
@@ -44,10 +63,8 @@ public:
         }
         owner_->forget(work_);
       }
+      work_.reset();
     }
-
-  private:
-    friend class c10d_transport;
     c10::intrusive_ptr<c10d::Work> work_;
     c10d_transport* owner_ = nullptr;
     tcoll::consumer use_{};
