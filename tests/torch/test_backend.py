@@ -369,6 +369,33 @@ def test_two_rank_allreduce_staged_through_registered_memory():
         assert results[r]["plain_registered"] == 0
 
 
+def body_staging_too_large(rank, size):
+    import torch.distributed as dist
+    import tcoll_torch
+    # more than /dev/shm holds: posix_fallocate fails at once on every rank, and the group
+    # must still work, unstaged
+    os.environ["TCOLL_TORCH_STAGING_BYTES"] = "1024G"
+    g = dist.new_group([0, 1], backend="tcoll")
+    b = g._get_backend(torch.device("cpu"))
+    x = make_input(rank, 50000, "float32", "SUM", 130)
+    dist.all_reduce(x, group=g)
+    return {"x": x, "registered": tcoll_torch._C.registered_messages(b)}
+
+
+def test_staging_larger_than_dev_shm_falls_back_unstaged():
+    st = os.statvfs("/dev/shm")
+    shm_bytes = st.f_blocks * st.f_frsize
+    if shm_bytes == 0 or shm_bytes >= 1024 << 30:
+        pytest.skip(f"/dev/shm holds {shm_bytes} bytes: 1 TiB of staging would not fail at once")
+    results = run_ranks(body_staging_too_large, 2)
+    want = reference([make_input(q, 50000, "float32", "SUM", 130) for q in range(2)],
+                     "float32", "SUM")
+    for r in range(2):
+        check_close(results[r]["x"], want, "float32", f"rank {r}")
+        assert same_bits(results[r]["x"], results[0]["x"])
+        assert results[r]["registered"] == 0
+
+
 def body_bad_staging_size(rank, size):
     import torch.distributed as dist
     os.environ["TCOLL_TORCH_STAGING_BYTES"] = "4M" if rank == 0 else "four"

@@ -1003,7 +1003,19 @@ private:
     }
     staging_bytes_ = size == 2 ? mine : 0;
     if (staging_bytes_ == 0) return;
-    for (auto& s : staging_) s.memory = shm_->allocate<byte>(staging_bytes_);
+    try {
+      for (auto& s : staging_) s.memory = shm_->allocate<byte>(staging_bytes_);
+    } catch (const tcoll::transport_error& e) {
+      // allocate throws on every rank when any rank could not make or map its buffer
+      // (/dev/shm too small: 64 MiB in a default Docker container), so every rank goes on
+      // unstaged and runs the same algorithms
+      for (auto& s : staging_) s.memory = {};
+      staging_bytes_ = 0;
+      if (rank == 0)
+        TORCH_WARN("tcoll: no allreduce staging buffers for this group (", e.what(),
+                   "); set TCOLL_TORCH_STAGING_BYTES lower, or 0 to silence this");
+      return;
+    }
     // two ranks: one exchange of whole buffers, each read in place from the peer's copy
     staged_choice_.shared_memory.doubling_up_to_bytes = staging_bytes_;
   }
