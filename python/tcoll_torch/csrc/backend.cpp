@@ -953,16 +953,8 @@ private:
       each([&](auto* data, std::size_t n, const auto& o) {
         using T = std::remove_pointer_t<decltype(data)>;
         if constexpr (std::is_same_v<std::remove_cvref_t<decltype(t)>, tcoll::shm_transport>)
-          if (n * sizeof(T) <= staging_bytes_) {
-            // the staged choice whether this call finds a free buffer or not: every rank
-            // must run the same algorithm
-            if (!staged_allreduce(t, tag, data, n, o)) {
-              tcoll::cpu_reducer red;
-              tcoll::detail::allreduce_tagged(t, tag, static_cast<const T*>(data), data, n, o,
-                                              staged_choice_, red);
-            }
-            return;
-          }
+          if (staging_bytes_ && n * sizeof(T) <= staging_bytes_)
+            return staged_allreduce(t, tag, data, n, o);
         tcoll::cpu_reducer red;
         tcoll::detail::allreduce_tagged(t, tag, static_cast<const T*>(data), data, n, o,
                                         tcoll::automatic{}, red);
@@ -1020,30 +1012,29 @@ private:
     staged_choice_.shared_memory.doubling_up_to_bytes = staging_bytes_;
   }
 
-  /// An allreduce of `n` elements at `data` on one node through a registered staging
-  /// buffer: the tensor is copied into this rank's buffer and reduced out of place from it
-  /// into the tensor, so every peer reads and reduces this rank's contribution straight
-  /// from shared memory (one copy in, one read per peer: the data movement of DeepSpeed's
-  /// shared-memory allreduce) instead of through the transport's slots or
-  /// `process_vm_readv`. False (nothing done) for a call larger than the buffers, or when
-  /// both are held by other calls (an inline call beside an engine call beside another
-  /// thread's); the caller then runs the same algorithm in place.
+  /// An allreduce of `n` elements at `data` (at most `staging_bytes_`) on one node through
+  /// a registered staging buffer: the tensor is copied into this rank's buffer and reduced
+  /// out of place from it into the tensor, so every peer reads and reduces this rank's
+  /// contribution straight from shared memory (one copy in, one read per peer: the data
+  /// movement of DeepSpeed's shared-memory allreduce) instead of through the transport's
+  /// slots or `process_vm_readv`. When both buffers are held by other calls (an inline call
+  /// beside an engine call beside another thread's), the same algorithm runs in place:
+  /// every rank must run the same one, whether it found a free buffer or not.
   template <class T>
-  bool staged_allreduce(tcoll::shm_transport& t, int tag, T* data, std::size_t n,
+  void staged_allreduce(tcoll::shm_transport& t, int tag, T* data, std::size_t n,
                         const tcoll::runtime_op& op) {
-    const std::size_t bytes = n * sizeof(T);
-    if (bytes == 0 || bytes > staging_bytes_) return false;
+    tcoll::cpu_reducer red;
     for (auto& s : staging_) {
       std::unique_lock held(s.busy, std::try_to_lock);
       if (!held) continue;
       T* in = reinterpret_cast<T*>(s.memory.data());
-      std::memcpy(in, data, bytes);
-      tcoll::cpu_reducer red;
+      std::memcpy(in, data, n * sizeof(T));
       tcoll::detail::allreduce_tagged(t, tag, static_cast<const T*>(in), data, n, op,
                                       staged_choice_, red);
-      return true;
+      return;
     }
-    return false;
+    tcoll::detail::allreduce_tagged(t, tag, static_cast<const T*>(data), data, n, op,
+                                    staged_choice_, red);
   }
 
   /// allreduce of one sparse COO tensor, as Gloo's (SUM; AVG too for floating point): every
