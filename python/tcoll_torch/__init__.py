@@ -9,6 +9,8 @@
 and ``tcoll_torch.DistributedDataParallel`` runs tcoll's planners and adaptors in training
 (ddp.py), with ``tcoll_torch.CscMomentumSGD`` for CSC's momentum correction (optim.py).
 """
+import atexit
+
 import torch
 import torch.distributed as dist
 
@@ -21,20 +23,42 @@ __all__ = ["BACKEND_NAME", "CscMomentumSGD", "DistributedDataParallel"]
 BACKEND_NAME = "tcoll"
 
 
+_finalize_registered = False
+
+
+def _finalize_mpi():
+    # MPI_Finalize where tcoll initialised MPI (mpirun reports a process that exits without
+    # it as failed); the process groups go first, so no engine thread is inside MPI then.
+    if dist.is_initialized():
+        try:
+            dist.destroy_process_group()
+        except Exception:  # already torn down, or a broken group: finalize regardless
+            pass
+    _C.mpi_finalize()
+
+
 def _create(store, rank, size, timeout):
     # Which ranks share a node (host name and boot id, exchanged through the store). Across
-    # nodes, Gloo's send/recv carry tcoll's messages: one group of every rank, and one per
-    # local index joining that index on every node (the hierarchical allreduce's inter-node
-    # level). torch's wheel has no Gloo headers for C++, so they are made here.
+    # nodes, MPI carries tcoll's messages under an MPI launcher (mpi_link.hpp), otherwise
+    # Gloo's send/recv: one group of every rank, and one per local index joining that index
+    # on every node (the hierarchical allreduce's inter-node level). torch's wheel has no
+    # Gloo headers for C++, so the Gloo groups are made here.
+    global _finalize_registered
     layout = _C.node_layout(store, rank, size)
     node, nodes, local_rank, _, shards = layout
     flat = inter = None
+    mpi_ranks = []
     if nodes > 1:
+        mpi_ranks = _C.mpi_world_ranks(store, rank, size)
+        if _C.mpi_initialised_here() and not _finalize_registered:
+            atexit.register(_finalize_mpi)
+            _finalize_registered = True
+    if nodes > 1 and not mpi_ranks:
         flat = dist.ProcessGroupGloo(dist.PrefixStore("tcoll/flat", store), rank, size, timeout)
         if local_rank < shards:
             inter = dist.ProcessGroupGloo(dist.PrefixStore(f"tcoll/inter{local_rank}", store),
                                           node, nodes, timeout)
-    return _C.create_backend(store, rank, size, timeout, layout, flat, inter)
+    return _C.create_backend(store, rank, size, timeout, layout, flat, inter, mpi_ranks)
 
 
 if BACKEND_NAME not in dist.Backend.backend_list:

@@ -781,7 +781,9 @@ def body_nodes(rank, size, cases, n):
     import tcoll_torch
     layout = tcoll_torch._C.layout_of(dist.group.WORLD._get_backend(torch.device("cpu")))
     out = {"layout": layout, "allreduce": body_allreduce(rank, size, cases),
-           "collectives": body_collectives(rank, size, n)}
+           "collectives": body_collectives(rank, size, n),
+           "internode": tcoll_torch._C.internode_of(
+               dist.group.WORLD._get_backend(torch.device("cpu")))}
     # a straggler: the last rank comes 0.3 s late to a broadcast (Gloo's send/recv between
     # nodes) and an allreduce (the hierarchy's inter-node level). Its peers wait that long
     # in one transfer, which once failed ("Timed out waiting 50ms")
@@ -795,16 +797,28 @@ def body_nodes(rank, size, cases, n):
     return out
 
 
+def nodes_cases():
+    """The allreduce cases of the emulated-node tests."""
+    return [c for c in allreduce_cases() if c[2] in (7, 70001) and c[0] in (
+        "float32", "float64", "bfloat16", "int32", "bool")]
+
+
 @pytest.mark.parametrize("hosts", [["a", "a", "b", "b"], ["a", "b", "a"]])
 def test_emulated_nodes(hosts):
-    size = len(hosts)
-    cases = [c for c in allreduce_cases() if c[2] in (7, 70001) and c[0] in (
-        "float32", "float64", "bfloat16", "int32", "bool")]
-    results, errors = run_ranks(body_nodes, size, cases, 257, hostnames=hosts, deadline=240,
-                                allow_errors=True)
+    cases = nodes_cases()
+    results, errors = run_ranks(body_nodes, len(hosts), cases, 257, hostnames=hosts,
+                                deadline=240, allow_errors=True)
     if errors and all("SKIP" in e for e in errors.values()):
         pytest.skip("no UTS namespaces here (needs root): " + next(iter(errors.values())))
     assert not errors, errors
+    check_nodes(results, hosts, cases)
+    for r in range(len(hosts)):
+        assert results[r]["internode"] == "gloo", results[r]["internode"]
+
+
+def check_nodes(results, hosts, cases):
+    """Checks body_nodes' results of every rank against references made here."""
+    size = len(hosts)
     nodes = len(set(hosts))
     for r in range(size):
         node, n_nodes, local_rank, local_size, shards = results[r]["layout"]
@@ -833,3 +847,93 @@ def test_emulated_nodes(hosts):
         for root in range(size):
             assert torch.equal(res[f"broadcast{root}"], make_input(root, n, "int32", "SUM",
                                                                    9 + root))
+
+
+def body_internode_choice(rank, size):
+    import torch.distributed as dist
+    import tcoll_torch
+    out = []
+    # TCOLL_TORCH_INTERNODE=mpi where no MPI launcher started the processes; then values
+    # that differ across ranks; each must fail on every rank, naming the rank and why
+    for value in (["mpi"] * size, ["gloo"] + ["auto"] * (size - 1)):
+        os.environ["TCOLL_TORCH_INTERNODE"] = value[rank]
+        try:
+            dist.new_group(list(range(size)), backend="tcoll")
+            out.append("no error")
+        except Exception as e:  # noqa: BLE001  the message is the result
+            out.append(str(e))
+    del os.environ["TCOLL_TORCH_INTERNODE"]  # auto: Gloo here, and the group works
+    g = dist.new_group(list(range(size)), backend="tcoll")
+    x = torch.full((5,), float(rank + 1))
+    dist.all_reduce(x, group=g)
+    out.append((tcoll_torch._C.internode_of(g._get_backend(torch.device("cpu"))), x))
+    return out
+
+
+def test_internode_choice_errors_name_the_rank():
+    results, errors = run_ranks(body_internode_choice, 3, hostnames=["a", "a", "b"],
+                                allow_errors=True)
+    if errors and all("SKIP" in e for e in errors.values()):
+        pytest.skip("no UTS namespaces here (needs root)")
+    assert not errors, errors
+    for r in range(3):
+        no_launcher, differ, (engine, x) = results[r]
+        assert ("TCOLL_TORCH_INTERNODE=mpi, but rank 0 cannot use MPI: not started by an MPI "
+                "launcher") in no_launcher or "built without MPI" in no_launcher, no_launcher
+        assert f"rank {r}" in no_launcher, no_launcher
+        if r > 0:
+            assert 'TCOLL_TORCH_INTERNODE is "auto" here but "gloo" on rank 0' in differ, differ
+        else:
+            assert 'is "gloo" here but "auto" on rank 1' in differ, differ
+        assert engine == "gloo" and torch.equal(x, torch.full((5,), 6.0)), (engine, x)
+
+
+def tcoll_torch_C():
+    """The backend's extension module, imported in this (the test's) process."""
+    from harness import PYTHON_DIR
+    if PYTHON_DIR not in sys.path:
+        sys.path.insert(0, PYTHON_DIR)
+    import tcoll_torch
+    return tcoll_torch._C
+
+
+def mpirun():
+    """Open MPI's launcher (the MPI setup.py builds the backend with), or None."""
+    import shutil
+    return shutil.which("mpirun.openmpi") or shutil.which("mpirun")
+
+
+@pytest.mark.skipif(not tcoll_torch_C().built_with_mpi, reason="backend built without MPI")
+@pytest.mark.skipif(mpirun() is None, reason="no mpirun")
+def test_emulated_nodes_over_mpi(tmp_path):
+    # under mpirun the messages between nodes travel over MPI (mpi_transport), the rest as
+    # in test_emulated_nodes; a sub-group across both nodes gets a communicator of its own
+    # (MPI_Comm_create_group over its ranks only), and the processes exit cleanly through
+    # tcoll's MPI_Finalize (mpirun fails the job otherwise)
+    import subprocess
+    hosts = ["a", "a", "b", "b"]
+    env = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1",
+               OMPI_MCA_op="^avx")  # MPI is not the reference here; no AVX int8 saturation
+    env.pop("TCOLL_TORCH_INTERNODE", None)
+    cmd = [mpirun(), "--allow-run-as-root", "--oversubscribe", "-np", str(len(hosts)),
+           "--mca", "btl", "self,vader,tcp", "--mca", "btl_vader_single_copy_mechanism",
+           "none", sys.executable, os.path.join(os.path.dirname(__file__), "mpi_ranks.py"),
+           str(tmp_path), str(tmp_path / "store"), *hosts]
+    done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=240)
+    if any(tmp_path.glob("skip*")):
+        pytest.skip("no UTS namespaces here (needs root)")
+    assert done.returncode == 0, done.stdout + done.stderr
+    results = [torch.load(tmp_path / f"rank{r}.pt") for r in range(len(hosts))]
+    check_nodes(results, hosts, nodes_cases())
+    members = [0, 2, 3]
+    want = reference([make_input(r, 3001, "float32", "SUM", 41) for r in members], "float32",
+                     "SUM")
+    for r in range(len(hosts)):
+        assert results[r]["internode"] == "mpi", results[r]["internode"]
+        if r in members:
+            engine, y = results[r]["sub"]
+            assert engine == "mpi", engine
+            check_close(y, want, "float32", f"sub-group allreduce over MPI, rank {r}")
+            assert same_bits(y, results[0]["sub"][1]), f"rank {r} differs"
+        else:
+            assert "sub" not in results[r]

@@ -3,8 +3,9 @@
 // One `tcoll_torch::backend` per process group. On one node its transport is tcoll's
 // shm_transport, built through the c10d::Store that PyTorch hands the backend
 // (store_bootstrap), so no MPI is needed. Across nodes, allreduce is hierarchical (shared
-// memory inside each node, Gloo's send/recv between nodes through c10d_transport) and the
-// other collectives run on c10d_transport over every rank. Calls of at most 64 KiB per rank
+// memory inside each node, internode_transport between nodes: MPI under an MPI launcher,
+// otherwise Gloo's send/recv) and the other collectives run on internode_transport over
+// every rank. Calls of at most 64 KiB per rank
 // run at once in the caller's thread; larger ones queue on the transport's communication
 // engine (one thread per transport, calls in call order, MPI's rule). Either way the call
 // returns a `work` whose future carries the output tensors, so DDP comm hooks chain on it.
@@ -39,7 +40,8 @@
 #include <tcoll/transport/shm.hpp>
 
 #include "backend_access.hpp"
-#include "c10d_transport.hpp"
+#include "internode_transport.hpp"
+#include "mpi_link.hpp"
 
 namespace tcoll_torch {
 
@@ -345,16 +347,17 @@ public:
     int node = 0, nodes = 1, local_rank = 0, local_size = 1, shards = 1;
   };
 
-  /// `layout`: from `node_layout_of`. Across nodes, `flat_group` (every rank of the group)
-  /// and `inter_group` (the ranks of this local index on every node; null for local ranks
-  /// >= shards) are Gloo process groups whose send/recv carry tcoll's messages: the flat
-  /// collectives on the first, the inter-node level of the hierarchical allreduce on the
-  /// second. Python makes them (tcoll_torch/__init__.py): torch's wheel ships no Gloo
-  /// headers to build them here.
+  /// `layout`: from `node_layout_of`. Across nodes the messages between nodes travel over
+  /// MPI when `mpi_ranks` (every rank's MPI_COMM_WORLD rank, from mpi_link::world_ranks)
+  /// is not empty, otherwise over two Gloo process groups: `flat_group` (every rank of the
+  /// group) and `inter_group` (the ranks of this local index on every node; null for local
+  /// ranks >= shards). The flat collectives run over every rank, the inter-node level of the
+  /// hierarchical allreduce over the ranks of one local index. Python makes the Gloo groups
+  /// (tcoll_torch/__init__.py): torch's wheel ships no Gloo headers to build them here.
   backend(const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
           std::chrono::milliseconds timeout, node_layout layout,
           c10::intrusive_ptr<c10d::Backend> flat_group,
-          c10::intrusive_ptr<c10d::Backend> inter_group)
+          c10::intrusive_ptr<c10d::Backend> inter_group, const std::vector<int>& mpi_ranks)
       : c10d::Backend(rank, size), store_(store), layout_(layout),
         flat_group_(std::move(flat_group)), inter_group_(std::move(inter_group)) {
     init(); // c10d's per-backend set-up (logging), as its own backends do
@@ -367,22 +370,28 @@ public:
             "tcoll/shm/node" + std::to_string(layout_.node)),
         options);
     if (layout_.nodes == 1) make_staging(*store_, rank, size);
-    if (layout_.nodes > 1) {
+    if (layout_.nodes > 1 && !mpi_ranks.empty()) {
+      connect_over_mpi(mpi_ranks, timeout);
+    } else if (layout_.nodes > 1) {
       TORCH_CHECK(flat_group_ && (inter_group_ || layout_.local_rank >= layout_.shards),
                   "tcoll: rank ", rank, ": a group across ", layout_.nodes,
                   " nodes needs its Gloo groups");
-      flat_ = std::make_unique<c10d_transport>(flat_group_, timeout);
-      if (inter_group_) inter_ = std::make_unique<c10d_transport>(inter_group_, timeout);
-      machine_ = std::make_unique<tcoll::hierarchical<tcoll::shm_transport, c10d_transport>>(
-          *shm_, inter_.get(), tcoll::hierarchy_shape{rank, size, layout_.shards});
+      flat_ = std::make_unique<internode_transport>(
+          std::make_unique<c10d_transport>(flat_group_, timeout));
+      if (inter_group_)
+        inter_ = std::make_unique<internode_transport>(
+            std::make_unique<c10d_transport>(inter_group_, timeout));
     }
+    if (layout_.nodes > 1)
+      machine_ = std::make_unique<tcoll::hierarchical<tcoll::shm_transport, internode_transport>>(
+          *shm_, inter_.get(), tcoll::hierarchy_shape{rank, size, layout_.shards});
     if (debug_enabled() && rank == 0)
       std::fprintf(stderr,
                    "[tcoll] group of %d ranks on %d node(s): shm_transport inside a node (single "
-                   "copy %s)%s\n",
+                   "copy %s)%s%s%s\n",
                    size, layout_.nodes, shm_->single_copy() ? "on" : "off",
-                   layout_.nodes > 1 ? ", Gloo send/recv across nodes (hierarchical allreduce)"
-                                     : "");
+                   layout_.nodes > 1 ? ", " : "", layout_.nodes > 1 ? internode().c_str() : "",
+                   layout_.nodes > 1 ? " send/recv across nodes (hierarchical allreduce)" : "");
   }
   ~backend() override {
     // the engines stop with their transports: queued calls fail, a running one finishes
@@ -415,7 +424,46 @@ public:
 
   const std::string getBackendName() const override { return "tcoll"; }
 
-  std::uint64_t registered_messages() const { return shm_->registered_messages(); }
+  /// Across nodes over MPI: a communicator of the group's ranks (ranked as the group) for
+  /// the flat collectives, and one of each local index < shards across nodes (ranked by
+  /// node) for the hierarchy's inter-node level.
+  void connect_over_mpi([[maybe_unused]] const std::vector<int>& mpi_ranks,
+                        [[maybe_unused]] std::chrono::milliseconds timeout) {
+#ifdef TCOLL_TORCH_MPI
+    tcoll::mpi_options options;
+    options.timeout = timeout;
+    MPI_Comm all = mpi_link::comm_of(mpi_ranks, rank_);
+    MPI_Comm across = MPI_COMM_NULL;
+    const int rc = MPI_Comm_split(
+        all, layout_.local_rank < layout_.shards ? layout_.local_rank : MPI_UNDEFINED, layout_.node,
+        &across);
+    try {
+      tcoll::detail::mpi::check(rc, "MPI_Comm_split", rank_);
+      flat_ = std::make_unique<internode_transport>(
+          std::make_unique<tcoll::mpi_transport>(all, options));
+      if (across != MPI_COMM_NULL)
+        inter_ = std::make_unique<internode_transport>(
+            std::make_unique<tcoll::mpi_transport>(across, options));
+    } catch (...) {
+      if (across != MPI_COMM_NULL) MPI_Comm_free(&across);
+      MPI_Comm_free(&all);
+      throw;
+    }
+    if (across != MPI_COMM_NULL) MPI_Comm_free(&across); // the transports keep duplicates
+    MPI_Comm_free(&all);
+#else
+    TORCH_CHECK(false, "tcoll: rank ", rank_, ": MPI ranks given, but built without MPI");
+#endif
+  }
+
+  /// What carries the messages between nodes: "mpi", "gloo", or "none" on one node.
+  std::string internode() const {
+    return flat_ ? std::string(flat_->engine()) : "none";
+  }
+
+  std::uint64_t registered_messages() const {
+    return shm_->registered_messages();
+  }
 
   /// Its communicators (backend_access.hpp): the DistributedDataParallel reducer runs on them.
   backend_communicators communicators() const {
@@ -424,12 +472,18 @@ public:
 
   /// Calls made on this group so far (PyTorch's ProcessGroupWrapper, which
   /// TORCH_DISTRIBUTED_DEBUG=DETAIL puts around the backend, compares them across ranks).
-  void setSequenceNumberForGroup() override { sequence_ = 0; }
-  uint64_t getSequenceNumberForGroup() override { return sequence_; }
+  void setSequenceNumberForGroup() override {
+    sequence_ = 0;
+  }
+  uint64_t getSequenceNumberForGroup() override {
+    return sequence_;
+  }
 
   /// Coalescing (torch's `batch_isend_irecv`, `_coalescing_manager` with a device): the
   /// calls between start and end run as usual; `endCoalescing` returns one work over them.
-  bool supportsCoalescing() const override { return true; }
+  bool supportsCoalescing() const override {
+    return true;
+  }
   void startCoalescing() override {
     std::lock_guard lock(coalescing_mutex_);
     TORCH_CHECK(!coalescing_, "tcoll: startCoalescing: rank ", rank_,
@@ -940,7 +994,7 @@ private:
         copy_back(tensors[i], b);
       }
     };
-    if (machine_) // across nodes: shared memory inside each node, Gloo between them
+    if (machine_) // across nodes: shared memory inside each node, MPI or Gloo between them
       return enqueue_hierarchical(
           type, tensors, what, total_bytes(work_on), [=, this](int intra_tag, int inter_tag) {
             each([&](auto* data, std::size_t n, const auto& o) {
@@ -1149,7 +1203,9 @@ private:
     return n;
   }
 
-  static byte* bytes_of(const at::Tensor& t) { return static_cast<byte*>(t.data_ptr()); }
+  static byte* bytes_of(const at::Tensor& t) {
+    return static_cast<byte*>(t.data_ptr());
+  }
 
   static void copy_back(const at::Tensor& user, const at::Tensor& ran_on) {
     if (!user.is_same(ran_on)) user.copy_(ran_on);
@@ -1244,8 +1300,8 @@ private:
   node_layout layout_;
   std::unique_ptr<tcoll::shm_transport> shm_; ///< this node's ranks (all of them on one node)
   c10::intrusive_ptr<c10d::Backend> flat_group_, inter_group_; ///< across nodes only
-  std::unique_ptr<c10d_transport> flat_, inter_;
-  std::unique_ptr<tcoll::hierarchical<tcoll::shm_transport, c10d_transport>> machine_;
+  std::unique_ptr<internode_transport> flat_, inter_;
+  std::unique_ptr<tcoll::hierarchical<tcoll::shm_transport, internode_transport>> machine_;
   std::atomic<std::uint64_t> sequence_{0};
   /// A registered buffer of `staged_allreduce` and who holds it.
   struct staging_buffer {
@@ -1283,13 +1339,14 @@ c10::intrusive_ptr<c10d::Backend> create_backend(const c10::intrusive_ptr<c10d::
                                                  const std::chrono::duration<float>& timeout,
                                                  std::tuple<int, int, int, int, int> layout,
                                                  c10::intrusive_ptr<c10d::Backend> flat_group,
-                                                 c10::intrusive_ptr<c10d::Backend> inter_group) {
+                                                 c10::intrusive_ptr<c10d::Backend> inter_group,
+                                                 const std::vector<int>& mpi_ranks) {
   const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(timeout);
   const auto [node, nodes, local_rank, local_size, shards] = layout;
   return c10::make_intrusive<backend>(
       store, rank, size, ms.count() > 0 ? ms : std::chrono::milliseconds(1800000),
       backend::node_layout{node, nodes, local_rank, local_size, shards}, std::move(flat_group),
-      std::move(inter_group));
+      std::move(inter_group), mpi_ranks);
 }
 
 } // namespace tcoll_torch
@@ -1313,6 +1370,39 @@ backend_communicators communicators_of(const c10::intrusive_ptr<c10d::Backend>& 
                                 (b ? b->getBackendName() : std::string("missing")) +
                                 ", not tcoll (init_process_group(\"tcoll\") or \"cpu:tcoll,...\")");
   return mine->communicators();
+}
+} // namespace tcoll_torch
+
+namespace tcoll_torch {
+/// What carries a tcoll backend's messages between nodes: "mpi", "gloo" or "none".
+std::string internode_of(const c10::intrusive_ptr<c10d::Backend>& b) {
+  auto* mine = dynamic_cast<backend*>(b.get());
+  TORCH_CHECK(mine, "tcoll: internode_of: not a tcoll backend");
+  return mine->internode();
+}
+
+/// mpi_link::world_ranks with its tcoll errors as Python ValueErrors.
+std::vector<int> mpi_world_ranks(const c10::intrusive_ptr<c10d::Store>& store, int rank, int size) {
+  try {
+    return mpi_link::world_ranks(*store, rank, size);
+  } catch (const tcoll::invalid_argument& e) {
+    throw pybind11::value_error(std::string("tcoll: ") + e.what());
+  }
+}
+
+/// MPI_Finalize where this extension initialised MPI (at exit; tcoll_torch/__init__.py).
+void mpi_finalize() {
+#ifdef TCOLL_TORCH_MPI
+  mpi_link::finalize_if_initialised_here();
+#endif
+}
+
+bool mpi_initialised_here() {
+#ifdef TCOLL_TORCH_MPI
+  return mpi_link::initialised_here();
+#else
+  return false;
+#endif
 }
 } // namespace tcoll_torch
 
@@ -1344,7 +1434,17 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("create_backend", &tcoll_torch::create_backend, "the creator of a tcoll process group",
         pybind11::arg("store"), pybind11::arg("rank"), pybind11::arg("size"),
         pybind11::arg("timeout"), pybind11::arg("layout"), pybind11::arg("flat_group") = nullptr,
-        pybind11::arg("inter_group") = nullptr);
+        pybind11::arg("inter_group") = nullptr, pybind11::arg("mpi_ranks") = std::vector<int>{});
+  m.def("mpi_world_ranks", &tcoll_torch::mpi_world_ranks,
+        "every rank's MPI_COMM_WORLD rank when MPI is to carry the group's messages between "
+        "nodes, else [] (collective through the store; TCOLL_TORCH_INTERNODE)");
+  m.def("mpi_finalize", &tcoll_torch::mpi_finalize,
+        "MPI_Finalize, if this extension initialised MPI");
+  m.def("mpi_initialised_here", &tcoll_torch::mpi_initialised_here,
+        "whether this extension called MPI_Init_thread");
+  m.def("internode_of", &tcoll_torch::internode_of,
+        "what carries a tcoll backend's messages between nodes: mpi, gloo or none");
+  m.attr("built_with_mpi") = tcoll_torch::mpi_link::built_with_mpi();
   m.def("layout_of", &tcoll_torch::layout_of,
         "(node, nodes, local_rank, local_size, shards) of a tcoll backend");
   m.def("time_raw_allreduce", &tcoll_torch::time_raw_allreduce,

@@ -8,7 +8,7 @@
 #include <tcoll/algorithm/hierarchical.hpp>
 #include <tcoll/transport/shm.hpp>
 
-#include "c10d_transport.hpp"
+#include "internode_transport.hpp"
 
 namespace tcoll_torch {
 
@@ -17,9 +17,9 @@ namespace tcoll_torch {
 /// transport over every rank that its other collectives run on (both null on one node).
 struct backend_communicators {
   tcoll::shm_transport* shm = nullptr;
-  tcoll::hierarchical<tcoll::shm_transport, c10d_transport>* machine = nullptr;
+  tcoll::hierarchical<tcoll::shm_transport, internode_transport>* machine = nullptr;
   int rank = 0, size = 1;
-  c10d_transport* flat = nullptr;
+  internode_transport* flat = nullptr;
 };
 
 /// The communicators of `b`; throws (a Python ValueError) when `b` is not a tcoll backend.
