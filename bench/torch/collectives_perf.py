@@ -13,7 +13,8 @@ bus factor (allreduce 2(P-1)/P, allgather and reduce-scatter (P-1)/P, broadcast 
 
 --deepspeed adds DeepSpeed's CPU shared-memory allreduce (`deepspeed.comm.
 inference_all_reduce`, its JIT-built `deepspeed_shm_comm` op) as a third column of the
-all_reduce rows, on the same ranks. It needs the `deepspeed` package, which the project's
+all_reduce rows, on the same ranks, and then `tcoll_torch.all_reduce` (tcoll's call that,
+like DeepSpeed's, bypasses torch.distributed's per-call layers) with its ratio to DeepSpeed. It needs the `deepspeed` package, which the project's
 .venv does not carry: `bash bench/torch/setup_extras.sh` makes .venv-extras (the
 .venv's torch plus deepspeed from PyPI); run this script with .venv-extras/bin/python.
 Processes run with OMP_NUM_THREADS=1 (as torchrun and DeepSpeed's launcher start them
@@ -123,33 +124,41 @@ def worker(rank, P, args, store_path):
     if args.overhead:
         # 8 B all_reduce as Python sees it against the same call straight from C++ on the
         # same transport (tcoll_torch._C.time_raw_allreduce), interleaved, medians
+        # and through tcoll_torch.all_reduce (the direct call, without torch's layers)
         backend = groups["tcoll"]._get_backend(torch.device("cpu"))
         x = torch.rand(2)
-        py, raw = [], []
+        py, raw, direct = [], [], []
         for _ in range(args.reps):
             py.append(time_calls(lambda: dist.all_reduce(x, group=groups["tcoll"]), 20000, 100,
                                  groups["tcoll"]))
             raw.append(tcoll_torch._C.time_raw_allreduce(backend, 8, 20000))
-        t = torch.tensor([statistics.median(py), statistics.median(raw)], dtype=torch.float64)
+            direct.append(time_calls(lambda: tcoll_torch.all_reduce(x, group=groups["tcoll"]),
+                                     20000, 100, groups["tcoll"]))
+        t = torch.tensor([statistics.median(py), statistics.median(raw),
+                          statistics.median(direct)], dtype=torch.float64)
         dist.all_reduce(t, op=dist.ReduceOp.MAX)
         if rank == 0:
             print(f"overhead: 8 B all_reduce {t[0].item() * 1e6:.2f} us from Python, "
                   f"{t[1].item() * 1e6:.2f} us from C++: {(t[0] - t[1]).item() * 1e6:.2f} us "
-                  f"of Python, c10d and Work", flush=True)
+                  f"of Python, c10d and Work; tcoll_torch.all_reduce {t[2].item() * 1e6:.2f} "
+                  f"us: {(t[2] - t[1]).item() * 1e6:.2f} us over C++", flush=True)
         rows.append({"op": "overhead", "python_us": t[0].item() * 1e6,
-                     "cpp_us": t[1].item() * 1e6})
+                     "cpp_us": t[1].item() * 1e6, "direct_us": t[2].item() * 1e6})
     size = args.begin
     while size <= args.end:
         for op in args.ops:
             medians = {}
             backends = ["tcoll", "gloo"]
             if deepspeed_comm and op == "all_reduce":
-                backends.append("deepspeed")
+                backends += ["deepspeed", "tcoll_direct"]
             for backend in backends:
                 group = groups.get(backend, groups["gloo"])
                 if backend == "deepspeed":
                     x = torch.rand(max(1, size // 4))
                     call = lambda x=x: deepspeed_comm.inference_all_reduce(x)  # noqa: E731
+                elif backend == "tcoll_direct":  # the call like DeepSpeed's, no torch layers
+                    x = torch.rand(max(1, size // 4))
+                    call = lambda x=x: tcoll_torch.all_reduce(x, group=groups["tcoll"])  # noqa
                 else:
                     call = make_call(op, size, P, group)
                 # iterations: about args.target_s per repeat, at least 2
@@ -173,9 +182,12 @@ def worker(rank, P, args, store_path):
                         f"{row['gloo']['busbw_GBps']:8.3f} {row['speedup']:8.2f}")
                 if "deepspeed" in medians:
                     row["speedup_vs_deepspeed"] = medians["deepspeed"] / medians["tcoll"]
+                    row["direct_vs_deepspeed"] = medians["deepspeed"] / medians["tcoll_direct"]
                     line += (f" {medians['deepspeed'] * 1e6:11.1f} "
                              f"{row['deepspeed']['busbw_GBps']:8.3f} "
-                             f"{row['speedup_vs_deepspeed']:8.2f}")
+                             f"{row['speedup_vs_deepspeed']:8.2f} "
+                             f"{medians['tcoll_direct'] * 1e6:11.1f} "
+                             f"{row['direct_vs_deepspeed']:8.2f}")
                 rows.append(row)
                 print(line, flush=True)
         size *= args.factor
@@ -212,7 +224,8 @@ def main():
           f"the Python caller sees it, median of {args.reps}; busbw in GB/s")
     print(f"{'op':24s} {'bytes':>11s} {'tcoll_us':>11s} {'tcoll_bw':>8s} {'gloo_us':>11s} "
           f"{'gloo_bw':>8s} {'speedup':>8s}" +
-          (f" {'ds_us':>11s} {'ds_bw':>8s} {'vs_ds':>8s}" if args.deepspeed else ""),
+          (f" {'ds_us':>11s} {'ds_bw':>8s} {'vs_ds':>8s} {'direct_us':>11s} {'dir_vs_ds':>8s}"
+           if args.deepspeed else ""),
           flush=True)
     store = tempfile.mktemp(prefix="tcoll-bench-store-")
     mp.start_processes(worker, args=(args.np, args, store), nprocs=args.np, start_method="spawn")

@@ -2,7 +2,7 @@
 docs/benchmarks.md print them.
 
     python3 bench/torch/table.py collectives bench/results/torch_np2.json
-    python3 bench/torch/table.py deepspeed np2.json np2_fr0.json np4.json
+    python3 bench/torch/table.py deepspeed np2.json np4.json
 """
 import argparse
 import json
@@ -37,8 +37,9 @@ def collectives(path):
 
 
 def deepspeed(paths):
-    """One row per size: tcoll / DeepSpeed (/ Gloo for the first file) and the ratio, per
-    file (each a --deepspeed run of all_reduce)."""
+    """One row per size, per file (each a --deepspeed run of all_reduce): the times of
+    tcoll_torch.all_reduce (the direct call), DeepSpeed and dist.all_reduce on tcoll (and
+    Gloo for the first file), then DeepSpeed's time over each tcoll call's."""
     runs = [{r["bytes"]: r for r in rows_of(p) if r["op"] == "all_reduce"} for p in paths]
     sizes = sorted(set().union(*runs))
     for size in sizes:
@@ -46,12 +47,14 @@ def deepspeed(paths):
         for k, run in enumerate(runs):
             r = run.get(size)
             if not r or "deepspeed" not in r:
-                cells += ["-", "-"]
+                cells += ["-", "-", "-"]
                 continue
-            times = f"{r['tcoll']['time_us']:.0f} / {r['deepspeed']['time_us']:.0f}"
+            times = " / ".join(f"{r[b]['time_us']:.0f}" for b in ("tcoll_direct", "deepspeed",
+                                                                   "tcoll"))
             if k == 0:
                 times += f" / {r['gloo']['time_us']:.0f}"
-            cells += [times, f"{r['speedup_vs_deepspeed']:.2f}x"]
+            cells += [times, f"{r['direct_vs_deepspeed']:.2f}x",
+                      f"{r['speedup_vs_deepspeed']:.2f}x"]
         print("| " + " | ".join(cells) + " |")
 
 

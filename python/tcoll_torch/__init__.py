@@ -10,6 +10,7 @@ and ``tcoll_torch.DistributedDataParallel`` runs tcoll's planners and adaptors i
 (ddp.py), with ``tcoll_torch.CscMomentumSGD`` for CSC's momentum correction (optim.py).
 """
 import atexit
+import weakref
 
 import torch
 import torch.distributed as dist
@@ -18,12 +19,31 @@ from . import _C, hooks
 from .ddp import DistributedDataParallel
 from .optim import CscMomentumSGD
 
-__all__ = ["BACKEND_NAME", "CscMomentumSGD", "DistributedDataParallel"]
+__all__ = ["BACKEND_NAME", "CscMomentumSGD", "DistributedDataParallel", "all_reduce"]
 
 BACKEND_NAME = "tcoll"
 
 
 _finalize_registered = False
+_cpu = torch.device("cpu")
+_direct = weakref.WeakKeyDictionary()  # group -> its DirectHandle, gone with the group
+
+
+def all_reduce(tensor, op=dist.ReduceOp.SUM, group=None):
+    """Allreduce of one CPU tensor in place over a tcoll group, returning when it is done.
+
+    The same collective as ``dist.all_reduce(tensor, op, group)`` (same result, same order
+    among the group's calls), called straight into tcoll: without torch.distributed's
+    per-call layers (its dispatcher, the Work object, the Flight Recorder), which cost more
+    than a small collective itself (docs/torch.md). DeepSpeed's ``inference_all_reduce`` is
+    such a call. Torch's debug tools (TORCH_DISTRIBUTED_DEBUG, the Flight Recorder) do not
+    see it. ``op`` is a ``dist.ReduceOp`` member other than PREMUL_SUM.
+    """
+    group = group if group is not None else dist.group.WORLD
+    handle = _direct.get(group)
+    if handle is None:
+        handle = _direct[group] = _C.DirectHandle(group._get_backend(_cpu))
+    handle.all_reduce(tensor, op)
 
 
 def _finalize_mpi():

@@ -436,6 +436,59 @@ def test_blocking_call_does_not_overtake_a_queued_one():
         assert same_bits(results[r], results[0])
 
 
+def body_direct_all_reduce(rank, size):
+    import torch.distributed as dist
+    import tcoll_torch
+    out = {}
+    # the direct call on the default group, fractional inputs, three ops and sizes
+    # (inline, staged, engine-sized), then on a sub-group
+    for op, n in (("SUM", 7), ("MAX", 70001), ("AVG", 1 << 20)):
+        x = make_input(rank, n, "float32", op, 130)
+        tcoll_torch.all_reduce(x, op=getattr(dist.ReduceOp, op))
+        out[op] = x
+    sub = dist.new_group([0, size - 1], backend="tcoll")
+    if rank in (0, size - 1):
+        y = make_input(rank, 1001, "float64", "SUM", 131)
+        tcoll_torch.all_reduce(y, group=sub)
+        out["sub"] = y
+    # it keeps the group's order: an async MAX queued on the engine, then the direct SUM
+    # on the same tensor gives twice the maximum
+    z = make_input(rank, 262144, "float32", "SUM", 120)
+    work = dist.all_reduce(z, op=dist.ReduceOp.MAX, async_op=True)
+    tcoll_torch.all_reduce(z)
+    work.wait()
+    out["order"] = z
+    try:  # a group whose CPU backend is Gloo
+        tcoll_torch.all_reduce(torch.ones(3), group=dist.new_group(backend="gloo"))
+        out["gloo"] = "no error"
+    except ValueError as e:
+        out["gloo"] = str(e)
+    return out
+
+
+def test_direct_all_reduce():
+    size = 3
+    results = run_ranks(body_direct_all_reduce, size)
+    for op, n in (("SUM", 7), ("MAX", 70001), ("AVG", 1 << 20)):
+        want = reference([make_input(q, n, "float32", op, 130) for q in range(size)],
+                         "float32", op)
+        for r in range(size):
+            check_close(results[r][op], want, "float32", f"{op} n={n} rank {r}")
+            assert same_bits(results[r][op], results[0][op]), f"{op}: rank {r} differs"
+    want = reference([make_input(q, 1001, "float64", "SUM", 131) for q in (0, size - 1)],
+                     "float64", "SUM")
+    for r in (0, size - 1):
+        check_close(results[r]["sub"], want, "float64", f"sub-group rank {r}")
+        assert same_bits(results[r]["sub"], results[0]["sub"])
+    assert "sub" not in results[1]
+    first = reference([make_input(q, 262144, "float32", "SUM", 120) for q in range(size)],
+                      "float32", "MAX").to(torch.float32)
+    want = reference([first] * size, "float32", "SUM")
+    for r in range(size):
+        check_close(results[r]["order"], want, "float32", f"queued MAX then direct SUM, rank {r}")
+        assert "not tcoll" in results[r]["gloo"], results[r]["gloo"]
+
+
 def sparse_input(rank, seed):
     """Rank `rank`'s sparse COO tensor of shape (9, 7, 3) (two sparse dimensions, one dense):
     fractional values, indices that repeat within the rank and across ranks, a different

@@ -424,6 +424,20 @@ public:
 
   const std::string getBackendName() const override { return "tcoll"; }
 
+  /// `tcoll_torch.all_reduce`: an allreduce of one dense CPU tensor in place that returns
+  /// when it is done, called straight from Python (a `direct_handle`), not through torch's
+  /// dispatcher, its Work or the Flight Recorder (DeepSpeed's `inference_all_reduce` is
+  /// such a call). The same path as a blocking `dist.all_reduce`: at once in this thread
+  /// when nothing is queued on the engine, otherwise after what is.
+  void all_reduce_now(const at::Tensor& tensor, c10d::ReduceOp::RedOpType op) {
+    TORCH_CHECK(tensor.defined() && tensor.layout() == at::kStrided && tensor.is_cpu(),
+                "tcoll_torch.all_reduce: rank ", rank_, ": needs a dense CPU tensor");
+    const waited_call waited(false);
+    std::vector<at::Tensor> tensors{tensor};
+    const auto work = reduce_all(tensors, c10d::ReduceOp(op), OpType::ALLREDUCE, "all_reduce");
+    work->wait();
+  }
+
   /// Across nodes over MPI: a communicator of the group's ranks (ranked as the group) for
   /// the flat collectives, and one of each local index < shards across nodes (ranked by
   /// node) for the hierarchy's inter-node level.
@@ -1374,6 +1388,30 @@ backend_communicators communicators_of(const c10::intrusive_ptr<c10d::Backend>& 
 } // namespace tcoll_torch
 
 namespace tcoll_torch {
+namespace { // hidden, as pybind11's own types (no visibility warning for its class_)
+/// A tcoll backend held for `tcoll_torch.all_reduce` (tcoll_torch/__init__.py keeps one per
+/// group): the checked cast is made once, not per call.
+class direct_handle {
+public:
+  explicit direct_handle(const c10::intrusive_ptr<c10d::Backend>& b)
+      : keep_(b), backend_(dynamic_cast<backend*>(b.get())) {
+    if (!backend_)
+      throw pybind11::value_error("tcoll_torch.all_reduce: the group's CPU backend is " +
+                                  (b ? b->getBackendName() : std::string("missing")) +
+                                  ", not tcoll");
+  }
+  void all_reduce(const at::Tensor& tensor, c10d::ReduceOp::RedOpType op) {
+    backend_->all_reduce_now(tensor, op);
+  }
+
+private:
+  c10::intrusive_ptr<c10d::Backend> keep_;
+  backend* backend_;
+};
+} // namespace
+} // namespace tcoll_torch
+
+namespace tcoll_torch {
 /// What carries a tcoll backend's messages between nodes: "mpi", "gloo" or "none".
 std::string internode_of(const c10::intrusive_ptr<c10d::Backend>& b) {
   auto* mine = dynamic_cast<backend*>(b.get());
@@ -1445,6 +1483,13 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("internode_of", &tcoll_torch::internode_of,
         "what carries a tcoll backend's messages between nodes: mpi, gloo or none");
   m.attr("built_with_mpi") = tcoll_torch::mpi_link::built_with_mpi();
+  // the GIL is let go while the call runs: a future callback of an earlier call (a DDP comm
+  // hook) may need it on the engine thread before this call can start
+  pybind11::class_<tcoll_torch::direct_handle>(m, "DirectHandle")
+      .def(pybind11::init<const c10::intrusive_ptr<c10d::Backend>&>())
+      .def("all_reduce", &tcoll_torch::direct_handle::all_reduce,
+           pybind11::call_guard<pybind11::gil_scoped_release>(),
+           "allreduce of one CPU tensor in place, returning when done");
   m.def("layout_of", &tcoll_torch::layout_of,
         "(node, nodes, local_rank, local_size, shards) of a tcoll backend");
   m.def("time_raw_allreduce", &tcoll_torch::time_raw_allreduce,
