@@ -5,13 +5,15 @@
 Rank r (MPI's rank) takes host name HOSTr (a UTS namespace, as harness.set_hostname), joins
 a tcoll process group through STORE_FILE and runs test_backend's body_nodes (allreduce of
 several dtypes and ops, the other collectives, a straggler), then an allreduce on a
-sub-group of ranks 0, 2 and 3 (on two nodes). It saves what it got to OUT_DIR/rank{r}.pt
+sub-group of ranks 0, 2 and 3 (on two nodes), and a group with a 2 s timeout on which the
+last rank stalls. It saves what it got to OUT_DIR/rank{r}.pt
 for the test to check. It leaves the group to tcoll's exit handler, which destroys it and
 calls MPI_Finalize (mpirun fails the job when a process exits without it).
 """
 import datetime
 import os
 import sys
+import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
@@ -46,6 +48,22 @@ def main():
         y = make_input(rank, 3001, "float32", "SUM", 41)
         dist.all_reduce(y, group=sub)
         out["sub"] = (tcoll_torch._C.internode_of(sub._get_backend(cpu)), y)
+    # a rank that stalls on a group with a 2 s timeout: its peers raise within it, on shared
+    # memory or MPI, and everyone still exits cleanly
+    stalled = dist.new_group(list(range(size)), backend="tcoll",
+                             timeout=datetime.timedelta(seconds=2))
+    z = torch.rand(100000)
+    dist.all_reduce(z, group=stalled)
+    if rank == size - 1:
+        time.sleep(4)
+        out["stall"] = "stalled"
+    else:
+        start = time.monotonic()
+        try:
+            dist.all_reduce(z, group=stalled)
+            out["stall"] = "no error"
+        except Exception as e:  # noqa: BLE001  the message is the result
+            out["stall"] = (time.monotonic() - start, str(e))
     torch.save(out, os.path.join(out_dir, f"rank{rank}.pt"))
 
 

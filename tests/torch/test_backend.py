@@ -961,8 +961,9 @@ def mpirun():
 def test_emulated_nodes_over_mpi(tmp_path):
     # under mpirun the messages between nodes travel over MPI (mpi_transport), the rest as
     # in test_emulated_nodes; a sub-group across both nodes gets a communicator of its own
-    # (MPI_Comm_create_group over its ranks only), and the processes exit cleanly through
-    # tcoll's MPI_Finalize (mpirun fails the job otherwise)
+    # (MPI_Comm_create_group over its ranks only), a stalled rank makes its peers raise
+    # within the group's timeout, and the processes exit cleanly through tcoll's
+    # MPI_Finalize (mpirun fails the job otherwise)
     import subprocess
     hosts = ["a", "a", "b", "b"]
     env = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1",
@@ -990,3 +991,8 @@ def test_emulated_nodes_over_mpi(tmp_path):
             assert same_bits(y, results[0]["sub"][1]), f"rank {r} differs"
         else:
             assert "sub" not in results[r]
+    assert results[-1]["stall"] == "stalled"
+    for r in range(len(hosts) - 1):
+        took, error = results[r]["stall"]
+        assert "timed out after 2000 ms" in error or "aborted" in error, error
+        assert 1.5 < took < 10, (r, took, error)
