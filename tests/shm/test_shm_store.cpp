@@ -10,6 +10,10 @@
 #include <filesystem>
 #include <limits>
 #include <string>
+#include <thread>
+#include <vector>
+
+#include <time.h>
 
 #include <tcoll/schedule.hpp>
 #include <tcoll/transport/shm.hpp>
@@ -110,6 +114,43 @@ TEST_CASE("shm from a store: a rank that never comes is a timeout_error, not a h
   CHECK(std::chrono::steady_clock::now() - start < 10s);
   CHECK_THROWS_AS(tcoll::store_bootstrap<tcoll::file_store>(impatient, 2, 2),
                   tcoll::invalid_argument);
+}
+
+TEST_CASE("shm from a store: a long wait sleeps (sleep_after), leaving its core, and completes") {
+  tcoll::shm_options o;
+  o.timeout = 30s;
+  o.sleep_after = 1ms;
+  o.idle_sleep = 200us;
+  tcoll::shm_transport t(team::bootstrap(), o);
+  if (t.size() < 2) return;
+  std::vector<double> data(1000);
+  if (t.rank() == 1) { // the sender comes 300 ms late
+    for (std::size_t i = 0; i < data.size(); ++i) data[i] = 0.25 + static_cast<double>(i);
+    std::this_thread::sleep_for(300ms);
+    auto r = t.isend(0, data.data(), data.size() * sizeof(double), 5);
+    t.wait(r, tcoll::clock::now() + o.timeout);
+  } else if (t.rank() == 0) {
+    timespec cpu0{}, cpu1{};
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &cpu0);
+    const auto start = std::chrono::steady_clock::now();
+    auto r = t.irecv(1, data.data(), data.size() * sizeof(double), 5);
+    t.wait(r, tcoll::clock::now() + o.timeout);
+    const auto wall = std::chrono::steady_clock::now() - start;
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &cpu1);
+    const double cpu_s = static_cast<double>(cpu1.tv_sec - cpu0.tv_sec) +
+                         1e-9 * static_cast<double>(cpu1.tv_nsec - cpu0.tv_nsec);
+    for (std::size_t i = 0; i < data.size(); ++i) REQUIRE(data[i] == 0.25 + static_cast<double>(i));
+    CHECK(wall >= 250ms);
+    // a wait that only yields keeps its core busy for the whole 300 ms; one that sleeps
+    // 200 us between polls after 1 ms uses a few ms of it
+    INFO("the waiting thread used " << cpu_s << " s of CPU in "
+                                    << std::chrono::duration<double>(wall).count() << " s");
+    CHECK(cpu_s < 0.5 * std::chrono::duration<double>(wall).count());
+  }
+  t.barrier();
+  tcoll::shm_options bad;
+  bad.idle_sleep = 0us;
+  CHECK(construction_error(bad).find("idle_sleep") != std::string::npos);
 }
 
 TEST_CASE("shm from a store: the segment leaves no file in /dev/shm") {

@@ -458,11 +458,14 @@ def body_direct_all_reduce(rank, size):
     tcoll_torch.all_reduce(z)
     work.wait()
     out["order"] = z
+    gloo = dist.new_group(backend="gloo")
     try:  # a group whose CPU backend is Gloo
-        tcoll_torch.all_reduce(torch.ones(3), group=dist.new_group(backend="gloo"))
+        tcoll_torch.all_reduce(torch.ones(3), group=gloo)
         out["gloo"] = "no error"
     except ValueError as e:
         out["gloo"] = str(e)
+    # no rank leaves (closing its Gloo sockets) while another still connects its mesh
+    dist.barrier()
     return out
 
 

@@ -273,6 +273,7 @@ public:
   /// Blocks until `r` completes; throws `timeout_error` naming the peer at `when`.
   void wait(request& r, deadline when) {
     int polls = 0;
+    clock::time_point yielding_since{}; // set at the first yield where sleeping is on
     while (!test(r)) {
       ++polls;
       if ((polls & 63) == 0 && clock::now() >= when) {
@@ -286,7 +287,16 @@ public:
                 std::to_string(options_.timeout.count()) + " ms; " + describe_pair(peer),
             rank_, peer);
       }
-      if (!spin_allowed_ || polls > options_.spins_before_yield) std::this_thread::yield();
+      if (spin_allowed_ && polls <= options_.spins_before_yield) continue;
+      if (options_.sleep_after.count() > 0) {
+        const auto now = clock::now();
+        if (yielding_since == clock::time_point{}) yielding_since = now;
+        if (now - yielding_since >= options_.sleep_after) {
+          std::this_thread::sleep_for(options_.idle_sleep);
+          continue;
+        }
+      }
+      std::this_thread::yield();
     }
   }
 

@@ -5,11 +5,11 @@
 // (store_bootstrap), so no MPI is needed. Across nodes, allreduce is hierarchical (shared
 // memory inside each node, internode_transport between nodes: MPI under an MPI launcher,
 // otherwise Gloo's send/recv) and the other collectives run on internode_transport over
-// every rank. Calls of at most 64 KiB per rank
-// run at once in the caller's thread; larger ones queue on the transport's communication
-// engine (one thread per transport, calls in call order, MPI's rule). Either way the call
-// returns a `work` whose future carries the output tensors, so DDP comm hooks chain on it.
-// Point-to-point send/recv are posted on the transport at once and complete in wait().
+// every rank. Calls of at most 64 KiB per rank run at once in the caller's thread; larger
+// ones queue on the transport's communication engine (one thread per transport, calls in
+// call order, MPI's rule). Either way the call returns a `work` whose future carries the
+// output tensors, so DDP comm hooks chain on it. Point-to-point send/recv are posted on the
+// transport at once and complete in wait().
 #include <torch/csrc/distributed/c10d/Backend.hpp>
 #include <torch/csrc/distributed/c10d/Store.hpp>
 #include <torch/csrc/distributed/c10d/Types.hpp>
@@ -363,6 +363,17 @@ public:
     init(); // c10d's per-backend set-up (logging), as its own backends do
     tcoll::shm_options options;
     options.timeout = timeout;
+    // TCOLL_TORCH_SLEEP_AFTER_US: a wait on shared memory that has yielded this long sleeps
+    // between polls (shm_options::sleep_after), leaving the cores to backward when DDP's
+    // buckets wait for a slower peer. Unset or 0: waits only yield.
+    if (const char* v = std::getenv("TCOLL_TORCH_SLEEP_AFTER_US")) {
+      char* end = nullptr;
+      const long long us = std::strtoll(v, &end, 10);
+      TORCH_CHECK(end != v && *end == '\0' && us >= 0, "tcoll: rank ", rank,
+                  ": TCOLL_TORCH_SLEEP_AFTER_US is \"", v,
+                  "\"; expected a number of microseconds >= 0");
+      options.sleep_after = std::chrono::microseconds(us);
+    }
     // shared memory among the ranks of this node (the whole group on one node)
     shm_ = std::make_unique<tcoll::shm_transport>(
         std::make_unique<tcoll::store_bootstrap<c10d::Store>>(
@@ -371,7 +382,11 @@ public:
         options);
     if (layout_.nodes == 1) make_staging(*store_, rank, size);
     if (layout_.nodes > 1 && !mpi_ranks.empty()) {
-      connect_over_mpi(mpi_ranks, timeout);
+      auto links =
+          mpi_link::connect(mpi_ranks, rank, layout_.node,
+                            layout_.local_rank < layout_.shards ? layout_.local_rank : -1, timeout);
+      flat_ = std::move(links.flat);
+      inter_ = std::move(links.inter);
     } else if (layout_.nodes > 1) {
       TORCH_CHECK(flat_group_ && (inter_group_ || layout_.local_rank >= layout_.shards),
                   "tcoll: rank ", rank, ": a group across ", layout_.nodes,
@@ -438,46 +453,10 @@ public:
     work->wait();
   }
 
-  /// Across nodes over MPI: a communicator of the group's ranks (ranked as the group) for
-  /// the flat collectives, and one of each local index < shards across nodes (ranked by
-  /// node) for the hierarchy's inter-node level.
-  void connect_over_mpi([[maybe_unused]] const std::vector<int>& mpi_ranks,
-                        [[maybe_unused]] std::chrono::milliseconds timeout) {
-#ifdef TCOLL_TORCH_MPI
-    tcoll::mpi_options options;
-    options.timeout = timeout;
-    MPI_Comm all = mpi_link::comm_of(mpi_ranks, rank_);
-    MPI_Comm across = MPI_COMM_NULL;
-    const int rc = MPI_Comm_split(
-        all, layout_.local_rank < layout_.shards ? layout_.local_rank : MPI_UNDEFINED, layout_.node,
-        &across);
-    try {
-      tcoll::detail::mpi::check(rc, "MPI_Comm_split", rank_);
-      flat_ = std::make_unique<internode_transport>(
-          std::make_unique<tcoll::mpi_transport>(all, options));
-      if (across != MPI_COMM_NULL)
-        inter_ = std::make_unique<internode_transport>(
-            std::make_unique<tcoll::mpi_transport>(across, options));
-    } catch (...) {
-      if (across != MPI_COMM_NULL) MPI_Comm_free(&across);
-      MPI_Comm_free(&all);
-      throw;
-    }
-    if (across != MPI_COMM_NULL) MPI_Comm_free(&across); // the transports keep duplicates
-    MPI_Comm_free(&all);
-#else
-    TORCH_CHECK(false, "tcoll: rank ", rank_, ": MPI ranks given, but built without MPI");
-#endif
-  }
-
   /// What carries the messages between nodes: "mpi", "gloo", or "none" on one node.
-  std::string internode() const {
-    return flat_ ? std::string(flat_->engine()) : "none";
-  }
+  std::string internode() const { return flat_ ? std::string(flat_->engine()) : "none"; }
 
-  std::uint64_t registered_messages() const {
-    return shm_->registered_messages();
-  }
+  std::uint64_t registered_messages() const { return shm_->registered_messages(); }
 
   /// Its communicators (backend_access.hpp): the DistributedDataParallel reducer runs on them.
   backend_communicators communicators() const {
@@ -486,18 +465,12 @@ public:
 
   /// Calls made on this group so far (PyTorch's ProcessGroupWrapper, which
   /// TORCH_DISTRIBUTED_DEBUG=DETAIL puts around the backend, compares them across ranks).
-  void setSequenceNumberForGroup() override {
-    sequence_ = 0;
-  }
-  uint64_t getSequenceNumberForGroup() override {
-    return sequence_;
-  }
+  void setSequenceNumberForGroup() override { sequence_ = 0; }
+  uint64_t getSequenceNumberForGroup() override { return sequence_; }
 
   /// Coalescing (torch's `batch_isend_irecv`, `_coalescing_manager` with a device): the
   /// calls between start and end run as usual; `endCoalescing` returns one work over them.
-  bool supportsCoalescing() const override {
-    return true;
-  }
+  bool supportsCoalescing() const override { return true; }
   void startCoalescing() override {
     std::lock_guard lock(coalescing_mutex_);
     TORCH_CHECK(!coalescing_, "tcoll: startCoalescing: rank ", rank_,
@@ -1217,9 +1190,7 @@ private:
     return n;
   }
 
-  static byte* bytes_of(const at::Tensor& t) {
-    return static_cast<byte*>(t.data_ptr());
-  }
+  static byte* bytes_of(const at::Tensor& t) { return static_cast<byte*>(t.data_ptr()); }
 
   static void copy_back(const at::Tensor& user, const at::Tensor& ran_on) {
     if (!user.is_same(ran_on)) user.copy_(ran_on);

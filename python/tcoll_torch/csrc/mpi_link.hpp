@@ -16,13 +16,17 @@
 #include <torch/csrc/distributed/c10d/Store.hpp>
 
 #include <algorithm>
+#include <chrono>
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include <tcoll/transport/bootstrap.hpp>
+
+#include "internode_transport.hpp"
 
 #ifdef TCOLL_TORCH_MPI
 #include <mpi.h>
@@ -207,7 +211,50 @@ inline MPI_Comm comm_of(const std::vector<int>& world_ranks, int rank) {
   tcoll::detail::mpi::check(rc, "MPI_Comm_create_group", rank);
   return comm;
 }
+#endif
 
+/// The transports between nodes of one group over MPI.
+struct mpi_links {
+  std::unique_ptr<internode_transport> flat;  ///< every rank of the group, ranked as the group
+  std::unique_ptr<internode_transport> inter; ///< this local index on every node; null if none
+};
+
+/// Collective over the group's ranks (`world_ranks`, from `world_ranks()`): a communicator
+/// of them for the flat collectives, and one per local index below the group's shards
+/// across nodes (ranked by node) for the hierarchy's inter-node level. `inter_index` is
+/// this rank's local index, or -1 where it takes no part in that level.
+inline mpi_links connect([[maybe_unused]] const std::vector<int>& world_ranks,
+                         [[maybe_unused]] int rank, [[maybe_unused]] int node,
+                         [[maybe_unused]] int inter_index,
+                         [[maybe_unused]] std::chrono::milliseconds timeout) {
+  mpi_links links;
+#ifdef TCOLL_TORCH_MPI
+  tcoll::mpi_options options;
+  options.timeout = timeout;
+  MPI_Comm all = comm_of(world_ranks, rank);
+  MPI_Comm across = MPI_COMM_NULL;
+  const int rc = MPI_Comm_split(all, inter_index >= 0 ? inter_index : MPI_UNDEFINED, node, &across);
+  try {
+    tcoll::detail::mpi::check(rc, "MPI_Comm_split", rank);
+    links.flat =
+        std::make_unique<internode_transport>(std::make_unique<tcoll::mpi_transport>(all, options));
+    if (across != MPI_COMM_NULL)
+      links.inter = std::make_unique<internode_transport>(
+          std::make_unique<tcoll::mpi_transport>(across, options));
+  } catch (...) {
+    if (across != MPI_COMM_NULL) MPI_Comm_free(&across);
+    MPI_Comm_free(&all);
+    throw;
+  }
+  if (across != MPI_COMM_NULL) MPI_Comm_free(&across); // the transports keep duplicates
+  MPI_Comm_free(&all);
+#else
+  throw tcoll::invalid_argument("MPI ranks given, but the extension was built without MPI", rank);
+#endif
+  return links;
+}
+
+#ifdef TCOLL_TORCH_MPI
 /// MPI_Finalize, where this extension initialised MPI and nobody finalised it.
 inline void finalize_if_initialised_here() {
   int finalized = 0;

@@ -33,6 +33,14 @@ struct shm_options {
   /// Failed polls before a waiting rank starts yielding the CPU (0: yield at once). With
   /// more ranks on the node than cores, waits always yield at once.
   int spins_before_yield = 2000;
+  /// A wait that has yielded for this long sleeps `idle_sleep` between polls from then on,
+  /// leaving its core to computation that runs beside it (with more threads than cores, a
+  /// yielding thread still takes its share of a core: a communication thread waiting for a
+  /// peer that is still computing slows that computation down). Zero, the default: waits
+  /// only yield.
+  std::chrono::microseconds sleep_after{0};
+  /// The sleep between two polls of such a wait: the latency it may add to the wait.
+  std::chrono::microseconds idle_sleep{50};
 };
 
 namespace detail::shm {
@@ -52,6 +60,10 @@ inline void check_options(const shm_options& o, int rank) {
         "shm_transport: options.slot_bytes must be a multiple of 64 in [64, 2^30], got " +
             std::to_string(o.slot_bytes),
         rank);
+  if (o.sleep_after.count() < 0 || o.idle_sleep.count() < 1)
+    throw invalid_argument("shm_transport: options.sleep_after must be >= 0 and "
+                           "options.idle_sleep >= 1 us",
+                           rank);
   if (o.single_copy_piece_bytes < 64 || o.single_copy_piece_bytes % 64)
     throw invalid_argument("shm_transport: options.single_copy_piece_bytes must be a positive "
                            "multiple of 64, got " +
