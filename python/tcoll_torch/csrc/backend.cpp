@@ -1337,13 +1337,18 @@ c10::intrusive_ptr<c10d::Backend> create_backend(const c10::intrusive_ptr<c10d::
 } // namespace tcoll_torch
 
 namespace tcoll_torch {
-/// `time_raw_allreduce` of the tcoll backend of a process group (the object
-/// `group._get_backend(torch.device("cpu"))` returns).
+/// `b` (the object `group._get_backend(torch.device("cpu"))` returns) as a tcoll backend;
+/// otherwise an error naming `what`, the function asked.
+backend& tcoll_backend(const c10::intrusive_ptr<c10d::Backend>& b, const char* what) {
+  auto* mine = dynamic_cast<backend*>(b.get());
+  TORCH_CHECK(mine, "tcoll: ", what, ": not a tcoll backend");
+  return *mine;
+}
+
+/// `time_raw_allreduce` of the tcoll backend of a process group.
 double time_raw_allreduce(const c10::intrusive_ptr<c10d::Backend>& b, std::size_t bytes,
                           int iters) {
-  auto* mine = dynamic_cast<backend*>(b.get());
-  TORCH_CHECK(mine, "tcoll: time_raw_allreduce: not a tcoll backend");
-  return mine->time_raw_allreduce(bytes, iters);
+  return tcoll_backend(b, "time_raw_allreduce").time_raw_allreduce(bytes, iters);
 }
 } // namespace tcoll_torch
 
@@ -1385,9 +1390,7 @@ private:
 namespace tcoll_torch {
 /// What carries a tcoll backend's messages between nodes: "mpi", "gloo" or "none".
 std::string internode_of(const c10::intrusive_ptr<c10d::Backend>& b) {
-  auto* mine = dynamic_cast<backend*>(b.get());
-  TORCH_CHECK(mine, "tcoll: internode_of: not a tcoll backend");
-  return mine->internode();
+  return tcoll_backend(b, "internode_of").internode();
 }
 
 /// mpi_link::world_ranks with its tcoll errors as Python ValueErrors.
@@ -1399,28 +1402,12 @@ std::vector<int> mpi_world_ranks(const c10::intrusive_ptr<c10d::Store>& store, i
   }
 }
 
-/// MPI_Finalize where this extension initialised MPI (at exit; tcoll_torch/__init__.py).
-void mpi_finalize() {
-#ifdef TCOLL_TORCH_MPI
-  mpi_link::finalize_if_initialised_here();
-#endif
-}
-
-bool mpi_initialised_here() {
-#ifdef TCOLL_TORCH_MPI
-  return mpi_link::initialised_here();
-#else
-  return false;
-#endif
-}
 } // namespace tcoll_torch
 
 namespace tcoll_torch {
 /// The layout a tcoll backend runs with (tests, TCOLL_DEBUG users).
 std::tuple<int, int, int, int, int> layout_of(const c10::intrusive_ptr<c10d::Backend>& b) {
-  auto* mine = dynamic_cast<backend*>(b.get());
-  TORCH_CHECK(mine, "tcoll: layout_of: not a tcoll backend");
-  return mine->layout();
+  return tcoll_backend(b, "layout_of").layout();
 }
 } // namespace tcoll_torch
 
@@ -1428,9 +1415,7 @@ namespace tcoll_torch {
 /// Messages this rank has sent from registered memory on its node's transport (tests: the
 /// staged allreduce sends from its registered buffers).
 std::uint64_t registered_messages(const c10::intrusive_ptr<c10d::Backend>& b) {
-  auto* mine = dynamic_cast<backend*>(b.get());
-  TORCH_CHECK(mine, "tcoll: registered_messages: not a tcoll backend");
-  return mine->registered_messages();
+  return tcoll_backend(b, "registered_messages").registered_messages();
 }
 } // namespace tcoll_torch
 
@@ -1447,10 +1432,11 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("mpi_world_ranks", &tcoll_torch::mpi_world_ranks,
         "every rank's MPI_COMM_WORLD rank when MPI is to carry the group's messages between "
         "nodes, else [] (collective through the store; TCOLL_TORCH_INTERNODE)");
-  m.def("mpi_finalize", &tcoll_torch::mpi_finalize,
+  m.def("mpi_finalize", &tcoll_torch::mpi_link::finalize_if_initialised_here,
         "MPI_Finalize, if this extension initialised MPI");
-  m.def("mpi_initialised_here", &tcoll_torch::mpi_initialised_here,
-        "whether this extension called MPI_Init_thread");
+  m.def(
+      "mpi_initialised_here", [] { return tcoll_torch::mpi_link::initialised_here(); },
+      "whether this extension called MPI_Init_thread");
   m.def("internode_of", &tcoll_torch::internode_of,
         "what carries a tcoll backend's messages between nodes: mpi, gloo or none");
   m.attr("built_with_mpi") = tcoll_torch::mpi_link::built_with_mpi();

@@ -75,13 +75,13 @@ inline int launcher_world_size() {
 #endif
   return v ? std::atoi(v) : 0;
 }
+#endif
 
 /// True when this extension called MPI_Init_thread (so it finalises at exit).
 inline bool& initialised_here() {
   static bool here = false;
   return here;
 }
-#endif
 
 /// Makes MPI ready on this rank if it may serve as the inter-node engine of a group of
 /// `group_size` ranks: initialises it at MPI_THREAD_MULTIPLE where nobody has and the group
@@ -254,13 +254,13 @@ inline mpi_links connect([[maybe_unused]] const std::vector<int>& world_ranks,
   return links;
 }
 
-#ifdef TCOLL_TORCH_MPI
 /// MPI_Finalize, where this extension initialised MPI and nobody finalised it.
 inline void finalize_if_initialised_here() {
+#ifdef TCOLL_TORCH_MPI
   int finalized = 0;
   MPI_Finalized(&finalized);
   if (initialised_here() && !finalized) MPI_Finalize();
-}
 #endif
+}
 
 } // namespace tcoll_torch::mpi_link
