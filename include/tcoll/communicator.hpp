@@ -43,7 +43,7 @@ concept communicator = transport<C> || composite_communicator<C>;
 
 namespace detail {
 
-/// Draws the message spaces of one collective on `c` (throws the cause if `c` is broken).
+/// Draws the message spaces of one collective on `c` (throws, naming the cause, if `c` is broken).
 template <transport Tr>
 int begin_on(Tr& t) {
   return begin_collective(t);

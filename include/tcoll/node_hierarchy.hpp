@@ -20,6 +20,8 @@
 #include <optional>
 #include <string>
 #include <thread>
+#include <utility>
+#include <vector>
 
 #include "algorithm/hierarchical.hpp"
 #include "core/error.hpp"
@@ -76,6 +78,10 @@ public:
       if (static_cast<unsigned>(machine_size) > std::max(1u, std::thread::hardware_concurrency()))
         options.intra.spins_before_yield = 0;
     }
+    // the world rank of every rank of each level, so that errors name world ranks
+    hierarchy_shape shape{rank, size, 0};
+    shape.intra_world_ranks.resize(static_cast<std::size_t>(local_size));
+    MPI_Allgather(&rank, 1, MPI_INT, shape.intra_world_ranks.data(), 1, MPI_INT, node);
     try {
       intra_ = std::make_unique<shm_transport>(node, options.intra);
     } catch (...) {
@@ -90,10 +96,15 @@ public:
     MPI_Comm across = MPI_COMM_NULL;
     MPI_Comm_split(comm, local < shards ? local : MPI_UNDEFINED, rank, &across);
     if (across != MPI_COMM_NULL) {
+      int nodes = 0;
+      MPI_Comm_size(across, &nodes);
+      shape.inter_world_ranks.resize(static_cast<std::size_t>(nodes));
+      MPI_Allgather(&rank, 1, MPI_INT, shape.inter_world_ranks.data(), 1, MPI_INT, across);
       inter_ = std::make_unique<mpi_transport>(across, options.inter);
       MPI_Comm_free(&across);
     }
-    machine_.emplace(*intra_, inter_.get(), hierarchy_shape{rank, size, shards});
+    shape.shards = shards;
+    machine_.emplace(*intra_, inter_.get(), std::move(shape));
   }
   mpi_node_hierarchy(const mpi_node_hierarchy&) = delete;
   mpi_node_hierarchy& operator=(const mpi_node_hierarchy&) = delete;

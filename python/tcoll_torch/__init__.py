@@ -65,7 +65,7 @@ def _create(store, rank, size, timeout):
     # Gloo headers for C++, so the Gloo groups are made here.
     global _finalize_registered
     layout = _C.node_layout(store, rank, size)
-    node, nodes, local_rank, _, shards = layout
+    node, nodes, local_rank, _, shards, _ = layout
     flat = inter = None
     mpi_ranks = []
     if nodes > 1:

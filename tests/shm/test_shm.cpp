@@ -415,6 +415,44 @@ TEST_CASE("shm: hierarchical<shm, mpi> (mpi_node_hierarchy) equals MPI_Allreduce
                   tcoll::invalid_argument);
 }
 
+TEST_CASE("shm: hierarchical<shm, mpi> errors name world ranks, also once it is broken") {
+  // 2 ranks per emulated node, the last rank never calls: its node peer times out inside
+  // the node, the others across nodes or by abort; each names its world rank (the
+  // transports' own ranks are local) and a peer of its node or of its local index
+  const int P = world_size();
+  if (P < 3) return;
+  tcoll::node_hierarchy_options o{.ranks_per_node = 2};
+  o.intra.timeout = 500ms;
+  o.inter.timeout = 500ms;
+  tcoll::mpi_node_hierarchy machine(MPI_COMM_WORLD, o);
+  const int r = machine.rank();
+  if (r != P - 1) {
+    std::vector<float> in(1000, 0.25f), out(1000);
+    const auto neighbour = [&](int q) { return q / 2 == r / 2 || q % 2 == r % 2; };
+    try {
+      tcoll::allreduce(machine.get(), in.data(), out.data(), in.size());
+      FAIL_CHECK("no error without rank " << P - 1);
+    } catch (const tcoll::error& e) {
+      CHECK_MESSAGE(e.rank() == r, e.what());
+      CHECK_MESSAGE(std::string(e.what()).find("[rank " + std::to_string(r) + "]") !=
+                        std::string::npos,
+                    e.what());
+      if (e.peer() >= 0) CHECK_MESSAGE((e.peer() != r && neighbour(e.peer())), e.what());
+      if (r == P - 2 && P % 2 == 0 && dynamic_cast<const tcoll::timeout_error*>(&e))
+        CHECK_MESSAGE(e.peer() == P - 1, e.what());
+    }
+    try {
+      tcoll::allreduce(machine.get(), in.data(), out.data(), in.size());
+      FAIL_CHECK("no error on the broken machine");
+    } catch (const tcoll::error& e) {
+      CHECK_MESSAGE(e.rank() == r, e.what());
+      CHECK_MESSAGE(std::string(e.what()).find("broken by an earlier failure") != std::string::npos,
+                    e.what());
+    }
+  }
+  MPI_Barrier(MPI_COMM_WORLD);
+}
+
 TEST_CASE("shm: registered buffers are collective, zeroed, looked up, and leave no file") {
   MPI_Barrier(MPI_COMM_WORLD);
   tcoll::shm_transport t(MPI_COMM_WORLD, small_slots());

@@ -4,9 +4,10 @@
 
 Rank r (MPI's rank) takes host name HOSTr (a UTS namespace, as harness.set_hostname), joins
 a tcoll process group through STORE_FILE and runs test_backend's body_nodes (allreduce of
-several dtypes and ops, the other collectives, a straggler), then an allreduce on a
-sub-group of ranks 0, 2 and 3 (on two nodes), and a group with a 2 s timeout on which the
-last rank stalls. It saves what it got to OUT_DIR/rank{r}.pt
+several dtypes and ops, the other collectives, a straggler, tcoll's DDP against PyTorch's
+on Gloo), then an allreduce on a sub-group of ranks 0, 2 and 3 (on two nodes), and a group
+with a 2 s timeout on which the last rank stalls (then calls again on the broken group). It
+saves what it got to OUT_DIR/rank{r}.pt
 for the test to check. It leaves the group to tcoll's exit handler, which destroys it and
 calls MPI_Finalize (mpirun fails the job when a process exits without it).
 """
@@ -64,6 +65,11 @@ def main():
             out["stall"] = "no error"
         except Exception as e:  # noqa: BLE001  the message is the result
             out["stall"] = (time.monotonic() - start, str(e))
+        try:  # the group is broken now and says so
+            dist.all_reduce(z, group=stalled)
+            out["broken"] = "no error"
+        except Exception as e:  # noqa: BLE001
+            out["broken"] = str(e)
     torch.save(out, os.path.join(out_dir, f"rank{rank}.pt"))
 
 

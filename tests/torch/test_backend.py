@@ -665,13 +665,15 @@ def body_absent(rank, size):
     else:
         return "no error"
     elapsed = time.monotonic() - start
+    again = time.monotonic()
     try:  # the group is broken now and says so at once
         dist.all_reduce(torch.ones(4))
     except RuntimeError as e:
         second = str(e)
     else:
         second = "no error"
-    return {"first": first, "second": second, "elapsed": elapsed}
+    return {"first": first, "second": second, "elapsed": elapsed,
+            "second_elapsed": time.monotonic() - again}
 
 
 def tcoll_files_in_dev_shm():
@@ -712,7 +714,8 @@ def test_rank_that_never_calls_times_out_and_breaks_the_group():
     assert isinstance(res, dict), res
     assert "peer 1" in res["first"] or "rank 1" in res["first"], res["first"]
     assert res["elapsed"] < 15, res["elapsed"]
-    assert res["second"] != "no error"
+    assert "broken by an earlier failure" in res["second"], res["second"]
+    assert res["second_elapsed"] < 1, res["second_elapsed"]
     assert tcoll_files_in_dev_shm() == before
 
 
@@ -850,6 +853,12 @@ def body_nodes(rank, size, cases, n):
     dist.broadcast(x, src=size - 1)
     dist.all_reduce(y)
     out["straggler"] = (x, y)
+    # tcoll_torch.DistributedDataParallel across the nodes (its buckets on the hierarchy)
+    # against PyTorch's DDP on Gloo: integer-valued data for 2 steps (later steps leave the
+    # range where float sums are exact in any order), then fractional data
+    from test_ddp import body_compare
+    out["ddp"] = (body_compare(rank, size, [7], ["optimal", "layerwise"], True, 2, {})
+                  + body_compare(rank, size, [8], ["optimal"], False, 3, {}))
     return out
 
 
@@ -894,6 +903,18 @@ def check_nodes(results, hosts, cases):
         assert torch.equal(x, torch.full((1000,), float(size - 1))), f"straggler rank {r}"
         check_close(y, want, "float32", f"allreduce with a straggler, rank {r}")
         assert same_bits(y, results[0]["straggler"][1])
+    for r in range(size):
+        for k, case in enumerate(results[r]["ddp"]):
+            label = f"DDP across nodes, rank {r}, case {k} (planner {case['planner']})"
+            for i, (a, b) in enumerate(zip(case["ours"], case["theirs"])):
+                assert same_bits(a, results[0]["ddp"][k]["ours"][i]), f"{label}: param {i}"
+                # integer-valued data: exactly PyTorch's DDP on Gloo where the average is
+                # exact (a power-of-two rank count; Gloo's DDP divides before it sums)
+                if k < 2 and size & (size - 1) == 0:
+                    assert same_bits(a, b), f"{label}: parameter {i} differs from DDP on Gloo"
+                else:  # within the reassociation bound, relative to the tensor's scale
+                    err = (a - b).abs().max().item()
+                    assert err <= 1e-5 * b.abs().max().item(), f"{label}: param {i} off by {err}"
     n = 257
     xs = [make_input(r, n, "float32", "SUM", 7) for r in range(size)]
     for r in range(size):
@@ -999,3 +1020,10 @@ def test_emulated_nodes_over_mpi(tmp_path):
         took, error = results[r]["stall"]
         assert "timed out after 2000 ms" in error or "aborted" in error, error
         assert 1.5 < took < 10, (r, took, error)
+        # errors name group ranks, not the ranks inside a node or across nodes: rank 2 is
+        # local rank 0 of node b, whose only peer there is rank 3
+        assert f"[rank {r}]" in error, (r, error)
+        if r == 2 and "timed out" in error:
+            assert "[peer 3]" in error, error
+        assert "broken by an earlier failure" in results[r]["broken"], results[r]["broken"]
+        assert f"[rank {r}]" in results[r]["broken"], results[r]["broken"]

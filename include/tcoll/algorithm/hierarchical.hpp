@@ -69,6 +69,13 @@ struct hierarchy_shape {
   int world_rank = 0; ///< rank among all ranks (for error messages and tests)
   int world_size = 1; ///< number of ranks of all groups (avg divides by it)
   int shards = 1;     ///< smallest group size; local ranks below it have an inter transport
+  /// World rank of each rank of the group transport, and of the transport across groups
+  /// (empty on a rank without one). Given, an error either transport raises in its own
+  /// ranks is raised again (same class) naming world ranks, the transport's own ranks
+  /// quoted in the message. Leave them empty for transports that name world ranks already
+  /// (the `subgroup` views of `split_groups`).
+  std::vector<int> intra_world_ranks{};
+  std::vector<int> inter_world_ranks{};
 };
 
 /// Two transports composed into one two-level machine. `inter` may be null on ranks whose
@@ -96,6 +103,9 @@ public:
       throw invalid_argument("hierarchical: local rank " + std::to_string(l) + " is below shards " +
                                  std::to_string(shape.shards) + " but has no inter transport",
                              shape.world_rank);
+    check_world_ranks(shape.intra_world_ranks, intra.size(), l, "intra_world_ranks");
+    if (inter)
+      check_world_ranks(shape.inter_world_ranks, inter->size(), inter->rank(), "inter_world_ranks");
   }
 
   int rank() const noexcept { return shape_.world_rank; }
@@ -244,28 +254,32 @@ public:
       detail::executor<Intra, R, T, PhaseOp> ex(*intra_, red, pop, sendbuf, count, recvbuf, count,
                                                 intra_tag);
       if (opt.form == hierarchical_form::leader) {
-        leader_phase1(ex, g, l, count);
+        in_group([&] { leader_phase1(ex, g, l, count); });
         if (l == 0) {
-          detail::allreduce_tagged(*inter_, inter_tag, recvbuf, recvbuf, count, pop, opt.inter,
-                                   red);
+          across_groups([&] {
+            detail::allreduce_tagged(*inter_, inter_tag, recvbuf, recvbuf, count, pop, opt.inter,
+                                     red);
+          });
           red.finalize(op, recvbuf, count, shape_.world_size);
           red.synchronize();
         }
-        leader_phase3(ex, g, l, count);
+        in_group([&] { leader_phase3(ex, g, l, count); });
         return;
       }
       if constexpr (allreduce_algorithm<InterAlgo>) {
         sharded_pipelined(sendbuf, recvbuf, count, op, pop, opt, red, intra_tag, inter_tag);
       } else {
-        sharded_phase1(ex, g, l, m, count, opt.intra, sizeof(T));
+        in_group([&] { sharded_phase1(ex, g, l, m, count, opt.intra, sizeof(T)); });
         if (l < m) {
           T* shard = recvbuf + detail::chunk_begin(count, m, l);
           const std::size_t n = detail::chunk_size(count, m, l);
-          detail::allreduce_tagged(*inter_, inter_tag, shard, shard, n, pop, opt.inter, red);
+          across_groups([&] {
+            detail::allreduce_tagged(*inter_, inter_tag, shard, shard, n, pop, opt.inter, red);
+          });
           red.finalize(op, shard, n, shape_.world_size);
           red.synchronize();
         }
-        sharded_phase3(ex, g, l, m, count, opt.intra, sizeof(T));
+        in_group([&] { sharded_phase3(ex, g, l, m, count, opt.intra, sizeof(T)); });
       }
     } catch (...) {
       const auto cause = std::current_exception();
@@ -348,16 +362,69 @@ private:
       if (t >= 2) intra_phase(t - 2, true, a);
       if (t >= 1 && t - 1 < S && l < m) inter_phase(t - 1, b);
       for (std::size_t i = 0; i < std::max(a.size(), b.size()); ++i) {
-        if (i < a.size()) a[i].post();
-        if (i < b.size()) b[i].post();
-        if (i < a.size()) a[i].finish();
-        if (i < b.size()) b[i].finish();
+        if (i < a.size()) in_group(a[i].post);
+        if (i < b.size()) across_groups(b[i].post);
+        if (i < a.size()) in_group(a[i].finish);
+        if (i < b.size()) across_groups(b[i].finish);
       }
       // every round of this stage has completed: its executors can go
       intra_ex.clear();
       inter_ex.clear();
       recs.clear();
     }
+  }
+
+  /// `f()`, with an error the group transport raises in its own ranks named in world ranks
+  /// (see hierarchy_shape::intra_world_ranks).
+  template <class F>
+  void in_group(F&& f) {
+    naming_world_ranks(*intra_, shape_.intra_world_ranks, "inside the group", f);
+  }
+  /// `f()`, with an error the transport across groups raises named in world ranks.
+  template <class F>
+  void across_groups(F&& f) {
+    naming_world_ranks(*inter_, shape_.inter_world_ranks, "across groups", f);
+  }
+  template <class Tr, class F>
+  void naming_world_ranks(Tr& t, const std::vector<int>& world_of, const char* where, F& f) {
+    if (world_of.empty()) return f();
+    try {
+      f();
+    } catch (const error& e) {
+      if (e.rank() != t.rank()) throw; // not raised in the transport's own ranks
+      const auto world = [&](int r) {
+        return r >= 0 && r < static_cast<int>(world_of.size())
+                   ? world_of[static_cast<std::size_t>(r)]
+                   : -1;
+      };
+      std::string own = " (" + std::string(where) + ": rank " + std::to_string(e.rank());
+      if (e.peer() >= 0) own += ", peer " + std::to_string(e.peer());
+      detail::throw_like(e, e.message() + own + ")", shape_.world_rank, world(e.peer()));
+    }
+  }
+
+  /// A world-rank map of hierarchy_shape: empty, or one distinct rank in [0, world_size)
+  /// per rank of its transport, this rank's own world rank at `own`.
+  void check_world_ranks(const std::vector<int>& ranks, int size, int own, const char* what) const {
+    if (ranks.empty()) return;
+    const int wr = shape_.world_rank;
+    if (static_cast<int>(ranks.size()) != size)
+      throw invalid_argument("hierarchical: " + std::string(what) + " has " +
+                                 std::to_string(ranks.size()) + " entries for a transport of " +
+                                 std::to_string(size) + " ranks",
+                             wr);
+    for (std::size_t i = 0; i < ranks.size(); ++i)
+      if (ranks[i] < 0 || ranks[i] >= shape_.world_size ||
+          std::count(ranks.begin(), ranks.end(), ranks[i]) != 1)
+        throw invalid_argument("hierarchical: " + std::string(what) + "[" + std::to_string(i) +
+                                   "] = " + std::to_string(ranks[i]) +
+                                   " is outside [0, world_size) or listed twice",
+                               wr);
+    if (ranks[static_cast<std::size_t>(own)] != wr)
+      throw invalid_argument("hierarchical: " + std::string(what) + "[" + std::to_string(own) +
+                                 "] is " + std::to_string(ranks[static_cast<std::size_t>(own)]) +
+                                 ", not this rank's world rank",
+                             wr);
   }
 
   static std::size_t segment(const ring& knobs, std::size_t elem_bytes) {

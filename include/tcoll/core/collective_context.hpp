@@ -8,8 +8,9 @@
 ///    The rule is MPI's: every rank starts the collectives of one transport in the same
 ///    order (then the k-th collective has the same tag on every rank).
 ///  - **Broken state.** A collective that fails (timeout, transport error, abort) marks its
-///    transport broken with the exception that caused it; every later collective throws
-///    that cause at once instead of matching stale messages of the failed one.
+///    transport broken with the exception that caused it; every later collective throws at
+///    once (an error of the cause's class saying the transport is broken, with the cause's
+///    text) instead of matching stale messages of the failed one.
 ///  - **Attachments.** Layers above (the communication engine of `schedule/`) hang their
 ///    per-transport state here, so it lives and dies with the transport.
 /// A transport owns one and exposes it as `collective_context& collectives() noexcept`;
@@ -60,7 +61,7 @@ public:
   collective_context& operator=(const collective_context&) = delete;
   ~collective_context() { detach(); }
 
-  /// Starts a collective on rank `rank`: throws the cause if the transport is broken,
+  /// Starts a collective on rank `rank`: throws if the transport is broken,
   /// otherwise returns the tag of the collective's message space.
   int begin(int rank) {
     throw_if_broken(rank);
@@ -92,12 +93,25 @@ public:
     std::lock_guard lock(mutex_);
     return cause_;
   }
-  /// Rethrows the cause if the transport is broken.
+  /// Throws if the transport is broken: an error of the cause's class (a tcoll error keeps
+  /// its class, rank and peer; anything else becomes an `aborted_error`) whose message says
+  /// the transport is broken and quotes the cause, so a caller can tell a later call that
+  /// failed at once from the failure itself.
   void throw_if_broken(int rank) const {
     if (!broken()) return;
-    std::exception_ptr c = cause();
-    if (c) std::rethrow_exception(c);
-    throw aborted_error("the transport is broken by an earlier failure", rank);
+    static constexpr const char* broken_by = "the transport is broken by an earlier failure";
+    const std::exception_ptr c = cause();
+    if (!c) throw aborted_error(broken_by, rank);
+    try {
+      std::rethrow_exception(c);
+    } catch (const error& e) {
+      detail::throw_like(e, std::string(broken_by) + " (" + e.message() + ")",
+                         e.rank() >= 0 ? e.rank() : rank, e.peer());
+    } catch (const std::exception& e) {
+      throw aborted_error(std::string(broken_by) + " (" + e.what() + ")", rank);
+    } catch (...) {
+      throw aborted_error(broken_by, rank);
+    }
   }
 
   /// The attachment of type `A`, created by `make()` on first use.

@@ -11,11 +11,13 @@ namespace tcoll {
 class error : public std::runtime_error {
 public:
   explicit error(const std::string& what, int rank = -1, int peer = -1)
-      : std::runtime_error(decorate(what, rank, peer)), rank_(rank), peer_(peer) {}
+      : std::runtime_error(decorate(what, rank, peer)), rank_(rank), peer_(peer), message_(what) {}
   /// Rank that detected the error (-1 if not known).
   int rank() const noexcept { return rank_; }
   /// Peer involved in the failing operation (-1 if none).
   int peer() const noexcept { return peer_; }
+  /// The message without the "tcoll [rank r] [peer p]: " prefix that `what()` adds.
+  const std::string& message() const noexcept { return message_; }
 
 private:
   static std::string decorate(const std::string& what, int rank, int peer) {
@@ -26,6 +28,7 @@ private:
   }
   int rank_;
   int peer_;
+  std::string message_;
 };
 
 /// An argument failed validation (null pointer, overlap, overflow, bad root, ...).
@@ -57,5 +60,21 @@ class duplicate_contribution : public error {
 public:
   using error::error;
 };
+
+namespace detail {
+
+/// Throws an error of the same class as `e` (one of the classes above) with message `what`,
+/// `rank` and `peer`: a layer that re-words a lower layer's error keeps what callers catch.
+[[noreturn]] inline void throw_like(const error& e, const std::string& what, int rank, int peer) {
+  if (dynamic_cast<const timeout_error*>(&e)) throw timeout_error(what, rank, peer);
+  if (dynamic_cast<const aborted_error*>(&e)) throw aborted_error(what, rank, peer);
+  if (dynamic_cast<const transport_error*>(&e)) throw transport_error(what, rank, peer);
+  if (dynamic_cast<const invalid_argument*>(&e)) throw invalid_argument(what, rank, peer);
+  if (dynamic_cast<const duplicate_contribution*>(&e))
+    throw duplicate_contribution(what, rank, peer);
+  throw error(what, rank, peer);
+}
+
+} // namespace detail
 
 } // namespace tcoll

@@ -26,7 +26,7 @@ collective_context* context_of(Tr& t) noexcept {
     return nullptr;
 }
 
-/// Starts a collective on `t`: throws the cause if `t` is broken, else returns its tag.
+/// Starts a collective on `t`: throws, naming the cause, if `t` is broken, else returns its tag.
 template <class Tr>
 int begin_collective(Tr& t) {
   if (collective_context* c = context_of(t)) return c->begin(t.rank());

@@ -323,7 +323,7 @@ engine& engine_of(C& comm) {
 /// once (throwing if `comm` is broken), so calls start in queue order on every transport
 /// of `comm`; on the engine thread it checks `comm` again and runs the body under
 /// `guarded_on` (a failure breaks every transport of `comm`). A collective whose
-/// communicator broke while it was queued throws the cause without communicating.
+/// communicator broke while it was queued throws without communicating (naming the cause).
 /// `done(error)` runs on the engine thread once the collective has finished, in every
 /// outcome after it was queued (succeeded, failed, skipped because the communicator broke
 /// or was destroyed), before the request completes.

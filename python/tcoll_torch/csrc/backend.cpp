@@ -345,6 +345,15 @@ public:
   /// `shards` is the smallest node's size (hierarchy_shape::shards).
   struct node_layout {
     int node = 0, nodes = 1, local_rank = 0, local_size = 1, shards = 1;
+    std::vector<int> node_of{}; ///< the node of every rank of the group
+
+    /// The group ranks on node `n`, in local-rank order.
+    std::vector<int> members(int n) const {
+      std::vector<int> m;
+      for (std::size_t q = 0; q < node_of.size(); ++q)
+        if (node_of[q] == n) m.push_back(static_cast<int>(q));
+      return m;
+    }
   };
 
   /// `layout`: from `node_layout_of`. Across nodes the messages between nodes travel over
@@ -397,9 +406,18 @@ public:
         inter_ = std::make_unique<internode_transport>(
             std::make_unique<c10d_transport>(inter_group_, timeout));
     }
-    if (layout_.nodes > 1)
+    if (layout_.nodes > 1) {
+      // the group rank of every rank of both levels, so that errors name group ranks: the
+      // ranks of this node, and the ranks of this local index on every node
+      tcoll::hierarchy_shape shape{rank, size, layout_.shards};
+      shape.intra_world_ranks = layout_.members(layout_.node);
+      if (inter_)
+        for (int n = 0; n < layout_.nodes; ++n)
+          shape.inter_world_ranks.push_back(
+              layout_.members(n).at(static_cast<std::size_t>(layout_.local_rank)));
       machine_ = std::make_unique<tcoll::hierarchical<tcoll::shm_transport, internode_transport>>(
-          *shm_, inter_.get(), tcoll::hierarchy_shape{rank, size, layout_.shards});
+          *shm_, inter_.get(), std::move(shape));
+    }
     if (debug_enabled() && rank == 0)
       std::fprintf(stderr,
                    "[tcoll] group of %d ranks on %d node(s): shm_transport inside a node (single "
@@ -430,6 +448,7 @@ public:
       if (it == distinct.end()) distinct.push_back(ids[q]), members.push_back(0);
       if (q == rank) l.node = node, l.local_rank = members[node];
       ++members[node];
+      l.node_of.push_back(node);
     }
     l.nodes = static_cast<int>(distinct.size());
     l.local_size = members[l.node];
@@ -1309,29 +1328,31 @@ private:
   }();
 };
 
-/// The layout of a group (collective over its ranks): (node, nodes, local_rank, local_size,
-/// shards).
-std::tuple<int, int, int, int, int> node_layout(const c10::intrusive_ptr<c10d::Store>& store,
-                                                int rank, int size) {
-  const auto l = backend::node_layout_of(*store, rank, size);
-  return {l.node, l.nodes, l.local_rank, l.local_size, l.shards};
+/// The layout of a group as Python sees it: (node, nodes, local_rank, local_size, shards,
+/// the node of every rank).
+using layout_tuple = std::tuple<int, int, int, int, int, std::vector<int>>;
+
+/// The layout of a group (collective over its ranks).
+layout_tuple node_layout(const c10::intrusive_ptr<c10d::Store>& store, int rank, int size) {
+  auto l = backend::node_layout_of(*store, rank, size);
+  return {l.node, l.nodes, l.local_rank, l.local_size, l.shards, std::move(l.node_of)};
 }
 
 /// Makes the backend of one group (tcoll_torch/__init__.py calls it for
 /// `torch.distributed.Backend.register_backend`).
-c10::intrusive_ptr<c10d::Backend> create_backend(const c10::intrusive_ptr<c10d::Store>& store,
-                                                 int rank, int size,
-                                                 const std::chrono::duration<float>& timeout,
-                                                 std::tuple<int, int, int, int, int> layout,
-                                                 c10::intrusive_ptr<c10d::Backend> flat_group,
-                                                 c10::intrusive_ptr<c10d::Backend> inter_group,
-                                                 const std::vector<int>& mpi_ranks) {
+c10::intrusive_ptr<c10d::Backend>
+create_backend(const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
+               const std::chrono::duration<float>& timeout, layout_tuple layout,
+               c10::intrusive_ptr<c10d::Backend> flat_group,
+               c10::intrusive_ptr<c10d::Backend> inter_group, const std::vector<int>& mpi_ranks) {
   const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(timeout);
-  const auto [node, nodes, local_rank, local_size, shards] = layout;
+  auto& [node, nodes, local_rank, local_size, shards, node_of] = layout;
+  TORCH_CHECK(static_cast<int>(node_of.size()) == size, "tcoll: rank ", rank,
+              ": the layout names the node of ", node_of.size(), " ranks, not ", size);
   return c10::make_intrusive<backend>(
       store, rank, size, ms.count() > 0 ? ms : std::chrono::milliseconds(1800000),
-      backend::node_layout{node, nodes, local_rank, local_size, shards}, std::move(flat_group),
-      std::move(inter_group), mpi_ranks);
+      backend::node_layout{node, nodes, local_rank, local_size, shards, std::move(node_of)},
+      std::move(flat_group), std::move(inter_group), mpi_ranks);
 }
 
 } // namespace tcoll_torch

@@ -198,6 +198,22 @@ void absent_peer_case(Tr& t, int absent, const Algo& algo, std::size_t n = 1000,
   CHECK_MESSAGE(elapsed < 3 * t.timeout() + std::chrono::seconds(1),
                 what << ": took " << std::chrono::duration<double>(elapsed).count() << " s");
   check_equal(b.download(in, n), init, what + ": input must stay untouched");
+  // the transport is broken now: the next call fails at once and says so, naming the rank
+  const auto again = clock::now();
+  try {
+    allreduce(t, static_cast<const T*>(in.data()), out.data(), n, sum_op{}, algo, b.reducer());
+    FAIL_CHECK(what << ": the call after the failure did not throw");
+  } catch (const error& e) {
+    const std::string msg = e.what();
+    CHECK_MESSAGE(msg.find("broken by an earlier failure") != std::string::npos,
+                  what << ": " << msg);
+    CHECK_MESSAGE(msg.find(rank_tag) != std::string::npos, what << ": " << msg);
+    CHECK_MESSAGE(
+        (dynamic_cast<const timeout_error*>(&e) || dynamic_cast<const aborted_error*>(&e)),
+        what << ": the cause's class is kept: " << msg);
+  }
+  CHECK_MESSAGE(clock::now() - again < t.timeout(), what << ": the broken call waited");
+  check_equal(b.download(in, n), init, what + ": input must stay untouched after the retry");
 }
 
 } // namespace tcoll::testing
