@@ -19,16 +19,25 @@ tcoll's backend then runs the hierarchy (shared memory inside a node, Gloo's sen
 between nodes); inside `scripts/emulated_cluster.sh --no-mpi --rate 10gbit -- ...` every
 byte between processes over TCP crosses a loopback shaped to that rate (DDP on Gloo's
 whole allreduce, tcoll's inter-node level only).
+With --internode mpi (and --nodes > 1) the ranks are started by `mpirun` instead (this
+script starts it, over TCP only: `--mca btl self,tcp`), so tcoll's backend carries its
+messages between nodes over MPI (mpi_transport) instead of Gloo's send/recv; DDP on Gloo
+still talks Gloo. Inside `scripts/emulated_cluster.sh --no-mpi --rate R` MPI's TCP crosses
+the shaped loopback too.
 With --trace-dir, rank 0 writes for every tcoll planner the last measured iteration
 (`<model>_<ranks>r_<planner>_measured.json`, WAIT_FOR_DATA / QUEUE / ALLREDUCE per bucket)
 and the simulator's timeline of the same plan from the same measurements
 (`..._predicted.json`), Chrome traces to open side by side in Perfetto.
 """
 import argparse
+import datetime
 import json
 import os
+import shutil
 import statistics
+import subprocess
 import sys
+import tempfile
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -124,7 +133,62 @@ def body(rank, size, model_name, variants, warmup, iterations, trace_dir=None):
     return results
 
 
+def mpi_worker(out_dir, store, hostnames, args):
+    """One rank under mpirun (--internode mpi): its host name, the tcoll group through the
+    store file, the body; its results go to OUT_DIR/rank<r>.json for the parent."""
+    from harness import set_hostname
+    rank = int(os.environ["OMPI_COMM_WORLD_RANK"])
+    size = int(os.environ["OMPI_COMM_WORLD_SIZE"])
+    if hostnames and not set_hostname(hostnames[rank]):
+        sys.exit("ddp_speed: cannot make a UTS namespace (needs root)")
+    sys.path.insert(0, os.path.join(HERE, "..", "..", "python"))
+    import torch
+    import torch.distributed as dist
+
+    import tcoll_torch
+
+    torch.set_num_threads(1)
+    dist.init_process_group("tcoll", init_method="file://" + store, rank=rank,
+                            world_size=size, timeout=datetime.timedelta(seconds=600))
+    results = body(rank, size, *args)
+    internode = tcoll_torch._C.internode_of(dist.group.WORLD._get_backend(torch.device("cpu")))
+    assert internode == "mpi", f"rank {rank}: tcoll crosses nodes over {internode}, not MPI"
+    with open(os.path.join(out_dir, f"rank{rank}.json"), "w") as f:
+        json.dump(results, f)
+    # tcoll's exit handler destroys the groups and calls MPI_Finalize
+
+
+def run_under_mpirun(ranks, hostnames, args):
+    """Starts `ranks` workers under mpirun (TCP between them) and returns their results."""
+    mpirun = shutil.which("mpirun")
+    if not mpirun:
+        sys.exit("ddp_speed: --internode mpi needs mpirun")
+    work = tempfile.mkdtemp(prefix="ddp_speed_mpi_")
+    try:
+        env = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1",
+                   OMP_NUM_THREADS=os.environ.get("OMP_NUM_THREADS", "1"),
+                   TCOLL_TORCH_INTERNODE="mpi")
+        cmd = [mpirun, "--allow-run-as-root", "--oversubscribe", "--bind-to", "none",
+               "-np", str(ranks), "--mca", "btl", "self,tcp", "--mca", "btl_tcp_if_include",
+               "lo", "--mca", "oob_tcp_if_include", "lo", sys.executable,
+               os.path.abspath(__file__), "--mpi-worker", work,
+               json.dumps({"hostnames": hostnames, "args": args})]
+        subprocess.run(cmd, env=env, check=True, timeout=7200)
+        measured = []
+        for r in range(ranks):
+            with open(os.path.join(work, f"rank{r}.json")) as f:
+                measured.append(json.load(f))
+        return measured
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
 def main():
+    if len(sys.argv) == 4 and sys.argv[1] == "--mpi-worker":
+        job = json.loads(sys.argv[3])
+        mpi_worker(sys.argv[2], os.path.join(sys.argv[2], "store"), job["hostnames"],
+                   job["args"])
+        return
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--model", default="resnet18")
     parser.add_argument("--ranks", type=int, default=2)
@@ -138,17 +202,27 @@ def main():
                              "in a UTS namespace of its own (root), so tcoll runs its "
                              "hierarchy and crosses nodes over Gloo's TCP; run inside "
                              "scripts/emulated_cluster.sh --no-mpi to shape that link")
+    parser.add_argument("--internode", choices=["gloo", "mpi"], default="gloo",
+                        help="what carries tcoll's messages between emulated nodes: Gloo's "
+                             "send/recv (processes started here) or MPI (started by mpirun)")
     a = parser.parse_args()
     if not 1 <= a.nodes <= a.ranks:
         parser.error("--nodes must be in [1, --ranks]")
+    if a.internode == "mpi" and a.nodes < 2:
+        parser.error("--internode mpi needs --nodes >= 2")
     hostnames = ([f"emu-node{r * a.nodes // a.ranks}" for r in range(a.ranks)]
                  if a.nodes > 1 else None)
     if a.trace_dir:
         os.makedirs(a.trace_dir, exist_ok=True)
     variants = ["ddp/gloo", "ddp/tcoll"] + [f"tcoll/{p}" for p in a.planners.split(",") if p]
-    measured = run_ranks(body, a.ranks, a.model, variants, a.warmup, a.iterations,
-                         a.trace_dir and os.path.abspath(a.trace_dir), timeout_s=600,
-                         deadline=7200, hostnames=hostnames)
+    if a.internode == "mpi":
+        measured = run_under_mpirun(a.ranks, hostnames,
+                                    [a.model, variants, a.warmup, a.iterations,
+                                     a.trace_dir and os.path.abspath(a.trace_dir)])
+    else:
+        measured = run_ranks(body, a.ranks, a.model, variants, a.warmup, a.iterations,
+                             a.trace_dir and os.path.abspath(a.trace_dir), timeout_s=600,
+                             deadline=7200, hostnames=hostnames)
     alone = run_ranks(body, 1, a.model, ["compute"], a.warmup, a.iterations, init=True,
                       timeout_s=600, deadline=3600)[0]["compute"]
     compute_ms = statistics.median(alone["times"]) * 1e3
@@ -167,9 +241,10 @@ def main():
         rows.append(row)
     gloo_ms = rows[0]["ms"]
     ddp_tcoll_ms = rows[1]["ms"]
-    print(f"# {a.model}, {a.ranks} ranks on {a.nodes} node(s), median of {a.iterations} "
-          f"iterations after "
-          f"{a.warmup} warm-up; compute alone {compute_ms:.1f} ms")
+    between = f", {a.internode} between nodes" if a.nodes > 1 else ""
+    print(f"# {a.model}, {a.ranks} ranks on {a.nodes} node(s){between}, median of "
+          f"{a.iterations} iterations after {a.warmup} warm-up; compute alone "
+          f"{compute_ms:.1f} ms")
     print("| variant | ms/iter (min-max) | non-overlapped ms | buckets | predicted ms (error) "
           "| vs DDP/Gloo | vs DDP/tcoll |")
     print("|---|---|---|---|---|---|---|")
@@ -183,6 +258,7 @@ def main():
     if a.json:
         with open(a.json, "w") as f:
             json.dump({"model": a.model, "ranks": a.ranks, "nodes": a.nodes,
+                       "internode": a.internode if a.nodes > 1 else None,
                        "compute_ms": compute_ms,
                        "rows": rows}, f, indent=1)
 

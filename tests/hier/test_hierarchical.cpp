@@ -273,6 +273,15 @@ TEST_CASE("hierarchical: argument errors name the argument and the rank") {
       }
     }
     CHECK_THROWS_AS(split_groups(t, 0), invalid_argument);
+    // world-rank maps: one entry per rank of the transport, this rank's own at its place
+    using H = hierarchical<decltype(v.intra), decltype(v.intra)>;
+    const int wr = v.world_rank;
+    CHECK_THROWS_WITH_AS(H(v.intra, v.inter_ptr(), {wr, 4, v.shards, {wr}}),
+                         doctest::Contains("intra_world_ranks has 1 entries"), invalid_argument);
+    CHECK_THROWS_WITH_AS(H(v.intra, v.inter_ptr(), {wr, 4, v.shards, {(wr + 1) % 4, (wr + 2) % 4}}),
+                         doctest::Contains("not this rank's world rank"), invalid_argument);
+    CHECK_THROWS_WITH_AS(H(v.intra, v.inter_ptr(), {wr, 4, v.shards, {wr, wr}}),
+                         doctest::Contains("listed twice"), invalid_argument);
   });
 }
 
