@@ -57,43 +57,116 @@ def carry_state(old_state, old_layout, new_state, new_layout):
         at += numel
 
 
-class DistributedDataParallel(torch.nn.Module):
-    """A drop-in for ``torch.nn.parallel.DistributedDataParallel`` for CPU float32 models on
-    a process group whose CPU backend is ``tcoll`` (see the module docstring)."""
+class _SidePool:
+    """The gradients of the parameters of one dtype other than float32 (float64, float16,
+    bfloat16), each ``.grad`` a view into one flat tensor: averaged at the end of backward by
+    one allreduce of the group (tcoll's planners and schemes run on float32)."""
 
-    def __init__(self, module, process_group=None, planner="optimal", scheme="dense", *,
-                 wire="float32", find_unused_parameters=False, broadcast_buffers=True,
-                 autotune_iterations=3, check_plan=True, wire_scale=1.0, density=0.15,
-                 chunk_elements=32000, warmup_iterations=100, threshold_bytes=4 << 20,
-                 residual="error_feedback", momentum=0.9, rebuild_order=False):
+    def __init__(self, params):
+        self.params = list(params)
+        numel = sum(p.numel() for p in self.params)
+        self.flat = torch.zeros(numel, dtype=self.params[0].dtype)
+        self.views, at = [], 0
+        for p in self.params:
+            self.views.append(self.flat[at:at + p.numel()].view(p.shape))
+            at += p.numel()
+        self.marked = [False] * len(self.params)
+        with torch.no_grad():
+            for p, view in zip(self.params, self.views):
+                if p.grad is not None:
+                    view.copy_(p.grad)
+                    p.grad = view
+
+
+class DistributedDataParallel(torch.nn.Module):
+    """A drop-in for ``torch.nn.parallel.DistributedDataParallel`` for CPU models on a process
+    group whose CPU backend is ``tcoll`` (see the module docstring). It takes every argument
+    PyTorch's DDP takes, in the same order; tcoll's own knobs follow as keywords. Arguments
+    about devices and PyTorch's bucket layout have no meaning here and are accepted (see
+    docs/torch.md, "tcoll's DistributedDataParallel")."""
+
+    def __init__(self, module, device_ids=None, output_device=None, dim=0,
+                 broadcast_buffers=None, init_sync=True, process_group=None, bucket_cap_mb=None,
+                 find_unused_parameters=False, check_reduction=False,
+                 gradient_as_bucket_view=False, static_graph=False,
+                 delay_all_reduce_named_params=None, param_to_hook_all_reduce=None,
+                 mixed_precision=None, device_mesh=None, skip_all_reduce_unused_params=False,
+                 bucket_cap_mb_list=None, batched_grad_copy=False, forward_sync_buffers=None,
+                 lazy_bucket_allocation=False, *, planner="optimal", scheme="dense",
+                 wire="float32", autotune_iterations=3, check_plan=True, wire_scale=1.0,
+                 density=0.15, chunk_elements=32000, warmup_iterations=100,
+                 threshold_bytes=4 << 20, residual="error_feedback", momentum=0.9,
+                 rebuild_order=False):
         super().__init__()
         self.module = module
+        if device_mesh is not None:
+            if process_group is not None:
+                raise RuntimeError("tcoll_torch.DistributedDataParallel: pass process_group "
+                                   "or device_mesh, not both (as PyTorch's DDP)")
+            if device_mesh.ndim != 1:
+                raise RuntimeError("tcoll_torch.DistributedDataParallel: only a 1-D device_mesh "
+                                   f"is supported, got {device_mesh.ndim} dimensions")
+            process_group = device_mesh.get_group(mesh_dim=0)
         if process_group is None:
             process_group = dist.distributed_c10d._get_default_group()
         self.process_group = process_group
+        if device_ids or output_device is not None:
+            # PyTorch's DDP says the same for a CPU module
+            raise ValueError(
+                "DistributedDataParallel device_ids and output_device arguments only work with "
+                "single-device/multiple-device GPU modules or CPU modules, but got device_ids "
+                f"{device_ids}, output_device {output_device}, and module parameters "
+                f"{ {p.device for p in module.parameters()} } (tcoll_torch takes CPU modules)")
+        if mixed_precision is not None:
+            wire = self._wire_of(mixed_precision, wire)
+        self.device_ids = None
+        self.output_device = None
+        self.dim = dim
+        self.static_graph = static_graph
+        # static_graph: the same parameters are unused in every iteration, which the
+        # unused-parameter path handles as well (its one extra call is a tiny allreduce)
         self.find_unused_parameters = find_unused_parameters
-        self.broadcast_buffers = broadcast_buffers
+        self._find_unused = find_unused_parameters or static_graph
+        if forward_sync_buffers is not None:
+            self.forward_sync_buffers, init_sync_buffers = forward_sync_buffers, True
+        else:
+            self.forward_sync_buffers = broadcast_buffers if broadcast_buffers is not None else True
+            init_sync_buffers = self.forward_sync_buffers
         self.require_backward_grad_sync = True
+        # knobs of PyTorch's DDP that tcoll's reducer has no use for, kept for inspection
+        self.bucket_cap_mb = bucket_cap_mb
+        self.gradient_as_bucket_view = gradient_as_bucket_view
 
         params, seen = [], set()
         for name, p in module.named_parameters():
             if not p.requires_grad or id(p) in seen:
                 continue
             seen.add(id(p))
-            if p.device.type != "cpu" or p.dtype != torch.float32 or p.layout != torch.strided:
+            if p.device.type != "cpu" or p.layout != torch.strided or not p.is_floating_point():
                 raise ValueError(
                     f"tcoll_torch.DistributedDataParallel: parameter {name} is "
-                    f"{p.dtype} on {p.device} ({p.layout}); only dense CPU float32 parameters "
-                    "are supported")
+                    f"{p.dtype} on {p.device} ({p.layout}); only dense floating-point CPU "
+                    "parameters are supported")
             params.append(p)
         if not params:
             raise ValueError("tcoll_torch.DistributedDataParallel: the module has no parameter "
                              "that requires a gradient")
-        self._sync_module_states()
+        if init_sync:
+            self._broadcast(list(self.module.parameters()) +
+                            (list(self.module.buffers()) if init_sync_buffers else []))
 
-        # backward order: the reverse of registration, as DDP's first buckets assume
-        self._params = list(reversed(params))
-        self._rebuild_order = rebuild_order
+        # backward order: the reverse of registration, as DDP's first buckets assume. float32
+        # parameters go to tcoll's pool (planners, schemes, overlap with backward); each other
+        # dtype gets a side pool, averaged at the end of backward
+        backward_order = list(reversed(params))
+        self._params = [p for p in backward_order if p.dtype == torch.float32]
+        self._side = {}
+        for p in backward_order:
+            if p.dtype != torch.float32:
+                self._side.setdefault(p.dtype, []).append(p)
+        self._side = [_SidePool(ps) for _, ps in sorted(self._side.items(), key=lambda kv: str(kv[0]))]
+        self._side_of = {id(p): (pool, i) for pool in self._side for i, p in enumerate(pool.params)}
+        self._rebuild_order = rebuild_order and bool(self._params)
         options = reducer_options(
             planner=planner, scheme=scheme, wire=wire, autotune_iterations=autotune_iterations,
             check_plan=check_plan, wire_scale=wire_scale, density=density,
@@ -101,16 +174,57 @@ class DistributedDataParallel(torch.nn.Module):
             threshold_bytes=threshold_bytes, residual=residual, momentum=momentum)
         self._options = options
         self._backend = process_group._get_backend(torch.device("cpu"))
-        self._make_pool(self._params)
+        self._reducer = None
+        self._index, self._views = {}, []
+        if self._params:
+            self._make_pool(self._params)
+        # every parameter: used (its hook saw a gradient) since the last synchronized backward
+        self._names = {id(p): n for n, p in module.named_parameters()}
+        self._all = backward_order
+        self._used = {id(p): False for p in backward_order}
         self._finalize_queued = False
-        self._hooks = [p.register_post_accumulate_grad_hook(self._hook) for p in self._params]
+        self._hooks = [p.register_post_accumulate_grad_hook(self._hook) for p in backward_order]
+
+    @staticmethod
+    def _wire_of(mixed_precision, wire):
+        """PyTorch's (private) _MixedPrecision: its reduce_dtype is tcoll's wire format;
+        parameters keep their dtype (param_dtype and buffer_dtype other than None are not
+        supported)."""
+        if getattr(mixed_precision, "param_dtype", None) is not None or \
+                getattr(mixed_precision, "buffer_dtype", None) is not None:
+            raise NotImplementedError(
+                "tcoll_torch.DistributedDataParallel: mixed_precision with param_dtype or "
+                "buffer_dtype is not supported (its reduce_dtype is: the wire format)")
+        reduce_dtype = getattr(mixed_precision, "reduce_dtype", None)
+        names = {torch.float32: "float32", torch.bfloat16: "bfloat16", torch.float16: "float16"}
+        if reduce_dtype is None:
+            return wire
+        if reduce_dtype not in names:
+            raise ValueError("tcoll_torch.DistributedDataParallel: mixed_precision.reduce_dtype "
+                             f"must be float32, bfloat16 or float16, got {reduce_dtype}")
+        return names[reduce_dtype]
 
     # -- what DDP users call -------------------------------------------------------------
 
     def forward(self, *args, **kwargs):
-        if self.broadcast_buffers and torch.is_grad_enabled() and self.require_backward_grad_sync:
+        # buffers from rank 0 when the previous forward was one that backward synchronizes
+        # (PyTorch's require_forward_param_sync), so evaluation under no_grad changes nothing
+        if self.require_forward_param_sync and self.forward_sync_buffers:
             self._broadcast(list(self.module.buffers()))
+        self.require_forward_param_sync = torch.is_grad_enabled() and \
+            self.require_backward_grad_sync
         return self.module(*args, **kwargs)
+
+    require_forward_param_sync = True
+
+    @property
+    def broadcast_buffers(self):
+        """PyTorch's older name of ``forward_sync_buffers``."""
+        return self.forward_sync_buffers
+
+    @broadcast_buffers.setter
+    def broadcast_buffers(self, value):
+        self.forward_sync_buffers = value
 
     @contextlib.contextmanager
     def no_sync(self):
@@ -126,8 +240,9 @@ class DistributedDataParallel(torch.nn.Module):
     # -- what tcoll adds -----------------------------------------------------------------
 
     def plan(self):
-        """Bucket ends of the plan in use (tensors in backward order; empty for csc)."""
-        return list(self._reducer.plan())
+        """Bucket ends of the plan in use (float32 tensors in backward order; empty for csc
+        and for a model without float32 parameters)."""
+        return list(self._reducer.plan()) if self._reducer else []
 
     def parameters_in_backward_order(self):
         return list(self._params)
@@ -155,12 +270,13 @@ class DistributedDataParallel(torch.nn.Module):
     # -- internals -----------------------------------------------------------------------
 
     def _make_pool(self, params):
-        """A reducer whose pool holds `params`' gradients in this order; each `.grad` becomes
-        its view (the gradient it held is copied in), and a scheme's per-element state
-        (topk's residual, dgc's velocity and accumulation) moves along. Collective (the plan
+        """A reducer whose pool holds `params`' gradients in this order; each `.grad` that is
+        set becomes its view (the gradient it held is copied in; one that is None stays None
+        until its first gradient, as in PyTorch), and a scheme's per-element state (topk's
+        residual, dgc's velocity and accumulation) moves along. Collective (the plan
         check)."""
-        old = getattr(self, "_reducer", None)
-        old_layout = [(id(p), p.numel()) for p in getattr(self, "_params", [])]
+        old = self._reducer
+        old_layout = [(id(p), p.numel()) for p in self._params] if old is not None else []
         self._reducer = _C.Reducer(self._backend, [p.numel() for p in params], self._options)
         if old is not None:
             carry_state(old.state(), old_layout, self._reducer.state(),
@@ -172,22 +288,37 @@ class DistributedDataParallel(torch.nn.Module):
             for p, view in zip(params, self._views):
                 if p.grad is not None:
                     view.copy_(p.grad)
-                p.grad = view
+                    p.grad = view
+
+    def _view_of(self, param):
+        index = self._index.get(id(param))
+        if index is not None:
+            return self._views[index]
+        pool, i = self._side_of[id(param)]
+        return pool.views[i]
 
     def _hook(self, param):
-        index = self._index[id(param)]
-        view = self._views[index]
+        view = self._view_of(param)
         if param.grad is not view:
-            # zero_grad(set_to_none=True) dropped the view, so autograd made a fresh
-            # gradient: it goes into the pool, and the view comes back
+            # a first gradient, or zero_grad(set_to_none=True) dropped the view, so autograd
+            # made a fresh gradient: it goes into the pool, and the view comes back
             with torch.no_grad():
                 view.copy_(param.grad)
             param.grad = view
+        self._used[id(param)] = True  # also inside no_sync: DDP's local_used_map
         if not self.require_backward_grad_sync:
             return
         if not self._finalize_queued:
             self._finalize_queued = True
             torch.autograd.Variable._execution_engine.queue_callback(self._finalize)
+        index = self._index.get(id(param))
+        if index is None:
+            pool, i = self._side_of[id(param)]
+            if pool.marked[i]:
+                self._finalize_queued = False
+                self._twice(param, RuntimeError("already marked"))
+            pool.marked[i] = True
+            return
         try:
             self._reducer.mark_ready(index)
         except RuntimeError as e:
@@ -195,12 +326,14 @@ class DistributedDataParallel(torch.nn.Module):
             self._finalize_queued = False
             if "already marked" not in str(e):
                 raise
-            names = {id(p): n for n, p in self.module.named_parameters()}
-            raise RuntimeError(
-                f"{e}\ntcoll_torch.DistributedDataParallel: parameter "
-                f"{names.get(id(param), '?')} got its gradient twice in one backward (a "
-                "parameter used both inside and outside a reentrant checkpoint does); "
-                "every parameter may be reduced once per iteration") from e
+            self._twice(param, e)
+
+    def _twice(self, param, e):
+        raise RuntimeError(
+            f"{e}\ntcoll_torch.DistributedDataParallel: parameter "
+            f"{self._names.get(id(param), '?')} got its gradient twice in one backward (a "
+            "parameter used both inside and outside a reentrant checkpoint does); "
+            "every parameter may be reduced once per iteration") from e
 
     def _rebuild_in_arrival_order(self):
         """After the first iteration, as DDP rebuilds its buckets: the pool in the order the
@@ -216,29 +349,87 @@ class DistributedDataParallel(torch.nn.Module):
         if order != list(range(len(order))):
             self._make_pool([self._params[i] for i in order])
 
+    def _prepare_unused(self, params, views, unused):
+        """Before a parameter that got no gradient in this backward is reduced (DDP's
+        mark_variable_ready): its part of the pool holds its `.grad` if it has one (what
+        no_sync accumulated, or zeros), otherwise zeros. Returns {index: the local gradient}
+        for those whose `.grad` must stay as it was if no rank used them."""
+        keep = {}
+        with torch.no_grad():
+            for i in unused:
+                p, view = params[i], views[i]
+                if p.grad is None:
+                    view.zero_()
+                    continue
+                if p.grad is not view:
+                    view.copy_(p.grad)
+                keep[i] = view.clone()
+        return keep
+
+    def _settle_unused(self, params, views, unused, keep, used_anywhere):
+        """After the reduction, as DDP's finalize_bucket_dense: a parameter some rank used
+        gets the average as its `.grad`; one no rank used keeps its `.grad` untouched."""
+        with torch.no_grad():
+            for i in unused:
+                p, view = params[i], views[i]
+                if used_anywhere[id(p)]:
+                    p.grad = view
+                elif i in keep and p.grad is view:
+                    view.copy_(keep[i])
+
     def _finalize(self):
         self._finalize_queued = False
-        if self.find_unused_parameters:
-            self._reducer.mark_unused()
-        unmarked = self._reducer.unmarked()
+        unmarked = self._reducer.unmarked() if self._reducer else []
+        side_unmarked = [[i for i, m in enumerate(pool.marked) if not m] for pool in self._side]
+        if not self._find_unused and any(side_unmarked):
+            # (the float32 pool's own check fails in finish(), below)
+            missing = [pool.params[u[0]] for pool, u in zip(self._side, side_unmarked) if u]
+            for pool in self._side:
+                pool.marked = [False] * len(pool.marked)
+            raise RuntimeError(self._unused_message(missing) + " Its peers fail at the "
+                               "group's timeout.")
+        keep = side_keep = None
+        if self._find_unused:
+            keep = self._prepare_unused(self._params, self._views, unmarked)
+            side_keep = [self._prepare_unused(pool.params, pool.views, u)
+                         for pool, u in zip(self._side, side_unmarked)]
+            for i in unmarked:
+                self._reducer.mark_ready(i)
+        # every rank starts these in the same order: the float32 pool's buckets (all marked
+        # now), each side pool, then the map of used parameters
+        works = [dist.all_reduce(pool.flat, op=dist.ReduceOp.AVG, group=self.process_group,
+                                 async_op=True) for pool in self._side]
+        used_map = None
+        if self._find_unused:
+            used_map = torch.tensor([self._used[id(p)] for p in self._all], dtype=torch.uint8)
+            works.append(dist.all_reduce(used_map, op=dist.ReduceOp.MAX,
+                                         group=self.process_group, async_op=True))
+        for pool in self._side:
+            pool.marked = [False] * len(pool.marked)
         try:
-            self._reducer.finish()
-            if self._rebuild_order:
-                self._rebuild_in_arrival_order()
+            if self._reducer:
+                self._reducer.finish()
+            for w in works:
+                w.wait()
         except RuntimeError as e:
-            if unmarked and not self.find_unused_parameters:
-                names = {id(p): n for n, p in self.module.named_parameters()}
-                first = names.get(id(self._params[unmarked[0]]), "?")
-                raise RuntimeError(
-                    f"{e}\ntcoll_torch.DistributedDataParallel: {len(unmarked)} parameter(s) got "
-                    f"no gradient in this backward (the first: {first}); pass "
-                    "find_unused_parameters=True if that is expected. The process group is "
-                    "broken now (its peers fail too).") from e
+            if unmarked and not self._find_unused:
+                raise RuntimeError(f"{e}\n" + self._unused_message(
+                    [self._params[i] for i in unmarked]) +
+                    " The process group is broken now (its peers fail too).") from e
             raise
+        if self._find_unused:
+            used_anywhere = {id(p): bool(u) for p, u in zip(self._all, used_map.tolist())}
+            self._settle_unused(self._params, self._views, unmarked, keep, used_anywhere)
+            for pool, u, k in zip(self._side, side_unmarked, side_keep):
+                self._settle_unused(pool.params, pool.views, u, k, used_anywhere)
+        self._used = {id(p): False for p in self._all}
+        if self._rebuild_order:
+            self._rebuild_in_arrival_order()
 
-    def _sync_module_states(self):
-        """Rank 0's parameters and buffers on every rank (DDP's construction-time sync)."""
-        self._broadcast(list(self.module.parameters()) + list(self.module.buffers()))
+    def _unused_message(self, missing):
+        return (f"tcoll_torch.DistributedDataParallel: {len(missing)} parameter(s) got no "
+                f"gradient in this backward (the first: {self._names.get(id(missing[0]), '?')});"
+                " pass find_unused_parameters=True if that is expected.")
 
     def _broadcast(self, tensors):
         if not tensors or dist.get_world_size(self.process_group) == 1:

@@ -251,23 +251,6 @@ public:
     exchange_->mark_ready(i);
   }
 
-  /// Tensors not marked in this iteration (find_unused_parameters: their gradient is zero
-  /// on this rank): zeroes their part of the pool and marks them. Returns how many.
-  std::size_t mark_unused() {
-    std::vector<std::size_t> unused;
-    {
-      std::lock_guard lock(mutex_);
-      for (std::size_t i = 0; i < marked_.size(); ++i)
-        if (!marked_[i]) unused.push_back(i);
-    }
-    for (std::size_t i : unused) {
-      auto t = pool_->tensor(i);
-      std::fill(t.begin(), t.end(), 0.0f);
-      mark_ready(i);
-    }
-    return unused.size();
-  }
-
   /// Indices of the tensors not marked in this iteration.
   std::vector<std::size_t> unmarked() const {
     std::lock_guard lock(mutex_);
@@ -537,7 +520,6 @@ void register_ddp(py::module& m) {
            py::arg("backend"), py::arg("sizes"), py::arg("options"))
       .def("grads", &reducer::grads, "the pool's tensors: 1-D views in backward order")
       .def("mark_ready", &reducer::mark_ready, "tensor i holds its gradient")
-      .def("mark_unused", &reducer::mark_unused, "zero and mark the tensors not marked")
       .def("unmarked", &reducer::unmarked, "the tensors not marked in this iteration")
       .def("finish", &reducer::finish, "wait for every bucket")
       .def("iterations", &reducer::iterations)
