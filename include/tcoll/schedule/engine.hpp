@@ -22,6 +22,7 @@
 ///  - The engine lives in the transport's `collective_context` and stops when the transport
 ///    is destroyed: a running collective is allowed to finish (it is bounded by the
 ///    transport timeout), queued ones fail with `aborted_error`.
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
@@ -227,8 +228,35 @@ public:
     return true;
   }
 
+  /// Whether the calling thread is this engine's: code that runs inside a collective's
+  /// completion (a callback chained on it) runs there, while the engine waits for it.
+  bool on_engine_thread() const noexcept { return std::this_thread::get_id() == thread_id_.load(); }
+
+  /// From the engine thread only (a completion callback): runs every queued collective
+  /// here, in queue order, before returning. A callback that waits for a collective queued
+  /// after the one it completes would otherwise wait for its own thread forever; running
+  /// the queue here keeps the call order, so the peers match it.
+  void run_queued_here() {
+    if (!on_engine_thread())
+      throw invalid_argument("engine::run_queued_here called off the engine thread", rank_);
+    for (;;) {
+      std::shared_ptr<task> t;
+      {
+        std::lock_guard lock(mutex_);
+        if (queue_.empty()) return;
+        t = std::move(queue_.front());
+        queue_.pop_front();
+        t->mark_taken(rank_);
+      }
+      execute(*t);
+      std::lock_guard lock(mutex_);
+      ++finished_;
+    }
+  }
+
 private:
   void loop() {
+    thread_id_ = std::this_thread::get_id();
     for (;;) {
       std::shared_ptr<task> t;
       {
@@ -247,16 +275,19 @@ private:
           continue;
         }
       }
-      t->mark_running();
-      std::exception_ptr error;
-      try {
-        t->run();
-      } catch (...) {
-        error = std::current_exception();
-      }
-      t->mark_finished(error);
+      execute(*t);
       finish_one();
     }
+  }
+  static void execute(task& t) {
+    t.mark_running();
+    std::exception_ptr error;
+    try {
+      t.run();
+    } catch (...) {
+      error = std::current_exception();
+    }
+    t.mark_finished(error);
   }
   void finish_one() {
     {
@@ -275,7 +306,8 @@ private:
   bool stopping_ = false;
   bool running_ = false;       ///< a collective has been taken off the queue and not finished
   std::uint64_t finished_ = 0; ///< collectives finished so far
-  std::thread thread_;         // last: starts after the rest is built
+  std::atomic<std::thread::id> thread_id_{}; ///< set by the thread itself, first thing
+  std::thread thread_;                       // last: starts after the rest is built
 };
 
 /// The engine of transport `t`, started on first use. Checks that `t` may be driven from
@@ -292,17 +324,30 @@ engine& engine_of(Tr& t) {
   return c.template attach<engine>([rank] { return std::make_unique<engine>(rank); });
 }
 
-/// Whether nothing is queued or running on the engine of `comm` (a transport or a composed
-/// communicator); true when it has none. Starts no engine. A blocking collective started
-/// while this holds cannot overtake a queued one on the same buffers.
+/// The engine of `comm` (a transport or a composed communicator) if one was started.
 template <class C>
-bool engine_idle(C& comm) {
+engine* started_engine(C& comm) {
   collective_context* c = nullptr;
   if constexpr (composite_communicator<C>)
     c = &engine_transport(comm).collectives();
   else
     c = &comm.collectives();
-  auto* e = dynamic_cast<engine*>(c->attached());
+  return dynamic_cast<engine*>(c->attached());
+}
+
+/// Whether the calling thread is the engine thread of `comm` (see engine::on_engine_thread).
+template <class C>
+bool on_engine_thread(C& comm) {
+  engine* e = started_engine(comm);
+  return e && e->on_engine_thread();
+}
+
+/// Whether nothing is queued or running on the engine of `comm` (a transport or a composed
+/// communicator); true when it has none. Starts no engine. A blocking collective started
+/// while this holds cannot overtake a queued one on the same buffers.
+template <class C>
+bool engine_idle(C& comm) {
+  engine* e = started_engine(comm);
   return !e || e->idle();
 }
 

@@ -26,6 +26,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <functional>
 #include <limits>
 #include <memory>
 #include <mutex>
@@ -57,7 +58,16 @@ public:
       : c10d::Work(rank, type), outputs_(std::move(outputs)) {}
 
   std::vector<at::Tensor> result() override { return outputs_; }
+
+  /// `drain()` runs the engine's queue in the calling thread when that is the engine's own
+  /// (a callback chained on an earlier call), so a wait there cannot wait for itself.
+  void set_drain(std::function<void()> drain) { drain_ = std::move(drain); }
+  bool wait(std::chrono::milliseconds timeout) override {
+    if (drain_ && !isCompleted()) drain_();
+    return c10d::Work::wait(timeout);
+  }
   c10::intrusive_ptr<c10::ivalue::Future> getFuture() override {
+    if (drain_ && !isCompleted()) drain_(); // the future may be waited on next
     std::unique_lock lock(future_mutex_);
     if (!future_) {
       static const c10::TypePtr list_of_tensors = c10::ListType::create(c10::TensorType::get());
@@ -91,6 +101,7 @@ private:
       future->markCompleted(c10::IValue(outputs_));
   }
   std::vector<at::Tensor> outputs_;
+  std::function<void()> drain_;
   std::mutex future_mutex_;
   bool settled_ = false;
   c10::intrusive_ptr<c10::ivalue::Future> future_;
@@ -368,7 +379,8 @@ public:
           c10::intrusive_ptr<c10d::Backend> flat_group,
           c10::intrusive_ptr<c10d::Backend> inter_group, const std::vector<int>& mpi_ranks)
       : c10d::Backend(rank, size), store_(store), layout_(layout),
-        flat_group_(std::move(flat_group)), inter_group_(std::move(inter_group)) {
+        flat_group_(std::move(flat_group)), inter_group_(std::move(inter_group)),
+        timeout_(timeout) {
     init(); // c10d's per-backend set-up (logging), as its own backends do
     tcoll::shm_options options;
     options.timeout = timeout;
@@ -823,9 +835,18 @@ public:
 
   c10::intrusive_ptr<c10d::Work> barrier(const c10d::BarrierOptions& opts) override {
     const waited_call waited(opts.asyncOp);
-    // a one-byte allreduce in the call order (a barrier is a collective like the others)
+    // a one-byte allreduce in the call order (a barrier is a collective like the others),
+    // after every earlier call of this group has finished, as Gloo's barrier: those queued
+    // on the same engine ran before it, others (the hierarchy's) are waited for
     at::Tensor token = at::zeros({1}, at::kByte);
+    std::vector<c10::weak_intrusive_ptr<work>> earlier;
+    {
+      std::lock_guard lock(queued_mutex_);
+      earlier = queued_;
+    }
     return enqueue(OpType::BARRIER, {}, "barrier", 1, [=, this](auto& t, int tag) {
+      for (const auto& e : earlier)
+        if (auto w = e.lock()) w->wait(timeout_);
       tcoll::cpu_reducer red;
       tcoll::detail::allreduce_tagged(t, tag, token.data_ptr<byte>(), token.data_ptr<byte>(), 1,
                                       tcoll::max_op{}, tcoll::recursive_doubling{}, red);
@@ -930,10 +951,18 @@ private:
     auto w = c10::make_intrusive<work>(rank_, type, std::move(outputs));
     recorded(w);
     ++sequence_;
+    // A call made by a callback chained on an earlier call runs on the engine thread: the
+    // calls queued before it run first, here, then it does (waiting for the engine would
+    // wait for this very thread; running it before them would break the call order).
+    const bool in_callback = tcoll::detail::on_engine_thread(c);
+    if (in_callback) tcoll::detail::started_engine(c)->run_queued_here();
     // a call its caller waits for at once runs here too unless earlier calls are still
-    // queued or running, which it must not overtake (they may use the same tensors)
-    const bool run_here =
-        bytes <= inline_max_bytes_ || (caller_waits && tcoll::detail::engine_idle(c));
+    // queued or running, which it must not overtake (they may use the same tensors); a
+    // barrier waits for every earlier call, so it runs here only when none is left
+    const bool idle = tcoll::detail::engine_idle(c);
+    const bool run_here = in_callback || (type == OpType::BARRIER ? idle && caller_waits
+                                                                   : bytes <= inline_max_bytes_ ||
+                                                                         (caller_waits && idle));
     if (debug_enabled())
       std::fprintf(stderr, "[tcoll] rank %d: %s of %zu bytes%s\n", rank_, what, bytes,
                    run_here ? " (inline)" : "");
@@ -952,6 +981,14 @@ private:
       }
       w->complete(error);
       return w;
+    }
+    w->set_drain([&c] {
+      if (tcoll::detail::on_engine_thread(c)) tcoll::detail::started_engine(c)->run_queued_here();
+    });
+    {
+      std::lock_guard lock(queued_mutex_); // what a later barrier waits for
+      std::erase_if(queued_, [](const auto& q) { return q.expired(); });
+      queued_.emplace_back(w);
     }
     try {
       (void)tcoll::detail::submit_collective(c, std::move(body),
@@ -1307,6 +1344,11 @@ private:
   std::unique_ptr<internode_transport> flat_, inter_;
   std::unique_ptr<tcoll::hierarchical<tcoll::shm_transport, internode_transport>> machine_;
   std::atomic<std::uint64_t> sequence_{0};
+  std::chrono::milliseconds timeout_; ///< the group's: every wait of the backend is bounded
+  std::mutex queued_mutex_;
+  /// The calls handed to an engine, not yet released by their holders (a barrier waits
+  /// for those unfinished).
+  std::vector<c10::weak_intrusive_ptr<work>> queued_;
   /// A registered buffer of `staged_allreduce` and who holds it.
   struct staging_buffer {
     tcoll::shm_buffer<byte> memory;
