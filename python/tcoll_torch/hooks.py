@@ -12,8 +12,6 @@ state per bucket; their process group must be a tcoll one (DDP's own, by default
 ``bf16_hook`` and ``fp16_hook`` send a bucket as bfloat16 / float16 on any backend (on
 tcoll the sum accumulates in float) and average it back into float32.
 """
-import concurrent.futures
-
 import torch
 import torch.distributed as dist
 
@@ -30,8 +28,15 @@ def _default_group():
 
 class _SparseState:
     """One adaptor per DDP bucket, made on the bucket's first call (collective: every rank
-    makes it at the same bucket). A bucket's work runs on one thread of the state's own, in
-    bucket order, so every rank starts the adaptors' collectives in the same order."""
+    makes it at the same bucket).
+
+    Every collective of the adaptors is started from the hook's own call, on the thread
+    that runs backward, in bucket order: DDP starts its own collectives (the map of used
+    parameters under ``find_unused_parameters``, ``static_graph``'s) on that thread too, so
+    every rank starts all of them in the same order. A bucket's reduction starts when DDP
+    hands it over and finishes at the next bucket's call (its communication overlaps the
+    backward in between); the last bucket finishes every one still open. Its future
+    completes then."""
 
     scheme = None
 
@@ -39,10 +44,9 @@ class _SparseState:
         self.process_group = process_group
         self.options = reducer_options(scheme=self.scheme, **options)
         self.reducers = {}
-        self._worker = concurrent.futures.ThreadPoolExecutor(
-            max_workers=1, thread_name_prefix=f"tcoll-{self.scheme}")
+        self._open = []  # (reducer, pool view, bucket buffer, future), in start order
 
-    def _run(self, bucket_index, layout, buffer):
+    def _start(self, bucket_index, layout, buffer):
         entry = self.reducers.get(bucket_index)
         if entry is None or entry[2] != layout:
             # a new bucket, or DDP re-laid it (after its first iteration, in the order the
@@ -56,10 +60,33 @@ class _SparseState:
             self.reducers[bucket_index] = entry
         reducer, pool, _ = entry
         pool.copy_(buffer)
-        reducer.mark_ready(0)
-        reducer.finish()  # the averaged selection; zero where nothing was sent
-        buffer.copy_(pool)
-        return buffer
+        reducer.mark_ready(0)  # starts the adaptor's collective (its tags are drawn now)
+        return reducer, pool
+
+    def _finish_open(self, keep_last=0):
+        """Finishes the open buckets but the last `keep_last`, oldest first."""
+        while len(self._open) > keep_last:
+            reducer, pool, buffer, future = self._open.pop(0)
+            try:
+                reducer.finish()  # the averaged selection; zero where nothing was sent
+                buffer.copy_(pool)
+                future.set_result(buffer)
+            except Exception as e:  # noqa: BLE001  handed to DDP through the future
+                future.set_exception(e)
+
+    def _run(self, bucket):
+        future = torch.futures.Future()
+        buffer = bucket.buffer()
+        layout = tuple((id(p), p.numel()) for p in bucket.parameters())
+        try:
+            reducer, pool = self._start(bucket.index(), layout, buffer)
+        except Exception as e:  # noqa: BLE001
+            self._finish_open()
+            future.set_exception(e)
+            return future
+        self._open.append((reducer, pool, buffer, future))
+        self._finish_open(keep_last=0 if bucket.is_last() else 1)
+        return future
 
 
 class CscState(_SparseState):
@@ -103,18 +130,7 @@ def _sparse_hook(state, bucket):
     if bucket.buffer().dtype != torch.float32:
         raise ValueError(f"tcoll_torch.hooks: bucket {bucket.index()} is "
                          f"{bucket.buffer().dtype}; the {state.scheme} hook runs on float32")
-    future = torch.futures.Future()
-    buffer = bucket.buffer()
-
-    def done(job):
-        try:
-            future.set_result(job.result())
-        except Exception as e:  # noqa: BLE001  handed to DDP through the future
-            future.set_exception(e)
-
-    layout = tuple((id(p), p.numel()) for p in bucket.parameters())
-    state._worker.submit(state._run, bucket.index(), layout, buffer).add_done_callback(done)
-    return future
+    return state._run(bucket)
 
 
 def csc_hook(state, bucket):

@@ -256,3 +256,58 @@ def body_device_ids(rank, size):
 def test_device_ids_on_a_cpu_model_is_pytorchs_error():
     _, errors = run_ranks(body_device_ids, 1, allow_errors=True)
     assert "ValueError" in errors[0] and "device_ids" in errors[0], errors[0]
+
+
+class Wide(torch.nn.Module):
+    """Layers of 64-256 K elements (buckets far above the 64 KiB the backend runs in the
+    caller's thread); `head_b` is used on rank 0 only."""
+
+    def __init__(self):
+        super().__init__()
+        self.a = torch.nn.Linear(256, 512)
+        self.b = torch.nn.Linear(512, 256)
+        self.head_a = torch.nn.Linear(256, 64)
+        self.head_b = torch.nn.Linear(256, 64)
+
+    def forward(self, x, rank=0):
+        h = torch.relu(self.b(torch.relu(self.a(x))))
+        out = self.head_a(h)
+        return out + self.head_b(h) if rank == 0 else out
+
+
+def body_hooks_in_order(rank, size, kind, options):
+    import torch.distributed as dist
+    from torch.distributed.algorithms.ddp_comm_hooks import powerSGD_hook
+
+    from tcoll_torch import hooks
+
+    torch.manual_seed(0)
+    net = Wide()
+    ddp = torch.nn.parallel.DistributedDataParallel(net, bucket_cap_mb=0.6, **options)
+    if kind == "topk":
+        ddp.register_comm_hook(hooks.TopkState(density=0.05), hooks.topk_hook)
+    elif kind == "csc":
+        ddp.register_comm_hook(hooks.CscState(density=0.3, chunk_elements=4096,
+                                              warmup_iterations=1), hooks.csc_hook)
+    else:  # PowerSGD: collectives started and waited for inside `then` callbacks
+        state = powerSGD_hook.PowerSGDState(process_group=None, matrix_approximation_rank=2,
+                                            start_powerSGD_iter=2, use_error_feedback=True)
+        ddp.register_comm_hook(state, powerSGD_hook.powerSGD_hook)
+    opt = torch.optim.SGD(net.parameters(), lr=0.01)
+    for step in range(4):
+        opt.zero_grad()
+        x = torch.randn(16, 256, generator=torch.Generator().manual_seed(10 * step + rank))
+        ddp(x, rank).pow(2).mean().backward()
+        opt.step()
+    dist.barrier()
+    return [p.detach().clone() for p in net.parameters()]
+
+
+@pytest.mark.parametrize("kind", ["topk", "csc", "powersgd"])
+@pytest.mark.parametrize("options", [{"find_unused_parameters": True}, {"static_graph": True}],
+                         ids=["find_unused", "static_graph"])
+def test_hooks_keep_the_call_order_with_ddps_own_collectives(kind, options):
+    results = run_ranks(body_hooks_in_order, 2, kind, options, timeout_s=10, deadline=90)
+    for r, params in enumerate(results):
+        for i, (a, b) in enumerate(zip(params, results[0])):
+            assert torch.equal(a, b), f"{kind}: rank {r} parameter {i} differs from rank 0's"

@@ -1,0 +1,161 @@
+"""PyTorch's own distributed test suite (`torch.testing._internal.distributed.distributed_test`,
+shipped in the torch wheel) run against the "tcoll" backend, or against Gloo for comparison.
+
+Most of the suite's CPU tests run only when its BACKEND is "gloo". This runner sets BACKEND
+to "gloo", so those tests run, and with `--backend tcoll` makes every process group they
+create a tcoll one: `init_process_group` and `new_group` given "gloo" (or nothing) create
+"tcoll" groups in every test process. Tests that assert Gloo's own identity or its error
+texts fail that way by design; docs/torch.md lists them.
+
+    .venv/bin/python tests/torch/pytorch_suite.py --backend tcoll --world-size 2
+    .venv/bin/python tests/torch/pytorch_suite.py --backend gloo --world-size 3 -k allreduce
+    ... --json out.json   # every test's outcome, and the counts
+    ... --list            # the tests the filters select, without running them
+
+Run as `test_distributed_spawn.py` runs it: each test spawns WORLD_SIZE processes, which
+import this file, so the redirection to tcoll holds there too.
+"""
+import argparse
+import fnmatch
+import json
+import os
+import sys
+import time
+import unittest
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, "..", "..", "python"))
+
+# read by distributed_test when it is imported, in this process and in every rank's
+os.environ["BACKEND"] = "gloo"
+os.environ.setdefault("WORLD_SIZE", "2")
+os.environ.setdefault("TEMP_DIR", "/tmp")
+
+import torch  # noqa: E402
+import torch.distributed as dist  # noqa: E402
+from torch.testing._internal.distributed.distributed_test import (  # noqa: E402
+    DistributedTest, TestDistBackend)
+
+if os.environ.get("TCOLL_SUITE_BACKEND", "tcoll") == "tcoll":
+    import tcoll_torch  # noqa: F401,E402  registers "tcoll"
+    from torch.distributed import distributed_c10d  # noqa: E402
+
+    def _on_tcoll(backend):
+        if backend is None or str(backend).lower() == "gloo":
+            return "tcoll"
+        return backend
+
+    _init, _new_group = distributed_c10d.init_process_group, distributed_c10d.new_group
+
+    def init_process_group(*args, backend=None, **kwargs):
+        return _init(*args, backend=_on_tcoll(backend), **kwargs)
+
+    def new_group(ranks=None, timeout=None, backend=None, *args, **kwargs):
+        if backend is not None:
+            backend = _on_tcoll(backend)
+        return _new_group(ranks, timeout, backend, *args, **kwargs)
+
+    for module in (dist, distributed_c10d):
+        module.init_process_group = init_process_group
+        module.new_group = new_group
+
+
+class TestDistBackendWithSpawn(TestDistBackend, DistributedTest._DistTestBase):
+    """The suite's tests, each on WORLD_SIZE spawned processes (test_distributed_spawn.py)."""
+
+    def setUp(self):
+        super().setUp()
+        self._spawn_processes()
+
+
+class Tally(unittest.TextTestResult):
+    """Every test's outcome and time, for --json."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.outcomes = {}
+        self._start = {}
+
+    def startTest(self, test):
+        self._start[test.id()] = time.monotonic()
+        super().startTest(test)
+
+    def _record(self, test, outcome, detail=""):
+        name = test.id().rsplit(".", 1)[-1]
+        self.outcomes[name] = {"outcome": outcome,
+                               "seconds": round(time.monotonic() - self._start.get(test.id(),
+                                                                                    time.monotonic()), 2),
+                               "detail": detail[-2000:]}
+
+    def addSuccess(self, test):
+        super().addSuccess(test)
+        self._record(test, "passed")
+
+    def addFailure(self, test, err):
+        super().addFailure(test, err)
+        self._record(test, "failed", self._exc_info_to_string(err, test))
+
+    def addError(self, test, err):
+        super().addError(test, err)
+        self._record(test, "failed", self._exc_info_to_string(err, test))
+
+    def addSkip(self, test, reason):
+        super().addSkip(test, reason)
+        self._record(test, "skipped", reason)
+
+    def addExpectedFailure(self, test, err):
+        super().addExpectedFailure(test, err)
+        self._record(test, "passed", "expected failure")
+
+    def addUnexpectedSuccess(self, test):
+        super().addUnexpectedSuccess(test)
+        self._record(test, "failed", "unexpected success")
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--backend", choices=["tcoll", "gloo"], default="tcoll")
+    parser.add_argument("--world-size", type=int, default=2)
+    parser.add_argument("-k", action="append", default=[],
+                        help="run the tests whose name contains this (or matches it as a "
+                        "glob); repeatable")
+    parser.add_argument("--exclude", action="append", default=[],
+                        help="leave out the tests whose name contains this; repeatable")
+    parser.add_argument("--json", help="write every outcome and the counts here")
+    parser.add_argument("--list", action="store_true")
+    args = parser.parse_args()
+    if os.environ.get("TCOLL_SUITE_BACKEND") != args.backend or \
+            os.environ.get("WORLD_SIZE") != str(args.world_size):
+        # the rank processes read both from the environment: start again with them set
+        os.environ["TCOLL_SUITE_BACKEND"] = args.backend
+        os.environ["WORLD_SIZE"] = str(args.world_size)
+        os.execv(sys.executable, [sys.executable] + sys.argv)
+
+    def selected(name):
+        wanted = not args.k or any(k in name or fnmatch.fnmatch(name, k) for k in args.k)
+        return wanted and not any(x in name for x in args.exclude)
+
+    names = sorted(n for n in unittest.TestLoader().getTestCaseNames(TestDistBackendWithSpawn)
+                   if selected(n))
+    if args.list:
+        print("\n".join(names))
+        return 0
+    suite = unittest.TestSuite(TestDistBackendWithSpawn(n) for n in names)
+    start = time.monotonic()
+    result = unittest.TextTestRunner(resultclass=Tally, verbosity=1).run(suite)
+    counts = {k: sum(1 for o in result.outcomes.values() if o["outcome"] == k)
+              for k in ("passed", "failed", "skipped")}
+    summary = {"backend": args.backend, "world_size": args.world_size, "torch": torch.__version__,
+               "seconds": round(time.monotonic() - start, 1), **counts}
+    print(f"pytorch_suite: {json.dumps(summary)}")
+    for name, o in sorted(result.outcomes.items()):
+        if o["outcome"] == "failed":
+            print(f"FAILED {name}")
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump({**summary, "tests": result.outcomes}, f, indent=1)
+    return 0 if result.wasSuccessful() else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
