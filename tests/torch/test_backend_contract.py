@@ -51,15 +51,18 @@ def body_nested_callbacks(rank, size):
         return first[0].item() + second[0].item()
 
     nested = dist.all_reduce(a, async_op=True).get_future().then(then_reduce_b)
+    # (a collective started in a callback is ordered by when the callback runs: the main
+    # thread starts none until that one is done, so every rank starts them in one order)
+    nested_result = nested.wait()
     # a callback that waits for a call queued after the one it is chained on
     d = torch.full((BIG,), 2.0 * (rank + 1))
     w1 = dist.all_reduce(torch.ones(BIG), async_op=True)
     w2 = dist.all_reduce(d, async_op=True)
-    waited = w1.get_future().then(lambda fut: (w2.wait(), d[0].item())[1])
+    waited = w1.get_future().then(lambda fut: (w2.wait(), d[0].item())[1]).wait()
     # and a small one started from a callback
     small = dist.all_reduce(torch.ones(BIG), async_op=True).get_future().then(
         lambda fut: (dist.all_reduce(c), c[0].item())[1])
-    return nested.wait(), waited.wait(), small.wait()
+    return nested_result, waited, small.wait()
 
 
 def test_callbacks_may_wait_for_collectives_of_their_group():
@@ -70,3 +73,145 @@ def test_callbacks_may_wait_for_collectives_of_their_group():
         assert nested == 0.25 * ranks + 0.5 * ranks, (rank, nested)
         assert waited == 2.0 * ranks, (rank, waited)
         assert small == 1.0 * ranks, (rank, small)
+
+
+def body_collectives_gloo_has(rank, size):
+    """Each call on a tcoll group and on a Gloo group, side by side."""
+    import torch.distributed as dist
+
+    gloo = dist.new_group(backend="gloo")
+    out = {}
+    for name, group in (("tcoll", None), ("gloo", gloo)):
+        res = {}
+        # all_to_all (lists)
+        inputs = [torch.arange(2, dtype=torch.float64) + 0.5 * rank + q for q in range(size)]
+        outputs = [torch.empty(2, dtype=torch.float64) for q in range(size)]
+        dist.all_to_all(outputs, inputs, group=group)
+        res["all_to_all"] = outputs
+        if name == "tcoll":  # blocks of a different size for every pair (Gloo refuses them)
+            inputs = [torch.arange(q + rank + 1, dtype=torch.float64) + 0.5 * rank
+                      for q in range(size)]
+            outputs = [torch.empty(rank + q + 1, dtype=torch.float64) for q in range(size)]
+            dist.all_to_all(outputs, inputs, group=group)
+            res["uneven"] = outputs
+        # all_gather_coalesced
+        ins = [torch.full((3,), 0.25 * rank), torch.arange(5.0) * (rank + 1)]
+        outs = [[torch.empty(3), torch.empty(5)] for _ in range(size)]  # per rank, per input
+        dist.all_gather_coalesced(outs, ins, group=group)
+        res["all_gather_coalesced"] = outs
+        # complex reduce and reduce_scatter_tensor
+        z = torch.complex(torch.arange(4.0) * 0.5 + rank, torch.full((4,), 0.25 * rank))
+        dist.reduce(z, dst=0, group=group)
+        res["reduce_complex"] = z if rank == 0 else None
+        zin = torch.complex(torch.arange(2.0 * size) * 0.5, torch.full((2 * size,), 0.5 * rank))
+        zout = torch.empty(2, dtype=torch.complex64)
+        dist.reduce_scatter_tensor(zout, zin, group=group)
+        res["reduce_scatter_complex"] = zout
+        # two asynchronous SUMs in a row on a transposed tensor: the second sees the first
+        t = (torch.arange(6.0).reshape(2, 3) + rank).t()
+        works = [dist.all_reduce(t, async_op=True, group=group) for _ in range(2)]
+        for w in works:
+            w.wait()
+        res["transposed"] = t.clone()
+        # a batch that fails (a peer outside the group) leaves the next batch working
+        try:
+            dist.batch_isend_irecv([dist.P2POp(dist.isend, torch.ones(1), size + 3, group=group)])
+            res["bad_batch"] = "no error"
+        except Exception as e:  # noqa: BLE001
+            res["bad_batch"] = type(e).__name__
+        peer = (rank + 1) % size
+        got = torch.zeros(2)
+        ops = [dist.P2POp(dist.isend, torch.full((2,), float(rank)), peer, group=group),
+               dist.P2POp(dist.irecv, got, (rank - 1) % size, group=group)]
+        for w in dist.batch_isend_irecv(ops):
+            w.wait()
+        res["good_batch"] = got
+        out[name] = res
+    return out
+
+
+def test_collectives_as_gloo_gives_them():
+    size = 3
+    for rank, out in enumerate(run_ranks(body_collectives_gloo_has, size, deadline=90)):
+        ours, theirs = out["tcoll"], out["gloo"]
+        assert ours["bad_batch"] != "no error" and theirs["bad_batch"] != "no error"
+        for key in ("all_to_all", "all_gather_coalesced", "reduce_complex",
+                    "reduce_scatter_complex", "good_batch"):
+            a, b = ours[key], theirs[key]
+            flat_a = a if isinstance(a, list) else [a]
+            flat_b = b if isinstance(b, list) else [b]
+            for x, y in zip(flat_a, flat_b):
+                for u, v in zip(x if isinstance(x, list) else [x], y if isinstance(y, list) else [y]):
+                    assert (u is None) == (v is None), (rank, key)
+                    if u is not None:
+                        assert u.dtype == v.dtype and torch.equal(u, v), (rank, key, u, v)
+        # and by hand: rank r receives from q a block of r + q + 1 elements
+        for q, block in enumerate(ours["uneven"]):
+            assert torch.equal(block, torch.arange(rank + q + 1, dtype=torch.float64) + 0.5 * q)
+        # the second SUM reduces the first one's result (Gloo's gives a mix of partial sums
+        # here: it copies the tensor when the call is made)
+        x = torch.arange(6.0).reshape(2, 3).t()
+        first = size * x + sum(range(size))
+        assert torch.equal(ours["transposed"], size * first), ours["transposed"]
+
+
+def body_monitored_barrier(rank, size, absent, wait_all):
+    import datetime
+
+    import torch.distributed as dist
+
+    dist.monitored_barrier(timeout=datetime.timedelta(seconds=5))  # all arrive: passes
+    if rank in absent:
+        import time
+        time.sleep(4)
+        return "absent"
+    try:
+        dist.monitored_barrier(timeout=datetime.timedelta(seconds=1), wait_all_ranks=wait_all)
+        return "passed"
+    except RuntimeError as e:
+        return str(e)
+
+
+def test_monitored_barrier_names_the_ranks_that_did_not_arrive():
+    import time
+    start = time.monotonic()
+    results = run_ranks(body_monitored_barrier, 4, [2], False, timeout_s=10, deadline=60)
+    assert "[Rank 0]: Rank 2 failed to pass monitoredBarrier in 1000 ms" in results[0], results
+    for r in (1, 3):
+        assert "successfully reached monitoredBarrier" in results[r], results[r]
+    results = run_ranks(body_monitored_barrier, 4, [1, 3], True, timeout_s=10, deadline=60)
+    assert "[Rank 0]: Ranks 1, 3 failed to pass monitoredBarrier in 1000 ms" in results[0], results
+    assert time.monotonic() - start < 45
+
+
+def body_group_creation_lets_go_of_the_gil(rank, size):
+    import threading
+    import time
+
+    import torch.distributed as dist
+
+    if rank == 1:  # sums with rank 0's thread first, makes the new group only then
+        for _ in range(20):
+            dist.all_reduce(torch.ones(4))
+        dist.new_group(backend="tcoll")
+        return "ok"
+    done = []
+
+    def sums():  # needs the GIL while the main thread waits in new_group for rank 1
+        for _ in range(20):
+            dist.all_reduce(torch.ones(4))
+        done.append(time.monotonic())
+
+    thread = threading.Thread(target=sums)
+    thread.start()
+    time.sleep(0.2)
+    dist.new_group(backend="tcoll")
+    thread.join()
+    return "ok"
+
+
+def test_group_creation_lets_other_threads_run():
+    # with the GIL held while rank 0 waits in new_group, its other thread's allreduces
+    # cannot run, so rank 1 never reaches new_group: both time out
+    results = run_ranks(body_group_creation_lets_go_of_the_gil, 2, timeout_s=8, deadline=40)
+    assert results == ["ok", "ok"]

@@ -31,10 +31,12 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <thread>
 #include <string>
 #include <tuple>
 #include <vector>
 
+#include <tcoll/algorithm/detail/pairwise_exchange.hpp>
 #include <tcoll/algorithm/hierarchical.hpp>
 #include <tcoll/collectives.hpp>
 #include <tcoll/schedule/engine.hpp>
@@ -200,7 +202,10 @@ const char* op_name(c10d::ReduceOp::RedOpType op) {
 struct reduction {
   tcoll::scalar_type type;
   tcoll::reduce_kind kind;
+  std::size_t lanes = 1; ///< elements of `type` per tensor element: 2 for complex dtypes
   tcoll::runtime_op op() const { return tcoll::runtime_op(type, kind); }
+  /// Elements of `type` in tensor `t`.
+  std::size_t count(const at::Tensor& t) const { return static_cast<std::size_t>(t.numel()) * lanes; }
   /// avg's final division of `n` elements at `data` by `nranks` (nothing for other kinds).
   void finalize(void* data, std::size_t n, int nranks) const {
     if (kind == tcoll::reduce_kind::avg) tcoll::finalize_average(type, data, n, nranks);
@@ -208,12 +213,20 @@ struct reduction {
 };
 
 /// The tcoll reduction of `op` on `dtype` (bool travels as uint8: SUM, MAX and BOR are
-/// logical or, PRODUCT, MIN and BAND logical and, as NCCL's bool sum; BXOR xor). Throws
-/// naming the rank, op and dtype where tcoll has none.
+/// logical or, PRODUCT, MIN and BAND logical and, as NCCL's bool sum; BXOR xor; a complex
+/// dtype as its real and imaginary parts, for SUM and AVG, as Gloo). Throws naming the
+/// rank, op and dtype where tcoll has none.
 reduction reduction_of(const c10d::ReduceOp& op, at::ScalarType dtype, int rank) {
   using R = c10d::ReduceOp;
   using tcoll::reduce_kind;
   using tcoll::scalar_type;
+  if (at::isComplexType(dtype)) {
+    TORCH_CHECK(op.op_ == R::SUM || op.op_ == R::AVG, "tcoll: rank ", rank, ": reduce op ",
+                op_name(op.op_), " is not supported on dtype ", dtype, " (SUM and AVG are)");
+    reduction r = reduction_of(op, c10::toRealValueType(dtype), rank);
+    r.lanes = 2;
+    return r;
+  }
   std::optional<scalar_type> type;
   switch (dtype) {
   case at::kFloat:
@@ -504,8 +517,9 @@ public:
   bool supportsCoalescing() const override { return true; }
   void startCoalescing() override {
     std::lock_guard lock(coalescing_mutex_);
-    TORCH_CHECK(!coalescing_, "tcoll: startCoalescing: rank ", rank_,
-                ": already coalescing (endCoalescing first)");
+    // torch's coalescing manager calls endCoalescing only when every call in between
+    // succeeded: after a failed batch (a bad peer, say) the next batch starts afresh, and
+    // the works of the failed one are dropped (their calls ran or were posted as usual)
     coalescing_.emplace();
   }
   c10::intrusive_ptr<c10d::Work> endCoalescing() override {
@@ -544,15 +558,14 @@ public:
     const waited_call waited(opts.asyncOp);
     check_list(tensors, "broadcast", "tensors");
     const int root = check_root(opts.rootRank, "broadcast");
-    std::vector<at::Tensor> work_on;
-    for (auto& t : tensors) work_on.push_back(dense(t));
     return enqueue(
-        OpType::BROADCAST, tensors, "broadcast", total_bytes(work_on), [=, this](auto& t, int tag) {
-          for (std::size_t i = 0; i < work_on.size(); ++i) {
+        OpType::BROADCAST, tensors, "broadcast", total_bytes(tensors), [=, this](auto& t, int tag) {
+          for (std::size_t i = 0; i < tensors.size(); ++i) {
+            const at::Tensor b = dense(tensors[i]); // when it runs: after earlier calls
             tcoll::cpu_reducer red;
-            tcoll::detail::broadcast_tagged(t, tag, bytes_of(work_on[i]), work_on[i].nbytes(), root,
+            tcoll::detail::broadcast_tagged(t, tag, bytes_of(b), b.nbytes(), root,
                                             tcoll::binomial_tree{}, red);
-            copy_back(tensors[i], work_on[i]);
+            copy_back(tensors[i], b);
           }
         });
   }
@@ -563,10 +576,11 @@ public:
     check_list(tensors, "reduce", "tensors");
     TORCH_CHECK(tensors.size() == 1, "tcoll: reduce: rank ", rank_, ": takes one tensor");
     const int root = check_root(opts.rootRank, "reduce");
-    at::Tensor buffer = dense(tensors[0]);
-    const reduction r = reduction_of(opts.reduceOp, buffer.scalar_type(), rank_);
-    return enqueue(OpType::REDUCE, tensors, "reduce", buffer.nbytes(), [=, this](auto& t, int tag) {
-      const auto n = static_cast<std::size_t>(buffer.numel());
+    const reduction r = reduction_of(opts.reduceOp, tensors[0].scalar_type(), rank_);
+    return enqueue(OpType::REDUCE, tensors, "reduce", tensors[0].nbytes(), [=, this](auto& t,
+                                                                                    int tag) {
+      const at::Tensor buffer = dense(tensors[0]); // when it runs: after earlier calls
+      const std::size_t n = r.count(buffer);
       with_reduction(r, [&]<class E>(const tcoll::runtime_op& o) {
         tcoll::cpu_reducer red;
         E* data = reinterpret_cast<E*>(buffer.data_ptr());
@@ -599,6 +613,43 @@ public:
             out_list[q].copy_(
                 gathered.narrow(0, q * in.numel(), in.numel()).view(out_list[q].sizes()));
         });
+  }
+
+  /// `all_gather_coalesced` (deprecated in torch, still Gloo's): one allgather per input,
+  /// outputs[q][i] gets rank q's inputs[i]; one work.
+  c10::intrusive_ptr<c10d::Work>
+  allgather_coalesced(std::vector<std::vector<at::Tensor>>& outputs,
+                      std::vector<at::Tensor>& inputs, const c10d::AllgatherOptions& opts) override {
+    const waited_call waited(opts.asyncOp);
+    const char* what = "all_gather_coalesced";
+    TORCH_CHECK(!inputs.empty(), "tcoll: ", what, ": rank ", rank_, ": no input tensors");
+    TORCH_CHECK(static_cast<int>(outputs.size()) == size_, "tcoll: ", what, ": rank ", rank_,
+                ": ", outputs.size(), " output lists, the group has ", size_, " ranks");
+    std::vector<at::Tensor> ins, gathered, flat_outputs;
+    std::size_t bytes = 0;
+    for (const auto& list : outputs)
+      TORCH_CHECK(list.size() == inputs.size(), "tcoll: ", what, ": rank ", rank_,
+                  ": an output list has ", list.size(), " tensors for ", inputs.size(), " inputs");
+    for (std::size_t i = 0; i < inputs.size(); ++i) {
+      check_cpu(inputs[i], what, "input", rank_);
+      for (const auto& list : outputs) check_like(list[i], inputs[i], what, "output tensor");
+      ins.push_back(dense(inputs[i]));
+      gathered.push_back(at::empty({static_cast<std::int64_t>(size_) * inputs[i].numel()},
+                                   inputs[i].options()));
+      bytes += gathered.back().nbytes();
+    }
+    for (const auto& list : outputs) flat_outputs.insert(flat_outputs.end(), list.begin(), list.end());
+    std::vector<std::vector<at::Tensor>> out_lists = outputs;
+    return enqueue(OpType::ALLGATHER_COALESCED, flat_outputs, what, bytes,
+                   [=, this](auto& t, int tag) {
+                     for (std::size_t i = 0; i < ins.size(); ++i) {
+                       run_allgather(t, tag, ins[i], gathered[i]);
+                       const std::int64_t n = ins[i].numel();
+                       for (int q = 0; q < size_; ++q)
+                         out_lists[q][i].copy_(
+                             gathered[i].narrow(0, q * n, n).view(out_lists[q][i].sizes()));
+                     }
+                   });
   }
 
   c10::intrusive_ptr<c10d::Work> _allgather_base(at::Tensor& output, at::Tensor& input,
@@ -724,34 +775,56 @@ public:
     check_pair(output, input, "all_to_all_single");
     const auto send_bytes = split_bytes(input, input_splits, "input_split_sizes");
     const auto recv_bytes = split_bytes(output, output_splits, "output_split_sizes");
+    TORCH_CHECK(send_bytes[rank_] == recv_bytes[rank_], "tcoll: all_to_all_single: rank ", rank_,
+                ": sends itself ", send_bytes[rank_], " bytes but expects ", recv_bytes[rank_]);
     at::Tensor in = dense(input), out = dense(output);
     return enqueue(OpType::ALLTOALL_BASE, {output}, "all_to_all_single",
                    std::max(in.nbytes(), out.nbytes()), [=, this](auto& t, int tag) {
-                     const auto offsets = [](const std::vector<std::size_t>& b) {
-                       std::vector<std::size_t> o(b.size() + 1, 0);
-                       for (std::size_t i = 0; i < b.size(); ++i) o[i + 1] = o[i] + b[i];
-                       return o;
-                     };
-                     const auto so = offsets(send_bytes), ro = offsets(recv_bytes);
-                     const byte* src = bytes_of(in);
-                     byte* dst = bytes_of(out);
-                     const int r = rank_, P = size_;
-                     std::memcpy(dst + ro[r], src + so[r], std::min(send_bytes[r], recv_bytes[r]));
-                     TORCH_CHECK(send_bytes[r] == recv_bytes[r], "tcoll: all_to_all_single: rank ",
-                                 r, ": sends itself ", send_bytes[r], " bytes but expects ",
-                                 recv_bytes[r]);
-                     // pairwise exchange: in step s, send to r+s and receive from r-s (no two ranks
-                     // wait on each other in a cycle)
-                     for (int s = 1; s < P; ++s) {
-                       const int to = (r + s) % P, from = (r - s + P) % P;
-                       auto rr = t.irecv(from, dst + ro[from], recv_bytes[from], tag);
-                       auto sr = t.isend(to, src + so[to], send_bytes[to], tag);
-                       const auto until = tcoll::clock::now() + t.timeout();
-                       t.wait(sr, until);
-                       t.wait(rr, until);
+                     std::vector<tcoll::detail::exchange_block> blocks(size_);
+                     std::size_t sent = 0, received = 0;
+                     for (int q = 0; q < size_; ++q) {
+                       blocks[q] = {bytes_of(in) + sent, send_bytes[q], bytes_of(out) + received,
+                                    recv_bytes[q]};
+                       sent += send_bytes[q];
+                       received += recv_bytes[q];
                      }
+                     tcoll::detail::pairwise_exchange(
+                         t, tag, std::span<const tcoll::detail::exchange_block>(blocks));
                      copy_back(output, out);
                    });
+  }
+
+  /// `all_to_all` (lists): inputs[q] goes to rank q, outputs[q] comes from rank q; the
+  /// tensors may differ in size per peer (as Gloo's), the dtypes must agree.
+  c10::intrusive_ptr<c10d::Work> alltoall(std::vector<at::Tensor>& outputs,
+                                          std::vector<at::Tensor>& inputs,
+                                          const c10d::AllToAllOptions& opts) override {
+    const waited_call waited(opts.asyncOp);
+    const char* what = "all_to_all";
+    check_list_size(inputs, what, "input list");
+    check_list_size(outputs, what, "output list");
+    std::vector<at::Tensor> ins, outs;
+    std::size_t bytes = 0;
+    for (int q = 0; q < size_; ++q) {
+      check_pair(outputs[q], inputs[q], what);
+      TORCH_CHECK(inputs[q].scalar_type() == inputs[0].scalar_type(), "tcoll: ", what, ": rank ",
+                  rank_, ": input ", q, " is ", inputs[q].scalar_type(), ", input 0 ",
+                  inputs[0].scalar_type());
+      ins.push_back(dense(inputs[q]));
+      outs.push_back(dense(outputs[q]));
+      bytes += std::max(inputs[q].nbytes(), outputs[q].nbytes());
+    }
+    TORCH_CHECK(inputs[rank_].nbytes() == outputs[rank_].nbytes(), "tcoll: ", what, ": rank ",
+                rank_, ": sends itself ", inputs[rank_].nbytes(), " bytes but expects ",
+                outputs[rank_].nbytes());
+    return enqueue(OpType::ALLTOALL, outputs, what, bytes, [=, this](auto& t, int tag) {
+      std::vector<tcoll::detail::exchange_block> blocks;
+      for (int q = 0; q < size_; ++q)
+        blocks.push_back({bytes_of(ins[q]), ins[q].nbytes(), bytes_of(outs[q]), outs[q].nbytes()});
+      tcoll::detail::pairwise_exchange(t, tag,
+                                       std::span<const tcoll::detail::exchange_block>(blocks));
+      for (int q = 0; q < size_; ++q) copy_back(outputs[q], outs[q]);
+    });
   }
 
   c10::intrusive_ptr<c10d::Work> gather(std::vector<std::vector<at::Tensor>>& outputs,
@@ -851,6 +924,62 @@ public:
       tcoll::detail::allreduce_tagged(t, tag, token.data_ptr<byte>(), token.data_ptr<byte>(), 1,
                                       tcoll::max_op{}, tcoll::recursive_doubling{}, red);
     });
+  }
+
+  /// `monitored_barrier`, as Gloo's: every rank reports to rank 0 and waits for its
+  /// answer; rank 0 names the ranks that did not report within the timeout (all of them
+  /// with `wait_all_ranks`, else the first), in Gloo's words. It runs at once in the
+  /// caller's thread (Gloo's does not wait for earlier calls either), in a message space
+  /// of the collectives, so user tags are untouched. A failure leaves the group broken.
+  void monitoredBarrier(const c10d::BarrierOptions& opts, bool wait_all_ranks) override {
+    const auto limit = opts.timeout == c10d::kUnsetTimeout ? timeout_ : opts.timeout;
+    const auto ms = static_cast<long long>(limit.count());
+    auto w = enqueue(OpType::BARRIER, {}, "monitored_barrier", 0, [=, this](auto& t, int tag) {
+      const auto until = tcoll::clock::now() + limit;
+      byte token = 0;
+      if (rank_ != 0) {
+        try {
+          auto sr = t.isend(0, &token, 1, tag);
+          t.wait(sr, until);
+          auto rr = t.irecv(0, &token, 1, tag);
+          t.wait(rr, until);
+        } catch (const std::exception& e) {
+          TORCH_CHECK(false, "Rank ", rank_,
+                      " successfully reached monitoredBarrier, but received errors while waiting "
+                      "for send/recv from rank 0. Please check rank 0 logs for faulty rank. (",
+                      e.what(), ")");
+        }
+        return;
+      }
+      std::vector<byte> tokens(static_cast<std::size_t>(size_));
+      using request = typename std::remove_cvref_t<decltype(t)>::request;
+      std::vector<std::optional<request>> pending(static_cast<std::size_t>(size_));
+      for (int q = 1; q < size_; ++q) pending[q].emplace(t.irecv(q, &tokens[q], 1, tag));
+      // poll rather than wait, so that one rank's silence does not use up another's time
+      std::vector<int> late;
+      for (;;) {
+        late.clear();
+        for (int q = 1; q < size_; ++q)
+          if (pending[q] && t.test(*pending[q]))
+            pending[q].reset();
+          else if (pending[q])
+            late.push_back(q);
+        if (late.empty() || tcoll::clock::now() >= until) break;
+        std::this_thread::yield();
+      }
+      if (!late.empty()) {
+        std::string ranks;
+        for (int q : wait_all_ranks ? late : std::vector<int>{late.front()})
+          ranks += (ranks.empty() ? "" : ", ") + std::to_string(q);
+        TORCH_CHECK(false, "[Rank 0]: Rank", wait_all_ranks ? "s " : " ", ranks,
+                    " failed to pass monitoredBarrier in ", ms, " ms");
+      }
+      for (int q = 1; q < size_; ++q) {
+        auto sr = t.isend(q, &token, 1, tag);
+        t.wait(sr, until);
+      }
+    });
+    w->wait();
   }
 
   c10::intrusive_ptr<c10d::Work> send(std::vector<at::Tensor>& tensors, int dst, int tag) override {
@@ -1018,18 +1147,16 @@ private:
         TORCH_CHECK(at::isFloatingType(t.scalar_type()), "tcoll: ", what, ": rank ", rank_,
                     ": PREMUL_SUM needs a floating-point dtype, got ", t.scalar_type());
     }
-    std::vector<at::Tensor> work_on;
     std::vector<reduction> reductions;
-    for (auto& t : tensors) {
-      reductions.push_back(reduction_of(run_op, t.scalar_type(), rank_));
-      work_on.push_back(dense(t));
-    }
-    // every tensor in turn: reduce_one(data, count, op) runs one allreduce in place
+    for (auto& t : tensors) reductions.push_back(reduction_of(run_op, t.scalar_type(), rank_));
+    // every tensor in turn: reduce_one(data, count, op) runs one allreduce in place. A
+    // tensor that is not contiguous is copied when the call runs, not when it is made, so
+    // calls queued on one tensor see each other's results in call order.
     auto each = [=, this](auto&& reduce_one) {
-      for (std::size_t i = 0; i < work_on.size(); ++i) {
-        const at::Tensor& b = work_on[i];
+      for (std::size_t i = 0; i < tensors.size(); ++i) {
+        const at::Tensor b = dense(tensors[i]);
         if (factor) b.mul_(*factor);
-        const auto n = static_cast<std::size_t>(b.numel());
+        const std::size_t n = reductions[i].count(b);
         with_reduction(reductions[i], [&]<class E>(const tcoll::runtime_op& o) {
           reduce_one(reinterpret_cast<E*>(b.data_ptr()), n, o);
         });
@@ -1039,14 +1166,14 @@ private:
     };
     if (machine_) // across nodes: shared memory inside each node, MPI or Gloo between them
       return enqueue_hierarchical(
-          type, tensors, what, total_bytes(work_on), [=, this](int intra_tag, int inter_tag) {
+          type, tensors, what, total_bytes(tensors), [=, this](int intra_tag, int inter_tag) {
             each([&](auto* data, std::size_t n, const auto& o) {
               tcoll::cpu_reducer red;
               machine_->allreduce_tagged(intra_tag, inter_tag, data, data, n, o,
                                          tcoll::hierarchical_options<tcoll::ring>{}, red);
             });
           });
-    return enqueue(type, tensors, what, total_bytes(work_on), [=, this](auto& t, int tag) {
+    return enqueue(type, tensors, what, total_bytes(tensors), [=, this](auto& t, int tag) {
       each([&](auto* data, std::size_t n, const auto& o) {
         using T = std::remove_pointer_t<decltype(data)>;
         if constexpr (std::is_same_v<std::remove_cvref_t<decltype(t)>, tcoll::shm_transport>)
@@ -1230,7 +1357,7 @@ private:
   void run_reduce_scatter(Tr& t, int tag, const at::Tensor& in, const at::Tensor& out,
                           const c10d::ReduceOp& op) {
     const reduction r = reduction_of(op, in.scalar_type(), rank_);
-    const auto n = static_cast<std::size_t>(out.numel());
+    const std::size_t n = r.count(out);
     with_reduction(r, [&]<class E>(const tcoll::runtime_op& o) {
       tcoll::cpu_reducer red;
       tcoll::detail::reduce_scatter_tagged(t, tag, reinterpret_cast<const E*>(in.data_ptr()),
@@ -1486,13 +1613,17 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.doc() = "tcoll's torch.distributed backend (docs/torch.md)";
   m.def("registered_messages", &tcoll_torch::registered_messages,
         "messages sent from registered shared memory by this rank (tests)");
+  // the collective set-up calls wait for the other ranks through the store: without the
+  // GIL, so that the process's other Python threads (their collectives included) go on
+  using no_gil = pybind11::call_guard<pybind11::gil_scoped_release>;
   m.def("node_layout", &tcoll_torch::node_layout,
-        "(node, nodes, local_rank, local_size, shards) of a group (collective)");
+        "(node, nodes, local_rank, local_size, shards) of a group (collective)", no_gil());
   m.def("create_backend", &tcoll_torch::create_backend, "the creator of a tcoll process group",
+        no_gil(),
         pybind11::arg("store"), pybind11::arg("rank"), pybind11::arg("size"),
         pybind11::arg("timeout"), pybind11::arg("layout"), pybind11::arg("flat_group") = nullptr,
         pybind11::arg("inter_group") = nullptr, pybind11::arg("mpi_ranks") = std::vector<int>{});
-  m.def("mpi_world_ranks", &tcoll_torch::mpi_world_ranks,
+  m.def("mpi_world_ranks", &tcoll_torch::mpi_world_ranks, no_gil(),
         "every rank's MPI_COMM_WORLD rank when MPI is to carry the group's messages between "
         "nodes, else [] (collective through the store; TCOLL_TORCH_INTERNODE)");
   m.def("mpi_finalize", &tcoll_torch::mpi_link::finalize_if_initialised_here,
