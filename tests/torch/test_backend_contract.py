@@ -215,3 +215,26 @@ def test_group_creation_lets_other_threads_run():
     # cannot run, so rank 1 never reaches new_group: both time out
     results = run_ranks(body_group_creation_lets_go_of_the_gil, 2, timeout_s=8, deadline=40)
     assert results == ["ok", "ok"]
+
+
+def body_sends_progress(rank, size):
+    import torch.distributed as dist
+
+    other = dist.new_group(backend="tcoll")
+    n = 1 << 18  # 1 MiB each, more than the transport's slots hold
+    if rank == 0:
+        works = [dist.isend(torch.full((n,), float(k)), 1) for k in range(8)]
+        dist.all_reduce(torch.ones(4), group=other)  # blocks here until rank 1 joins
+        for w in works:
+            w.wait()
+        return "sent"
+    got = [torch.zeros(n) for _ in range(8)]
+    for w in [dist.irecv(g, 0) for g in got]:
+        w.wait()  # needs rank 0's sends to progress while rank 0 waits in the other group
+    dist.all_reduce(torch.ones(4), group=other)
+    return [g[0].item() for g in got]
+
+
+def test_posted_sends_complete_whatever_the_sender_does_next():
+    results = run_ranks(body_sends_progress, 2, timeout_s=8, deadline=40)
+    assert results == ["sent", [float(k) for k in range(8)]]

@@ -22,6 +22,7 @@
 #include <array>
 #include <atomic>
 #include <chrono>
+#include <condition_variable>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -121,12 +122,13 @@ public:
 
   bool isCompleted() override {
     std::lock_guard lock(progress_);
-    if (!completed_) try {
-        if (t_.test(request_)) settle(nullptr);
-      } catch (...) {
-        settle(std::current_exception());
-      }
-    return completed_;
+    return drive();
+  }
+  /// isCompleted() for the progress thread: skips the test while a waiter drives the
+  /// transfer (it holds the lock for as long as it waits).
+  bool poll() {
+    std::unique_lock lock(progress_, std::try_to_lock);
+    return lock ? drive() : false;
   }
   bool wait(std::chrono::milliseconds timeout) override {
     {
@@ -145,6 +147,14 @@ public:
   std::vector<at::Tensor> result() override { return {user_}; }
 
 private:
+  bool drive() {
+    if (!completed_) try {
+        if (t_.test(request_)) settle(nullptr);
+      } catch (...) {
+        settle(std::current_exception());
+      }
+    return completed_;
+  }
   void settle(std::exception_ptr error) {
     if (!error && user_.defined() && !user_.is_same(tensor_)) user_.copy_(tensor_);
     finish(error);
@@ -187,6 +197,69 @@ public:
 
 private:
   std::vector<c10::intrusive_ptr<c10d::Work>> works_;
+};
+
+/// Drives posted sends and receives to completion in the background, as Gloo's threads do:
+/// a transfer on shared memory moves only while someone tests or waits for it, and the
+/// rank that posted it may block elsewhere next (in another group's collective, say) while
+/// its peer waits for the data. One thread per group; it polls the works it holds (with a
+/// backoff up to 1 ms while none moves) and sleeps while it holds none. Each work is held
+/// until it completes, so an `isend` whose work is dropped still completes.
+class p2p_progress {
+public:
+  p2p_progress() : thread_([this] { loop(); }) {}
+  ~p2p_progress() {
+    {
+      std::lock_guard lock(mutex_);
+      stopping_ = true;
+    }
+    cv_.notify_all();
+    thread_.join();
+  }
+  p2p_progress(const p2p_progress&) = delete;
+  p2p_progress& operator=(const p2p_progress&) = delete;
+
+  /// `poll()` drives the transfer of `w` and says whether it is complete.
+  void add(c10::intrusive_ptr<c10d::Work> w, std::function<bool()> poll) {
+    {
+      std::lock_guard lock(mutex_);
+      works_.push_back({std::move(w), std::move(poll)});
+    }
+    cv_.notify_one();
+  }
+
+private:
+  void loop() {
+    auto pause = std::chrono::microseconds(20);
+    std::unique_lock lock(mutex_);
+    for (;;) {
+      cv_.wait(lock, [&] { return stopping_ || !works_.empty(); });
+      if (stopping_) return;
+      // (only this thread erases, and `add` appends: the first entries stay `held`'s)
+      const auto held = works_;
+      lock.unlock();
+      std::vector<char> complete(held.size());
+      std::size_t done = 0;
+      for (std::size_t i = 0; i < held.size(); ++i)
+        done += complete[i] = held[i].poll(); // drives the transfer; a failure completes it
+      lock.lock();
+      std::size_t i = 0;
+      std::erase_if(works_, [&](const entry&) { return i < complete.size() && complete[i++]; });
+      if (works_.empty()) continue;
+      pause = done ? std::chrono::microseconds(20)
+                   : std::min<std::chrono::microseconds>(pause * 2, std::chrono::milliseconds(1));
+      cv_.wait_for(lock, pause, [&] { return stopping_; });
+    }
+  }
+  std::mutex mutex_;
+  std::condition_variable cv_;
+  struct entry {
+    c10::intrusive_ptr<c10d::Work> work; ///< kept alive until complete
+    std::function<bool()> poll;
+  };
+  std::vector<entry> works_;
+  bool stopping_ = false;
+  std::thread thread_; // last: starts after the rest is built
 };
 
 namespace {
@@ -452,6 +525,7 @@ public:
                    layout_.nodes > 1 ? " send/recv across nodes (hierarchical allreduce)" : "");
   }
   ~backend() override {
+    progress_.reset(); // before the transports its works use
     // the engines stop with their transports: queued calls fail, a running one finishes
     machine_.reset();
     inter_.reset();
@@ -991,8 +1065,8 @@ public:
     return with_flat([&](auto& t) -> c10::intrusive_ptr<c10d::Work> {
       using Tr = std::remove_cvref_t<decltype(t)>;
       auto r = t.isend(dst, data.data_ptr(), data.nbytes(), t_tag);
-      return recorded(c10::make_intrusive<p2p_work<Tr>>(rank_, OpType::SEND, t, std::move(r), data,
-                                                        at::Tensor(), dst));
+      return progressed(recorded(c10::make_intrusive<p2p_work<Tr>>(
+          rank_, OpType::SEND, t, std::move(r), data, at::Tensor(), dst)));
     });
   }
 
@@ -1005,8 +1079,8 @@ public:
     return with_flat([&](auto& t) -> c10::intrusive_ptr<c10d::Work> {
       using Tr = std::remove_cvref_t<decltype(t)>;
       auto r = t.irecv(src, data.data_ptr(), data.nbytes(), t_tag);
-      return recorded(c10::make_intrusive<p2p_work<Tr>>(rank_, OpType::RECV, t, std::move(r), data,
-                                                        tensors[0], src));
+      return progressed(recorded(c10::make_intrusive<p2p_work<Tr>>(
+          rank_, OpType::RECV, t, std::move(r), data, tensors[0], src)));
     });
   }
 
@@ -1034,6 +1108,13 @@ public:
   }
 
 private:
+  /// `w`, handed to the progress thread unless it is complete already.
+  template <class W>
+  c10::intrusive_ptr<W> progressed(c10::intrusive_ptr<W> w) {
+    if (!w->isCompleted()) progress_->add(w, [p = w.get()] { return p->poll(); });
+    return w;
+  }
+
   /// `w`, also kept for `endCoalescing` while coalescing.
   template <class W>
   c10::intrusive_ptr<W> recorded(c10::intrusive_ptr<W> w) {
@@ -1476,6 +1557,7 @@ private:
   /// The calls handed to an engine, not yet released by their holders (a barrier waits
   /// for those unfinished).
   std::vector<c10::weak_intrusive_ptr<work>> queued_;
+  std::unique_ptr<p2p_progress> progress_ = std::make_unique<p2p_progress>();
   /// A registered buffer of `staged_allreduce` and who holds it.
   struct staging_buffer {
     tcoll::shm_buffer<byte> memory;
