@@ -1041,6 +1041,12 @@ public:
         if (late.empty() || tcoll::clock::now() >= until) break;
         std::this_thread::yield();
       }
+      if (!late.empty() && !wait_all_ranks && late.size() == static_cast<std::size_t>(size_ - 1) &&
+          limit.count() <= 0) {
+        // Gloo's words when the time is up before rank 0 waits for anyone
+        TORCH_CHECK(false, "Rank 0 timed out in monitoredBarrier after ", ms,
+                    " ms.\nNo ranks successfully processed in monitoredBarrier.");
+      }
       if (!late.empty()) {
         std::string ranks;
         for (int q : wait_all_ranks ? late : std::vector<int>{late.front()})
