@@ -72,6 +72,55 @@ TEST_CASE("a failed collective breaks the transport: the next call throws at onc
       300ms);
 }
 
+TEST_CASE("a completion that waits for a later collective runs the queue on the engine") {
+  // The completion of collective A (on the engine thread) needs collective B, queued after
+  // A: engine::run_queued_here runs B there, in queue order, instead of waiting for the
+  // thread it is on. Fractional inputs; every rank ends with the same bits.
+  for (int P : {1, 2, 3}) {
+    CAPTURE(P);
+    on_team(P, [&](tcoll::thread_transport& t) {
+      std::vector<float> a(5000, 0.25f * static_cast<float>(t.rank() + 1)), b(7000, 0.1f);
+      bool on_engine = false, b_done_in_completion = false;
+      std::shared_ptr<tcoll::detail::task> second;
+      std::mutex m;
+      auto first = tcoll::detail::submit_collective(
+          t,
+          [&](int tag) {
+            tcoll::cpu_reducer red;
+            tcoll::detail::allreduce_tagged(t, tag, a.data(), a.data(), a.size(), tcoll::sum_op{},
+                                            tcoll::ring{}, red);
+          },
+          [&](std::exception_ptr) {
+            std::lock_guard lock(m);
+            on_engine = tcoll::detail::on_engine_thread(t);
+            tcoll::detail::started_engine(t)->run_queued_here();
+            b_done_in_completion = second && second->finished();
+          });
+      {
+        std::lock_guard lock(m);
+        second = tcoll::detail::submit_collective(t, [&](int tag) {
+          tcoll::cpu_reducer red;
+          tcoll::detail::allreduce_tagged(t, tag, b.data(), b.data(), b.size(), tcoll::sum_op{},
+                                          tcoll::ring{}, red);
+        });
+      }
+      first->wait();
+      second->wait();
+      CHECK(on_engine);
+      // B was queued before A finished unless A was already done when B was submitted
+      if (second->timestamps().queued < first->timestamps().finished) CHECK(b_done_in_completion);
+      CHECK(!tcoll::detail::on_engine_thread(t));
+      float expect_a = 0.0f;
+      for (int r = 0; r < P; ++r) expect_a += 0.25f * static_cast<float>(r + 1);
+      for (float x : a) CHECK(x == expect_a);
+      float expect_b = 0.0f;
+      for (int r = 0; r < P; ++r) expect_b += 0.1f;
+      for (float x : b) CHECK(std::abs(x - expect_b) < 1e-6f);
+      CHECK_THROWS_AS(tcoll::detail::engine_of(t).run_queued_here(), tcoll::invalid_argument);
+    });
+  }
+}
+
 TEST_CASE("prepared allreduce equals the blocking call, allocates its workspace once") {
   for (int P : {1, 2, 3, 4}) {
     CAPTURE(P);
@@ -198,9 +247,9 @@ TEST_CASE("scheduler over a hierarchical allreduce (groups of 2 and 3)") {
 // every transport, blocking and started on the group transport's engine.
 static_assert(tcoll::communicator<tcoll::thread_transport>);
 static_assert(!tcoll::composite_communicator<tcoll::thread_transport>);
-static_assert(tcoll::composite_communicator<
-              tcoll::hierarchical<tcoll::subgroup<tcoll::thread_transport>,
-                                  tcoll::subgroup<tcoll::thread_transport>>>);
+static_assert(
+    tcoll::composite_communicator<tcoll::hierarchical<tcoll::subgroup<tcoll::thread_transport>,
+                                                      tcoll::subgroup<tcoll::thread_transport>>>);
 
 TEST_CASE("prepared allreduce over a hierarchical machine (groups of 2 and 3, both forms)") {
   for (int group : {2, 3})

@@ -32,8 +32,8 @@
 #include <memory>
 #include <mutex>
 #include <optional>
-#include <thread>
 #include <string>
+#include <thread>
 #include <tuple>
 #include <vector>
 
@@ -278,7 +278,9 @@ struct reduction {
   std::size_t lanes = 1; ///< elements of `type` per tensor element: 2 for complex dtypes
   tcoll::runtime_op op() const { return tcoll::runtime_op(type, kind); }
   /// Elements of `type` in tensor `t`.
-  std::size_t count(const at::Tensor& t) const { return static_cast<std::size_t>(t.numel()) * lanes; }
+  std::size_t count(const at::Tensor& t) const {
+    return static_cast<std::size_t>(t.numel()) * lanes;
+  }
   /// avg's final division of `n` elements at `data` by `nranks` (nothing for other kinds).
   void finalize(void* data, std::size_t n, int nranks) const {
     if (kind == tcoll::reduce_kind::avg) tcoll::finalize_average(type, data, n, nranks);
@@ -632,16 +634,16 @@ public:
     const waited_call waited(opts.asyncOp);
     check_list(tensors, "broadcast", "tensors");
     const int root = check_root(opts.rootRank, "broadcast");
-    return enqueue(
-        OpType::BROADCAST, tensors, "broadcast", total_bytes(tensors), [=, this](auto& t, int tag) {
-          for (std::size_t i = 0; i < tensors.size(); ++i) {
-            const at::Tensor b = dense(tensors[i]); // when it runs: after earlier calls
-            tcoll::cpu_reducer red;
-            tcoll::detail::broadcast_tagged(t, tag, bytes_of(b), b.nbytes(), root,
-                                            tcoll::binomial_tree{}, red);
-            copy_back(tensors[i], b);
-          }
-        });
+    return enqueue(OpType::BROADCAST, tensors, "broadcast", total_bytes(tensors),
+                   [=, this](auto& t, int tag) {
+                     for (std::size_t i = 0; i < tensors.size(); ++i) {
+                       const at::Tensor b = dense(tensors[i]); // when it runs: after earlier calls
+                       tcoll::cpu_reducer red;
+                       tcoll::detail::broadcast_tagged(t, tag, bytes_of(b), b.nbytes(), root,
+                                                       tcoll::binomial_tree{}, red);
+                       copy_back(tensors[i], b);
+                     }
+                   });
   }
 
   c10::intrusive_ptr<c10d::Work> reduce(std::vector<at::Tensor>& tensors,
@@ -651,20 +653,20 @@ public:
     TORCH_CHECK(tensors.size() == 1, "tcoll: reduce: rank ", rank_, ": takes one tensor");
     const int root = check_root(opts.rootRank, "reduce");
     const reduction r = reduction_of(opts.reduceOp, tensors[0].scalar_type(), rank_);
-    return enqueue(OpType::REDUCE, tensors, "reduce", tensors[0].nbytes(), [=, this](auto& t,
-                                                                                    int tag) {
-      const at::Tensor buffer = dense(tensors[0]); // when it runs: after earlier calls
-      const std::size_t n = r.count(buffer);
-      with_reduction(r, [&]<class E>(const tcoll::runtime_op& o) {
-        tcoll::cpu_reducer red;
-        E* data = reinterpret_cast<E*>(buffer.data_ptr());
-        tcoll::detail::reduce_tagged(t, tag, static_cast<const E*>(data),
-                                     rank_ == root ? data : nullptr, n, root, o,
-                                     tcoll::binomial_tree{}, red);
-      });
-      if (rank_ == root) r.finalize(buffer.data_ptr(), n, size_);
-      copy_back(tensors[0], buffer);
-    });
+    return enqueue(
+        OpType::REDUCE, tensors, "reduce", tensors[0].nbytes(), [=, this](auto& t, int tag) {
+          const at::Tensor buffer = dense(tensors[0]); // when it runs: after earlier calls
+          const std::size_t n = r.count(buffer);
+          with_reduction(r, [&]<class E>(const tcoll::runtime_op& o) {
+            tcoll::cpu_reducer red;
+            E* data = reinterpret_cast<E*>(buffer.data_ptr());
+            tcoll::detail::reduce_tagged(t, tag, static_cast<const E*>(data),
+                                         rank_ == root ? data : nullptr, n, root, o,
+                                         tcoll::binomial_tree{}, red);
+          });
+          if (rank_ == root) r.finalize(buffer.data_ptr(), n, size_);
+          copy_back(tensors[0], buffer);
+        });
   }
 
   c10::intrusive_ptr<c10d::Work> allgather(std::vector<std::vector<at::Tensor>>& outputs,
@@ -691,14 +693,14 @@ public:
 
   /// `all_gather_coalesced` (deprecated in torch, still Gloo's): one allgather per input,
   /// outputs[q][i] gets rank q's inputs[i]; one work.
-  c10::intrusive_ptr<c10d::Work>
-  allgather_coalesced(std::vector<std::vector<at::Tensor>>& outputs,
-                      std::vector<at::Tensor>& inputs, const c10d::AllgatherOptions& opts) override {
+  c10::intrusive_ptr<c10d::Work> allgather_coalesced(std::vector<std::vector<at::Tensor>>& outputs,
+                                                     std::vector<at::Tensor>& inputs,
+                                                     const c10d::AllgatherOptions& opts) override {
     const waited_call waited(opts.asyncOp);
     const char* what = "all_gather_coalesced";
     TORCH_CHECK(!inputs.empty(), "tcoll: ", what, ": rank ", rank_, ": no input tensors");
-    TORCH_CHECK(static_cast<int>(outputs.size()) == size_, "tcoll: ", what, ": rank ", rank_,
-                ": ", outputs.size(), " output lists, the group has ", size_, " ranks");
+    TORCH_CHECK(static_cast<int>(outputs.size()) == size_, "tcoll: ", what, ": rank ", rank_, ": ",
+                outputs.size(), " output lists, the group has ", size_, " ranks");
     std::vector<at::Tensor> ins, gathered, flat_outputs;
     std::size_t bytes = 0;
     for (const auto& list : outputs)
@@ -708,22 +710,22 @@ public:
       check_cpu(inputs[i], what, "input", rank_);
       for (const auto& list : outputs) check_like(list[i], inputs[i], what, "output tensor");
       ins.push_back(dense(inputs[i]));
-      gathered.push_back(at::empty({static_cast<std::int64_t>(size_) * inputs[i].numel()},
-                                   inputs[i].options()));
+      gathered.push_back(
+          at::empty({static_cast<std::int64_t>(size_) * inputs[i].numel()}, inputs[i].options()));
       bytes += gathered.back().nbytes();
     }
-    for (const auto& list : outputs) flat_outputs.insert(flat_outputs.end(), list.begin(), list.end());
+    for (const auto& list : outputs)
+      flat_outputs.insert(flat_outputs.end(), list.begin(), list.end());
     std::vector<std::vector<at::Tensor>> out_lists = outputs;
-    return enqueue(OpType::ALLGATHER_COALESCED, flat_outputs, what, bytes,
-                   [=, this](auto& t, int tag) {
-                     for (std::size_t i = 0; i < ins.size(); ++i) {
-                       run_allgather(t, tag, ins[i], gathered[i]);
-                       const std::int64_t n = ins[i].numel();
-                       for (int q = 0; q < size_; ++q)
-                         out_lists[q][i].copy_(
-                             gathered[i].narrow(0, q * n, n).view(out_lists[q][i].sizes()));
-                     }
-                   });
+    return enqueue(
+        OpType::ALLGATHER_COALESCED, flat_outputs, what, bytes, [=, this](auto& t, int tag) {
+          for (std::size_t i = 0; i < ins.size(); ++i) {
+            run_allgather(t, tag, ins[i], gathered[i]);
+            const std::int64_t n = ins[i].numel();
+            for (int q = 0; q < size_; ++q)
+              out_lists[q][i].copy_(gathered[i].narrow(0, q * n, n).view(out_lists[q][i].sizes()));
+          }
+        });
   }
 
   c10::intrusive_ptr<c10d::Work> _allgather_base(at::Tensor& output, at::Tensor& input,
@@ -1177,8 +1179,8 @@ private:
     // barrier waits for every earlier call, so it runs here only when none is left
     const bool idle = tcoll::detail::engine_idle(c);
     const bool run_here = in_callback || (type == OpType::BARRIER ? idle && caller_waits
-                                                                   : bytes <= inline_max_bytes_ ||
-                                                                         (caller_waits && idle));
+                                                                  : bytes <= inline_max_bytes_ ||
+                                                                        (caller_waits && idle));
     if (debug_enabled())
       std::fprintf(stderr, "[tcoll] rank %d: %s of %zu bytes%s\n", rank_, what, bytes,
                    run_here ? " (inline)" : "");
@@ -1707,8 +1709,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("node_layout", &tcoll_torch::node_layout,
         "(node, nodes, local_rank, local_size, shards) of a group (collective)", no_gil());
   m.def("create_backend", &tcoll_torch::create_backend, "the creator of a tcoll process group",
-        no_gil(),
-        pybind11::arg("store"), pybind11::arg("rank"), pybind11::arg("size"),
+        no_gil(), pybind11::arg("store"), pybind11::arg("rank"), pybind11::arg("size"),
         pybind11::arg("timeout"), pybind11::arg("layout"), pybind11::arg("flat_group") = nullptr,
         pybind11::arg("inter_group") = nullptr, pybind11::arg("mpi_ranks") = std::vector<int>{});
   m.def("mpi_world_ranks", &tcoll_torch::mpi_world_ranks, no_gil(),
