@@ -238,3 +238,51 @@ def body_sends_progress(rank, size):
 def test_posted_sends_complete_whatever_the_sender_does_next():
     results = run_ranks(body_sends_progress, 2, timeout_s=8, deadline=40)
     assert results == ["sent", [float(k) for k in range(8)]]
+
+
+def private_dev_shm():
+    """A /dev/shm of this process's own (a mount namespace with a fresh tmpfs; needs root),
+    as a container with host networking has: same host name and boot id, no shared segment.
+    False where not permitted."""
+    import ctypes
+    libc = ctypes.CDLL(None, use_errno=True)
+    CLONE_NEWNS, MS_REC, MS_PRIVATE = 0x00020000, 0x4000, 1 << 18
+    if libc.unshare(CLONE_NEWNS) != 0:
+        return False
+    if libc.mount(None, b"/", None, MS_REC | MS_PRIVATE, None) != 0:
+        return False
+    return libc.mount(b"tmpfs", b"/dev/shm", b"tmpfs", 0, b"size=256m") == 0
+
+
+def body_separate_dev_shm(rank, size, store_path):
+    import datetime
+
+    import torch.distributed as dist
+
+    from tcoll_torch import _C
+
+    if rank == size - 1 and not private_dev_shm():
+        return "SKIP"
+    dist.init_process_group("tcoll", init_method="file://" + store_path, rank=rank,
+                            world_size=size, timeout=datetime.timedelta(seconds=10))
+    x = torch.full((1000,), 0.5 * (rank + 1))
+    dist.all_reduce(x)
+    big = torch.full((100000,), 0.25 * rank)
+    dist.all_reduce(big)
+    layout = _C.layout_of(dist.group.WORLD._get_backend(torch.device("cpu")))
+    dist.destroy_process_group()
+    return layout, x[0].item(), big[0].item()
+
+
+def test_ranks_that_do_not_share_dev_shm_are_different_nodes(tmp_path):
+    size = 3  # ranks 0 and 1 share /dev/shm, rank 2 has its own
+    results = run_ranks(body_separate_dev_shm, size, str(tmp_path / "store"), init=False,
+                        deadline=60)
+    if "SKIP" in results:
+        import pytest
+        pytest.skip("cannot make a mount namespace with a private /dev/shm (not root?)")
+    for rank, (layout, small, big) in enumerate(results):
+        node, nodes = layout[0], layout[1]
+        assert nodes == 2, (rank, layout)
+        assert node == (1 if rank == 2 else 0), (rank, layout)
+        assert small == 0.5 * (1 + 2 + 3) and big == 0.25 * (0 + 1 + 2), (rank, small, big)

@@ -9,6 +9,7 @@
 ///    `file_store` below for C++ programs without MPI or PyTorch).
 /// A transport built from a bootstrap keeps it for its later collective set-up calls
 /// (`shm_transport::allocate`). Bootstrap calls are slow (milliseconds): never on a hot path.
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -64,13 +65,18 @@ public:
   }
 
   /// What identifies this machine's memory: the host name and the kernel's boot id, so two
-  /// containers or virtual machines that share a host name are still told apart.
+  /// containers or virtual machines that share a host name are still told apart, and the
+  /// device of /dev/shm, where shared segments live: processes on one kernel with separate
+  /// /dev/shm mounts (containers with host networking) cannot share a segment.
   static std::string node_identity() {
     char host[256] = {};
     gethostname(host, sizeof host - 1);
     std::string boot;
     std::ifstream("/proc/sys/kernel/random/boot_id") >> boot;
-    return std::string(host) + "/" + boot;
+    std::string id = std::string(host) + "/" + boot;
+    struct stat shm {};
+    if (stat("/dev/shm", &shm) == 0) id += "/shm" + std::to_string(shm.st_dev);
+    return id;
   }
 
 protected:
