@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The Python side of tcoll (docs/torch.md): a virtual environment of the repository (.venv)
-# with torch from PyPI (its default Linux wheel, about 5 GB), pytest, numpy, expecttest (PyTorch's own test suite imports it) and mpi4py (its
-# PyPI wheel picks MPICH or Open MPI at run time: the preload's MPICH tests use it), then the
+# with torch from PyPI (its default Linux wheel, about 5 GB), pytest, numpy, expecttest
+# (PyTorch's own distributed test suite imports it: tests/torch/pytorch_suite.py) and mpi4py
+# (its PyPI wheel picks MPICH or Open MPI at run time: the preload's MPICH tests use it), then the
 # torch.distributed backend built against that torch (python/tcoll_torch/_C*.so; ninja
 # recompiles only what changed). Each step runs only where needed.
 set -euo pipefail

@@ -11,6 +11,7 @@ texts fail that way by design; docs/torch.md lists them.
     .venv/bin/python tests/torch/pytorch_suite.py --backend gloo --world-size 3 -k allreduce
     ... --json out.json   # every test's outcome, and the counts
     ... --list            # the tests the filters select, without running them
+    ... --ci              # the subset .ci/run runs (CI_TESTS below; about 4 minutes)
 
 Run as `test_distributed_spawn.py` runs it: each test spawns WORLD_SIZE processes, which
 import this file, so the redirection to tcoll holds there too.
@@ -58,6 +59,51 @@ if os.environ.get("TCOLL_SUITE_BACKEND", "tcoll") == "tcoll":
     for module in (dist, distributed_c10d):
         module.init_process_group = init_process_group
         module.new_group = new_group
+
+
+# The subset CI runs (names containing one of these, none of CI_EXCLUDE): the collectives,
+# point-to-point, barriers, futures and PyTorch's DDP on CPU, each passing on Gloo here.
+# Most of the suite's other tests skip on a CPU-only machine, and a skipped test costs
+# its process start-up all the same.
+CI_TESTS = ["test_all_reduce", "test_all_gather", "test_broadcast", "test_reduce_",
+            "test_scatter", "test_gather", "test_barrier", "test_monitored_barrier",
+            "test_send_recv", "test_isend", "test_irecv", "test_batch_isend_irecv",
+            "test_get_future", "test_sparse_all_reduce", "test_DistributedDataParallel",
+            "test_accumulate_gradients_no_sync", "test_static_graph_api_cpu",
+            "test_ddp_create_graph", "test_grads_same_across_ranks_with_no_sync"]
+CI_EXCLUDE = ["profiler", "cuda", "gpu", "any_source", "_timeout", "test_all_gather_object"]
+# those of them that skip at 2 processes without a GPU (listed from a run: a test that
+# skips still starts its processes)
+CI_SKIPPED_AT_2 = {"test_DistributedDataParallel",
+                   "test_DistributedDataParallel_SyncBatchNorm",
+                   "test_DistributedDataParallel_SyncBatchNorm_2D_Input",
+                   "test_DistributedDataParallel_SyncBatchNorm_Channels_Last",
+                   "test_DistributedDataParallel_SyncBatchNorm_Diff_Input_Sizes_Running_Value",
+                   "test_DistributedDataParallel_SyncBatchNorm_Diff_Input_Sizes_gradient",
+                   "test_DistributedDataParallel_SyncBatchNorm_No_Affine",
+                   "test_DistributedDataParallel_SyncBatchNorm_Single_Input_Per_Process",
+                   "test_DistributedDataParallel_SyncBatchNorm_half",
+                   "test_DistributedDataParallel_non_default_stream",
+                   "test_DistributedDataParallel_with_amp_and_grad_is_view",
+                   "test_all_gather_coalesced_group", "test_all_gather_group",
+                   "test_all_reduce_coalesced_group_max",
+                   "test_all_reduce_coalesced_group_min",
+                   "test_all_reduce_coalesced_group_product",
+                   "test_all_reduce_coalesced_group_sum", "test_all_reduce_group_max",
+                   "test_all_reduce_group_min", "test_all_reduce_group_product",
+                   "test_all_reduce_group_sum", "test_barrier_group",
+                   "test_batch_isend_irecv_mixed_backend_err", "test_batch_isend_irecv_nccl",
+                   "test_batch_isend_irecv_no_rank_zero_nccl", "test_batch_isend_irecv_op_err",
+                   "test_batch_isend_irecv_op_list_err",
+                   "test_batch_isend_irecv_ring_exchange_nccl",
+                   "test_batch_isend_irecv_self_nccl", "test_broadcast_group",
+                   "test_broadcast_object_list", "test_gather_group", "test_gather_object",
+                   "test_gather_object_subgroup", "test_monitored_barrier_allreduce_hang",
+                   "test_monitored_barrier_allreduce_hang_wait_all_ranks",
+                   "test_monitored_barrier_failure_order",
+                   "test_monitored_barrier_wait_all_ranks", "test_reduce_group_max",
+                   "test_reduce_group_min", "test_reduce_group_product",
+                   "test_reduce_group_sum", "test_scatter_group", "test_send_recv_nccl"}
 
 
 class TestDistBackendWithSpawn(TestDistBackend, DistributedTest._DistTestBase):
@@ -123,7 +169,11 @@ def main():
                         help="leave out the tests whose name contains this; repeatable")
     parser.add_argument("--json", help="write every outcome and the counts here")
     parser.add_argument("--list", action="store_true")
+    parser.add_argument("--ci", action="store_true", help="the subset CI runs (CI_TESTS)")
     args = parser.parse_args()
+    if args.ci:
+        args.k += CI_TESTS
+        args.exclude += CI_EXCLUDE
     if os.environ.get("TCOLL_SUITE_BACKEND") != args.backend or \
             os.environ.get("WORLD_SIZE") != str(args.world_size):
         # the rank processes read both from the environment: start again with them set
@@ -133,6 +183,8 @@ def main():
 
     def selected(name):
         wanted = not args.k or any(k in name or fnmatch.fnmatch(name, k) for k in args.k)
+        if args.ci and args.world_size == 2 and name in CI_SKIPPED_AT_2:
+            return False
         return wanted and not any(x in name for x in args.exclude)
 
     names = sorted(n for n in unittest.TestLoader().getTestCaseNames(TestDistBackendWithSpawn)
