@@ -4,6 +4,7 @@ DistributedDataParallel with each planner (issue 28 section 3; docs/torch.md has
 
     bash bench/torch/setup_extras.sh   # .venv-extras: torchvision's model definitions
     .venv-extras/bin/python bench/torch/ddp_speed.py --model resnet18 --ranks 2 [--json out.json]
+    .venv/bin/python bench/torch/ddp_speed.py --model mlp --planners optimal  # no torchvision
 
 Per variant every rank builds the model from one seed, runs --warmup iterations (tcoll's
 autotune measures and re-plans inside them), then --iterations timed iterations of
@@ -62,6 +63,13 @@ def make_model(name):
         model = torch.nn.Sequential(encoder, torch.nn.Flatten(0, 1), head)
         return model, lambda g: (torch.randn(2, 32, 768, generator=g),
                                  torch.randint(0, 10, (64,), generator=g))
+    if name == "mlp":  # communication-heavy: 34 M parameters in 8 tensors, little compute
+        model = torch.nn.Sequential(torch.nn.Linear(2048, 4096), torch.nn.ReLU(),
+                                    torch.nn.Linear(4096, 4096), torch.nn.ReLU(),
+                                    torch.nn.Linear(4096, 2048), torch.nn.ReLU(),
+                                    torch.nn.Linear(2048, 10))
+        return model, lambda g: (torch.randn(8, 2048, generator=g),
+                                 torch.randint(0, 10, (8,), generator=g))
     raise ValueError(f"unknown model {name}")
 
 

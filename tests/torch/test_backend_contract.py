@@ -107,6 +107,11 @@ def body_collectives_gloo_has(rank, size):
         zout = torch.empty(2, dtype=torch.complex64)
         dist.reduce_scatter_tensor(zout, zin, group=group)
         res["reduce_scatter_complex"] = zout
+        # reduce_scatter (list) with a block of its own size for every rank
+        rs_in = [torch.arange(q + 1.0) * 0.5 + rank for q in range(size)]
+        rs_out = torch.empty(rank + 1)
+        dist.reduce_scatter(rs_out, rs_in, group=group)
+        res["reduce_scatter_uneven"] = rs_out
         # two asynchronous SUMs in a row on a transposed tensor: the second sees the first
         t = (torch.arange(6.0).reshape(2, 3) + rank).t()
         works = [dist.all_reduce(t, async_op=True, group=group) for _ in range(2)]
@@ -126,6 +131,15 @@ def body_collectives_gloo_has(rank, size):
         for w in dist.batch_isend_irecv(ops):
             w.wait()
         res["good_batch"] = got
+        # tags beyond the 1024 tcoll once allowed, and two tags in flight between one pair
+        high = [torch.zeros(3), torch.zeros(3)]
+        recvs = [dist.irecv(high[k], (rank - 1) % size, group=group, tag=tag)
+                 for k, tag in enumerate((1 << 30, 5000))]
+        sends = [dist.isend(torch.full((3,), rank + 0.5 * k), peer, group=group, tag=tag)
+                 for k, tag in enumerate((5000, 1 << 30))]
+        for w in recvs + sends:
+            w.wait()
+        res["high_tags"] = high
         out[name] = res
     return out
 
@@ -136,7 +150,8 @@ def test_collectives_as_gloo_gives_them():
         ours, theirs = out["tcoll"], out["gloo"]
         assert ours["bad_batch"] != "no error" and theirs["bad_batch"] != "no error"
         for key in ("all_to_all", "all_gather_coalesced", "reduce_complex",
-                    "reduce_scatter_complex", "good_batch"):
+                    "reduce_scatter_complex", "reduce_scatter_uneven", "good_batch",
+                    "high_tags"):
             a, b = ours[key], theirs[key]
             flat_a = a if isinstance(a, list) else [a]
             flat_b = b if isinstance(b, list) else [b]
@@ -148,6 +163,11 @@ def test_collectives_as_gloo_gives_them():
         # and by hand: rank r receives from q a block of r + q + 1 elements
         for q, block in enumerate(ours["uneven"]):
             assert torch.equal(block, torch.arange(rank + q + 1, dtype=torch.float64) + 0.5 * q)
+        left = (rank - 1) % size  # its tag 2^30 send is its second (0.5), tag 5000 its first
+        assert torch.equal(ours["high_tags"][0], torch.full((3,), left + 0.5))
+        assert torch.equal(ours["high_tags"][1], torch.full((3,), float(left)))
+        assert torch.equal(ours["reduce_scatter_uneven"],
+                           size * torch.arange(rank + 1.0) * 0.5 + sum(range(size)))
         # the second SUM reduces the first one's result (Gloo's gives a mix of partial sums
         # here: it copies the tensor when the call is made)
         x = torch.arange(6.0).reshape(2, 3).t()

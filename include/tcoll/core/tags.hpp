@@ -13,6 +13,8 @@
 /// - `intra_offset` + the above: the same on the intra-group view of a transport cut into
 ///   groups (`subgroup`); `inter_offset` + the above: on the inter-group view.
 /// - `composed_offset` + 1024 onwards: a `composed` transport's own collectives.
+/// - `user_high_first` onwards: user tags of 1024 and above, for integrations whose host
+///   allows any tag (the PyTorch backend maps tag t >= 1024 to user_high_first + t - 1024).
 ///
 /// MPI guarantees tags up to 32767 only (`MPI_TAG_UB`); `mpi_transport` shrinks its
 /// collectives' range to fit. The offsets of the group views need MPI_TAG_UB of at least
@@ -36,8 +38,13 @@ inline constexpr int inter_offset = 2 << 16;
 /// Offset of a `composed` transport's own collectives (above both levels' spaces).
 inline constexpr int composed_offset = 3 << 16;
 
+/// Where user tags of 1024 and above go (above every range of the collectives).
+inline constexpr int user_high_first = 4 << 16;
+
 static_assert(collectives_first + collectives_count <= intra_offset,
               "the collectives' range must stay below the first group offset");
 static_assert(elastic_push + 1 < collectives_first, "elastic pushes are user tags");
+static_assert(composed_offset + collectives_first + collectives_count <= user_high_first,
+              "high user tags must stay above the composed transport's collectives");
 
 } // namespace tcoll::tags

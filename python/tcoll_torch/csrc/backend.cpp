@@ -815,13 +815,38 @@ public:
                 ": takes one output tensor and one input list");
     check_cpu(outputs[0], "reduce_scatter", "output", rank_);
     check_list_size(inputs[0], "reduce_scatter", "input list");
-    for (const auto& i : inputs[0]) check_like(i, outputs[0], "reduce_scatter", "input tensor");
+    // inputs[0][q] is rank q's block: as large as rank q's output (blocks may differ in
+    // size across ranks, as Gloo allows); this rank's block is as large as its output
+    bool even = true;
+    for (const auto& i : inputs[0]) {
+      check_cpu(i, "reduce_scatter", "input tensor", rank_);
+      TORCH_CHECK(i.scalar_type() == outputs[0].scalar_type(), "tcoll: reduce_scatter: rank ",
+                  rank_, ": input tensor dtype ", i.scalar_type(), " differs from the output's ",
+                  outputs[0].scalar_type());
+      even = even && i.numel() == outputs[0].numel();
+    }
+    check_like(inputs[0][rank_], outputs[0], "reduce_scatter", "this rank's input tensor");
     check_op(opts.reduceOp, outputs[0].scalar_type());
     at::Tensor packed = at::cat(flattened(inputs[0]));
     at::Tensor out = dense(outputs[0]);
+    std::int64_t offset = 0;
+    for (int q = 0; q < rank_; ++q) offset += inputs[0][q].numel();
     return enqueue(OpType::REDUCE_SCATTER, outputs, "reduce_scatter", packed.nbytes(),
                    [=, this](auto& t, int tag) {
-                     run_reduce_scatter(t, tag, packed, out, opts.reduceOp);
+                     if (even) {
+                       run_reduce_scatter(t, tag, packed, out, opts.reduceOp);
+                     } else { // uneven blocks: an allreduce of them all, then this rank's
+                       const reduction r = reduction_of(opts.reduceOp, packed.scalar_type(), rank_);
+                       const std::size_t n = r.count(packed);
+                       with_reduction(r, [&]<class E>(const tcoll::runtime_op& o) {
+                         tcoll::cpu_reducer red;
+                         E* data = reinterpret_cast<E*>(packed.data_ptr());
+                         tcoll::detail::allreduce_tagged(t, tag, static_cast<const E*>(data), data,
+                                                         n, o, tcoll::ring{}, red);
+                       });
+                       r.finalize(packed.data_ptr(), n, size_);
+                       out.view(-1).copy_(packed.narrow(0, offset, out.numel()));
+                     }
                      copy_back(outputs[0], out);
                    });
   }
@@ -1518,11 +1543,15 @@ private:
     TORCH_CHECK(peer >= 0 && peer < size_ && peer != rank_, "tcoll: ", what, ": rank ", rank_, ": ",
                 argument, " ", peer, " is not another rank of the group of ", size_);
   }
+  /// The transport tag of user tag `tag`: below 1024 itself, above it moved past the
+  /// collectives' message spaces (tags.hpp, `user_high_first`), so any tag torch allows up to
+  /// 2^31 - 1 - 2^18 + 1024 works, as on Gloo.
   int check_tag(int tag, const char* what) {
-    const int limit = tcoll::tags::collectives_first;
-    TORCH_CHECK(tag >= 0 && tag < limit, "tcoll: ", what, ": rank ", rank_, ": tag ", tag,
-                " is outside [0, ", limit, ") (tags above belong to collectives)");
-    return tag;
+    constexpr int low = tcoll::tags::collectives_first;
+    constexpr int high_max = std::numeric_limits<int>::max() - tcoll::tags::user_high_first + low;
+    TORCH_CHECK(tag >= 0 && tag <= high_max, "tcoll: ", what, ": rank ", rank_, ": tag ", tag,
+                " is outside [0, ", high_max, "]");
+    return tag < low ? tag : tcoll::tags::user_high_first + (tag - low);
   }
   std::vector<std::size_t> split_bytes(const at::Tensor& t, const std::vector<int64_t>& splits,
                                        const char* argument) {
