@@ -17,6 +17,7 @@ echo "$main_site" >"$own_site/tcoll_main_venv.pth"
 pip=("$venv/bin/pip" install -q --disable-pip-version-check)
 "$venv/bin/python" -c 'import deepspeed' >/dev/null 2>&1 || "${pip[@]}" deepspeed
 "$venv/bin/python" -c 'import torchvision' >/dev/null 2>&1 || "${pip[@]}" --no-deps torchvision
+"$venv/bin/python" -c 'import PIL' >/dev/null 2>&1 || "${pip[@]}" pillow # torchvision imports it
 "$venv/bin/python" - <<'PY' 2>/dev/null | tail -1
 import deepspeed, torch, torchvision
 print("setup_extras: torch", torch.__version__, "deepspeed", deepspeed.__version__,

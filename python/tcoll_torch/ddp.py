@@ -4,8 +4,9 @@
     loss_fn(model(x), y).backward()      # buckets reduced during backward; done on return
     optimizer.step()
 
-The gradients live in one tcoll gradient pool in backward order; every parameter's ``.grad``
-is a view into it, so a bucket is averaged in place, with no copy (DDP's
+The float32 gradients live in one tcoll gradient pool in backward order (each other
+floating dtype in a side pool of its own, averaged at the end of backward); every
+parameter's ``.grad`` is a view into it, so a bucket is averaged in place, with no copy (DDP's
 ``gradient_as_bucket_view``, GradientFlow's lazy allreduce). A post-accumulate-grad hook per
 parameter tells the reducer its gradient is final; a bucket starts as soon as its tensors
 are, in plan order, on the tcoll backend's communication engine while backward goes on.
@@ -22,6 +23,11 @@ largest gradients, with error feedback unless ``residual="none"``) and ``dgc`` (
 Gradient Compression: momentum correction and masking around top-k; the momentum is inside
 the averaged gradient, so train with plain SGD). ``topk`` and ``dgc`` select over the whole
 pool, so they start once backward has produced every gradient.
+
+Unused parameters (``find_unused_parameters``, ``static_graph``) follow DDP's reducer: the
+ranks allreduce a map of the parameters each used since the last synchronized backward; a
+parameter some rank used gets the average as ``.grad`` everywhere, one nobody used keeps
+its ``.grad`` (None stays None).
 """
 import contextlib
 
