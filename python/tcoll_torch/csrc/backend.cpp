@@ -1029,10 +1029,12 @@ public:
 
   /// `monitored_barrier`, as Gloo's: every rank reports to rank 0 and waits for its
   /// answer; rank 0 names the ranks that did not report within the timeout (all of them
-  /// with `wait_all_ranks`, else the first), in Gloo's words. It runs at once in the
-  /// caller's thread (Gloo's does not wait for earlier calls either), in a message space
-  /// of the collectives, so user tags are untouched. A failure leaves the group broken.
+  /// with `wait_all_ranks`, else the first), in Gloo's words. It runs after the calls still
+  /// queued on the engine, as a barrier does (at once in the caller's thread when none is),
+  /// in a message space of the collectives, so user tags are untouched. A failure leaves
+  /// the group broken.
   void monitoredBarrier(const c10d::BarrierOptions& opts, bool wait_all_ranks) override {
+    const waited_call waited(false); // the caller waits for it at once
     const auto limit = opts.timeout == c10d::kUnsetTimeout ? timeout_ : opts.timeout;
     const auto ms = static_cast<long long>(limit.count());
     auto w = enqueue(OpType::BARRIER, {}, "monitored_barrier", 0, [=, this](auto& t, int tag) {
