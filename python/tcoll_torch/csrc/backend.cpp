@@ -1204,10 +1204,12 @@ private:
     // a call its caller waits for at once runs here too unless earlier calls are still
     // queued or running, which it must not overtake (they may use the same tensors); a
     // barrier waits for every earlier call, so it runs here only when none is left
-    const bool idle = tcoll::detail::engine_idle(c);
-    const bool run_here = in_callback || (type == OpType::BARRIER ? idle && caller_waits
-                                                                  : bytes <= inline_max_bytes_ ||
-                                                                        (caller_waits && idle));
+    // (the engine's idleness takes its lock: asked only where it decides)
+    const bool run_here =
+        in_callback ||
+        (type == OpType::BARRIER
+             ? caller_waits && tcoll::detail::engine_idle(c)
+             : bytes <= inline_max_bytes_ || (caller_waits && tcoll::detail::engine_idle(c)));
     if (debug_enabled())
       std::fprintf(stderr, "[tcoll] rank %d: %s of %zu bytes%s\n", rank_, what, bytes,
                    run_here ? " (inline)" : "");
