@@ -158,3 +158,53 @@ TEST_CASE("shm from a store: the segment leaves no file in /dev/shm") {
   CHECK(t.segment_bytes() > 0);
   CHECK(tcoll_files_in_dev_shm() == 0);
 }
+
+TEST_CASE("shm from a store: probe sees a waiting message that no posted receive takes") {
+  tcoll::shm_transport t(team::bootstrap(), small_slots());
+  if (t.size() < 2) return;
+  const auto until = [&] { return tcoll::clock::now() + 30s; };
+  // rank 1 sends rank 0 two messages of tag 9 (one inline, one over several slots) and one
+  // of tag 4; rank 0 probes before and after they arrive and as receives are posted
+  std::vector<double> big(200);
+  double small = 0.0;
+  if (t.rank() == 1) {
+    for (std::size_t i = 0; i < big.size(); ++i) big[i] = 0.5 + static_cast<double>(i);
+    small = 2.25;
+    CHECK(!t.probe(0, 9)); // nothing sent to this rank
+    auto a = t.isend(0, &small, sizeof small, 9);
+    auto b = t.isend(0, big.data(), big.size() * sizeof(double), 9);
+    t.wait(a, until());
+    t.barrier(); // 1: the first message is in its lane
+    auto c = t.isend(0, &small, sizeof small, 4);
+    t.wait(b, until());
+    t.wait(c, until());
+  } else if (t.rank() == 0) {
+    CHECK_THROWS_AS(t.probe(t.size(), 9), tcoll::invalid_argument); // no such peer
+    t.barrier();                                                    // 1
+    const auto deadline = tcoll::clock::now() + 10s;
+    auto probed = [&](int tag) { // polls until a probe sees `tag` or the deadline passes
+      while (!t.probe(1, tag))
+        if (tcoll::clock::now() >= deadline) return false;
+      return true;
+    };
+    REQUIRE(probed(9));
+    CHECK(!t.probe(1, 3)); // another tag
+    // one receive posted (not yet progressed): it will take the first message, the
+    // second (still being sent, or waiting) is what a probe reports, once it has arrived
+    auto first = t.irecv(1, &small, sizeof small, 9);
+    CHECK(probed(9));
+    auto second = t.irecv(1, big.data(), big.size() * sizeof(double), 9);
+    CHECK(!t.probe(1, 9)); // both are taken by posted receives now
+    t.wait(first, until());
+    t.wait(second, until());
+    CHECK(small == 2.25);
+    for (std::size_t i = 0; i < big.size(); ++i) REQUIRE(big[i] == 0.5 + static_cast<double>(i));
+    CHECK(!t.probe(1, 9));
+    REQUIRE(probed(4));
+    auto third = t.irecv(1, &small, sizeof small, 4);
+    t.wait(third, until());
+  } else {
+    t.barrier(); // 1
+  }
+  t.barrier();
+}

@@ -260,6 +260,81 @@ def test_posted_sends_complete_whatever_the_sender_does_next():
     assert results == ["sent", [float(k) for k in range(8)]]
 
 
+def body_any_source_and_any_tag(rank, size):
+    """Receives without a source and tags of any non-negative int, on tcoll and on Gloo side
+    by side."""
+    import datetime
+    import time
+
+    import torch.distributed as dist
+
+    gloo = dist.new_group(backend="gloo")
+    out = {}
+    for name, group in (("tcoll", None), ("gloo", gloo)):
+        res = {}
+        if rank == 0:
+            # every other rank sends two messages of tag 7: four receives of any source,
+            # posted before any is waited on, take each once and one sender's in its order
+            got = [torch.zeros(2) for _ in range(2 * (size - 1))]
+            works = [dist.irecv(g, group=group, tag=7) for g in got]
+            for w in works:
+                w.wait()
+            res["any"] = [(w._source_rank(), g.tolist()) for w, g in zip(works, got)]
+            # a blocking recv without a source returns the sender; of the two tags waiting
+            # from rank 1 it takes the one asked for; any non-negative int is a tag
+            blocking = torch.zeros(3)
+            res["sender"] = dist.recv(blocking, group=group, tag=1024)
+            res["first_high"] = blocking.tolist()
+            other = torch.zeros(3)
+            dist.recv(other, 1, group=group, tag=(1 << 31) - 1)
+            res["highest"] = other.tolist()
+            try:
+                dist.isend(torch.ones(1), 1, group=group, tag=-1)
+                res["negative"] = "no error"
+            except RuntimeError as e:
+                res["negative"] = str(e)
+        else:
+            for k in range(2):
+                dist.send(torch.tensor([float(rank), float(k)]), 0, group=group, tag=7)
+            if rank == 1:
+                # (not blocking sends: Gloo's wait for the receive, which asks in the other
+                # order)
+                for w in [dist.isend(torch.full((3,), -0.5), 0, group=group, tag=(1 << 31) - 1),
+                          dist.isend(torch.full((3,), 2.5), 0, group=group, tag=1024)]:
+                    w.wait()
+        dist.barrier(group=group)
+        if rank == 0:
+            # nobody sends tag 99: the wait ends at its timeout with an error (last: on Gloo
+            # the timeout closes the group's connections)
+            start = time.monotonic()
+            try:
+                dist.irecv(torch.zeros(1), group=group, tag=99).wait(
+                    datetime.timedelta(seconds=1))
+                res["unsent"] = "no error"
+            except RuntimeError as e:
+                res["unsent"] = str(e)
+            res["unsent_seconds"] = time.monotonic() - start
+        out[name] = res
+    return out
+
+
+def test_receives_from_any_source_and_tags_of_any_non_negative_int():
+    size = 3
+    results = run_ranks(body_any_source_and_any_tag, size, timeout_s=20, deadline=90)
+    for name in ("tcoll", "gloo"):
+        res = results[0][name]
+        pairs = res["any"]
+        assert sorted((src, tuple(v)) for src, v in pairs) == \
+            [(q, (float(q), float(k))) for q in range(1, size) for k in range(2)], (name, pairs)
+        for q in range(1, size):  # one sender's messages arrive in the order it sent them
+            assert [v[1] for src, v in pairs if src == q] == [0.0, 1.0], (name, pairs)
+        assert res["sender"] == 1 and res["first_high"] == [2.5] * 3, (name, res)
+        assert res["highest"] == [-0.5] * 3, (name, res)
+        assert "negative" in res["negative"].lower(), (name, res)
+        assert res["unsent"] != "no error" and res["unsent_seconds"] < 10, (name, res)
+    assert "any source" in results[0]["tcoll"]["unsent"], results[0]["tcoll"]["unsent"]
+
+
 def private_dev_shm():
     """A /dev/shm of this process's own (a mount namespace with a fresh tmpfs; needs root),
     as a container with host networking has: same host name and boot id, no shared segment.

@@ -14,7 +14,10 @@
 ///   groups (`subgroup`); `inter_offset` + the above: on the inter-group view.
 /// - `composed_offset` + 1024 onwards: a `composed` transport's own collectives.
 /// - `user_high_first` onwards: user tags of 1024 and above, for integrations whose host
-///   allows any tag (the PyTorch backend maps tag t >= 1024 to user_high_first + t - 1024).
+///   allows any tag (the PyTorch backend maps tag t >= 1024 to user_high_first + t - 1024
+///   between nodes).
+/// - Negative tags: never used by tcoll. The PyTorch backend maps tag t >= 1024 to
+///   INT_MIN + t - 1024 on shared memory, so every non-negative int has a place there.
 ///
 /// MPI guarantees tags up to 32767 only (`MPI_TAG_UB`); `mpi_transport` shrinks its
 /// collectives' range to fit. The offsets of the group views need MPI_TAG_UB of at least

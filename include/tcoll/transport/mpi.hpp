@@ -333,6 +333,16 @@ public:
     return r;
   }
 
+  /// Local (MPI_Iprobe): whether a message from `peer` with `tag` has arrived that no
+  /// receive posted before this call takes. Nothing is received.
+  bool probe(int peer, int tag) {
+    int flag = 0;
+    const int rc = MPI_Iprobe(peer, tag, comm_, &flag, MPI_STATUS_IGNORE);
+    if (rc != MPI_SUCCESS)
+      throw transport_error("MPI_Iprobe failed (tag " + std::to_string(tag) + ")", rank_, peer);
+    return flag != 0;
+  }
+
   /// Progresses `r` once (MPI_Test); true when complete. Throws `aborted_error` after
   /// `abort()`, `transport_error` on an MPI error or a size mismatch.
   bool test(request& r) {

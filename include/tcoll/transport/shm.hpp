@@ -255,6 +255,24 @@ public:
     return post_recv(peer, static_cast<unsigned char*>(staging), bytes, tag, use);
   }
 
+  /// Local (MPI_Iprobe): whether a message from `peer` with `tag` has arrived that no
+  /// receive posted before this call will take, so that a receive posted now would match
+  /// it. Nothing is claimed; receives of any source probe each peer, then post.
+  bool probe(int peer, int tag) {
+    check_peer(peer, "probe");
+    std::lock_guard lock(mutex_);
+    // the receives already posted for this pair and tag take the oldest messages first
+    std::size_t ahead = 0;
+    for (const recv_state* r : recvs_[static_cast<std::size_t>(peer)])
+      if (!r->done && r->lane < 0 && r->tag == tag) ++ahead;
+    std::uint64_t present[64];
+    observe(peer, present);
+    std::size_t waiting = 0;
+    for (std::size_t l = 0; l < options_.lanes; ++l)
+      if (claimable(peer, l, present[l], tag)) ++waiting;
+    return waiting > ahead;
+  }
+
   /// Progresses every pending transfer (to and from every peer) once; true when `r` is
   /// complete.
   bool test(request& r) {
@@ -586,22 +604,13 @@ private:
   /// `observed_[peer]` (every message up to it has been seen in a lane) only grows, and
   /// only messages up to it are candidates: all of them are visible in every later scan.
   bool claim(recv_state& r) {
-    const std::size_t peer = static_cast<std::size_t>(r.peer);
     std::uint64_t present[64];
-    std::size_t count = 0;
-    for (std::size_t l = 0; l < options_.lanes; ++l)
-      present[count++] = lane(rank_, r.peer, l).message.load(std::memory_order_acquire);
-    for (bool advanced = true; advanced;) {
-      advanced = false;
-      for (std::size_t i = 0; i < count; ++i)
-        if (present[i] == observed_[peer] + 1) ++observed_[peer], advanced = true;
-    }
+    observe(r.peer, present);
     std::uint64_t best = 0;
     std::size_t best_lane = 0;
     for (std::size_t l = 0; l < options_.lanes; ++l) {
       const std::uint64_t m = present[l];
-      if (m == 0 || m > observed_[peer] || claimed_[claim_index(r.peer, l)] == m) continue;
-      if (lane(rank_, r.peer, l).tag != r.tag) continue;
+      if (!claimable(r.peer, l, m, r.tag)) continue;
       if (best == 0 || m < best) best = m, best_lane = l;
     }
     if (best == 0) return false;
@@ -614,6 +623,26 @@ private:
               ") matched a send of " + std::to_string(sent) + " bytes",
           rank_, r.peer));
     return true;
+  }
+  /// Reads the message number in each lane of `peer` (into `present`, one per lane) and
+  /// advances `observed_[peer]` over those seen in order.
+  void observe(int peer, std::uint64_t* present) {
+    const auto p = static_cast<std::size_t>(peer);
+    for (std::size_t l = 0; l < options_.lanes; ++l)
+      present[l] = lane(rank_, peer, l).message.load(std::memory_order_acquire);
+    for (bool advanced = true; advanced;) {
+      advanced = false;
+      for (std::size_t l = 0; l < options_.lanes; ++l)
+        if (present[l] == observed_[p] + 1) ++observed_[p], advanced = true;
+    }
+  }
+  /// Message `m` in lane `l` of `peer` may be taken by a receive of `tag`: observed in
+  /// order, not yet claimed by this rank, and of that tag.
+  bool claimable(int peer, std::size_t l, std::uint64_t m, int tag) const {
+    if (m == 0 || m > observed_[static_cast<std::size_t>(peer)] ||
+        claimed_[claim_index(peer, l)] == m)
+      return false;
+    return lane(rank_, peer, l).tag == tag;
   }
   std::size_t claim_index(int peer, std::size_t l) const {
     return static_cast<std::size_t>(peer) * options_.lanes + l;

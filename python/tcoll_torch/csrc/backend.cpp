@@ -29,9 +29,11 @@
 #include <cstring>
 #include <functional>
 #include <limits>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <set>
 #include <string>
 #include <thread>
 #include <tuple>
@@ -164,6 +166,131 @@ private:
   typename Tr::request request_;
   at::Tensor tensor_, user_;
   int peer_;
+};
+
+/// The order of a group's receives from any source: per tag, the tickets of those not yet
+/// matched. Only the oldest of a tag may take a message, so receives of one tag without a
+/// source match in the order they were posted (MPI's rule), whichever thread drives them.
+class any_source_order {
+public:
+  std::uint64_t enter(int tag) {
+    std::lock_guard lock(mutex_);
+    pending_[tag].insert(++last_);
+    return last_;
+  }
+  bool first(int tag, std::uint64_t ticket) {
+    std::lock_guard lock(mutex_);
+    auto it = pending_.find(tag);
+    return it != pending_.end() && *it->second.begin() == ticket;
+  }
+  void leave(int tag, std::uint64_t ticket) {
+    std::lock_guard lock(mutex_);
+    auto it = pending_.find(tag);
+    if (it == pending_.end()) return;
+    it->second.erase(ticket);
+    if (it->second.empty()) pending_.erase(it);
+  }
+
+private:
+  std::mutex mutex_;
+  std::uint64_t last_ = 0;
+  std::map<int, std::set<std::uint64_t>> pending_;
+};
+
+/// A receive from any source (`recv`/`irecv` without `src`): while unmatched it probes the
+/// peers in turn (starting after the last one it took from) and posts an ordinary receive
+/// to the first that has a message of its tag waiting; `sourceRank()` names that peer.
+/// Unmatched, it has no deadline until it is waited on (an `irecv` may be posted long before
+/// its sender sends); `wait` gives matching and receiving the group's timeout together.
+template <class Tr>
+class any_source_work final : public c10d::Work {
+public:
+  any_source_work(int rank, int size, Tr& t, int tag, at::Tensor tensor, at::Tensor user,
+                  std::shared_ptr<any_source_order> order)
+      : c10d::Work(rank, OpType::RECVANYSOURCE), rank_(rank), size_(size), t_(t), tag_(tag),
+        tensor_(std::move(tensor)), user_(std::move(user)), order_(std::move(order)),
+        ticket_(order_->enter(tag)) {}
+  ~any_source_work() override { leave_order(); }
+
+  bool isCompleted() override {
+    std::lock_guard lock(progress_);
+    return drive();
+  }
+  /// isCompleted() for the progress thread (see p2p_work::poll).
+  bool poll() {
+    std::unique_lock lock(progress_, std::try_to_lock);
+    return lock ? drive() : false;
+  }
+  bool wait(std::chrono::milliseconds timeout) override {
+    {
+      std::lock_guard lock(progress_);
+      const auto limit = timeout == kNoTimeout ? t_.timeout() : std::min(timeout, t_.timeout());
+      const auto until = tcoll::clock::now() + limit;
+      while (!drive() && !request_) {
+        if (tcoll::clock::now() >= until) {
+          settle(std::make_exception_ptr(tcoll::timeout_error(
+              "recv from any source (tag " + std::to_string(tag_) + ", " +
+                  std::to_string(tensor_.nbytes()) + " bytes): no peer sent a message within " +
+                  std::to_string(limit.count()) + " ms",
+              rank_)));
+          break;
+        }
+        std::this_thread::yield();
+      }
+      if (!completed_) try {
+          t_.wait(*request_, until);
+          settle(nullptr);
+        } catch (...) {
+          settle(std::current_exception());
+        }
+    }
+    return c10d::Work::wait(timeout);
+  }
+  /// The peer the message came from; -1 while none has been matched.
+  int sourceRank() const override { return source_.load(std::memory_order_acquire); }
+  std::vector<at::Tensor> result() override { return {user_}; }
+
+private:
+  bool drive() {
+    if (!completed_) try {
+        if (!request_ && !match()) return false;
+        if (t_.test(*request_)) settle(nullptr);
+      } catch (...) {
+        settle(std::current_exception());
+      }
+    return completed_;
+  }
+  bool match() {
+    if (!order_->first(tag_, ticket_)) return false;
+    for (int k = 1; k < size_; ++k) {
+      const int q = (rank_ + k) % size_;
+      if (!t_.probe(q, tag_)) continue;
+      request_.emplace(t_.irecv(q, tensor_.data_ptr(), tensor_.nbytes(), tag_));
+      source_.store(q, std::memory_order_release);
+      leave_order();
+      return true;
+    }
+    return false;
+  }
+  void leave_order() {
+    if (in_order_) order_->leave(tag_, ticket_);
+    in_order_ = false;
+  }
+  void settle(std::exception_ptr error) {
+    leave_order();
+    if (!error && user_.defined() && !user_.is_same(tensor_)) user_.copy_(tensor_);
+    finish(error);
+  }
+  std::mutex progress_;
+  int rank_, size_;
+  Tr& t_;
+  int tag_;
+  at::Tensor tensor_, user_;
+  std::shared_ptr<any_source_order> order_;
+  std::uint64_t ticket_;
+  bool in_order_ = true;
+  std::optional<typename Tr::request> request_;
+  std::atomic<int> source_{-1};
 };
 
 /// What `endCoalescing` returns: the works of every call made since `startCoalescing`, in
@@ -1119,6 +1246,18 @@ public:
     });
   }
 
+  c10::intrusive_ptr<c10d::Work> recvAnysource(std::vector<at::Tensor>& tensors, int tag) override {
+    TORCH_CHECK(tensors.size() == 1, "tcoll: recv: rank ", rank_, ": takes one tensor");
+    check_cpu(tensors[0], "recv", "tensor", rank_);
+    const int t_tag = check_tag(tag, "recv");
+    at::Tensor data = dense(tensors[0]);
+    return with_flat([&](auto& t) -> c10::intrusive_ptr<c10d::Work> {
+      using Tr = std::remove_cvref_t<decltype(t)>;
+      return progressed(recorded(c10::make_intrusive<any_source_work<Tr>>(
+          rank_, size_, t, t_tag, data, tensors[0], any_source_order_)));
+    });
+  }
+
   /// This rank's place: (node, nodes, local_rank, local_size, shards).
   std::tuple<int, int, int, int, int> layout() const {
     return {layout_.node, layout_.nodes, layout_.local_rank, layout_.local_size, layout_.shards};
@@ -1550,12 +1689,20 @@ private:
   /// The transport tag of user tag `tag`: below 1024 itself, above it moved past the
   /// collectives' message spaces (tags.hpp, `user_high_first`), so any tag torch allows up to
   /// 2^31 - 1 - 2^18 + 1024 works, as on Gloo.
+  /// The transport's tag of user tag `tag`, which may be any non-negative int (as on Gloo):
+  /// tags below 1024 as they are; higher ones where no collective's message goes (tags.hpp):
+  /// on shared memory the negative tags, which carry every int; across nodes the range above
+  /// the collectives' (MPI allows no negative tag, so the top 2^18 - 1024 ints are refused).
   int check_tag(int tag, const char* what) {
     constexpr int low = tcoll::tags::collectives_first;
+    TORCH_CHECK(tag >= 0, "tcoll: ", what, ": rank ", rank_, ": tag ", tag,
+                " is negative (tags are non-negative ints, as on Gloo)");
+    if (tag < low) return tag;
+    if (!flat_) return std::numeric_limits<int>::min() + (tag - low);
     constexpr int high_max = std::numeric_limits<int>::max() - tcoll::tags::user_high_first + low;
-    TORCH_CHECK(tag >= 0 && tag <= high_max, "tcoll: ", what, ": rank ", rank_, ": tag ", tag,
-                " is outside [0, ", high_max, "]");
-    return tag < low ? tag : tcoll::tags::user_high_first + (tag - low);
+    TORCH_CHECK(tag <= high_max, "tcoll: ", what, ": rank ", rank_, ": tag ", tag,
+                " is above the highest tag tcoll carries between nodes (", high_max, ")");
+    return tcoll::tags::user_high_first + (tag - low);
   }
   std::vector<std::size_t> split_bytes(const at::Tensor& t, const std::vector<int64_t>& splits,
                                        const char* argument) {
@@ -1591,6 +1738,7 @@ private:
   std::unique_ptr<tcoll::shm_transport> shm_; ///< this node's ranks (all of them on one node)
   c10::intrusive_ptr<c10d::Backend> flat_group_, inter_group_; ///< across nodes only
   std::unique_ptr<internode_transport> flat_, inter_;
+  std::shared_ptr<any_source_order> any_source_order_ = std::make_shared<any_source_order>();
   std::unique_ptr<tcoll::hierarchical<tcoll::shm_transport, internode_transport>> machine_;
   std::atomic<std::uint64_t> sequence_{0};
   std::chrono::milliseconds timeout_; ///< the group's: every wait of the backend is bounded

@@ -123,6 +123,17 @@ public:
   request irecv_consume(int peer, std::size_t bytes, int tag, tcoll::consumer use, void* staging) {
     return wrap([&](auto& t) { return t.irecv_consume(peer, bytes, tag, use, staging); });
   }
+  /// Whether a message from `peer` with `tag` waits (see shm_transport::probe): on MPI only;
+  /// Gloo's send/recv cannot be probed, so a receive of any source across nodes needs MPI.
+  bool probe(int peer, int tag) {
+#ifdef TCOLL_TORCH_MPI
+    if (mpi_) return mpi_->probe(peer, tag);
+#endif
+    throw tcoll::invalid_argument(
+        "a receive from any source across nodes needs the MPI engine (run under an MPI "
+        "launcher with TCOLL_TORCH_INTERNODE=mpi); Gloo's send/recv cannot be probed",
+        rank(), peer);
+  }
   bool test(request& r) {
     return visit_transport([&](auto& t) { return t.test(own(t, r)); });
   }
