@@ -335,6 +335,53 @@ def test_receives_from_any_source_and_tags_of_any_non_negative_int():
     assert "any source" in results[0]["tcoll"]["unsent"], results[0]["tcoll"]["unsent"]
 
 
+def body_split_group(rank, size):
+    """dist.split_group of a tcoll group and of a Gloo group, side by side."""
+    import torch.distributed as dist
+
+    gloo = dist.new_group(backend="gloo")
+    out = {}
+    for name, parent in (("tcoll", dist.group.WORLD), ("gloo", gloo)):
+        res = {}
+        # two splits, the second in an order of its own; every rank is in one
+        g = dist.split_group(parent, split_ranks=[[2, 0], [1]])
+        res["backend"] = g._get_backend(torch.device("cpu")).name()
+        res["rank"], res["size"] = g.rank(), g.size()
+        x = torch.arange(5.0) * 0.1 + 0.3 * rank
+        dist.all_reduce(x, group=g)
+        res["sum"] = x.tolist()
+        y = torch.full((3,), 0.25 + rank)
+        dist.broadcast(y, group_src=0, group=g)
+        res["bcast"] = y.tolist()
+        # a split that leaves rank 1 out
+        h = dist.split_group(parent, split_ranks=[[0, 2]])
+        res["member"] = h is not dist.GroupMember.NON_GROUP_MEMBER
+        if res["member"]:
+            z = torch.full((2,), 0.7 * (rank + 1))
+            dist.all_reduce(z, group=h)
+            res["left_out_sum"] = z.tolist()
+        dist.barrier(group=parent)
+        out[name] = res
+    return out
+
+
+def test_split_group_as_gloo_splits():
+    results = run_ranks(body_split_group, 3, deadline=90)
+    for rank, out in enumerate(results):
+        ours, theirs = out["tcoll"], out["gloo"]
+        assert ours["backend"] == "tcoll" and theirs["backend"] == "gloo", (rank, out)
+        for key in ("rank", "size", "sum", "bcast", "member", "left_out_sum"):
+            assert ours.get(key) == theirs.get(key), (rank, key, ours, theirs)
+        # and by hand: ranks 2 and 0 together (group ranks 0 and 1), rank 1 alone
+        expected_rank, expected_size = {0: (1, 2), 1: (0, 1), 2: (0, 2)}[rank]
+        assert (ours["rank"], ours["size"]) == (expected_rank, expected_size)
+        members = [0, 2] if rank != 1 else [1]
+        assert ours["sum"] == (sum(torch.arange(5.0) * 0.1 + 0.3 * r for r in members)).tolist()
+        root = 2 if rank != 1 else 1
+        assert ours["bcast"] == [0.25 + root] * 3
+        assert ours["member"] == (rank != 1)
+
+
 def private_dev_shm():
     """A /dev/shm of this process's own (a mount namespace with a fresh tmpfs; needs root),
     as a container with host networking has: same host name and boot id, no shared segment.

@@ -686,6 +686,30 @@ public:
 
   const std::string getBackendName() const override { return "tcoll"; }
 
+  /// `dist.split_group`: each rank of `ranks` (ranks of this group) gets a new tcoll group of
+  /// those ranks, in their order, made as `init_process_group` makes one (tcoll_torch's
+  /// `_create`, through `store`, which ProcessGroup::splitGroup gives every split its own
+  /// prefix in); nullptr for a rank outside `ranks`, as Gloo's split does.
+  bool supportsSplitting() const override { return true; }
+  c10::intrusive_ptr<Options> getBackendOptions() override {
+    return c10::make_intrusive<Options>("tcoll", timeout_);
+  }
+  c10::intrusive_ptr<c10d::Backend> split(const c10::intrusive_ptr<c10d::Store>& store,
+                                          const std::vector<int>& ranks,
+                                          const c10::intrusive_ptr<Options>& opts) override {
+    const auto it = std::find(ranks.begin(), ranks.end(), rank_);
+    if (it == ranks.end()) return nullptr;
+    for (int r : ranks)
+      TORCH_CHECK(r >= 0 && r < size_, "tcoll: split_group: rank ", rank_, ": rank ", r,
+                  " is outside the parent group [0, ", size_, ")");
+    const auto timeout = opts && opts->timeout.count() > 0 ? opts->timeout : timeout_;
+    pybind11::gil_scoped_acquire gil;
+    auto made = pybind11::module_::import("tcoll_torch")
+                    .attr("_create")(store->clone(), static_cast<int>(it - ranks.begin()),
+                                     static_cast<int>(ranks.size()), timeout);
+    return made.cast<c10::intrusive_ptr<c10d::Backend>>();
+  }
+
   /// `tcoll_torch.all_reduce`: an allreduce of one dense CPU tensor in place that returns
   /// when it is done, called straight from Python (a `direct_handle`), not through torch's
   /// dispatcher, its Work or the Flight Recorder (DeepSpeed's `inference_all_reduce` is
