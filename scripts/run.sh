@@ -4,7 +4,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
-[ -d build ] || meson setup build --buildtype=release >/dev/null
+bash scripts/configure.sh >/dev/null
 ninja -C build bench/allreduce_perf >/dev/null
 if [ $# -eq 0 ]; then set -- -t threads -g 2 -a all -b 8 -e 64M -f 8 -n 20 -w 5; fi
 exec ./build/bench/allreduce_perf "$@"

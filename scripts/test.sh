@@ -48,10 +48,9 @@ print(" ".join(sorted(targets)))
 PY
 }
 
-# Without a GPU the CUDA targets only prove they compile and print SKIP: build them at -O0.
-gpu_build=full
-if ! nvidia-smi -L >/dev/null 2>&1; then gpu_build=compile_check; fi
-[ -d build ] || meson setup build --buildtype=release -Dgpu_build=$gpu_build
+# Without a GPU the CUDA targets only prove they compile and print SKIP: build them at -O0
+# (scripts/configure.sh, which run.sh uses too).
+bash scripts/configure.sh
 ninja -C build -j "$jobs"
 phase "main build"
 run_suite build

@@ -12,6 +12,7 @@ texts fail that way by design; docs/torch.md lists them.
     ... --json out.json   # every test's outcome, and the counts
     ... --list            # the tests the filters select, without running them
     ... --ci              # the subset .ci/run runs (CI_TESTS below; about 4 minutes)
+    ... --ran-in gloo.json  # only the tests that ran there (skips depend on the machine)
 
 Run as `test_distributed_spawn.py` runs it: each test spawns WORLD_SIZE processes, which
 import this file, so the redirection to tcoll holds there too.
@@ -168,6 +169,11 @@ def main():
     parser.add_argument("--exclude", action="append", default=[],
                         help="leave out the tests whose name contains this; repeatable")
     parser.add_argument("--json", help="write every outcome and the counts here")
+    parser.add_argument("--ran-in", metavar="JSON",
+                        help="run only the tests that ran (passed or failed) in this earlier "
+                        "--json file, and count its skipped ones as skipped here: a test's "
+                        "skip depends on the world size and the machine, not the backend, so "
+                        "the other backend's run at the same world size says which will run")
     parser.add_argument("--list", action="store_true")
     parser.add_argument("--ci", action="store_true", help="the subset CI runs (CI_TESTS)")
     args = parser.parse_args()
@@ -187,18 +193,34 @@ def main():
             return False
         return wanted and not any(x in name for x in args.exclude)
 
+    earlier = {}
+    if args.ran_in:
+        with open(args.ran_in) as f:
+            earlier = json.load(f)
+        if earlier.get("world_size") != args.world_size:
+            parser.error(f"{args.ran_in} is a run at world size {earlier.get('world_size')}")
+        earlier = earlier["tests"]
     names = sorted(n for n in unittest.TestLoader().getTestCaseNames(TestDistBackendWithSpawn)
                    if selected(n))
+    carried = {}  # skipped in the earlier run: not run again
+    if args.ran_in:
+        carried = {n: {"outcome": "skipped", "seconds": 0.0,
+                       "detail": "skipped in " + os.path.basename(args.ran_in) + ": " +
+                       earlier[n]["detail"]}
+                   for n in names if earlier.get(n, {}).get("outcome") == "skipped"}
+        names = [n for n in names if n not in carried]
     if args.list:
         print("\n".join(names))
         return 0
     suite = unittest.TestSuite(TestDistBackendWithSpawn(n) for n in names)
     start = time.monotonic()
     result = unittest.TextTestRunner(resultclass=Tally, verbosity=1).run(suite)
+    result.outcomes.update(carried)
     counts = {k: sum(1 for o in result.outcomes.values() if o["outcome"] == k)
               for k in ("passed", "failed", "skipped")}
     summary = {"backend": args.backend, "world_size": args.world_size, "torch": torch.__version__,
-               "seconds": round(time.monotonic() - start, 1), **counts}
+               "seconds": round(time.monotonic() - start, 1), **counts,
+               **({"ran_in": os.path.basename(args.ran_in)} if args.ran_in else {})}
     print(f"pytorch_suite: {json.dumps(summary)}")
     for name, o in sorted(result.outcomes.items()):
         if o["outcome"] == "failed":
