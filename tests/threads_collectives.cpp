@@ -84,3 +84,11 @@ TEST_CASE("reduce_scatter, allgather, broadcast, reduce: values at every P and r
     });
   }
 }
+
+TEST_CASE(
+    "alltoall, alltoallv: fractional values, uneven blocks, in place, bad input, 1-16 ranks") {
+  for (int P : ranks_1_to_16()) {
+    CAPTURE(P);
+    on_team(P, [&](tcoll::thread_transport& t) { alltoall_values(t, {0, 1, 3, 257}); });
+  }
+}

@@ -1,16 +1,24 @@
 #pragma once
 /// \file
-/// Entry points: `allreduce`, `reduce_scatter`, `allgather`, `broadcast`, `reduce`.
+/// Entry points: `allreduce`, `reduce_scatter`, `allgather`, `broadcast`, `reduce`,
+/// `alltoall`, `alltoallv`.
 /// Each checks its arguments (errors name the argument and the rank) and forwards to an
-/// algorithm's step description run by the generic executor. An out-of-place call never
-/// writes its input, also when it fails.
+/// algorithm's step description run by the generic executor (all-to-all: to the pairwise
+/// exchange's own sends and receives). An out-of-place call never writes its input, also
+/// when it fails.
+#include <algorithm>
 #include <cstddef>
+#include <cstring>
+#include <limits>
+#include <memory>
 #include <span>
 #include <string>
 #include <string_view>
 #include <type_traits>
+#include <vector>
 
 #include "algorithm/binomial_tree.hpp"
+#include "algorithm/pairwise_exchange.hpp"
 #include "algorithm/passthrough.hpp"
 #include "algorithm/recursive_doubling.hpp"
 #include "algorithm/recursive_halving_doubling.hpp"
@@ -176,6 +184,86 @@ void check_allreduce_args(const T* sendbuf, T* recvbuf, std::size_t count, int r
   check_pointer(recvbuf, count, "recvbuf", "allreduce", rank);
   check_overlap(sendbuf, count * sizeof(T), recvbuf, count * sizeof(T), recvbuf, "allreduce", rank);
 }
+
+/// Where each block of an all-to-all buffer lies: elements [displs[q], displs[q] + counts[q]).
+/// Checks the spans' sizes and that no block runs past what a ptrdiff_t can address;
+/// returns the buffer's extent in elements (the end of its last block).
+inline std::size_t check_blocks(std::span<const std::size_t> counts,
+                                std::span<const std::size_t> displs, std::size_t elem_bytes,
+                                const char* counts_arg, const char* displs_arg, int rank, int P) {
+  auto size_error = [&](const char* arg, std::size_t n) {
+    return invalid_argument(std::string("alltoallv: ") + arg + " has " + std::to_string(n) +
+                                " entries, the group has " + std::to_string(P) + " ranks",
+                            rank);
+  };
+  if (counts.size() != static_cast<std::size_t>(P)) throw size_error(counts_arg, counts.size());
+  if (displs.size() != static_cast<std::size_t>(P)) throw size_error(displs_arg, displs.size());
+  const std::size_t limit =
+      static_cast<std::size_t>(std::numeric_limits<std::ptrdiff_t>::max()) / elem_bytes;
+  std::size_t extent = 0;
+  for (int q = 0; q < P; ++q) {
+    const std::size_t c = counts[q], d = displs[q];
+    if (c > limit || d > limit - c)
+      throw invalid_argument(std::string("alltoallv: ") + counts_arg + "[" + std::to_string(q) +
+                                 "] + " + displs_arg + "[" + std::to_string(q) +
+                                 "] is more elements than memory can hold",
+                             rank, q);
+    if (c) extent = std::max(extent, d + c);
+  }
+  return extent;
+}
+
+/// Checks of alltoallv (named after MPI's arguments); sets `in_place` when sendbuf ==
+/// recvbuf, the only overlap allowed.
+template <class T>
+bool check_alltoallv_args(const T* sendbuf, std::span<const std::size_t> send_counts,
+                          std::span<const std::size_t> send_displs, const T* recvbuf,
+                          std::span<const std::size_t> recv_counts,
+                          std::span<const std::size_t> recv_displs, int rank, int P) {
+  const std::size_t send_extent =
+      check_blocks(send_counts, send_displs, sizeof(T), "send_counts", "send_displs", rank, P);
+  const std::size_t recv_extent =
+      check_blocks(recv_counts, recv_displs, sizeof(T), "recv_counts", "recv_displs", rank, P);
+  check_pointer(sendbuf, send_extent, "sendbuf", "alltoallv", rank);
+  check_pointer(recvbuf, recv_extent, "recvbuf", "alltoallv", rank);
+  const auto own = static_cast<std::size_t>(rank);
+  if (send_counts[own] != recv_counts[own])
+    throw invalid_argument("alltoallv: send_counts[" + std::to_string(rank) + "] is " +
+                               std::to_string(send_counts[own]) + " but recv_counts[" +
+                               std::to_string(rank) + "] is " + std::to_string(recv_counts[own]) +
+                               " (this rank's block to itself)",
+                           rank);
+  const bool in_place = sendbuf == recvbuf && send_extent && recv_extent;
+  if (!in_place)
+    check_overlap(sendbuf, send_extent * sizeof(T), recvbuf, recv_extent * sizeof(T), nullptr,
+                  "alltoallv", rank);
+  return in_place;
+}
+
+/// The exchange of alltoallv, arguments checked, in the message space `tag`. In place, the
+/// send side is read from a copy of the buffer's extent.
+template <transport Tr, class T>
+void alltoallv_tagged(Tr& t, int tag, const T* sendbuf, std::span<const std::size_t> send_counts,
+                      std::span<const std::size_t> send_displs, T* recvbuf,
+                      std::span<const std::size_t> recv_counts,
+                      std::span<const std::size_t> recv_displs, bool in_place,
+                      const pairwise_exchange& algo) {
+  const int P = t.size();
+  std::unique_ptr<T[]> copy;
+  if (in_place) {
+    std::size_t extent = 0;
+    for (int q = 0; q < P; ++q)
+      if (send_counts[q]) extent = std::max(extent, send_displs[q] + send_counts[q]);
+    copy.reset(new T[extent]);
+    std::memcpy(copy.get(), sendbuf, extent * sizeof(T));
+    sendbuf = copy.get();
+  }
+  std::vector<exchange_block> blocks(static_cast<std::size_t>(P));
+  for (int q = 0; q < P; ++q)
+    blocks[q] = {sendbuf + send_displs[q], send_counts[q] * sizeof(T), recvbuf + recv_displs[q],
+                 recv_counts[q] * sizeof(T)};
+  algo.exchange(t, tag, std::span<const exchange_block>(blocks));
+}
 } // namespace detail
 
 /// Allreduce of `count` elements: every rank's `recvbuf` receives op over all ranks'
@@ -261,6 +349,39 @@ void reduce(Tr& t, const T* sendbuf, T* recvbuf, std::size_t count, int root, co
   const int tag = detail::begin_collective(t);
   detail::guarded(
       t, [&] { detail::reduce_tagged(t, tag, sendbuf, recvbuf, count, root, op, algo, red); });
+}
+
+/// All-to-all with a block of its own size for every pair (MPI_Alltoallv): elements
+/// [send_displs[q], + send_counts[q]) of `sendbuf` go to rank q, which receives them at
+/// [recv_displs[r], + recv_counts[r]) of its `recvbuf` (r this rank); the two sides' counts
+/// of a pair must agree (a mismatch fails in the transport, naming the peer). Elements of
+/// `recvbuf` outside every block are not written. `sendbuf == recvbuf` is the in-place
+/// form (the send side is read from a copy); other overlap is an error. Pairwise exchange.
+template <transport Tr, class T>
+void alltoallv(Tr& t, const T* sendbuf, std::span<const std::size_t> send_counts,
+               std::span<const std::size_t> send_displs, T* recvbuf,
+               std::span<const std::size_t> recv_counts, std::span<const std::size_t> recv_displs,
+               const pairwise_exchange& algo = {}) {
+  const bool in_place = detail::check_alltoallv_args(sendbuf, send_counts, send_displs, recvbuf,
+                                                     recv_counts, recv_displs, t.rank(), t.size());
+  const int tag = detail::begin_collective(t);
+  detail::guarded(t, [&] {
+    detail::alltoallv_tagged(t, tag, sendbuf, send_counts, send_displs, recvbuf, recv_counts,
+                             recv_displs, in_place, algo);
+  });
+}
+
+/// All-to-all (MPI_Alltoall): block q of `sendbuf` (`count` elements) goes to rank q, which
+/// receives it as block r of its `recvbuf` (r this rank; size() * count elements each).
+/// `sendbuf == recvbuf` is the in-place form. Pairwise exchange.
+template <transport Tr, class T>
+void alltoall(Tr& t, const T* sendbuf, T* recvbuf, std::size_t count,
+              const pairwise_exchange& algo = {}) {
+  const int P = t.size();
+  detail::check_count(count, static_cast<std::size_t>(P), sizeof(T), "alltoall", t.rank());
+  std::vector<std::size_t> counts(static_cast<std::size_t>(P), count), displs(counts.size());
+  for (int q = 0; q < P; ++q) displs[q] = static_cast<std::size_t>(q) * count;
+  alltoallv(t, sendbuf, counts, displs, recvbuf, counts, displs, algo);
 }
 
 // Runtime-typed entry points: the element type and the reduction are values (NCCL's

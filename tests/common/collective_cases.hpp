@@ -41,4 +41,6 @@
 ///  exactly once.
 ///  - cases/traffic.hpp: Traffic: closed-form per-rank message and byte counts.
 ///  - cases/bad_input.hpp: Bad input.
+///  - cases/alltoall.hpp: alltoall and alltoallv with fractional values, uneven blocks, in place.
+#include "cases/alltoall.hpp"
 #include "cases/bad_input.hpp"

@@ -56,6 +56,11 @@ TEST_CASE("shared: reduce_scatter, allgather, broadcast, reduce values") {
   collectives_values(t, {std::size_t(P + 2), 41}, 8); // ring with 2-element segments
 }
 
+TEST_CASE("shared: alltoall, alltoallv values") {
+  auto t = mpi_test::make();
+  alltoall_values(t, {0, 1, std::size_t(t.size() + 1), 1000});
+}
+
 TEST_CASE("shared: symbolic proof, every algorithm and collective") {
   auto t = mpi_test::make();
   const int P = t.size();

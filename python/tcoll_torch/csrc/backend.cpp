@@ -39,8 +39,8 @@
 #include <tuple>
 #include <vector>
 
-#include <tcoll/algorithm/detail/pairwise_exchange.hpp>
 #include <tcoll/algorithm/hierarchical.hpp>
+#include <tcoll/algorithm/pairwise_exchange.hpp>
 #include <tcoll/collectives.hpp>
 #include <tcoll/schedule/engine.hpp>
 #include <tcoll/transport/shm.hpp>
@@ -1032,7 +1032,7 @@ public:
     at::Tensor in = dense(input), out = dense(output);
     return enqueue(OpType::ALLTOALL_BASE, {output}, "all_to_all_single",
                    std::max(in.nbytes(), out.nbytes()), [=, this](auto& t, int tag) {
-                     std::vector<tcoll::detail::exchange_block> blocks(size_);
+                     std::vector<tcoll::exchange_block> blocks(size_);
                      std::size_t sent = 0, received = 0;
                      for (int q = 0; q < size_; ++q) {
                        blocks[q] = {bytes_of(in) + sent, send_bytes[q], bytes_of(out) + received,
@@ -1040,8 +1040,8 @@ public:
                        sent += send_bytes[q];
                        received += recv_bytes[q];
                      }
-                     tcoll::detail::pairwise_exchange(
-                         t, tag, std::span<const tcoll::detail::exchange_block>(blocks));
+                     tcoll::pairwise_exchange{}.exchange(
+                         t, tag, std::span<const tcoll::exchange_block>(blocks));
                      copy_back(output, out);
                    });
   }
@@ -1070,11 +1070,10 @@ public:
                 rank_, ": sends itself ", inputs[rank_].nbytes(), " bytes but expects ",
                 outputs[rank_].nbytes());
     return enqueue(OpType::ALLTOALL, outputs, what, bytes, [=, this](auto& t, int tag) {
-      std::vector<tcoll::detail::exchange_block> blocks;
+      std::vector<tcoll::exchange_block> blocks;
       for (int q = 0; q < size_; ++q)
         blocks.push_back({bytes_of(ins[q]), ins[q].nbytes(), bytes_of(outs[q]), outs[q].nbytes()});
-      tcoll::detail::pairwise_exchange(t, tag,
-                                       std::span<const tcoll::detail::exchange_block>(blocks));
+      tcoll::pairwise_exchange{}.exchange(t, tag, std::span<const tcoll::exchange_block>(blocks));
       for (int q = 0; q < size_; ++q) copy_back(outputs[q], outs[q]);
     });
   }

@@ -1,0 +1,67 @@
+#pragma once
+/// \file
+/// Pairwise exchange: the all-to-all with a block of its own size for every peer (MPI's
+/// `MPI_Alltoall` and `MPI_Alltoallv`, PyTorch's `all_to_all` and `all_to_all_single`). In
+/// step s = 1 .. P-1 rank r sends its block for r + s and receives the block of r - s
+/// (mod P), so no two ranks wait on each other in a cycle; its own block is copied. P - 1
+/// steps of one send and one receive each: (P - 1) alpha + (bytes sent) beta per rank.
+#include <cstddef>
+#include <cstring>
+#include <span>
+#include <string>
+#include <string_view>
+
+#include "../core/concepts.hpp"
+#include "../core/error.hpp"
+
+namespace tcoll {
+
+/// One peer's block of an all-to-all: where it is and how many bytes.
+struct exchange_block {
+  const void* send = nullptr; ///< what this rank sends the peer
+  std::size_t send_bytes = 0;
+  void* recv = nullptr; ///< where the peer's block for this rank lands
+  std::size_t recv_bytes = 0;
+};
+
+/// See the file comment. Host memory (the own block is copied with memcpy).
+struct pairwise_exchange {
+  static constexpr std::string_view name = "pairwise_exchange";
+
+  /// All-to-all of `blocks[q]` (one per rank of `t`) in the message space `tag`: sends
+  /// `blocks[q].send` to rank q and receives rank q's block for this rank into
+  /// `blocks[q].recv`. The sizes of a pair must agree on both sides (the transport reports
+  /// a mismatch); this rank's own send and receive sizes must be equal (`invalid_argument`).
+  /// Send and receive memory must not overlap, except that a block may be its own (the
+  /// own block in place). Every wait is bounded by the transport's timeout.
+  template <transport Tr>
+  void exchange(Tr& t, int tag, std::span<const exchange_block> blocks) const {
+    const int P = t.size(), r = t.rank();
+    if (static_cast<int>(blocks.size()) != P)
+      throw invalid_argument("pairwise_exchange: " + std::to_string(blocks.size()) +
+                                 " blocks for a group of " + std::to_string(P) + " ranks",
+                             r);
+    const exchange_block& own = blocks[static_cast<std::size_t>(r)];
+    if (own.send_bytes != own.recv_bytes)
+      throw invalid_argument("all-to-all: this rank sends itself " +
+                                 std::to_string(own.send_bytes) + " bytes but expects " +
+                                 std::to_string(own.recv_bytes),
+                             r);
+    if (own.send_bytes && own.send != own.recv) std::memmove(own.recv, own.send, own.send_bytes);
+    for (int s = 1; s < P; ++s) {
+      const int to = (r + s) % P, from = (r - s + P) % P;
+      const exchange_block& out = blocks[static_cast<std::size_t>(to)];
+      const exchange_block& in = blocks[static_cast<std::size_t>(from)];
+      auto rr = t.irecv(from, in.recv, in.recv_bytes, tag);
+      auto sr = t.isend(to, out.send, out.send_bytes, tag);
+      // the receive first: on a transport where a send completes only when its receiver
+      // drives the copy (threads: the receiver reads the sender's memory), each rank waiting
+      // for its own send would wait for a peer that waits for its send too
+      const auto until = clock::now() + t.timeout();
+      t.wait(rr, until);
+      t.wait(sr, until);
+    }
+  }
+};
+
+} // namespace tcoll

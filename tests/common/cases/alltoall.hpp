@@ -1,0 +1,131 @@
+#pragma once
+/// \file
+/// Shared rank-level test bodies, topic: alltoall and alltoallv (host memory), fractional
+/// values, uneven blocks with gaps, in place, and bad input that fails before any message.
+/// (one of the topics of tests/common/collective_cases.hpp; see that file for the rules every
+/// body follows).
+#include "collectives.hpp"
+
+namespace tcoll::testing {
+
+/// The value rank `from` sends rank `to` at element k of their block: fractional, distinct
+/// for every (from, to, k), exact in double.
+inline double exchanged_value(int from, int to, std::size_t k) {
+  return 0.5 + from + 0.25 * to + static_cast<double>(k) / 1024.0;
+}
+
+template <transport Tr>
+void alltoall_values(Tr& t, const std::vector<std::size_t>& counts) {
+  const int P = t.size(), rank = t.rank();
+  const auto p = static_cast<std::size_t>(P);
+  for (std::size_t n : counts) {
+    // alltoall: out of place and in place
+    for (int ip = 0; ip < 2; ++ip) {
+      std::vector<double> send(n * p), want(n * p);
+      for (int q = 0; q < P; ++q)
+        for (std::size_t k = 0; k < n; ++k) {
+          send[q * n + k] = exchanged_value(rank, q, k);
+          want[q * n + k] = exchanged_value(q, rank, k);
+        }
+      const case_id id{"alltoall", "double", "-", n, P, rank, ip == 1};
+      if (ip == 1) {
+        std::vector<double> buf = send;
+        alltoall(t, buf.data(), buf.data(), n);
+        check_equal(buf, want, id.str());
+      } else {
+        const std::vector<double> input = send;
+        std::vector<double> recv(n * p, -1.0);
+        alltoall(t, static_cast<const double*>(send.data()), recv.data(), n);
+        check_equal(recv, want, id.str());
+        check_equal(send, input, id.str() + " (input must stay untouched)");
+      }
+    }
+    // alltoallv: rank r sends q c(r, q) = n + (2r + q) % 4 elements (so a pair's two
+    // directions differ), its send blocks in rank order with a gap of q elements before
+    // block q, its receive blocks in reverse rank order with a gap of 1; gaps stay unwritten
+    auto c = [&](int from, int to) { return n + static_cast<std::size_t>((2 * from + to) % 4); };
+    for (int ip = 0; ip < 2; ++ip) {
+      std::vector<std::size_t> send_counts(p), send_displs(p), recv_counts(p), recv_displs(p);
+      std::size_t at = 0;
+      for (int q = 0; q < P; ++q) {
+        at += static_cast<std::size_t>(q);
+        send_counts[q] = c(rank, q);
+        send_displs[q] = at;
+        at += send_counts[q];
+      }
+      const std::size_t send_extent = at;
+      at = 0;
+      for (int q = P - 1; q >= 0; --q) {
+        at += 1;
+        recv_counts[q] = c(q, rank);
+        recv_displs[q] = at;
+        at += recv_counts[q];
+      }
+      const std::size_t recv_extent = at;
+      const case_id id{"alltoallv", "double", "-", n, P, rank, ip == 1};
+      if (ip == 1) {
+        // in place (MPI_IN_PLACE's form: block q is sent from where q's block lands), which
+        // needs the counts of a pair to agree both ways: s(r, q) = n + (r + q) % 3, the
+        // blocks in reverse rank order with a gap of 1
+        at = 0;
+        for (int q = P - 1; q >= 0; --q) {
+          at += 1;
+          recv_counts[q] = n + static_cast<std::size_t>((rank + q) % 3);
+          recv_displs[q] = at;
+          at += recv_counts[q];
+        }
+        std::vector<double> buf(at, -2.0), want(at, -2.0);
+        for (int q = 0; q < P; ++q)
+          for (std::size_t k = 0; k < recv_counts[q]; ++k) {
+            buf[recv_displs[q] + k] = exchanged_value(rank, q, k);
+            want[recv_displs[q] + k] = exchanged_value(q, rank, k);
+          }
+        alltoallv(t, buf.data(), recv_counts, recv_displs, buf.data(), recv_counts, recv_displs);
+        check_equal(buf, want, id.str());
+      } else {
+        std::vector<double> send(send_extent, -3.0), recv(recv_extent, -2.0),
+            want(recv_extent, -2.0);
+        for (int q = 0; q < P; ++q) {
+          for (std::size_t k = 0; k < send_counts[q]; ++k)
+            send[send_displs[q] + k] = exchanged_value(rank, q, k);
+          for (std::size_t k = 0; k < recv_counts[q]; ++k)
+            want[recv_displs[q] + k] = exchanged_value(q, rank, k);
+        }
+        const std::vector<double> input = send;
+        alltoallv(t, static_cast<const double*>(send.data()), send_counts, send_displs, recv.data(),
+                  recv_counts, recv_displs);
+        check_equal(recv, want, id.str());
+        check_equal(send, input, id.str() + " (input must stay untouched)");
+      }
+    }
+  }
+  // bad input, alike on every rank: it fails before any message, naming the argument, and
+  // leaves the transport working
+  std::vector<double> a(4 * p), b(4 * p);
+  std::vector<std::size_t> ones(p, 1), displs(p);
+  for (int q = 0; q < P; ++q) displs[q] = static_cast<std::size_t>(q);
+  auto error_of = [&](auto call) -> std::string {
+    try {
+      call();
+    } catch (const invalid_argument& e) {
+      return e.what();
+    }
+    return "";
+  };
+  const std::vector<std::size_t> short_counts(p + 1, 1);
+  CHECK(error_of([&] {
+          alltoallv(t, static_cast<const double*>(a.data()), short_counts, displs, b.data(), ones,
+                    displs);
+        }).find("send_counts") != std::string::npos);
+  std::vector<std::size_t> more = ones;
+  more[static_cast<std::size_t>(rank)] = 2;
+  CHECK(error_of([&] {
+          alltoallv(t, static_cast<const double*>(a.data()), more, displs, b.data(), ones, displs);
+        }).find("this rank's block to itself") != std::string::npos);
+  CHECK(error_of([&] {
+          alltoall(t, static_cast<const double*>(a.data()), a.data() + 1, 2);
+        }).find("overlap") != std::string::npos);
+  alltoall(t, static_cast<const double*>(a.data()), b.data(), 1); // still working
+}
+
+} // namespace tcoll::testing
