@@ -91,8 +91,9 @@ inline std::vector<std::string> row_labels(const std::vector<row>& rows) {
 /// Prints every algorithm's table in first-seen order, then the summary lines nccl-tests
 /// prints (out-of-bounds values, average bus bandwidth) and, for several algorithms, a
 /// busbw comparison per size (out-of-place) with the best tcoll algorithm against
-/// passthrough (MPI_Allreduce) where it ran.
-inline void print_report(std::FILE* f, const std::vector<row>& rows) {
+/// passthrough (`baseline`: MPI_Allreduce in allreduce_perf) where it ran.
+inline void print_report(std::FILE* f, const std::vector<row>& rows,
+                         const std::string& baseline = "MPI_Allreduce") {
   const std::vector<std::string> labels = row_labels(rows);
   std::vector<std::string> algos;
   for (const auto& l : labels)
@@ -122,7 +123,7 @@ inline void print_report(std::FILE* f, const std::vector<row>& rows) {
   auto width = [](const std::string& a) { return std::max(12, static_cast<int>(a.size())); };
   std::fprintf(f, "#\n# busbw (GB/s, out-of-place) side by side%s\n",
                std::find(algos.begin(), algos.end(), "passthrough") != algos.end()
-                   ? "; best/MPI = best tcoll algorithm / passthrough (MPI_Allreduce)"
+                   ? ("; best/MPI = best tcoll algorithm / passthrough (" + baseline + ")").c_str()
                    : "");
   std::fprintf(f, "#%11s %8s %6s", "size", "type", "redop");
   for (const auto& a : algos) std::fprintf(f, " %*s", width(a), a.c_str());
