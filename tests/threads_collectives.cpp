@@ -92,3 +92,10 @@ TEST_CASE(
     on_team(P, [&](tcoll::thread_transport& t) { alltoall_values(t, {0, 1, 3, 257}); });
   }
 }
+
+TEST_CASE("gather, gatherv, scatter, scatterv: every root, fractional values, uneven blocks") {
+  for (int P : ranks_1_to_16()) {
+    CAPTURE(P);
+    on_team(P, [&](tcoll::thread_transport& t) { gather_scatter_values(t, {0, 1, 3, 257}); });
+  }
+}

@@ -1,10 +1,10 @@
 #pragma once
 /// \file
 /// Entry points: `allreduce`, `reduce_scatter`, `allgather`, `broadcast`, `reduce`,
-/// `alltoall`, `alltoallv`.
+/// `alltoall`, `alltoallv`, `gather`, `gatherv`, `scatter`, `scatterv`.
 /// Each checks its arguments (errors name the argument and the rank) and forwards to an
-/// algorithm's step description run by the generic executor (all-to-all: to the pairwise
-/// exchange's own sends and receives). An out-of-place call never writes its input, also
+/// algorithm's step description run by the generic executor (all-to-all, gather, scatter:
+/// to their algorithm's own sends and receives). An out-of-place call never writes its input, also
 /// when it fails.
 #include <algorithm>
 #include <cstddef>
@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "algorithm/binomial_tree.hpp"
+#include "algorithm/linear.hpp"
 #include "algorithm/pairwise_exchange.hpp"
 #include "algorithm/passthrough.hpp"
 #include "algorithm/recursive_doubling.hpp"
@@ -190,9 +191,10 @@ void check_allreduce_args(const T* sendbuf, T* recvbuf, std::size_t count, int r
 /// returns the buffer's extent in elements (the end of its last block).
 inline std::size_t check_blocks(std::span<const std::size_t> counts,
                                 std::span<const std::size_t> displs, std::size_t elem_bytes,
-                                const char* counts_arg, const char* displs_arg, int rank, int P) {
+                                const char* counts_arg, const char* displs_arg, int rank, int P,
+                                const char* what = "alltoallv") {
   auto size_error = [&](const char* arg, std::size_t n) {
-    return invalid_argument(std::string("alltoallv: ") + arg + " has " + std::to_string(n) +
+    return invalid_argument(std::string(what) + ": " + arg + " has " + std::to_string(n) +
                                 " entries, the group has " + std::to_string(P) + " ranks",
                             rank);
   };
@@ -204,7 +206,7 @@ inline std::size_t check_blocks(std::span<const std::size_t> counts,
   for (int q = 0; q < P; ++q) {
     const std::size_t c = counts[q], d = displs[q];
     if (c > limit || d > limit - c)
-      throw invalid_argument(std::string("alltoallv: ") + counts_arg + "[" + std::to_string(q) +
+      throw invalid_argument(std::string(what) + ": " + counts_arg + "[" + std::to_string(q) +
                                  "] + " + displs_arg + "[" + std::to_string(q) +
                                  "] is more elements than memory can hold",
                              rank, q);
@@ -263,6 +265,33 @@ void alltoallv_tagged(Tr& t, int tag, const T* sendbuf, std::span<const std::siz
     blocks[q] = {sendbuf + send_displs[q], send_counts[q] * sizeof(T), recvbuf + recv_displs[q],
                  recv_counts[q] * sizeof(T)};
   algo.exchange(t, tag, std::span<const exchange_block>(blocks));
+}
+
+/// The root's blocks of a gatherv/scatterv, checked: `buffer` with `counts`/`displs`
+/// (elements of T), one block per rank; `own_count` is what the root itself contributes
+/// (gather) or takes (scatter), which must equal its block; `own_at` is set to where its
+/// block lies (the in-place form passes exactly that address). The root's other buffer
+/// (`other`, `other_count` elements) may not overlap the blocks unless it is the own block.
+template <class T>
+std::vector<root_block> root_blocks(const T* buffer, std::span<const std::size_t> counts,
+                                    std::span<const std::size_t> displs, const char* counts_arg,
+                                    const char* displs_arg, std::size_t own_count,
+                                    const void* other, const char* what, int rank, int P) {
+  const std::size_t extent =
+      check_blocks(counts, displs, sizeof(T), counts_arg, displs_arg, rank, P, what);
+  check_pointer(buffer, extent, "the root's buffer", what, rank);
+  const auto own = static_cast<std::size_t>(rank);
+  if (counts[own] != own_count)
+    throw invalid_argument(std::string(what) + ": " + counts_arg + "[" + std::to_string(rank) +
+                               "] is " + std::to_string(counts[own]) + " but the root's own " +
+                               "count is " + std::to_string(own_count),
+                           rank);
+  const T* own_at = buffer + displs[own];
+  check_overlap(other, own_count * sizeof(T), buffer, extent * sizeof(T), own_at, what, rank);
+  std::vector<root_block> blocks(static_cast<std::size_t>(P));
+  for (int q = 0; q < P; ++q)
+    blocks[q] = {const_cast<T*>(buffer) + displs[q], counts[q] * sizeof(T)};
+  return blocks;
 }
 } // namespace detail
 
@@ -382,6 +411,80 @@ void alltoall(Tr& t, const T* sendbuf, T* recvbuf, std::size_t count,
   std::vector<std::size_t> counts(static_cast<std::size_t>(P), count), displs(counts.size());
   for (int q = 0; q < P; ++q) displs[q] = static_cast<std::size_t>(q) * count;
   alltoallv(t, sendbuf, counts, displs, recvbuf, counts, displs, algo);
+}
+
+/// Gather with a block of its own size per rank (MPI_Gatherv): every rank's `send_count`
+/// elements of `sendbuf` land at [recv_displs[q], + recv_counts[q]) of the root's `recvbuf`
+/// (rank q's, recv_counts[q] == q's send_count; a mismatch fails in the transport). The
+/// receive arguments are read at the root only. In place at the root when `sendbuf ==
+/// recvbuf + recv_displs[root]`. Linear.
+template <transport Tr, class T>
+void gatherv(Tr& t, const T* sendbuf, std::size_t send_count, T* recvbuf,
+             std::span<const std::size_t> recv_counts, std::span<const std::size_t> recv_displs,
+             int root, const linear& algo = {}) {
+  const int rank = t.rank(), P = t.size();
+  detail::check_root(root, P, "gatherv", rank);
+  detail::check_count(send_count, 1, sizeof(T), "gatherv", rank);
+  detail::check_pointer(sendbuf, send_count, "sendbuf", "gatherv", rank);
+  std::vector<root_block> blocks;
+  if (rank == root)
+    blocks =
+        detail::root_blocks(static_cast<const T*>(recvbuf), recv_counts, recv_displs, "recv_counts",
+                            "recv_displs", send_count, sendbuf, "gatherv", rank, P);
+  const int tag = detail::begin_collective(t);
+  detail::guarded(t, [&] {
+    algo.gather(t, tag, root, sendbuf, send_count * sizeof(T), std::span<const root_block>(blocks));
+  });
+}
+
+/// Gather (MPI_Gather): every rank's `count` elements land in block r of the root's
+/// `recvbuf` (size() * count; read at the root only). In place at the root when `sendbuf ==
+/// recvbuf + root * count`. Linear.
+template <transport Tr, class T>
+void gather(Tr& t, const T* sendbuf, T* recvbuf, std::size_t count, int root,
+            const linear& algo = {}) {
+  const int P = t.size();
+  detail::check_count(count, static_cast<std::size_t>(P), sizeof(T), "gather", t.rank());
+  std::vector<std::size_t> counts(static_cast<std::size_t>(P), count), displs(counts.size());
+  for (int q = 0; q < P; ++q) displs[q] = static_cast<std::size_t>(q) * count;
+  gatherv(t, sendbuf, count, recvbuf, counts, displs, root, algo);
+}
+
+/// Scatter with a block of its own size per rank (MPI_Scatterv): the root sends
+/// [send_displs[q], + send_counts[q]) of its `sendbuf` to rank q, which receives
+/// `recv_count` elements into `recvbuf` (send_counts[q] == q's recv_count; a mismatch fails
+/// in the transport). The send arguments are read at the root only. In place at the root
+/// when `recvbuf == sendbuf + send_displs[root]`. Linear.
+template <transport Tr, class T>
+void scatterv(Tr& t, const T* sendbuf, std::span<const std::size_t> send_counts,
+              std::span<const std::size_t> send_displs, T* recvbuf, std::size_t recv_count,
+              int root, const linear& algo = {}) {
+  const int rank = t.rank(), P = t.size();
+  detail::check_root(root, P, "scatterv", rank);
+  detail::check_count(recv_count, 1, sizeof(T), "scatterv", rank);
+  detail::check_pointer(recvbuf, recv_count, "recvbuf", "scatterv", rank);
+  std::vector<root_block> blocks;
+  if (rank == root)
+    blocks = detail::root_blocks(sendbuf, send_counts, send_displs, "send_counts", "send_displs",
+                                 recv_count, recvbuf, "scatterv", rank, P);
+  const int tag = detail::begin_collective(t);
+  detail::guarded(t, [&] {
+    algo.scatter(t, tag, root, recvbuf, recv_count * sizeof(T),
+                 std::span<const root_block>(blocks));
+  });
+}
+
+/// Scatter (MPI_Scatter): block q (`count` elements) of the root's `sendbuf` (size() *
+/// count; read at the root only) goes to rank q's `recvbuf`. In place at the root when
+/// `recvbuf == sendbuf + root * count`. Linear.
+template <transport Tr, class T>
+void scatter(Tr& t, const T* sendbuf, T* recvbuf, std::size_t count, int root,
+             const linear& algo = {}) {
+  const int P = t.size();
+  detail::check_count(count, static_cast<std::size_t>(P), sizeof(T), "scatter", t.rank());
+  std::vector<std::size_t> counts(static_cast<std::size_t>(P), count), displs(counts.size());
+  for (int q = 0; q < P; ++q) displs[q] = static_cast<std::size_t>(q) * count;
+  scatterv(t, sendbuf, counts, displs, recvbuf, count, root, algo);
 }
 
 // Runtime-typed entry points: the element type and the reduction are values (NCCL's

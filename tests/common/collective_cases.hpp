@@ -42,5 +42,6 @@
 ///  - cases/traffic.hpp: Traffic: closed-form per-rank message and byte counts.
 ///  - cases/bad_input.hpp: Bad input.
 ///  - cases/alltoall.hpp: alltoall and alltoallv with fractional values, uneven blocks, in place.
-#include "cases/alltoall.hpp"
+///  - cases/gather_scatter.hpp: gather(v) and scatter(v) to and from every root, likewise.
+#include "cases/gather_scatter.hpp"
 #include "cases/bad_input.hpp"

@@ -61,6 +61,11 @@ TEST_CASE("shared: alltoall, alltoallv values") {
   alltoall_values(t, {0, 1, std::size_t(t.size() + 1), 1000});
 }
 
+TEST_CASE("shared: gather, gatherv, scatter, scatterv values") {
+  auto t = mpi_test::make();
+  gather_scatter_values(t, {0, 1, std::size_t(t.size() + 1), 1000});
+}
+
 TEST_CASE("shared: symbolic proof, every algorithm and collective") {
   auto t = mpi_test::make();
   const int P = t.size();

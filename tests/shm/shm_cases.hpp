@@ -21,5 +21,7 @@ collectives_values<shm_transport, host_buffers>(shm_transport&, const std::vecto
                                                 std::size_t, const host_buffers&);
 extern template void alltoall_values<shm_transport>(shm_transport&,
                                                     const std::vector<std::size_t>&);
+extern template void gather_scatter_values<shm_transport>(shm_transport&,
+                                                          const std::vector<std::size_t>&);
 
 } // namespace tcoll::testing

@@ -117,7 +117,8 @@ TEST_CASE("shm: allreduce every type x op at a few counts") {
   allreduce_matrix(t, opt);
 }
 
-TEST_CASE("shm: fractional rounding, non-commutative order, the other collectives, alltoall") {
+TEST_CASE("shm: fractional rounding, non-commutative order, the other collectives, alltoall, "
+          "gather, scatter") {
   for (const auto& options : {small_slots(), small_single_copy()}) {
     tcoll::shm_transport t(MPI_COMM_WORLD, options);
     const int P = t.size();
@@ -126,6 +127,7 @@ TEST_CASE("shm: fractional rounding, non-commutative order, the other collective
     collectives_values(t, {1, std::size_t(P + 1), 1000});
     collectives_values(t, {std::size_t(P + 2), 41}, 8);
     alltoall_values(t, {0, 1, std::size_t(P + 1), 1000});
+    gather_scatter_values(t, {1, std::size_t(P + 1), 1000});
   }
 }
 

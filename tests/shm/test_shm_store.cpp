@@ -69,6 +69,7 @@ TEST_CASE("shm from a store: every algorithm, fractional rounding, the other col
     reduced_precision_rounding(t, {1, std::size_t(P + 1), 1000});
     collectives_values(t, {1, std::size_t(P + 1), 1000});
     alltoall_values(t, {1, std::size_t(P + 1), 1000});
+    gather_scatter_values(t, {1, 1000});
   }
 }
 

@@ -1100,24 +1100,16 @@ public:
     at::Tensor in = dense(inputs[0]);
     return enqueue(OpType::GATHER, list, "gather", in.nbytes() * static_cast<std::size_t>(size_),
                    [=, this](auto& t, int tag) {
-                     const std::size_t bytes = in.nbytes();
-                     const auto until = tcoll::clock::now() + t.timeout();
-                     if (rank_ != root) {
-                       auto sr = t.isend(root, bytes_of(in), bytes, tag);
-                       t.wait(sr, until);
-                       return;
-                     }
                      std::vector<at::Tensor> dense_list;
-                     std::vector<typename std::remove_cvref_t<decltype(t)>::request> pending;
-                     for (int q = 0; q < size_; ++q) {
-                       dense_list.push_back(dense(list[q]));
-                       if (q == rank_)
-                         dense_list.back().copy_(in.view(list[q].sizes()));
-                       else
-                         pending.push_back(t.irecv(q, bytes_of(dense_list.back()), bytes, tag));
+                     std::vector<tcoll::root_block> blocks;
+                     for (const auto& o : list) {
+                       dense_list.push_back(dense(o));
+                       blocks.push_back({bytes_of(dense_list.back()), dense_list.back().nbytes()});
                      }
-                     for (auto& p : pending) t.wait(p, until);
-                     for (int q = 0; q < size_; ++q) copy_back(list[q], dense_list[q]);
+                     tcoll::linear{}.gather(t, tag, root, bytes_of(in), in.nbytes(),
+                                            std::span<const tcoll::root_block>(blocks));
+                     for (std::size_t q = 0; q < list.size(); ++q)
+                       copy_back(list[q], dense_list[q]);
                    });
   }
 
@@ -1139,20 +1131,10 @@ public:
     at::Tensor out = dense(outputs[0]);
     return enqueue(OpType::SCATTER, outputs, "scatter",
                    out.nbytes() * static_cast<std::size_t>(size_), [=, this](auto& t, int tag) {
-                     const std::size_t bytes = out.nbytes();
-                     const auto until = tcoll::clock::now() + t.timeout();
-                     if (rank_ != root) {
-                       auto rr = t.irecv(root, bytes_of(out), bytes, tag);
-                       t.wait(rr, until);
-                     } else {
-                       std::vector<typename std::remove_cvref_t<decltype(t)>::request> pending;
-                       for (int q = 0; q < size_; ++q)
-                         if (q == rank_)
-                           out.view(-1).copy_(list[q]);
-                         else
-                           pending.push_back(t.isend(q, bytes_of(list[q]), bytes, tag));
-                       for (auto& p : pending) t.wait(p, until);
-                     }
+                     std::vector<tcoll::root_block> blocks;
+                     for (const auto& i : list) blocks.push_back({bytes_of(i), i.nbytes()});
+                     tcoll::linear{}.scatter(t, tag, root, bytes_of(out), out.nbytes(),
+                                             std::span<const tcoll::root_block>(blocks));
                      copy_back(outputs[0], out);
                    });
   }
