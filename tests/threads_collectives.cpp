@@ -99,3 +99,10 @@ TEST_CASE("gather, gatherv, scatter, scatterv: every root, fractional values, un
     on_team(P, [&](tcoll::thread_transport& t) { gather_scatter_values(t, {0, 1, 3, 257}); });
   }
 }
+
+TEST_CASE("barrier: no rank leaves before the last arrives, 1-16 ranks") {
+  for (int P : ranks_1_to_16()) {
+    CAPTURE(P);
+    on_team(P, [&](tcoll::thread_transport& t) { barrier_waits_for_every_rank(t); });
+  }
+}

@@ -1,7 +1,7 @@
 #pragma once
 /// \file
 /// Entry points: `allreduce`, `reduce_scatter`, `allgather`, `broadcast`, `reduce`,
-/// `alltoall`, `alltoallv`, `gather`, `gatherv`, `scatter`, `scatterv`.
+/// `alltoall`, `alltoallv`, `gather`, `gatherv`, `scatter`, `scatterv`, `barrier`.
 /// Each checks its arguments (errors name the argument and the rank) and forwards to an
 /// algorithm's step description run by the generic executor (all-to-all, gather, scatter:
 /// to their algorithm's own sends and receives). An out-of-place call never writes its input, also
@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "algorithm/binomial_tree.hpp"
+#include "algorithm/dissemination.hpp"
 #include "algorithm/linear.hpp"
 #include "algorithm/pairwise_exchange.hpp"
 #include "algorithm/passthrough.hpp"
@@ -485,6 +486,15 @@ void scatter(Tr& t, const T* sendbuf, T* recvbuf, std::size_t count, int root,
   std::vector<std::size_t> counts(static_cast<std::size_t>(P), count), displs(counts.size());
   for (int q = 0; q < P; ++q) displs[q] = static_cast<std::size_t>(q) * count;
   scatterv(t, sendbuf, counts, displs, recvbuf, count, root, algo);
+}
+
+/// Barrier (MPI_Barrier): returns on a rank only after every rank of `t` has called it.
+/// A collective like the others: it takes the next message space of `t`, so it is ordered
+/// with them. Dissemination (ceil(log2 P) rounds of one-byte messages).
+template <transport Tr>
+void barrier(Tr& t, const dissemination& algo = {}) {
+  const int tag = detail::begin_collective(t);
+  detail::guarded(t, [&] { algo.barrier(t, tag); });
 }
 
 // Runtime-typed entry points: the element type and the reduction are values (NCCL's

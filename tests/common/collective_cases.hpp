@@ -43,5 +43,6 @@
 ///  - cases/bad_input.hpp: Bad input.
 ///  - cases/alltoall.hpp: alltoall and alltoallv with fractional values, uneven blocks, in place.
 ///  - cases/gather_scatter.hpp: gather(v) and scatter(v) to and from every root, likewise.
-#include "cases/gather_scatter.hpp"
+///  - cases/barrier.hpp: no rank leaves a barrier before the last has arrived.
+#include "cases/barrier.hpp"
 #include "cases/bad_input.hpp"

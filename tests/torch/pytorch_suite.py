@@ -72,7 +72,7 @@ CI_TESTS = ["test_all_reduce", "test_all_gather", "test_broadcast", "test_reduce
             "test_get_future", "test_sparse_all_reduce", "test_DistributedDataParallel",
             "test_accumulate_gradients_no_sync", "test_static_graph_api_cpu",
             "test_ddp_create_graph", "test_grads_same_across_ranks_with_no_sync"]
-CI_EXCLUDE = ["profiler", "cuda", "gpu", "any_source", "_timeout", "test_all_gather_object"]
+CI_EXCLUDE = ["profiler", "cuda", "gpu", "_timeout", "test_all_gather_object"]
 # those of them that skip at 2 processes without a GPU (listed from a run: a test that
 # skips still starts its processes)
 CI_SKIPPED_AT_2 = {"test_DistributedDataParallel",

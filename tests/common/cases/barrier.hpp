@@ -1,0 +1,36 @@
+#pragma once
+/// \file
+/// Shared rank-level test bodies, topic: barrier: no rank leaves before the last one has
+/// arrived, whichever rank comes late. (one of the topics of tests/common/collective_cases.hpp;
+/// see that file for the rules every body follows).
+#include <chrono>
+#include <thread>
+
+#include "gather_scatter.hpp"
+
+namespace tcoll::testing {
+
+template <transport Tr>
+void barrier_waits_for_every_rank(Tr& t) {
+  const int P = t.size(), rank = t.rank();
+  // steady_clock is CLOCK_MONOTONIC: one clock for every thread and process of the machine
+  auto now_us = [] {
+    return std::chrono::duration<double, std::micro>(
+               std::chrono::steady_clock::now().time_since_epoch())
+        .count();
+  };
+  for (int late = 0; late < P; ++late) {
+    if (rank == late) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    const double enter = now_us();
+    barrier(t);
+    const double leave = now_us();
+    std::vector<double> enters(static_cast<std::size_t>(P));
+    allgather(t, &enter, enters.data(), 1);
+    const double last = *std::max_element(enters.begin(), enters.end());
+    CHECK_MESSAGE(leave >= last, "barrier: rank " << rank << " of " << P << " left at " << leave
+                                                  << " us, before rank " << late << " arrived at "
+                                                  << last << " us");
+  }
+}
+
+} // namespace tcoll::testing
