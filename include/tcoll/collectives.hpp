@@ -3,9 +3,9 @@
 /// Entry points: `allreduce`, `reduce_scatter`, `allgather`, `broadcast`, `reduce`,
 /// `alltoall`, `alltoallv`, `gather`, `gatherv`, `scatter`, `scatterv`, `barrier`.
 /// Each checks its arguments (errors name the argument and the rank) and forwards to an
-/// algorithm's step description run by the generic executor (all-to-all, gather, scatter:
-/// to their algorithm's own sends and receives). An out-of-place call never writes its input, also
-/// when it fails.
+/// algorithm's step description run by the generic executor (all-to-all, gather, scatter,
+/// barrier: to their algorithm's own sends and receives). An out-of-place call never writes
+/// its input, also when it fails.
 #include <algorithm>
 #include <cstddef>
 #include <cstring>
@@ -270,9 +270,9 @@ void alltoallv_tagged(Tr& t, int tag, const T* sendbuf, std::span<const std::siz
 
 /// The root's blocks of a gatherv/scatterv, checked: `buffer` with `counts`/`displs`
 /// (elements of T), one block per rank; `own_count` is what the root itself contributes
-/// (gather) or takes (scatter), which must equal its block; `own_at` is set to where its
-/// block lies (the in-place form passes exactly that address). The root's other buffer
-/// (`other`, `other_count` elements) may not overlap the blocks unless it is the own block.
+/// (gather) or takes (scatter), which must equal its own block's count. The root's other
+/// buffer (`other`, `own_count` elements) may not overlap the blocks unless it is exactly
+/// its own block (the in-place form).
 template <class T>
 std::vector<root_block> root_blocks(const T* buffer, std::span<const std::size_t> counts,
                                     std::span<const std::size_t> displs, const char* counts_arg,

@@ -198,8 +198,8 @@ private:
 };
 
 /// A receive from any source (`recv`/`irecv` without `src`): while unmatched it probes the
-/// peers in turn (starting after the last one it took from) and posts an ordinary receive
-/// to the first that has a message of its tag waiting; `sourceRank()` names that peer.
+/// peers in turn (rank + 1, rank + 2, ... mod size) and posts an ordinary receive to the
+/// first that has a message of its tag waiting; `sourceRank()` names that peer.
 /// Unmatched, it has no deadline until it is waited on (an `irecv` may be posted long before
 /// its sender sends); `wait` gives matching and receiving the group's timeout together.
 template <class Tr>
@@ -1691,9 +1691,6 @@ private:
     TORCH_CHECK(peer >= 0 && peer < size_ && peer != rank_, "tcoll: ", what, ": rank ", rank_, ": ",
                 argument, " ", peer, " is not another rank of the group of ", size_);
   }
-  /// The transport tag of user tag `tag`: below 1024 itself, above it moved past the
-  /// collectives' message spaces (tags.hpp, `user_high_first`), so any tag torch allows up to
-  /// 2^31 - 1 - 2^18 + 1024 works, as on Gloo.
   /// The transport's tag of user tag `tag`, which may be any non-negative int (as on Gloo):
   /// tags below 1024 as they are; higher ones where no collective's message goes (tags.hpp):
   /// on shared memory the negative tags, which carry every int; across nodes the range above
