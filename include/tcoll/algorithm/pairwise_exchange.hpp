@@ -5,11 +5,19 @@
 /// step s = 1 .. P-1 rank r sends its block for r + s and receives the block of r - s
 /// (mod P), so no two ranks wait on each other in a cycle; its own block is copied. P - 1
 /// steps of one send and one receive each: (P - 1) alpha + (bytes sent) beta per rank.
+///
+/// Small blocks (every block of this rank at most `all_posted_max_bytes`) skip the steps:
+/// every receive and send is posted at once, then all are waited for, so the P - 1 latencies
+/// overlap (Open MPI's basic linear all-to-all). The choice is each rank's own: both ways
+/// send one message per pair in the same message space, so ranks that choose differently
+/// (uneven blocks) still match.
+#include <algorithm>
 #include <cstddef>
 #include <cstring>
 #include <span>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "../core/concepts.hpp"
 #include "../core/error.hpp"
@@ -27,6 +35,8 @@ struct exchange_block {
 /// See the file comment. Host memory (the own block is copied with memcpy).
 struct pairwise_exchange {
   static constexpr std::string_view name = "pairwise_exchange";
+  /// Blocks up to this size are exchanged all at once (see the file comment); 0: never.
+  std::size_t all_posted_max_bytes = 4096;
 
   /// All-to-all of `blocks[q]` (one per rank of `t`) in the message space `tag`: sends
   /// `blocks[q].send` to rank q and receives rank q's block for this rank into
@@ -48,6 +58,28 @@ struct pairwise_exchange {
                                  std::to_string(own.recv_bytes),
                              r);
     if (own.send_bytes && own.send != own.recv) std::memmove(own.recv, own.send, own.send_bytes);
+    std::size_t largest = 0;
+    for (const exchange_block& b : blocks)
+      largest = std::max({largest, b.send_bytes, b.recv_bytes});
+    if (P > 2 && largest <= all_posted_max_bytes) {
+      std::vector<typename Tr::request> recvs, sends;
+      recvs.reserve(static_cast<std::size_t>(P));
+      sends.reserve(static_cast<std::size_t>(P));
+      for (int s = 1; s < P; ++s) {
+        const int from = (r - s + P) % P;
+        const exchange_block& in = blocks[static_cast<std::size_t>(from)];
+        recvs.push_back(t.irecv(from, in.recv, in.recv_bytes, tag));
+      }
+      for (int s = 1; s < P; ++s) {
+        const int to = (r + s) % P;
+        const exchange_block& out = blocks[static_cast<std::size_t>(to)];
+        sends.push_back(t.isend(to, out.send, out.send_bytes, tag));
+      }
+      const auto until = clock::now() + t.timeout();
+      for (auto& q : recvs) t.wait(q, until);
+      for (auto& q : sends) t.wait(q, until);
+      return;
+    }
     for (int s = 1; s < P; ++s) {
       const int to = (r + s) % P, from = (r - s + P) % P;
       const exchange_block& out = blocks[static_cast<std::size_t>(to)];
