@@ -43,6 +43,7 @@ struct alltoall_options {
   double step_factor = 2;
   int iters = 20, warmup = 5, reps = 1, nranks = 2, timeout_s = 120;
   bool check = true;
+  std::size_t all_posted = pairwise_exchange{}.all_posted_max_bytes; ///< --all-posted
   std::vector<std::string> algorithms{"pairwise_exchange", "passthrough"};
   std::string transport = "auto", json;
 };
@@ -61,7 +62,9 @@ const char* usage_text =
     "  -g nranks     ranks of the threads transport (default 2)\n"
     "  -R reps       repeat each measurement, report the median (default 1)\n"
     "  -T seconds    transport timeout (default 120)\n"
-    "  --json FILE   write one record per measurement (allreduce_perf's fields)\n";
+    "  --json FILE   write one record per measurement (allreduce_perf's fields)\n"
+    "  --all-posted bytes  pairwise_exchange::all_posted_max_bytes (0: always step by step;\n"
+    "                default 16384)\n";
 
 alltoall_options parse(int argc, char** argv) {
   alltoall_options o;
@@ -96,6 +99,8 @@ alltoall_options parse(int argc, char** argv) {
       o.transport = value;
     else if (flag == "--json")
       o.json = value;
+    else if (flag == "--all-posted")
+      o.all_posted = tcoll::parse_bytes(value);
     else if (flag == "-a") {
       o.algorithms.clear();
       std::size_t start = 0;
@@ -196,7 +201,8 @@ void run_all(Tr& t, const alltoall_options& o, const std::string& transport, std
     for (const auto& a : o.algorithms) {
       row rw{a, transport, "float", "none", P, count * P * sizeof(float), count * P, {}, {}};
       if (a == "pairwise_exchange") {
-        auto call = [&](const float* s, float* r, std::size_t c) { alltoall(t, s, r, c); };
+        const pairwise_exchange algo{.all_posted_max_bytes = o.all_posted};
+        auto call = [&](const float* s, float* r, std::size_t c) { alltoall(t, s, r, c, algo); };
         rw.out_of_place = measure(t, o, call, count, false, send, recv);
         rw.in_place = measure(t, o, call, count, true, send, recv);
       } else {

@@ -36,7 +36,7 @@ struct exchange_block {
 struct pairwise_exchange {
   static constexpr std::string_view name = "pairwise_exchange";
   /// Blocks up to this size are exchanged all at once (see the file comment); 0: never.
-  std::size_t all_posted_max_bytes = 4096;
+  std::size_t all_posted_max_bytes = 16384;
 
   /// All-to-all of `blocks[q]` (one per rank of `t`) in the message space `tag`: sends
   /// `blocks[q].send` to rank q and receives rank q's block for this rank into
