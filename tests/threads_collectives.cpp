@@ -85,13 +85,13 @@ TEST_CASE("reduce_scatter, allgather, broadcast, reduce: values at every P and r
   }
 }
 
-// 510 doubles: blocks of 4080-4104 bytes around pairwise_exchange's all_posted_max_bytes
-// (4096), so at P = 3 some ranks post everything at once and others go step by step
+// 2046 doubles: blocks of 16368-16392 bytes around pairwise_exchange's all_posted_max_bytes
+// (16384), so at P = 3 some ranks post everything at once and others go step by step
 TEST_CASE(
     "alltoall, alltoallv: fractional values, uneven blocks, in place, bad input, 1-16 ranks") {
   for (int P : ranks_1_to_16()) {
     CAPTURE(P);
-    on_team(P, [&](tcoll::thread_transport& t) { alltoall_values(t, {0, 1, 3, 257, 510}); });
+    on_team(P, [&](tcoll::thread_transport& t) { alltoall_values(t, {0, 1, 3, 257, 2046}); });
   }
 }
 
