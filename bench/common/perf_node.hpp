@@ -11,6 +11,7 @@
 #include <vector>
 
 #include <tcoll/algorithm/hierarchical.hpp>
+#include <tcoll/collectives.hpp>
 #include <tcoll/node_hierarchy.hpp>
 #include <tcoll/transport/mpi.hpp>
 

@@ -26,7 +26,9 @@
 #include "algorithm/recursive_halving_doubling.hpp"
 #include "algorithm/ring.hpp"
 #include "algorithm/select.hpp"
+#include "algorithm/tagged.hpp"
 #include "algorithm/visit.hpp"
+#include "communicator.hpp"
 #include "core/concepts.hpp"
 #include "core/ops.hpp"
 #include "detail/collective_scope.hpp"
@@ -37,118 +39,7 @@
 
 namespace tcoll {
 
-/// An algorithm that can describe an allreduce as steps (see detail/schedule.hpp).
-template <class A>
-concept allreduce_algorithm = requires(const A& a, detail::step_recorder& s, detail::layout L) {
-  {A::name};
-  {A::keeps_operand_order};
-  a.allreduce(s, L);
-};
-
 namespace detail {
-template <class Op, class Algo>
-constexpr void check_order() {
-  static_assert(commutative_op<Op> || Algo::keeps_operand_order,
-                "tcoll: this algorithm reorders operands; a non-commutative op needs "
-                "recursive_doubling, recursive_halving_doubling or binomial_tree");
-}
-/// The op of the data-movement collectives (allgather, broadcast). They never reduce, but the
-/// executor still instantiates the reducer's reduce for their op; this one is valid for every
-/// element type (sum_op is not: symbolic::rank_set has no operator+).
-struct no_reduce_op {
-  static constexpr bool commutative = true;
-  static constexpr std::string_view name = "none";
-  template <class A>
-  constexpr A operator()(A a, A) const {
-    return a;
-  }
-};
-template <class R, class Op, class T>
-constexpr void check_support() {
-  static_assert(reducer_supports<R, Op, T>(), "tcoll: the reducer does not support this op "
-                                              "on this element type");
-}
-} // namespace detail
-
-namespace detail {
-/// The allreduce itself, arguments already checked, in the message space `tag`.
-template <transport Tr, class T, class Op, class Algo, reducer R>
-void allreduce_tagged(Tr& t, int tag, const T* sendbuf, T* recvbuf, std::size_t count, const Op& op,
-                      const Algo& algo, R& red) {
-  if constexpr (std::is_same_v<Algo, automatic>) {
-    constexpr algorithm_support can{commutative_op<Op>, has_native_allreduce<Tr, T, Op>};
-    visit_algorithm<can>(
-        algo.template choose_for<Tr>(count * sizeof(T), t.size(), can.commutative, can.native),
-        algo, [&](const auto& chosen) {
-          allreduce_tagged(t, tag, sendbuf, recvbuf, count, op, chosen, red);
-        });
-  } else if constexpr (std::is_same_v<Algo, passthrough>) {
-    static_assert(has_native_allreduce<Tr, T, Op>,
-                  "tcoll: passthrough needs a transport with a vendor allreduce (mpi, nccl)");
-    t.native_allreduce(sendbuf, recvbuf, count, op);
-  } else {
-    static_assert(allreduce_algorithm<Algo>, "tcoll: not an allreduce algorithm");
-    check_order<Op, Algo>();
-    layout L{t.rank(), t.size(), count, sizeof(T), 0, sendbuf == recvbuf};
-    executor<Tr, R, T, Op> ex(t, red, op, sendbuf, count, recvbuf, count, tag);
-    algo.allreduce(ex, L);
-  }
-}
-
-/// Reduce-scatter in the message space `tag`, arguments already checked.
-template <transport Tr, class T, class Op, reducer R>
-void reduce_scatter_tagged(Tr& t, int tag, const T* sendbuf, T* recvbuf, std::size_t count,
-                           const Op& op, const ring& algo, R& red) {
-  const int P = t.size();
-  layout L{t.rank(), P, count, sizeof(T), 0, false};
-  executor<Tr, R, T, Op> ex(t, red, op, sendbuf, count * P, recvbuf, count, tag);
-  algo.reduce_scatter(ex, L);
-}
-
-/// Allgather in the message space `tag`, arguments already checked.
-template <transport Tr, class T, reducer R>
-void allgather_tagged(Tr& t, int tag, const T* sendbuf, T* recvbuf, std::size_t count,
-                      const ring& algo, R& red) {
-  const int P = t.size();
-  layout L{t.rank(), P, count, sizeof(T), 0, false};
-  executor<Tr, R, T, no_reduce_op> ex(t, red, no_reduce_op{}, sendbuf, count, recvbuf, count * P,
-                                      tag);
-  algo.allgather(ex, L);
-}
-
-/// Broadcast in the message space `tag`, arguments already checked.
-template <transport Tr, class T, reducer R>
-void broadcast_tagged(Tr& t, int tag, T* buffer, std::size_t count, int root,
-                      const binomial_tree& algo, R& red) {
-  layout L{t.rank(), t.size(), count, sizeof(T), root, true};
-  executor<Tr, R, T, no_reduce_op> ex(t, red, no_reduce_op{}, buffer, count, buffer, count, tag);
-  algo.broadcast(ex, L);
-}
-
-/// Reduce in the message space `tag`, arguments already checked (see `reduce`).
-template <transport Tr, class T, class Op, reducer R>
-void reduce_tagged(Tr& t, int tag, const T* sendbuf, T* recvbuf, std::size_t count, int root,
-                   const Op& op, const binomial_tree& algo, R& red) {
-  const int rank = t.rank(), P = t.size();
-  const bool is_root = rank == root;
-  // A non-commutative op is reduced in rank order at rank 0 (tree rooted at 0 keeps order)
-  // and forwarded; rank 0 then accumulates in a temporary unless it is the root.
-  const int tree_root = commutative_op<Op> ? root : 0;
-  const bool holds = rank == tree_root;
-  auto forward_space = red.template allocate<T>(holds && !is_root ? count : 0);
-  T* acc = is_root ? recvbuf : holds ? forward_space.data() : nullptr;
-  layout L{rank, P, count, sizeof(T), tree_root, sendbuf == acc};
-  executor<Tr, R, T, Op> ex(t, red, op, sendbuf, count, acc, acc ? count : 0, tag);
-  algo.reduce(ex, L);
-  if (tree_root != root && (holds || is_root)) {
-    ex.round_begin();
-    if (holds)
-      ex.send(root, region{buffer_id::output, 0, count});
-    else
-      ex.recv(tree_root, region{buffer_id::output, 0, count});
-    ex.round_end();
-  }
-}
 
 /// Argument checks of reduce_scatter.
 template <class T>
@@ -243,31 +134,6 @@ bool check_alltoallv_args(const T* sendbuf, std::span<const std::size_t> send_co
   return in_place;
 }
 
-/// The exchange of alltoallv, arguments checked, in the message space `tag`. In place, the
-/// send side is read from a copy of the buffer's extent.
-template <transport Tr, class T>
-void alltoallv_tagged(Tr& t, int tag, const T* sendbuf, std::span<const std::size_t> send_counts,
-                      std::span<const std::size_t> send_displs, T* recvbuf,
-                      std::span<const std::size_t> recv_counts,
-                      std::span<const std::size_t> recv_displs, bool in_place,
-                      const pairwise_exchange& algo) {
-  const int P = t.size();
-  std::unique_ptr<T[]> copy;
-  if (in_place) {
-    std::size_t extent = 0;
-    for (int q = 0; q < P; ++q)
-      if (send_counts[q]) extent = std::max(extent, send_displs[q] + send_counts[q]);
-    copy.reset(new T[extent]);
-    std::memcpy(copy.get(), sendbuf, extent * sizeof(T));
-    sendbuf = copy.get();
-  }
-  std::vector<exchange_block> blocks(static_cast<std::size_t>(P));
-  for (int q = 0; q < P; ++q)
-    blocks[q] = {sendbuf + send_displs[q], send_counts[q] * sizeof(T), recvbuf + recv_displs[q],
-                 recv_counts[q] * sizeof(T)};
-  algo.exchange(t, tag, std::span<const exchange_block>(blocks));
-}
-
 /// The root's blocks of a gatherv/scatterv, checked: `buffer` with `counts`/`displs`
 /// (elements of T), one block per rank; `own_count` is what the root itself contributes
 /// (gather) or takes (scatter), which must equal its own block's count. The root's other
@@ -296,77 +162,85 @@ std::vector<root_block> root_blocks(const T* buffer, std::span<const std::size_t
 }
 } // namespace detail
 
+// Every entry point takes a `communicator` (communicator.hpp): a transport, or a machine
+// composed of transports such as `hierarchical<Intra, Inter>`. It checks the arguments,
+// draws the collective's message spaces (`begin_on`) and runs it with `guarded_on` (a
+// failure breaks every transport the communicator uses).
+
 /// Allreduce of `count` elements: every rank's `recvbuf` receives op over all ranks'
 /// `sendbuf`. `sendbuf == recvbuf` is the in-place form. `algo` is an algorithm tuning
-/// struct (`ring{}`, `recursive_doubling{}`, ..., `passthrough{}`) or `automatic{}`.
-/// Runs in the next message space of `t`; a failure breaks `t` (see collective_context).
-template <transport Tr, class T, class Op = sum_op, class Algo = automatic, reducer R = cpu_reducer>
-void allreduce(Tr& t, const T* sendbuf, T* recvbuf, std::size_t count, const Op& op = {},
+/// struct (`ring{}`, `recursive_doubling{}`, ..., `passthrough{}`) or `automatic{}` on a
+/// transport, `hierarchical_options<...>` on a hierarchical machine.
+template <communicator C, class T, class Op = sum_op, class Algo = detail::default_algorithm_t<C>,
+          reducer R = cpu_reducer>
+void allreduce(C& c, const T* sendbuf, T* recvbuf, std::size_t count, const Op& op = {},
                const Algo& algo = {}, R red = {}) {
   detail::check_support<R, Op, T>();
-  detail::check_allreduce_args(sendbuf, recvbuf, count, t.rank());
-  const int tag = detail::begin_collective(t);
-  detail::guarded(
-      t, [&] { detail::allreduce_tagged(t, tag, sendbuf, recvbuf, count, op, algo, red); });
+  detail::check_allreduce_args(sendbuf, recvbuf, count, c.rank());
+  const auto tags = detail::begin_on(c);
+  detail::guarded_on(
+      c, [&] { detail::allreduce_on(c, tags, sendbuf, recvbuf, count, op, algo, red); });
 }
 
 /// In-place allreduce over a span.
-template <transport Tr, class T, class Op = sum_op, class Algo = automatic, reducer R = cpu_reducer>
-void allreduce(Tr& t, std::span<T> data, const Op& op = {}, const Algo& algo = {}, R red = {}) {
-  allreduce(t, data.data(), data.data(), data.size(), op, algo, red);
+template <communicator C, class T, class Op = sum_op, class Algo = detail::default_algorithm_t<C>,
+          reducer R = cpu_reducer>
+void allreduce(C& c, std::span<T> data, const Op& op = {}, const Algo& algo = {}, R red = {}) {
+  allreduce(c, data.data(), data.data(), data.size(), op, algo, red);
 }
 
 /// Out-of-place allreduce over spans of equal size.
-template <transport Tr, class T, class Op = sum_op, class Algo = automatic, reducer R = cpu_reducer>
-void allreduce(Tr& t, std::span<const T> in, std::span<T> out, const Op& op = {},
+template <communicator C, class T, class Op = sum_op, class Algo = detail::default_algorithm_t<C>,
+          reducer R = cpu_reducer>
+void allreduce(C& c, std::span<const T> in, std::span<T> out, const Op& op = {},
                const Algo& algo = {}, R red = {}) {
   if (in.size() != out.size())
     throw invalid_argument("allreduce: sendbuf has " + std::to_string(in.size()) +
                                " elements but recvbuf has " + std::to_string(out.size()),
-                           t.rank());
-  allreduce(t, in.data(), out.data(), in.size(), op, algo, red);
+                           c.rank());
+  allreduce(c, in.data(), out.data(), in.size(), op, algo, red);
 }
 
 /// Reduce-scatter (MPI_Reduce_scatter_block): `sendbuf` holds size() blocks of `count`;
 /// rank r's `recvbuf` (count elements) receives op over block r of every rank. Ring.
-template <transport Tr, class T, class Op = sum_op, reducer R = cpu_reducer>
-void reduce_scatter(Tr& t, const T* sendbuf, T* recvbuf, std::size_t count, const Op& op = {},
+template <communicator C, class T, class Op = sum_op, reducer R = cpu_reducer>
+void reduce_scatter(C& c, const T* sendbuf, T* recvbuf, std::size_t count, const Op& op = {},
                     const ring& algo = {}, R red = {}) {
   detail::check_support<R, Op, T>();
   detail::check_order<Op, ring>();
-  detail::check_reduce_scatter_args(sendbuf, recvbuf, count, t.rank(), t.size());
-  const int tag = detail::begin_collective(t);
-  detail::guarded(
-      t, [&] { detail::reduce_scatter_tagged(t, tag, sendbuf, recvbuf, count, op, algo, red); });
+  detail::check_reduce_scatter_args(sendbuf, recvbuf, count, c.rank(), c.size());
+  const auto tags = detail::begin_on(c);
+  detail::guarded_on(
+      c, [&] { detail::reduce_scatter_on(c, tags, sendbuf, recvbuf, count, op, algo, red); });
 }
 
 /// Allgather: rank r's `sendbuf` (count elements) lands in block r of every `recvbuf`
 /// (size() * count). In place when `sendbuf == recvbuf + rank * count`. Ring.
-template <transport Tr, class T, reducer R = cpu_reducer>
-void allgather(Tr& t, const T* sendbuf, T* recvbuf, std::size_t count, const ring& algo = {},
+template <communicator C, class T, reducer R = cpu_reducer>
+void allgather(C& c, const T* sendbuf, T* recvbuf, std::size_t count, const ring& algo = {},
                R red = {}) {
-  detail::check_allgather_args(sendbuf, recvbuf, count, t.rank(), t.size());
-  const int tag = detail::begin_collective(t);
-  detail::guarded(t, [&] { detail::allgather_tagged(t, tag, sendbuf, recvbuf, count, algo, red); });
+  detail::check_allgather_args(sendbuf, recvbuf, count, c.rank(), c.size());
+  const auto tags = detail::begin_on(c);
+  detail::guarded_on(c, [&] { detail::allgather_on(c, tags, sendbuf, recvbuf, count, algo, red); });
 }
 
 /// Broadcast of `count` elements of `buffer` from `root` (binomial tree).
-template <transport Tr, class T, reducer R = cpu_reducer>
-void broadcast(Tr& t, T* buffer, std::size_t count, int root, const binomial_tree& algo = {},
+template <communicator C, class T, reducer R = cpu_reducer>
+void broadcast(C& c, T* buffer, std::size_t count, int root, const binomial_tree& algo = {},
                R red = {}) {
-  detail::check_broadcast_args(buffer, count, root, t.rank(), t.size());
-  const int tag = detail::begin_collective(t);
-  detail::guarded(t, [&] { detail::broadcast_tagged(t, tag, buffer, count, root, algo, red); });
+  detail::check_broadcast_args(buffer, count, root, c.rank(), c.size());
+  const auto tags = detail::begin_on(c);
+  detail::guarded_on(c, [&] { detail::broadcast_on(c, tags, buffer, count, root, algo, red); });
 }
 
 /// Reduce to `root`: root's `recvbuf` receives op over every rank's `sendbuf`; `recvbuf`
 /// is ignored (may be null) elsewhere. Binomial tree; a non-commutative op is reduced in
 /// rank order to rank 0 and forwarded to the root.
-template <transport Tr, class T, class Op = sum_op, reducer R = cpu_reducer>
-void reduce(Tr& t, const T* sendbuf, T* recvbuf, std::size_t count, int root, const Op& op = {},
+template <communicator C, class T, class Op = sum_op, reducer R = cpu_reducer>
+void reduce(C& c, const T* sendbuf, T* recvbuf, std::size_t count, int root, const Op& op = {},
             const binomial_tree& algo = {}, R red = {}) {
   detail::check_support<R, Op, T>();
-  const int rank = t.rank(), P = t.size();
+  const int rank = c.rank(), P = c.size();
   detail::check_root(root, P, "reduce", rank);
   detail::check_count(count, 1, sizeof(T), "reduce", rank);
   detail::check_pointer(sendbuf, count, "sendbuf", "reduce", rank);
@@ -376,9 +250,9 @@ void reduce(Tr& t, const T* sendbuf, T* recvbuf, std::size_t count, int root, co
     detail::check_overlap(sendbuf, count * sizeof(T), recvbuf, count * sizeof(T), recvbuf, "reduce",
                           rank);
   }
-  const int tag = detail::begin_collective(t);
-  detail::guarded(
-      t, [&] { detail::reduce_tagged(t, tag, sendbuf, recvbuf, count, root, op, algo, red); });
+  const auto tags = detail::begin_on(c);
+  detail::guarded_on(
+      c, [&] { detail::reduce_on(c, tags, sendbuf, recvbuf, count, root, op, algo, red); });
 }
 
 /// All-to-all with a block of its own size for every pair (MPI_Alltoallv): elements
@@ -386,39 +260,50 @@ void reduce(Tr& t, const T* sendbuf, T* recvbuf, std::size_t count, int root, co
 /// [recv_displs[r], + recv_counts[r]) of its `recvbuf` (r this rank); the two sides' counts
 /// of a pair must agree (a mismatch fails in the transport, naming the peer). Elements of
 /// `recvbuf` outside every block are not written. `sendbuf == recvbuf` is the in-place
-/// form (the send side is read from a copy); other overlap is an error. Pairwise exchange.
-template <transport Tr, class T>
-void alltoallv(Tr& t, const T* sendbuf, std::span<const std::size_t> send_counts,
+/// form (the send side is read from a copy); other overlap is an error. Host memory.
+/// Pairwise exchange on a transport; through the group leaders on a hierarchical machine
+/// (the counts travel with the data there, and a mismatch throws `invalid_argument` naming
+/// the peer).
+template <communicator C, class T>
+void alltoallv(C& c, const T* sendbuf, std::span<const std::size_t> send_counts,
                std::span<const std::size_t> send_displs, T* recvbuf,
                std::span<const std::size_t> recv_counts, std::span<const std::size_t> recv_displs,
                const pairwise_exchange& algo = {}) {
   const bool in_place = detail::check_alltoallv_args(sendbuf, send_counts, send_displs, recvbuf,
-                                                     recv_counts, recv_displs, t.rank(), t.size());
-  const int tag = detail::begin_collective(t);
-  detail::guarded(t, [&] {
-    detail::alltoallv_tagged(t, tag, sendbuf, send_counts, send_displs, recvbuf, recv_counts,
-                             recv_displs, in_place, algo);
+                                                     recv_counts, recv_displs, c.rank(), c.size());
+  const auto tags = detail::begin_on(c);
+  detail::guarded_on(c, [&] {
+    detail::alltoallv_on(c, tags, sendbuf, send_counts, send_displs, recvbuf, recv_counts,
+                         recv_displs, in_place, algo);
   });
 }
 
 /// All-to-all (MPI_Alltoall): block q of `sendbuf` (`count` elements) goes to rank q, which
 /// receives it as block r of its `recvbuf` (r this rank; size() * count elements each).
-/// `sendbuf == recvbuf` is the in-place form. Pairwise exchange.
-template <transport Tr, class T>
-void alltoall(Tr& t, const T* sendbuf, T* recvbuf, std::size_t count,
+/// `sendbuf == recvbuf` is the in-place form; other overlap is an error. Host memory.
+/// Pairwise exchange on a transport; through the group leaders on a hierarchical machine.
+template <communicator C, class T>
+void alltoall(C& c, const T* sendbuf, T* recvbuf, std::size_t count,
               const pairwise_exchange& algo = {}) {
-  const int P = t.size();
-  detail::check_count(count, static_cast<std::size_t>(P), sizeof(T), "alltoall", t.rank());
-  std::vector<std::size_t> counts(static_cast<std::size_t>(P), count), displs(counts.size());
-  for (int q = 0; q < P; ++q) displs[q] = static_cast<std::size_t>(q) * count;
-  alltoallv(t, sendbuf, counts, displs, recvbuf, counts, displs, algo);
+  const int rank = c.rank(), P = c.size();
+  const auto all = static_cast<std::size_t>(P) * count;
+  detail::check_count(count, static_cast<std::size_t>(P), sizeof(T), "alltoall", rank);
+  detail::check_pointer(sendbuf, all, "sendbuf", "alltoall", rank);
+  detail::check_pointer(recvbuf, all, "recvbuf", "alltoall", rank);
+  const bool in_place = sendbuf == recvbuf && all;
+  if (!in_place)
+    detail::check_overlap(sendbuf, all * sizeof(T), recvbuf, all * sizeof(T), nullptr, "alltoall",
+                          rank);
+  const auto tags = detail::begin_on(c);
+  detail::guarded_on(
+      c, [&] { detail::alltoall_on(c, tags, sendbuf, recvbuf, count, in_place, algo); });
 }
 
 /// Gather with a block of its own size per rank (MPI_Gatherv): every rank's `send_count`
 /// elements of `sendbuf` land at [recv_displs[q], + recv_counts[q]) of the root's `recvbuf`
 /// (rank q's, recv_counts[q] == q's send_count; a mismatch fails in the transport). The
 /// receive arguments are read at the root only. In place at the root when `sendbuf ==
-/// recvbuf + recv_displs[root]`. Linear.
+/// recvbuf + recv_displs[root]`. Linear; on a transport only.
 template <transport Tr, class T>
 void gatherv(Tr& t, const T* sendbuf, std::size_t send_count, T* recvbuf,
              std::span<const std::size_t> recv_counts, std::span<const std::size_t> recv_displs,
@@ -440,22 +325,31 @@ void gatherv(Tr& t, const T* sendbuf, std::size_t send_count, T* recvbuf,
 
 /// Gather (MPI_Gather): every rank's `count` elements land in block r of the root's
 /// `recvbuf` (size() * count; read at the root only). In place at the root when `sendbuf ==
-/// recvbuf + root * count`. Linear.
-template <transport Tr, class T>
-void gather(Tr& t, const T* sendbuf, T* recvbuf, std::size_t count, int root,
+/// recvbuf + root * count`. Host memory. Linear on a transport; through the group leaders
+/// on a hierarchical machine.
+template <communicator C, class T>
+void gather(C& c, const T* sendbuf, T* recvbuf, std::size_t count, int root,
             const linear& algo = {}) {
-  const int P = t.size();
-  detail::check_count(count, static_cast<std::size_t>(P), sizeof(T), "gather", t.rank());
-  std::vector<std::size_t> counts(static_cast<std::size_t>(P), count), displs(counts.size());
-  for (int q = 0; q < P; ++q) displs[q] = static_cast<std::size_t>(q) * count;
-  gatherv(t, sendbuf, count, recvbuf, counts, displs, root, algo);
+  const int rank = c.rank(), P = c.size();
+  detail::check_root(root, P, "gather", rank);
+  detail::check_count(count, static_cast<std::size_t>(P), sizeof(T), "gather", rank);
+  detail::check_pointer(sendbuf, count, "sendbuf", "gather", rank);
+  if (rank == root) {
+    const std::vector<std::size_t> counts(static_cast<std::size_t>(P), count);
+    std::vector<std::size_t> displs(counts.size());
+    for (int q = 0; q < P; ++q) displs[q] = static_cast<std::size_t>(q) * count;
+    detail::root_blocks(static_cast<const T*>(recvbuf), counts, displs, "recv_counts",
+                        "recv_displs", count, sendbuf, "gather", rank, P);
+  }
+  const auto tags = detail::begin_on(c);
+  detail::guarded_on(c, [&] { detail::gather_on(c, tags, sendbuf, recvbuf, count, root, algo); });
 }
 
 /// Scatter with a block of its own size per rank (MPI_Scatterv): the root sends
 /// [send_displs[q], + send_counts[q]) of its `sendbuf` to rank q, which receives
 /// `recv_count` elements into `recvbuf` (send_counts[q] == q's recv_count; a mismatch fails
 /// in the transport). The send arguments are read at the root only. In place at the root
-/// when `recvbuf == sendbuf + send_displs[root]`. Linear.
+/// when `recvbuf == sendbuf + send_displs[root]`. Linear; on a transport only.
 template <transport Tr, class T>
 void scatterv(Tr& t, const T* sendbuf, std::span<const std::size_t> send_counts,
               std::span<const std::size_t> send_displs, T* recvbuf, std::size_t recv_count,
@@ -477,24 +371,34 @@ void scatterv(Tr& t, const T* sendbuf, std::span<const std::size_t> send_counts,
 
 /// Scatter (MPI_Scatter): block q (`count` elements) of the root's `sendbuf` (size() *
 /// count; read at the root only) goes to rank q's `recvbuf`. In place at the root when
-/// `recvbuf == sendbuf + root * count`. Linear.
-template <transport Tr, class T>
-void scatter(Tr& t, const T* sendbuf, T* recvbuf, std::size_t count, int root,
+/// `recvbuf == sendbuf + root * count`. Host memory. Linear on a transport; through the
+/// group leaders on a hierarchical machine.
+template <communicator C, class T>
+void scatter(C& c, const T* sendbuf, T* recvbuf, std::size_t count, int root,
              const linear& algo = {}) {
-  const int P = t.size();
-  detail::check_count(count, static_cast<std::size_t>(P), sizeof(T), "scatter", t.rank());
-  std::vector<std::size_t> counts(static_cast<std::size_t>(P), count), displs(counts.size());
-  for (int q = 0; q < P; ++q) displs[q] = static_cast<std::size_t>(q) * count;
-  scatterv(t, sendbuf, counts, displs, recvbuf, count, root, algo);
+  const int rank = c.rank(), P = c.size();
+  detail::check_root(root, P, "scatter", rank);
+  detail::check_count(count, static_cast<std::size_t>(P), sizeof(T), "scatter", rank);
+  detail::check_pointer(recvbuf, count, "recvbuf", "scatter", rank);
+  if (rank == root) {
+    const std::vector<std::size_t> counts(static_cast<std::size_t>(P), count);
+    std::vector<std::size_t> displs(counts.size());
+    for (int q = 0; q < P; ++q) displs[q] = static_cast<std::size_t>(q) * count;
+    detail::root_blocks(sendbuf, counts, displs, "send_counts", "send_displs", count, recvbuf,
+                        "scatter", rank, P);
+  }
+  const auto tags = detail::begin_on(c);
+  detail::guarded_on(c, [&] { detail::scatter_on(c, tags, sendbuf, recvbuf, count, root, algo); });
 }
 
-/// Barrier (MPI_Barrier): returns on a rank only after every rank of `t` has called it.
-/// A collective like the others: it takes the next message space of `t`, so it is ordered
-/// with them. Dissemination (ceil(log2 P) rounds of one-byte messages).
-template <transport Tr>
-void barrier(Tr& t, const dissemination& algo = {}) {
-  const int tag = detail::begin_collective(t);
-  detail::guarded(t, [&] { algo.barrier(t, tag); });
+/// Barrier (MPI_Barrier): returns on a rank only after every rank of `c` has called it.
+/// A collective like the others: it takes the next message space of `c`, so it is ordered
+/// with them. Dissemination (ceil(log2 P) rounds of one-byte messages); on a hierarchical
+/// machine inside the groups, among the leaders, inside the groups again.
+template <communicator C>
+void barrier(C& c, const dissemination& algo = {}) {
+  const auto tags = detail::begin_on(c);
+  detail::guarded_on(c, [&] { detail::barrier_on(c, tags, algo); });
 }
 
 // Runtime-typed entry points: the element type and the reduction are values (NCCL's

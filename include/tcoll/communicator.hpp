@@ -12,7 +12,11 @@
 ///  - `for_each_transport(f)`: calls `f(transport&)` for every transport this rank uses;
 ///  - `engine_transport()`: the transport whose engine runs its queued collectives;
 ///  - `allreduce_tagged(tags, sendbuf, recvbuf, count, op, algo, red)`: an allreduce in the
-///    message spaces `begin()` drew, arguments already checked;
+///    message spaces `begin()` drew, arguments already checked; likewise
+///    `reduce_scatter_tagged`, `allgather_tagged`, `broadcast_tagged`, `reduce_tagged`,
+///    `alltoall_tagged`, `alltoallv_tagged`, `gather_tagged`, `scatter_tagged` and `barrier_tagged`
+///    (the
+///    `*_on` functions below give their arguments) for the collectives it runs;
 ///  - `default_algorithm`: the algorithm-knob type used when a caller names none.
 /// For a transport the tags are one `int` and the default algorithm is `automatic`.
 #include <concepts>
@@ -20,8 +24,10 @@
 #include <utility>
 #include <vector>
 
+#include "algorithm/dissemination.hpp"
+#include "algorithm/linear.hpp"
 #include "algorithm/select.hpp"
-#include "collectives.hpp"
+#include "algorithm/tagged.hpp"
 #include "core/concepts.hpp"
 #include "detail/collective_scope.hpp"
 
@@ -129,11 +135,21 @@ void allreduce_on(C& c, const collective_tags_t<C>& tags, const T* sendbuf, T* r
   c.allreduce_tagged(tags, sendbuf, recvbuf, count, op, algo, red);
 }
 
-/// Allgather of `count` elements per rank into `recvbuf` (rank order) on `c` in the message
-/// spaces `tags`, arguments already checked: the ring allgather on a transport. A composed
-/// machine without an allgather of its own gets a sum allreduce of a table that is zero but
-/// for this rank's block: twice a ring allgather's traffic, the same bits on every rank (a
-/// -0.0 element arrives as +0.0).
+// Every other collective on `c` in the message spaces `tags`, arguments already checked:
+// on a transport its algorithm in the one message space, on a composed machine the
+// machine's own form (its `*_tagged` member).
+
+template <transport Tr, class T, class Op, reducer R>
+void reduce_scatter_on(Tr& t, int tag, const T* sendbuf, T* recvbuf, std::size_t count,
+                       const Op& op, const ring& algo, R& red) {
+  reduce_scatter_tagged(t, tag, sendbuf, recvbuf, count, op, algo, red);
+}
+template <composite_communicator C, class T, class Op, reducer R>
+void reduce_scatter_on(C& c, const collective_tags_t<C>& tags, const T* sendbuf, T* recvbuf,
+                       std::size_t count, const Op& op, const ring& algo, R& red) {
+  c.reduce_scatter_tagged(tags, sendbuf, recvbuf, count, op, algo, red);
+}
+
 template <transport Tr, class T, reducer R>
 void allgather_on(Tr& t, int tag, const T* sendbuf, T* recvbuf, std::size_t count, const ring& algo,
                   R& red) {
@@ -141,31 +157,113 @@ void allgather_on(Tr& t, int tag, const T* sendbuf, T* recvbuf, std::size_t coun
 }
 template <composite_communicator C, class T, reducer R>
 void allgather_on(C& c, const collective_tags_t<C>& tags, const T* sendbuf, T* recvbuf,
-                  std::size_t count, const ring&, R& red) {
-  const std::size_t all = count * static_cast<std::size_t>(c.size());
-  const std::vector<T> zeros(all, T(0));
-  if constexpr (host_device_copies<R>) // a device reducer's copy may not read host memory
-    red.copy_from_host(recvbuf, zeros.data(), all);
-  else
-    red.copy(recvbuf, zeros.data(), all);
-  red.copy(recvbuf + count * static_cast<std::size_t>(c.rank()), sendbuf, count);
-  red.synchronize();
-  allreduce_on(c, tags, recvbuf, recvbuf, all, sum_op{}, default_algorithm_t<C>{}, red);
+                  std::size_t count, const ring& algo, R& red) {
+  c.allgather_tagged(tags, sendbuf, recvbuf, count, algo, red);
+}
+
+template <transport Tr, class T, reducer R>
+void broadcast_on(Tr& t, int tag, T* buffer, std::size_t count, int root, const binomial_tree& algo,
+                  R& red) {
+  broadcast_tagged(t, tag, buffer, count, root, algo, red);
+}
+template <composite_communicator C, class T, reducer R>
+void broadcast_on(C& c, const collective_tags_t<C>& tags, T* buffer, std::size_t count, int root,
+                  const binomial_tree& algo, R& red) {
+  c.broadcast_tagged(tags, buffer, count, root, algo, red);
+}
+
+template <transport Tr, class T, class Op, reducer R>
+void reduce_on(Tr& t, int tag, const T* sendbuf, T* recvbuf, std::size_t count, int root,
+               const Op& op, const binomial_tree& algo, R& red) {
+  reduce_tagged(t, tag, sendbuf, recvbuf, count, root, op, algo, red);
+}
+template <composite_communicator C, class T, class Op, reducer R>
+void reduce_on(C& c, const collective_tags_t<C>& tags, const T* sendbuf, T* recvbuf,
+               std::size_t count, int root, const Op& op, const binomial_tree& algo, R& red) {
+  c.reduce_tagged(tags, sendbuf, recvbuf, count, root, op, algo, red);
+}
+
+/// All-to-all of `count` elements per pair (host memory); `in_place` when sendbuf == recvbuf.
+template <transport Tr, class T>
+void alltoall_on(Tr& t, int tag, const T* sendbuf, T* recvbuf, std::size_t count, bool in_place,
+                 const pairwise_exchange& algo) {
+  const auto P = static_cast<std::size_t>(t.size());
+  std::vector<std::size_t> counts(P, count), displs(P);
+  for (std::size_t q = 0; q < P; ++q) displs[q] = q * count;
+  alltoallv_tagged(t, tag, sendbuf, std::span<const std::size_t>(counts),
+                   std::span<const std::size_t>(displs), recvbuf,
+                   std::span<const std::size_t>(counts), std::span<const std::size_t>(displs),
+                   in_place, algo);
+}
+template <composite_communicator C, class T>
+void alltoall_on(C& c, const collective_tags_t<C>& tags, const T* sendbuf, T* recvbuf,
+                 std::size_t count, bool in_place, const pairwise_exchange& algo) {
+  c.alltoall_tagged(tags, sendbuf, recvbuf, count, in_place, algo);
+}
+
+/// All-to-all with a block of its own size for every pair (host memory; see `alltoallv`).
+template <transport Tr, class T>
+void alltoallv_on(Tr& t, int tag, const T* sendbuf, std::span<const std::size_t> send_counts,
+                  std::span<const std::size_t> send_displs, T* recvbuf,
+                  std::span<const std::size_t> recv_counts,
+                  std::span<const std::size_t> recv_displs, bool in_place,
+                  const pairwise_exchange& algo) {
+  alltoallv_tagged(t, tag, sendbuf, send_counts, send_displs, recvbuf, recv_counts, recv_displs,
+                   in_place, algo);
+}
+template <composite_communicator C, class T>
+void alltoallv_on(C& c, const collective_tags_t<C>& tags, const T* sendbuf,
+                  std::span<const std::size_t> send_counts,
+                  std::span<const std::size_t> send_displs, T* recvbuf,
+                  std::span<const std::size_t> recv_counts,
+                  std::span<const std::size_t> recv_displs, bool in_place,
+                  const pairwise_exchange& algo) {
+  c.alltoallv_tagged(tags, sendbuf, send_counts, send_displs, recvbuf, recv_counts, recv_displs,
+                     in_place, algo);
+}
+
+/// Gather of `count` elements per rank to `root` (host memory; recvbuf read at the root).
+template <transport Tr, class T>
+void gather_on(Tr& t, int tag, const T* sendbuf, T* recvbuf, std::size_t count, int root,
+               const linear& algo) {
+  std::vector<root_block> blocks;
+  if (t.rank() == root)
+    for (int q = 0; q < t.size(); ++q)
+      blocks.push_back({recvbuf + static_cast<std::size_t>(q) * count, count * sizeof(T)});
+  algo.gather(t, tag, root, sendbuf, count * sizeof(T), std::span<const root_block>(blocks));
+}
+template <composite_communicator C, class T>
+void gather_on(C& c, const collective_tags_t<C>& tags, const T* sendbuf, T* recvbuf,
+               std::size_t count, int root, const linear& algo) {
+  c.gather_tagged(tags, sendbuf, recvbuf, count, root, algo);
+}
+
+/// Scatter of `count` elements per rank from `root` (host memory; sendbuf read at the root).
+template <transport Tr, class T>
+void scatter_on(Tr& t, int tag, const T* sendbuf, T* recvbuf, std::size_t count, int root,
+                const linear& algo) {
+  std::vector<root_block> blocks;
+  if (t.rank() == root)
+    for (int q = 0; q < t.size(); ++q)
+      blocks.push_back(
+          {const_cast<T*>(sendbuf) + static_cast<std::size_t>(q) * count, count * sizeof(T)});
+  algo.scatter(t, tag, root, recvbuf, count * sizeof(T), std::span<const root_block>(blocks));
+}
+template <composite_communicator C, class T>
+void scatter_on(C& c, const collective_tags_t<C>& tags, const T* sendbuf, T* recvbuf,
+                std::size_t count, int root, const linear& algo) {
+  c.scatter_tagged(tags, sendbuf, recvbuf, count, root, algo);
+}
+
+template <transport Tr>
+void barrier_on(Tr& t, int tag, const dissemination& algo) {
+  algo.barrier(t, tag);
+}
+template <composite_communicator C>
+void barrier_on(C& c, const collective_tags_t<C>& tags, const dissemination& algo) {
+  c.barrier_tagged(tags, algo);
 }
 
 } // namespace detail
-
-/// Blocking allreduce on a composed communicator (the transports' overloads are in
-/// collectives.hpp): the same arguments and checks; a failure breaks every transport it
-/// uses. Lets code written for any communicator call `tcoll::allreduce` on it.
-template <composite_communicator C, class T, class Op = sum_op,
-          class Algo = detail::default_algorithm_t<C>, reducer R = cpu_reducer>
-void allreduce(C& comm, const T* sendbuf, T* recvbuf, std::size_t count, const Op& op = {},
-               const Algo& algo = {}, R red = {}) {
-  detail::check_allreduce_args(sendbuf, recvbuf, count, comm.rank());
-  const auto tags = detail::begin_on(comm);
-  detail::guarded_on(
-      comm, [&] { detail::allreduce_on(comm, tags, sendbuf, recvbuf, count, op, algo, red); });
-}
 
 } // namespace tcoll

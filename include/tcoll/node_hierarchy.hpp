@@ -24,6 +24,7 @@
 #include <vector>
 
 #include "algorithm/hierarchical.hpp"
+#include "collectives.hpp"
 #include "core/error.hpp"
 #include "transport/mpi.hpp"
 #include "transport/shm.hpp"
@@ -104,6 +105,22 @@ public:
       MPI_Comm_free(&across);
     }
     shape.shards = shards;
+    // every group's world ranks in local order, groups ordered by their leader's world rank
+    // (the order of the leaders' communicator across nodes)
+    std::vector<int> leader_local{shape.intra_world_ranks.front(), local};
+    std::vector<int> all(2 * static_cast<std::size_t>(size));
+    MPI_Allgather(leader_local.data(), 2, MPI_INT, all.data(), 2, MPI_INT, comm);
+    std::vector<int> leaders;
+    for (int r = 0; r < size; ++r)
+      if (all[2 * static_cast<std::size_t>(r) + 1] == 0) leaders.push_back(r);
+    shape.groups.resize(leaders.size());
+    for (int r = 0; r < size; ++r) {
+      const auto it = std::find(leaders.begin(), leaders.end(), all[2 * std::size_t(r)]);
+      auto& members = shape.groups[static_cast<std::size_t>(it - leaders.begin())];
+      const auto li = static_cast<std::size_t>(all[2 * static_cast<std::size_t>(r) + 1]);
+      if (members.size() <= li) members.resize(li + 1, -1);
+      members[li] = r;
+    }
     machine_.emplace(*intra_, inter_.get(), std::move(shape));
   }
   mpi_node_hierarchy(const mpi_node_hierarchy&) = delete;

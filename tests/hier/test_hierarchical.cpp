@@ -7,6 +7,7 @@
 #include <random>
 #include <string>
 #include <tcoll/algorithm/hierarchical.hpp>
+#include <tcoll/collectives.hpp>
 #include <tcoll/core/symbolic.hpp>
 #include <tcoll/transport/subgroup.hpp>
 #include <tcoll/transport/threads.hpp>

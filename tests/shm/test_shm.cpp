@@ -419,6 +419,59 @@ TEST_CASE("shm: hierarchical<shm, mpi> (mpi_node_hierarchy) equals MPI_Allreduce
                   tcoll::invalid_argument);
 }
 
+TEST_CASE("shm: every collective on mpi_node_hierarchy equals MPI's") {
+  const int P = world_size();
+  for (int per_node : {0, 1, 2, 3}) {
+    if (per_node > P) continue;
+    CAPTURE(per_node);
+    tcoll::mpi_node_hierarchy machine(MPI_COMM_WORLD, {.ranks_per_node = per_node});
+    auto& h = machine.get();
+    const int r = machine.rank();
+    const int root = P - 1; // a leader only when nodes have one rank
+    for (std::size_t n : {std::size_t{1}, std::size_t{300}}) {
+      CAPTURE(n);
+      const std::size_t all = n * std::size_t(P);
+      // data movement: fractional values, compared bit for bit
+      std::vector<double> mine(n), rows(all), got(all, -1.0), want(all, -2.0);
+      for (std::size_t i = 0; i < n; ++i) mine[i] = r + 0.1 + double(i) / 7.0;
+      for (std::size_t k = 0; k < all; ++k) rows[k] = r * 1000 + double(k) / 9.0;
+      const int cn = int(n);
+      tcoll::allgather(h, mine.data(), got.data(), n);
+      MPI_Allgather(mine.data(), cn, MPI_DOUBLE, want.data(), cn, MPI_DOUBLE, MPI_COMM_WORLD);
+      CHECK(got == want);
+      tcoll::alltoall(h, rows.data(), got.data(), n);
+      MPI_Alltoall(rows.data(), cn, MPI_DOUBLE, want.data(), cn, MPI_DOUBLE, MPI_COMM_WORLD);
+      CHECK(got == want);
+      std::fill(got.begin(), got.end(), -1.0);
+      std::fill(want.begin(), want.end(), -1.0);
+      tcoll::gather(h, mine.data(), got.data(), n, root);
+      MPI_Gather(mine.data(), cn, MPI_DOUBLE, want.data(), cn, MPI_DOUBLE, root, MPI_COMM_WORLD);
+      CHECK(got == want);
+      std::vector<double> part(n, -1.0), want_part(n, -2.0);
+      tcoll::scatter(h, rows.data(), part.data(), n, root);
+      MPI_Scatter(rows.data(), cn, MPI_DOUBLE, want_part.data(), cn, MPI_DOUBLE, root,
+                  MPI_COMM_WORLD);
+      CHECK(part == want_part);
+      std::vector<double> b = mine, wb = mine;
+      tcoll::broadcast(h, b.data(), n, root);
+      MPI_Bcast(wb.data(), cn, MPI_DOUBLE, root, MPI_COMM_WORLD);
+      CHECK(b == wb);
+      // reductions: integer-valued floats, exact in any order
+      std::vector<float> in(all), out(all, -1.0f), ref(all, -2.0f);
+      for (std::size_t k = 0; k < all; ++k) in[k] = float((r + 1) * (1 + int(k % 13)));
+      tcoll::reduce(h, in.data(), out.data(), n, root);
+      MPI_Reduce(in.data(), ref.data(), cn, MPI_FLOAT, MPI_SUM, root, MPI_COMM_WORLD);
+      if (r == root) CHECK(std::vector<float>(out.begin(), out.begin() + cn) ==
+                           std::vector<float>(ref.begin(), ref.begin() + cn));
+      tcoll::reduce_scatter(h, in.data(), out.data(), n);
+      MPI_Reduce_scatter_block(in.data(), ref.data(), cn, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
+      CHECK(std::vector<float>(out.begin(), out.begin() + cn) ==
+            std::vector<float>(ref.begin(), ref.begin() + cn));
+      tcoll::barrier(h);
+    }
+  }
+}
+
 TEST_CASE("shm: hierarchical<shm, mpi> errors name world ranks, also once it is broken") {
   // 2 ranks per emulated node, the last rank never calls: its node peer times out inside
   // the node, the others across nodes or by abort; each names its world rank (the

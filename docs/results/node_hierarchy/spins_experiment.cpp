@@ -16,6 +16,7 @@
 #include <vector>
 
 #include <tcoll/algorithm/hierarchical.hpp>
+#include <tcoll/collectives.hpp>
 #include <tcoll/transport/mpi.hpp>
 #include <tcoll/transport/shm.hpp>
 

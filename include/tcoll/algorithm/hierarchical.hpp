@@ -20,22 +20,23 @@
 #include <cstddef>
 #include <deque>
 #include <functional>
+#include <span>
 #include <string>
 #include <string_view>
 #include <utility>
 #include <vector>
 
-#include "../collectives.hpp"
 #include "../core/concepts.hpp"
 #include "../core/error.hpp"
 #include "../core/ops.hpp"
 #include "../detail/executor.hpp"
 #include "../detail/schedule.hpp"
 #include "../detail/validate.hpp"
-#include "../reduce/cpu.hpp"
 #include "binomial_tree.hpp"
 #include "detail/phase_op.hpp"
 #include "ring.hpp"
+#include "tagged.hpp"
+#include "via_leaders.hpp"
 
 namespace tcoll {
 
@@ -76,6 +77,12 @@ struct hierarchy_shape {
   /// (the `subgroup` views of `split_groups`).
   std::vector<int> intra_world_ranks{};
   std::vector<int> inter_world_ranks{};
+  /// The world ranks of every group in local-rank order, group i being the one whose leader
+  /// (local rank 0) is rank i of the leaders' transport across groups (`hierarchy_map`).
+  /// Every collective but allreduce needs it (they place blocks by world rank); without it
+  /// they throw `invalid_argument`. `split_groups` returns it as `group_views::groups`;
+  /// `mpi_node_hierarchy` fills it.
+  std::vector<std::vector<int>> groups{};
 };
 
 /// Two transports composed into one two-level machine. `inter` may be null on ranks whose
@@ -106,6 +113,7 @@ public:
     check_world_ranks(shape.intra_world_ranks, intra.size(), l, "intra_world_ranks");
     if (inter)
       check_world_ranks(shape.inter_world_ranks, inter->size(), inter->rank(), "inter_world_ranks");
+    if (!shape_.groups.empty()) build_map();
   }
 
   int rank() const noexcept { return shape_.world_rank; }
@@ -195,23 +203,6 @@ public:
     binomial_tree::broadcast_steps(s, detail::layout{l, g, n, 1, 0, true}, 0);
   }
 
-  /// Allreduce of `count` elements; see the free `allreduce` overload.
-  template <class T, class Op, class InterAlgo, reducer R>
-  void allreduce(const T* sendbuf, T* recvbuf, std::size_t count, const Op& op,
-                 const hierarchical_options<InterAlgo>& opt, R& red) {
-    static_assert(commutative_op<Op>, "tcoll: hierarchical allreduce reorders operands; it "
-                                      "needs a commutative op");
-    detail::check_support<R, Op, T>();
-    const int wr = shape_.world_rank;
-    detail::check_count(count, 1, sizeof(T), "allreduce", wr);
-    detail::check_pointer(sendbuf, count, "sendbuf", "allreduce", wr);
-    detail::check_pointer(recvbuf, count, "recvbuf", "allreduce", wr);
-    detail::check_overlap(sendbuf, count * sizeof(T), recvbuf, count * sizeof(T), recvbuf,
-                          "allreduce", wr);
-    const auto [intra_tag, inter_tag] = begin();
-    allreduce_tagged(intra_tag, inter_tag, sendbuf, recvbuf, count, op, opt, red);
-  }
-
   /// Draws the message spaces of one hierarchical collective on both transports, before
   /// anything moves, so its place in the start order of each transport does not depend on
   /// how its phases interleave. Throws the cause if either transport is broken.
@@ -230,6 +221,93 @@ public:
   }
   /// Queued collectives run on the group transport's engine.
   Intra& engine_transport() noexcept { return *intra_; }
+
+  /// Where every world rank sits (from `hierarchy_shape::groups`); throws
+  /// `invalid_argument` naming `what` when the shape did not give the groups.
+  const hierarchy_map& group_map(const char* what) const {
+    if (map_.groups.empty())
+      throw invalid_argument(std::string(what) +
+                                 " on a hierarchical machine needs "
+                                 "hierarchy_shape::groups (the world ranks of every group)",
+                             shape_.world_rank);
+    return map_;
+  }
+
+  // The other collectives in the message spaces `begin()` drew, arguments already checked
+  // (the `communicator` forms; see via_leaders.hpp for the algorithms).
+  template <class T, class Op, reducer R>
+  void reduce_scatter_tagged(std::pair<int, int> tags, const T* sendbuf, T* recvbuf,
+                             std::size_t count, const Op& op, const ring&, R& red) {
+    via_leaders{}.reduce_scatter(*this, tags, sendbuf, recvbuf, count, op, binomial_tree{}, red);
+  }
+  /// Without the group map (`hierarchy_shape::groups`), a sum allreduce of a table that is
+  /// zero but for this rank's block: twice the traffic, the same bits on every rank (a -0.0
+  /// element arrives as +0.0), what machines built before the map existed get.
+  template <class T, reducer R>
+  void allgather_tagged(std::pair<int, int> tags, const T* sendbuf, T* recvbuf, std::size_t count,
+                        const ring&, R& red) {
+    if (!map_.groups.empty())
+      return via_leaders{}.allgather(*this, tags, sendbuf, recvbuf, count, binomial_tree{}, red);
+    const std::size_t all = count * static_cast<std::size_t>(size());
+    const std::vector<T> zeros(all, T(0));
+    if constexpr (host_device_copies<R>) // a device reducer's copy may not read host memory
+      red.copy_from_host(recvbuf, zeros.data(), all);
+    else
+      red.copy(recvbuf, zeros.data(), all);
+    red.copy(recvbuf + count * static_cast<std::size_t>(rank()), sendbuf, count);
+    red.synchronize();
+    allreduce_tagged(tags, recvbuf, recvbuf, all, sum_op{}, hierarchical_options<ring>{}, red);
+  }
+  template <class T, reducer R>
+  void broadcast_tagged(std::pair<int, int> tags, T* buffer, std::size_t count, int root,
+                        const binomial_tree& tree, R& red) {
+    via_leaders{}.broadcast(*this, tags, buffer, count, root, tree, red);
+  }
+  template <class T, class Op, reducer R>
+  void reduce_tagged(std::pair<int, int> tags, const T* sendbuf, T* recvbuf, std::size_t count,
+                     int root, const Op& op, const binomial_tree& tree, R& red) {
+    via_leaders{}.reduce(*this, tags, sendbuf, recvbuf, count, root, op, tree, red);
+  }
+  template <class T>
+  void alltoall_tagged(std::pair<int, int> tags, const T* sendbuf, T* recvbuf, std::size_t count,
+                       bool in_place, const pairwise_exchange& exchange) {
+    via_leaders{}.alltoall(*this, tags, sendbuf, recvbuf, count, in_place, exchange);
+  }
+  template <class T>
+  void alltoallv_tagged(std::pair<int, int> tags, const T* sendbuf,
+                        std::span<const std::size_t> send_counts,
+                        std::span<const std::size_t> send_displs, T* recvbuf,
+                        std::span<const std::size_t> recv_counts,
+                        std::span<const std::size_t> recv_displs, bool,
+                        const pairwise_exchange& exchange) {
+    via_leaders{}.alltoallv(*this, tags, sendbuf, send_counts, send_displs, recvbuf, recv_counts,
+                            recv_displs, exchange);
+  }
+  template <class T>
+  void gather_tagged(std::pair<int, int> tags, const T* sendbuf, T* recvbuf, std::size_t count,
+                     int root, const linear& algo) {
+    via_leaders{}.gather(*this, tags, sendbuf, recvbuf, count, root, algo);
+  }
+  template <class T>
+  void scatter_tagged(std::pair<int, int> tags, const T* sendbuf, T* recvbuf, std::size_t count,
+                      int root, const linear& algo) {
+    via_leaders{}.scatter(*this, tags, sendbuf, recvbuf, count, root, algo);
+  }
+  void barrier_tagged(std::pair<int, int> tags, const dissemination& algo) {
+    via_leaders{}.barrier(*this, tags, algo);
+  }
+
+  /// `f()`, with an error the group transport raises in its own ranks named in world ranks
+  /// (see hierarchy_shape::intra_world_ranks).
+  template <class F>
+  void in_group(F&& f) {
+    naming_world_ranks(*intra_, shape_.intra_world_ranks, "inside the group", f);
+  }
+  /// `f()`, with an error the transport across groups raises named in world ranks.
+  template <class F>
+  void across_groups(F&& f) {
+    naming_world_ranks(*inter_, shape_.inter_world_ranks, "across groups", f);
+  }
 
   /// The allreduce in the message spaces `begin()` drew (the `communicator` form).
   template <class T, class Op, class InterAlgo, reducer R>
@@ -374,17 +452,6 @@ private:
     }
   }
 
-  /// `f()`, with an error the group transport raises in its own ranks named in world ranks
-  /// (see hierarchy_shape::intra_world_ranks).
-  template <class F>
-  void in_group(F&& f) {
-    naming_world_ranks(*intra_, shape_.intra_world_ranks, "inside the group", f);
-  }
-  /// `f()`, with an error the transport across groups raises named in world ranks.
-  template <class F>
-  void across_groups(F&& f) {
-    naming_world_ranks(*inter_, shape_.inter_world_ranks, "across groups", f);
-  }
   template <class Tr, class F>
   void naming_world_ranks(Tr& t, const std::vector<int>& world_of, const char* where, F& f) {
     if (world_of.empty()) return f();
@@ -427,6 +494,43 @@ private:
                              wr);
   }
 
+  /// Checks `shape_.groups` against the transports and fills `map_`.
+  void build_map() {
+    const int wr = shape_.world_rank, P = shape_.world_size;
+    auto bad = [&](const std::string& why) {
+      return invalid_argument("hierarchical: hierarchy_shape::groups " + why, wr);
+    };
+    map_.group_of.assign(static_cast<std::size_t>(P), -1);
+    map_.local_of.assign(static_cast<std::size_t>(P), -1);
+    int smallest = P;
+    for (std::size_t gi = 0; gi < shape_.groups.size(); ++gi) {
+      const auto& members = shape_.groups[gi];
+      if (members.empty()) throw bad("has an empty group " + std::to_string(gi));
+      smallest = std::min(smallest, static_cast<int>(members.size()));
+      for (std::size_t li = 0; li < members.size(); ++li) {
+        const int w = members[li];
+        if (w < 0 || w >= P || map_.group_of[static_cast<std::size_t>(w)] != -1)
+          throw bad("lists rank " + std::to_string(w) + ", outside [0, world_size) or twice");
+        map_.group_of[static_cast<std::size_t>(w)] = static_cast<int>(gi);
+        map_.local_of[static_cast<std::size_t>(w)] = static_cast<int>(li);
+      }
+    }
+    if (std::count(map_.group_of.begin(), map_.group_of.end(), -1))
+      throw bad("leaves out some of the " + std::to_string(P) + " world ranks");
+    const auto g = static_cast<std::size_t>(map_.group_of[static_cast<std::size_t>(wr)]);
+    if (map_.local_of[static_cast<std::size_t>(wr)] != intra_->rank() ||
+        shape_.groups[g].size() != static_cast<std::size_t>(intra_->size()))
+      throw bad("does not place this rank at its place in the group transport");
+    if (smallest != shape_.shards)
+      throw bad("has a smallest group of " + std::to_string(smallest) + " ranks but shards is " +
+                std::to_string(shape_.shards));
+    if (intra_->rank() == 0 && inter_ &&
+        (inter_->size() != static_cast<int>(shape_.groups.size()) ||
+         inter_->rank() != static_cast<int>(g)))
+      throw bad("does not match the leaders' transport across groups");
+    map_.groups = shape_.groups;
+  }
+
   static std::size_t segment(const ring& knobs, std::size_t elem_bytes) {
     return knobs.segment_elems(detail::layout{0, 1, 0, elem_bytes, 0, false});
   }
@@ -434,15 +538,7 @@ private:
   Intra* intra_;
   Inter* inter_;
   hierarchy_shape shape_;
+  hierarchy_map map_;
 };
-
-/// Hierarchical allreduce: every rank of every group receives op over all ranks' `sendbuf`.
-/// `sendbuf == recvbuf` is the in-place form. Every rank of every group must call it.
-template <transport Intra, transport Inter, class T, class Op = sum_op, class InterAlgo = ring,
-          reducer R = cpu_reducer>
-void allreduce(hierarchical<Intra, Inter>& h, const T* sendbuf, T* recvbuf, std::size_t count,
-               const Op& op = {}, const hierarchical_options<InterAlgo>& opt = {}, R red = {}) {
-  h.allreduce(sendbuf, recvbuf, count, op, opt, red);
-}
 
 } // namespace tcoll

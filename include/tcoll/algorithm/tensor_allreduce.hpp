@@ -24,7 +24,9 @@
 #include <utility>
 #include <vector>
 
-#include "../collectives.hpp"
+#include "../detail/collective_scope.hpp"
+#include "../detail/validate.hpp"
+#include "tagged.hpp"
 #include "../core/concepts.hpp"
 #include "../core/error.hpp"
 #include "../core/ops.hpp"

@@ -11,6 +11,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "../collectives.hpp"
 #include "../communicator.hpp"
 #include "../core/error.hpp"
 

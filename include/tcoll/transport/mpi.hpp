@@ -27,7 +27,6 @@
 #include <utility>
 #include <vector>
 
-#include "../algorithm/passthrough.hpp"
 #include "../core/collective_context.hpp"
 #include "../core/concepts.hpp"
 #include "../core/error.hpp"

@@ -117,6 +117,9 @@ struct group_views {
   int shards = 1;                    ///< smallest group size: local indices with an inter view
   int world_rank = 0;                ///< my parent rank
   int world_size = 1;                ///< parent size
+  /// The parent ranks of every group in local order, groups ordered by id: what a
+  /// hierarchical machine built on these views takes as `hierarchy_shape::groups`.
+  std::vector<std::vector<int>> group_members{};
   /// `&*inter`, or null on ranks without an inter view.
   subgroup<Tr>* inter_ptr() noexcept { return inter ? &*inter : nullptr; }
 };
@@ -151,7 +154,8 @@ group_views<Tr> split_groups(Tr& world, std::span<const int> group_of) {
       static_cast<int>(groups.size()),
       shards,
       me,
-      P};
+      P,
+      groups};
   if (my_local < shards) {
     std::vector<int> across;
     for (const auto& g : groups) across.push_back(g[static_cast<std::size_t>(my_local)]);

@@ -642,6 +642,7 @@ public:
         for (int n = 0; n < layout_.nodes; ++n)
           shape.inter_world_ranks.push_back(
               layout_.members(n).at(static_cast<std::size_t>(layout_.local_rank)));
+      for (int n = 0; n < layout_.nodes; ++n) shape.groups.push_back(layout_.members(n));
       machine_ = std::make_unique<tcoll::hierarchical<tcoll::shm_transport, internode_transport>>(
           *shm_, inter_.get(), std::move(shape));
     }

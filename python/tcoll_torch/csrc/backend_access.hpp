@@ -6,6 +6,7 @@
 #include <torch/extension.h>
 
 #include <tcoll/algorithm/hierarchical.hpp>
+#include <tcoll/collectives.hpp>
 #include <tcoll/transport/shm.hpp>
 
 #include "internode_transport.hpp"

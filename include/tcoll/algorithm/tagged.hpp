@@ -1,0 +1,168 @@
+#pragma once
+/// \file
+/// Every collective on one transport in a given message space, arguments already checked:
+/// the step descriptions of the algorithms run by the generic executor (all-to-all: the
+/// pairwise exchange's own sends and receives). The entry points (collectives.hpp) check
+/// arguments, draw the message space and call these; composed machines (hierarchical) run
+/// them inside their phases.
+#include <algorithm>
+#include <cstddef>
+#include <cstring>
+#include <memory>
+#include <span>
+#include <string_view>
+#include <type_traits>
+#include <vector>
+
+#include "../core/concepts.hpp"
+#include "../core/ops.hpp"
+#include "../detail/executor.hpp"
+#include "binomial_tree.hpp"
+#include "pairwise_exchange.hpp"
+#include "passthrough.hpp"
+#include "ring.hpp"
+#include "select.hpp"
+#include "visit.hpp"
+
+namespace tcoll {
+
+/// An algorithm that can describe an allreduce as steps (see detail/schedule.hpp).
+template <class A>
+concept allreduce_algorithm = requires(const A& a, detail::step_recorder& s, detail::layout L) {
+  {A::name};
+  {A::keeps_operand_order};
+  a.allreduce(s, L);
+};
+
+namespace detail {
+template <class Op, class Algo>
+constexpr void check_order() {
+  static_assert(commutative_op<Op> || Algo::keeps_operand_order,
+                "tcoll: this algorithm reorders operands; a non-commutative op needs "
+                "recursive_doubling, recursive_halving_doubling or binomial_tree");
+}
+/// The op of the data-movement collectives (allgather, broadcast). They never reduce, but the
+/// executor still instantiates the reducer's reduce for their op; this one is valid for every
+/// element type (sum_op is not: symbolic::rank_set has no operator+).
+struct no_reduce_op {
+  static constexpr bool commutative = true;
+  static constexpr std::string_view name = "none";
+  template <class A>
+  constexpr A operator()(A a, A) const {
+    return a;
+  }
+};
+template <class R, class Op, class T>
+constexpr void check_support() {
+  static_assert(reducer_supports<R, Op, T>(), "tcoll: the reducer does not support this op "
+                                              "on this element type");
+}
+} // namespace detail
+
+namespace detail {
+/// The allreduce itself, arguments already checked, in the message space `tag`.
+template <transport Tr, class T, class Op, class Algo, reducer R>
+void allreduce_tagged(Tr& t, int tag, const T* sendbuf, T* recvbuf, std::size_t count, const Op& op,
+                      const Algo& algo, R& red) {
+  if constexpr (std::is_same_v<Algo, automatic>) {
+    constexpr algorithm_support can{commutative_op<Op>, has_native_allreduce<Tr, T, Op>};
+    visit_algorithm<can>(
+        algo.template choose_for<Tr>(count * sizeof(T), t.size(), can.commutative, can.native),
+        algo, [&](const auto& chosen) {
+          allreduce_tagged(t, tag, sendbuf, recvbuf, count, op, chosen, red);
+        });
+  } else if constexpr (std::is_same_v<Algo, passthrough>) {
+    static_assert(has_native_allreduce<Tr, T, Op>,
+                  "tcoll: passthrough needs a transport with a vendor allreduce (mpi, nccl)");
+    t.native_allreduce(sendbuf, recvbuf, count, op);
+  } else {
+    static_assert(allreduce_algorithm<Algo>, "tcoll: not an allreduce algorithm");
+    check_order<Op, Algo>();
+    layout L{t.rank(), t.size(), count, sizeof(T), 0, sendbuf == recvbuf};
+    executor<Tr, R, T, Op> ex(t, red, op, sendbuf, count, recvbuf, count, tag);
+    algo.allreduce(ex, L);
+  }
+}
+
+/// Reduce-scatter in the message space `tag`, arguments already checked.
+template <transport Tr, class T, class Op, reducer R>
+void reduce_scatter_tagged(Tr& t, int tag, const T* sendbuf, T* recvbuf, std::size_t count,
+                           const Op& op, const ring& algo, R& red) {
+  const int P = t.size();
+  layout L{t.rank(), P, count, sizeof(T), 0, false};
+  executor<Tr, R, T, Op> ex(t, red, op, sendbuf, count * P, recvbuf, count, tag);
+  algo.reduce_scatter(ex, L);
+}
+
+/// Allgather in the message space `tag`, arguments already checked.
+template <transport Tr, class T, reducer R>
+void allgather_tagged(Tr& t, int tag, const T* sendbuf, T* recvbuf, std::size_t count,
+                      const ring& algo, R& red) {
+  const int P = t.size();
+  layout L{t.rank(), P, count, sizeof(T), 0, false};
+  executor<Tr, R, T, no_reduce_op> ex(t, red, no_reduce_op{}, sendbuf, count, recvbuf, count * P,
+                                      tag);
+  algo.allgather(ex, L);
+}
+
+/// Broadcast in the message space `tag`, arguments already checked.
+template <transport Tr, class T, reducer R>
+void broadcast_tagged(Tr& t, int tag, T* buffer, std::size_t count, int root,
+                      const binomial_tree& algo, R& red) {
+  layout L{t.rank(), t.size(), count, sizeof(T), root, true};
+  executor<Tr, R, T, no_reduce_op> ex(t, red, no_reduce_op{}, buffer, count, buffer, count, tag);
+  algo.broadcast(ex, L);
+}
+
+/// Reduce in the message space `tag`, arguments already checked (see `reduce`).
+template <transport Tr, class T, class Op, reducer R>
+void reduce_tagged(Tr& t, int tag, const T* sendbuf, T* recvbuf, std::size_t count, int root,
+                   const Op& op, const binomial_tree& algo, R& red) {
+  const int rank = t.rank(), P = t.size();
+  const bool is_root = rank == root;
+  // A non-commutative op is reduced in rank order at rank 0 (tree rooted at 0 keeps order)
+  // and forwarded; rank 0 then accumulates in a temporary unless it is the root.
+  const int tree_root = commutative_op<Op> ? root : 0;
+  const bool holds = rank == tree_root;
+  auto forward_space = red.template allocate<T>(holds && !is_root ? count : 0);
+  T* acc = is_root ? recvbuf : holds ? forward_space.data() : nullptr;
+  layout L{rank, P, count, sizeof(T), tree_root, sendbuf == acc};
+  executor<Tr, R, T, Op> ex(t, red, op, sendbuf, count, acc, acc ? count : 0, tag);
+  algo.reduce(ex, L);
+  if (tree_root != root && (holds || is_root)) {
+    ex.round_begin();
+    if (holds)
+      ex.send(root, region{buffer_id::output, 0, count});
+    else
+      ex.recv(tree_root, region{buffer_id::output, 0, count});
+    ex.round_end();
+  }
+}
+
+/// The exchange of alltoallv, arguments checked, in the message space `tag`. In place, the
+/// send side is read from a copy of the buffer's extent.
+template <transport Tr, class T>
+void alltoallv_tagged(Tr& t, int tag, const T* sendbuf, std::span<const std::size_t> send_counts,
+                      std::span<const std::size_t> send_displs, T* recvbuf,
+                      std::span<const std::size_t> recv_counts,
+                      std::span<const std::size_t> recv_displs, bool in_place,
+                      const pairwise_exchange& algo) {
+  const int P = t.size();
+  std::unique_ptr<T[]> copy;
+  if (in_place) {
+    std::size_t extent = 0;
+    for (int q = 0; q < P; ++q)
+      if (send_counts[q]) extent = std::max(extent, send_displs[q] + send_counts[q]);
+    copy.reset(new T[extent]);
+    std::memcpy(copy.get(), sendbuf, extent * sizeof(T));
+    sendbuf = copy.get();
+  }
+  std::vector<exchange_block> blocks(static_cast<std::size_t>(P));
+  for (int q = 0; q < P; ++q)
+    blocks[q] = {sendbuf + send_displs[q], send_counts[q] * sizeof(T), recvbuf + recv_displs[q],
+                 recv_counts[q] * sizeof(T)};
+  algo.exchange(t, tag, std::span<const exchange_block>(blocks));
+}
+} // namespace detail
+
+} // namespace tcoll

@@ -1,0 +1,447 @@
+// Every collective but allreduce on a hierarchical machine (via_leaders.hpp), over one thread
+// team cut into groups of every shape: results against references built from all ranks'
+// inputs (fractional values for data movement, integer-valued sums and the symbolic
+// exactly-once proof for reductions), rank-identical results, in-place forms, untouched
+// inputs, avg, traffic across groups, and the errors of a machine without its group map.
+#include <doctest/doctest.h>
+
+#include <atomic>
+#include <cstring>
+#include <string>
+#include <tcoll/algorithm/hierarchical.hpp>
+#include <tcoll/collectives.hpp>
+#include <tcoll/core/symbolic.hpp>
+#include <tcoll/schedule/nonblocking.hpp>
+#include <tcoll/transport/subgroup.hpp>
+#include <tcoll/transport/threads.hpp>
+#include <vector>
+
+#include "common.hpp"
+
+using namespace tcoll;
+using namespace hier_test;
+
+namespace {
+
+struct shape_case {
+  const char* name;
+  std::vector<int> group_of;
+};
+
+std::vector<shape_case> shapes() {
+  return {
+      {"1 rank", {0}},
+      {"1 node x 3", {0, 0, 0}},
+      {"2 nodes x 2", consecutive(4, 2)},
+      {"3 nodes x 2", consecutive(6, 2)},
+      {"4 nodes x 1", consecutive(4, 1)},
+      {"unequal 3,3,1", consecutive(7, 3)},
+      {"unequal 1,3 interleaved", {1, 0, 1, 1}},
+      {"unequal 3,2,2 interleaved", {0, 1, 2, 0, 1, 2, 0}},
+  };
+}
+
+/// A fractional input: the bits of a sum of these depend on the order of addition, and a
+/// block placed at the wrong rank or offset shows.
+double frac(int rank, std::size_t i) {
+  return rank + 0.1 + static_cast<double>(i) / 7.0;
+}
+
+/// Runs `body(h, rank)` on every rank of a team of the shape, on its hierarchical machine.
+template <class Body>
+void on_machine(const shape_case& sc, Body body) {
+  const int P = static_cast<int>(sc.group_of.size());
+  thread_team(P, std::chrono::seconds(20)).run([&](thread_transport& t) {
+    auto v = split_groups(t, std::span<const int>(sc.group_of));
+    hierarchical h(v.intra, v.inter_ptr(),
+                   {v.world_rank, v.world_size, v.shards, {}, {}, v.group_members});
+    body(h, t.rank());
+  });
+}
+
+std::vector<int> roots_of(int P) {
+  std::vector<int> r{0, P - 1, P / 2};
+  std::sort(r.begin(), r.end());
+  r.erase(std::unique(r.begin(), r.end()), r.end());
+  return r;
+}
+
+const std::size_t counts[] = {0, 1, 5};
+
+} // namespace
+
+TEST_CASE("via_leaders: broadcast, gather and scatter from every kind of root, every shape") {
+  for (const auto& sc : shapes()) {
+    const int P = static_cast<int>(sc.group_of.size());
+    for (int root : roots_of(P))
+      for (std::size_t n : counts)
+        for (bool in_place : {false, true}) {
+          CAPTURE(sc.name);
+          CAPTURE(root);
+          CAPTURE(n);
+          CAPTURE(in_place);
+          std::atomic<int> wrong{0};
+          on_machine(sc, [&](auto& h, int r) {
+            // broadcast: the root's fractional values everywhere
+            std::vector<double> b(n);
+            for (std::size_t i = 0; i < n; ++i) b[i] = r == root ? frac(root, i) : -1.0;
+            broadcast(h, b.data(), n, root);
+            for (std::size_t i = 0; i < n; ++i) wrong += b[i] != frac(root, i);
+            // gather: block q of the root's buffer is rank q's input
+            std::vector<double> mine(n), all(n * std::size_t(P), -1.0);
+            for (std::size_t i = 0; i < n; ++i) mine[i] = frac(r, i);
+            const double* send = mine.data();
+            if (in_place && r == root) {
+              std::copy(mine.begin(), mine.end(),
+                        all.begin() + std::ptrdiff_t(r) * std::ptrdiff_t(n));
+              send = all.data() + std::size_t(r) * n;
+            }
+            const auto before = mine;
+            gather(h, send, all.data(), n, root);
+            wrong += mine != before;
+            if (r == root)
+              for (int q = 0; q < P; ++q)
+                for (std::size_t i = 0; i < n; ++i)
+                  wrong += all[std::size_t(q) * n + i] != frac(q, i);
+            // scatter: rank q receives block q of the root's buffer
+            std::vector<double> table(r == root ? n * std::size_t(P) : 0), got(n, -1.0);
+            for (std::size_t k = 0; k < table.size(); ++k)
+              table[k] =
+                  frac(int(k / std::max<std::size_t>(n, 1)), k % std::max<std::size_t>(n, 1)) +
+                  1000;
+            const auto table_before = table;
+            double* recv = got.data();
+            if (in_place && r == root) recv = table.data() + std::size_t(r) * n;
+            scatter(h, table.data(), recv, n, root);
+            if (r == root && !in_place) wrong += table != table_before;
+            for (std::size_t i = 0; i < n; ++i) wrong += recv[i] != frac(r, i) + 1000;
+          });
+          CHECK(wrong == 0);
+        }
+  }
+}
+
+TEST_CASE("via_leaders: allgather and alltoall place every block by world rank, every shape") {
+  for (const auto& sc : shapes()) {
+    const int P = static_cast<int>(sc.group_of.size());
+    for (std::size_t n : counts)
+      for (bool in_place : {false, true}) {
+        CAPTURE(sc.name);
+        CAPTURE(n);
+        CAPTURE(in_place);
+        std::atomic<int> wrong{0};
+        results<double> gathered(P);
+        on_machine(sc, [&](auto& h, int r) {
+          const std::size_t all = n * std::size_t(P);
+          std::vector<double> mine(n), out(all, -1.0);
+          for (std::size_t i = 0; i < n; ++i) mine[i] = frac(r, i);
+          const auto before = mine;
+          const double* send = mine.data();
+          if (in_place) {
+            std::copy(mine.begin(), mine.end(), out.begin() + std::ptrdiff_t(r * n));
+            send = out.data() + std::size_t(r) * n;
+          }
+          allgather(h, send, out.data(), n);
+          wrong += mine != before;
+          for (int q = 0; q < P; ++q)
+            for (std::size_t i = 0; i < n; ++i) wrong += out[std::size_t(q) * n + i] != frac(q, i);
+          gathered.per_rank[std::size_t(r)] = out;
+          // alltoall: block q of rank r's send buffer is (r, q, i); r receives (q, r, i) at q
+          auto cell = [&](int from, int to, std::size_t i) {
+            return from * 1000 + to + static_cast<double>(i) / 8.0 + 0.3;
+          };
+          std::vector<double> rows(all), cols(all, -1.0);
+          for (int q = 0; q < P; ++q)
+            for (std::size_t i = 0; i < n; ++i) rows[std::size_t(q) * n + i] = cell(r, q, i);
+          const auto rows_before = rows;
+          if (in_place) {
+            alltoall(h, rows.data(), rows.data(), n);
+            cols = rows;
+          } else {
+            alltoall(h, rows.data(), cols.data(), n);
+            wrong += rows != rows_before;
+          }
+          for (int q = 0; q < P; ++q)
+            for (std::size_t i = 0; i < n; ++i)
+              wrong += cols[std::size_t(q) * n + i] != cell(q, r, i);
+        });
+        CHECK(wrong == 0);
+        CHECK(gathered.identical());
+      }
+  }
+}
+
+TEST_CASE("via_leaders: alltoallv, uneven and empty blocks, gaps, every shape") {
+  // rank x sends rank y count(x, y) elements (0 for some pairs), laid out with a gap of one
+  // element between blocks, which stays untouched. In place (one buffer, MPI's receive
+  // layout) the counts are symmetric: x sends y what y sends x.
+  const auto cell = [](int x, int y, std::size_t i) {
+    return x * 1000 + y + static_cast<double>(i) / 8.0 + 0.3;
+  };
+  for (const auto& sc : shapes()) {
+    CAPTURE(sc.name);
+    const int P = static_cast<int>(sc.group_of.size());
+    for (bool in_place : {false, true}) {
+      CAPTURE(in_place);
+      const auto count_of = [in_place](int x, int y) {
+        return std::size_t(in_place ? (x + y) % 3 : (x + 2 * y) % 4);
+      };
+      std::atomic<int> wrong{0};
+      on_machine(sc, [&](auto& h, int r) {
+        using counts = std::vector<std::size_t>;
+        counts send_counts(P), send_displs(P), recv_counts(P), recv_displs(P);
+        std::size_t send_at = 0, recv_at = 0;
+        for (int q = 0; q < P; ++q) {
+          send_counts[q] = count_of(r, q);
+          send_displs[q] = send_at;
+          send_at += send_counts[q] + 1;
+          recv_counts[q] = count_of(q, r);
+          recv_displs[q] = recv_at;
+          recv_at += recv_counts[q] + 1;
+        }
+        std::vector<double> send(send_at, -7.0), recv(recv_at, -9.0);
+        for (int q = 0; q < P; ++q)
+          for (std::size_t i = 0; i < send_counts[q]; ++i) send[send_displs[q] + i] = cell(r, q, i);
+        const auto before = send;
+        using span = std::span<const std::size_t>;
+        if (in_place) {
+          recv = send; // symmetric counts: the same layout both ways
+          alltoallv(h, recv.data(), span(send_counts), span(send_displs), recv.data(),
+                    span(recv_counts), span(recv_displs));
+        } else {
+          alltoallv(h, send.data(), span(send_counts), span(send_displs), recv.data(),
+                    span(recv_counts), span(recv_displs));
+          wrong += send != before;
+        }
+        for (int q = 0; q < P; ++q) {
+          for (std::size_t i = 0; i < recv_counts[q]; ++i)
+            wrong += recv[recv_displs[q] + i] != cell(q, r, i);
+          wrong += recv[recv_displs[q] + recv_counts[q]] != (in_place ? -7.0 : -9.0); // the gap
+        }
+      });
+      CHECK(wrong == 0);
+    }
+  }
+}
+
+TEST_CASE("via_leaders: alltoallv names the peer whose count disagrees") {
+  const shape_case sc{"2 nodes x 2", consecutive(4, 2)};
+  std::atomic<int> named{0};
+  on_machine(sc, [&](auto& h, int r) {
+    // rank 3 expects 2 elements from rank 0, which sends 1
+    std::vector<std::size_t> counts(4, 1), displs{0, 2, 4, 6};
+    std::vector<std::size_t> recv_counts = counts;
+    if (r == 3) recv_counts[0] = 2;
+    std::vector<float> in(8, 1.0f), out(8);
+    try {
+      alltoallv(h, in.data(), std::span<const std::size_t>(counts),
+                std::span<const std::size_t>(displs), out.data(),
+                std::span<const std::size_t>(recv_counts), std::span<const std::size_t>(displs));
+    } catch (const invalid_argument& e) {
+      named += r == 3 && e.peer() == 0 &&
+               std::string(e.what()).find("recv_counts[0] is 2") != std::string::npos;
+    } catch (const error&) {
+    }
+  });
+  CHECK(named == 1);
+}
+
+TEST_CASE("via_leaders: reduce and reduce_scatter, exact sums and every rank exactly once") {
+  using symbolic::rank_set;
+  for (const auto& sc : shapes()) {
+    const int P = static_cast<int>(sc.group_of.size());
+    for (int root : roots_of(P))
+      for (std::size_t n : {std::size_t{1}, std::size_t{7}})
+        for (bool in_place : {false, true}) {
+          CAPTURE(sc.name);
+          CAPTURE(root);
+          CAPTURE(n);
+          CAPTURE(in_place);
+          std::atomic<int> wrong{0};
+          on_machine(sc, [&](auto& h, int r) {
+            // reduce: integer-valued floats sum exactly in any order
+            std::vector<float> in(n), out(n, -1.0f);
+            for (std::size_t i = 0; i < n; ++i) in[i] = value(r, i);
+            const auto before = in;
+            if (in_place && r == root) {
+              reduce(h, in.data(), in.data(), n, root);
+              out = in;
+            } else {
+              reduce(h, in.data(), out.data(), n, root);
+              wrong += in != before;
+            }
+            if (r == root)
+              for (std::size_t i = 0; i < n; ++i) wrong += out[i] != expected_sum(P, i);
+            // reduce of rank sets: the root holds every rank exactly once
+            std::vector<rank_set> s(n, rank_set::of(r)), so(n);
+            reduce(h, s.data(), so.data(), n, root, symbolic::disjoint_union{});
+            if (r == root)
+              for (const auto& e : so) wrong += !(e == rank_set::all(P));
+            // reduce_scatter: block r summed over all ranks; value() of (rank, block*n + i)
+            const std::size_t all = n * std::size_t(P);
+            std::vector<float> blocks(all), mine(n, -1.0f);
+            for (std::size_t k = 0; k < all; ++k) blocks[k] = value(r, k);
+            const auto blocks_before = blocks;
+            reduce_scatter(h, blocks.data(), mine.data(), n);
+            wrong += blocks != blocks_before;
+            for (std::size_t i = 0; i < n; ++i)
+              wrong += mine[i] != expected_sum(P, std::size_t(r) * n + i);
+            std::vector<rank_set> sets(all, rank_set::of(r)), my_sets(n);
+            reduce_scatter(h, sets.data(), my_sets.data(), n, symbolic::disjoint_union{});
+            for (const auto& e : my_sets) wrong += !(e == rank_set::all(P));
+          });
+          CHECK(wrong == 0);
+        }
+  }
+}
+
+TEST_CASE("via_leaders: avg divides by the world size once; runtime-typed reduce on a hierarchy") {
+  const shape_case sc{"unequal 3,2,2 interleaved", {0, 1, 2, 0, 1, 2, 0}};
+  const int P = 7;
+  std::atomic<int> wrong{0};
+  on_machine(sc, [&](auto& h, int r) {
+    std::vector<double> in(3, 7.0 * (r + 1)), out(3, -1.0);
+    reduce(h, in.data(), out.data(), 3, 4, avg_op{});
+    if (r == 4)
+      for (double x : out) wrong += x != 28.0; // 7 * (1 + ... + 7) / 7
+    std::vector<double> blocks(3 * std::size_t(P), 7.0 * (r + 1)), mine(3);
+    reduce_scatter(h, blocks.data(), mine.data(), 3, avg_op{});
+    for (double x : mine) wrong += x != 28.0;
+    std::vector<float> f(2, float(r + 1)), g(2, -1.0f);
+    reduce(h, static_cast<const void*>(f.data()), static_cast<void*>(g.data()), 2, 1,
+           scalar_type::float32, reduce_kind::max);
+    if (r == 1)
+      for (float x : g) wrong += x != 7.0f;
+  });
+  CHECK(wrong == 0);
+}
+
+TEST_CASE("via_leaders: barrier holds every rank until all arrived") {
+  for (const auto& sc : shapes()) {
+    CAPTURE(sc.name);
+    const int P = static_cast<int>(sc.group_of.size());
+    std::atomic<int> arrived{0}, early{0};
+    on_machine(sc, [&](auto& h, int r) {
+      if (r == P - 1) std::this_thread::sleep_for(std::chrono::milliseconds(30));
+      arrived += 1;
+      barrier(h);
+      early += arrived.load() != P;
+      barrier(h); // twice in a row: the message spaces keep the two apart
+    });
+    CHECK(early == 0);
+  }
+}
+
+TEST_CASE("via_leaders: non-blocking forms on a hierarchy, queued together, in start order") {
+  const shape_case sc{"unequal 3,2,2 interleaved", {0, 1, 2, 0, 1, 2, 0}};
+  const int P = 7;
+  const std::size_t n = 6;
+  std::atomic<int> wrong{0};
+  on_machine(sc, [&](auto& h, int r) {
+    std::vector<double> b(n), mine(n), all(n * P), blocks(n * P), part(n), sum(n);
+    for (std::size_t i = 0; i < n; ++i) {
+      b[i] = r == 5 ? frac(5, i) : 0.0;
+      mine[i] = frac(r, i);
+      sum[i] = value(r, i);
+    }
+    for (std::size_t k = 0; k < blocks.size(); ++k) blocks[k] = value(r, k);
+    // four collectives in flight on one machine, then a barrier ordered after them
+    auto q1 = ibroadcast(h, b.data(), n, 5);
+    auto q2 = iallgather(h, mine.data(), all.data(), n);
+    auto q3 = ireduce_scatter(h, blocks.data(), part.data(), n);
+    auto q4 = iallreduce(h, sum.data(), sum.data(), n);
+    auto q5 = ibarrier(h);
+    q5.wait();
+    // the barrier ran after the others on this rank's engine: they are complete
+    wrong += !q1.test() + !q2.test() + !q3.test() + !q4.test();
+    q1.wait();
+    q2.wait();
+    q3.wait();
+    q4.wait();
+    for (std::size_t i = 0; i < n; ++i) {
+      wrong += b[i] != frac(5, i);
+      wrong += part[i] != expected_sum(P, std::size_t(r) * n + i);
+      wrong += sum[i] != expected_sum(P, i);
+      for (int q = 0; q < P; ++q) wrong += all[std::size_t(q) * n + i] != frac(q, i);
+    }
+  });
+  CHECK(wrong == 0);
+}
+
+TEST_CASE("via_leaders: all-to-all crosses the network once per pair of leaders") {
+  // groups of g, M of them: each leader sends one packed message of g * g * n elements to
+  // each other leader; inside each group g - 1 rows go up and g - 1 rows come down
+  for (auto [M, g] : {std::pair{2, 2}, std::pair{3, 2}, std::pair{2, 3}}) {
+    CAPTURE(M);
+    CAPTURE(g);
+    const int P = M * g;
+    const std::size_t n = 5;
+    const auto group_of = consecutive(P, g);
+    traffic intra, inter;
+    thread_team(P, std::chrono::seconds(20)).run([&](thread_transport& t) {
+      classify<thread_transport> c(t, group_of, intra, inter);
+      auto v = split_groups(c, std::span<const int>(group_of));
+      hierarchical h(v.intra, v.inter_ptr(),
+                     {v.world_rank, v.world_size, v.shards, {}, {}, v.group_members});
+      std::vector<float> in(n * std::size_t(P), 1.0f), out(in.size());
+      alltoall(h, in.data(), out.data(), n);
+    });
+    const long E = sizeof(float), row = long(P) * long(n) * E;
+    CHECK(inter.messages == long(M) * (M - 1));
+    CHECK(inter.bytes == long(M) * (M - 1) * g * g * long(n) * E);
+    CHECK(intra.messages == long(M) * 2 * (g - 1));
+    CHECK(intra.bytes == long(M) * 2 * (g - 1) * row);
+  }
+}
+
+TEST_CASE("via_leaders: without the group map the collectives say what they need") {
+  const auto group_of = consecutive(4, 2);
+  std::atomic<int> named{0}, wrong{0};
+  thread_team(4, std::chrono::seconds(20)).run([&](thread_transport& t) {
+    auto v = split_groups(t, std::span<const int>(group_of));
+    hierarchical h(v.intra, v.inter_ptr(), {v.world_rank, v.world_size, v.shards});
+    std::vector<float> x(8, float(t.rank()) + 0.5f), y(8);
+    try {
+      broadcast(h, x.data(), 2, 1);
+    } catch (const invalid_argument& e) {
+      named += std::string(e.what()).find("hierarchy_shape::groups") != std::string::npos;
+    }
+  });
+  // allgather and barrier need no map (allgather: the allreduce of a zero table)
+  thread_team(4, std::chrono::seconds(20)).run([&](thread_transport& t) {
+    auto v = split_groups(t, std::span<const int>(group_of));
+    hierarchical h(v.intra, v.inter_ptr(), {v.world_rank, v.world_size, v.shards});
+    std::vector<float> x(2, float(t.rank()) + 0.5f), y(8);
+    allgather(h, x.data(), y.data(), 2);
+    for (int q = 0; q < 4; ++q) wrong += y[2 * std::size_t(q)] != float(q) + 0.5f;
+    barrier(h);
+  });
+  CHECK(named == 4);
+  CHECK(wrong == 0);
+}
+
+TEST_CASE("via_leaders: a group map that contradicts the transports is refused") {
+  const auto group_of = consecutive(4, 2);
+  std::atomic<int> refused{0};
+  thread_team(4, std::chrono::seconds(20)).run([&](thread_transport& t) {
+    auto v = split_groups(t, std::span<const int>(group_of));
+    const std::vector<std::vector<std::vector<int>>> wrong_maps{
+        {{0, 1}, {2, 2}}, // a rank twice
+        {{0, 1}, {2}},    // a rank missing
+        {{1, 0}, {3, 2}}, // local order swapped
+        {{2, 3}, {0, 1}}, // groups in the wrong order for the leaders' transport
+        {{0, 1, 2, 3}},   // one group where the transports have two
+    };
+    for (const auto& groups : wrong_maps) {
+      try {
+        hierarchical h(v.intra, v.inter_ptr(),
+                       {v.world_rank, v.world_size, v.shards, {}, {}, groups});
+      } catch (const invalid_argument&) {
+        refused += 1;
+      }
+    }
+  });
+  // every rank refuses all but the fourth, which only the leaders can tell (their transport
+  // across groups orders the groups; the other ranks' need not, see hierarchy_shape::groups)
+  CHECK(refused == 4 * 4 + 2);
+}
