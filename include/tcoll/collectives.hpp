@@ -303,12 +303,14 @@ void alltoall(C& c, const T* sendbuf, T* recvbuf, std::size_t count,
 /// elements of `sendbuf` land at [recv_displs[q], + recv_counts[q]) of the root's `recvbuf`
 /// (rank q's, recv_counts[q] == q's send_count; a mismatch fails in the transport). The
 /// receive arguments are read at the root only. In place at the root when `sendbuf ==
-/// recvbuf + recv_displs[root]`. Linear; on a transport only.
-template <transport Tr, class T>
-void gatherv(Tr& t, const T* sendbuf, std::size_t send_count, T* recvbuf,
+/// recvbuf + recv_displs[root]`. Host memory. Linear on a transport; through the group
+/// leaders on a hierarchical machine (the counts travel with the data there; the root
+/// checks them, naming the peer of a mismatch).
+template <communicator C, class T>
+void gatherv(C& c, const T* sendbuf, std::size_t send_count, T* recvbuf,
              std::span<const std::size_t> recv_counts, std::span<const std::size_t> recv_displs,
              int root, const linear& algo = {}) {
-  const int rank = t.rank(), P = t.size();
+  const int rank = c.rank(), P = c.size();
   detail::check_root(root, P, "gatherv", rank);
   detail::check_count(send_count, 1, sizeof(T), "gatherv", rank);
   detail::check_pointer(sendbuf, send_count, "sendbuf", "gatherv", rank);
@@ -317,9 +319,10 @@ void gatherv(Tr& t, const T* sendbuf, std::size_t send_count, T* recvbuf,
     blocks =
         detail::root_blocks(static_cast<const T*>(recvbuf), recv_counts, recv_displs, "recv_counts",
                             "recv_displs", send_count, sendbuf, "gatherv", rank, P);
-  const int tag = detail::begin_collective(t);
-  detail::guarded(t, [&] {
-    algo.gather(t, tag, root, sendbuf, send_count * sizeof(T), std::span<const root_block>(blocks));
+  const auto tags = detail::begin_on(c);
+  detail::guarded_on(c, [&] {
+    detail::gatherv_on(c, tags, sendbuf, send_count, recvbuf, recv_counts, recv_displs, root,
+                       blocks, algo);
   });
 }
 
@@ -349,12 +352,14 @@ void gather(C& c, const T* sendbuf, T* recvbuf, std::size_t count, int root,
 /// [send_displs[q], + send_counts[q]) of its `sendbuf` to rank q, which receives
 /// `recv_count` elements into `recvbuf` (send_counts[q] == q's recv_count; a mismatch fails
 /// in the transport). The send arguments are read at the root only. In place at the root
-/// when `recvbuf == sendbuf + send_displs[root]`. Linear; on a transport only.
-template <transport Tr, class T>
-void scatterv(Tr& t, const T* sendbuf, std::span<const std::size_t> send_counts,
+/// when `recvbuf == sendbuf + send_displs[root]`. Host memory. Linear on a transport;
+/// through the group leaders on a hierarchical machine (the counts travel with the data
+/// there; each rank checks its own, naming the root on a mismatch).
+template <communicator C, class T>
+void scatterv(C& c, const T* sendbuf, std::span<const std::size_t> send_counts,
               std::span<const std::size_t> send_displs, T* recvbuf, std::size_t recv_count,
               int root, const linear& algo = {}) {
-  const int rank = t.rank(), P = t.size();
+  const int rank = c.rank(), P = c.size();
   detail::check_root(root, P, "scatterv", rank);
   detail::check_count(recv_count, 1, sizeof(T), "scatterv", rank);
   detail::check_pointer(recvbuf, recv_count, "recvbuf", "scatterv", rank);
@@ -362,10 +367,10 @@ void scatterv(Tr& t, const T* sendbuf, std::span<const std::size_t> send_counts,
   if (rank == root)
     blocks = detail::root_blocks(sendbuf, send_counts, send_displs, "send_counts", "send_displs",
                                  recv_count, recvbuf, "scatterv", rank, P);
-  const int tag = detail::begin_collective(t);
-  detail::guarded(t, [&] {
-    algo.scatter(t, tag, root, recvbuf, recv_count * sizeof(T),
-                 std::span<const root_block>(blocks));
+  const auto tags = detail::begin_on(c);
+  detail::guarded_on(c, [&] {
+    detail::scatterv_on(c, tags, sendbuf, send_counts, send_displs, recvbuf, recv_count, root,
+                        blocks, algo);
   });
 }
 

@@ -14,8 +14,8 @@
 ///  - `allreduce_tagged(tags, sendbuf, recvbuf, count, op, algo, red)`: an allreduce in the
 ///    message spaces `begin()` drew, arguments already checked; likewise
 ///    `reduce_scatter_tagged`, `allgather_tagged`, `broadcast_tagged`, `reduce_tagged`,
-///    `alltoall_tagged`, `alltoallv_tagged`, `gather_tagged`, `scatter_tagged` and `barrier_tagged`
-///    (the
+///    `alltoall_tagged`, `alltoallv_tagged`, `gather_tagged`, `gatherv_tagged`, `scatterv_tagged`,
+///    `scatter_tagged` and `barrier_tagged` (the
 ///    `*_on` functions below give their arguments) for the collectives it runs;
 ///  - `default_algorithm`: the algorithm-knob type used when a caller names none.
 /// For a transport the tags are one `int` and the default algorithm is `automatic`.
@@ -253,6 +253,37 @@ template <composite_communicator C, class T>
 void scatter_on(C& c, const collective_tags_t<C>& tags, const T* sendbuf, T* recvbuf,
                 std::size_t count, int root, const linear& algo) {
   c.scatter_tagged(tags, sendbuf, recvbuf, count, root, algo);
+}
+
+/// Gather with a block of its own size per rank (host memory; see `gatherv`). `blocks`:
+/// the root's blocks, checked (empty elsewhere).
+template <transport Tr, class T>
+void gatherv_on(Tr& t, int tag, const T* sendbuf, std::size_t send_count, T*,
+                std::span<const std::size_t>, std::span<const std::size_t>, int root,
+                const std::vector<root_block>& blocks, const linear& algo) {
+  algo.gather(t, tag, root, sendbuf, send_count * sizeof(T), std::span<const root_block>(blocks));
+}
+template <composite_communicator C, class T>
+void gatherv_on(C& c, const collective_tags_t<C>& tags, const T* sendbuf, std::size_t send_count,
+                T* recvbuf, std::span<const std::size_t> recv_counts,
+                std::span<const std::size_t> recv_displs, int root, const std::vector<root_block>&,
+                const linear& algo) {
+  c.gatherv_tagged(tags, sendbuf, send_count, recvbuf, recv_counts, recv_displs, root, algo);
+}
+
+/// Scatter with a block of its own size per rank (host memory; see `scatterv`).
+template <transport Tr, class T>
+void scatterv_on(Tr& t, int tag, const T*, std::span<const std::size_t>,
+                 std::span<const std::size_t>, T* recvbuf, std::size_t recv_count, int root,
+                 const std::vector<root_block>& blocks, const linear& algo) {
+  algo.scatter(t, tag, root, recvbuf, recv_count * sizeof(T), std::span<const root_block>(blocks));
+}
+template <composite_communicator C, class T>
+void scatterv_on(C& c, const collective_tags_t<C>& tags, const T* sendbuf,
+                 std::span<const std::size_t> send_counts, std::span<const std::size_t> send_displs,
+                 T* recvbuf, std::size_t recv_count, int root, const std::vector<root_block>&,
+                 const linear& algo) {
+  c.scatterv_tagged(tags, sendbuf, send_counts, send_displs, recvbuf, recv_count, root, algo);
 }
 
 template <transport Tr>

@@ -224,6 +224,89 @@ TEST_CASE("via_leaders: alltoallv, uneven and empty blocks, gaps, every shape") 
   }
 }
 
+TEST_CASE("via_leaders: gatherv and scatterv, uneven and empty blocks, every kind of root") {
+  const auto count_of = [](int x) { return std::size_t(x % 3); }; // rank 0's block is empty
+  for (const auto& sc : shapes()) {
+    const int P = static_cast<int>(sc.group_of.size());
+    for (int root : roots_of(P))
+      for (bool in_place : {false, true}) {
+        CAPTURE(sc.name);
+        CAPTURE(root);
+        CAPTURE(in_place);
+        std::atomic<int> wrong{0};
+        on_machine(sc, [&](auto& h, int r) {
+          using span = std::span<const std::size_t>;
+          // the root's layout: blocks in reverse rank order with a one-element gap each
+          std::vector<std::size_t> counts(P), displs(P);
+          std::size_t at = 0;
+          for (int q = P - 1; q >= 0; --q) {
+            counts[q] = count_of(q);
+            displs[q] = at;
+            at += counts[q] + 1;
+          }
+          std::vector<double> mine(count_of(r)), all(r == root ? at : 0, -9.0);
+          for (std::size_t i = 0; i < mine.size(); ++i) mine[i] = frac(r, i);
+          const auto before = mine;
+          const double* send = mine.data();
+          if (in_place && r == root) {
+            std::copy(mine.begin(), mine.end(), all.begin() + std::ptrdiff_t(displs[r]));
+            send = all.data() + displs[r];
+          }
+          gatherv(h, send, mine.size(), all.data(), span(counts), span(displs), root);
+          wrong += mine != before;
+          if (r == root)
+            for (int q = 0; q < P; ++q) {
+              for (std::size_t i = 0; i < counts[q]; ++i) wrong += all[displs[q] + i] != frac(q, i);
+              wrong += all[displs[q] + counts[q]] != -9.0;
+            }
+          // scatterv back, shifted by 1000, from the same layout
+          std::vector<double> table(r == root ? at : 0, -5.0), got(count_of(r), -1.0);
+          for (int q = 0; q < P && r == root; ++q)
+            for (std::size_t i = 0; i < counts[q]; ++i) table[displs[q] + i] = frac(q, i) + 1000;
+          const auto table_before = table;
+          double* recv = got.data();
+          if (in_place && r == root) recv = table.data() + displs[r];
+          scatterv(h, table.data(), span(counts), span(displs), recv, got.size(), root);
+          if (r == root && !in_place) wrong += table != table_before;
+          for (std::size_t i = 0; i < got.size(); ++i) wrong += recv[i] != frac(r, i) + 1000;
+        });
+        CHECK(wrong == 0);
+      }
+  }
+}
+
+TEST_CASE("via_leaders: gatherv and scatterv name the rank whose count disagrees") {
+  const shape_case sc{"2 nodes x 2", consecutive(4, 2)};
+  std::atomic<int> named{0};
+  on_machine(sc, [&](auto& h, int r) {
+    // root 1 (not a leader) expects 2 elements from rank 2, which sends 1
+    std::vector<std::size_t> counts{1, 1, 2, 1}, displs{0, 1, 2, 4};
+    std::vector<float> in(2, 1.0f), out(5);
+    try {
+      gatherv(h, in.data(), 1, out.data(), std::span<const std::size_t>(counts),
+              std::span<const std::size_t>(displs), 1);
+    } catch (const invalid_argument& e) {
+      named += r == 1 && e.peer() == 2 &&
+               std::string(e.what()).find("recv_counts says 2") != std::string::npos;
+    } catch (const error&) {
+    }
+  });
+  on_machine(sc, [&](auto& h, int r) {
+    // root 1 sends rank 2 two elements; rank 2 expects 1
+    std::vector<std::size_t> counts{1, 1, 2, 1}, displs{0, 1, 2, 4};
+    std::vector<float> in(5, 1.0f), out(2);
+    try {
+      scatterv(h, in.data(), std::span<const std::size_t>(counts),
+               std::span<const std::size_t>(displs), out.data(), 1, 1);
+    } catch (const invalid_argument& e) {
+      named += r == 2 && e.peer() == 1 &&
+               std::string(e.what()).find("recv_count says 1") != std::string::npos;
+    } catch (const error&) {
+    }
+  });
+  CHECK(named == 2);
+}
+
 TEST_CASE("via_leaders: alltoallv names the peer whose count disagrees") {
   const shape_case sc{"2 nodes x 2", consecutive(4, 2)};
   std::atomic<int> named{0};

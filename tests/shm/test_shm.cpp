@@ -456,13 +456,58 @@ TEST_CASE("shm: every collective on mpi_node_hierarchy equals MPI's") {
       tcoll::broadcast(h, b.data(), n, root);
       MPI_Bcast(wb.data(), cn, MPI_DOUBLE, root, MPI_COMM_WORLD);
       CHECK(b == wb);
+      // uneven blocks: rank x sends rank y (x + 2y + n) % 5 elements
+      {
+        const auto cnt = [&](int x, int y) { return int((std::size_t(x + 2 * y) + n) % 5); };
+        std::vector<int> sc(P), sd(P), rc(P), rd(P);
+        int s_at = 0, r_at = 0;
+        for (int q = 0; q < P; ++q) {
+          sc[q] = cnt(r, q), sd[q] = s_at, s_at += sc[q];
+          rc[q] = cnt(q, r), rd[q] = r_at, r_at += rc[q];
+        }
+        std::vector<double> sv(std::size_t(s_at) + 1), rv(std::size_t(r_at) + 1, -1.0),
+            wv(std::size_t(r_at) + 1, -1.0);
+        for (std::size_t k = 0; k < sv.size(); ++k) sv[k] = r * 100 + double(k) / 3.0;
+        const std::vector<std::size_t> scz(sc.begin(), sc.end()), sdz(sd.begin(), sd.end()),
+            rcz(rc.begin(), rc.end()), rdz(rd.begin(), rd.end());
+        using span = std::span<const std::size_t>;
+        tcoll::alltoallv(h, sv.data(), span(scz), span(sdz), rv.data(), span(rcz), span(rdz));
+        MPI_Alltoallv(sv.data(), sc.data(), sd.data(), MPI_DOUBLE, wv.data(), rc.data(), rd.data(),
+                      MPI_DOUBLE, MPI_COMM_WORLD);
+        CHECK(rv == wv);
+        // gatherv/scatterv: rank q's block has cnt(q, 0) elements
+        const std::vector<std::size_t> gc(rcz.begin(), rcz.end()), gd(rdz.begin(), rdz.end());
+        std::vector<double> gv(std::size_t(r_at) + 1, -1.0), gw(gv.size(), -1.0);
+        const int mine_n = cnt(r, 0);
+        if (r == 0) {
+          tcoll::gatherv(h, sv.data(), std::size_t(mine_n), gv.data(), span(gc), span(gd), 0);
+          MPI_Gatherv(sv.data(), mine_n, MPI_DOUBLE, gw.data(), rc.data(), rd.data(), MPI_DOUBLE, 0,
+                      MPI_COMM_WORLD);
+          CHECK(gv == gw);
+          std::vector<double> part(std::size_t(mine_n) + 1, -1.0), want(part.size(), -1.0);
+          tcoll::scatterv(h, sv.data(), span(gc), span(gd), part.data(), std::size_t(mine_n), 0);
+          MPI_Scatterv(sv.data(), rc.data(), rd.data(), MPI_DOUBLE, want.data(), mine_n, MPI_DOUBLE,
+                       0, MPI_COMM_WORLD);
+          CHECK(part == want);
+        } else {
+          tcoll::gatherv(h, sv.data(), std::size_t(mine_n), gv.data(), span{}, span{}, 0);
+          MPI_Gatherv(sv.data(), mine_n, MPI_DOUBLE, nullptr, nullptr, nullptr, MPI_DOUBLE, 0,
+                      MPI_COMM_WORLD);
+          std::vector<double> part(std::size_t(mine_n) + 1, -1.0), want(part.size(), -1.0);
+          tcoll::scatterv(h, sv.data(), span{}, span{}, part.data(), std::size_t(mine_n), 0);
+          MPI_Scatterv(nullptr, nullptr, nullptr, MPI_DOUBLE, want.data(), mine_n, MPI_DOUBLE, 0,
+                       MPI_COMM_WORLD);
+          CHECK(part == want);
+        }
+      }
       // reductions: integer-valued floats, exact in any order
       std::vector<float> in(all), out(all, -1.0f), ref(all, -2.0f);
       for (std::size_t k = 0; k < all; ++k) in[k] = float((r + 1) * (1 + int(k % 13)));
       tcoll::reduce(h, in.data(), out.data(), n, root);
       MPI_Reduce(in.data(), ref.data(), cn, MPI_FLOAT, MPI_SUM, root, MPI_COMM_WORLD);
-      if (r == root) CHECK(std::vector<float>(out.begin(), out.begin() + cn) ==
-                           std::vector<float>(ref.begin(), ref.begin() + cn));
+      if (r == root)
+        CHECK(std::vector<float>(out.begin(), out.begin() + cn) ==
+              std::vector<float>(ref.begin(), ref.begin() + cn));
       tcoll::reduce_scatter(h, in.data(), out.data(), n);
       MPI_Reduce_scatter_block(in.data(), ref.data(), cn, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
       CHECK(std::vector<float>(out.begin(), out.begin() + cn) ==

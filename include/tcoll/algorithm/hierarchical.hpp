@@ -293,6 +293,21 @@ public:
                       int root, const linear& algo) {
     via_leaders{}.scatter(*this, tags, sendbuf, recvbuf, count, root, algo);
   }
+  template <class T>
+  void gatherv_tagged(std::pair<int, int> tags, const T* sendbuf, std::size_t send_count,
+                      T* recvbuf, std::span<const std::size_t> recv_counts,
+                      std::span<const std::size_t> recv_displs, int root, const linear& algo) {
+    via_leaders{}.gatherv(*this, tags, sendbuf, send_count, recvbuf, recv_counts, recv_displs, root,
+                          algo);
+  }
+  template <class T>
+  void scatterv_tagged(std::pair<int, int> tags, const T* sendbuf,
+                       std::span<const std::size_t> send_counts,
+                       std::span<const std::size_t> send_displs, T* recvbuf, std::size_t recv_count,
+                       int root, const linear& algo) {
+    via_leaders{}.scatterv(*this, tags, sendbuf, send_counts, send_displs, recvbuf, recv_count,
+                           root, algo);
+  }
   void barrier_tagged(std::pair<int, int> tags, const dissemination& algo) {
     via_leaders{}.barrier(*this, tags, algo);
   }

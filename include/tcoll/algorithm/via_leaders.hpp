@@ -470,7 +470,198 @@ struct via_leaders {
     });
   }
 
+  /// Gather with a block of its own size per rank (host memory; the receive arguments are
+  /// read at the root only). The counts travel with the data; the root checks them against
+  /// its `recv_counts`, naming the peer of a mismatch.
+  template <class M, class T>
+  void gatherv(M& m, std::pair<int, int> tags, const T* sendbuf, std::size_t send_count, T* recvbuf,
+               std::span<const std::size_t> recv_counts, std::span<const std::size_t> recv_displs,
+               int root, const linear& algo) const {
+    using count_t = std::uint64_t;
+    const hierarchy_map& map = m.group_map("gatherv");
+    auto& intra = m.intra();
+    const int l = intra.rank(), me = m.rank(), a = map.group_of[me];
+    const int rg = map.group_of[root], rl = map.local_of[root];
+    const auto P = static_cast<std::size_t>(m.size());
+    const std::size_t g = map.groups[static_cast<std::size_t>(a)].size();
+    const bool holder = (l == 0 && a == rg) || me == root; // ends with every rank's blocks
+    // 1: counts, then blocks, to the leader
+    count_t mine = send_count;
+    std::vector<count_t> counts(l == 0 ? g : 0);
+    m.in_group([&] {
+      algo.gather(intra, tags.first, 0, &mine, sizeof(count_t), blocks_of(counts.data(), g, 1));
+    });
+    std::vector<T> group(sum(counts));
+    m.in_group([&] {
+      algo.gather(intra, tags.first, 0, sendbuf, send_count * sizeof(T),
+                  sized_blocks(group.data(), counts));
+    });
+    // 2: counts (one per rank, group order), then blocks, to the root's leader
+    std::vector<count_t> world_counts(holder ? P : 0);
+    std::vector<T> world;
+    if (l == 0) {
+      leaders_or_here(
+          m,
+          [&](auto& inter) {
+            algo.gather(inter, tags.second, rg, counts.data(), g * sizeof(count_t),
+                        a == rg ? group_blocks(map, world_counts.data(), 1)
+                                : std::vector<root_block>{});
+          },
+          world_counts, counts);
+      if (a == rg) world.resize(sum(world_counts));
+      leaders_or_here(
+          m,
+          [&](auto& inter) {
+            algo.gather(inter, tags.second, rg, group.data(), group.size() * sizeof(T),
+                        a == rg ? per_group_blocks(map, world.data(), world_counts)
+                                : std::vector<root_block>{});
+          },
+          world, group);
+    }
+    // 3: from the root's leader to the root
+    if (a == rg && rl != 0 && (l == 0 || l == rl)) {
+      m.in_group([&] {
+        move_bytes(intra, tags.first, l == 0, l == 0 ? rl : 0, world_counts.data(),
+                   P * sizeof(count_t));
+      });
+      if (me == root) world.resize(sum(world_counts));
+      m.in_group([&] {
+        move_bytes(intra, tags.first, l == 0, l == 0 ? rl : 0, world.data(),
+                   world.size() * sizeof(T));
+      });
+    }
+    if (me != root) return;
+    std::size_t i = 0, from = 0;
+    for (const auto& members : map.groups)
+      for (int x : members) {
+        check_count("gatherv", me, x, world_counts[i], recv_counts[std::size_t(x)], "recv_counts");
+        copy_block(recvbuf + recv_displs[std::size_t(x)], world.data() + from, world_counts[i]);
+        from += world_counts[i++];
+      }
+  }
+
+  /// Scatter with a block of its own size per rank (host memory; the send arguments are
+  /// read at the root only). The counts travel with the data; each rank checks its count
+  /// against its `recv_count`, naming the root on a mismatch.
+  template <class M, class T>
+  void scatterv(M& m, std::pair<int, int> tags, const T* sendbuf,
+                std::span<const std::size_t> send_counts, std::span<const std::size_t> send_displs,
+                T* recvbuf, std::size_t recv_count, int root, const linear& algo) const {
+    using count_t = std::uint64_t;
+    const hierarchy_map& map = m.group_map("scatterv");
+    auto& intra = m.intra();
+    const int l = intra.rank(), me = m.rank(), a = map.group_of[me];
+    const int rg = map.group_of[root], rl = map.local_of[root];
+    const auto P = static_cast<std::size_t>(m.size());
+    const std::size_t g = map.groups[static_cast<std::size_t>(a)].size();
+    const bool holder = (l == 0 && a == rg) || me == root;
+    // 1: the root packs every block in group order (a copy, so an in-place call reads its
+    // blocks before its own is written) and hands counts and blocks to its leader
+    std::vector<count_t> world_counts(holder ? P : 0);
+    std::vector<T> world;
+    if (me == root) {
+      std::size_t i = 0;
+      for (const auto& members : map.groups)
+        for (int x : members) {
+          world_counts[i++] = send_counts[std::size_t(x)];
+          const T* from = sendbuf + send_displs[std::size_t(x)];
+          world.insert(world.end(), from, from + send_counts[std::size_t(x)]);
+        }
+    }
+    if (a == rg && rl != 0 && (l == 0 || l == rl)) {
+      m.in_group([&] {
+        move_bytes(intra, tags.first, l == rl, l == rl ? 0 : rl, world_counts.data(),
+                   P * sizeof(count_t));
+      });
+      if (l == 0) world.resize(sum(world_counts));
+      m.in_group([&] {
+        move_bytes(intra, tags.first, l == rl, l == rl ? 0 : rl, world.data(),
+                   world.size() * sizeof(T));
+      });
+    }
+    // 2: from the root's leader to every leader: counts, then blocks
+    std::vector<count_t> counts(l == 0 ? g : 0);
+    std::vector<T> group;
+    if (l == 0) {
+      leaders_or_here(
+          m,
+          [&](auto& inter) {
+            algo.scatter(inter, tags.second, rg, counts.data(), g * sizeof(count_t),
+                         a == rg ? group_blocks(map, world_counts.data(), 1)
+                                 : std::vector<root_block>{});
+          },
+          counts, world_counts);
+      group.resize(sum(counts));
+      leaders_or_here(
+          m,
+          [&](auto& inter) {
+            algo.scatter(inter, tags.second, rg, group.data(), group.size() * sizeof(T),
+                         a == rg ? per_group_blocks(map, world.data(), world_counts)
+                                 : std::vector<root_block>{});
+          },
+          group, world);
+    }
+    // 3: inside the group: this rank's count, then its block
+    count_t arrived = 0;
+    m.in_group([&] {
+      algo.scatter(intra, tags.first, 0, &arrived, sizeof(count_t), blocks_of(counts.data(), g, 1));
+    });
+    check_count("scatterv", me, root, arrived, recv_count, "recv_count");
+    m.in_group([&] {
+      algo.scatter(intra, tags.first, 0, recvbuf, recv_count * sizeof(T),
+                   sized_blocks(group.data(), counts));
+    });
+  }
+
 private:
+  template <class C>
+  static std::size_t sum(const std::vector<C>& v) {
+    std::size_t total = 0;
+    for (C x : v) total += static_cast<std::size_t>(x);
+    return total;
+  }
+  /// A count that arrived from `peer` against the one this rank passed as `arg`.
+  static void check_count(const char* what, int rank, int peer, std::uint64_t arrived,
+                          std::size_t expected, const char* arg) {
+    if (arrived != expected)
+      throw invalid_argument(std::string(what) + ": rank " + std::to_string(peer) +
+                                 "'s block for this rank has " + std::to_string(arrived) +
+                                 " elements but " + arg + " says " + std::to_string(expected),
+                             rank, peer);
+  }
+  /// Root blocks of `counts[j]` elements each, back to back at `base`.
+  template <class T, class C>
+  static std::vector<root_block> sized_blocks(T* base, const std::vector<C>& counts) {
+    std::vector<root_block> out;
+    std::size_t at = 0;
+    for (C c : counts) {
+      out.push_back({base + at, static_cast<std::size_t>(c) * sizeof(T)});
+      at += static_cast<std::size_t>(c);
+    }
+    return out;
+  }
+  /// One root block per group at `base`: the sum of its members' `counts` (group order).
+  template <class T, class C>
+  static std::vector<root_block> per_group_blocks(const hierarchy_map& map, T* base,
+                                                  const std::vector<C>& counts) {
+    std::vector<root_block> out;
+    std::size_t i = 0, at = 0;
+    for (const auto& members : map.groups) {
+      std::size_t n = 0;
+      for (std::size_t k = 0; k < members.size(); ++k) n += static_cast<std::size_t>(counts[i++]);
+      out.push_back({base + at, n * sizeof(T)});
+      at += n;
+    }
+    return out;
+  }
+  /// `f(inter)` among the leaders, or, with one group, `to = from` (the leader is the root).
+  template <class M, class F, class V>
+  static void leaders_or_here(M& m, F&& f, V& to, const V& from) {
+    if (m.inter() && m.inter()->size() > 1)
+      m.across_groups([&] { f(*m.inter()); });
+    else
+      to = from;
+  }
   /// Consecutive world ranks of a group as (first, how many) runs, in local order.
   static std::vector<std::pair<int, std::size_t>> runs(const std::vector<int>& members) {
     std::vector<std::pair<int, std::size_t>> out;
