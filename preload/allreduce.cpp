@@ -156,13 +156,13 @@ struct complete_ireq {
 template <class Comm, class Run, class T, class Op, class Done>
 void queue_iallreduce(Comm& c, Run run, const T* send, T* recv, std::size_t n, const Op& op,
                       Done done) {
-  detail::check_allreduce_args(send, recv, n, c.rank());
-  (void)detail::submit_collective(
+  check_allreduce_arguments(send, recv, n, c.rank());
+  queue_collective(
       c,
       [&c, run, send, recv, n, op](const auto& tags) {
         cpu_reducer red;
         run([&](const auto& algorithm) {
-          detail::allreduce_on(c, tags, send, recv, n, op, algorithm, red);
+          allreduce_in(c, tags, send, recv, n, op, algorithm, red);
         });
       },
       done);

@@ -29,7 +29,7 @@ MPI_Comm completion_self() {
     MPI_Comm c = MPI_COMM_NULL;
     int rank = -1;
     PMPI_Comm_rank(MPI_COMM_WORLD, &rank);
-    detail::mpi::check(PMPI_Comm_dup(MPI_COMM_SELF, &c), "PMPI_Comm_dup(MPI_COMM_SELF)", rank);
+    check_mpi(PMPI_Comm_dup(MPI_COMM_SELF, &c), "PMPI_Comm_dup(MPI_COMM_SELF)", rank);
     PMPI_Comm_set_errhandler(c, MPI_ERRORS_RETURN);
     return c;
   }();

@@ -410,12 +410,12 @@ static void join(const comm_state& s, const char* what) {
   // MPI_Ibarrier polled against TCOLL_TIMEOUT first makes sure every rank is here (after it
   // the creation is bounded), so a rank that never joins is reported instead of hanging.
   MPI_Request q = MPI_REQUEST_NULL;
-  detail::mpi::check(PMPI_Ibarrier(user, &q), "PMPI_Ibarrier", rank);
+  check_mpi(PMPI_Ibarrier(user, &q), "PMPI_Ibarrier", rank);
   const auto started = clock::now();
   const auto until = started + config().timeout;
   for (;;) {
     int done = 0;
-    detail::mpi::check(PMPI_Test(&q, &done, MPI_STATUS_IGNORE), "PMPI_Test(PMPI_Ibarrier)", rank);
+    check_mpi(PMPI_Test(&q, &done, MPI_STATUS_IGNORE), "PMPI_Test(PMPI_Ibarrier)", rank);
     if (done) return;
     const auto now = clock::now();
     if (now >= until) // the request stays with MPI (a collective cannot be cancelled)
@@ -436,9 +436,8 @@ void comm_state::agree_engine_core(int local_size) {
   if (local_size < 1 && size == 1) local_size = 1;
   if (local_size < 1) {
     MPI_Comm local = MPI_COMM_NULL;
-    detail::mpi::check(
-        PMPI_Comm_split_type(user, MPI_COMM_TYPE_SHARED, rank, MPI_INFO_NULL, &local),
-        "PMPI_Comm_split_type", rank);
+    check_mpi(PMPI_Comm_split_type(user, MPI_COMM_TYPE_SHARED, rank, MPI_INFO_NULL, &local),
+              "PMPI_Comm_split_type", rank);
     PMPI_Comm_size(local, &local_size);
     PMPI_Comm_free(&local);
   }
@@ -450,8 +449,8 @@ void comm_state::agree_engine_core(int local_size) {
                   ? 1
                   : 0;
   if (size > 1)
-    detail::mpi::check(PMPI_Allreduce(MPI_IN_PLACE, &spare, 1, MPI_INT, MPI_MIN, user),
-                       "PMPI_Allreduce(engine core)", rank);
+    check_mpi(PMPI_Allreduce(MPI_IN_PLACE, &spare, 1, MPI_INT, MPI_MIN, user),
+              "PMPI_Allreduce(engine core)", rank);
   engine_core = spare != 0;
   engine_core_known = true;
 }
@@ -474,8 +473,8 @@ shm_transport* comm_state::shared_memory() {
   if (!config().shm || size == 1) return nullptr;
   join(*this, "shared memory");
   MPI_Comm local = MPI_COMM_NULL;
-  detail::mpi::check(PMPI_Comm_split_type(user, MPI_COMM_TYPE_SHARED, rank, MPI_INFO_NULL, &local),
-                     "PMPI_Comm_split_type", rank);
+  check_mpi(PMPI_Comm_split_type(user, MPI_COMM_TYPE_SHARED, rank, MPI_INFO_NULL, &local),
+            "PMPI_Comm_split_type", rank);
   int local_size = 0;
   PMPI_Comm_size(local, &local_size);
   PMPI_Comm_free(&local);
@@ -497,8 +496,8 @@ hierarchical<mpi_transport, mpi_transport>& comm_state::hierarchy() {
     intra = std::make_unique<mpi_transport>(t.split_shared());
     inter = std::make_unique<mpi_transport>(t.split(intra->rank(), rank));
     int local = intra->size(), shards = 0;
-    detail::mpi::check(PMPI_Allreduce(&local, &shards, 1, MPI_INT, MPI_MIN, user),
-                       "PMPI_Allreduce(group size)", rank);
+    check_mpi(PMPI_Allreduce(&local, &shards, 1, MPI_INT, MPI_MIN, user),
+              "PMPI_Allreduce(group size)", rank);
     hier = std::make_unique<hierarchical<mpi_transport, mpi_transport>>(
         *intra, intra->rank() < shards ? inter.get() : nullptr,
         hierarchy_shape{rank, size, shards});
@@ -530,8 +529,7 @@ comm_state::~comm_state() {
   // pending calls finish first (every rank frees the communicator, so its peers run theirs
   // too), then no engine may outlive what its collectives use (hier uses intra and inter)
   for (collective_context* c : contexts)
-    if (auto* e = c ? dynamic_cast<tcoll::detail::engine*>(c->attached()) : nullptr)
-      (void)e->wait_idle(config().timeout);
+    if (c) (void)tcoll::wait_engine_idle(*c, config().timeout);
   for (collective_context* c : contexts)
     if (c) c->detach();
   orphan_persistent(this);
@@ -574,20 +572,18 @@ std::byte* comm_state::scratch_bytes(std::size_t bytes) {
 
 comm_state& state_of(MPI_Comm comm) {
   std::call_once(keyval_once, [] {
-    detail::mpi::check(
-        PMPI_Comm_create_keyval(MPI_COMM_NULL_COPY_FN, &delete_state, &keyval, nullptr),
-        "PMPI_Comm_create_keyval", world_rank());
+    check_mpi(PMPI_Comm_create_keyval(MPI_COMM_NULL_COPY_FN, &delete_state, &keyval, nullptr),
+              "PMPI_Comm_create_keyval", world_rank());
   });
   void* value = nullptr;
   int found = 0;
-  detail::mpi::check(PMPI_Comm_get_attr(comm, keyval, &value, &found), "PMPI_Comm_get_attr",
-                     world_rank());
+  check_mpi(PMPI_Comm_get_attr(comm, keyval, &value, &found), "PMPI_Comm_get_attr", world_rank());
   if (found) return *static_cast<comm_state*>(value);
   auto s = std::make_unique<comm_state>();
   s->user = comm;
   PMPI_Comm_rank(comm, &s->rank);
   PMPI_Comm_size(comm, &s->size);
-  detail::mpi::check(PMPI_Comm_set_attr(comm, keyval, s.get()), "PMPI_Comm_set_attr", world_rank());
+  check_mpi(PMPI_Comm_set_attr(comm, keyval, s.get()), "PMPI_Comm_set_attr", world_rank());
   std::lock_guard lock(registry_mutex);
   registry.insert(s.get());
   return *s.release();
@@ -810,8 +806,7 @@ namespace {
 MPI_Comm private_self() {
   static MPI_Comm self = [] {
     MPI_Comm c = MPI_COMM_NULL;
-    detail::mpi::check(PMPI_Comm_dup(MPI_COMM_SELF, &c), "PMPI_Comm_dup(MPI_COMM_SELF)",
-                       world_rank());
+    check_mpi(PMPI_Comm_dup(MPI_COMM_SELF, &c), "PMPI_Comm_dup(MPI_COMM_SELF)", world_rank());
     return c;
   }();
   return self;
@@ -840,19 +835,17 @@ namespace {
 void copy_local(bool pack, const void* typed, long long count, MPI_Datatype type, std::byte* flat,
                 std::size_t bytes) {
   MPI_Aint lb = 0, extent = 0;
-  detail::mpi::check(PMPI_Type_get_extent(type, &lb, &extent), "PMPI_Type_get_extent",
-                     world_rank());
+  check_mpi(PMPI_Type_get_extent(type, &lb, &extent), "PMPI_Type_get_extent", world_rank());
   in_pieces(count, bytes, [&](std::size_t first, std::size_t n, std::size_t elem) {
     auto* elems =
         static_cast<char*>(const_cast<void*>(typed)) + static_cast<MPI_Aint>(first) * extent;
     std::byte* raw = flat + first * elem;
     const int n_elems = static_cast<int>(n), n_bytes = static_cast<int>(n * elem);
-    detail::mpi::check(pack ? PMPI_Sendrecv(elems, n_elems, type, 0, 0, raw, n_bytes, MPI_BYTE, 0,
-                                            0, private_self(), MPI_STATUS_IGNORE)
-                            : PMPI_Sendrecv(raw, n_bytes, MPI_BYTE, 0, 0, elems, n_elems, type, 0,
-                                            0, private_self(), MPI_STATUS_IGNORE),
-                       pack ? "PMPI_Sendrecv (local pack)" : "PMPI_Sendrecv (local unpack)",
-                       world_rank());
+    check_mpi(pack ? PMPI_Sendrecv(elems, n_elems, type, 0, 0, raw, n_bytes, MPI_BYTE, 0, 0,
+                                   private_self(), MPI_STATUS_IGNORE)
+                   : PMPI_Sendrecv(raw, n_bytes, MPI_BYTE, 0, 0, elems, n_elems, type, 0, 0,
+                                   private_self(), MPI_STATUS_IGNORE),
+              pack ? "PMPI_Sendrecv (local pack)" : "PMPI_Sendrecv (local unpack)", world_rank());
   });
 }
 

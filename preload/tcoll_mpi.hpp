@@ -43,6 +43,7 @@
 #include <tcoll/algorithm/select.hpp>
 #include <tcoll/collectives.hpp>
 #include <tcoll/node_hierarchy.hpp>
+#include <tcoll/schedule/collective_tasks.hpp>
 #include <tcoll/transport/mpi.hpp>
 #include <tcoll/transport/shm.hpp>
 

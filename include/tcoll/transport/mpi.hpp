@@ -34,6 +34,7 @@
 #include "../core/tags.hpp"
 #include "../core/types.hpp"
 #include "../detail/mpi_error.hpp"
+#include "mpi/check.hpp"
 #include "mpi/control.hpp"
 #include "mpi/datatypes.hpp"
 #include "mpi/native.hpp"

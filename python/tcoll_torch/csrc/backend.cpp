@@ -42,6 +42,7 @@
 #include <tcoll/algorithm/hierarchical.hpp>
 #include <tcoll/algorithm/pairwise_exchange.hpp>
 #include <tcoll/collectives.hpp>
+#include <tcoll/schedule/collective_tasks.hpp>
 #include <tcoll/schedule/engine.hpp>
 #include <tcoll/transport/shm.hpp>
 
@@ -786,16 +787,15 @@ public:
     const waited_call waited(opts.asyncOp);
     check_list(tensors, "broadcast", "tensors");
     const int root = check_root(opts.rootRank, "broadcast");
-    return enqueue(OpType::BROADCAST, tensors, "broadcast", total_bytes(tensors),
-                   [=, this](auto& t, int tag) {
-                     for (std::size_t i = 0; i < tensors.size(); ++i) {
-                       const at::Tensor b = dense(tensors[i]); // when it runs: after earlier calls
-                       tcoll::cpu_reducer red;
-                       tcoll::detail::broadcast_tagged(t, tag, bytes_of(b), b.nbytes(), root,
-                                                       tcoll::binomial_tree{}, red);
-                       copy_back(tensors[i], b);
-                     }
-                   });
+    return enqueue(
+        OpType::BROADCAST, tensors, "broadcast", total_bytes(tensors), [=, this](auto& t, int tag) {
+          for (std::size_t i = 0; i < tensors.size(); ++i) {
+            const at::Tensor b = dense(tensors[i]); // when it runs: after earlier calls
+            tcoll::cpu_reducer red;
+            tcoll::broadcast_in(t, tag, bytes_of(b), b.nbytes(), root, tcoll::binomial_tree{}, red);
+            copy_back(tensors[i], b);
+          }
+        });
   }
 
   c10::intrusive_ptr<c10d::Work> reduce(std::vector<at::Tensor>& tensors,
@@ -812,9 +812,8 @@ public:
           with_reduction(r, [&]<class E>(const tcoll::runtime_op& o) {
             tcoll::cpu_reducer red;
             E* data = reinterpret_cast<E*>(buffer.data_ptr());
-            tcoll::detail::reduce_tagged(t, tag, static_cast<const E*>(data),
-                                         rank_ == root ? data : nullptr, n, root, o,
-                                         tcoll::binomial_tree{}, red);
+            tcoll::reduce_in(t, tag, static_cast<const E*>(data), rank_ == root ? data : nullptr, n,
+                             root, o, tcoll::binomial_tree{}, red);
           });
           if (rank_ == root) r.finalize(buffer.data_ptr(), n, size_);
           copy_back(tensors[0], buffer);
@@ -993,8 +992,8 @@ public:
                        with_reduction(r, [&]<class E>(const tcoll::runtime_op& o) {
                          tcoll::cpu_reducer red;
                          E* data = reinterpret_cast<E*>(packed.data_ptr());
-                         tcoll::detail::allreduce_tagged(t, tag, static_cast<const E*>(data), data,
-                                                         n, o, tcoll::ring{}, red);
+                         tcoll::allreduce_in(t, tag, static_cast<const E*>(data), data, n, o,
+                                             tcoll::ring{}, red);
                        });
                        r.finalize(packed.data_ptr(), n, size_);
                        out.view(-1).copy_(packed.narrow(0, offset, out.numel()));
@@ -1155,8 +1154,8 @@ public:
       for (const auto& e : earlier)
         if (auto w = e.lock()) w->wait(timeout_);
       tcoll::cpu_reducer red;
-      tcoll::detail::allreduce_tagged(t, tag, token.data_ptr<byte>(), token.data_ptr<byte>(), 1,
-                                      tcoll::max_op{}, tcoll::recursive_doubling{}, red);
+      tcoll::allreduce_in(t, tag, token.data_ptr<byte>(), token.data_ptr<byte>(), 1,
+                          tcoll::max_op{}, tcoll::recursive_doubling{}, red);
     });
   }
 
@@ -1344,17 +1343,15 @@ private:
     // A call made by a callback chained on an earlier call runs on the engine thread: the
     // calls queued before it run first, here, then it does (waiting for the engine would
     // wait for this very thread; running it before them would break the call order).
-    const bool in_callback = tcoll::detail::on_engine_thread(c);
-    if (in_callback) tcoll::detail::started_engine(c)->run_queued_here();
+    const bool in_callback = tcoll::run_queued_here(c);
     // a call its caller waits for at once runs here too unless earlier calls are still
     // queued or running, which it must not overtake (they may use the same tensors); a
     // barrier waits for every earlier call, so it runs here only when none is left
     // (the engine's idleness takes its lock: asked only where it decides)
     const bool run_here =
-        in_callback ||
-        (type == OpType::BARRIER
-             ? caller_waits && tcoll::detail::engine_idle(c)
-             : bytes <= inline_max_bytes_ || (caller_waits && tcoll::detail::engine_idle(c)));
+        in_callback || (type == OpType::BARRIER ? caller_waits && tcoll::engine_is_idle(c)
+                                                : bytes <= inline_max_bytes_ ||
+                                                      (caller_waits && tcoll::engine_is_idle(c)));
     if (debug_enabled())
       std::fprintf(stderr, "[tcoll] rank %d: %s of %zu bytes%s\n", rank_, what, bytes,
                    run_here ? " (inline)" : "");
@@ -1366,25 +1363,22 @@ private:
       // transport takes calls from several threads). The work is complete on return.
       std::exception_ptr error;
       try {
-        const auto tags = tcoll::detail::begin_on(c);
-        tcoll::detail::guarded_on(c, [&] { body(tags); });
+        tcoll::run_collective(c, body);
       } catch (...) {
         error = std::current_exception();
       }
       w->complete(error);
       return w;
     }
-    w->set_drain([&c] {
-      if (tcoll::detail::on_engine_thread(c)) tcoll::detail::started_engine(c)->run_queued_here();
-    });
+    w->set_drain([&c] { (void)tcoll::run_queued_here(c); });
     {
       std::lock_guard lock(queued_mutex_); // what a later barrier waits for
       std::erase_if(queued_, [](const auto& q) { return q.expired(); });
       queued_.emplace_back(w);
     }
     try {
-      (void)tcoll::detail::submit_collective(c, std::move(body),
-                                             [w](std::exception_ptr error) { w->complete(error); });
+      tcoll::queue_collective(c, std::move(body),
+                              [w](std::exception_ptr error) { w->complete(error); });
     } catch (...) {
       w->complete(std::current_exception());
     }
@@ -1443,8 +1437,8 @@ private:
           if (staging_bytes_ && n * sizeof(T) <= staging_bytes_)
             return staged_allreduce(t, tag, data, n, o);
         tcoll::cpu_reducer red;
-        tcoll::detail::allreduce_tagged(t, tag, static_cast<const T*>(data), data, n, o,
-                                        tcoll::automatic{}, red);
+        tcoll::allreduce_in(t, tag, static_cast<const T*>(data), data, n, o, tcoll::automatic{},
+                            red);
       });
     });
   }
@@ -1516,12 +1510,10 @@ private:
       if (!held) continue;
       T* in = reinterpret_cast<T*>(s.memory.data());
       std::memcpy(in, data, n * sizeof(T));
-      tcoll::detail::allreduce_tagged(t, tag, static_cast<const T*>(in), data, n, op,
-                                      staged_choice_, red);
+      tcoll::allreduce_in(t, tag, static_cast<const T*>(in), data, n, op, staged_choice_, red);
       return;
     }
-    tcoll::detail::allreduce_tagged(t, tag, static_cast<const T*>(data), data, n, op,
-                                    staged_choice_, red);
+    tcoll::allreduce_in(t, tag, static_cast<const T*>(data), data, n, op, staged_choice_, red);
   }
 
   /// allreduce of one sparse COO tensor, as Gloo's (SUM; AVG too for floating point): every
@@ -1612,8 +1604,8 @@ private:
   template <class Tr>
   static void run_allgather(Tr& t, int tag, const at::Tensor& in, const at::Tensor& out) {
     tcoll::cpu_reducer red;
-    tcoll::detail::allgather_tagged(t, tag, static_cast<const byte*>(bytes_of(in)), bytes_of(out),
-                                    in.nbytes(), tcoll::ring{}, red);
+    tcoll::allgather_in(t, tag, static_cast<const byte*>(bytes_of(in)), bytes_of(out), in.nbytes(),
+                        tcoll::ring{}, red);
   }
 
   template <class Tr>
@@ -1623,9 +1615,8 @@ private:
     const std::size_t n = r.count(out);
     with_reduction(r, [&]<class E>(const tcoll::runtime_op& o) {
       tcoll::cpu_reducer red;
-      tcoll::detail::reduce_scatter_tagged(t, tag, reinterpret_cast<const E*>(in.data_ptr()),
-                                           reinterpret_cast<E*>(out.data_ptr()), n, o,
-                                           tcoll::ring{}, red);
+      tcoll::reduce_scatter_in(t, tag, reinterpret_cast<const E*>(in.data_ptr()),
+                               reinterpret_cast<E*>(out.data_ptr()), n, o, tcoll::ring{}, red);
     });
     r.finalize(out.data_ptr(), n, size_);
   }

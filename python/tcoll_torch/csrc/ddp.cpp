@@ -34,6 +34,7 @@
 #include <vector>
 
 #include <tcoll/plan.hpp>
+#include <tcoll/schedule/collective_tasks.hpp>
 #include <tcoll/schedule/gradient_pool.hpp>
 #include <tcoll/schedule/scheduler.hpp>
 #include <tcoll/schedule/trace.hpp>
@@ -110,7 +111,7 @@ public:
   }
 
 private:
-  tcoll::overlap_scheduler<Comm, float, tcoll::avg_op, tcoll::detail::default_algorithm_t<Comm>,
+  tcoll::overlap_scheduler<Comm, float, tcoll::avg_op, tcoll::default_algorithm_t<Comm>,
                            tcoll::cpu_reducer, Wire>
       scheduler_;
 };

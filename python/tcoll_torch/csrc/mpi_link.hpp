@@ -31,7 +31,7 @@
 #ifdef TCOLL_TORCH_MPI
 #include <mpi.h>
 
-#include <tcoll/detail/mpi_error.hpp>
+#include <tcoll/transport/mpi/check.hpp>
 #endif
 
 namespace tcoll_torch::mpi_link {
@@ -208,7 +208,7 @@ inline MPI_Comm comm_of(const std::vector<int>& world_ranks, int rank) {
   const int rc = MPI_Comm_create_group(MPI_COMM_WORLD, group, create_tag, &comm);
   MPI_Group_free(&group);
   MPI_Group_free(&world_group);
-  tcoll::detail::mpi::check(rc, "MPI_Comm_create_group", rank);
+  tcoll::check_mpi(rc, "MPI_Comm_create_group", rank);
   return comm;
 }
 #endif
@@ -235,7 +235,7 @@ inline mpi_links connect([[maybe_unused]] const std::vector<int>& world_ranks,
   MPI_Comm across = MPI_COMM_NULL;
   const int rc = MPI_Comm_split(all, inter_index >= 0 ? inter_index : MPI_UNDEFINED, node, &across);
   try {
-    tcoll::detail::mpi::check(rc, "MPI_Comm_split", rank);
+    tcoll::check_mpi(rc, "MPI_Comm_split", rank);
     links.flat =
         std::make_unique<internode_transport>(std::make_unique<tcoll::mpi_transport>(all, options));
     if (across != MPI_COMM_NULL)

@@ -1,0 +1,122 @@
+#pragma once
+/// \file
+/// The execution layer's public interface for integrations (the MPI preload, the PyTorch
+/// backend) and for code that builds its own collectives: run a collective body here or
+/// queue it on the communicator's engine with its message spaces drawn at once, the
+/// collectives in given message spaces, and the engine's state. Everything the
+/// integrations need is here, so none reaches into `tcoll::detail` (DESIGN.md).
+///
+///   tcoll::queue_collective(comm, [&](const auto& tags) {
+///     tcoll::allreduce_in(comm, tags, grad, grad, n, tcoll::sum_op{},
+///                         tcoll::default_algorithm_t<Comm>{}, red);
+///   }, [](std::exception_ptr error) { /* on the engine thread, once it is over */ });
+#include <chrono>
+#include <cstddef>
+#include <utility>
+
+#include "../collectives.hpp"
+#include "../communicator.hpp"
+#include "engine.hpp"
+
+namespace tcoll {
+
+/// The message spaces of one collective on communicator `C`: one `int` on a transport, one
+/// per level on a composed machine. Collective bodies receive them.
+template <class C>
+using collective_tags = detail::collective_tags_t<C>;
+
+/// The algorithm-knob type of an allreduce on `C` when the caller names none (`automatic`
+/// on a transport, `hierarchical_options<ring>` on a hierarchical machine).
+template <class C>
+using default_algorithm_t = detail::default_algorithm_t<C>;
+
+/// Runs `body(tags)` here, now, as one collective on `c`: draws its message spaces (in the
+/// order every rank starts collectives; throws the cause if `c` is broken) and runs the
+/// body; an exception from it breaks every transport of `c` and is rethrown.
+template <communicator C, class Body>
+void run_collective(C& c, Body&& body) {
+  const auto tags = detail::begin_on(c);
+  detail::guarded_on(c, [&] { body(tags); });
+}
+
+/// Queues `body(tags)` on the engine of `c` (its `engine_transport()`'s on a composed
+/// machine): the message spaces are drawn now, so queued and run collectives keep the
+/// order they were started in; the body runs on the engine thread under the same failure
+/// rule as `run_collective`. `done(error)` runs on the engine thread once it is over, in
+/// every outcome (succeeded, failed, skipped because `c` broke or went away): that is how
+/// the caller learns of it (the non-blocking entry points hand out a `request` instead).
+/// Throws without queueing if `c` is broken.
+template <communicator C, class Body, class Done>
+void queue_collective(C& c, Body body, Done done) {
+  (void)detail::submit_collective(c, std::move(body), std::move(done));
+}
+
+/// Whether nothing is queued or running on the engine of `c`; true when it has none. Starts
+/// no engine. A collective run here while this holds cannot overtake a queued one.
+template <communicator C>
+bool engine_is_idle(C& c) {
+  return detail::engine_idle(c);
+}
+
+/// Whether the calling thread is the engine thread of `c` (a completion callback runs
+/// there).
+template <communicator C>
+bool called_from_engine(C& c) {
+  return detail::on_engine_thread(c);
+}
+
+/// From a completion callback (the engine thread of `c`): runs every collective queued on
+/// `c`'s engine here, in queue order, so a call the callback makes next does not wait for
+/// its own thread. Does nothing elsewhere; returns whether it ran them.
+template <communicator C>
+bool run_queued_here(C& c) {
+  if (!detail::on_engine_thread(c)) return false;
+  detail::started_engine(c)->run_queued_here();
+  return true;
+}
+
+/// Waits until every collective queued on the engine attached to `context` (a transport's
+/// `collectives()`) has finished, giving up after `no_progress` without one finishing
+/// (MPI_Comm_free lets pending operations complete). True when idle or without an engine.
+inline bool wait_engine_idle(collective_context& context, std::chrono::milliseconds no_progress) {
+  auto* e = dynamic_cast<detail::engine*>(context.attached());
+  return !e || e->wait_idle(no_progress);
+}
+
+// The collectives in message spaces a body received, on a transport or a composed machine;
+// the caller has checked the arguments (`check_allreduce_arguments`, or the entry point's
+// rules). These are what the entry points run after their checks.
+
+template <communicator C, class T, class Op, class Algo, reducer R>
+void allreduce_in(C& c, const collective_tags<C>& tags, const T* sendbuf, T* recvbuf,
+                  std::size_t count, const Op& op, const Algo& algo, R& red) {
+  detail::allreduce_on(c, tags, sendbuf, recvbuf, count, op, algo, red);
+}
+template <communicator C, class T, class Op, reducer R>
+void reduce_scatter_in(C& c, const collective_tags<C>& tags, const T* sendbuf, T* recvbuf,
+                       std::size_t count, const Op& op, const ring& algo, R& red) {
+  detail::reduce_scatter_on(c, tags, sendbuf, recvbuf, count, op, algo, red);
+}
+template <communicator C, class T, reducer R>
+void allgather_in(C& c, const collective_tags<C>& tags, const T* sendbuf, T* recvbuf,
+                  std::size_t count, const ring& algo, R& red) {
+  detail::allgather_on(c, tags, sendbuf, recvbuf, count, algo, red);
+}
+template <communicator C, class T, reducer R>
+void broadcast_in(C& c, const collective_tags<C>& tags, T* buffer, std::size_t count, int root,
+                  const binomial_tree& algo, R& red) {
+  detail::broadcast_on(c, tags, buffer, count, root, algo, red);
+}
+template <communicator C, class T, class Op, reducer R>
+void reduce_in(C& c, const collective_tags<C>& tags, const T* sendbuf, T* recvbuf,
+               std::size_t count, int root, const Op& op, const binomial_tree& algo, R& red) {
+  detail::reduce_on(c, tags, sendbuf, recvbuf, count, root, op, algo, red);
+}
+
+/// The argument checks of `allreduce` (they name the argument and `rank`).
+template <class T>
+void check_allreduce_arguments(const T* sendbuf, const T* recvbuf, std::size_t count, int rank) {
+  detail::check_allreduce_args(sendbuf, const_cast<T*>(recvbuf), count, rank);
+}
+
+} // namespace tcoll
