@@ -343,3 +343,56 @@ TEST_CASE("measured Chrome trace: Horovod's phase names, bucket args, one proces
     CHECK_MESSAGE(json.find(needle) != std::string::npos, needle);
   CHECK(json.rfind("\n]}\n") == json.size() - 4);
 }
+
+TEST_CASE("collective_tasks: queued and run bodies keep start order; done, idleness, failure") {
+  std::atomic<int> wrong{0};
+  tcoll::thread_team(3, std::chrono::seconds(20)).run([&](tcoll::thread_transport& t) {
+    const int r = t.rank();
+    std::vector<float> queued(1000), here(8);
+    for (std::size_t i = 0; i < queued.size(); ++i) queued[i] = 0.25f * float(r + 1);
+    for (std::size_t i = 0; i < here.size(); ++i) here[i] = float(r + 1);
+    std::promise<bool> finished;
+    auto done_seen = finished.get_future();
+    // queued on the engine, then one run here while it may still be queued: their message
+    // spaces were drawn in this order on every rank, so each matches its peers' own
+    tcoll::queue_collective(
+        t,
+        [&t, &queued](int tag) {
+          tcoll::cpu_reducer red;
+          tcoll::allreduce_in(t, tag, queued.data(), queued.data(), queued.size(), tcoll::sum_op{},
+                              tcoll::ring{}, red);
+        },
+        [&t, &finished](std::exception_ptr error) {
+          finished.set_value(!error && tcoll::called_from_engine(t));
+        });
+    wrong += tcoll::called_from_engine(t);
+    tcoll::run_collective(t, [&t, &here](int tag) {
+      tcoll::cpu_reducer red;
+      tcoll::allreduce_in(t, tag, here.data(), here.data(), here.size(), tcoll::sum_op{},
+                          tcoll::recursive_doubling{}, red);
+    });
+    wrong += done_seen.wait_for(std::chrono::seconds(20)) != std::future_status::ready ||
+             !done_seen.get();
+    wrong += !tcoll::wait_engine_idle(t.collectives(), std::chrono::seconds(5)) ||
+             !tcoll::engine_is_idle(t);
+    for (float x : queued) wrong += x != 0.25f * 6;
+    for (float x : here) wrong += x != 6.0f;
+  });
+  // a body that throws breaks the transport: the next collective throws the cause (the
+  // failing rank's own error, or on a peer the abort it caused if that came first)
+  tcoll::thread_team(3, std::chrono::seconds(20)).run([&](tcoll::thread_transport& t) {
+    std::vector<float> v(8, 1.0f);
+    try {
+      tcoll::run_collective(t, [&t](int) { throw tcoll::invalid_argument("stop here", t.rank()); });
+      wrong += 1;
+    } catch (const tcoll::error&) {
+    }
+    try {
+      tcoll::allreduce(t, std::span<float>(v));
+      wrong += 1;
+    } catch (const tcoll::error& e) {
+      wrong += std::string(e.what()).find("broken by an earlier failure") == std::string::npos;
+    }
+  });
+  CHECK(wrong == 0);
+}
