@@ -196,6 +196,37 @@ public:
     via_leaders{}.barrier(*this, tags, algo);
   }
 
+  /// What a prepared allreduce (schedule/prepared.hpp) runs on this machine: its phases
+  /// are not one recorded step list, so each call runs the allreduce with the prepared
+  /// count and knobs, allocating what the phases need.
+  template <class T, class Op, class Algo>
+  class prepared_program {
+  public:
+    prepared_program() = default;
+    prepared_program(const hierarchical&, std::size_t count, bool, const Algo& algo)
+        : count_(count), algo_(algo) {}
+    std::size_t scratch_count() const noexcept { return 0; }
+    std::size_t staging_count() const noexcept { return 0; }
+    template <reducer R>
+    void run(hierarchical& machine, std::pair<int, int> tags, const T* sendbuf, T* recvbuf,
+             const Op& op, R& red, T*, std::size_t, T*, std::size_t) const {
+      if (count_) machine.allreduce_tagged(tags, sendbuf, recvbuf, count_, op, algo_, red);
+    }
+    /// The flat ring's bytes (the phases are not recorded): 2 (P - 1) / P buffers.
+    std::size_t bytes_sent(int ranks, bool& exact) const {
+      exact = false;
+      return ranks <= 1
+                 ? 0
+                 : static_cast<std::size_t>(2.0L * (ranks - 1) / ranks *
+                                                static_cast<long double>(count_) * sizeof(T) +
+                                            0.5L);
+    }
+
+  private:
+    std::size_t count_ = 0;
+    Algo algo_{};
+  };
+
   /// `f()`, with an error the group transport raises in its own ranks named in world ranks
   /// (see hierarchy_shape::intra_world_ranks).
   template <class F>

@@ -310,16 +310,21 @@ private:
   std::thread thread_;                       // last: starts after the rest is built
 };
 
-/// The engine of transport `t`, started on first use. Checks that `t` may be driven from
-/// the engine thread (`check_concurrent_use()`, e.g. MPI's thread level).
-template <transport Tr>
-engine& engine_of(Tr& t) {
-  static_assert(has_collective_context<Tr>,
+/// The engine of communicator `comm`, started on first use: its `engine_transport()`'s (the
+/// transport itself, or the one a composed machine names). When it starts, every transport
+/// `comm` uses must allow being driven from its thread (`check_concurrent_use()`, e.g.
+/// MPI's thread level); no engine starts on the others.
+template <communicator C>
+engine& engine_of(C& comm) {
+  auto& t = engine_transport(comm);
+  static_assert(has_collective_context<std::remove_cvref_t<decltype(t)>>,
                 "tcoll: non-blocking collectives need a transport with a collective_context "
                 "(every tcoll transport has one; a user transport adds `collectives()`)");
   collective_context& c = t.collectives();
   if (auto* a = dynamic_cast<engine*>(c.attached())) return *a;
-  if constexpr (requires { t.check_concurrent_use(); }) t.check_concurrent_use();
+  for_each_transport(comm, [](auto& x) {
+    if constexpr (requires { x.check_concurrent_use(); }) x.check_concurrent_use();
+  });
   const int rank = t.rank();
   return c.template attach<engine>([rank] { return std::make_unique<engine>(rank); });
 }
@@ -327,12 +332,7 @@ engine& engine_of(Tr& t) {
 /// The engine of `comm` (a transport or a composed communicator) if one was started.
 template <class C>
 engine* started_engine(C& comm) {
-  collective_context* c = nullptr;
-  if constexpr (composite_communicator<C>)
-    c = &engine_transport(comm).collectives();
-  else
-    c = &comm.collectives();
-  return dynamic_cast<engine*>(c->attached());
+  return dynamic_cast<engine*>(engine_transport(comm).collectives().attached());
 }
 
 /// Whether the calling thread is the engine thread of `comm` (see engine::on_engine_thread).
@@ -349,19 +349,6 @@ template <class C>
 bool engine_idle(C& comm) {
   engine* e = started_engine(comm);
   return !e || e->idle();
-}
-
-/// The engine that runs the collectives queued on a composed communicator: its
-/// `engine_transport()`'s. When that engine starts, every transport the communicator uses
-/// must allow being driven from its thread (the same checks, without starting engines on
-/// the others).
-template <composite_communicator C>
-engine& engine_of(C& comm) {
-  if (auto* a = dynamic_cast<engine*>(engine_transport(comm).collectives().attached())) return *a;
-  for_each_transport(comm, [](auto& t) {
-    if constexpr (requires { t.check_concurrent_use(); }) t.check_concurrent_use();
-  });
-  return engine_of(engine_transport(comm));
 }
 
 /// Queues `body(tags)` on the engine of communicator `comm`: draws the message spaces at

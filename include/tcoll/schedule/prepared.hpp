@@ -140,29 +140,22 @@ private:
   recorded_allreduce rec_;
 };
 
-template <composite_communicator C, class T, class Op, class Algo>
-class allreduce_program<C, T, Op, Algo> {
-public:
-  allreduce_program() = default;
-  allreduce_program(const C&, std::size_t count, bool, const Algo& algo)
-      : count_(count), algo_(algo) {}
-  std::size_t scratch_count() const noexcept { return 0; }
-  std::size_t staging_count() const noexcept { return 0; }
-  template <reducer R>
-  void run(C& c, const collective_tags_t<C>& tags, const T* sendbuf, T* recvbuf, const Op& op,
-           R& red, T*, std::size_t, T*, std::size_t) const {
-    if (count_) allreduce_on(c, tags, sendbuf, recvbuf, count_, op, algo_, red);
-  }
-  /// The ring's estimate (the machine's steps are not recorded).
-  std::size_t bytes_sent(int ranks, bool& exact) const {
-    exact = false;
-    return ring_bytes_estimate(ranks, count_, sizeof(T));
-  }
-
-private:
-  std::size_t count_ = 0;
-  Algo algo_{};
+/// The program a prepared allreduce runs on `C`: the communicator's own
+/// `prepared_program<T, Op, Algo>` where it names one (a composed machine, whose phases are
+/// not one step list: see hierarchical.hpp), else the recorded steps of a transport.
+template <class C, class T, class Op, class Algo>
+struct program_for {
+  using type = allreduce_program<C, T, Op, Algo>;
 };
+template <class C, class T, class Op, class Algo>
+requires requires {
+  typename C::template prepared_program<T, Op, Algo>;
+}
+struct program_for<C, T, Op, Algo> {
+  using type = typename C::template prepared_program<T, Op, Algo>;
+};
+template <class C, class T, class Op, class Algo>
+using program_for_t = typename program_for<C, T, Op, Algo>::type;
 
 } // namespace detail
 
@@ -258,7 +251,7 @@ private:
   R red_;
   std::size_t count_ = 0;
   bool in_place_ = true;
-  detail::allreduce_program<C, T, Op, Algo> program_;
+  detail::program_for_t<C, T, Op, Algo> program_;
   typename R::template buffer<T> scratch_{};
   typename R::template buffer<T> staging_{};
   std::shared_ptr<task> task_;

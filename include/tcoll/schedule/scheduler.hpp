@@ -186,7 +186,7 @@ private:
   };
   struct bucket {
     std::size_t first = 0, end = 0, offset = 0, count = 0;
-    detail::allreduce_program<Comm, Wire, Op, Algo> program;
+    detail::program_for_t<Comm, Wire, Op, Algo> program;
     std::shared_ptr<bucket_task> task;
     bool submitted = false; ///< its task is (or was) on the engine: the destructor waits
   };

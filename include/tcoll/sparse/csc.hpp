@@ -149,7 +149,7 @@ template <class Comm, class T, class Op, class Algo>
 std::size_t allreduce_bytes_sent(const Comm& comm, std::size_t count, const Algo& algo,
                                  bool& exact) {
   if (comm.size() <= 1 || count == 0) return 0;
-  return tcoll::detail::allreduce_program<Comm, T, Op, Algo>(comm, count, true, algo)
+  return tcoll::detail::program_for_t<Comm, T, Op, Algo>(comm, count, true, algo)
       .bytes_sent(comm.size(), exact);
 }
 
