@@ -75,10 +75,8 @@ struct via_leaders {
   template <class M, class T, reducer R>
   void broadcast(M& m, std::pair<int, int> tags, T* buffer, std::size_t count, int root,
                  const binomial_tree& tree, R& red) const {
-    const hierarchy_map& map = m.group_map("broadcast");
     auto& intra = m.intra();
-    const int l = intra.rank(), a = map.group_of[m.rank()];
-    const int rg = map.group_of[root], rl = map.local_of[root];
+    const auto [map, l, me, a, g, rg, rl] = seat_of(m, "broadcast", root);
     if (a == rg && rl != 0 && (l == 0 || l == rl))
       m.in_group([&] { move(intra, tags.first, l == rl, l == rl ? 0 : rl, buffer, count, red); });
     if (l == 0 && map.groups.size() > 1)
@@ -92,10 +90,8 @@ struct via_leaders {
               int root, const Op& op, const binomial_tree& tree, R& red) const {
     static_assert(commutative_op<Op>, "tcoll: a hierarchical reduce reorders operands; it needs "
                                       "a commutative op");
-    const hierarchy_map& map = m.group_map("reduce");
     auto& intra = m.intra();
-    const int l = intra.rank(), a = map.group_of[m.rank()];
-    const int rg = map.group_of[root], rl = map.local_of[root];
+    const auto [map, l, me, a, g, rg, rl] = seat_of(m, "reduce", root);
     const bool is_root = m.rank() == root;
     const auto pop = detail::phase_op(op);
     auto space = red.template allocate<T>(l == 0 && !is_root ? count : 0);
@@ -120,9 +116,8 @@ struct via_leaders {
   void allgather(M& m, std::pair<int, int> tags, const T* sendbuf, T* recvbuf, std::size_t count,
                  const binomial_tree& tree, R& red) const {
     using namespace detail;
-    const hierarchy_map& map = m.group_map("allgather");
     auto& intra = m.intra();
-    const int l = intra.rank(), me = m.rank(), a = map.group_of[me];
+    const auto [map, l, me, a, g, rg, rl] = seat_of(m, "allgather");
     const auto all = static_cast<std::size_t>(m.size()) * count;
     const std::vector<int>& mine = map.groups[static_cast<std::size_t>(a)];
     m.in_group([&] {
@@ -162,9 +157,8 @@ struct via_leaders {
     static_assert(commutative_op<Op>, "tcoll: a hierarchical reduce_scatter reorders operands; "
                                       "it needs a commutative op");
     using namespace detail;
-    const hierarchy_map& map = m.group_map("reduce_scatter");
     auto& intra = m.intra();
-    const int l = intra.rank(), me = m.rank(), a = map.group_of[me];
+    const auto [map, l, me, a, g, rg, rl] = seat_of(m, "reduce_scatter");
     const int G = static_cast<int>(map.groups.size());
     const auto all = static_cast<std::size_t>(m.size()) * count;
     const std::vector<int>& mine = map.groups[static_cast<std::size_t>(a)];
@@ -216,12 +210,10 @@ struct via_leaders {
   template <class M, class T>
   void alltoall(M& m, std::pair<int, int> tags, const T* sendbuf, T* recvbuf, std::size_t count,
                 bool in_place, const pairwise_exchange& exchange) const {
-    const hierarchy_map& map = m.group_map("alltoall");
     auto& intra = m.intra();
-    const int l = intra.rank(), a = map.group_of[m.rank()];
+    const auto [map, l, me, a, g, rg, rl] = seat_of(m, "alltoall");
     const auto G = map.groups.size();
-    const std::vector<int>& mine = map.groups[static_cast<std::size_t>(a)];
-    const std::size_t g = mine.size(), row = static_cast<std::size_t>(m.size()) * count;
+    const std::size_t row = static_cast<std::size_t>(m.size()) * count;
     std::vector<T> copy;
     if (in_place) {
       copy.assign(sendbuf, sendbuf + row);
@@ -279,11 +271,9 @@ struct via_leaders {
                  std::span<const std::size_t> recv_displs,
                  const pairwise_exchange& exchange) const {
     using count_t = std::uint64_t;
-    const hierarchy_map& map = m.group_map("alltoallv");
     auto& intra = m.intra();
-    const int l = intra.rank(), me = m.rank(), a = map.group_of[me];
+    const auto [map, l, me, a, g, rg, rl] = seat_of(m, "alltoallv");
     const auto P = static_cast<std::size_t>(m.size()), G = map.groups.size();
-    const std::size_t g = map.groups[static_cast<std::size_t>(a)].size();
     // this rank's row: its counts to every rank, its blocks packed in world-rank order (a
     // copy, so an in-place call reads its send side before anything is written)
     std::vector<count_t> my_counts(send_counts.begin(), send_counts.end());
@@ -399,11 +389,8 @@ struct via_leaders {
   template <class M, class T>
   void gather(M& m, std::pair<int, int> tags, const T* sendbuf, T* recvbuf, std::size_t count,
               int root, const linear& algo) const {
-    const hierarchy_map& map = m.group_map("gather");
     auto& intra = m.intra();
-    const int l = intra.rank(), me = m.rank(), a = map.group_of[me];
-    const int rg = map.group_of[root], rl = map.local_of[root];
-    const std::size_t g = map.groups[static_cast<std::size_t>(a)].size();
+    const auto [map, l, me, a, g, rg, rl] = seat_of(m, "gather", root);
     const auto all = static_cast<std::size_t>(m.size()) * count;
     std::vector<T> group(l == 0 ? g * count : 0);
     std::vector<T> world((l == 0 && a == rg) || me == root ? all : 0);
@@ -436,11 +423,8 @@ struct via_leaders {
   template <class M, class T>
   void scatter(M& m, std::pair<int, int> tags, const T* sendbuf, T* recvbuf, std::size_t count,
                int root, const linear& algo) const {
-    const hierarchy_map& map = m.group_map("scatter");
     auto& intra = m.intra();
-    const int l = intra.rank(), me = m.rank(), a = map.group_of[me];
-    const int rg = map.group_of[root], rl = map.local_of[root];
-    const std::size_t g = map.groups[static_cast<std::size_t>(a)].size();
+    const auto [map, l, me, a, g, rg, rl] = seat_of(m, "scatter", root);
     const auto all = static_cast<std::size_t>(m.size()) * count;
     std::vector<T> group(l == 0 ? g * count : 0);
     std::vector<T> world((l == 0 && a == rg) || me == root ? all : 0);
@@ -478,12 +462,9 @@ struct via_leaders {
                std::span<const std::size_t> recv_counts, std::span<const std::size_t> recv_displs,
                int root, const linear& algo) const {
     using count_t = std::uint64_t;
-    const hierarchy_map& map = m.group_map("gatherv");
     auto& intra = m.intra();
-    const int l = intra.rank(), me = m.rank(), a = map.group_of[me];
-    const int rg = map.group_of[root], rl = map.local_of[root];
+    const auto [map, l, me, a, g, rg, rl] = seat_of(m, "gatherv", root);
     const auto P = static_cast<std::size_t>(m.size());
-    const std::size_t g = map.groups[static_cast<std::size_t>(a)].size();
     const bool holder = (l == 0 && a == rg) || me == root; // ends with every rank's blocks
     // 1: counts, then blocks, to the leader
     count_t mine = send_count;
@@ -548,12 +529,9 @@ struct via_leaders {
                 std::span<const std::size_t> send_counts, std::span<const std::size_t> send_displs,
                 T* recvbuf, std::size_t recv_count, int root, const linear& algo) const {
     using count_t = std::uint64_t;
-    const hierarchy_map& map = m.group_map("scatterv");
     auto& intra = m.intra();
-    const int l = intra.rank(), me = m.rank(), a = map.group_of[me];
-    const int rg = map.group_of[root], rl = map.local_of[root];
+    const auto [map, l, me, a, g, rg, rl] = seat_of(m, "scatterv", root);
     const auto P = static_cast<std::size_t>(m.size());
-    const std::size_t g = map.groups[static_cast<std::size_t>(a)].size();
     const bool holder = (l == 0 && a == rg) || me == root;
     // 1: the root packs every block in group order (a copy, so an in-place call reads its
     // blocks before its own is written) and hands counts and blocks to its leader
@@ -614,6 +592,28 @@ struct via_leaders {
   }
 
 private:
+  /// Where this rank and the root of a collective sit.
+  struct seat {
+    const hierarchy_map& map;
+    int local;              ///< this rank's local rank
+    int world;              ///< this rank's world rank
+    int group;              ///< this rank's group
+    std::size_t group_size; ///< the size of this rank's group
+    int root_group;         ///< the root's group (-1 without a root)
+    int root_local;         ///< the root's local rank (-1 without a root)
+  };
+  template <class M>
+  static seat seat_of(M& m, const char* what, int root = -1) {
+    const hierarchy_map& map = m.group_map(what);
+    const int me = m.rank(), a = map.group_of[static_cast<std::size_t>(me)];
+    return {map,
+            m.intra().rank(),
+            me,
+            a,
+            map.groups[static_cast<std::size_t>(a)].size(),
+            root < 0 ? -1 : map.group_of[static_cast<std::size_t>(root)],
+            root < 0 ? -1 : map.local_of[static_cast<std::size_t>(root)]};
+  }
   template <class C>
   static std::size_t sum(const std::vector<C>& v) {
     std::size_t total = 0;
