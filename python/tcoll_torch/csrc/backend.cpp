@@ -1322,16 +1322,6 @@ private:
     });
   }
 
-  /// Queues `body(intra_tag, inter_tag)`, a hierarchical collective, on the engine of this
-  /// node's transport (or runs it at once, as `enqueue`).
-  template <class Body>
-  c10::intrusive_ptr<c10d::Work> enqueue_hierarchical(OpType type, std::vector<at::Tensor> outputs,
-                                                      const char* what, std::size_t bytes,
-                                                      Body body) {
-    return enqueue_on(*machine_, type, std::move(outputs), what, bytes,
-                      [body](std::pair<int, int> tags) mutable { body(tags.first, tags.second); });
-  }
-
   /// `body(tags)` on communicator `c` (a transport or the hierarchy): queued on its engine,
   /// or run at once (see below); the message spaces are drawn now either way.
   template <class Comm, class Body>
@@ -1422,14 +1412,14 @@ private:
       }
     };
     if (machine_) // across nodes: shared memory inside each node, MPI or Gloo between them
-      return enqueue_hierarchical(
-          type, tensors, what, total_bytes(tensors), [=, this](int intra_tag, int inter_tag) {
-            each([&](auto* data, std::size_t n, const auto& o) {
-              tcoll::cpu_reducer red;
-              machine_->allreduce_tagged(intra_tag, inter_tag, data, data, n, o,
-                                         tcoll::hierarchical_options<tcoll::ring>{}, red);
-            });
-          });
+      return enqueue_on(*machine_, type, tensors, what, total_bytes(tensors),
+                        [=, this](const auto& tags) {
+                          each([&](auto* data, std::size_t n, const auto& o) {
+                            tcoll::cpu_reducer red;
+                            tcoll::allreduce_in(*machine_, tags, data, data, n, o,
+                                                tcoll::hierarchical_options<tcoll::ring>{}, red);
+                          });
+                        });
     return enqueue(type, tensors, what, total_bytes(tensors), [=, this](auto& t, int tag) {
       each([&](auto* data, std::size_t n, const auto& o) {
         using T = std::remove_pointer_t<decltype(data)>;
