@@ -14,9 +14,9 @@
 ///  - `allreduce_tagged(tags, sendbuf, recvbuf, count, op, algo, red)`: an allreduce in the
 ///    message spaces `begin()` drew, arguments already checked; likewise
 ///    `reduce_scatter_tagged`, `allgather_tagged`, `broadcast_tagged`, `reduce_tagged`,
-///    `alltoall_tagged`, `alltoallv_tagged`, `gather_tagged`, `gatherv_tagged`, `scatterv_tagged`,
-///    `scatter_tagged` and `barrier_tagged` (the
-///    `*_on` functions below give their arguments) for the collectives it runs;
+///    `alltoall_tagged`, `alltoallv_tagged`, `gather_tagged`, `gatherv_tagged`,
+///    `scatter_tagged`, `scatterv_tagged` and `barrier_tagged` for the collectives it runs
+///    (the `*_on` functions below give their arguments);
 ///  - `default_algorithm`: the algorithm-knob type used when a caller names none.
 /// For a transport the tags are one `int` and the default algorithm is `automatic`.
 #include <concepts>
