@@ -337,15 +337,15 @@ void gather(C& c, const T* sendbuf, T* recvbuf, std::size_t count, int root,
   detail::check_root(root, P, "gather", rank);
   detail::check_count(count, static_cast<std::size_t>(P), sizeof(T), "gather", rank);
   detail::check_pointer(sendbuf, count, "sendbuf", "gather", rank);
+  std::vector<root_block> blocks;
   if (rank == root) {
-    const std::vector<std::size_t> counts(static_cast<std::size_t>(P), count);
-    std::vector<std::size_t> displs(counts.size());
-    for (int q = 0; q < P; ++q) displs[q] = static_cast<std::size_t>(q) * count;
-    detail::root_blocks(static_cast<const T*>(recvbuf), counts, displs, "recv_counts",
-                        "recv_displs", count, sendbuf, "gather", rank, P);
+    const auto [counts, displs] = detail::equal_blocks(P, count);
+    blocks = detail::root_blocks(static_cast<const T*>(recvbuf), counts, displs, "recv_counts",
+                                 "recv_displs", count, sendbuf, "gather", rank, P);
   }
   const auto tags = detail::begin_on(c);
-  detail::guarded_on(c, [&] { detail::gather_on(c, tags, sendbuf, recvbuf, count, root, algo); });
+  detail::guarded_on(
+      c, [&] { detail::gather_on(c, tags, sendbuf, recvbuf, count, root, blocks, algo); });
 }
 
 /// Scatter with a block of its own size per rank (MPI_Scatterv): the root sends
@@ -385,15 +385,15 @@ void scatter(C& c, const T* sendbuf, T* recvbuf, std::size_t count, int root,
   detail::check_root(root, P, "scatter", rank);
   detail::check_count(count, static_cast<std::size_t>(P), sizeof(T), "scatter", rank);
   detail::check_pointer(recvbuf, count, "recvbuf", "scatter", rank);
+  std::vector<root_block> blocks;
   if (rank == root) {
-    const std::vector<std::size_t> counts(static_cast<std::size_t>(P), count);
-    std::vector<std::size_t> displs(counts.size());
-    for (int q = 0; q < P; ++q) displs[q] = static_cast<std::size_t>(q) * count;
-    detail::root_blocks(sendbuf, counts, displs, "send_counts", "send_displs", count, recvbuf,
-                        "scatter", rank, P);
+    const auto [counts, displs] = detail::equal_blocks(P, count);
+    blocks = detail::root_blocks(sendbuf, counts, displs, "send_counts", "send_displs", count,
+                                 recvbuf, "scatter", rank, P);
   }
   const auto tags = detail::begin_on(c);
-  detail::guarded_on(c, [&] { detail::scatter_on(c, tags, sendbuf, recvbuf, count, root, algo); });
+  detail::guarded_on(
+      c, [&] { detail::scatter_on(c, tags, sendbuf, recvbuf, count, root, blocks, algo); });
 }
 
 /// Barrier (MPI_Barrier): returns on a rank only after every rank of `c` has called it.

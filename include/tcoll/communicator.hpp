@@ -187,9 +187,7 @@ void reduce_on(C& c, const collective_tags_t<C>& tags, const T* sendbuf, T* recv
 template <transport Tr, class T>
 void alltoall_on(Tr& t, int tag, const T* sendbuf, T* recvbuf, std::size_t count, bool in_place,
                  const pairwise_exchange& algo) {
-  const auto P = static_cast<std::size_t>(t.size());
-  std::vector<std::size_t> counts(P, count), displs(P);
-  for (std::size_t q = 0; q < P; ++q) displs[q] = q * count;
+  const auto [counts, displs] = equal_blocks(t.size(), count);
   alltoallv_tagged(t, tag, sendbuf, std::span<const std::size_t>(counts),
                    std::span<const std::size_t>(displs), recvbuf,
                    std::span<const std::size_t>(counts), std::span<const std::size_t>(displs),
@@ -222,36 +220,28 @@ void alltoallv_on(C& c, const collective_tags_t<C>& tags, const T* sendbuf,
                      in_place, algo);
 }
 
-/// Gather of `count` elements per rank to `root` (host memory; recvbuf read at the root).
+/// Gather of `count` elements per rank to `root` (host memory). `blocks`: the root's
+/// blocks, checked by the entry point (empty elsewhere).
 template <transport Tr, class T>
-void gather_on(Tr& t, int tag, const T* sendbuf, T* recvbuf, std::size_t count, int root,
-               const linear& algo) {
-  std::vector<root_block> blocks;
-  if (t.rank() == root)
-    for (int q = 0; q < t.size(); ++q)
-      blocks.push_back({recvbuf + static_cast<std::size_t>(q) * count, count * sizeof(T)});
+void gather_on(Tr& t, int tag, const T* sendbuf, T*, std::size_t count, int root,
+               const std::vector<root_block>& blocks, const linear& algo) {
   algo.gather(t, tag, root, sendbuf, count * sizeof(T), std::span<const root_block>(blocks));
 }
 template <composite_communicator C, class T>
 void gather_on(C& c, const collective_tags_t<C>& tags, const T* sendbuf, T* recvbuf,
-               std::size_t count, int root, const linear& algo) {
+               std::size_t count, int root, const std::vector<root_block>&, const linear& algo) {
   c.gather_tagged(tags, sendbuf, recvbuf, count, root, algo);
 }
 
-/// Scatter of `count` elements per rank from `root` (host memory; sendbuf read at the root).
+/// Scatter of `count` elements per rank from `root` (host memory; `blocks` as for gather).
 template <transport Tr, class T>
-void scatter_on(Tr& t, int tag, const T* sendbuf, T* recvbuf, std::size_t count, int root,
-                const linear& algo) {
-  std::vector<root_block> blocks;
-  if (t.rank() == root)
-    for (int q = 0; q < t.size(); ++q)
-      blocks.push_back(
-          {const_cast<T*>(sendbuf) + static_cast<std::size_t>(q) * count, count * sizeof(T)});
+void scatter_on(Tr& t, int tag, const T*, T* recvbuf, std::size_t count, int root,
+                const std::vector<root_block>& blocks, const linear& algo) {
   algo.scatter(t, tag, root, recvbuf, count * sizeof(T), std::span<const root_block>(blocks));
 }
 template <composite_communicator C, class T>
 void scatter_on(C& c, const collective_tags_t<C>& tags, const T* sendbuf, T* recvbuf,
-                std::size_t count, int root, const linear& algo) {
+                std::size_t count, int root, const std::vector<root_block>&, const linear& algo) {
   c.scatter_tagged(tags, sendbuf, recvbuf, count, root, algo);
 }
 

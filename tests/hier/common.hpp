@@ -75,6 +75,12 @@ struct results {
   }
 };
 
+/// A machine shape: group id per rank.
+struct shape_case {
+  const char* name;
+  std::vector<int> group_of;
+};
+
 /// Consecutive groups of `g` (last one smaller).
 inline std::vector<int> consecutive(int P, int g) {
   std::vector<int> v(static_cast<std::size_t>(P));

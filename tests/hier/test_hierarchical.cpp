@@ -20,12 +20,6 @@ using namespace hier_test;
 
 namespace {
 
-/// A machine shape: group id per rank.
-struct shape_case {
-  const char* name;
-  std::vector<int> group_of;
-};
-
 std::vector<shape_case> shapes() {
   return {
       {"1 node x 3", {0, 0, 0}},

@@ -23,11 +23,6 @@ using namespace hier_test;
 
 namespace {
 
-struct shape_case {
-  const char* name;
-  std::vector<int> group_of;
-};
-
 std::vector<shape_case> shapes() {
   return {
       {"1 rank", {0}},

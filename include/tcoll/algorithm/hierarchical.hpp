@@ -215,11 +215,7 @@ public:
     /// The flat ring's bytes (the phases are not recorded): 2 (P - 1) / P buffers.
     std::size_t bytes_sent(int ranks, bool& exact) const {
       exact = false;
-      return ranks <= 1
-                 ? 0
-                 : static_cast<std::size_t>(2.0L * (ranks - 1) / ranks *
-                                                static_cast<long double>(count_) * sizeof(T) +
-                                            0.5L);
+      return detail::ring_bytes_estimate(ranks, count_, sizeof(T));
     }
 
   private:

@@ -8,12 +8,24 @@
 /// the transfer of the next.
 /// Cost: 2(P-1) alpha + 2(P-1)/P n beta + (P-1)/P n gamma.
 #include <algorithm>
+#include <cmath>
 #include <cstddef>
 #include <string_view>
 
 #include "../detail/schedule.hpp"
 
 namespace tcoll {
+
+namespace detail {
+/// The ring's traffic, 2 (P-1)/P count bytes per rank, rounded to nearest (a plain
+/// function, not a lambda: nvcc treats constexpr lambdas as device code and warns about
+/// long double). What prepared allreduces report where their steps are not recorded.
+inline std::size_t ring_bytes_estimate(int P, std::size_t count, std::size_t element_bytes) {
+  if (P <= 1) return 0;
+  const long double b = 2.0L * (P - 1) / P * static_cast<long double>(count) * element_bytes;
+  return static_cast<std::size_t>(std::llround(b));
+}
+} // namespace detail
 
 /// Ring allreduce and its building blocks. Tuning knobs are the members.
 struct ring {

@@ -12,6 +12,7 @@
 #include <span>
 #include <string_view>
 #include <type_traits>
+#include <utility>
 #include <vector>
 
 #include "../core/concepts.hpp"
@@ -137,6 +138,15 @@ void reduce_tagged(Tr& t, int tag, const T* sendbuf, T* recvbuf, std::size_t cou
       ex.recv(tree_root, region{buffer_id::output, 0, count});
     ex.round_end();
   }
+}
+
+/// The counts and displacements of `P` equal blocks of `count` elements, back to back (the
+/// equal-count collectives as their v-forms).
+inline std::pair<std::vector<std::size_t>, std::vector<std::size_t>>
+equal_blocks(int P, std::size_t count) {
+  std::vector<std::size_t> counts(static_cast<std::size_t>(P), count), displs(counts.size());
+  for (std::size_t q = 0; q < displs.size(); ++q) displs[q] = q * count;
+  return {std::move(counts), std::move(displs)};
 }
 
 /// The exchange of alltoallv, arguments checked, in the message space `tag`. In place, the

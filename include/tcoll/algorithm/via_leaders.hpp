@@ -236,18 +236,13 @@ struct via_leaders {
           for (std::size_t k = 0; k < map.groups[c].size(); ++k)
             copy_block(packed.data() + (offset[c] + j * map.groups[c].size() + k) * count,
                        rows.data() + j * row + std::size_t(map.groups[c][k]) * count, count);
-      if (G > 1) {
-        std::vector<exchange_block> blocks(G);
-        for (std::size_t c = 0; c < G; ++c)
-          blocks[c] = {
-              packed.data() + offset[c] * count, (offset[c + 1] - offset[c]) * count * sizeof(T),
-              unpacked.data() + offset[c] * count, (offset[c + 1] - offset[c]) * count * sizeof(T)};
-        m.across_groups([&] {
-          exchange.exchange(*m.inter(), tags.second, std::span<const exchange_block>(blocks));
-        });
-      } else {
-        unpacked = packed;
+      std::vector<exchange_block> blocks(G);
+      for (std::size_t c = 0; c < G; ++c) {
+        const std::size_t bytes = (offset[c + 1] - offset[c]) * count * sizeof(T);
+        blocks[c] = {packed.data() + offset[c] * count, bytes, unpacked.data() + offset[c] * count,
+                     bytes};
       }
+      across_or_here(m, exchange, tags.second, blocks);
       for (std::size_t c = 0; c < G; ++c)
         for (std::size_t j = 0; j < map.groups[c].size(); ++j)
           for (std::size_t k = 0; k < g; ++k)

@@ -115,8 +115,8 @@ void reduce_in(C& c, const collective_tags<C>& tags, const T* sendbuf, T* recvbu
 
 /// The argument checks of `allreduce` (they name the argument and `rank`).
 template <class T>
-void check_allreduce_arguments(const T* sendbuf, const T* recvbuf, std::size_t count, int rank) {
-  detail::check_allreduce_args(sendbuf, const_cast<T*>(recvbuf), count, rank);
+void check_allreduce_arguments(const T* sendbuf, T* recvbuf, std::size_t count, int rank) {
+  detail::check_allreduce_args(sendbuf, recvbuf, count, rank);
 }
 
 } // namespace tcoll

@@ -87,15 +87,6 @@ void replay_allreduce(Tr& t, int tag, const recorded_allreduce& rec, const T* se
   }
 }
 
-/// The ring's traffic, 2 (P-1)/P count bytes per rank, rounded to nearest (a plain
-/// function, not a lambda: nvcc treats constexpr lambdas as device code and warns about
-/// long double).
-inline std::size_t ring_bytes_estimate(int P, std::size_t count, std::size_t element_bytes) {
-  if (P <= 1) return 0;
-  const long double b = 2.0L * (P - 1) / P * static_cast<long double>(count) * element_bytes;
-  return static_cast<std::size_t>(std::llround(b));
-}
-
 /// One allreduce shape (`count` elements of `T`, in place or not) on communicator `C`,
 /// prepared once and run many times in message spaces drawn by `begin_on`: on a transport,
 /// the algorithm's recorded steps replayed with a lent workspace (nothing decided or
