@@ -14,33 +14,17 @@
 namespace tcoll::preload {
 namespace {
 
-/// tcoll's id of the flat algorithm `a` (ring for anything else).
-algorithm_id flat_id(algo a) {
-  switch (a) {
-  case algo::recursive_doubling:
-    return algorithm_id::recursive_doubling;
-  case algo::recursive_halving_doubling:
-    return algorithm_id::recursive_halving_doubling;
-  case algo::binomial_tree:
-    return algorithm_id::binomial_tree;
-  case algo::multi_ring:
-    return algorithm_id::multi_ring;
-  default:
-    return algorithm_id::ring;
-  }
-}
-
 /// Calls f(algorithm struct) for the flat algorithm `a` through tcoll's one dispatch (the
 /// predefined MPI ops tcoll runs are all commutative; passthrough is not a flat path).
 template <class F>
-void with_flat_algorithm(algo a, F&& f) {
+void with_flat_algorithm(algorithm_id a, F&& f) {
   static const automatic knobs{.rules = {}}; // default ring and multi_ring knobs
-  visit_algorithm<algorithm_support{.commutative = true, .native = false}>(flat_id(a), knobs, f);
+  visit_algorithm<algorithm_support{.commutative = true, .native = false}>(a, knobs, f);
 }
 
 /// A flat algorithm `a` on transport `t`.
 template <class Tr, class T, class Op>
-void run_flat(Tr& t, algo a, const T* send, T* recv, std::size_t n, const Op& op) {
+void run_flat(Tr& t, algorithm_id a, const T* send, T* recv, std::size_t n, const Op& op) {
   with_flat_algorithm(
       a, [&](const auto& algorithm) { tcoll::allreduce(t, send, recv, n, op, algorithm); });
 }
@@ -48,8 +32,9 @@ void run_flat(Tr& t, algo a, const T* send, T* recv, std::size_t n, const Op& op
 /// Runs an allreduce with algorithm `a` (not passthrough or empty) in `s`: over shared
 /// memory where every rank of the communicator is on this node (TCOLL_SHM=1), else over MPI.
 template <class T, class Op>
-void run_allreduce(comm_state& s, algo a, const T* send, T* recv, std::size_t n, const Op& op) {
-  if (a == algo::hierarchical) {
+void run_allreduce(comm_state& s, algorithm_id a, const T* send, T* recv, std::size_t n,
+                   const Op& op) {
+  if (a == algorithm_id::hierarchical) {
     if (s.on_hierarchy([&](auto& machine) { tcoll::allreduce(machine, send, recv, n, op); }))
       count_shared_memory(coll::allreduce);
     return;
@@ -66,7 +51,7 @@ void run_allreduce(comm_state& s, algo a, const T* send, T* recv, std::size_t n,
 /// Deciding that is collective on the first call (every rank makes the same call with the
 /// same size, so every rank reaches it and gets the same answer). Below
 /// shm_native_below_bytes both choices are MPI's own collective: no lookup there.
-algo one_node_choice(coll c, MPI_Comm comm, std::size_t bytes, algo ruled) {
+algorithm_id one_node_choice(coll c, MPI_Comm comm, std::size_t bytes, algorithm_id ruled) {
   if (bytes < config().shm_native_below_bytes || !config().shm || chosen_by_rule(c, bytes))
     return ruled;
   comm_state& s = state_of(comm);
@@ -79,7 +64,8 @@ algo one_node_choice(coll c, MPI_Comm comm, std::size_t bytes, algo ruled) {
 /// creating it is a collective step and a non-blocking start must stay local (a rank may
 /// start MPI_Iallreduce and then wait for a message its peer sends before starting its
 /// own). A one-rank communicator needs nothing: its set-up is local.
-algo nonblocking_path(coll c, const comm_state& s, std::size_t bytes, algo a, unsigned& missing) {
+algorithm_id nonblocking_path(coll c, const comm_state& s, std::size_t bytes, algorithm_id a,
+                              unsigned& missing) {
   missing = 0;
   if (s.size == 1 || bytes == 0) return a;
   const bool consults_node = bytes >= config().shm_native_below_bytes && config().shm &&
@@ -89,8 +75,8 @@ algo nonblocking_path(coll c, const comm_state& s, std::size_t bytes, algo a, un
     return a;
   }
   if (consults_node && s.node) a = choose_shared_memory(bytes, s.size);
-  if (a == algo::passthrough) return a;
-  if (a == algo::hierarchical) {
+  if (a == algorithm_id::passthrough) return a;
+  if (a == algorithm_id::hierarchical) {
     if (!(config().shm ? s.node_hier != nullptr : s.hier != nullptr))
       missing = comm_state::setup_hierarchy;
     return a;
@@ -173,13 +159,13 @@ void queue_iallreduce(Comm& c, Run run, const T* send, T* recv, std::size_t n, c
 /// its shared-memory transport where it has one, else over MPI. `done(error)` completes it on
 /// the engine thread. Throws where nothing was queued.
 template <class Done>
-void queue_allreduce(coll c, comm_state& s, algo a, const reduction& r, const void* sendbuf,
+void queue_allreduce(coll c, comm_state& s, algorithm_id a, const reduction& r, const void* sendbuf,
                      void* recvbuf, std::size_t n, Done done) {
   dispatch(r, [&]<class T>(const auto& o) {
     T* out = static_cast<T*>(recvbuf);
     const T* in = sendbuf == MPI_IN_PLACE ? out : static_cast<const T*>(sendbuf);
     auto flat = [a](const auto& f) { with_flat_algorithm(a, f); };
-    if (a == algo::hierarchical) {
+    if (a == algorithm_id::hierarchical) {
       auto defaults = [](const auto& f) { f(tcoll::hierarchical_options<tcoll::ring>{}); };
       if (s.on_hierarchy(
               [&](auto& machine) { queue_iallreduce(machine, defaults, in, out, n, o, done); }))
@@ -216,7 +202,7 @@ struct local_start {
   int error = -1;      ///< >= 0: return this code (already reported)
   comm_state* state = nullptr;
   reduction r;
-  algo a = algo::passthrough;
+  algorithm_id a = algorithm_id::passthrough;
   std::size_t n = 0;
   bool decided = false; ///< the path was decided (not a fallback): count the call
 };
@@ -260,7 +246,7 @@ local_start decide_local_start(coll c, const void* sendbuf, void* recvbuf, Count
   }
   d.n = static_cast<std::size_t>(count);
   const std::size_t bytes = d.n * d.r.size;
-  d.a = d.n == 0 ? algo::passthrough : choose(c, bytes);
+  d.a = d.n == 0 ? algorithm_id::passthrough : choose(c, bytes);
   try {
     d.state = &state_of(comm); // local: an attribute, no communication
   } catch (const std::exception& e) {
@@ -280,13 +266,13 @@ local_start decide_local_start(coll c, const void* sendbuf, void* recvbuf, Count
   // slice (4-100x slower than MPI's own: docs/benchmarks.md, "The persistent allreduce under
   // the preload"), so the built-in choice leaves the call to MPI there; a
   // TCOLL_ALLREDUCE_ALGO rule still sends it to tcoll
-  if (d.a != algo::passthrough && !d.state->engine_core && d.n > 0 && d.state->size > 1 &&
+  if (d.a != algorithm_id::passthrough && !d.state->engine_core && d.n > 0 && d.state->size > 1 &&
       !chosen_by_rule(c, bytes)) {
     count_fallback(c, fallback::no_spare_core);
     d.to_mpi = true;
     return d;
   }
-  d.to_mpi = d.a == algo::passthrough;
+  d.to_mpi = d.a == algorithm_id::passthrough;
   d.decided = true;
   return d;
 }
@@ -320,16 +306,16 @@ int allreduce_call(const void* sendbuf, void* recvbuf, Count count, MPI_Datatype
   }
   if (!config().error.empty()) return report_settings_error(c, comm);
   const std::size_t n = static_cast<std::size_t>(count), bytes = n * r.size;
-  algo a = n == 0 ? algo::empty : choose(c, bytes);
+  if (n == 0) return count_empty_call(c, comm);
+  algorithm_id a = choose(c, bytes);
   try {
-    if (n > 0) a = one_node_choice(c, comm, bytes, a);
+    a = one_node_choice(c, comm, bytes, a);
   } catch (const std::exception& e) {
     return report_error(c, comm, MPI_ERR_OTHER, e.what());
   }
   count_call(c, a, bytes, comm);
   count_entry_point<Count>(c, a);
-  if (a == algo::empty) return MPI_SUCCESS;
-  if (a == algo::passthrough) return pmpi();
+  if (a == algorithm_id::passthrough) return pmpi();
   try {
     comm_state& s = state_of(comm);
     dispatch(r, [&]<class T>(const auto& o) {

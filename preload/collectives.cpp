@@ -80,25 +80,27 @@ int comm_size(MPI_Comm comm) {
 /// Open MPI at their defaults"; the thresholds come from the superseded tables listed under
 /// "Earlier preload tables"): Open MPI is faster below about 512 B and for MPI_Reduce from
 /// 64 KiB, and even on MPI_Allgather with 2 ranks (where it keeps the call).
-algo shm_collective_choice(coll c, std::size_t bytes, int P) {
+algorithm_id shm_collective_choice(coll c, std::size_t bytes, int P) {
   const settings& s = config();
   switch (c) {
   case coll::bcast:
-    return bytes >= s.shm_bcast_from_bytes ? algo::binomial_tree : algo::passthrough;
+    return bytes >= s.shm_bcast_from_bytes ? algorithm_id::binomial_tree
+                                           : algorithm_id::passthrough;
   case coll::reduce:
     return bytes >= s.shm_reduce_from_bytes && bytes <= s.shm_reduce_up_to_bytes
-               ? algo::binomial_tree
-               : algo::passthrough;
+               ? algorithm_id::binomial_tree
+               : algorithm_id::passthrough;
   case coll::allgather:
   case coll::allgatherv:
-    return P > 2 && bytes >= s.shm_allgather_from_bytes ? algo::ring : algo::passthrough;
+    return P > 2 && bytes >= s.shm_allgather_from_bytes ? algorithm_id::ring
+                                                        : algorithm_id::passthrough;
   case coll::reduce_scatter_block:
   case coll::reduce_scatter:
     return bytes >= (P == 2 ? s.shm_reduce_scatter_two_from_bytes : s.shm_reduce_scatter_from_bytes)
-               ? algo::ring
-               : algo::passthrough;
+               ? algorithm_id::ring
+               : algorithm_id::passthrough;
   default:
-    return algo::passthrough;
+    return algorithm_id::passthrough;
   }
 }
 
@@ -107,9 +109,10 @@ algo shm_collective_choice(coll c, std::size_t bytes, int P) {
 /// Whether they share a node is looked up only where the two choices differ; that lookup is
 /// collective on the communicator's first call, like one_node_choice in allreduce.cpp (every
 /// rank makes the same call with the same size, so every rank reaches it).
-algo one_node_collective_choice(coll c, MPI_Comm comm, std::size_t bytes, int P, algo ruled) {
-  if (ruled == algo::empty || !config().shm || chosen_by_rule(c, bytes)) return ruled;
-  const algo node = shm_collective_choice(c, bytes, P);
+algorithm_id one_node_collective_choice(coll c, MPI_Comm comm, std::size_t bytes, int P,
+                                        algorithm_id ruled) {
+  if (!config().shm || chosen_by_rule(c, bytes)) return ruled;
+  const algorithm_id node = shm_collective_choice(c, bytes, P);
   if (node == ruled) return ruled;
   return state_of(comm).shared_memory() ? node : ruled;
 }
@@ -138,7 +141,8 @@ int reduce_scatter_block_call(const void* sendbuf, void* recvbuf, Count recvcoun
     return pmpi();
   }
   const std::size_t n = static_cast<std::size_t>(recvcount), bytes = n * P * r.size;
-  algo a = n == 0 ? algo::empty : choose(c, bytes);
+  if (n == 0) return count_empty_call(c, comm);
+  algorithm_id a = choose(c, bytes);
   try {
     a = one_node_collective_choice(c, comm, bytes, P, a);
   } catch (const std::exception& e) {
@@ -146,8 +150,7 @@ int reduce_scatter_block_call(const void* sendbuf, void* recvbuf, Count recvcoun
   }
   count_call(c, a, bytes, comm);
   count_entry_point<Count>(c, a);
-  if (a == algo::empty) return MPI_SUCCESS;
-  if (a == algo::passthrough) return pmpi();
+  if (a == algorithm_id::passthrough) return pmpi();
   try {
     comm_state& s = state_of(comm);
     const void* in = sendbuf;
@@ -220,7 +223,8 @@ int allgather_call(const void* sendbuf, Count sendcount, MPI_Datatype sendtype, 
   }
   const std::size_t block = static_cast<std::size_t>(block_signature);
   const std::size_t bytes = block * P;
-  algo a = block == 0 ? algo::empty : choose(c, bytes);
+  if (block == 0) return count_empty_call(c, comm);
+  algorithm_id a = choose(c, bytes);
   try {
     a = one_node_collective_choice(c, comm, bytes, P, a);
   } catch (const std::exception& e) {
@@ -228,8 +232,7 @@ int allgather_call(const void* sendbuf, Count sendcount, MPI_Datatype sendtype, 
   }
   count_call(c, a, bytes, comm);
   count_entry_point<Count>(c, a);
-  if (a == algo::empty) return MPI_SUCCESS;
-  if (a == algo::passthrough) return pmpi();
+  if (a == algorithm_id::passthrough) return pmpi();
   try {
     comm_state& s = state_of(comm);
     const bool recv_direct = rsize != 0;
@@ -403,7 +406,8 @@ int bcast_call(void* buffer, Count count, MPI_Datatype datatype, int root, MPI_C
   }
   if (!config().error.empty()) return report_settings_error(c, comm);
   const std::size_t bytes = static_cast<std::size_t>(signature);
-  algo a = bytes == 0 ? algo::empty : choose(c, bytes);
+  if (bytes == 0) return count_empty_call(c, comm);
+  algorithm_id a = choose(c, bytes);
   try {
     a = one_node_collective_choice(c, comm, bytes, P, a);
   } catch (const std::exception& e) {
@@ -411,8 +415,7 @@ int bcast_call(void* buffer, Count count, MPI_Datatype datatype, int root, MPI_C
   }
   count_call(c, a, bytes, comm);
   count_entry_point<Count>(c, a);
-  if (a == algo::empty) return MPI_SUCCESS;
-  if (a == algo::passthrough) return pmpi();
+  if (a == algorithm_id::passthrough) return pmpi();
   try {
     comm_state& s = state_of(comm);
     const bool direct = size != 0;
@@ -477,7 +480,8 @@ int reduce_call(const void* sendbuf, void* recvbuf, Count count, MPI_Datatype da
   }
   if (!config().error.empty()) return report_settings_error(c, comm);
   const std::size_t n = static_cast<std::size_t>(count), bytes = n * r.size;
-  algo a = n == 0 ? algo::empty : choose(c, bytes);
+  if (n == 0) return count_empty_call(c, comm);
+  algorithm_id a = choose(c, bytes);
   try {
     a = one_node_collective_choice(c, comm, bytes, P, a);
   } catch (const std::exception& e) {
@@ -485,8 +489,7 @@ int reduce_call(const void* sendbuf, void* recvbuf, Count count, MPI_Datatype da
   }
   count_call(c, a, bytes, comm);
   count_entry_point<Count>(c, a);
-  if (a == algo::empty) return MPI_SUCCESS;
-  if (a == algo::passthrough) return pmpi();
+  if (a == algorithm_id::passthrough) return pmpi();
   try {
     comm_state& s = state_of(comm);
     on_transport(c, s, [&](auto& t) {

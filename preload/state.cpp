@@ -47,89 +47,41 @@ const char* fallback_name(fallback f) noexcept {
   return names[static_cast<int>(f)];
 }
 
-const char* algo_name(algo a) noexcept {
-  static const char* const names[algo_count] = {
-      "passthrough",   "ring",       "recursive_doubling", "recursive_halving_doubling",
-      "binomial_tree", "multi_ring", "hierarchical",       "empty"};
-  return names[static_cast<int>(a)];
-}
-
 namespace {
 
-/// The environment variable of each collective's selection string.
-const char* const algo_env[coll_count] = {"TCOLL_ALLREDUCE_ALGO",
-                                          "TCOLL_REDUCE_SCATTER_ALGO",
-                                          "TCOLL_ALLGATHER_ALGO",
-                                          "TCOLL_BCAST_ALGO",
-                                          "TCOLL_REDUCE_ALGO",
-                                          nullptr,
-                                          nullptr,
-                                          nullptr,
-                                          nullptr,
-                                          nullptr};
+/// The collectives whose selection variable the preload reads (the table's): the others
+/// share one of these (`settings::rules`).
+constexpr coll ruled_collectives[] = {coll::allreduce, coll::reduce_scatter_block, coll::allgather,
+                                      coll::bcast, coll::reduce};
 
-/// The names a collective's selection string accepts.
-std::vector<algo> accepted(coll c) {
-  switch (c) {
-  case coll::allreduce:
-  case coll::iallreduce:
-  case coll::allreduce_init:
-    return {algo::ring,          algo::recursive_doubling, algo::recursive_halving_doubling,
-            algo::binomial_tree, algo::passthrough,        algo::multi_ring,
-            algo::hierarchical};
-  case coll::reduce_scatter_block:
-  case coll::allgather:
-  case coll::reduce_scatter:
-  case coll::allgatherv:
-    return {algo::ring, algo::passthrough};
-  default:
-    return {algo::binomial_tree, algo::passthrough};
+/// Parses the selection string `text` of collective `c` (read from `var`) with tcoll's
+/// parser and the table's names; refuses a name of the table the preload does not run for
+/// `c` (`preload_runs`). Throws invalid_argument.
+std::vector<size_rule> parse_rules(coll c, std::string_view var, std::string_view text) {
+  const std::string context = std::string(var) + "='" + std::string(text) + "'";
+  std::vector<size_rule> rules;
+  try {
+    rules = parse_selection(text, collective_of(c));
+  } catch (const invalid_argument& e) {
+    throw invalid_argument(context + ": " + e.message());
   }
-}
-
-/// Parses one selection string strictly: `name:min-max` rules separated by `;`, sizes with
-/// K/M/G suffixes or `max` (tcoll's own parser reads the sizes). Throws invalid_argument.
-std::vector<rule> parse_rules(coll c, const char* var, std::string_view text) {
-  const std::vector<algo> ok = accepted(c);
-  std::string names;
-  for (algo a : ok) names += std::string(names.empty() ? "" : ", ") + algo_name(a);
-  std::vector<rule> rules;
-  std::size_t pos = 0;
-  while (pos <= text.size()) {
-    const std::size_t end = std::min(text.find(';', pos), text.size());
-    const std::string_view tok = text.substr(pos, end - pos);
-    pos = end + 1;
-    if (tok.empty()) continue;
-    const std::size_t colon = tok.find(':');
-    const std::string name(tok.substr(0, colon));
-    const auto known =
-        std::find_if(ok.begin(), ok.end(), [&](algo a) { return name == algo_name(a); });
-    if (known == ok.end())
-      throw invalid_argument(std::string(var) + "='" + std::string(text) +
-                             "': unknown algorithm '" + name + "' in rule '" + std::string(tok) +
-                             "' (" + names + ")");
-    if (colon == tok.npos)
-      throw invalid_argument(std::string(var) + "='" + std::string(text) + "': rule '" +
-                             std::string(tok) + "' is not name:min-max");
-    // tcoll's parser checks the sizes (ring stands in for the name it may not know).
-    std::vector<size_rule> sizes;
-    try {
-      sizes = parse_selection("ring" + std::string(tok.substr(colon)));
-    } catch (const invalid_argument& e) {
-      throw invalid_argument(std::string(var) + "='" + std::string(text) + "': rule '" +
-                             std::string(tok) + "': " + e.what());
-    }
-    rules.push_back(rule{*known, sizes.at(0).min_bytes, sizes.at(0).max_bytes});
-  }
+  for (const size_rule& r : rules)
+    if (!preload_runs(c, r.algorithm))
+      throw invalid_argument(context + ": the preload runs " + std::string(to_string(r.algorithm)) +
+                             " for MPI_Allreduce only (" + coll_name(c) + ": " +
+                             std::string(to_string(describe(collective_of(c)).algorithms.front())) +
+                             " or passthrough)");
   return rules;
 }
 
 settings read_settings() {
   settings s;
   try {
-    for (int i = 0; i < coll_count; ++i)
-      if (const char* v = algo_env[i] ? std::getenv(algo_env[i]) : nullptr)
-        s.rules[i] = parse_rules(static_cast<coll>(i), algo_env[i], v);
+    for (coll c : ruled_collectives) {
+      const std::string var(describe(collective_of(c)).selection_variable);
+      if (const char* v = std::getenv(var.c_str()))
+        s.rules[static_cast<int>(c)] = parse_rules(c, var, v);
+    }
     s.rules[static_cast<int>(coll::iallreduce)] = s.rules[static_cast<int>(coll::allreduce)];
     s.rules[static_cast<int>(coll::allreduce_init)] = s.rules[static_cast<int>(coll::allreduce)];
     // the uneven-count forms share the selection string of their even-count collective
@@ -177,7 +129,9 @@ inline void bump(std::atomic<unsigned long long>& total) {
   total.store(total.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
 }
 constexpr int size_buckets = 65; // 0 bytes, then [2^k, 2^(k+1)) for k = 0..63
-std::atomic<unsigned long long> by_algo[coll_count][algo_count][size_buckets];
+/// By algorithm (`algorithm_id`), and in the last column the calls that moved nothing.
+constexpr int empty_column = static_cast<int>(all_algorithm_ids.size());
+std::atomic<unsigned long long> by_algo[coll_count][empty_column + 1][size_buckets];
 std::atomic<unsigned long long> by_reason[coll_count][fallback_count];
 std::atomic<unsigned long long> shm_calls[coll_count];
 std::atomic<unsigned long long> packed_calls[coll_count];
@@ -222,7 +176,7 @@ void print_summary() {
                     " calls through tcoll (passthrough included), " +
                     std::to_string(fallback_total.load()) + " fell back to PMPI\n";
   for (int c = 0; c < coll_count; ++c) {
-    for (int a = 0; a < algo_count; ++a)
+    for (int a = 0; a <= empty_column; ++a)
       for (int b = 0; b < size_buckets; ++b)
         if (const auto n = by_algo[c][a][b].load()) {
           std::string range = "0 B";
@@ -234,8 +188,9 @@ void print_summary() {
             range += ") B";
           }
           out += p + "  " + coll_name(static_cast<coll>(c)) + " " +
-                 algo_name(static_cast<algo>(a)) + " " + range + ": " + std::to_string(n) +
-                 " calls\n";
+                 std::string(a == empty_column ? "empty"
+                                               : to_string(all_algorithm_ids[std::size_t(a)])) +
+                 " " + range + ": " + std::to_string(n) + " calls\n";
         }
     if (const auto n = shm_calls[c].load())
       out += p + "  " + coll_name(static_cast<coll>(c)) +
@@ -278,61 +233,31 @@ settings load_settings() {
 }
 
 bool chosen_by_rule(coll c, std::size_t bytes) {
-  for (const rule& r : config().rules[static_cast<int>(c)])
+  for (const size_rule& r : config().rules[static_cast<int>(c)])
     if (bytes >= r.min_bytes && bytes <= r.max_bytes) return true;
   return false;
 }
 
-algo choose_shared_memory(std::size_t bytes, int ranks) {
+algorithm_id choose_shared_memory(std::size_t bytes, int ranks) {
   const settings& s = config();
-  if (bytes < s.shm_native_below_bytes) return algo::passthrough;
-  switch (s.shm_allreduce.choose(bytes, ranks)) {
-  case algorithm_id::recursive_doubling:
-    return algo::recursive_doubling;
-  case algorithm_id::ring:
-    return algo::ring;
-  default:
-    return algo::recursive_halving_doubling;
-  }
+  if (bytes < s.shm_native_below_bytes) return algorithm_id::passthrough;
+  return s.shm_allreduce.choose(bytes, ranks);
 }
 
-algo choose(coll c, std::size_t bytes) {
+algorithm_id choose(coll c, std::size_t bytes) {
   const settings& s = config();
-  for (const rule& r : s.rules[static_cast<int>(c)])
+  for (const size_rule& r : s.rules[static_cast<int>(c)])
     if (bytes >= r.min_bytes && bytes <= r.max_bytes) return r.algorithm;
-  if (bytes <= s.native_below_bytes) return algo::passthrough;
-  switch (c) {
-  case coll::allreduce:
-  case coll::iallreduce:
-  case coll::allreduce_init: {
-    // tcoll's built-in choice without the environment's rules (read above).
-    automatic a{.rules = {}};
-    switch (a.choose(bytes, /*commutative=*/true, /*has_native=*/true)) {
-    case algorithm_id::recursive_doubling:
-      return algo::recursive_doubling;
-    case algorithm_id::recursive_halving_doubling:
-      return algo::recursive_halving_doubling;
-    case algorithm_id::binomial_tree:
-      return algo::binomial_tree;
-    case algorithm_id::passthrough:
-      return algo::passthrough;
-    case algorithm_id::multi_ring:
-      return algo::multi_ring;
-    default:
-      return algo::ring;
-    }
-  }
-  case coll::reduce_scatter_block:
-  case coll::allgather:
-  case coll::reduce_scatter:
-  case coll::allgatherv:
-    return algo::ring;
-  default:
-    return algo::binomial_tree;
-  }
+  if (bytes <= s.native_below_bytes) return algorithm_id::passthrough;
+  const collective k = collective_of(c);
+  // tcoll's built-in allreduce choice without the environment's rules (read above); the
+  // other collectives' algorithm on a transport
+  if (k == collective::allreduce)
+    return automatic{.rules = {}}.choose(bytes, /*commutative=*/true, /*has_native=*/true);
+  return describe(k).algorithms.front();
 }
 
-void count_call(coll c, algo a, std::size_t bytes, MPI_Comm comm) {
+void count_call(coll c, algorithm_id a, std::size_t bytes, MPI_Comm comm) {
   bump(through_total);
   const int d = config().debug;
   if (d == 0) return;
@@ -342,8 +267,21 @@ void count_call(coll c, algo a, std::size_t bytes, MPI_Comm comm) {
     int size = 0;
     PMPI_Comm_size(comm, &size);
     emit(prefix() + coll_name(c) + " " + std::to_string(bytes) + " B on " + std::to_string(size) +
-         " ranks: " + algo_name(a) + "\n");
+         " ranks: " + std::string(to_string(a)) + "\n");
   }
+}
+
+int count_empty_call(coll c, MPI_Comm comm) {
+  bump(through_total);
+  const int d = config().debug;
+  if (d == 0) return MPI_SUCCESS;
+  by_algo[static_cast<int>(c)][empty_column][0].fetch_add(1, std::memory_order_relaxed);
+  if (d >= 2) {
+    int size = 0;
+    PMPI_Comm_size(comm, &size);
+    emit(prefix() + coll_name(c) + " 0 B on " + std::to_string(size) + " ranks: empty\n");
+  }
+  return MPI_SUCCESS;
 }
 
 void count_shared_memory(coll c) {

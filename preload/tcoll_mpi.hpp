@@ -121,27 +121,43 @@ inline constexpr int fallback_count = 10;
 /// "user-defined op", ...
 const char* fallback_name(fallback f) noexcept;
 
-/// What a selection rule or the built-in choice runs. `hierarchical` only for allreduce.
-enum class algo : int {
-  passthrough,
-  ring,
-  recursive_doubling,
-  recursive_halving_doubling,
-  binomial_tree,
-  multi_ring,
-  hierarchical,
-  empty, ///< count 0: nothing moves
-};
-inline constexpr int algo_count = 8;
-/// The name used in selection strings and TCOLL_DEBUG output.
-const char* algo_name(algo a) noexcept;
+/// The table's algorithms name what runs a call (core/collective_table.hpp); the wrappers
+/// outside this namespace see the name through `using namespace tcoll::preload`.
+using tcoll::algorithm_id;
 
-/// One rule of a selection string: `algorithm` for messages of [min_bytes, max_bytes].
-struct rule {
-  algo algorithm = algo::ring;
-  std::size_t min_bytes = 0;
-  std::size_t max_bytes = 0;
-};
+/// The collective of the table (core/collective_table.hpp) that an intercepted call is:
+/// its selection variable, the algorithms a rule may name and what its size counts.
+constexpr collective collective_of(coll c) noexcept {
+  switch (c) {
+  case coll::allreduce:
+  case coll::iallreduce:
+  case coll::allreduce_init:
+    return collective::allreduce;
+  case coll::reduce_scatter_block:
+  case coll::reduce_scatter:
+    return collective::reduce_scatter;
+  case coll::allgather:
+  case coll::allgatherv:
+    return collective::allgather;
+  case coll::bcast:
+    return collective::broadcast;
+  case coll::reduce:
+    return collective::reduce;
+  case coll::barrier:
+    return collective::barrier;
+  }
+  return collective::allreduce;
+}
+
+/// Does the preload run algorithm `a` for calls of `c`? A selection rule of `c` names one of
+/// these; the table's other names for `c` (`hierarchical` but for allreduce) are refused
+/// with an error that says so. Allreduce: every algorithm of the table; the others: the
+/// algorithm of the collective on a transport (the table's first) and passthrough.
+constexpr bool preload_runs(coll c, algorithm_id a) noexcept {
+  const collective k = collective_of(c);
+  if (k == collective::allreduce) return selectable(k, a);
+  return a == algorithm_id::passthrough || a == describe(k).algorithms.front();
+}
 
 /// Which MPI's collectives the built-in choice below was measured against: MPICH's small
 /// allreduce and its MPI_Reduce from 64 KiB are slower than tcoll's over shared memory
@@ -154,7 +170,10 @@ inline constexpr bool builtin_for_mpich = false;
 
 /// The settings read from the environment once per process (see docs/preload.md).
 struct settings {
-  std::vector<rule> rules[coll_count]; ///< TCOLL_<COLL>_ALGO (iallreduce shares allreduce's)
+  /// The selection variable of each collective (`collective_description::selection_variable`,
+  /// parsed by `parse_selection`); iallreduce and allreduce_init share allreduce's, the
+  /// uneven-count forms their even-count collective's.
+  std::vector<size_rule> rules[coll_count];
   int debug = 0; ///< TCOLL_DEBUG: 0, 1 (rank 0's summary) or 2 (every rank's, every call)
   std::chrono::milliseconds timeout{}; ///< TCOLL_TIMEOUT (seconds)
   /// TCOLL_SHM (0 or 1, default 1): a communicator whose ranks all share one node runs
@@ -192,17 +211,21 @@ inline const settings& config() {
   return s;
 }
 
-/// The algorithm for a call of collective `c` moving `bytes` (see docs/preload.md for what
-/// the size of each collective is): the first matching rule, else the built-in choice.
-algo choose(coll c, std::size_t bytes);
+/// The algorithm for a call of collective `c` moving `bytes` (more than none; see
+/// docs/preload.md for what the size of each collective is): the first matching rule, else
+/// the built-in choice.
+algorithm_id choose(coll c, std::size_t bytes);
 /// Does a rule of the environment cover a call of collective `c` moving `bytes`?
 bool chosen_by_rule(coll c, std::size_t bytes);
 /// The built-in choice for `MPI_Allreduce` of `bytes` on `ranks` ranks over shared memory
 /// (see `settings`).
-algo choose_shared_memory(std::size_t bytes, int ranks);
+algorithm_id choose_shared_memory(std::size_t bytes, int ranks);
 
 /// Counts a call that ran through tcoll (or passthrough) and, at TCOLL_DEBUG=2, prints it.
-void count_call(coll c, algo a, std::size_t bytes, MPI_Comm comm);
+void count_call(coll c, algorithm_id a, std::size_t bytes, MPI_Comm comm);
+/// Counts a call that moves nothing (a count of 0: it returns MPI_SUCCESS at once) and, at
+/// TCOLL_DEBUG=2, prints it; returns MPI_SUCCESS.
+int count_empty_call(coll c, MPI_Comm comm);
 /// Counts a call of collective `c` that ran over the shared-memory transport.
 void count_shared_memory(coll c);
 /// Counts a call that fell back to `PMPI_*` and, at TCOLL_DEBUG=2, prints it.
@@ -211,13 +234,13 @@ void count_fallback(coll c, fallback why);
 /// datatype into contiguous bytes (or unpacked them) around tcoll's collective.
 void count_packed(coll c);
 /// Counts a call of collective `c` made through its MPI-4 large-count entry point (`_c`) that
-/// tcoll ran (`a` neither passthrough nor empty). `Count` is the wrappers' count type:
-/// nothing to do for int.
+/// tcoll ran (`a` not passthrough). `Count` is the wrappers' count type: nothing to do for
+/// int.
 void count_large_count(coll c);
 template <class Count>
-void count_entry_point(coll c, algo a) {
+void count_entry_point(coll c, algorithm_id a) {
   if constexpr (!std::is_same_v<Count, int>)
-    if (a != algo::passthrough && a != algo::empty) count_large_count(c);
+    if (a != algorithm_id::passthrough) count_large_count(c);
 }
 
 /// tcoll's state of one user communicator, kept as an attribute of it and freed with it.
@@ -366,7 +389,7 @@ struct persistent_collective {
   coll c = coll::allreduce_init;
   MPI_Comm comm = MPI_COMM_NULL;
   comm_state* state = nullptr; ///< null once the communicator was freed
-  algo algorithm = algo::ring;
+  algorithm_id algorithm = algorithm_id::ring;
   std::size_t bytes = 0;
   MPI_Request handle = MPI_REQUEST_NULL; ///< the user's request
   int tag = 0;                           ///< of its completion message

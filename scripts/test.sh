@@ -70,7 +70,7 @@ phase "MPICH tests"
 # Sanitizers on the in-process transports and adaptors (threads, hierarchical/multi-ring,
 # schedule, elastic averaging and hybrid, which start threads of their own; sparse under
 # ASan+UBSan too), with the quick test matrix (TCOLL_TEST_LEVEL, read in
-# tests/common/collective_cases.hpp). Line tables only (-g1) keep reports symbolized. ASan
+# tests/common/cases/level.hpp). Line tables only (-g1) keep reports symbolized. ASan
 # builds at -O0: about 3x faster to compile than -O1 (75 s against 216 s for
 # threads_allreduce.cpp) and its tests still finish in about 25 s. TSan stays at -O1, where
 # its tests run several times faster than unoptimised. Both compile the typed test
@@ -94,18 +94,30 @@ TSAN_OPTIONS=halt_on_error=1 TCOLL_TEST_LEVEL=quick \
   run_suite build-tsan --no-rebuild $(suite_args "${tsan_suites[@]}")
 phase "TSan tests"
 
-# One closing line over every suite and build: "tests: N passed, N failed, N skipped".
+# The closing lines over every suite and build: each test that did not pass (its build, name,
+# result and the last lines it printed, so that a failure in a long CI log is found at its
+# end), then "tests: N passed, N failed, N skipped".
 python3 - build build-mpich build-asan build-tsan <<'PY'
 import json, sys, os
 counts = {"passed": 0, "failed": 0, "skipped": 0}
+failures = []
 for d in sys.argv[1:]:
     path = os.path.join(d, "meson-logs", "testlog.json")
     if not os.path.exists(path):
         continue
     for line in open(path):
-        r = json.loads(line).get("result", "")
+        test = json.loads(line)
+        r = test.get("result", "")
         key = {"OK": "passed", "EXPECTEDFAIL": "passed", "SKIP": "skipped"}.get(r, "failed")
         counts[key] += 1
+        if key == "failed":
+            failures.append((d, test))
+for d, test in failures:
+    print("test.sh: FAILED in {}: {} ({}, {:.0f} s); its last lines:".format(
+        d, test.get("name"), test.get("result"), test.get("duration", 0)))
+    output = (test.get("stdout") or "") + (test.get("stderr") or "")
+    for text in output.splitlines()[-40:]:
+        print("    " + text)
 print("tests: {passed} passed, {failed} failed, {skipped} skipped".format(**counts))
 PY
 exit $status

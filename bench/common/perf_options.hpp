@@ -16,18 +16,23 @@
 
 namespace tcoll::bench {
 
-/// Every algorithm name `-a` accepts, in the order `-a all` runs them.
+/// Every algorithm name `-a` accepts on a single transport, in the order `-a all` runs
+/// them: the table's allreduce algorithms (core/collective_table.hpp) but `hierarchical`,
+/// then `automatic`.
 inline const std::vector<std::string>& all_algorithms() {
-  static const std::vector<std::string> names{
-      "ring",          "recursive_doubling", "recursive_halving_doubling",
-      "binomial_tree", "multi_ring",         "automatic",
-      "passthrough"};
+  static const std::vector<std::string> names = [] {
+    std::vector<std::string> n;
+    for (algorithm_id a : describe(collective::allreduce).algorithms)
+      if (a != algorithm_id::hierarchical) n.emplace_back(to_string(a));
+    n.emplace_back(automatic::name);
+    return n;
+  }();
   return names;
 }
 /// `-a` names that exist only with `-t node`: `hierarchical` (two-level, see
 /// `perf_options::intra` and `perf_options::inter`).
 inline const std::vector<std::string>& node_algorithms() {
-  static const std::vector<std::string> names{"hierarchical"};
+  static const std::vector<std::string> names{std::string(to_string(algorithm_id::hierarchical))};
   return names;
 }
 /// What `--intra` accepts: the transport inside a node of `hierarchical` under `-t node`.

@@ -54,7 +54,7 @@ void with_algorithm(const std::string& name, const perf_options& o, F&& f) {
     a.multi_ring_knobs = knobs.multi_ring_knobs;
     return f(a);
   }
-  visit_algorithm(parse_algorithm(name), knobs, f);
+  visit_algorithm(parse_algorithm(name, collective::allreduce), knobs, f);
 }
 
 /// Maximum of a double over the ranks of `t` (tcoll's own allreduce, so it works on

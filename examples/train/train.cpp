@@ -329,7 +329,7 @@ options parse_options(int argc, char** argv) {
   }
   if (o.algorithm != "automatic") {
     try {
-      (void)tcoll::parse_algorithm(o.algorithm);
+      (void)tcoll::parse_algorithm(o.algorithm, tcoll::collective::allreduce);
     } catch (const tcoll::invalid_argument& e) {
       throw usage_error(std::string("--algo: ") + e.what() + " or automatic");
     }
@@ -387,7 +387,8 @@ options parse_options(int argc, char** argv) {
 /// gives them). One exchange per algorithm made this file take 151 s to compile.
 tcoll::automatic algorithm_of(const std::string& name) {
   if (name == "automatic") return tcoll::automatic{}; // TCOLL_ALLREDUCE_ALGO, else built in
-  return tcoll::automatic{.rules = {tcoll::size_rule{.algorithm = tcoll::parse_algorithm(name)}}};
+  return tcoll::automatic{.rules = {tcoll::size_rule{.algorithm = tcoll::parse_algorithm(
+                                                         name, tcoll::collective::allreduce)}}};
 }
 
 /// Fisher-Yates shuffle driven by splitmix64, so every rank (and every platform) draws the

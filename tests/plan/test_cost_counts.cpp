@@ -1,7 +1,8 @@
 // One set of cost formulas (issue 11): the traffic each flat algorithm's cost model
-// assumes (plan::allreduce_traffic, from which plan::allreduce_us is computed) against
-// what the real algorithm does, recorded by the counting transport (messages and bytes
-// per rank) and a counting reducer (elements combined per rank) on the threads transport.
+// assumes (plan::allreduce_traffic, from which plan::allreduce_us is computed, and
+// plan::collective_traffic for every line of the table of collectives) against what the
+// real algorithm does, recorded by the counting transport (messages and bytes per rank)
+// and a counting reducer (elements combined per rank) on the threads transport.
 #include <doctest/doctest.h>
 
 #include <algorithm>
@@ -10,6 +11,7 @@
 #include <vector>
 
 #include "tcoll/collectives.hpp"
+#include "tcoll/core/collective_table.hpp"
 #include "tcoll/plan/cost_model.hpp"
 #include "tcoll/transport/counting.hpp"
 #include "tcoll/transport/threads.hpp"
@@ -35,16 +37,16 @@ struct observed {
               bytes_reduced = 0;
 };
 
-template <class Algo>
-observed run_counted(int P, std::size_t n, const Algo& algo) {
+/// Runs `body(counting transport, counting reducer)` on P threads; the busiest rank's counts.
+template <class Body>
+observed run_counted_body(int P, Body&& body) {
   std::vector<traffic> per_rank(static_cast<std::size_t>(P));
   std::vector<std::atomic<std::size_t>> reduced(static_cast<std::size_t>(P));
   thread_team(P).run([&](thread_transport& t) {
     counting<thread_transport> c(t);
     counting_reducer red;
     red.reduced = &reduced[std::size_t(t.rank())];
-    std::vector<double> v(n, 0.5 + t.rank());
-    allreduce(c, v.data(), v.data(), n, sum_op{}, algo, red);
+    body(c, red);
     per_rank[std::size_t(t.rank())] = c.counts();
   });
   observed o;
@@ -57,6 +59,68 @@ observed run_counted(int P, std::size_t n, const Algo& algo) {
     o.bytes_reduced = std::max(o.bytes_reduced, reduced[std::size_t(r)].load() * sizeof(double));
   }
   return o;
+}
+
+template <class Algo>
+observed run_counted(int P, std::size_t n, const Algo& algo) {
+  return run_counted_body(P, [&](auto& c, const counting_reducer& red) {
+    std::vector<double> v(n, 0.5 + c.rank());
+    allreduce(c, v.data(), v.data(), n, sum_op{}, algo, red);
+  });
+}
+
+/// Collective `c` (not allreduce) with its algorithm on a transport, blocks of `n` doubles,
+/// root 0; its size measure in bytes (`collective_description::size_measure`).
+double run_collective(collective c, counting<thread_transport>& t, const counting_reducer& red,
+                      std::size_t n) {
+  const int P = t.size(), r = t.rank();
+  const std::size_t all = n * std::size_t(P);
+  std::vector<double> in(all, 0.5 + r), out(all, 0.0);
+  const std::vector<std::size_t> counts(static_cast<std::size_t>(P), n);
+  std::vector<std::size_t> displs(static_cast<std::size_t>(P));
+  for (int q = 0; q < P; ++q) displs[std::size_t(q)] = std::size_t(q) * n;
+  const double blocks_bytes = double(all) * sizeof(double),
+               vector_bytes = double(n) * sizeof(double);
+  switch (c) {
+  case collective::allreduce:
+    break;
+  case collective::reduce_scatter:
+    reduce_scatter(t, in.data(), out.data(), n, sum_op{}, ring{}, red);
+    return blocks_bytes;
+  case collective::allgather:
+    allgather(t, in.data(), out.data(), n);
+    return blocks_bytes;
+  case collective::broadcast:
+    broadcast(t, in.data(), n, 0);
+    return vector_bytes;
+  case collective::reduce:
+    reduce(t, in.data(), out.data(), n, 0, sum_op{}, binomial_tree{}, red);
+    return vector_bytes;
+  case collective::alltoall:
+    alltoall(t, in.data(), out.data(), n);
+    return blocks_bytes;
+  case collective::alltoallv:
+    alltoallv<counting<thread_transport>, double>(t, in.data(), counts, displs, out.data(), counts,
+                                                  displs);
+    return blocks_bytes;
+  case collective::gather:
+    gather(t, in.data(), out.data(), n, 0);
+    return blocks_bytes;
+  case collective::gatherv:
+    gatherv<counting<thread_transport>, double>(t, in.data(), n, out.data(), counts, displs, 0);
+    return blocks_bytes;
+  case collective::scatter:
+    scatter(t, in.data(), out.data(), n, 0);
+    return blocks_bytes;
+  case collective::scatterv:
+    scatterv<counting<thread_transport>, double>(t, in.data(), counts, displs, out.data(), n, 0);
+    return blocks_bytes;
+  case collective::barrier:
+    barrier(t);
+    return 0;
+  }
+  FAIL("run_collective: no call for " << to_string(c));
+  return 0;
 }
 
 template <class Algo>
@@ -124,4 +188,74 @@ TEST_CASE("the closed forms by hand (guards the model side of the comparison)") 
   CHECK(hd.bytes_reduced == 70);
   CHECK_THROWS_AS(plan::allreduce_traffic(plan::modeled_algorithm::hierarchical_leader, 8, 4),
                   tcoll::invalid_argument);
+}
+
+TEST_CASE("every collective of the table: its cost formula's traffic is its algorithm's") {
+  for (const collective_description& d : collective_table) {
+    if (d.id == collective::allreduce) continue; // the cases above
+    // the algorithm an entry point runs on a transport (the table's first)
+    const algorithm_id a = d.algorithms.front();
+    for (int P : {1, 2, 3, 4, 5, 7, 8, 12}) {
+      for (std::size_t n : {1, 5}) {
+        double bytes = 0;
+        const observed got = run_counted_body(P, [&](auto& c, const counting_reducer& red) {
+          const double b = run_collective(d.id, c, red, n);
+          if (c.rank() == 0) bytes = b;
+        });
+        const plan::rank_traffic model = plan::collective_traffic(d.id, a, bytes, P);
+        CAPTURE(d.name);
+        CAPTURE(to_string(a));
+        CAPTURE(P);
+        CAPTURE(n);
+        CHECK(double(got.messages_sent) == model.messages_sent);
+        CHECK(double(got.messages_received) == model.messages_received);
+        CHECK(double(got.bytes_sent) == model.bytes_sent);
+        CHECK(double(got.bytes_received) == model.bytes_received);
+        CHECK(double(got.bytes_reduced) == model.bytes_reduced);
+      }
+    }
+  }
+}
+
+TEST_CASE("the table of collectives: names, algorithms and selection agree") {
+  for (const collective_description& d : collective_table) {
+    CAPTURE(d.name);
+    CHECK(describe(d.id).name == d.name); // in the order of the enum
+    CHECK(parse_collective(d.name) == d.id);
+    REQUIRE_FALSE(d.algorithms.empty());
+    for (algorithm_id a : d.algorithms) {
+      CHECK(implements(d.id, a));
+      CHECK(selectable(d.id, a));
+      CHECK(parse_algorithm(to_string(a), d.id) == a);
+    }
+    CHECK(selectable(d.id, algorithm_id::passthrough)); // the vendor's, for every collective
+    // the flat algorithms have a formula; the others say why not
+    for (algorithm_id a : all_algorithm_ids) {
+      CAPTURE(to_string(a));
+      const bool flat = implements(d.id, a) && a != algorithm_id::passthrough &&
+                        a != algorithm_id::multi_ring && a != algorithm_id::hierarchical;
+      if (flat)
+        CHECK_NOTHROW((void)plan::collective_traffic(d.id, a, 64, 4));
+      else
+        CHECK_THROWS_AS((void)plan::collective_traffic(d.id, a, 64, 4), tcoll::invalid_argument);
+    }
+  }
+  for (algorithm_id a : all_algorithm_ids) CHECK(parse_algorithm(to_string(a)) == a);
+  // the one grammar: an algorithm of another collective is refused, naming the accepted ones
+  CHECK_THROWS_WITH_AS((void)parse_algorithm("pairwise_exchange", collective::allreduce),
+                       doctest::Contains("recursive_halving_doubling"), tcoll::invalid_argument);
+  CHECK_THROWS_WITH_AS((void)parse_selection("pairwise_exchange:0-max"),
+                       doctest::Contains("unknown algorithm 'pairwise_exchange' for allreduce"),
+                       tcoll::invalid_argument);
+  CHECK(parse_selection("pairwise_exchange:0-4K", collective::alltoall).at(0).algorithm ==
+        algorithm_id::pairwise_exchange);
+  CHECK(parse_selection("passthrough:0-4K", collective::broadcast).at(0).algorithm ==
+        algorithm_id::passthrough);
+  CHECK_THROWS_AS((void)parse_collective("all_reduce"), tcoll::invalid_argument);
+  // `hierarchical` is a name of the grammar; on a single transport automatic passes over it
+  const auto rules = parse_selection("hierarchical:0-1M;ring:0-max");
+  CHECK(rules.at(0).algorithm == algorithm_id::hierarchical);
+  automatic a;
+  a.rules = rules;
+  CHECK(a.choose(64, true) == algorithm_id::ring);
 }

@@ -2,7 +2,9 @@
 /// \file
 /// Algorithm selection by message size, by code or by an environment string in the style
 /// `ring:1M-max;recursive_doubling:0-8K` (sizes in bytes with K/M/G = 2^10/2^20/2^30
-/// suffixes, inclusive ranges, `max` for no upper bound, first matching rule wins).
+/// suffixes, inclusive ranges, `max` for no upper bound, first matching rule wins): the one
+/// grammar of every selection string (`TCOLL_ALLREDUCE_ALGO` here, every `TCOLL_*_ALGO` of
+/// the preload). The names are the table's (core/collective_table.hpp).
 #include <cctype>
 #include <cstddef>
 #include <cstdlib>
@@ -11,52 +13,13 @@
 #include <string_view>
 #include <vector>
 
+#include "../core/collective_table.hpp"
 #include "../core/concepts.hpp"
 #include "../core/error.hpp"
 #include "multi_ring.hpp"
 #include "ring.hpp"
 
 namespace tcoll {
-
-/// The allreduce algorithms selectable at run time.
-enum class algorithm_id {
-  ring,
-  recursive_doubling,
-  recursive_halving_doubling,
-  binomial_tree,
-  passthrough,
-  multi_ring, ///< K rings over K parts (automatic::multi_ring_knobs)
-};
-
-/// Name as used in selection strings, benchmarks and docs.
-constexpr std::string_view to_string(algorithm_id a) {
-  switch (a) {
-  case algorithm_id::ring:
-    return "ring";
-  case algorithm_id::recursive_doubling:
-    return "recursive_doubling";
-  case algorithm_id::recursive_halving_doubling:
-    return "recursive_halving_doubling";
-  case algorithm_id::binomial_tree:
-    return "binomial_tree";
-  case algorithm_id::passthrough:
-    return "passthrough";
-  case algorithm_id::multi_ring:
-    return "multi_ring";
-  }
-  return "?";
-}
-
-/// Parses an algorithm name (`to_string`'s); throws `invalid_argument` naming it otherwise.
-inline algorithm_id parse_algorithm(std::string_view name) {
-  for (auto a : {algorithm_id::ring, algorithm_id::recursive_doubling,
-                 algorithm_id::recursive_halving_doubling, algorithm_id::binomial_tree,
-                 algorithm_id::passthrough, algorithm_id::multi_ring})
-    if (to_string(a) == name) return a;
-  throw invalid_argument("unknown algorithm '" + std::string(name) +
-                         "' (ring, recursive_doubling, recursive_halving_doubling, "
-                         "binomial_tree, passthrough, multi_ring)");
-}
 
 /// One selection rule: use `algorithm` for messages of [min_bytes, max_bytes] bytes.
 struct size_rule {
@@ -99,8 +62,11 @@ inline std::size_t parse_bytes(std::string_view text) {
   return detail::parse_size(text, context);
 }
 
-/// Parses `name:lo-hi;name:lo-hi;...`; throws `invalid_argument` naming the bad token.
-inline std::vector<size_rule> parse_selection(std::string_view text) {
+/// Parses `name:lo-hi;name:lo-hi;...` for collective `c`: every name must be one a rule of
+/// `c` may name (`selectable`, core/collective_table.hpp). Throws `invalid_argument` naming
+/// the bad token.
+inline std::vector<size_rule> parse_selection(std::string_view text,
+                                              collective c = collective::allreduce) {
   std::vector<size_rule> rules;
   std::size_t pos = 0;
   while (pos <= text.size()) {
@@ -113,8 +79,12 @@ inline std::vector<size_rule> parse_selection(std::string_view text) {
       throw invalid_argument("selection '" + std::string(text) + "': rule '" + std::string(tok) +
                              "' is not name:min-max");
     size_rule r;
-    r.algorithm = parse_algorithm(tok.substr(0, colon));
     const std::string context = "selection '" + std::string(text) + "'";
+    try {
+      r.algorithm = parse_algorithm(tok.substr(0, colon), c);
+    } catch (const invalid_argument& e) {
+      throw invalid_argument(context + ": " + e.message());
+    }
     r.min_bytes = detail::parse_size(tok.substr(colon + 1, dash - colon - 1), context);
     r.max_bytes = detail::parse_size(tok.substr(dash + 1), context);
     if (r.min_bytes > r.max_bytes)
@@ -198,10 +168,14 @@ struct automatic {
       return choose(bytes, commutative, has_native, transport_is_zero_copy<Tr>());
   }
 
-  /// The algorithm of the first rule covering `bytes`, else `built_in`.
+  /// The algorithm of the first rule covering `bytes`, else `built_in`. A `hierarchical`
+  /// rule is passed over: `automatic` runs on a single transport, which has no second level
+  /// (a communicator that is a hierarchy runs its own algorithm, and the preload builds one
+  /// for the sizes such a rule covers).
   algorithm_id ruled(std::size_t bytes, algorithm_id built_in) const {
     for (const auto& r : rules)
-      if (bytes >= r.min_bytes && bytes <= r.max_bytes) return r.algorithm;
+      if (bytes >= r.min_bytes && bytes <= r.max_bytes && r.algorithm != algorithm_id::hierarchical)
+        return r.algorithm;
     return built_in;
   }
 

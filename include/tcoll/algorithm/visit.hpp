@@ -3,7 +3,8 @@
 /// `visit_algorithm`: the one dispatch from an `algorithm_id` (select.hpp) to the algorithm
 /// object it names. `allreduce` and the prepared collectives resolve `automatic` through it;
 /// callers that select by name (benchmarks, the training app, the preload) go
-/// `parse_algorithm(name)` then here, so a new algorithm is added in one switch.
+/// `parse_algorithm(name, collective::allreduce)` then here, so a new allreduce algorithm
+/// is added in one switch.
 #include <string>
 
 #include "../core/error.hpp"
@@ -49,6 +50,13 @@ void visit_algorithm(algorithm_id id, const automatic& knobs, F&& f) {
     return f(recursive_doubling{});
   case algorithm_id::binomial_tree:
     return f(binomial_tree{});
+  case algorithm_id::hierarchical:
+  case algorithm_id::pairwise_exchange:
+  case algorithm_id::linear:
+  case algorithm_id::dissemination:
+    throw invalid_argument("visit_algorithm: " + std::string(to_string(id)) +
+                           " is not an allreduce algorithm of a single transport (" +
+                           "core/collective_table.hpp)");
   }
   throw invalid_argument("visit_algorithm: algorithm id " + std::to_string(static_cast<int>(id)) +
                          " is not one of algorithm_id's");

@@ -9,8 +9,10 @@
 #include <concepts>
 #include <cstdint>
 #include <stdexcept>
+#include <string>
 #include <string_view>
 
+#include "tcoll/core/collective_table.hpp"
 #include "tcoll/core/error.hpp"
 #include "tcoll/plan/detail/math.hpp"
 #include "tcoll/plan/interface.hpp"
@@ -257,6 +259,85 @@ constexpr double allreduce_us(modeled_algorithm a, double bytes, int ranks, hier
     return hierarchical_sharded_allreduce_us(bytes, ranks, h);
   }
   return 0.0;
+}
+
+/// The busiest rank's traffic of a collective other than allreduce on one link class, per
+/// field the maximum over the ranks (the root for the rooted ones), with equal blocks.
+/// `bytes` is the collective's size measure (`collective_description::size_measure`): the
+/// vector for broadcast and reduce, P blocks for reduce_scatter, allgather, alltoall,
+/// gather and scatter. Block b = bytes / P.
+/// - ring reduce_scatter and allgather: P-1 full-duplex rounds of one block (each block
+///   one segment); reduce_scatter reduces each received block.
+/// - binomial broadcast: the root sends ceil(lg P) whole vectors, every other rank receives
+///   one; reduce is its mirror image (the root receives and reduces ceil(lg P)).
+/// - pairwise_exchange all-to-all: P-1 full-duplex rounds of one block (the own block is a
+///   local copy).
+/// - linear gather: the root receives P-1 blocks, every other rank sends one; scatter is its
+///   mirror image.
+/// - dissemination barrier: ceil(lg P) full-duplex rounds of one byte.
+constexpr rank_traffic block_ring_traffic(double bytes, int ranks, bool reduces) noexcept {
+  if (ranks <= 1) return {};
+  const double p = ranks, moved = (p - 1) / p * bytes;
+  return {p - 1, p - 1, moved, moved, reduces ? moved : 0.0, p - 1, moved};
+}
+constexpr rank_traffic binomial_broadcast_traffic(double bytes, int ranks) noexcept {
+  if (ranks <= 1) return {};
+  const double rounds = detail::ceil_log2(static_cast<std::uint64_t>(ranks));
+  return {rounds, 1.0, rounds * bytes, bytes, 0.0, 0.0, 0.0};
+}
+constexpr rank_traffic binomial_reduce_traffic(double bytes, int ranks) noexcept {
+  if (ranks <= 1) return {};
+  const double rounds = detail::ceil_log2(static_cast<std::uint64_t>(ranks));
+  return {1.0, rounds, bytes, rounds * bytes, rounds * bytes, 0.0, 0.0};
+}
+constexpr rank_traffic linear_gather_traffic(double bytes, int ranks) noexcept {
+  if (ranks <= 1) return {};
+  const double p = ranks;
+  return {1.0, p - 1, bytes / p, (p - 1) / p * bytes, 0.0, 0.0, 0.0};
+}
+constexpr rank_traffic dissemination_barrier_traffic(int ranks) noexcept {
+  if (ranks <= 1) return {};
+  const double rounds = detail::ceil_log2(static_cast<std::uint64_t>(ranks));
+  return {rounds, rounds, rounds, rounds, 0.0, rounds, rounds};
+}
+
+/// The busiest rank's traffic of collective `c` run by the flat algorithm `a` (the table of
+/// collectives, core/collective_table.hpp: one cost formula per line and algorithm). The
+/// allreduce forms are `allreduce_traffic`'s. Throws `tcoll::invalid_argument` for an
+/// algorithm that does not implement `c` and for those with no flat formula (passthrough:
+/// the vendor's; multi_ring; hierarchical: two link classes).
+constexpr rank_traffic collective_traffic(collective c, algorithm_id a, double bytes, int ranks) {
+  auto mirror = [](rank_traffic t) {
+    return rank_traffic{t.messages_received, t.messages_sent, t.bytes_received, t.bytes_sent,
+                        t.bytes_reduced,     t.duplex_rounds, t.duplex_bytes};
+  };
+  if (implements(c, a)) switch (a) {
+    case algorithm_id::ring:
+      if (c == collective::allreduce) return ring_allreduce_traffic(bytes, ranks);
+      return block_ring_traffic(bytes, ranks, c == collective::reduce_scatter);
+    case algorithm_id::recursive_doubling:
+      return recursive_doubling_allreduce_traffic(bytes, ranks);
+    case algorithm_id::recursive_halving_doubling:
+      return recursive_halving_doubling_allreduce_traffic(bytes, ranks);
+    case algorithm_id::binomial_tree:
+      if (c == collective::allreduce) return binomial_tree_allreduce_traffic(bytes, ranks);
+      return c == collective::broadcast ? binomial_broadcast_traffic(bytes, ranks)
+                                        : binomial_reduce_traffic(bytes, ranks);
+    case algorithm_id::pairwise_exchange:
+      return block_ring_traffic(bytes, ranks, false);
+    case algorithm_id::linear:
+      return c == collective::gather || c == collective::gatherv
+                 ? linear_gather_traffic(bytes, ranks)
+                 : mirror(linear_gather_traffic(bytes, ranks));
+    case algorithm_id::dissemination:
+      return dissemination_barrier_traffic(ranks);
+    case algorithm_id::passthrough:
+    case algorithm_id::multi_ring:
+    case algorithm_id::hierarchical:
+      break;
+    }
+  throw tcoll::invalid_argument("collective_traffic: no flat formula for " +
+                                std::string(to_string(a)) + " as " + std::string(to_string(c)));
 }
 
 /// A communication cost model: callable with a message size in bytes, returns
