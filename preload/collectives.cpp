@@ -3,8 +3,11 @@
 /// through tcoll, over shared memory where a communicator's ranks share one node.
 #include "tcoll_mpi.hpp"
 
+#include <algorithm>
 #include <cstring>
 #include <exception>
+#include <span>
+#include <vector>
 
 #undef MPI_Reduce_scatter_block
 #undef MPI_Allgather
@@ -121,12 +124,13 @@ algorithm_id one_node_collective_choice(coll c, MPI_Comm comm, std::size_t bytes
 
 namespace {
 
-/// MPI_Reduce_scatter_block and MPI_Reduce_scatter_block_c (`Count` int or MPI_Count); `pmpi()`
-/// hands the call to MPI.
+/// MPI_Reduce_scatter_block and MPI_Reduce_scatter_block_c (`Count` int or MPI_Count), and
+/// MPI_Reduce_scatter(_c) with `counts` (its recvcounts, where they differ; `recvcount` is
+/// then 0); `pmpi()` hands the call to MPI.
 template <class Count, class Pmpi>
 int reduce_scatter_block_call(const void* sendbuf, void* recvbuf, Count recvcount,
                               MPI_Datatype datatype, MPI_Op op, MPI_Comm comm, Pmpi pmpi,
-                              coll c = coll::reduce_scatter_block) {
+                              coll c = coll::reduce_scatter_block, const Count* counts = nullptr) {
   if (common_fallback(c, comm, recvcount >= 0 && sendbuf && recvbuf)) return pmpi();
   if (const int rc = settle_pending_setup(c, comm); rc != MPI_SUCCESS) return rc;
   const reduction r = classify_reduction(datatype, op);
@@ -136,12 +140,29 @@ int reduce_scatter_block_call(const void* sendbuf, void* recvbuf, Count recvcoun
   }
   if (!config().error.empty()) return report_settings_error(c, comm);
   const int P = comm_size(comm);
-  if (!count_fits(recvcount, P)) {
+  // n: this rank's block; total: every block (elements)
+  std::size_t n = static_cast<std::size_t>(recvcount), total = n * P;
+  std::vector<std::size_t> sizes;
+  if (counts) {
+    long long sum = 0;
+    bool fits = true;
+    for (int q = 0; q < P && fits; ++q) {
+      fits =
+          counts[q] >= 0 && !__builtin_add_overflow(sum, static_cast<long long>(counts[q]), &sum);
+      if (fits) sizes.push_back(static_cast<std::size_t>(counts[q]));
+    }
+    if (!fits || !count_fits(sum)) {
+      count_fallback(c, fallback::arguments);
+      return pmpi();
+    }
+    n = sizes[static_cast<std::size_t>(comm_rank(comm))];
+    total = static_cast<std::size_t>(sum);
+  } else if (!count_fits(recvcount, P)) {
     count_fallback(c, fallback::arguments);
     return pmpi();
   }
-  const std::size_t n = static_cast<std::size_t>(recvcount), bytes = n * P * r.size;
-  if (n == 0) return count_empty_call(c, comm);
+  const std::size_t bytes = total * r.size;
+  if (total == 0) return count_empty_call(c, comm);
   algorithm_id a = choose(c, bytes);
   try {
     a = one_node_collective_choice(c, comm, bytes, P, a);
@@ -161,7 +182,11 @@ int reduce_scatter_block_call(const void* sendbuf, void* recvbuf, Count recvcoun
     }
     on_transport(c, s, [&](auto& t) {
       dispatch(r, [&]<class T>(const auto& o) {
-        tcoll::reduce_scatter(t, static_cast<const T*>(in), static_cast<T*>(recvbuf), n, o);
+        if (counts)
+          tcoll::reduce_scatterv(t, static_cast<const T*>(in), static_cast<T*>(recvbuf),
+                                 std::span<const std::size_t>(sizes), o);
+        else
+          tcoll::reduce_scatter(t, static_cast<const T*>(in), static_cast<T*>(recvbuf), n, o);
       });
     });
   } catch (const std::exception& e) {
@@ -304,39 +329,143 @@ long long common_count(const Count* counts, int P) {
 }
 
 /// MPI_Reduce_scatter and MPI_Reduce_scatter_c: every rank's block of the same size (the
-/// counts are an argument all ranks share) runs as MPI_Reduce_scatter_block; uneven blocks
-/// go to MPI.
+/// counts are an argument all ranks share) runs as MPI_Reduce_scatter_block, uneven blocks
+/// as tcoll's reduce_scatterv.
 template <class Count, class Pmpi>
 int reduce_scatter_call(const void* sendbuf, void* recvbuf, const Count recvcounts[],
                         MPI_Datatype datatype, MPI_Op op, MPI_Comm comm, Pmpi pmpi) {
   constexpr coll c = coll::reduce_scatter;
   if (common_fallback(c, comm, recvcounts != nullptr)) return pmpi();
   const long long block = common_count(recvcounts, comm_size(comm));
-  if (block < 0) {
-    count_fallback(c, fallback::uneven_counts);
-    return pmpi();
-  }
+  if (block < 0)
+    return reduce_scatter_block_call(sendbuf, recvbuf, Count{0}, datatype, op, comm, pmpi, c,
+                                     recvcounts);
   return reduce_scatter_block_call(sendbuf, recvbuf, static_cast<Count>(block), datatype, op, comm,
                                    pmpi, c);
 }
 
+/// MPI_Allgatherv and MPI_Allgatherv_c with blocks of their own sizes, or laid out out of
+/// rank order, through tcoll's allgatherv on bytes. The path is chosen from the blocks'
+/// signature bytes (recvcounts x the size of recvtype), which every rank shares; each rank's
+/// displacements are its own. A rank whose receive datatype is derived or not contiguous
+/// gathers into packed scratch and unpacks every block; a derived send datatype is packed.
+template <class Count, class Displ, class Pmpi>
+int allgatherv_blocks_call(const void* sendbuf, Count sendcount, MPI_Datatype sendtype,
+                           void* recvbuf, const Count recvcounts[], const Displ displs[],
+                           MPI_Datatype recvtype, MPI_Comm comm, Pmpi pmpi) {
+  constexpr coll c = coll::allgatherv;
+  const bool in_place = sendbuf == MPI_IN_PLACE;
+  if (const int rc = settle_pending_setup(c, comm); rc != MPI_SUCCESS) return rc;
+  const int P = comm_size(comm), rank = comm_rank(comm);
+  const auto own = static_cast<std::size_t>(rank);
+  const long long element = signature_bytes(1, recvtype);
+  std::vector<std::size_t> sizes(static_cast<std::size_t>(P)); // bytes of each block
+  long long total = 0;
+  bool fits = element >= 0;
+  for (int q = 0; q < P && fits; ++q) {
+    long long b = 0;
+    fits = recvcounts[q] >= 0 &&
+           !__builtin_mul_overflow(static_cast<long long>(recvcounts[q]), element, &b) &&
+           !__builtin_add_overflow(total, b, &total);
+    if (fits) sizes[static_cast<std::size_t>(q)] = static_cast<std::size_t>(b);
+  }
+  const std::size_t rsize = contiguous_size(recvtype);
+  const std::size_t ssize = in_place ? rsize : contiguous_size(sendtype);
+  const long long send_signature = in_place ? static_cast<long long>(sizes[own])
+                                   : ssize  ? static_cast<long long>(ssize) * sendcount
+                                            : signature_bytes(sendcount, sendtype);
+  if (!fits || !count_fits(total) || send_signature != static_cast<long long>(sizes[own])) {
+    count_fallback(c, fallback::arguments); // MPI reports the bad type or the mismatch
+    return pmpi();
+  }
+  if (!config().error.empty()) return report_settings_error(c, comm);
+  const auto bytes = static_cast<std::size_t>(total);
+  if (bytes == 0) return count_empty_call(c, comm);
+  algorithm_id a = choose(c, bytes);
+  try {
+    a = one_node_collective_choice(c, comm, bytes, P, a);
+  } catch (const std::exception& e) {
+    return report_error(c, comm, MPI_ERR_OTHER, e.what());
+  }
+  count_call(c, a, bytes, comm);
+  count_entry_point<Count>(c, a);
+  if (a == algorithm_id::passthrough) return pmpi();
+  try {
+    comm_state& s = state_of(comm);
+    using byte = unsigned char;
+    MPI_Aint lb = 0, extent = static_cast<MPI_Aint>(rsize);
+    if (rsize == 0) PMPI_Type_get_extent(recvtype, &lb, &extent);
+    const auto block_at = [&](int q) {
+      return static_cast<char*>(recvbuf) + static_cast<MPI_Aint>(displs[q]) * extent;
+    };
+    std::vector<std::size_t> at(static_cast<std::size_t>(P)); // where each block lies (bytes)
+    byte* out = nullptr;
+    if (rsize != 0) { // straight into recvbuf, from its lowest block (displacements may be < 0)
+      Displ lowest = displs[0];
+      for (int q = 1; q < P; ++q) lowest = std::min(lowest, displs[q]);
+      out =
+          reinterpret_cast<byte*>(block_at(0)) - static_cast<MPI_Aint>(displs[0] - lowest) * extent;
+      for (int q = 0; q < P; ++q)
+        at[static_cast<std::size_t>(q)] =
+            static_cast<std::size_t>(static_cast<MPI_Aint>(displs[q] - lowest) * extent);
+    } else { // packed in rank order into scratch, unpacked below
+      count_packed(c);
+      out = reinterpret_cast<byte*>(s.scratch_bytes(bytes));
+      std::size_t next = 0;
+      for (std::size_t q = 0; q < at.size(); ++q) {
+        at[q] = next;
+        next += sizes[q];
+      }
+    }
+    byte* mine = out + at[own];
+    const byte* in = mine;
+    if (in_place) {
+      if (rsize == 0)
+        pack_local(block_at(rank), recvcounts[rank], recvtype, reinterpret_cast<std::byte*>(mine),
+                   sizes[own]);
+    } else if (ssize != 0 && rsize != 0) {
+      in = static_cast<const byte*>(sendbuf);
+    } else if (ssize != 0) {
+      std::memcpy(mine, sendbuf, sizes[own]);
+    } else {
+      count_packed(c);
+      pack_local(sendbuf, sendcount, sendtype, reinterpret_cast<std::byte*>(mine), sizes[own]);
+    }
+    on_transport(c, s, [&](auto& t) {
+      tcoll::allgatherv(t, in, sizes[own], out, std::span<const std::size_t>(sizes),
+                        std::span<const std::size_t>(at));
+    });
+    if (rsize == 0)
+      for (int q = 0; q < P; ++q)
+        unpack_local(reinterpret_cast<const std::byte*>(out) + at[static_cast<std::size_t>(q)],
+                     sizes[static_cast<std::size_t>(q)], block_at(q), recvcounts[q], recvtype);
+  } catch (const std::exception& e) {
+    return report_error(c, comm, MPI_ERR_OTHER, e.what());
+  }
+  return MPI_SUCCESS;
+}
+
 /// MPI_Allgatherv and MPI_Allgatherv_c: blocks of one size laid out in rank order
-/// (displs[q] = q x recvcounts[0], arguments all ranks share) run as MPI_Allgather; any
-/// other layout goes to MPI.
+/// (displs[q] = q x recvcounts[0]) run as MPI_Allgather, any other layout as tcoll's
+/// allgatherv. Both run the ring on the same blocks in the same order, so ranks whose own
+/// displacements (not an argument they share) pick different forms still match.
 template <class Count, class Displ, class Pmpi>
 int allgatherv_call(const void* sendbuf, Count sendcount, MPI_Datatype sendtype, void* recvbuf,
                     const Count recvcounts[], const Displ displs[], MPI_Datatype recvtype,
                     MPI_Comm comm, Pmpi pmpi) {
   constexpr coll c = coll::allgatherv;
-  if (common_fallback(c, comm, recvcounts != nullptr && displs != nullptr)) return pmpi();
+  const bool in_place = sendbuf == MPI_IN_PLACE;
+  if (common_fallback(c, comm,
+                      recvcounts != nullptr && displs != nullptr && recvbuf && sendbuf &&
+                          (in_place || sendcount >= 0)))
+    return pmpi();
   const int P = comm_size(comm);
   const long long block = common_count(recvcounts, P);
   bool in_order = block >= 0;
   for (int q = 0; in_order && q < P; ++q) in_order = static_cast<long long>(displs[q]) == q * block;
-  if (!in_order) {
-    count_fallback(c, fallback::uneven_counts);
-    return pmpi();
-  }
+  if (!in_order)
+    return allgatherv_blocks_call(sendbuf, sendcount, sendtype, recvbuf, recvcounts, displs,
+                                  recvtype, comm, pmpi);
   return allgather_call(sendbuf, sendcount, sendtype, recvbuf, static_cast<Count>(block), recvtype,
                         comm, pmpi, c);
 }

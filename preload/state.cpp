@@ -42,7 +42,6 @@ const char* fallback_name(fallback f) noexcept {
                                                     "arguments left to MPI",
                                                     "MPI not initialised",
                                                     "communicator not yet set up",
-                                                    "blocks of different sizes",
                                                     "no spare core for tcoll's engine thread"};
   return names[static_cast<int>(f)];
 }

@@ -110,14 +110,12 @@ enum class fallback : int {
   not_set_up,    ///< MPI_Iallreduce on a communicator whose tcoll state no blocking collective has
                  ///< created yet: creating it is a collective step, and MPI starts a
                  ///< non-blocking collective locally (the next blocking collective creates it)
-  uneven_counts, ///< MPI_Reduce_scatter or MPI_Allgatherv whose blocks differ in size (or, for
-                 ///< MPI_Allgatherv, do not follow each other in rank order)
   no_spare_core, ///< MPI_Iallreduce or MPI_Allreduce_init where some rank may run on one CPU
                  ///< only (bound to a core) or a node has fewer than two CPUs per rank:
                  ///< tcoll's engine thread would share a core with a thread polling in
                  ///< MPI_Wait (no TCOLL_ALLREDUCE_ALGO rule covering the size)
 };
-inline constexpr int fallback_count = 10;
+inline constexpr int fallback_count = 9;
 /// "user-defined op", ...
 const char* fallback_name(fallback f) noexcept;
 

@@ -102,6 +102,13 @@ TEST_CASE("gather, gatherv, scatter, scatterv: every root, fractional values, un
   }
 }
 
+TEST_CASE("reduce_scatterv, allgatherv: uneven and empty blocks, gaps, in place, 1-16 ranks") {
+  for (int P : ranks_1_to_16()) {
+    CAPTURE(P);
+    on_team(P, [&](tcoll::thread_transport& t) { uneven_block_values(t, {0, 1, 3, 257}); });
+  }
+}
+
 TEST_CASE("barrier: no rank leaves before the last arrives, 1-16 ranks") {
   for (int P : ranks_1_to_16()) {
     CAPTURE(P);

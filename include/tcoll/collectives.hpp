@@ -1,7 +1,8 @@
 #pragma once
 /// \file
-/// Entry points: `allreduce`, `reduce_scatter`, `allgather`, `broadcast`, `reduce`,
-/// `alltoall`, `alltoallv`, `gather`, `gatherv`, `scatter`, `scatterv`, `barrier`.
+/// Entry points: `allreduce`, `reduce_scatter`, `reduce_scatterv`, `allgather`, `allgatherv`,
+/// `broadcast`, `reduce`, `alltoall`, `alltoallv`, `gather`, `gatherv`, `scatter`,
+/// `scatterv`, `barrier` (the table of collectives, core/collective_table.hpp).
 /// Each checks its arguments (errors name the argument and the rank) and forwards to an
 /// algorithm's step description run by the generic executor (all-to-all, gather, scatter,
 /// barrier: to their algorithm's own sends and receives). An out-of-place call never writes
@@ -134,6 +135,72 @@ bool check_alltoallv_args(const T* sendbuf, std::span<const std::size_t> send_co
   return in_place;
 }
 
+/// The blocks of a reduce_scatterv, checked: `counts` has one entry per rank and the blocks
+/// (one after another in `sendbuf`) fit in memory; returns where each block starts.
+template <class T>
+std::vector<std::size_t> check_reduce_scatterv_args(const T* sendbuf, T* recvbuf,
+                                                    std::span<const std::size_t> counts, int rank,
+                                                    int P) {
+  if (counts.size() != static_cast<std::size_t>(P))
+    throw invalid_argument("reduce_scatterv: recv_counts has " + std::to_string(counts.size()) +
+                               " entries, the group has " + std::to_string(P) + " ranks",
+                           rank);
+  const std::size_t limit =
+      static_cast<std::size_t>(std::numeric_limits<std::ptrdiff_t>::max()) / sizeof(T);
+  std::vector<std::size_t> offsets(counts.size());
+  std::size_t total = 0;
+  for (std::size_t q = 0; q < counts.size(); ++q) {
+    if (counts[q] > limit - total)
+      throw invalid_argument("reduce_scatterv: recv_counts[0.." + std::to_string(q) +
+                                 "] add up to more elements than memory can hold",
+                             rank);
+    offsets[q] = total;
+    total += counts[q];
+  }
+  const std::size_t mine = counts[static_cast<std::size_t>(rank)];
+  check_pointer(sendbuf, total, "sendbuf", "reduce_scatterv", rank);
+  check_pointer(recvbuf, mine, "recvbuf", "reduce_scatterv", rank);
+  check_overlap(sendbuf, total * sizeof(T), recvbuf, mine * sizeof(T), nullptr, "reduce_scatterv",
+                rank);
+  return offsets;
+}
+
+/// The blocks of an allgatherv, checked: one count and displacement per rank, this rank's
+/// count equal to `send_count`, no two blocks overlapping; `sendbuf` may only be this rank's
+/// own block (the in-place form). Returns the end of the last block (elements).
+template <class T>
+std::size_t check_allgatherv_args(const T* sendbuf, std::size_t send_count, T* recvbuf,
+                                  std::span<const std::size_t> counts,
+                                  std::span<const std::size_t> displs, int rank, int P) {
+  const std::size_t extent =
+      check_blocks(counts, displs, sizeof(T), "recv_counts", "recv_displs", rank, P, "allgatherv");
+  const auto own = static_cast<std::size_t>(rank);
+  if (counts[own] != send_count)
+    throw invalid_argument("allgatherv: recv_counts[" + std::to_string(rank) + "] is " +
+                               std::to_string(counts[own]) + " but send_count is " +
+                               std::to_string(send_count),
+                           rank);
+  std::vector<int> by_start;
+  for (int q = 0; q < P; ++q)
+    if (counts[static_cast<std::size_t>(q)]) by_start.push_back(q);
+  std::sort(by_start.begin(), by_start.end(), [&](int a, int b) {
+    return displs[static_cast<std::size_t>(a)] < displs[static_cast<std::size_t>(b)];
+  });
+  for (std::size_t i = 1; i < by_start.size(); ++i) {
+    const auto a = static_cast<std::size_t>(by_start[i - 1]),
+               b = static_cast<std::size_t>(by_start[i]);
+    if (displs[a] + counts[a] > displs[b])
+      throw invalid_argument("allgatherv: the blocks of ranks " + std::to_string(a) + " and " +
+                                 std::to_string(b) + " overlap in recvbuf",
+                             rank, static_cast<int>(b));
+  }
+  check_pointer(sendbuf, send_count, "sendbuf", "allgatherv", rank);
+  check_pointer(recvbuf, extent, "recvbuf", "allgatherv", rank);
+  check_overlap(sendbuf, send_count * sizeof(T), recvbuf, extent * sizeof(T),
+                recvbuf ? recvbuf + displs[own] : nullptr, "allgatherv", rank);
+  return extent;
+}
+
 /// The root's blocks of a gatherv/scatterv, checked: `buffer` with `counts`/`displs`
 /// (elements of T), one block per rank; `own_count` is what the root itself contributes
 /// (gather) or takes (scatter), which must equal its own block's count. The root's other
@@ -222,6 +289,43 @@ void allgather(C& c, const T* sendbuf, T* recvbuf, std::size_t count, const ring
   detail::check_allgather_args(sendbuf, recvbuf, count, c.rank(), c.size());
   const auto tags = detail::begin_on(c);
   detail::guarded_on(c, [&] { detail::allgather_on(c, tags, sendbuf, recvbuf, count, algo, red); });
+}
+
+/// Reduce-scatter with a block of its own size per rank (MPI_Reduce_scatter): `sendbuf`
+/// holds the P blocks one after another, block q of `recv_counts[q]` elements; rank r's
+/// `recvbuf` (`recv_counts[r]` elements) receives op over block r of every rank.
+/// `recv_counts` is the same on every rank (a mismatch fails in the transport). Ring on a
+/// transport; through the group leaders on a hierarchical machine.
+template <communicator C, class T, class Op = sum_op, reducer R = cpu_reducer>
+void reduce_scatterv(C& c, const T* sendbuf, T* recvbuf, std::span<const std::size_t> recv_counts,
+                     const Op& op = {}, const ring& algo = {}, R red = {}) {
+  detail::check_support<R, Op, T>();
+  detail::check_order<Op, ring>();
+  const std::vector<std::size_t> offsets =
+      detail::check_reduce_scatterv_args(sendbuf, recvbuf, recv_counts, c.rank(), c.size());
+  const auto tags = detail::begin_on(c);
+  detail::guarded_on(c, [&] {
+    detail::reduce_scatterv_on(c, tags, sendbuf, recvbuf, recv_counts,
+                               std::span<const std::size_t>(offsets), op, algo, red);
+  });
+}
+
+/// Allgather with a block of its own size per rank (MPI_Allgatherv): rank q's `send_count`
+/// elements land at [recv_displs[q], + recv_counts[q]) of every `recvbuf` (recv_counts[q]
+/// is q's send_count: checked on this rank for its own, a mismatch elsewhere fails in the
+/// transport). Blocks may not overlap; elements of `recvbuf` outside every block are not
+/// written. In place when `sendbuf == recvbuf + recv_displs[rank]`. Ring on a transport;
+/// through the group leaders on a hierarchical machine.
+template <communicator C, class T, reducer R = cpu_reducer>
+void allgatherv(C& c, const T* sendbuf, std::size_t send_count, T* recvbuf,
+                std::span<const std::size_t> recv_counts, std::span<const std::size_t> recv_displs,
+                const ring& algo = {}, R red = {}) {
+  const std::size_t extent = detail::check_allgatherv_args(
+      sendbuf, send_count, recvbuf, recv_counts, recv_displs, c.rank(), c.size());
+  const auto tags = detail::begin_on(c);
+  detail::guarded_on(c, [&] {
+    detail::allgatherv_on(c, tags, sendbuf, recvbuf, recv_counts, recv_displs, extent, algo, red);
+  });
 }
 
 /// Broadcast of `count` elements of `buffer` from `root` (binomial tree).

@@ -13,7 +13,8 @@
 ///  - `engine_transport()`: the transport whose engine runs its queued collectives;
 ///  - `allreduce_tagged(tags, sendbuf, recvbuf, count, op, algo, red)`: an allreduce in the
 ///    message spaces `begin()` drew, arguments already checked; likewise
-///    `reduce_scatter_tagged`, `allgather_tagged`, `broadcast_tagged`, `reduce_tagged`,
+///    `reduce_scatter_tagged`, `reduce_scatterv_tagged`, `allgather_tagged`,
+///    `allgatherv_tagged`, `broadcast_tagged`, `reduce_tagged`,
 ///    `alltoall_tagged`, `alltoallv_tagged`, `gather_tagged`, `gatherv_tagged`,
 ///    `scatter_tagged`, `scatterv_tagged` and `barrier_tagged` for the collectives it runs
 ///    (the `*_on` functions below give their arguments);
@@ -21,6 +22,7 @@
 /// For a transport the tags are one `int` and the default algorithm is `automatic`.
 #include <concepts>
 #include <exception>
+#include <span>
 #include <utility>
 #include <vector>
 
@@ -159,6 +161,32 @@ template <composite_communicator C, class T, reducer R>
 void allgather_on(C& c, const collective_tags_t<C>& tags, const T* sendbuf, T* recvbuf,
                   std::size_t count, const ring& algo, R& red) {
   c.allgather_tagged(tags, sendbuf, recvbuf, count, algo, red);
+}
+
+template <transport Tr, class T, class Op, reducer R>
+void reduce_scatterv_on(Tr& t, int tag, const T* sendbuf, T* recvbuf,
+                        std::span<const std::size_t> counts, std::span<const std::size_t> offsets,
+                        const Op& op, const ring& algo, R& red) {
+  reduce_scatterv_tagged(t, tag, sendbuf, recvbuf, counts, offsets, op, algo, red);
+}
+template <composite_communicator C, class T, class Op, reducer R>
+void reduce_scatterv_on(C& c, const collective_tags_t<C>& tags, const T* sendbuf, T* recvbuf,
+                        std::span<const std::size_t> counts, std::span<const std::size_t> offsets,
+                        const Op& op, const ring& algo, R& red) {
+  c.reduce_scatterv_tagged(tags, sendbuf, recvbuf, counts, offsets, op, algo, red);
+}
+
+template <transport Tr, class T, reducer R>
+void allgatherv_on(Tr& t, int tag, const T* sendbuf, T* recvbuf,
+                   std::span<const std::size_t> counts, std::span<const std::size_t> displs,
+                   std::size_t extent, const ring& algo, R& red) {
+  allgatherv_tagged(t, tag, sendbuf, recvbuf, counts, displs, extent, algo, red);
+}
+template <composite_communicator C, class T, reducer R>
+void allgatherv_on(C& c, const collective_tags_t<C>& tags, const T* sendbuf, T* recvbuf,
+                   std::span<const std::size_t> counts, std::span<const std::size_t> displs,
+                   std::size_t extent, const ring& algo, R& red) {
+  c.allgatherv_tagged(tags, sendbuf, recvbuf, counts, displs, extent, algo, red);
 }
 
 template <transport Tr, class T, reducer R>

@@ -44,5 +44,6 @@
 ///  - cases/alltoall.hpp: alltoall and alltoallv with fractional values, uneven blocks, in place.
 ///  - cases/gather_scatter.hpp: gather(v) and scatter(v) to and from every root, likewise.
 ///  - cases/barrier.hpp: no rank leaves a barrier before the last has arrived.
-#include "cases/barrier.hpp"
+///  - cases/uneven_blocks.hpp: reduce_scatterv and allgatherv, blocks of their own sizes.
+#include "cases/uneven_blocks.hpp"
 #include "cases/bad_input.hpp"

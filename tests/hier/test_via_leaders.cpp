@@ -16,6 +16,7 @@
 #include <tcoll/transport/threads.hpp>
 #include <vector>
 
+#include "../common/cases/uneven_blocks.hpp"
 #include "common.hpp"
 
 using namespace tcoll;
@@ -394,6 +395,13 @@ TEST_CASE("via_leaders: avg divides by the world size once; runtime-typed reduce
   CHECK(wrong == 0);
 }
 
+TEST_CASE("via_leaders: reduce_scatterv and allgatherv, uneven and empty blocks, every shape") {
+  for (const auto& sc : shapes()) {
+    CAPTURE(sc.name);
+    on_machine(sc, [&](auto& h, int) { tcoll::testing::uneven_block_values(h, {0, 1, 5}); });
+  }
+}
+
 TEST_CASE("via_leaders: barrier holds every rank until all arrived") {
   for (const auto& sc : shapes()) {
     CAPTURE(sc.name);
@@ -455,7 +463,7 @@ TEST_CASE("via_leaders: all-to-all crosses the network once per pair of leaders"
     const int P = M * g;
     const std::size_t n = 5;
     const auto group_of = consecutive(P, g);
-    traffic intra, inter;
+    hier_test::traffic intra, inter;
     thread_team(P, std::chrono::seconds(20)).run([&](thread_transport& t) {
       classify<thread_transport> c(t, group_of, intra, inter);
       auto v = split_groups(c, std::span<const int>(group_of));

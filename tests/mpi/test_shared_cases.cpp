@@ -61,6 +61,11 @@ TEST_CASE("shared: alltoall, alltoallv values") {
   alltoall_values(t, {0, 1, std::size_t(t.size() + 1), 1000});
 }
 
+TEST_CASE("shared: reduce_scatterv, allgatherv values") {
+  auto t = mpi_test::make();
+  uneven_block_values(t, {0, 1, std::size_t(t.size() + 1), 1000});
+}
+
 TEST_CASE("shared: barrier waits for every rank") {
   auto t = mpi_test::make();
   barrier_waits_for_every_rank(t);

@@ -87,8 +87,14 @@ double run_collective(collective c, counting<thread_transport>& t, const countin
   case collective::reduce_scatter:
     reduce_scatter(t, in.data(), out.data(), n, sum_op{}, ring{}, red);
     return blocks_bytes;
+  case collective::reduce_scatterv:
+    reduce_scatterv(t, in.data(), out.data(), counts, sum_op{}, ring{}, red);
+    return blocks_bytes;
   case collective::allgather:
     allgather(t, in.data(), out.data(), n);
+    return blocks_bytes;
+  case collective::allgatherv:
+    allgatherv<counting<thread_transport>, double>(t, in.data(), n, out.data(), counts, displs);
     return blocks_bytes;
   case collective::broadcast:
     broadcast(t, in.data(), n, 0);

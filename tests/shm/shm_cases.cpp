@@ -15,5 +15,6 @@ template void collectives_values<shm_transport, host_buffers>(shm_transport&,
                                                               std::size_t, const host_buffers&);
 template void alltoall_values<shm_transport>(shm_transport&, const std::vector<std::size_t>&);
 template void gather_scatter_values<shm_transport>(shm_transport&, const std::vector<std::size_t>&);
+template void uneven_block_values<shm_transport>(shm_transport&, const std::vector<std::size_t>&);
 
 } // namespace tcoll::testing

@@ -23,5 +23,7 @@ extern template void alltoall_values<shm_transport>(shm_transport&,
                                                     const std::vector<std::size_t>&);
 extern template void gather_scatter_values<shm_transport>(shm_transport&,
                                                           const std::vector<std::size_t>&);
+extern template void uneven_block_values<shm_transport>(shm_transport&,
+                                                        const std::vector<std::size_t>&);
 
 } // namespace tcoll::testing

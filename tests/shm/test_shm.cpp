@@ -128,6 +128,7 @@ TEST_CASE("shm: fractional rounding, non-commutative order, the other collective
     collectives_values(t, {std::size_t(P + 2), 41}, 8);
     alltoall_values(t, {0, 1, std::size_t(P + 1), 1000});
     gather_scatter_values(t, {1, std::size_t(P + 1), 1000});
+    uneven_block_values(t, {0, 1, std::size_t(P + 1), 1000});
     barrier_waits_for_every_rank(t);
   }
 }

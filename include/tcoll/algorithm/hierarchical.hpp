@@ -124,6 +124,20 @@ public:
                              std::size_t count, const Op& op, const ring&, R& red) {
     via_leaders{}.reduce_scatter(*this, tags, sendbuf, recvbuf, count, op, binomial_tree{}, red);
   }
+  template <class T, class Op, reducer R>
+  void reduce_scatterv_tagged(std::pair<int, int> tags, const T* sendbuf, T* recvbuf,
+                              std::span<const std::size_t> counts,
+                              std::span<const std::size_t> offsets, const Op& op, const ring&,
+                              R& red) {
+    via_leaders{}.reduce_scatterv(*this, tags, sendbuf, recvbuf, counts, offsets, op,
+                                  binomial_tree{}, red);
+  }
+  template <class T, reducer R>
+  void allgatherv_tagged(std::pair<int, int> tags, const T* sendbuf, T* recvbuf,
+                         std::span<const std::size_t> counts, std::span<const std::size_t> displs,
+                         std::size_t /*extent*/, const ring&, R& red) {
+    via_leaders{}.allgatherv(*this, tags, sendbuf, recvbuf, counts, displs, binomial_tree{}, red);
+  }
   /// Without the group map (`hierarchy_shape::groups`), a sum allreduce of a table that is
   /// zero but for this rank's block: twice the traffic, the same bits on every rank (a -0.0
   /// element arrives as +0.0), what machines built before the map existed get.

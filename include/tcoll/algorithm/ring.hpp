@@ -66,52 +66,56 @@ struct ring {
         s, P, r, [&](int c) { return chunk(buffer_id::output, c); }, seg);
   }
 
-  /// Reduce-scatter: input holds P blocks of `L.count`; rank r's output receives block r.
+  /// Reduce-scatter: input holds P blocks (`L.block`: of `L.count` each, or of their own
+  /// sizes one after another); rank r's output receives block r.
   template <class Sink>
   void reduce_scatter(Sink& s, const detail::layout& L) const {
     using namespace detail;
     const int P = L.size, r = L.rank;
-    const std::size_t n = L.count;
     const std::size_t seg = segment_elems(L);
-    s.reserve(P > 2 ? n * P : 0, n);
-    auto block = [&](buffer_id b, int c) { return region{b, std::size_t(c) * n, n}; };
+    const region last = L.block(buffer_id::input, P - 1);
+    const std::size_t all = last.offset + last.count, mine = L.block_count(r);
+    std::size_t largest = 0; // the staging space of a received block
+    for (int q = 0; q < P; ++q) largest = std::max(largest, L.block_count(q));
+    s.reserve(P > 2 ? all : 0, largest);
     auto work = [&](int c, int k) {
       // the block finished in the last step lands in the output, others in scratch
-      return k == P - 2 ? region{buffer_id::output, 0, n} : block(buffer_id::scratch, c);
+      return k == P - 2 ? region{buffer_id::output, 0, L.block_count(c)}
+                        : L.block(buffer_id::scratch, c);
     };
-    if (P == 1 || n == 0) {
+    if (P == 1 || all == 0) {
       s.round_begin();
-      s.copy({buffer_id::output, 0, n}, block(buffer_id::input, r));
-      s.finalize({buffer_id::output, 0, n});
+      s.copy({buffer_id::output, 0, mine}, L.block(buffer_id::input, r));
+      s.finalize({buffer_id::output, 0, mine});
       s.round_end();
       return;
     }
     for (int k = 0; k < P - 1; ++k) {
       const int out_c = mod(r - k - 1, P), in_c = mod(r - k - 2, P);
-      const region from = k == 0 ? block(buffer_id::input, out_c) : work(out_c, k - 1);
+      const region from = k == 0 ? L.block(buffer_id::input, out_c) : work(out_c, k - 1);
       const region to = work(in_c, k);
+      const std::size_t in_at = L.block(buffer_id::input, in_c).offset;
       s.round_begin();
       segments(from, seg, [&](region g) { s.send(mod(r + 1, P), g); });
       segments(to, seg, [&](region g) {
         const std::size_t within = g.offset - to.offset;
-        s.recv_reduce(mod(r - 1, P), g, region{buffer_id::input, in_c * n + within, g.count}, true);
+        s.recv_reduce(mod(r - 1, P), g, region{buffer_id::input, in_at + within, g.count}, true);
       });
       if (k == P - 2) s.finalize(to);
       s.round_end();
     }
   }
 
-  /// Allgather: rank r's input (`L.count` elements) lands in block r of every output.
-  /// In place when the input is block r of the output itself.
+  /// Allgather: rank r's input (`L.block_count(r)` elements) lands in block r of every
+  /// output (`L.block`). In place when the input is block r of the output itself.
   template <class Sink>
   void allgather(Sink& s, const detail::layout& L) const {
     using namespace detail;
     const int P = L.size, r = L.rank;
-    const std::size_t n = L.count;
     s.reserve(0, 0);
-    auto block = [&](int c) { return region{buffer_id::output, std::size_t(c) * n, n}; };
-    const region own{buffer_id::input, 0, n};
-    if (P == 1 || n == 0) {
+    auto block = [&](int c) { return L.block(buffer_id::output, c); };
+    const region own{buffer_id::input, 0, L.block_count(r)};
+    if (P == 1) {
       s.round_begin();
       s.copy(block(r), own);
       s.round_end();

@@ -106,6 +106,34 @@ void allgather_tagged(Tr& t, int tag, const T* sendbuf, T* recvbuf, std::size_t 
   algo.allgather(ex, L);
 }
 
+/// Reduce-scatter of blocks of their own sizes (`counts`, one after another in `sendbuf`;
+/// `offsets` their starts) in the message space `tag`, arguments already checked.
+template <transport Tr, class T, class Op, reducer R>
+void reduce_scatterv_tagged(Tr& t, int tag, const T* sendbuf, T* recvbuf,
+                            std::span<const std::size_t> counts,
+                            std::span<const std::size_t> offsets, const Op& op, const ring& algo,
+                            R& red) {
+  const int P = t.size(), r = t.rank();
+  const auto last = static_cast<std::size_t>(P - 1);
+  layout L{r, P, 0, sizeof(T), 0, false, counts.data(), offsets.data()};
+  executor<Tr, R, T, Op> ex(t, red, op, sendbuf, offsets[last] + counts[last], recvbuf,
+                            counts[static_cast<std::size_t>(r)], tag);
+  algo.reduce_scatter(ex, L);
+}
+
+/// Allgather of blocks of their own sizes (`counts`, at `displs` of `recvbuf`) in the
+/// message space `tag`, arguments already checked; `extent` is the end of the last block.
+template <transport Tr, class T, reducer R>
+void allgatherv_tagged(Tr& t, int tag, const T* sendbuf, T* recvbuf,
+                       std::span<const std::size_t> counts, std::span<const std::size_t> displs,
+                       std::size_t extent, const ring& algo, R& red) {
+  const int P = t.size(), r = t.rank();
+  layout L{r, P, 0, sizeof(T), 0, false, counts.data(), displs.data()};
+  executor<Tr, R, T, no_reduce_op> ex(t, red, no_reduce_op{}, sendbuf,
+                                      counts[static_cast<std::size_t>(r)], recvbuf, extent, tag);
+  algo.allgather(ex, L);
+}
+
 /// Broadcast in the message space `tag`, arguments already checked.
 template <transport Tr, class T, reducer R>
 void broadcast_tagged(Tr& t, int tag, T* buffer, std::size_t count, int root,

@@ -154,14 +154,34 @@ struct via_leaders {
   template <class M, class T, class Op, reducer R>
   void reduce_scatter(M& m, std::pair<int, int> tags, const T* sendbuf, T* recvbuf,
                       std::size_t count, const Op& op, const binomial_tree& tree, R& red) const {
+    const auto P = static_cast<std::size_t>(m.size());
+    std::vector<std::size_t> counts(P, count), offsets(P);
+    for (std::size_t q = 0; q < P; ++q) offsets[q] = q * count;
+    reduce_scatterv(m, tags, sendbuf, recvbuf, counts, offsets, op, tree, red);
+  }
+
+  /// Reduce-scatter of blocks of their own sizes: block q (`counts[q]` elements) starts at
+  /// `offsets[q]`, the blocks one after another in world-rank order.
+  template <class M, class T, class Op, reducer R>
+  void reduce_scatterv(M& m, std::pair<int, int> tags, const T* sendbuf, T* recvbuf,
+                       std::span<const std::size_t> counts, std::span<const std::size_t> offsets,
+                       const Op& op, const binomial_tree& tree, R& red) const {
     static_assert(commutative_op<Op>, "tcoll: a hierarchical reduce_scatter reorders operands; "
                                       "it needs a commutative op");
     using namespace detail;
     auto& intra = m.intra();
     const auto [map, l, me, a, g, rg, rl] = seat_of(m, "reduce_scatter");
     const int G = static_cast<int>(map.groups.size());
-    const auto all = static_cast<std::size_t>(m.size()) * count;
+    const std::size_t all = offsets.back() + counts.back();
+    const auto own = static_cast<std::size_t>(me);
     const std::vector<int>& mine = map.groups[static_cast<std::size_t>(a)];
+    // consecutive world ranks' blocks lie one after another
+    auto run_region = [&](int first, std::size_t n) {
+      const auto f = static_cast<std::size_t>(first), last = f + n - 1;
+      return region{buffer_id::output, offsets[f], offsets[last] + counts[last] - offsets[f]};
+    };
+    std::size_t mine_count = 0;
+    for (int q : mine) mine_count += counts[static_cast<std::size_t>(q)];
     const auto pop = phase_op(op);
     using PhaseOp = std::remove_cv_t<decltype(pop)>;
     auto space = red.template allocate<T>(l == 0 ? all : 0);
@@ -174,14 +194,14 @@ struct via_leaders {
         auto& inter = *m.inter();
         executor<std::remove_reference_t<decltype(inter)>, R, T, PhaseOp> ex(
             inter, red, pop, acc, all, acc, all, tags.second);
-        ex.reserve(0, mine.size() * count);
+        ex.reserve(0, mine_count);
         for (int k = 1; k < G; ++k) {
           const int to = (a + k) % G, from = (a - k + G) % G;
           ex.round_begin();
           for (const auto& [first, n] : runs(map.groups[static_cast<std::size_t>(to)]))
-            ex.send(to, region{buffer_id::output, std::size_t(first) * count, n * count});
+            ex.send(to, run_region(first, n));
           for (const auto& [first, n] : runs(mine)) {
-            const region r{buffer_id::output, std::size_t(first) * count, n * count};
+            const region r = run_region(first, n);
             ex.recv_reduce(from, r, r, true);
           }
           ex.round_end();
@@ -189,19 +209,82 @@ struct via_leaders {
       });
     m.in_group([&] {
       executor<std::remove_reference_t<decltype(intra)>, R, T, no_reduce_op> ex(
-          intra, red, {}, acc, acc ? all : 0, recvbuf, count, tags.first);
+          intra, red, {}, acc, acc ? all : 0, recvbuf, counts[own], tags.first);
       ex.round_begin();
       if (l == 0) {
-        for (std::size_t j = 1; j < mine.size(); ++j)
-          ex.send(int(j), region{buffer_id::input, std::size_t(mine[j]) * count, count});
-        ex.copy(region{buffer_id::output, 0, count},
-                region{buffer_id::input, std::size_t(me) * count, count});
+        for (std::size_t j = 1; j < mine.size(); ++j) {
+          const auto q = static_cast<std::size_t>(mine[j]);
+          ex.send(int(j), region{buffer_id::input, offsets[q], counts[q]});
+        }
+        ex.copy(region{buffer_id::output, 0, counts[own]},
+                region{buffer_id::input, offsets[own], counts[own]});
       } else {
-        ex.recv(0, region{buffer_id::output, 0, count});
+        ex.recv(0, region{buffer_id::output, 0, counts[own]});
       }
       ex.round_end();
     });
-    red.finalize(op, recvbuf, count, m.size());
+    red.finalize(op, recvbuf, counts[own], m.size());
+    red.synchronize();
+  }
+
+  /// Allgather of blocks of their own sizes (block q: `counts[q]` elements at `displs[q]` of
+  /// `recvbuf`, each rank its own displacements): the blocks travel packed in world-rank
+  /// order (gather to the leader, runs of consecutive ranks among the leaders, broadcast in
+  /// the group) and each rank then places them, so gaps of `recvbuf` stay unwritten.
+  template <class M, class T, reducer R>
+  void allgatherv(M& m, std::pair<int, int> tags, const T* sendbuf, T* recvbuf,
+                  std::span<const std::size_t> counts, std::span<const std::size_t> displs,
+                  const binomial_tree& tree, R& red) const {
+    using namespace detail;
+    auto& intra = m.intra();
+    const auto [map, l, me, a, g, rg, rl] = seat_of(m, "allgatherv");
+    const std::size_t P = counts.size(), own = static_cast<std::size_t>(me);
+    std::vector<std::size_t> packed_at(P);
+    std::size_t all = 0;
+    for (std::size_t q = 0; q < P; ++q) {
+      packed_at[q] = all;
+      all += counts[q];
+    }
+    auto run_region = [&](int first, std::size_t n) {
+      const auto f = static_cast<std::size_t>(first), last = f + n - 1;
+      return region{buffer_id::output, packed_at[f], packed_at[last] + counts[last] - packed_at[f]};
+    };
+    auto space = red.template allocate<T>(all);
+    T* packed = space.data();
+    const std::vector<int>& mine = map.groups[static_cast<std::size_t>(a)];
+    m.in_group([&] {
+      executor<std::remove_reference_t<decltype(intra)>, R, T, no_reduce_op> ex(
+          intra, red, {}, sendbuf, counts[own], packed, all, tags.first);
+      ex.round_begin();
+      if (l == 0) {
+        for (std::size_t j = 1; j < mine.size(); ++j) {
+          const auto q = static_cast<std::size_t>(mine[j]);
+          ex.recv(int(j), region{buffer_id::output, packed_at[q], counts[q]});
+        }
+        ex.copy(region{buffer_id::output, packed_at[own], counts[own]},
+                region{buffer_id::input, 0, counts[own]});
+      } else {
+        ex.send(0, region{buffer_id::input, 0, counts[own]});
+      }
+      ex.round_end();
+    });
+    if (l == 0 && map.groups.size() > 1)
+      m.across_groups([&] {
+        auto& inter = *m.inter();
+        executor<std::remove_reference_t<decltype(inter)>, R, T, no_reduce_op> ex(
+            inter, red, {}, packed, all, packed, all, tags.second);
+        ex.round_begin();
+        for (int c = 0; c < static_cast<int>(map.groups.size()); ++c) {
+          if (c == a) continue;
+          for (const auto& [first, n] : runs(map.groups[static_cast<std::size_t>(c)]))
+            ex.recv(c, run_region(first, n));
+          for (const auto& [first, n] : runs(mine)) ex.send(c, run_region(first, n));
+        }
+        ex.round_end();
+      });
+    m.in_group([&] { detail::broadcast_tagged(intra, tags.first, packed, all, 0, tree, red); });
+    for (std::size_t q = 0; q < P; ++q)
+      if (counts[q]) red.copy(recvbuf + displs[q], packed + packed_at[q], counts[q]);
     red.synchronize();
   }
 

@@ -87,8 +87,10 @@ constexpr std::string_view to_string(algorithm_id a) {
 /// The collectives, by the names of their entry points (collectives.hpp).
 enum class collective {
   allreduce,
-  reduce_scatter, ///< MPI_Reduce_scatter_block: equal blocks
+  reduce_scatter,  ///< MPI_Reduce_scatter_block: equal blocks
+  reduce_scatterv, ///< MPI_Reduce_scatter: a block of its own size per rank
   allgather,
+  allgatherv, ///< a block of its own size per rank
   broadcast,
   reduce,
   alltoall,
@@ -101,10 +103,12 @@ enum class collective {
 };
 
 /// Every value of `collective`, in order.
-inline constexpr std::array<collective, 12> all_collectives{
-    collective::allreduce, collective::reduce_scatter, collective::allgather, collective::broadcast,
-    collective::reduce,    collective::alltoall,       collective::alltoallv, collective::gather,
-    collective::gatherv,   collective::scatter,        collective::scatterv,  collective::barrier};
+inline constexpr std::array<collective, 14> all_collectives{
+    collective::allreduce, collective::reduce_scatter, collective::reduce_scatterv,
+    collective::allgather, collective::allgatherv,     collective::broadcast,
+    collective::reduce,    collective::alltoall,       collective::alltoallv,
+    collective::gather,    collective::gatherv,        collective::scatter,
+    collective::scatterv,  collective::barrier};
 
 /// How a collective's buffers relate to its `count` argument (P ranks).
 enum class count_rule {
@@ -174,9 +178,14 @@ inline constexpr std::array<collective_description, all_collectives.size()> coll
     {collective::reduce_scatter, "reduce_scatter", "MPI_Reduce_scatter_block",
      "TCOLL_REDUCE_SCATTER_ALGO", true, false, count_rule::blocks_in, in_place_rule::none,
      "one rank's whole input (P blocks)", detail::block_ring_algorithms},
+    {collective::reduce_scatterv, "reduce_scatterv", "MPI_Reduce_scatter", "", true, false,
+     count_rule::per_peer, in_place_rule::none, "one rank's whole input (the blocks together)",
+     detail::block_ring_algorithms},
     {collective::allgather, "allgather", "MPI_Allgather", "TCOLL_ALLGATHER_ALGO", false, false,
      count_rule::blocks_out, in_place_rule::own_block, "the whole output (P blocks)",
      detail::block_ring_algorithms},
+    {collective::allgatherv, "allgatherv", "MPI_Allgatherv", "", false, false, count_rule::per_peer,
+     in_place_rule::own_block, "the blocks together", detail::block_ring_algorithms},
     {collective::broadcast, "broadcast", "MPI_Bcast", "TCOLL_BCAST_ALGO", false, true,
      count_rule::same, in_place_rule::always, "the vector", detail::tree_algorithms},
     {collective::reduce, "reduce", "MPI_Reduce", "TCOLL_REDUCE_ALGO", true, true, count_rule::same,

@@ -53,6 +53,22 @@ struct layout {
   std::size_t elem_bytes = 1; ///< sizeof(T), for byte-valued tuning knobs
   int root = 0;               ///< for rooted collectives
   bool in_place = false;      ///< input and output are the same memory
+  /// Blocks of their own sizes (reduce_scatterv, allgatherv): block q of a P-block buffer
+  /// has `block_counts[q]` elements at element `block_displs[q]`. Null: every block has
+  /// `count` elements at q * count.
+  const std::size_t* block_counts = nullptr;
+  const std::size_t* block_displs = nullptr;
+
+  /// Block q of the P-block buffer `b`.
+  constexpr region block(buffer_id b, int q) const {
+    const auto i = static_cast<std::size_t>(q);
+    if (block_counts) return {b, block_displs[i], block_counts[i]};
+    return {b, i * count, count};
+  }
+  /// The elements of block q.
+  constexpr std::size_t block_count(int q) const {
+    return block_counts ? block_counts[static_cast<std::size_t>(q)] : count;
+  }
 };
 
 /// The common part of every sink: step constructors in terms of `add(step)`.

@@ -265,7 +265,7 @@ constexpr double allreduce_us(modeled_algorithm a, double bytes, int ranks, hier
 /// field the maximum over the ranks (the root for the rooted ones), with equal blocks.
 /// `bytes` is the collective's size measure (`collective_description::size_measure`): the
 /// vector for broadcast and reduce, P blocks for reduce_scatter, allgather, alltoall,
-/// gather and scatter. Block b = bytes / P.
+/// gather and scatter and their v forms (equal blocks). Block b = bytes / P.
 /// - ring reduce_scatter and allgather: P-1 full-duplex rounds of one block (each block
 ///   one segment); reduce_scatter reduces each received block.
 /// - binomial broadcast: the root sends ceil(lg P) whole vectors, every other rank receives
@@ -314,7 +314,8 @@ constexpr rank_traffic collective_traffic(collective c, algorithm_id a, double b
   if (implements(c, a)) switch (a) {
     case algorithm_id::ring:
       if (c == collective::allreduce) return ring_allreduce_traffic(bytes, ranks);
-      return block_ring_traffic(bytes, ranks, c == collective::reduce_scatter);
+      return block_ring_traffic(
+          bytes, ranks, c == collective::reduce_scatter || c == collective::reduce_scatterv);
     case algorithm_id::recursive_doubling:
       return recursive_doubling_allreduce_traffic(bytes, ranks);
     case algorithm_id::recursive_halving_doubling:

@@ -12,6 +12,7 @@
 ///   }, [](std::exception_ptr error) { /* on the engine thread, once it is over */ });
 #include <chrono>
 #include <cstddef>
+#include <span>
 #include <utility>
 
 #include "../collectives.hpp"
@@ -101,6 +102,21 @@ template <communicator C, class T, reducer R>
 void allgather_in(C& c, const collective_tags<C>& tags, const T* sendbuf, T* recvbuf,
                   std::size_t count, const ring& algo, R& red) {
   detail::allgather_on(c, tags, sendbuf, recvbuf, count, algo, red);
+}
+/// `reduce_scatterv` in `tags`: `offsets[q]` is where block q starts in `sendbuf` (the
+/// blocks one after another, `counts[q]` elements each).
+template <communicator C, class T, class Op, reducer R>
+void reduce_scatterv_in(C& c, const collective_tags<C>& tags, const T* sendbuf, T* recvbuf,
+                        std::span<const std::size_t> counts, std::span<const std::size_t> offsets,
+                        const Op& op, const ring& algo, R& red) {
+  detail::reduce_scatterv_on(c, tags, sendbuf, recvbuf, counts, offsets, op, algo, red);
+}
+/// `allgatherv` in `tags`: `extent` is the end of the last block of `recvbuf` (elements).
+template <communicator C, class T, reducer R>
+void allgatherv_in(C& c, const collective_tags<C>& tags, const T* sendbuf, T* recvbuf,
+                   std::span<const std::size_t> counts, std::span<const std::size_t> displs,
+                   std::size_t extent, const ring& algo, R& red) {
+  detail::allgatherv_on(c, tags, sendbuf, recvbuf, counts, displs, extent, algo, red);
 }
 template <communicator C, class T, reducer R>
 void broadcast_in(C& c, const collective_tags<C>& tags, T* buffer, std::size_t count, int root,

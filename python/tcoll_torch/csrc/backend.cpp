@@ -980,23 +980,27 @@ public:
     check_op(opts.reduceOp, outputs[0].scalar_type());
     at::Tensor packed = at::cat(flattened(inputs[0]));
     at::Tensor out = dense(outputs[0]);
-    std::int64_t offset = 0;
-    for (int q = 0; q < rank_; ++q) offset += inputs[0][q].numel();
+    // uneven blocks: tcoll's reduce_scatterv, block q's elements and where it starts
+    std::vector<std::size_t> counts, offsets;
+    for (const auto& i : inputs[0]) {
+      offsets.push_back(counts.empty() ? 0 : offsets.back() + counts.back());
+      counts.push_back(static_cast<std::size_t>(i.numel()));
+    }
     return enqueue(OpType::REDUCE_SCATTER, outputs, "reduce_scatter", packed.nbytes(),
                    [=, this](auto& t, int tag) {
                      if (even) {
                        run_reduce_scatter(t, tag, packed, out, opts.reduceOp);
-                     } else { // uneven blocks: an allreduce of them all, then this rank's
+                     } else {
                        const reduction r = reduction_of(opts.reduceOp, packed.scalar_type(), rank_);
-                       const std::size_t n = r.count(packed);
                        with_reduction(r, [&]<class E>(const tcoll::runtime_op& o) {
                          tcoll::cpu_reducer red;
-                         E* data = reinterpret_cast<E*>(packed.data_ptr());
-                         tcoll::allreduce_in(t, tag, static_cast<const E*>(data), data, n, o,
-                                             tcoll::ring{}, red);
+                         tcoll::reduce_scatterv_in(
+                             t, tag, reinterpret_cast<const E*>(packed.data_ptr()),
+                             reinterpret_cast<E*>(out.data_ptr()),
+                             std::span<const std::size_t>(counts),
+                             std::span<const std::size_t>(offsets), o, tcoll::ring{}, red);
                        });
-                       r.finalize(packed.data_ptr(), n, size_);
-                       out.view(-1).copy_(packed.narrow(0, offset, out.numel()));
+                       r.finalize(out.data_ptr(), r.count(out), size_);
                      }
                      copy_back(outputs[0], out);
                    });
