@@ -38,11 +38,17 @@ bool common_fallback(coll c, MPI_Comm comm, bool args_ok) {
   return false;
 }
 
-/// Runs `f(transport)` on the communicator's shared-memory transport where it has one
-/// (TCOLL_SHM=1 and every rank on this node; counted for TCOLL_DEBUG), else on its MPI
-/// transport. Collective on a communicator's first call, like the call itself.
+/// Runs `f(communicator)` for algorithm `a`: on the communicator's two-level machine for
+/// `hierarchical` (shared memory inside the nodes unless TCOLL_SHM=0), else on its
+/// shared-memory transport where it has one (TCOLL_SHM=1 and every rank on this node), else
+/// on its MPI transport (shared memory counted for TCOLL_DEBUG). Collective on a
+/// communicator's first call, like the call itself.
 template <class F>
-void on_transport(coll c, comm_state& s, F&& f) {
+void on_transport(coll c, comm_state& s, algorithm_id a, F&& f) {
+  if (a == algorithm_id::hierarchical) {
+    if (s.on_hierarchy(f)) count_shared_memory(c);
+    return;
+  }
   if (tcoll::shm_transport* node = s.shared_memory()) {
     count_shared_memory(c);
     f(*node);
@@ -180,7 +186,7 @@ int reduce_scatter_block_call(const void* sendbuf, void* recvbuf, Count recvcoun
       std::memcpy(copy, recvbuf, bytes);
       in = copy;
     }
-    on_transport(c, s, [&](auto& t) {
+    on_transport(c, s, a, [&](auto& t) {
       dispatch(r, [&]<class T>(const auto& o) {
         if (counts)
           tcoll::reduce_scatterv(t, static_cast<const T*>(in), static_cast<T*>(recvbuf),
@@ -281,7 +287,7 @@ int allgather_call(const void* sendbuf, Count sendcount, MPI_Datatype sendtype, 
     } else { // packed straight into its place among the gathered blocks
       pack_local(sendbuf, sendcount, sendtype, reinterpret_cast<std::byte*>(own), block);
     }
-    on_transport(c, s, [&](auto& t) { tcoll::allgather(t, in, out, block); });
+    on_transport(c, s, a, [&](auto& t) { tcoll::allgather(t, in, out, block); });
     if (!recv_direct) // block by block: recvcount x P may exceed an int
       for (int q = 0; q < P; ++q)
         unpack_local(reinterpret_cast<const std::byte*>(out) + static_cast<std::size_t>(q) * block,
@@ -431,7 +437,7 @@ int allgatherv_blocks_call(const void* sendbuf, Count sendcount, MPI_Datatype se
       count_packed(c);
       pack_local(sendbuf, sendcount, sendtype, reinterpret_cast<std::byte*>(mine), sizes[own]);
     }
-    on_transport(c, s, [&](auto& t) {
+    on_transport(c, s, a, [&](auto& t) {
       tcoll::allgatherv(t, in, sizes[own], out, std::span<const std::size_t>(sizes),
                         std::span<const std::size_t>(at));
     });
@@ -555,7 +561,7 @@ int bcast_call(void* buffer, Count count, MPI_Datatype datatype, int root, MPI_C
       if (s.rank == root)
         pack_local(buffer, count, datatype, reinterpret_cast<std::byte*>(data), bytes);
     }
-    on_transport(c, s, [&](auto& t) { tcoll::broadcast(t, data, bytes, root); });
+    on_transport(c, s, a, [&](auto& t) { tcoll::broadcast(t, data, bytes, root); });
     if (!direct && s.rank != root)
       unpack_local(reinterpret_cast<const std::byte*>(data), bytes, buffer, count, datatype);
   } catch (const std::exception& e) {
@@ -621,7 +627,7 @@ int reduce_call(const void* sendbuf, void* recvbuf, Count count, MPI_Datatype da
   if (a == algorithm_id::passthrough) return pmpi();
   try {
     comm_state& s = state_of(comm);
-    on_transport(c, s, [&](auto& t) {
+    on_transport(c, s, a, [&](auto& t) {
       dispatch(r, [&]<class T>(const auto& o) {
         T* out = is_root ? static_cast<T*>(recvbuf) : nullptr;
         const T* in = sendbuf == MPI_IN_PLACE ? out : static_cast<const T*>(sendbuf);

@@ -54,23 +54,14 @@ constexpr coll ruled_collectives[] = {coll::allreduce, coll::reduce_scatter_bloc
                                       coll::bcast, coll::reduce};
 
 /// Parses the selection string `text` of collective `c` (read from `var`) with tcoll's
-/// parser and the table's names; refuses a name of the table the preload does not run for
-/// `c` (`preload_runs`). Throws invalid_argument.
+/// parser and the table's names (every one the table lists for `c` runs here). Throws
+/// invalid_argument.
 std::vector<size_rule> parse_rules(coll c, std::string_view var, std::string_view text) {
-  const std::string context = std::string(var) + "='" + std::string(text) + "'";
-  std::vector<size_rule> rules;
   try {
-    rules = parse_selection(text, collective_of(c));
+    return parse_selection(text, collective_of(c));
   } catch (const invalid_argument& e) {
-    throw invalid_argument(context + ": " + e.message());
+    throw invalid_argument(std::string(var) + "='" + std::string(text) + "': " + e.message());
   }
-  for (const size_rule& r : rules)
-    if (!preload_runs(c, r.algorithm))
-      throw invalid_argument(context + ": the preload runs " + std::string(to_string(r.algorithm)) +
-                             " for MPI_Allreduce only (" + coll_name(c) + ": " +
-                             std::string(to_string(describe(collective_of(c)).algorithms.front())) +
-                             " or passthrough)");
-  return rules;
 }
 
 settings read_settings() {
@@ -435,9 +426,17 @@ hierarchical<mpi_transport, mpi_transport>& comm_state::hierarchy() {
     int local = intra->size(), shards = 0;
     check_mpi(PMPI_Allreduce(&local, &shards, 1, MPI_INT, MPI_MIN, user),
               "PMPI_Allreduce(group size)", rank);
+    // where every rank sits (the collectives but allreduce place blocks by world rank): each
+    // node's leader is its lowest world rank (intra is split with the rank as key)
+    int leader_and_local[2] = {rank, intra->rank()};
+    tcoll::allreduce(*intra, &leader_and_local[0], &leader_and_local[0], 1, min_op{});
+    std::vector<int> all(2 * static_cast<std::size_t>(size));
+    check_mpi(PMPI_Allgather(leader_and_local, 2, MPI_INT, all.data(), 2, MPI_INT, user),
+              "PMPI_Allgather(group leaders)", rank);
+    hierarchy_shape shape{rank, size, shards};
+    shape.groups = groups_from_leaders(all);
     hier = std::make_unique<hierarchical<mpi_transport, mpi_transport>>(
-        *intra, intra->rank() < shards ? inter.get() : nullptr,
-        hierarchy_shape{rank, size, shards});
+        *intra, intra->rank() < shards ? inter.get() : nullptr, std::move(shape));
   }
   return *hier;
 }

@@ -147,16 +147,6 @@ constexpr collective collective_of(coll c) noexcept {
   return collective::allreduce;
 }
 
-/// Does the preload run algorithm `a` for calls of `c`? A selection rule of `c` names one of
-/// these; the table's other names for `c` (`hierarchical` but for allreduce) are refused
-/// with an error that says so. Allreduce: every algorithm of the table; the others: the
-/// algorithm of the collective on a transport (the table's first) and passthrough.
-constexpr bool preload_runs(coll c, algorithm_id a) noexcept {
-  const collective k = collective_of(c);
-  if (k == collective::allreduce) return selectable(k, a);
-  return a == algorithm_id::passthrough || a == describe(k).algorithms.front();
-}
-
 /// Which MPI's collectives the built-in choice below was measured against: MPICH's small
 /// allreduce and its MPI_Reduce from 64 KiB are slower than tcoll's over shared memory
 /// (docs/benchmarks.md, "Against MPICH and Open MPI at their defaults"), Open MPI's are not.

@@ -110,17 +110,7 @@ public:
     std::vector<int> leader_local{shape.intra_world_ranks.front(), local};
     std::vector<int> all(2 * static_cast<std::size_t>(size));
     MPI_Allgather(leader_local.data(), 2, MPI_INT, all.data(), 2, MPI_INT, comm);
-    std::vector<int> leaders;
-    for (int r = 0; r < size; ++r)
-      if (all[2 * static_cast<std::size_t>(r) + 1] == 0) leaders.push_back(r);
-    shape.groups.resize(leaders.size());
-    for (int r = 0; r < size; ++r) {
-      const auto it = std::find(leaders.begin(), leaders.end(), all[2 * std::size_t(r)]);
-      auto& members = shape.groups[static_cast<std::size_t>(it - leaders.begin())];
-      const auto li = static_cast<std::size_t>(all[2 * static_cast<std::size_t>(r) + 1]);
-      if (members.size() <= li) members.resize(li + 1, -1);
-      members[li] = r;
-    }
+    shape.groups = groups_from_leaders(all);
     machine_.emplace(*intra_, inter_.get(), std::move(shape));
   }
   mpi_node_hierarchy(const mpi_node_hierarchy&) = delete;

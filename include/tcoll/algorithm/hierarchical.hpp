@@ -30,6 +30,30 @@
 
 namespace tcoll {
 
+/// `hierarchy_shape::groups` from every world rank's group leader and local rank
+/// (`leader_and_local[2 r]` and `[2 r + 1]` for world rank r, as one allgather of two ints
+/// gives them): the groups' world ranks in local order, groups ordered by their leader's
+/// world rank (the order of a leaders' transport split with the world rank as key).
+inline std::vector<std::vector<int>> groups_from_leaders(std::span<const int> leader_and_local) {
+  const std::size_t size = leader_and_local.size() / 2;
+  std::vector<int> leaders;
+  for (std::size_t r = 0; r < size; ++r)
+    if (leader_and_local[2 * r + 1] == 0) leaders.push_back(static_cast<int>(r));
+  std::vector<std::vector<int>> groups(leaders.size());
+  for (std::size_t r = 0; r < size; ++r) {
+    const auto it = std::find(leaders.begin(), leaders.end(), leader_and_local[2 * r]);
+    if (it == leaders.end())
+      throw invalid_argument("groups_from_leaders: world rank " + std::to_string(r) +
+                                 " names a leader that is no group's local rank 0",
+                             static_cast<int>(r));
+    auto& members = groups[static_cast<std::size_t>(it - leaders.begin())];
+    const auto li = static_cast<std::size_t>(leader_and_local[2 * r + 1]);
+    if (members.size() <= li) members.resize(li + 1, -1);
+    members[li] = static_cast<int>(r);
+  }
+  return groups;
+}
+
 /// Where this rank sits in the two-level machine (what the transports cannot tell).
 struct hierarchy_shape {
   int world_rank = 0; ///< rank among all ranks (for error messages and tests)
