@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cstring>
 #include <exception>
+#include <optional>
 #include <span>
 #include <vector>
 
@@ -130,6 +131,25 @@ algorithm_id one_node_collective_choice(coll c, MPI_Comm comm, std::size_t bytes
 
 namespace {
 
+/// Picks the algorithm `a` of a call of `c` moving `bytes` (more than none) on `P` ranks:
+/// the first rule's or the built-in choice, then `one_node_collective_choice`; counts the
+/// call (TCOLL_DEBUG). Returns the call's result where it ends here (MPI's own collective
+/// for passthrough, or a failure to choose, reported), nothing where tcoll runs it.
+template <class Count, class Pmpi>
+std::optional<int> route(coll c, MPI_Comm comm, std::size_t bytes, int P, Pmpi& pmpi,
+                         algorithm_id& a) {
+  a = choose(c, bytes);
+  try {
+    a = one_node_collective_choice(c, comm, bytes, P, a);
+  } catch (const std::exception& e) {
+    return report_error(c, comm, MPI_ERR_OTHER, e.what());
+  }
+  count_call(c, a, bytes, comm);
+  count_entry_point<Count>(c, a);
+  if (a == algorithm_id::passthrough) return pmpi();
+  return std::nullopt;
+}
+
 /// MPI_Reduce_scatter_block and MPI_Reduce_scatter_block_c (`Count` int or MPI_Count), and
 /// MPI_Reduce_scatter(_c) with `counts` (its recvcounts, where they differ; `recvcount` is
 /// then 0); `pmpi()` hands the call to MPI.
@@ -169,15 +189,8 @@ int reduce_scatter_block_call(const void* sendbuf, void* recvbuf, Count recvcoun
   }
   const std::size_t bytes = total * r.size;
   if (total == 0) return count_empty_call(c, comm);
-  algorithm_id a = choose(c, bytes);
-  try {
-    a = one_node_collective_choice(c, comm, bytes, P, a);
-  } catch (const std::exception& e) {
-    return report_error(c, comm, MPI_ERR_OTHER, e.what());
-  }
-  count_call(c, a, bytes, comm);
-  count_entry_point<Count>(c, a);
-  if (a == algorithm_id::passthrough) return pmpi();
+  algorithm_id a{};
+  if (const std::optional<int> done = route<Count>(c, comm, bytes, P, pmpi, a)) return *done;
   try {
     comm_state& s = state_of(comm);
     const void* in = sendbuf;
@@ -255,15 +268,8 @@ int allgather_call(const void* sendbuf, Count sendcount, MPI_Datatype sendtype, 
   const std::size_t block = static_cast<std::size_t>(block_signature);
   const std::size_t bytes = block * P;
   if (block == 0) return count_empty_call(c, comm);
-  algorithm_id a = choose(c, bytes);
-  try {
-    a = one_node_collective_choice(c, comm, bytes, P, a);
-  } catch (const std::exception& e) {
-    return report_error(c, comm, MPI_ERR_OTHER, e.what());
-  }
-  count_call(c, a, bytes, comm);
-  count_entry_point<Count>(c, a);
-  if (a == algorithm_id::passthrough) return pmpi();
+  algorithm_id a{};
+  if (const std::optional<int> done = route<Count>(c, comm, bytes, P, pmpi, a)) return *done;
   try {
     comm_state& s = state_of(comm);
     const bool recv_direct = rsize != 0;
@@ -387,15 +393,8 @@ int allgatherv_blocks_call(const void* sendbuf, Count sendcount, MPI_Datatype se
   if (!config().error.empty()) return report_settings_error(c, comm);
   const auto bytes = static_cast<std::size_t>(total);
   if (bytes == 0) return count_empty_call(c, comm);
-  algorithm_id a = choose(c, bytes);
-  try {
-    a = one_node_collective_choice(c, comm, bytes, P, a);
-  } catch (const std::exception& e) {
-    return report_error(c, comm, MPI_ERR_OTHER, e.what());
-  }
-  count_call(c, a, bytes, comm);
-  count_entry_point<Count>(c, a);
-  if (a == algorithm_id::passthrough) return pmpi();
+  algorithm_id a{};
+  if (const std::optional<int> done = route<Count>(c, comm, bytes, P, pmpi, a)) return *done;
   try {
     comm_state& s = state_of(comm);
     using byte = unsigned char;
@@ -542,15 +541,8 @@ int bcast_call(void* buffer, Count count, MPI_Datatype datatype, int root, MPI_C
   if (!config().error.empty()) return report_settings_error(c, comm);
   const std::size_t bytes = static_cast<std::size_t>(signature);
   if (bytes == 0) return count_empty_call(c, comm);
-  algorithm_id a = choose(c, bytes);
-  try {
-    a = one_node_collective_choice(c, comm, bytes, P, a);
-  } catch (const std::exception& e) {
-    return report_error(c, comm, MPI_ERR_OTHER, e.what());
-  }
-  count_call(c, a, bytes, comm);
-  count_entry_point<Count>(c, a);
-  if (a == algorithm_id::passthrough) return pmpi();
+  algorithm_id a{};
+  if (const std::optional<int> done = route<Count>(c, comm, bytes, P, pmpi, a)) return *done;
   try {
     comm_state& s = state_of(comm);
     const bool direct = size != 0;
@@ -616,15 +608,8 @@ int reduce_call(const void* sendbuf, void* recvbuf, Count count, MPI_Datatype da
   if (!config().error.empty()) return report_settings_error(c, comm);
   const std::size_t n = static_cast<std::size_t>(count), bytes = n * r.size;
   if (n == 0) return count_empty_call(c, comm);
-  algorithm_id a = choose(c, bytes);
-  try {
-    a = one_node_collective_choice(c, comm, bytes, P, a);
-  } catch (const std::exception& e) {
-    return report_error(c, comm, MPI_ERR_OTHER, e.what());
-  }
-  count_call(c, a, bytes, comm);
-  count_entry_point<Count>(c, a);
-  if (a == algorithm_id::passthrough) return pmpi();
+  algorithm_id a{};
+  if (const std::optional<int> done = route<Count>(c, comm, bytes, P, pmpi, a)) return *done;
   try {
     comm_state& s = state_of(comm);
     on_transport(c, s, a, [&](auto& t) {
