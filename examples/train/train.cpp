@@ -328,11 +328,16 @@ options parse_options(int argc, char** argv) {
     throw usage_error("unknown --scheme '" + o.scheme + "' (available: " + list + ")");
   }
   if (o.algorithm != "automatic") {
+    tcoll::algorithm_id id{};
     try {
-      (void)tcoll::parse_algorithm(o.algorithm, tcoll::collective::allreduce);
+      id = tcoll::parse_algorithm(o.algorithm, tcoll::collective::allreduce);
     } catch (const tcoll::invalid_argument& e) {
       throw usage_error(std::string("--algo: ") + e.what() + " or automatic");
     }
+    // automatic passes over a hierarchical rule on one transport, which has no second level
+    if (id == tcoll::algorithm_id::hierarchical)
+      throw usage_error("--algo hierarchical: the training app runs on one transport, which has "
+                        "no second level (a flat algorithm or automatic)");
   }
   if (o.sparse.dgc && o.scheme != "topk")
     throw usage_error("--residual dgc applies to --scheme topk");

@@ -6,16 +6,19 @@
 /// group its part (inside the group). Each rank's data crosses the network once, in one
 /// message per pair of leaders where the collective allows (all-to-all packs per group).
 ///
+// clang-format off
 /// | collective | inside the group | among the leaders | inside the group |
 /// |---|---|---|---|
 /// | barrier | dissemination | dissemination | dissemination |
 /// | broadcast | root to its leader | binomial broadcast | binomial broadcast |
 /// | reduce | binomial reduce | binomial reduce | leader to the root |
 /// | allgather | gather to the leader | every group's blocks to every leader | binomial broadcast |
-/// | reduce_scatter | binomial reduce of all blocks | each group's blocks to its leader, reduced |
-/// scatter | | alltoall | gather of every row | one packed block per pair of leaders | scatter of
-/// rows | | gather | gather to the leader | linear gather to the root's leader | leader to the root
-/// | | scatter | root to its leader | linear scatter from the root's leader | scatter |
+/// | allgatherv | gather, packed in rank order | runs of consecutive ranks | broadcast, then each rank places the blocks |
+/// | reduce_scatter(v) | binomial reduce of all blocks | each group's blocks to its leader, reduced | scatter |
+/// | alltoall | gather of every row | one packed block per pair of leaders | scatter of rows |
+/// | gather | gather to the leader | linear gather to the root's leader | leader to the root |
+/// | scatter | root to its leader | linear scatter from the root's leader | scatter |
+// clang-format on
 ///
 /// Reductions need a commutative op (groups reorder operands); finalizing ops (avg) only
 /// accumulate in the phases and are finalized once with the total rank count. All-to-all,
