@@ -485,10 +485,15 @@ TEST_CASE("shm: every collective on mpi_node_hierarchy equals MPI's") {
           MPI_Gatherv(sv.data(), mine_n, MPI_DOUBLE, gw.data(), rc.data(), rd.data(), MPI_DOUBLE, 0,
                       MPI_COMM_WORLD);
           CHECK(gv == gw);
+          // the root's blocks lie at gd with the counts gc: r_at elements (sv holds the
+          // root's alltoallv send blocks, which need not be as many)
+          std::vector<double> blocks(std::size_t(r_at) + 1);
+          for (std::size_t k = 0; k < blocks.size(); ++k) blocks[k] = double(k) / 3.0;
           std::vector<double> part(std::size_t(mine_n) + 1, -1.0), want(part.size(), -1.0);
-          tcoll::scatterv(h, sv.data(), span(gc), span(gd), part.data(), std::size_t(mine_n), 0);
-          MPI_Scatterv(sv.data(), rc.data(), rd.data(), MPI_DOUBLE, want.data(), mine_n, MPI_DOUBLE,
-                       0, MPI_COMM_WORLD);
+          tcoll::scatterv(h, blocks.data(), span(gc), span(gd), part.data(), std::size_t(mine_n),
+                          0);
+          MPI_Scatterv(blocks.data(), rc.data(), rd.data(), MPI_DOUBLE, want.data(), mine_n,
+                       MPI_DOUBLE, 0, MPI_COMM_WORLD);
           CHECK(part == want);
         } else {
           tcoll::gatherv(h, sv.data(), std::size_t(mine_n), gv.data(), span{}, span{}, 0);
@@ -498,7 +503,22 @@ TEST_CASE("shm: every collective on mpi_node_hierarchy equals MPI's") {
           tcoll::scatterv(h, sv.data(), span{}, span{}, part.data(), std::size_t(mine_n), 0);
           MPI_Scatterv(nullptr, nullptr, nullptr, MPI_DOUBLE, want.data(), mine_n, MPI_DOUBLE, 0,
                        MPI_COMM_WORLD);
-          CHECK(part == want);
+          // against the reference built from the root's blocks (blocks[k] = k / 3, this rank's
+          // at the sum of the counts before it), and MPI's too (when the root scattered from a
+          // buffer shorter than its blocks, both read past it and differed now and then)
+          std::vector<double> reference(part.size(), -1.0);
+          int before = 0;
+          for (int q = 0; q < r; ++q) before += cnt(q, 0);
+          for (int k = 0; k < mine_n; ++k) reference[std::size_t(k)] = double(before + k) / 3.0;
+          auto text = [](const std::vector<double>& v) {
+            std::string t;
+            for (double x : v) t += std::to_string(x) + " ";
+            return t;
+          };
+          INFO("tcoll: " << text(part) << "| MPI: " << text(want)
+                         << "| reference: " << text(reference));
+          CHECK(part == reference);
+          CHECK(want == reference);
         }
       }
       // reductions: integer-valued floats, exact in any order
