@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "algorithm/binomial_tree.hpp"
+#include "algorithm/bruck.hpp"
 #include "algorithm/dissemination.hpp"
 #include "algorithm/linear.hpp"
 #include "algorithm/pairwise_exchange.hpp"
@@ -385,10 +386,12 @@ void alltoallv(C& c, const T* sendbuf, std::span<const std::size_t> send_counts,
 /// All-to-all (MPI_Alltoall): block q of `sendbuf` (`count` elements) goes to rank q, which
 /// receives it as block r of its `recvbuf` (r this rank; size() * count elements each).
 /// `sendbuf == recvbuf` is the in-place form; other overlap is an error. Host memory.
-/// Pairwise exchange on a transport; through the group leaders on a hierarchical machine.
-template <communicator C, class T>
-void alltoall(C& c, const T* sendbuf, T* recvbuf, std::size_t count,
-              const pairwise_exchange& algo = {}) {
+/// On a transport `algo` runs: by default `alltoall_by_size` (Bruck for short blocks on
+/// many ranks, the pairwise exchange otherwise; `TCOLL_ALLTOALL_ALGO`), or `bruck` or
+/// `pairwise_exchange` by name. On a hierarchical machine through the group leaders, which
+/// exchange uneven group blocks pairwise.
+template <communicator C, class T, alltoall_algorithm A = alltoall_by_size>
+void alltoall(C& c, const T* sendbuf, T* recvbuf, std::size_t count, const A& algo = {}) {
   const int rank = c.rank(), P = c.size();
   const auto all = static_cast<std::size_t>(P) * count;
   detail::check_count(count, static_cast<std::size_t>(P), sizeof(T), "alltoall", rank);

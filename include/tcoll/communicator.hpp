@@ -212,19 +212,16 @@ void reduce_on(C& c, const collective_tags_t<C>& tags, const T* sendbuf, T* recv
 }
 
 /// All-to-all of `count` elements per pair (host memory); `in_place` when sendbuf == recvbuf.
-template <transport Tr, class T>
+/// A hierarchy's leaders exchange uneven group blocks: the pairwise exchange there.
+template <transport Tr, class T, alltoall_algorithm A>
 void alltoall_on(Tr& t, int tag, const T* sendbuf, T* recvbuf, std::size_t count, bool in_place,
-                 const pairwise_exchange& algo) {
-  const auto [counts, displs] = equal_blocks(t.size(), count);
-  alltoallv_tagged(t, tag, sendbuf, std::span<const std::size_t>(counts),
-                   std::span<const std::size_t>(displs), recvbuf,
-                   std::span<const std::size_t>(counts), std::span<const std::size_t>(displs),
-                   in_place, algo);
+                 const A& algo) {
+  alltoall_tagged(t, tag, sendbuf, recvbuf, count, in_place, algo);
 }
-template <composite_communicator C, class T>
+template <composite_communicator C, class T, alltoall_algorithm A>
 void alltoall_on(C& c, const collective_tags_t<C>& tags, const T* sendbuf, T* recvbuf,
-                 std::size_t count, bool in_place, const pairwise_exchange& algo) {
-  c.alltoall_tagged(tags, sendbuf, recvbuf, count, in_place, algo);
+                 std::size_t count, bool in_place, const A& algo) {
+  c.alltoall_tagged(tags, sendbuf, recvbuf, count, in_place, uneven_exchange_of(algo));
 }
 
 /// All-to-all with a block of its own size for every pair (host memory; see `alltoallv`).

@@ -57,22 +57,45 @@ struct pairwise_exchange {
                                  std::to_string(own.send_bytes) + " bytes but expects " +
                                  std::to_string(own.recv_bytes),
                              r);
-    if (own.send_bytes && own.send != own.recv) std::memmove(own.recv, own.send, own.send_bytes);
     std::size_t largest = 0;
     for (const exchange_block& b : blocks)
       largest = std::max({largest, b.send_bytes, b.recv_bytes});
+    exchange_each(t, tag, largest, [&](int q) { return blocks[static_cast<std::size_t>(q)]; });
+  }
+
+  /// All-to-all of `block_bytes` per pair (MPI_Alltoall's blocks): block q of `send` goes
+  /// to rank q, rank q's block lands as block q of `recv` (P blocks each), with no
+  /// allocation on the step-by-step path. `send` and `recv` must not overlap.
+  template <transport Tr>
+  void exchange_equal(Tr& t, int tag, const void* send, void* recv, std::size_t block_bytes) const {
+    const auto* in = static_cast<const std::byte*>(send);
+    auto* out = static_cast<std::byte*>(recv);
+    exchange_each(t, tag, block_bytes, [&](int q) {
+      const std::size_t at = static_cast<std::size_t>(q) * block_bytes;
+      return exchange_block{in + at, block_bytes, out + at, block_bytes};
+    });
+  }
+
+private:
+  /// The exchange of `block_of(q)` for every rank q, `largest` the largest of this rank's
+  /// blocks (which decides between the two ways of the file comment).
+  template <transport Tr, class BlockOf>
+  void exchange_each(Tr& t, int tag, std::size_t largest, const BlockOf& block_of) const {
+    const int P = t.size(), r = t.rank();
+    const exchange_block own = block_of(r);
+    if (own.send_bytes && own.send != own.recv) std::memmove(own.recv, own.send, own.send_bytes);
     if (P > 2 && largest <= all_posted_max_bytes) {
       std::vector<typename Tr::request> recvs, sends;
       recvs.reserve(static_cast<std::size_t>(P));
       sends.reserve(static_cast<std::size_t>(P));
       for (int s = 1; s < P; ++s) {
         const int from = (r - s + P) % P;
-        const exchange_block& in = blocks[static_cast<std::size_t>(from)];
+        const exchange_block in = block_of(from);
         recvs.push_back(t.irecv(from, in.recv, in.recv_bytes, tag));
       }
       for (int s = 1; s < P; ++s) {
         const int to = (r + s) % P;
-        const exchange_block& out = blocks[static_cast<std::size_t>(to)];
+        const exchange_block out = block_of(to);
         sends.push_back(t.isend(to, out.send, out.send_bytes, tag));
       }
       const auto until = clock::now() + t.timeout();
@@ -82,8 +105,8 @@ struct pairwise_exchange {
     }
     for (int s = 1; s < P; ++s) {
       const int to = (r + s) % P, from = (r - s + P) % P;
-      const exchange_block& out = blocks[static_cast<std::size_t>(to)];
-      const exchange_block& in = blocks[static_cast<std::size_t>(from)];
+      const exchange_block out = block_of(to);
+      const exchange_block in = block_of(from);
       auto rr = t.irecv(from, in.recv, in.recv_bytes, tag);
       auto sr = t.isend(to, out.send, out.send_bytes, tag);
       // the receive first: on a transport where a send completes only when its receiver

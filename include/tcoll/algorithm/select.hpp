@@ -3,8 +3,8 @@
 /// Algorithm selection by message size, by code or by an environment string in the style
 /// `ring:1M-max;recursive_doubling:0-8K` (sizes in bytes with K/M/G = 2^10/2^20/2^30
 /// suffixes, inclusive ranges, `max` for no upper bound, first matching rule wins): the one
-/// grammar of every selection string (`TCOLL_ALLREDUCE_ALGO` here, every `TCOLL_*_ALGO` of
-/// the preload). The names are the table's (core/collective_table.hpp).
+/// grammar of every selection string (`TCOLL_ALLREDUCE_ALGO` and `TCOLL_ALLTOALL_ALGO` here,
+/// every `TCOLL_*_ALGO` of the preload). The names are the table's (core/collective_table.hpp).
 #include <cctype>
 #include <cstddef>
 #include <cstdlib>
@@ -16,7 +16,9 @@
 #include "../core/collective_table.hpp"
 #include "../core/concepts.hpp"
 #include "../core/error.hpp"
+#include "bruck.hpp"
 #include "multi_ring.hpp"
+#include "pairwise_exchange.hpp"
 #include "ring.hpp"
 
 namespace tcoll {
@@ -197,5 +199,48 @@ struct automatic {
     return parsed;
   }
 };
+
+/// The all-to-all's choice by size, what `alltoall` runs by default: the first rule of
+/// `rules` covering the call (`TCOLL_ALLTOALL_ALGO`, read once per process; sizes are one
+/// rank's whole send buffer, the table's size measure), else Bruck (`bruck_knobs`) for
+/// blocks of at most `bruck_max_block_bytes` on at least `bruck_min_ranks` ranks and the
+/// pairwise exchange (`exchange`) otherwise. The defaults are MPICH's
+/// (`MPIR_CVAR_ALLTOALL_SHORT_MSG_SIZE` 256 and 8 ranks, Thakur, Rabenseifner and Gropp
+/// 2005); docs/benchmarks.md has what this VM can show of them. Rules naming
+/// `passthrough` or `hierarchical` are passed over: a single transport has neither a
+/// vendor all-to-all nor a second level.
+struct alltoall_by_size {
+  static constexpr std::string_view name = "automatic";
+  std::vector<size_rule> rules = env_rules();
+  std::size_t bruck_max_block_bytes = 256;
+  int bruck_min_ranks = 8;
+  pairwise_exchange exchange{};
+  bruck bruck_knobs{};
+
+  /// `pairwise_exchange` or `bruck`, for blocks of `block_bytes` on `ranks` ranks.
+  algorithm_id choose(std::size_t block_bytes, int ranks) const {
+    const std::size_t bytes = block_bytes * static_cast<std::size_t>(ranks);
+    for (const auto& r : rules)
+      if (bytes >= r.min_bytes && bytes <= r.max_bytes &&
+          (r.algorithm == algorithm_id::bruck || r.algorithm == algorithm_id::pairwise_exchange))
+        return r.algorithm;
+    return ranks >= bruck_min_ranks && block_bytes <= bruck_max_block_bytes
+               ? algorithm_id::bruck
+               : algorithm_id::pairwise_exchange;
+  }
+
+  static const std::vector<size_rule>& env_rules() {
+    static const std::vector<size_rule> parsed = [] {
+      const char* env = std::getenv("TCOLL_ALLTOALL_ALGO");
+      return env ? parse_selection(env, collective::alltoall) : std::vector<size_rule>{};
+    }();
+    return parsed;
+  }
+};
+
+/// The algorithms `alltoall` takes: one of the two, or the choice between them by size.
+template <class A>
+concept alltoall_algorithm = std::same_as<A, pairwise_exchange> || std::same_as<A, bruck> ||
+    std::same_as<A, alltoall_by_size>;
 
 } // namespace tcoll

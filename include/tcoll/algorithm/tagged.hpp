@@ -177,6 +177,44 @@ equal_blocks(int P, std::size_t count) {
   return {std::move(counts), std::move(displs)};
 }
 
+/// The exchange of alltoall (`count` elements per pair), arguments checked, in the message
+/// space `tag`, by `algo` (`alltoall_by_size` chooses by the block's size). In place, the
+/// pairwise exchange reads the send side from a copy; Bruck stages every block anyway.
+template <transport Tr, class T, alltoall_algorithm A>
+void alltoall_tagged(Tr& t, int tag, const T* sendbuf, T* recvbuf, std::size_t count, bool in_place,
+                     const A& algo) {
+  const std::size_t block_bytes = count * sizeof(T);
+  if constexpr (std::is_same_v<A, alltoall_by_size>) {
+    if (algo.choose(block_bytes, t.size()) == algorithm_id::bruck)
+      alltoall_tagged(t, tag, sendbuf, recvbuf, count, in_place, algo.bruck_knobs);
+    else
+      alltoall_tagged(t, tag, sendbuf, recvbuf, count, in_place, algo.exchange);
+  } else if constexpr (std::is_same_v<A, bruck>) {
+    algo.exchange(t, tag, sendbuf, recvbuf, block_bytes);
+  } else {
+    std::unique_ptr<T[]> copy;
+    if (in_place) {
+      const std::size_t all = static_cast<std::size_t>(t.size()) * count;
+      copy.reset(new T[all]);
+      std::memcpy(copy.get(), sendbuf, all * sizeof(T));
+      sendbuf = copy.get();
+    }
+    algo.exchange_equal(t, tag, sendbuf, recvbuf, block_bytes);
+  }
+}
+
+/// The pairwise exchange `algo` runs where the blocks are uneven (a hierarchy's leaders
+/// exchange whole groups' blocks): its own, or the default for Bruck.
+template <alltoall_algorithm A>
+pairwise_exchange uneven_exchange_of(const A& algo) {
+  if constexpr (std::is_same_v<A, pairwise_exchange>)
+    return algo;
+  else if constexpr (std::is_same_v<A, alltoall_by_size>)
+    return algo.exchange;
+  else
+    return {};
+}
+
 /// The exchange of alltoallv, arguments checked, in the message space `tag`. In place, the
 /// send side is read from a copy of the buffer's extent.
 template <transport Tr, class T>

@@ -54,6 +54,7 @@ void visit_algorithm(algorithm_id id, const automatic& knobs, F&& f) {
   case algorithm_id::pairwise_exchange:
   case algorithm_id::linear:
   case algorithm_id::dissemination:
+  case algorithm_id::bruck:
     throw invalid_argument("visit_algorithm: " + std::string(to_string(id)) +
                            " is not an allreduce algorithm of a single transport (" +
                            "core/collective_table.hpp)");

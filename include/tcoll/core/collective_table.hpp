@@ -42,10 +42,11 @@ enum class algorithm_id {
   pairwise_exchange, ///< all-to-all: step s sends to r + s, receives from r - s
   linear,            ///< gather and scatter: the root exchanges with every rank directly
   dissemination,     ///< barrier: ceil(log2 P) rounds, round k signals r + 2^k
+  bruck,             ///< all-to-all of equal blocks in ceil(log2 P) steps (short blocks)
 };
 
 /// Every value of `algorithm_id`, in order.
-inline constexpr std::array<algorithm_id, 10> all_algorithm_ids{
+inline constexpr std::array<algorithm_id, 11> all_algorithm_ids{
     algorithm_id::ring,
     algorithm_id::recursive_doubling,
     algorithm_id::recursive_halving_doubling,
@@ -55,7 +56,8 @@ inline constexpr std::array<algorithm_id, 10> all_algorithm_ids{
     algorithm_id::hierarchical,
     algorithm_id::pairwise_exchange,
     algorithm_id::linear,
-    algorithm_id::dissemination};
+    algorithm_id::dissemination,
+    algorithm_id::bruck};
 
 /// The name of `a` in selection strings, benchmarks and docs (its header's name).
 constexpr std::string_view to_string(algorithm_id a) {
@@ -80,6 +82,8 @@ constexpr std::string_view to_string(algorithm_id a) {
     return "linear";
   case algorithm_id::dissemination:
     return "dissemination";
+  case algorithm_id::bruck:
+    return "bruck";
   }
   return "?";
 }
@@ -162,6 +166,8 @@ inline constexpr algorithm_id block_ring_algorithms[] = {algorithm_id::ring,
                                                          algorithm_id::hierarchical};
 inline constexpr algorithm_id tree_algorithms[] = {algorithm_id::binomial_tree,
                                                    algorithm_id::hierarchical};
+inline constexpr algorithm_id alltoall_algorithms[] = {
+    algorithm_id::pairwise_exchange, algorithm_id::bruck, algorithm_id::hierarchical};
 inline constexpr algorithm_id exchange_algorithms[] = {algorithm_id::pairwise_exchange,
                                                        algorithm_id::hierarchical};
 inline constexpr algorithm_id linear_algorithms[] = {algorithm_id::linear,
@@ -190,9 +196,9 @@ inline constexpr std::array<collective_description, all_collectives.size()> coll
      count_rule::same, in_place_rule::always, "the vector", detail::tree_algorithms},
     {collective::reduce, "reduce", "MPI_Reduce", "TCOLL_REDUCE_ALGO", true, true, count_rule::same,
      in_place_rule::none, "the vector", detail::tree_algorithms},
-    {collective::alltoall, "alltoall", "MPI_Alltoall", "", false, false, count_rule::blocks_in_out,
-     in_place_rule::same_buffer, "one rank's whole send buffer (P blocks)",
-     detail::exchange_algorithms},
+    {collective::alltoall, "alltoall", "MPI_Alltoall", "TCOLL_ALLTOALL_ALGO", false, false,
+     count_rule::blocks_in_out, in_place_rule::same_buffer,
+     "one rank's whole send buffer (P blocks)", detail::alltoall_algorithms},
     {collective::alltoallv, "alltoallv", "MPI_Alltoallv", "", false, false, count_rule::per_peer,
      in_place_rule::same_buffer, "one rank's send blocks together", detail::exchange_algorithms},
     {collective::gather, "gather", "MPI_Gather", "", false, true, count_rule::blocks_out,

@@ -272,6 +272,8 @@ constexpr double allreduce_us(modeled_algorithm a, double bytes, int ranks, hier
 ///   one; reduce is its mirror image (the root receives and reduces ceil(lg P)).
 /// - pairwise_exchange all-to-all: P-1 full-duplex rounds of one block (the own block is a
 ///   local copy).
+/// - bruck all-to-all: ceil(lg P) full-duplex rounds; round k moves the slots whose index
+///   has bit k set, sum over k of |{i < P : i & k}| blocks in all.
 /// - linear gather: the root receives P-1 blocks, every other rank sends one; scatter is its
 ///   mirror image.
 /// - dissemination barrier: ceil(lg P) full-duplex rounds of one byte.
@@ -294,6 +296,17 @@ constexpr rank_traffic linear_gather_traffic(double bytes, int ranks) noexcept {
   if (ranks <= 1) return {};
   const double p = ranks;
   return {1.0, p - 1, bytes / p, (p - 1) / p * bytes, 0.0, 0.0, 0.0};
+}
+constexpr rank_traffic bruck_alltoall_traffic(double bytes, int ranks) noexcept {
+  if (ranks <= 1) return {};
+  double rounds = 0, blocks = 0;
+  for (int k = 1; k < ranks; k *= 2) {
+    rounds += 1;
+    for (int i = 1; i < ranks; ++i)
+      if (i & k) blocks += 1;
+  }
+  const double moved = blocks * bytes / ranks;
+  return {rounds, rounds, moved, moved, 0.0, rounds, moved};
 }
 constexpr rank_traffic dissemination_barrier_traffic(int ranks) noexcept {
   if (ranks <= 1) return {};
@@ -326,6 +339,8 @@ constexpr rank_traffic collective_traffic(collective c, algorithm_id a, double b
                                         : binomial_reduce_traffic(bytes, ranks);
     case algorithm_id::pairwise_exchange:
       return block_ring_traffic(bytes, ranks, false);
+    case algorithm_id::bruck:
+      return bruck_alltoall_traffic(bytes, ranks);
     case algorithm_id::linear:
       return c == collective::gather || c == collective::gatherv
                  ? linear_gather_traffic(bytes, ranks)

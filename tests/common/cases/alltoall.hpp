@@ -19,27 +19,33 @@ void alltoall_values(Tr& t, const std::vector<std::size_t>& counts) {
   const int P = t.size(), rank = t.rank();
   const auto p = static_cast<std::size_t>(P);
   for (std::size_t n : counts) {
-    // alltoall: out of place and in place
-    for (int ip = 0; ip < 2; ++ip) {
-      std::vector<double> send(n * p), want(n * p);
-      for (int q = 0; q < P; ++q)
-        for (std::size_t k = 0; k < n; ++k) {
-          send[q * n + k] = exchanged_value(rank, q, k);
-          want[q * n + k] = exchanged_value(q, rank, k);
+    // alltoall: out of place and in place, by every algorithm (the default chooses by size)
+    auto alltoall_by = [&](const auto& algo, std::string_view name) {
+      for (int ip = 0; ip < 2; ++ip) {
+        std::vector<double> send(n * p), want(n * p);
+        for (int q = 0; q < P; ++q)
+          for (std::size_t k = 0; k < n; ++k) {
+            send[q * n + k] = exchanged_value(rank, q, k);
+            want[q * n + k] = exchanged_value(q, rank, k);
+          }
+        const case_id id{"alltoall " + std::string(name), "double", "-", n, P, rank, ip == 1};
+        if (ip == 1) {
+          std::vector<double> buf = send;
+          alltoall(t, buf.data(), buf.data(), n, algo);
+          check_equal(buf, want, id.str());
+        } else {
+          const std::vector<double> input = send;
+          std::vector<double> recv(n * p, -1.0);
+          alltoall(t, static_cast<const double*>(send.data()), recv.data(), n, algo);
+          check_equal(recv, want, id.str());
+          check_equal(send, input, id.str() + " (input must stay untouched)");
         }
-      const case_id id{"alltoall", "double", "-", n, P, rank, ip == 1};
-      if (ip == 1) {
-        std::vector<double> buf = send;
-        alltoall(t, buf.data(), buf.data(), n);
-        check_equal(buf, want, id.str());
-      } else {
-        const std::vector<double> input = send;
-        std::vector<double> recv(n * p, -1.0);
-        alltoall(t, static_cast<const double*>(send.data()), recv.data(), n);
-        check_equal(recv, want, id.str());
-        check_equal(send, input, id.str() + " (input must stay untouched)");
       }
-    }
+    };
+    alltoall_by(alltoall_by_size{}, "automatic");
+    alltoall_by(pairwise_exchange{}, "pairwise_exchange");
+    alltoall_by(pairwise_exchange{.all_posted_max_bytes = 0}, "pairwise_exchange step by step");
+    alltoall_by(bruck{}, "bruck");
     // alltoallv: rank r sends q c(r, q) = n + (2r + q) % 4 elements (so a pair's two
     // directions differ), its send blocks in rank order with a gap of q elements before
     // block q, its receive blocks in reverse rank order with a gap of 1; gaps stay unwritten

@@ -1,0 +1,96 @@
+#pragma once
+/// \file
+/// Bruck's all-to-all (Bruck, Ho, Kipnis, Upfal and Weathersby 1997; MPICH's choice for
+/// blocks of up to 256 bytes on 8 ranks or more, Thakur, Rabenseifner and Gropp 2005,
+/// Sec. 4.5): ceil(log2 P) steps instead of the pairwise exchange's P - 1, for blocks of
+/// equal size.
+/// 1. Rotate: slot i of a staging buffer holds this rank's block for rank r + i (mod P).
+/// 2. In step k = 1, 2, 4, ... < P, send the slots whose index has bit k set (packed) to
+///    r + k and receive the same slots from r - k. A block in slot i travels the bits of i,
+///    so after the last step the block that rank s wrote into slot i sits at rank s + i,
+///    its destination.
+/// 3. Unrotate: the block in slot i came from rank r - i.
+/// Every step sends about P/2 blocks: ceil(log2 P) alpha + about (P/2) log2 P block-bytes
+/// beta per rank, against (P - 1) alpha + (P - 1) block-bytes beta for the pairwise
+/// exchange, so it pays for short blocks on many ranks only (`alltoall_by_size`,
+/// algorithm/select.hpp). Any P; host memory.
+#include <algorithm>
+#include <cstddef>
+#include <cstring>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "../core/concepts.hpp"
+#include "../core/error.hpp"
+
+namespace tcoll {
+
+/// See the file comment.
+struct bruck {
+  static constexpr std::string_view name = "bruck";
+
+  /// The number of slots (of P) that step `k` (a power of two) moves: those whose index
+  /// has bit k set. Equal on every rank, so the two sides of a step agree on the size.
+  static constexpr std::size_t slots_moved(int ranks, int k) noexcept {
+    std::size_t n = 0;
+    for (int i = 1; i < ranks; ++i)
+      if (i & k) ++n;
+    return n;
+  }
+
+  /// All-to-all of `block_bytes` per pair in the message space `tag`: block q of `send`
+  /// goes to rank q, rank q's block for this rank lands as block q of `recv` (P blocks
+  /// each). `send == recv` (in place) is allowed: every block is read before any is
+  /// written. Every wait is bounded by the transport's timeout.
+  template <transport Tr>
+  void exchange(Tr& t, int tag, const void* send, void* recv, std::size_t block_bytes) const {
+    const int P = t.size(), r = t.rank();
+    if (block_bytes == 0) return;
+    const auto p = static_cast<std::size_t>(P);
+    const auto* in = static_cast<const std::byte*>(send);
+    auto* out = static_cast<std::byte*>(recv);
+    if (P == 1) {
+      if (in != out) std::memmove(out, in, block_bytes);
+      return;
+    }
+    // the staging slots, then one packed buffer for each direction of a step
+    const std::size_t packed_bytes = max_packed(P) * block_bytes;
+    std::vector<std::byte> storage(p * block_bytes + 2 * packed_bytes);
+    std::byte* slots = storage.data();
+    std::byte* outgoing = slots + p * block_bytes;
+    std::byte* incoming = outgoing + packed_bytes;
+    for (std::size_t i = 0; i < p; ++i)
+      std::memcpy(slots + i * block_bytes, in + ((r + i) % p) * block_bytes, block_bytes);
+    for (int k = 1; k < P; k *= 2) {
+      std::size_t n = 0;
+      for (int i = 1; i < P; ++i)
+        if (i & k)
+          std::memcpy(outgoing + n++ * block_bytes, slots + std::size_t(i) * block_bytes,
+                      block_bytes);
+      auto rr = t.irecv((r - k + P) % P, incoming, n * block_bytes, tag);
+      auto sr = t.isend((r + k) % P, outgoing, n * block_bytes, tag);
+      // the receive first, as in the pairwise exchange: on a transport whose receiver
+      // drives the copy, waiting for the send first would wait in a cycle
+      const auto until = clock::now() + t.timeout();
+      t.wait(rr, until);
+      t.wait(sr, until);
+      n = 0;
+      for (int i = 1; i < P; ++i)
+        if (i & k)
+          std::memcpy(slots + std::size_t(i) * block_bytes, incoming + n++ * block_bytes,
+                      block_bytes);
+    }
+    for (std::size_t i = 0; i < p; ++i)
+      std::memcpy(out + ((r + p - i) % p) * block_bytes, slots + i * block_bytes, block_bytes);
+  }
+
+  /// The most slots any step moves (the size of a packed buffer, in blocks).
+  static constexpr std::size_t max_packed(int ranks) noexcept {
+    std::size_t most = 0;
+    for (int k = 1; k < ranks; k *= 2) most = std::max(most, slots_moved(ranks, k));
+    return most;
+  }
+};
+
+} // namespace tcoll
