@@ -1,5 +1,6 @@
 // alltoall_perf: nccl-tests style all-to-all benchmark, the flags and `--json` records of
-// allreduce_perf. tcoll's `alltoall` (pairwise exchange) on the threads transport in process,
+// allreduce_perf. tcoll's `alltoall` (each algorithm of the table's alltoall line, and
+// `automatic`, the library's choice by size) on the threads transport in process,
 // on MPI or on shared memory under mpirun, where `passthrough` is `MPI_Alltoall` over the
 // same processes, measured in the same run, interleaved per size.
 //
@@ -44,9 +45,18 @@ struct alltoall_options {
   int iters = 20, warmup = 5, reps = 1, nranks = 2, timeout_s = 120;
   bool check = true;
   std::size_t all_posted = pairwise_exchange{}.all_posted_max_bytes; ///< --all-posted
-  std::vector<std::string> algorithms{"pairwise_exchange", "passthrough"};
+  std::vector<std::string> algorithms = all_algorithms();
   std::string transport = "auto", json;
 };
+
+/// `automatic`, the table's flat alltoall algorithms, then passthrough.
+std::vector<std::string> all_algorithms() {
+  std::vector<std::string> names{"automatic"};
+  for (algorithm_id a : describe(collective::alltoall).algorithms)
+    if (a != algorithm_id::hierarchical) names.emplace_back(to_string(a));
+  names.emplace_back("passthrough");
+  return names;
+}
 
 const char* usage_text =
     "usage: alltoall_perf [options]\n"
@@ -56,7 +66,8 @@ const char* usage_text =
     "  -n iters      timed iterations per measurement (default 20)\n"
     "  -w iters      warm-up iterations (default 5)\n"
     "  -c 0|1        bit-exact check of the results (default 1)\n"
-    "  -a algo       pairwise_exchange|passthrough, comma list or all (default all;\n"
+    "  -a algo       automatic|pairwise_exchange|bruck|passthrough, comma list or all\n"
+    "                (default all; automatic is alltoall's default, alltoall_by_size;\n"
     "                passthrough is MPI_Alltoall, under mpirun only)\n"
     "  -t transport  threads|mpi|shm|auto (auto: mpi under mpirun, else threads)\n"
     "  -g nranks     ranks of the threads transport (default 2)\n"
@@ -107,9 +118,10 @@ alltoall_options parse(int argc, char** argv) {
       for (;;) {
         const std::size_t comma = value.find(',', start);
         const std::string name = value.substr(start, comma - start);
+        const std::vector<std::string> known = all_algorithms();
         if (name == "all")
-          o.algorithms = alltoall_options{}.algorithms;
-        else if (name == "pairwise_exchange" || name == "passthrough")
+          o.algorithms = known;
+        else if (std::find(known.begin(), known.end(), name) != known.end())
           o.algorithms.push_back(name);
         else
           throw invalid_argument("alltoall_perf: -a: unknown algorithm " + name);
@@ -200,11 +212,20 @@ void run_all(Tr& t, const alltoall_options& o, const std::string& transport, std
   for (std::size_t count : counts)
     for (const auto& a : o.algorithms) {
       row rw{a, transport, "float", "none", P, count * P * sizeof(float), count * P, {}, {}};
-      if (a == "pairwise_exchange") {
-        const pairwise_exchange algo{.all_posted_max_bytes = o.all_posted};
+      auto measure_with = [&](const auto& algo) {
         auto call = [&](const float* s, float* r, std::size_t c) { alltoall(t, s, r, c, algo); };
         rw.out_of_place = measure(t, o, call, count, false, send, recv);
         rw.in_place = measure(t, o, call, count, true, send, recv);
+      };
+      const pairwise_exchange exchange{.all_posted_max_bytes = o.all_posted};
+      if (a == "pairwise_exchange") {
+        measure_with(exchange);
+      } else if (a == "bruck") {
+        measure_with(bruck{});
+      } else if (a == "automatic") {
+        alltoall_by_size automatic;
+        automatic.exchange = exchange;
+        measure_with(automatic);
       } else {
 #ifdef TCOLL_HAVE_MPI
         if (!world) continue;
