@@ -1,5 +1,6 @@
 /// \file
 /// libtcoll_mpi.so: MPI_Allreduce and MPI_Iallreduce through tcoll.
+#include "prologue.hpp"
 #include "tcoll_mpi.hpp"
 
 #include <cstring>
@@ -290,43 +291,26 @@ template <class Count, class Pmpi>
 int allreduce_call(const void* sendbuf, void* recvbuf, Count count, MPI_Datatype datatype,
                    MPI_Op op, MPI_Comm comm, Pmpi pmpi) {
   constexpr coll c = coll::allreduce;
-  if (!mpi_active()) {
-    count_fallback(c, fallback::not_initialized);
-    return pmpi();
-  }
-  if (const int rc = settle_pending_setup(c, comm); rc != MPI_SUCCESS) return rc;
-  const reduction r = classify_reduction(datatype, op);
-  fallback why = r.why;
-  const bool usable = r.ok() && !is_intercomm(comm) && count_fits(count) && recvbuf != nullptr &&
-                      sendbuf != nullptr && comm != MPI_COMM_NULL;
-  if (r.ok() && !usable) why = is_intercomm(comm) ? fallback::intercomm : fallback::arguments;
-  if (!usable) {
-    count_fallback(c, why);
-    return pmpi();
-  }
-  if (!config().error.empty()) return report_settings_error(c, comm);
-  const std::size_t n = static_cast<std::size_t>(count), bytes = n * r.size;
-  if (n == 0) return count_empty_call(c, comm);
-  algorithm_id a = choose(c, bytes);
-  try {
-    a = one_node_choice(c, comm, bytes, a);
-  } catch (const std::exception& e) {
-    return report_error(c, comm, MPI_ERR_OTHER, e.what());
-  }
-  count_call(c, a, bytes, comm);
-  count_entry_point<Count>(c, a);
-  if (a == algorithm_id::passthrough) return pmpi();
-  try {
-    comm_state& s = state_of(comm);
-    dispatch(r, [&]<class T>(const auto& o) {
-      T* out = static_cast<T*>(recvbuf);
-      const T* in = sendbuf == MPI_IN_PLACE ? out : static_cast<const T*>(sendbuf);
-      run_allreduce(s, a, in, out, n, o);
-    });
-  } catch (const std::exception& e) {
-    return report_error(c, comm, MPI_ERR_OTHER, e.what());
-  }
-  return MPI_SUCCESS;
+  reduction r;
+  return intercept<Count>(
+      c, comm, pmpi,
+      [&]() -> measured_call {
+        r = classify_reduction(datatype, op);
+        const bool usable = r.ok() && !is_intercomm(comm) && count_fits(count) &&
+                            recvbuf != nullptr && sendbuf != nullptr && comm != MPI_COMM_NULL;
+        if (!r.ok()) return to_mpi(r.why);
+        if (!usable) return to_mpi(is_intercomm(comm) ? fallback::intercomm : fallback::arguments);
+        return {static_cast<std::size_t>(count) * r.size};
+      },
+      [&](std::size_t bytes, algorithm_id ruled) { return one_node_choice(c, comm, bytes, ruled); },
+      [&](algorithm_id a, std::size_t) {
+        comm_state& s = state_of(comm);
+        dispatch(r, [&]<class T>(const auto& o) {
+          T* out = static_cast<T*>(recvbuf);
+          const T* in = sendbuf == MPI_IN_PLACE ? out : static_cast<const T*>(sendbuf);
+          run_allreduce(s, a, in, out, static_cast<std::size_t>(count), o);
+        });
+      });
 }
 
 } // namespace

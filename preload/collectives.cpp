@@ -1,6 +1,7 @@
 /// \file
 /// libtcoll_mpi.so: MPI_Reduce_scatter_block, MPI_Allgather, MPI_Bcast and MPI_Reduce
 /// through tcoll, over shared memory where a communicator's ranks share one node.
+#include "prologue.hpp"
 #include "tcoll_mpi.hpp"
 
 #include <algorithm>
@@ -22,18 +23,16 @@ using namespace tcoll::preload;
 
 namespace {
 
-/// The checks every wrapper makes first; returns the fallback reason or nothing.
-bool common_fallback(coll c, MPI_Comm comm, bool args_ok) {
+/// The guard of a wrapper that inspects its per-rank counts before it picks its form
+/// (MPI_Reduce_scatter, MPI_Allgatherv): MPI active, a usable communicator and arguments.
+/// True (the fallback counted) where MPI runs the call.
+bool falls_back_before_counts(coll c, MPI_Comm comm, bool args_ok) {
   if (!mpi_active()) {
     count_fallback(c, fallback::not_initialized);
     return true;
   }
-  if (comm == MPI_COMM_NULL || !args_ok) {
-    count_fallback(c, fallback::arguments);
-    return true;
-  }
-  if (is_intercomm(comm)) {
-    count_fallback(c, fallback::intercomm);
+  if (const std::optional<fallback> why = communicator_fallback(comm, args_ok)) {
+    count_fallback(c, *why);
     return true;
   }
   return false;
@@ -131,25 +130,6 @@ algorithm_id one_node_collective_choice(coll c, MPI_Comm comm, std::size_t bytes
 
 namespace {
 
-/// Picks the algorithm `a` of a call of `c` moving `bytes` (more than none) on `P` ranks:
-/// the first rule's or the built-in choice, then `one_node_collective_choice`; counts the
-/// call (TCOLL_DEBUG). Returns the call's result where it ends here (MPI's own collective
-/// for passthrough, or a failure to choose, reported), nothing where tcoll runs it.
-template <class Count, class Pmpi>
-std::optional<int> route(coll c, MPI_Comm comm, std::size_t bytes, int P, Pmpi& pmpi,
-                         algorithm_id& a) {
-  a = choose(c, bytes);
-  try {
-    a = one_node_collective_choice(c, comm, bytes, P, a);
-  } catch (const std::exception& e) {
-    return report_error(c, comm, MPI_ERR_OTHER, e.what());
-  }
-  count_call(c, a, bytes, comm);
-  count_entry_point<Count>(c, a);
-  if (a == algorithm_id::passthrough) return pmpi();
-  return std::nullopt;
-}
-
 /// MPI_Reduce_scatter_block and MPI_Reduce_scatter_block_c (`Count` int or MPI_Count), and
 /// MPI_Reduce_scatter(_c) with `counts` (its recvcounts, where they differ; `recvcount` is
 /// then 0); `pmpi()` hands the call to MPI.
@@ -157,61 +137,57 @@ template <class Count, class Pmpi>
 int reduce_scatter_block_call(const void* sendbuf, void* recvbuf, Count recvcount,
                               MPI_Datatype datatype, MPI_Op op, MPI_Comm comm, Pmpi pmpi,
                               coll c = coll::reduce_scatter_block, const Count* counts = nullptr) {
-  if (common_fallback(c, comm, recvcount >= 0 && sendbuf && recvbuf)) return pmpi();
-  if (const int rc = settle_pending_setup(c, comm); rc != MPI_SUCCESS) return rc;
-  const reduction r = classify_reduction(datatype, op);
-  if (!r.ok()) {
-    count_fallback(c, r.why);
-    return pmpi();
-  }
-  if (!config().error.empty()) return report_settings_error(c, comm);
-  const int P = comm_size(comm);
-  // n: this rank's block; total: every block (elements)
-  std::size_t n = static_cast<std::size_t>(recvcount), total = n * P;
-  std::vector<std::size_t> sizes;
-  if (counts) {
-    long long sum = 0;
-    bool fits = true;
-    for (int q = 0; q < P && fits; ++q) {
-      fits =
-          counts[q] >= 0 && !__builtin_add_overflow(sum, static_cast<long long>(counts[q]), &sum);
-      if (fits) sizes.push_back(static_cast<std::size_t>(counts[q]));
-    }
-    if (!fits || !count_fits(sum)) {
-      count_fallback(c, fallback::arguments);
-      return pmpi();
-    }
-    n = sizes[static_cast<std::size_t>(comm_rank(comm))];
-    total = static_cast<std::size_t>(sum);
-  } else if (!count_fits(recvcount, P)) {
-    count_fallback(c, fallback::arguments);
-    return pmpi();
-  }
-  const std::size_t bytes = total * r.size;
-  if (total == 0) return count_empty_call(c, comm);
-  algorithm_id a{};
-  if (const std::optional<int> done = route<Count>(c, comm, bytes, P, pmpi, a)) return *done;
-  try {
-    comm_state& s = state_of(comm);
-    const void* in = sendbuf;
-    if (sendbuf == MPI_IN_PLACE) { // the input is recvbuf's P blocks; the result its first
-      std::byte* copy = s.scratch_bytes(bytes);
-      std::memcpy(copy, recvbuf, bytes);
-      in = copy;
-    }
-    on_transport(c, s, a, [&](auto& t) {
-      dispatch(r, [&]<class T>(const auto& o) {
-        if (counts)
-          tcoll::reduce_scatterv(t, static_cast<const T*>(in), static_cast<T*>(recvbuf),
-                                 std::span<const std::size_t>(sizes), o);
-        else
-          tcoll::reduce_scatter(t, static_cast<const T*>(in), static_cast<T*>(recvbuf), n, o);
+  reduction r;
+  int P = 0;
+  std::size_t n = 0;              // this rank's block (elements)
+  std::vector<std::size_t> sizes; // every block, where they differ
+  return intercept<Count>(
+      c, comm, pmpi,
+      [&]() -> measured_call {
+        if (auto why = communicator_fallback(comm, recvcount >= 0 && sendbuf && recvbuf))
+          return to_mpi(*why);
+        r = classify_reduction(datatype, op);
+        if (!r.ok()) return to_mpi(r.why);
+        P = comm_size(comm);
+        n = static_cast<std::size_t>(recvcount);
+        std::size_t total = n * P; // every block (elements)
+        if (counts) {
+          long long sum = 0;
+          bool fits = true;
+          for (int q = 0; q < P && fits; ++q) {
+            fits = counts[q] >= 0 &&
+                   !__builtin_add_overflow(sum, static_cast<long long>(counts[q]), &sum);
+            if (fits) sizes.push_back(static_cast<std::size_t>(counts[q]));
+          }
+          if (!fits || !count_fits(sum)) return to_mpi(fallback::arguments);
+          n = sizes[static_cast<std::size_t>(comm_rank(comm))];
+          total = static_cast<std::size_t>(sum);
+        } else if (!count_fits(recvcount, P)) {
+          return to_mpi(fallback::arguments);
+        }
+        return {total * r.size};
+      },
+      [&](std::size_t bytes, algorithm_id ruled) {
+        return one_node_collective_choice(c, comm, bytes, P, ruled);
+      },
+      [&](algorithm_id a, std::size_t bytes) {
+        comm_state& s = state_of(comm);
+        const void* in = sendbuf;
+        if (sendbuf == MPI_IN_PLACE) { // the input is recvbuf's P blocks; the result its first
+          std::byte* copy = s.scratch_bytes(bytes);
+          std::memcpy(copy, recvbuf, bytes);
+          in = copy;
+        }
+        on_transport(c, s, a, [&](auto& t) {
+          dispatch(r, [&]<class T>(const auto& o) {
+            if (counts)
+              tcoll::reduce_scatterv(t, static_cast<const T*>(in), static_cast<T*>(recvbuf),
+                                     std::span<const std::size_t>(sizes), o);
+            else
+              tcoll::reduce_scatter(t, static_cast<const T*>(in), static_cast<T*>(recvbuf), n, o);
+          });
+        });
       });
-    });
-  } catch (const std::exception& e) {
-    return report_error(c, comm, MPI_ERR_OTHER, e.what());
-  }
-  return MPI_SUCCESS;
 }
 
 } // namespace
@@ -243,65 +219,63 @@ int allgather_call(const void* sendbuf, Count sendcount, MPI_Datatype sendtype, 
                    Count recvcount, MPI_Datatype recvtype, MPI_Comm comm, Pmpi pmpi,
                    coll c = coll::allgather) {
   const bool in_place = sendbuf == MPI_IN_PLACE;
-  if (common_fallback(c, comm,
-                      recvcount >= 0 && recvbuf && sendbuf && (in_place || sendcount >= 0)))
-    return pmpi();
-  if (const int rc = settle_pending_setup(c, comm); rc != MPI_SUCCESS) return rc;
-  // a predefined contiguous type costs the same queries as before packing existed
-  const std::size_t rsize = contiguous_size(recvtype);
-  const std::size_t ssize = in_place ? rsize : contiguous_size(sendtype);
-  const long long block_signature =
-      rsize ? static_cast<long long>(rsize) * recvcount : signature_bytes(recvcount, recvtype);
-  const long long send_signature = in_place ? block_signature
-                                   : ssize  ? static_cast<long long>(ssize) * sendcount
-                                            : signature_bytes(sendcount, sendtype);
-  if (block_signature < 0 || send_signature != block_signature) {
-    count_fallback(c, fallback::arguments); // MPI reports the bad type or the mismatch
-    return pmpi();
-  }
-  if (!config().error.empty()) return report_settings_error(c, comm);
-  const int P = comm_size(comm);
-  if (!count_fits(block_signature, P)) {
-    count_fallback(c, fallback::arguments);
-    return pmpi();
-  }
-  const std::size_t block = static_cast<std::size_t>(block_signature);
-  const std::size_t bytes = block * P;
-  if (block == 0) return count_empty_call(c, comm);
-  algorithm_id a{};
-  if (const std::optional<int> done = route<Count>(c, comm, bytes, P, pmpi, a)) return *done;
-  try {
-    comm_state& s = state_of(comm);
-    const bool recv_direct = rsize != 0;
-    MPI_Aint lb = 0, extent = 0; // of recvtype: block q starts at recvbuf + q recvcount extent
-    if (!recv_direct) PMPI_Type_get_extent(recvtype, &lb, &extent);
-    const auto block_at = [&](int q) {
-      return static_cast<char*>(recvbuf) + static_cast<MPI_Aint>(q) * recvcount * extent;
-    };
-    const bool send_direct = in_place || ssize != 0;
-    if (!recv_direct || !send_direct) count_packed(c);
-    // the gathered blocks, contiguous: the user's buffer itself or scratch to unpack from
-    auto* out = recv_direct ? static_cast<unsigned char*>(recvbuf)
-                            : reinterpret_cast<unsigned char*>(s.scratch_bytes(bytes));
-    unsigned char* own = out + static_cast<std::size_t>(s.rank) * block;
-    const unsigned char* in = own;
-    if (in_place) {
-      if (!recv_direct) // this rank's block sits in recvbuf at its place, as recvtype
-        pack_local(block_at(s.rank), recvcount, recvtype, reinterpret_cast<std::byte*>(own), block);
-    } else if (send_direct) {
-      in = static_cast<const unsigned char*>(sendbuf);
-    } else { // packed straight into its place among the gathered blocks
-      pack_local(sendbuf, sendcount, sendtype, reinterpret_cast<std::byte*>(own), block);
-    }
-    on_transport(c, s, a, [&](auto& t) { tcoll::allgather(t, in, out, block); });
-    if (!recv_direct) // block by block: recvcount x P may exceed an int
-      for (int q = 0; q < P; ++q)
-        unpack_local(reinterpret_cast<const std::byte*>(out) + static_cast<std::size_t>(q) * block,
-                     block, block_at(q), recvcount, recvtype);
-  } catch (const std::exception& e) {
-    return report_error(c, comm, MPI_ERR_OTHER, e.what());
-  }
-  return MPI_SUCCESS;
+  int P = 0;
+  std::size_t rsize = 0, ssize = 0, block = 0;
+  return intercept<Count>(
+      c, comm, pmpi,
+      [&]() -> measured_call {
+        if (auto why = communicator_fallback(comm, recvcount >= 0 && recvbuf && sendbuf &&
+                                                       (in_place || sendcount >= 0)))
+          return to_mpi(*why);
+        // a predefined contiguous type costs the same queries as before packing existed
+        rsize = contiguous_size(recvtype);
+        ssize = in_place ? rsize : contiguous_size(sendtype);
+        const long long block_signature = rsize ? static_cast<long long>(rsize) * recvcount
+                                                : signature_bytes(recvcount, recvtype);
+        const long long send_signature = in_place ? block_signature
+                                         : ssize  ? static_cast<long long>(ssize) * sendcount
+                                                  : signature_bytes(sendcount, sendtype);
+        if (block_signature < 0 || send_signature != block_signature)
+          return to_mpi(fallback::arguments); // MPI reports the bad type or the mismatch
+        P = comm_size(comm);
+        if (!count_fits(block_signature, P)) return to_mpi(fallback::arguments);
+        block = static_cast<std::size_t>(block_signature);
+        return {block * P};
+      },
+      [&](std::size_t bytes, algorithm_id ruled) {
+        return one_node_collective_choice(c, comm, bytes, P, ruled);
+      },
+      [&](algorithm_id a, std::size_t bytes) {
+        comm_state& s = state_of(comm);
+        const bool recv_direct = rsize != 0;
+        MPI_Aint lb = 0, extent = 0; // of recvtype: block q starts at recvbuf + q recvcount extent
+        if (!recv_direct) PMPI_Type_get_extent(recvtype, &lb, &extent);
+        const auto block_at = [&](int q) {
+          return static_cast<char*>(recvbuf) + static_cast<MPI_Aint>(q) * recvcount * extent;
+        };
+        const bool send_direct = in_place || ssize != 0;
+        if (!recv_direct || !send_direct) count_packed(c);
+        // the gathered blocks, contiguous: the user's buffer itself or scratch to unpack from
+        auto* out = recv_direct ? static_cast<unsigned char*>(recvbuf)
+                                : reinterpret_cast<unsigned char*>(s.scratch_bytes(bytes));
+        unsigned char* own = out + static_cast<std::size_t>(s.rank) * block;
+        const unsigned char* in = own;
+        if (in_place) {
+          if (!recv_direct) // this rank's block sits in recvbuf at its place, as recvtype
+            pack_local(block_at(s.rank), recvcount, recvtype, reinterpret_cast<std::byte*>(own),
+                       block);
+        } else if (send_direct) {
+          in = static_cast<const unsigned char*>(sendbuf);
+        } else { // packed straight into its place among the gathered blocks
+          pack_local(sendbuf, sendcount, sendtype, reinterpret_cast<std::byte*>(own), block);
+        }
+        on_transport(c, s, a, [&](auto& t) { tcoll::allgather(t, in, out, block); });
+        if (!recv_direct) // block by block: recvcount x P may exceed an int
+          for (int q = 0; q < P; ++q)
+            unpack_local(reinterpret_cast<const std::byte*>(out) +
+                             static_cast<std::size_t>(q) * block,
+                         block, block_at(q), recvcount, recvtype);
+      });
 }
 
 } // namespace
@@ -347,7 +321,7 @@ template <class Count, class Pmpi>
 int reduce_scatter_call(const void* sendbuf, void* recvbuf, const Count recvcounts[],
                         MPI_Datatype datatype, MPI_Op op, MPI_Comm comm, Pmpi pmpi) {
   constexpr coll c = coll::reduce_scatter;
-  if (common_fallback(c, comm, recvcounts != nullptr)) return pmpi();
+  if (falls_back_before_counts(c, comm, recvcounts != nullptr)) return pmpi();
   const long long block = common_count(recvcounts, comm_size(comm));
   if (block < 0)
     return reduce_scatter_block_call(sendbuf, recvbuf, Count{0}, datatype, op, comm, pmpi, c,
@@ -367,87 +341,89 @@ int allgatherv_blocks_call(const void* sendbuf, Count sendcount, MPI_Datatype se
                            MPI_Datatype recvtype, MPI_Comm comm, Pmpi pmpi) {
   constexpr coll c = coll::allgatherv;
   const bool in_place = sendbuf == MPI_IN_PLACE;
-  if (const int rc = settle_pending_setup(c, comm); rc != MPI_SUCCESS) return rc;
-  const int P = comm_size(comm), rank = comm_rank(comm);
-  const auto own = static_cast<std::size_t>(rank);
-  const long long element = signature_bytes(1, recvtype);
-  std::vector<std::size_t> sizes(static_cast<std::size_t>(P)); // bytes of each block
-  long long total = 0;
-  bool fits = element >= 0;
-  for (int q = 0; q < P && fits; ++q) {
-    long long b = 0;
-    fits = recvcounts[q] >= 0 &&
-           !__builtin_mul_overflow(static_cast<long long>(recvcounts[q]), element, &b) &&
-           !__builtin_add_overflow(total, b, &total);
-    if (fits) sizes[static_cast<std::size_t>(q)] = static_cast<std::size_t>(b);
-  }
-  const std::size_t rsize = contiguous_size(recvtype);
-  const std::size_t ssize = in_place ? rsize : contiguous_size(sendtype);
-  const long long send_signature = in_place ? static_cast<long long>(sizes[own])
-                                   : ssize  ? static_cast<long long>(ssize) * sendcount
-                                            : signature_bytes(sendcount, sendtype);
-  if (!fits || !count_fits(total) || send_signature != static_cast<long long>(sizes[own])) {
-    count_fallback(c, fallback::arguments); // MPI reports the bad type or the mismatch
-    return pmpi();
-  }
-  if (!config().error.empty()) return report_settings_error(c, comm);
-  const auto bytes = static_cast<std::size_t>(total);
-  if (bytes == 0) return count_empty_call(c, comm);
-  algorithm_id a{};
-  if (const std::optional<int> done = route<Count>(c, comm, bytes, P, pmpi, a)) return *done;
-  try {
-    comm_state& s = state_of(comm);
-    using byte = unsigned char;
-    MPI_Aint lb = 0, extent = static_cast<MPI_Aint>(rsize);
-    if (rsize == 0) PMPI_Type_get_extent(recvtype, &lb, &extent);
-    const auto block_at = [&](int q) {
-      return static_cast<char*>(recvbuf) + static_cast<MPI_Aint>(displs[q]) * extent;
-    };
-    std::vector<std::size_t> at(static_cast<std::size_t>(P)); // where each block lies (bytes)
-    byte* out = nullptr;
-    if (rsize != 0) { // straight into recvbuf, from its lowest block (displacements may be < 0)
-      Displ lowest = displs[0];
-      for (int q = 1; q < P; ++q) lowest = std::min(lowest, displs[q]);
-      out =
-          reinterpret_cast<byte*>(block_at(0)) - static_cast<MPI_Aint>(displs[0] - lowest) * extent;
-      for (int q = 0; q < P; ++q)
-        at[static_cast<std::size_t>(q)] =
-            static_cast<std::size_t>(static_cast<MPI_Aint>(displs[q] - lowest) * extent);
-    } else { // packed in rank order into scratch, unpacked below
-      count_packed(c);
-      out = reinterpret_cast<byte*>(s.scratch_bytes(bytes));
-      std::size_t next = 0;
-      for (std::size_t q = 0; q < at.size(); ++q) {
-        at[q] = next;
-        next += sizes[q];
-      }
-    }
-    byte* mine = out + at[own];
-    const byte* in = mine;
-    if (in_place) {
-      if (rsize == 0)
-        pack_local(block_at(rank), recvcounts[rank], recvtype, reinterpret_cast<std::byte*>(mine),
-                   sizes[own]);
-    } else if (ssize != 0 && rsize != 0) {
-      in = static_cast<const byte*>(sendbuf);
-    } else if (ssize != 0) {
-      std::memcpy(mine, sendbuf, sizes[own]);
-    } else {
-      count_packed(c);
-      pack_local(sendbuf, sendcount, sendtype, reinterpret_cast<std::byte*>(mine), sizes[own]);
-    }
-    on_transport(c, s, a, [&](auto& t) {
-      tcoll::allgatherv(t, in, sizes[own], out, std::span<const std::size_t>(sizes),
-                        std::span<const std::size_t>(at));
-    });
-    if (rsize == 0)
-      for (int q = 0; q < P; ++q)
-        unpack_local(reinterpret_cast<const std::byte*>(out) + at[static_cast<std::size_t>(q)],
-                     sizes[static_cast<std::size_t>(q)], block_at(q), recvcounts[q], recvtype);
-  } catch (const std::exception& e) {
-    return report_error(c, comm, MPI_ERR_OTHER, e.what());
-  }
-  return MPI_SUCCESS;
+  int P = 0, rank = 0;
+  std::size_t rsize = 0, ssize = 0;
+  std::vector<std::size_t> sizes; // bytes of each block
+  return intercept<Count>(
+      c, comm, pmpi,
+      [&]() -> measured_call { // the communicator and pointers: checked by allgatherv_call
+        P = comm_size(comm);
+        rank = comm_rank(comm);
+        const auto own = static_cast<std::size_t>(rank);
+        const long long element = signature_bytes(1, recvtype);
+        sizes.assign(static_cast<std::size_t>(P), 0);
+        long long total = 0;
+        bool fits = element >= 0;
+        for (int q = 0; q < P && fits; ++q) {
+          long long b = 0;
+          fits = recvcounts[q] >= 0 &&
+                 !__builtin_mul_overflow(static_cast<long long>(recvcounts[q]), element, &b) &&
+                 !__builtin_add_overflow(total, b, &total);
+          if (fits) sizes[static_cast<std::size_t>(q)] = static_cast<std::size_t>(b);
+        }
+        rsize = contiguous_size(recvtype);
+        ssize = in_place ? rsize : contiguous_size(sendtype);
+        const long long send_signature = in_place ? static_cast<long long>(sizes[own])
+                                         : ssize  ? static_cast<long long>(ssize) * sendcount
+                                                  : signature_bytes(sendcount, sendtype);
+        if (!fits || !count_fits(total) || send_signature != static_cast<long long>(sizes[own]))
+          return to_mpi(fallback::arguments); // MPI reports the bad type or the mismatch
+        return {static_cast<std::size_t>(total)};
+      },
+      [&](std::size_t bytes, algorithm_id ruled) {
+        return one_node_collective_choice(c, comm, bytes, P, ruled);
+      },
+      [&](algorithm_id a, std::size_t bytes) {
+        comm_state& s = state_of(comm);
+        const auto own = static_cast<std::size_t>(rank);
+        using byte = unsigned char;
+        MPI_Aint lb = 0, extent = static_cast<MPI_Aint>(rsize);
+        if (rsize == 0) PMPI_Type_get_extent(recvtype, &lb, &extent);
+        const auto block_at = [&](int q) {
+          return static_cast<char*>(recvbuf) + static_cast<MPI_Aint>(displs[q]) * extent;
+        };
+        std::vector<std::size_t> at(static_cast<std::size_t>(P)); // where each block lies
+        byte* out = nullptr;
+        if (rsize != 0) { // straight into recvbuf, from its lowest block (displacements < 0 too)
+          Displ lowest = displs[0];
+          for (int q = 1; q < P; ++q) lowest = std::min(lowest, displs[q]);
+          out = reinterpret_cast<byte*>(block_at(0)) -
+                static_cast<MPI_Aint>(displs[0] - lowest) * extent;
+          for (int q = 0; q < P; ++q)
+            at[static_cast<std::size_t>(q)] =
+                static_cast<std::size_t>(static_cast<MPI_Aint>(displs[q] - lowest) * extent);
+        } else { // packed in rank order into scratch, unpacked below
+          count_packed(c);
+          out = reinterpret_cast<byte*>(s.scratch_bytes(bytes));
+          std::size_t next = 0;
+          for (std::size_t q = 0; q < at.size(); ++q) {
+            at[q] = next;
+            next += sizes[q];
+          }
+        }
+        byte* mine = out + at[own];
+        const byte* in = mine;
+        if (in_place) {
+          if (rsize == 0)
+            pack_local(block_at(rank), recvcounts[rank], recvtype,
+                       reinterpret_cast<std::byte*>(mine), sizes[own]);
+        } else if (ssize != 0 && rsize != 0) {
+          in = static_cast<const byte*>(sendbuf);
+        } else if (ssize != 0) {
+          std::memcpy(mine, sendbuf, sizes[own]);
+        } else {
+          count_packed(c);
+          pack_local(sendbuf, sendcount, sendtype, reinterpret_cast<std::byte*>(mine), sizes[own]);
+        }
+        on_transport(c, s, a, [&](auto& t) {
+          tcoll::allgatherv(t, in, sizes[own], out, std::span<const std::size_t>(sizes),
+                            std::span<const std::size_t>(at));
+        });
+        if (rsize == 0)
+          for (int q = 0; q < P; ++q)
+            unpack_local(reinterpret_cast<const std::byte*>(out) + at[static_cast<std::size_t>(q)],
+                         sizes[static_cast<std::size_t>(q)], block_at(q), recvcounts[q], recvtype);
+      });
 }
 
 /// MPI_Allgatherv and MPI_Allgatherv_c: blocks of one size laid out in rank order
@@ -460,9 +436,9 @@ int allgatherv_call(const void* sendbuf, Count sendcount, MPI_Datatype sendtype,
                     MPI_Comm comm, Pmpi pmpi) {
   constexpr coll c = coll::allgatherv;
   const bool in_place = sendbuf == MPI_IN_PLACE;
-  if (common_fallback(c, comm,
-                      recvcounts != nullptr && displs != nullptr && recvbuf && sendbuf &&
-                          (in_place || sendcount >= 0)))
+  if (falls_back_before_counts(c, comm,
+                               recvcounts != nullptr && displs != nullptr && recvbuf && sendbuf &&
+                                   (in_place || sendcount >= 0)))
     return pmpi();
   const int P = comm_size(comm);
   const long long block = common_count(recvcounts, P);
@@ -528,38 +504,37 @@ template <class Count, class Pmpi>
 int bcast_call(void* buffer, Count count, MPI_Datatype datatype, int root, MPI_Comm comm,
                Pmpi pmpi) {
   constexpr coll c = coll::bcast;
-  if (common_fallback(c, comm, count_fits(count) && buffer != nullptr)) return pmpi();
-  if (const int rc = settle_pending_setup(c, comm); rc != MPI_SUCCESS) return rc;
-  const int P = comm_size(comm);
-  const std::size_t size = contiguous_size(datatype); // 0: derived or not contiguous
-  const long long signature =
-      size ? static_cast<long long>(size) * count : signature_bytes(count, datatype);
-  if (root < 0 || root >= P || signature < 0) {
-    count_fallback(c, fallback::arguments);
-    return pmpi();
-  }
-  if (!config().error.empty()) return report_settings_error(c, comm);
-  const std::size_t bytes = static_cast<std::size_t>(signature);
-  if (bytes == 0) return count_empty_call(c, comm);
-  algorithm_id a{};
-  if (const std::optional<int> done = route<Count>(c, comm, bytes, P, pmpi, a)) return *done;
-  try {
-    comm_state& s = state_of(comm);
-    const bool direct = size != 0;
-    unsigned char* data = static_cast<unsigned char*>(buffer);
-    if (!direct) {
-      count_packed(c);
-      data = reinterpret_cast<unsigned char*>(s.scratch_bytes(bytes));
-      if (s.rank == root)
-        pack_local(buffer, count, datatype, reinterpret_cast<std::byte*>(data), bytes);
-    }
-    on_transport(c, s, a, [&](auto& t) { tcoll::broadcast(t, data, bytes, root); });
-    if (!direct && s.rank != root)
-      unpack_local(reinterpret_cast<const std::byte*>(data), bytes, buffer, count, datatype);
-  } catch (const std::exception& e) {
-    return report_error(c, comm, MPI_ERR_OTHER, e.what());
-  }
-  return MPI_SUCCESS;
+  int P = 0;
+  std::size_t size = 0; // of an element; 0: derived or not contiguous
+  return intercept<Count>(
+      c, comm, pmpi,
+      [&]() -> measured_call {
+        if (auto why = communicator_fallback(comm, count_fits(count) && buffer != nullptr))
+          return to_mpi(*why);
+        P = comm_size(comm);
+        size = contiguous_size(datatype);
+        const long long signature =
+            size ? static_cast<long long>(size) * count : signature_bytes(count, datatype);
+        if (root < 0 || root >= P || signature < 0) return to_mpi(fallback::arguments);
+        return {static_cast<std::size_t>(signature)};
+      },
+      [&](std::size_t bytes, algorithm_id ruled) {
+        return one_node_collective_choice(c, comm, bytes, P, ruled);
+      },
+      [&](algorithm_id a, std::size_t bytes) {
+        comm_state& s = state_of(comm);
+        const bool direct = size != 0;
+        unsigned char* data = static_cast<unsigned char*>(buffer);
+        if (!direct) {
+          count_packed(c);
+          data = reinterpret_cast<unsigned char*>(s.scratch_bytes(bytes));
+          if (s.rank == root)
+            pack_local(buffer, count, datatype, reinterpret_cast<std::byte*>(data), bytes);
+        }
+        on_transport(c, s, a, [&](auto& t) { tcoll::broadcast(t, data, bytes, root); });
+        if (!direct && s.rank != root)
+          unpack_local(reinterpret_cast<const std::byte*>(data), bytes, buffer, count, datatype);
+      });
 }
 
 } // namespace
@@ -590,39 +565,36 @@ template <class Count, class Pmpi>
 int reduce_call(const void* sendbuf, void* recvbuf, Count count, MPI_Datatype datatype, MPI_Op op,
                 int root, MPI_Comm comm, Pmpi pmpi) {
   constexpr coll c = coll::reduce;
-  if (common_fallback(c, comm, count_fits(count) && sendbuf != nullptr)) return pmpi();
-  if (const int rc = settle_pending_setup(c, comm); rc != MPI_SUCCESS) return rc;
-  const int P = comm_size(comm);
-  const int rank = comm_rank(comm);
-  const bool is_root = rank == root;
-  if (root < 0 || root >= P || (is_root && recvbuf == nullptr) ||
-      (!is_root && sendbuf == MPI_IN_PLACE)) {
-    count_fallback(c, fallback::arguments);
-    return pmpi();
-  }
-  const reduction r = classify_reduction(datatype, op);
-  if (!r.ok()) {
-    count_fallback(c, r.why);
-    return pmpi();
-  }
-  if (!config().error.empty()) return report_settings_error(c, comm);
-  const std::size_t n = static_cast<std::size_t>(count), bytes = n * r.size;
-  if (n == 0) return count_empty_call(c, comm);
-  algorithm_id a{};
-  if (const std::optional<int> done = route<Count>(c, comm, bytes, P, pmpi, a)) return *done;
-  try {
-    comm_state& s = state_of(comm);
-    on_transport(c, s, a, [&](auto& t) {
-      dispatch(r, [&]<class T>(const auto& o) {
-        T* out = is_root ? static_cast<T*>(recvbuf) : nullptr;
-        const T* in = sendbuf == MPI_IN_PLACE ? out : static_cast<const T*>(sendbuf);
-        tcoll::reduce(t, in, out, n, root, o);
+  int P = 0;
+  bool is_root = false;
+  reduction r;
+  return intercept<Count>(
+      c, comm, pmpi,
+      [&]() -> measured_call {
+        if (auto why = communicator_fallback(comm, count_fits(count) && sendbuf != nullptr))
+          return to_mpi(*why);
+        P = comm_size(comm);
+        is_root = comm_rank(comm) == root;
+        if (root < 0 || root >= P || (is_root && recvbuf == nullptr) ||
+            (!is_root && sendbuf == MPI_IN_PLACE))
+          return to_mpi(fallback::arguments);
+        r = classify_reduction(datatype, op);
+        if (!r.ok()) return to_mpi(r.why);
+        return {static_cast<std::size_t>(count) * r.size};
+      },
+      [&](std::size_t bytes, algorithm_id ruled) {
+        return one_node_collective_choice(c, comm, bytes, P, ruled);
+      },
+      [&](algorithm_id a, std::size_t) {
+        comm_state& s = state_of(comm);
+        on_transport(c, s, a, [&](auto& t) {
+          dispatch(r, [&]<class T>(const auto& o) {
+            T* out = is_root ? static_cast<T*>(recvbuf) : nullptr;
+            const T* in = sendbuf == MPI_IN_PLACE ? out : static_cast<const T*>(sendbuf);
+            tcoll::reduce(t, in, out, static_cast<std::size_t>(count), root, o);
+          });
+        });
       });
-    });
-  } catch (const std::exception& e) {
-    return report_error(c, comm, MPI_ERR_OTHER, e.what());
-  }
-  return MPI_SUCCESS;
 }
 
 } // namespace

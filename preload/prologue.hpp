@@ -1,0 +1,81 @@
+#pragma once
+/// \file
+/// The one prologue of the preload's blocking wrappers (MPI_Allreduce, MPI_Reduce_scatter(
+/// _block), MPI_Allgather(v), MPI_Bcast, MPI_Reduce and their `_c` forms): every wrapper
+/// states what differs (how it measures its call, which one-node choice it consults, how it
+/// runs on a communicator) and `intercept` runs the steps they share, in one order.
+#include "tcoll_mpi.hpp"
+
+#include <cstddef>
+#include <exception>
+#include <optional>
+
+namespace tcoll::preload {
+
+/// What a wrapper's checks found: the bytes its call moves (the size its selection rules
+/// measure, docs/preload.md; 0: an empty call), or in `why` the reason MPI runs it.
+struct measured_call {
+  std::size_t bytes = 0;
+  std::optional<fallback> why = std::nullopt;
+};
+
+/// A call that MPI runs, for `why`.
+inline measured_call to_mpi(fallback why) {
+  return {0, why};
+}
+
+/// The communicator and pointer checks of a collective: a null communicator or arguments
+/// that are not `args_ok` (MPI judges them), an intercommunicator. Nothing where tcoll may
+/// run the call.
+inline std::optional<fallback> communicator_fallback(MPI_Comm comm, bool args_ok) {
+  if (comm == MPI_COMM_NULL || !args_ok) return fallback::arguments;
+  if (is_intercomm(comm)) return fallback::intercomm;
+  return std::nullopt;
+}
+
+/// The steps every blocking wrapper of collective `c` takes, in this order:
+/// 1. before MPI_Init or after MPI_Finalize, MPI runs the call;
+/// 2. the tcoll state an earlier non-blocking start found missing is created
+///    (`settle_pending_setup`: a collective step, as the call itself);
+/// 3. `measure()` checks the arguments, datatype and op and sizes the call; a fallback
+///    reason hands it to MPI;
+/// 4. an invalid environment is reported as MPI's error (MPI_ERR_ARG);
+/// 5. an empty call returns at once;
+/// 6. the route: the first rule's or the built-in choice, then `node_choice(bytes, ruled)`
+///    where the ranks may share one node; the call is counted (TCOLL_DEBUG), and
+///    passthrough hands it to MPI;
+/// 7. `run(a, bytes)` runs it; an exception becomes MPI's error (MPI_ERR_OTHER), printed
+///    with the rank. `pmpi()` is the call's PMPI form; `Count` its count type.
+template <class Count, class Pmpi, class Measure, class NodeChoice, class Run>
+int intercept(coll c, MPI_Comm comm, Pmpi& pmpi, Measure&& measure, NodeChoice&& node_choice,
+              Run&& run) {
+  if (!mpi_active()) {
+    count_fallback(c, fallback::not_initialized);
+    return pmpi();
+  }
+  if (const int rc = settle_pending_setup(c, comm); rc != MPI_SUCCESS) return rc;
+  const measured_call m = measure();
+  if (m.why) {
+    count_fallback(c, *m.why);
+    return pmpi();
+  }
+  if (!config().error.empty()) return report_settings_error(c, comm);
+  if (m.bytes == 0) return count_empty_call(c, comm);
+  algorithm_id a = choose(c, m.bytes);
+  try {
+    a = node_choice(m.bytes, a);
+  } catch (const std::exception& e) {
+    return report_error(c, comm, MPI_ERR_OTHER, e.what());
+  }
+  count_call(c, a, m.bytes, comm);
+  count_entry_point<Count>(c, a);
+  if (a == algorithm_id::passthrough) return pmpi();
+  try {
+    run(a, m.bytes);
+  } catch (const std::exception& e) {
+    return report_error(c, comm, MPI_ERR_OTHER, e.what());
+  }
+  return MPI_SUCCESS;
+}
+
+} // namespace tcoll::preload
