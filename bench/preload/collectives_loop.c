@@ -1,7 +1,9 @@
 /* An unmodified MPI timing loop (it calls only MPI) for MPI_Bcast (root 0), MPI_Reduce
- * (float sum, root 0), MPI_Allgather and MPI_Reduce_scatter_block (float sum), out of place,
- * from -b to -e bytes (factor -f; the bytes are the collective's whole buffer: the broadcast
- * or reduced vector, all P gathered blocks, all P blocks reduced), one line per size on
+ * (float sum, root 0), MPI_Allgather and MPI_Reduce_scatter_block (float sum), and their
+ * forms with uneven blocks MPI_Allgatherv and MPI_Reduce_scatter (rank q's block is
+ * 2n(q+1)/(P(P+1)) of the n elements, packed in rank order), out of place, from -b to -e
+ * bytes (factor -f; the bytes are the collective's whole buffer: the broadcast or reduced
+ * vector, all P gathered blocks, all P blocks reduced), one line per size on
  * rank 0:  collective size_bytes time_us (median over -r blocks of calls) wrong
  * -c 1 times cold buffers (as allreduce_loop.c -c 1: each call uses the next of a pool of
  * buffer pairs spanning at least twice 64 MiB); -c 0 (the default) reuses one pair (hot).
@@ -16,6 +18,17 @@
 static int rank, P;
 static float *in_pool, *out_pool, *in, *out;
 static size_t slots = 1, slot_floats = 0, next_slot = 0; /* the buffer pool (-c 1) */
+static int *counts, *displs; /* the uneven blocks of MPI_Allgatherv and MPI_Reduce_scatter */
+
+/* The uneven blocks of n elements: rank q's is 2n(q+1)/(P(P+1)), in rank order. */
+static void uneven_blocks(int n) {
+  int at = 0;
+  for (int q = 0; q < P; ++q) {
+    counts[q] = (int)(2.0 * n * (q + 1) / ((double)P * (P + 1)));
+    displs[q] = at;
+    at += counts[q];
+  }
+}
 
 /* One call of collective `c` on `bytes` of whole buffer, on the next slot of the pool. */
 static void call(int c, size_t bytes) {
@@ -27,6 +40,9 @@ static void call(int c, size_t bytes) {
   if (c == 1) MPI_Reduce(in, out, n, MPI_FLOAT, MPI_SUM, 0, MPI_COMM_WORLD);
   if (c == 2) MPI_Allgather(in, block, MPI_FLOAT, out, block, MPI_FLOAT, MPI_COMM_WORLD);
   if (c == 3) MPI_Reduce_scatter_block(in, out, block, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
+  if (c == 4)
+    MPI_Allgatherv(in, counts[rank], MPI_FLOAT, out, counts, displs, MPI_FLOAT, MPI_COMM_WORLD);
+  if (c == 5) MPI_Reduce_scatter(in, out, counts, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
 }
 
 struct args {
@@ -53,6 +69,15 @@ static long check(int c, size_t bytes) {
     if (c == 3 && i >= block) break;
     if (c == 3)
       for (int q = 0; q < P; ++q) want += (float)((q + rank * block + i) % 7);
+    if (c == 4 && i >= displs[P - 1] + counts[P - 1]) break;
+    if (c == 4) { /* element i lies in the block of the last rank whose block starts at or before it */
+      int q = P - 1;
+      while (q > 0 && displs[q] > i) --q;
+      want = (float)((q + i - displs[q]) % 7);
+    }
+    if (c == 5 && i >= counts[rank]) break;
+    if (c == 5)
+      for (int q = 0; q < P; ++q) want += (float)((q + displs[rank] + i) % 7);
     wrong += (c == 0 ? in[i] : out[i]) != want;
   }
   return wrong;
@@ -87,12 +112,16 @@ int main(int argc, char** argv) {
   const size_t pool = cold ? 2 * (hi > cache_bytes ? hi : cache_bytes) + 4096 : hi;
   in_pool = malloc(pool), out_pool = malloc(pool);
   if (!in_pool || !out_pool) MPI_Abort(MPI_COMM_WORLD, 2);
-  const char* names[4] = {"MPI_Bcast", "MPI_Reduce", "MPI_Allgather", "MPI_Reduce_scatter_block"};
+  const char* names[6] = {"MPI_Bcast",      "MPI_Reduce",     "MPI_Allgather",
+                          "MPI_Reduce_scatter_block", "MPI_Allgatherv", "MPI_Reduce_scatter"};
+  counts = malloc(sizeof(int) * P), displs = malloc(sizeof(int) * P);
+  if (!counts || !displs) MPI_Abort(MPI_COMM_WORLD, 2);
   if (rank == 0)
     printf("# ranks %d, %s buffers\n# collective bytes time_us wrong\n", P, cold ? "cold" : "hot");
-  for (int c = 0; c < 4; ++c)
+  for (int c = 0; c < 6; ++c)
     for (size_t bytes = lo; bytes <= hi; bytes *= factor) {
       if (bytes / sizeof(float) < (size_t)P) continue;
+      uneven_blocks((int)(bytes / sizeof(float)));
       reset(bytes, cold, pool);
       struct args a = {c, bytes};
       const double med = loop_median_seconds(call_once, &a, blocks, budget);
@@ -105,7 +134,7 @@ int main(int argc, char** argv) {
         fflush(stdout);
       }
     }
-  free(in_pool), free(out_pool);
+  free(in_pool), free(out_pool), free(counts), free(displs);
   MPI_Finalize();
   return 0;
 }
