@@ -228,6 +228,74 @@ std::vector<root_block> root_blocks(const T* buffer, std::span<const std::size_t
     blocks[q] = {const_cast<T*>(buffer) + displs[q], counts[q] * sizeof(T)};
   return blocks;
 }
+
+/// Checks of alltoall; returns whether it is the in-place form (sendbuf == recvbuf, the only
+/// overlap allowed).
+template <class T>
+bool check_alltoall_args(const T* sendbuf, const T* recvbuf, std::size_t count, int rank, int P) {
+  const auto all = static_cast<std::size_t>(P) * count;
+  check_count(count, static_cast<std::size_t>(P), sizeof(T), "alltoall", rank);
+  check_pointer(sendbuf, all, "sendbuf", "alltoall", rank);
+  check_pointer(recvbuf, all, "recvbuf", "alltoall", rank);
+  const bool in_place = sendbuf == recvbuf && all;
+  if (!in_place)
+    check_overlap(sendbuf, all * sizeof(T), recvbuf, all * sizeof(T), nullptr, "alltoall", rank);
+  return in_place;
+}
+
+/// Checks of gatherv; returns the root's blocks (empty elsewhere).
+template <class T>
+std::vector<root_block> check_gatherv_args(const T* sendbuf, std::size_t send_count, T* recvbuf,
+                                           std::span<const std::size_t> recv_counts,
+                                           std::span<const std::size_t> recv_displs, int root,
+                                           int rank, int P) {
+  check_root(root, P, "gatherv", rank);
+  check_count(send_count, 1, sizeof(T), "gatherv", rank);
+  check_pointer(sendbuf, send_count, "sendbuf", "gatherv", rank);
+  if (rank != root) return {};
+  return root_blocks(static_cast<const T*>(recvbuf), recv_counts, recv_displs, "recv_counts",
+                     "recv_displs", send_count, sendbuf, "gatherv", rank, P);
+}
+
+/// Checks of gather; returns the root's blocks (empty elsewhere).
+template <class T>
+std::vector<root_block> check_gather_args(const T* sendbuf, T* recvbuf, std::size_t count, int root,
+                                          int rank, int P) {
+  check_root(root, P, "gather", rank);
+  check_count(count, static_cast<std::size_t>(P), sizeof(T), "gather", rank);
+  check_pointer(sendbuf, count, "sendbuf", "gather", rank);
+  if (rank != root) return {};
+  const auto [counts, displs] = equal_blocks(P, count);
+  return root_blocks(static_cast<const T*>(recvbuf), counts, displs, "recv_counts", "recv_displs",
+                     count, sendbuf, "gather", rank, P);
+}
+
+/// Checks of scatterv; returns the root's blocks (empty elsewhere).
+template <class T>
+std::vector<root_block> check_scatterv_args(const T* sendbuf,
+                                            std::span<const std::size_t> send_counts,
+                                            std::span<const std::size_t> send_displs, T* recvbuf,
+                                            std::size_t recv_count, int root, int rank, int P) {
+  check_root(root, P, "scatterv", rank);
+  check_count(recv_count, 1, sizeof(T), "scatterv", rank);
+  check_pointer(recvbuf, recv_count, "recvbuf", "scatterv", rank);
+  if (rank != root) return {};
+  return root_blocks(sendbuf, send_counts, send_displs, "send_counts", "send_displs", recv_count,
+                     recvbuf, "scatterv", rank, P);
+}
+
+/// Checks of scatter; returns the root's blocks (empty elsewhere).
+template <class T>
+std::vector<root_block> check_scatter_args(const T* sendbuf, T* recvbuf, std::size_t count,
+                                           int root, int rank, int P) {
+  check_root(root, P, "scatter", rank);
+  check_count(count, static_cast<std::size_t>(P), sizeof(T), "scatter", rank);
+  check_pointer(recvbuf, count, "recvbuf", "scatter", rank);
+  if (rank != root) return {};
+  const auto [counts, displs] = equal_blocks(P, count);
+  return root_blocks(sendbuf, counts, displs, "send_counts", "send_displs", count, recvbuf,
+                     "scatter", rank, P);
+}
 } // namespace detail
 
 // Every entry point takes a `communicator` (communicator.hpp): a transport, or a machine
@@ -392,15 +460,7 @@ void alltoallv(C& c, const T* sendbuf, std::span<const std::size_t> send_counts,
 /// exchange uneven group blocks pairwise.
 template <communicator C, class T, alltoall_algorithm A = alltoall_by_size>
 void alltoall(C& c, const T* sendbuf, T* recvbuf, std::size_t count, const A& algo = {}) {
-  const int rank = c.rank(), P = c.size();
-  const auto all = static_cast<std::size_t>(P) * count;
-  detail::check_count(count, static_cast<std::size_t>(P), sizeof(T), "alltoall", rank);
-  detail::check_pointer(sendbuf, all, "sendbuf", "alltoall", rank);
-  detail::check_pointer(recvbuf, all, "recvbuf", "alltoall", rank);
-  const bool in_place = sendbuf == recvbuf && all;
-  if (!in_place)
-    detail::check_overlap(sendbuf, all * sizeof(T), recvbuf, all * sizeof(T), nullptr, "alltoall",
-                          rank);
+  const bool in_place = detail::check_alltoall_args(sendbuf, recvbuf, count, c.rank(), c.size());
   const auto tags = detail::begin_on(c);
   detail::guarded_on(
       c, [&] { detail::alltoall_on(c, tags, sendbuf, recvbuf, count, in_place, algo); });
@@ -417,15 +477,8 @@ template <communicator C, class T>
 void gatherv(C& c, const T* sendbuf, std::size_t send_count, T* recvbuf,
              std::span<const std::size_t> recv_counts, std::span<const std::size_t> recv_displs,
              int root, const linear& algo = {}) {
-  const int rank = c.rank(), P = c.size();
-  detail::check_root(root, P, "gatherv", rank);
-  detail::check_count(send_count, 1, sizeof(T), "gatherv", rank);
-  detail::check_pointer(sendbuf, send_count, "sendbuf", "gatherv", rank);
-  std::vector<root_block> blocks;
-  if (rank == root)
-    blocks =
-        detail::root_blocks(static_cast<const T*>(recvbuf), recv_counts, recv_displs, "recv_counts",
-                            "recv_displs", send_count, sendbuf, "gatherv", rank, P);
+  const std::vector<root_block> blocks = detail::check_gatherv_args(
+      sendbuf, send_count, recvbuf, recv_counts, recv_displs, root, c.rank(), c.size());
   const auto tags = detail::begin_on(c);
   detail::guarded_on(c, [&] {
     detail::gatherv_on(c, tags, sendbuf, send_count, recvbuf, recv_counts, recv_displs, root,
@@ -440,16 +493,8 @@ void gatherv(C& c, const T* sendbuf, std::size_t send_count, T* recvbuf,
 template <communicator C, class T>
 void gather(C& c, const T* sendbuf, T* recvbuf, std::size_t count, int root,
             const linear& algo = {}) {
-  const int rank = c.rank(), P = c.size();
-  detail::check_root(root, P, "gather", rank);
-  detail::check_count(count, static_cast<std::size_t>(P), sizeof(T), "gather", rank);
-  detail::check_pointer(sendbuf, count, "sendbuf", "gather", rank);
-  std::vector<root_block> blocks;
-  if (rank == root) {
-    const auto [counts, displs] = detail::equal_blocks(P, count);
-    blocks = detail::root_blocks(static_cast<const T*>(recvbuf), counts, displs, "recv_counts",
-                                 "recv_displs", count, sendbuf, "gather", rank, P);
-  }
+  const std::vector<root_block> blocks =
+      detail::check_gather_args(sendbuf, recvbuf, count, root, c.rank(), c.size());
   const auto tags = detail::begin_on(c);
   detail::guarded_on(
       c, [&] { detail::gather_on(c, tags, sendbuf, recvbuf, count, root, blocks, algo); });
@@ -466,14 +511,8 @@ template <communicator C, class T>
 void scatterv(C& c, const T* sendbuf, std::span<const std::size_t> send_counts,
               std::span<const std::size_t> send_displs, T* recvbuf, std::size_t recv_count,
               int root, const linear& algo = {}) {
-  const int rank = c.rank(), P = c.size();
-  detail::check_root(root, P, "scatterv", rank);
-  detail::check_count(recv_count, 1, sizeof(T), "scatterv", rank);
-  detail::check_pointer(recvbuf, recv_count, "recvbuf", "scatterv", rank);
-  std::vector<root_block> blocks;
-  if (rank == root)
-    blocks = detail::root_blocks(sendbuf, send_counts, send_displs, "send_counts", "send_displs",
-                                 recv_count, recvbuf, "scatterv", rank, P);
+  const std::vector<root_block> blocks = detail::check_scatterv_args(
+      sendbuf, send_counts, send_displs, recvbuf, recv_count, root, c.rank(), c.size());
   const auto tags = detail::begin_on(c);
   detail::guarded_on(c, [&] {
     detail::scatterv_on(c, tags, sendbuf, send_counts, send_displs, recvbuf, recv_count, root,
@@ -488,16 +527,8 @@ void scatterv(C& c, const T* sendbuf, std::span<const std::size_t> send_counts,
 template <communicator C, class T>
 void scatter(C& c, const T* sendbuf, T* recvbuf, std::size_t count, int root,
              const linear& algo = {}) {
-  const int rank = c.rank(), P = c.size();
-  detail::check_root(root, P, "scatter", rank);
-  detail::check_count(count, static_cast<std::size_t>(P), sizeof(T), "scatter", rank);
-  detail::check_pointer(recvbuf, count, "recvbuf", "scatter", rank);
-  std::vector<root_block> blocks;
-  if (rank == root) {
-    const auto [counts, displs] = detail::equal_blocks(P, count);
-    blocks = detail::root_blocks(sendbuf, counts, displs, "send_counts", "send_displs", count,
-                                 recvbuf, "scatter", rank, P);
-  }
+  const std::vector<root_block> blocks =
+      detail::check_scatter_args(sendbuf, recvbuf, count, root, c.rank(), c.size());
   const auto tags = detail::begin_on(c);
   detail::guarded_on(
       c, [&] { detail::scatter_on(c, tags, sendbuf, recvbuf, count, root, blocks, algo); });

@@ -436,14 +436,26 @@ TEST_CASE("via_leaders: non-blocking forms on a hierarchy, queued together, in s
     auto q2 = iallgather(h, mine.data(), all.data(), n);
     auto q3 = ireduce_scatter(h, blocks.data(), part.data(), n);
     auto q4 = iallreduce(h, sum.data(), sum.data(), n);
+    std::vector<double> rows(n * P), cols(n * P), gathered(n * P);
+    for (int q = 0; q < P; ++q)
+      for (std::size_t i = 0; i < n; ++i) rows[std::size_t(q) * n + i] = frac(r * P + q, i);
+    auto q6 = ialltoall(h, rows.data(), cols.data(), n);
+    auto q7 = igather(h, mine.data(), gathered.data(), n, 2);
     auto q5 = ibarrier(h);
     q5.wait();
     // the barrier ran after the others on this rank's engine: they are complete
-    wrong += !q1.test() + !q2.test() + !q3.test() + !q4.test();
+    wrong += !q1.test() + !q2.test() + !q3.test() + !q4.test() + !q6.test() + !q7.test();
     q1.wait();
     q2.wait();
     q3.wait();
     q4.wait();
+    q6.wait();
+    q7.wait();
+    for (int q = 0; q < P; ++q)
+      for (std::size_t i = 0; i < n; ++i) {
+        wrong += cols[std::size_t(q) * n + i] != frac(q * P + r, i);
+        if (r == 2) wrong += gathered[std::size_t(q) * n + i] != frac(q, i);
+      }
     for (std::size_t i = 0; i < n; ++i) {
       wrong += b[i] != frac(5, i);
       wrong += part[i] != expected_sum(P, std::size_t(r) * n + i);

@@ -71,6 +71,11 @@ inline bool same_bits(const std::vector<float>& a, std::span<const float> b) {
   return a.size() == b.size() &&
          (a.empty() || std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0);
 }
+template <class T>
+bool same_bits(const std::vector<T>& a, const std::vector<T>& b) {
+  return a.size() == b.size() &&
+         (a.empty() || std::memcmp(a.data(), b.data(), a.size() * sizeof(T)) == 0);
+}
 
 // ---------------------------------------------------------------------------------------
 // Non-blocking collectives.
@@ -178,6 +183,89 @@ void mixed_collectives_case(Tr& t) {
     for (std::size_t i = 0; i < n; ++i) CHECK(ag_out[std::size_t(q) * n + i] == q * 1000 + int(i));
   for (float v : bc) CHECK(v == 2.5f);
   for (float v : ar) CHECK(v == 0.5f * float(ranks_sum));
+}
+
+/// The non-blocking forms of the other collectives (ialltoall, ialltoallv, igather,
+/// igatherv, iscatter, iscatterv, ireduce_scatterv, iallgatherv) in flight together, every
+/// result compared bit for bit with the blocking call on the same fractional inputs. The
+/// counts and displacements of the v forms live in vectors that are overwritten right after
+/// the calls start: the requests must have copied them.
+template <class Tr>
+void other_nonblocking_collectives_case(Tr& t) {
+  const int P = t.size(), r = t.rank(), root = P - 1;
+  const auto p = static_cast<std::size_t>(P);
+  const std::size_t n = 5;
+  auto value = [](int from, int to, std::size_t k) {
+    return 0.25 + from + 0.125 * to + static_cast<double>(k) / 512.0;
+  };
+  // uneven blocks: rank q's is n + q elements, packed in rank order
+  std::vector<std::size_t> counts(p), displs(p);
+  std::size_t total = 0;
+  for (std::size_t q = 0; q < p; ++q) {
+    counts[q] = n + q;
+    displs[q] = total;
+    total += counts[q];
+  }
+  const std::size_t mine = counts[std::size_t(r)];
+  std::vector<double> a2a_in(n * p), rs_in(total), mine_in(mine), all_in(n * p);
+  for (std::size_t q = 0; q < p; ++q)
+    for (std::size_t k = 0; k < n; ++k) a2a_in[q * n + k] = value(r, int(q), k);
+  for (std::size_t i = 0; i < total; ++i) rs_in[i] = value(r, 0, i);
+  for (std::size_t k = 0; k < mine; ++k) mine_in[k] = value(r, r, k);
+  for (std::size_t i = 0; i < all_in.size(); ++i) all_in[i] = value(root, r, i);
+  // the blocking references first
+  std::vector<double> a2a_want(n * p), a2av_want(total), g_want(n * p), gv_want(total), s_want(n),
+      sv_want(mine), rsv_want(mine), agv_want(total);
+  tcoll::alltoall(t, a2a_in.data(), a2a_want.data(), n);
+  tcoll::gather(t, a2a_in.data(), g_want.data(), n, root);
+  tcoll::gatherv(t, mine_in.data(), mine, gv_want.data(), counts, displs, root);
+  tcoll::scatter(t, all_in.data(), s_want.data(), n, root);
+  tcoll::scatterv(t, rs_in.data(), counts, displs, sv_want.data(), mine, root);
+  tcoll::reduce_scatterv(t, rs_in.data(), rsv_want.data(), counts);
+  tcoll::allgatherv(t, mine_in.data(), mine, agv_want.data(), counts, displs);
+  // alltoallv with every pair's count n: the blocks of the packed layout's first n each
+  std::vector<std::size_t> same(p, n), same_displs(p);
+  for (std::size_t q = 0; q < p; ++q) same_displs[q] = displs[q];
+  tcoll::alltoallv(t, rs_in.data(), same, same_displs, a2av_want.data(), same, same_displs);
+  // the same calls, non-blocking, all in flight
+  std::vector<double> a2a(n * p), a2av(total), g(n * p), gv(total), sc(n), sv(mine), rsv(mine),
+      agv(total);
+  std::vector<tcoll::request> qs;
+  qs.push_back(tcoll::ialltoall(t, a2a_in.data(), a2a.data(), n));
+  qs.push_back(
+      tcoll::ialltoallv(t, rs_in.data(), same, same_displs, a2av.data(), same, same_displs));
+  qs.push_back(tcoll::igather(t, a2a_in.data(), g.data(), n, root));
+  qs.push_back(tcoll::igatherv(t, mine_in.data(), mine, gv.data(), counts, displs, root));
+  qs.push_back(tcoll::iscatter(t, all_in.data(), sc.data(), n, root));
+  qs.push_back(tcoll::iscatterv(t, rs_in.data(), counts, displs, sv.data(), mine, root));
+  qs.push_back(tcoll::ireduce_scatterv(t, rs_in.data(), rsv.data(), counts));
+  qs.push_back(tcoll::iallgatherv(t, mine_in.data(), mine, agv.data(), counts, displs));
+  std::fill(counts.begin(), counts.end(), std::size_t{999999}); // copied at the start
+  std::fill(displs.begin(), displs.end(), std::size_t{999999});
+  std::fill(same.begin(), same.end(), std::size_t{999999});
+  for (auto& q : qs) CHECK(q.wait_for(60s));
+  CHECK(same_bits(a2a, a2a_want));
+  CHECK(same_bits(a2av, a2av_want));
+  CHECK(same_bits(sc, s_want));
+  CHECK(same_bits(sv, sv_want));
+  CHECK(same_bits(rsv, rsv_want));
+  CHECK(same_bits(agv, agv_want));
+  if (r == root) {
+    CHECK(same_bits(g, g_want));
+    CHECK(same_bits(gv, gv_want));
+  }
+  // and the references are right (so a wrong blocking call cannot hide a wrong one here)
+  for (std::size_t q = 0; q < p; ++q)
+    for (std::size_t k = 0; k < n; ++k) CHECK(a2a_want[q * n + k] == value(int(q), r, k));
+  for (std::size_t k = 0; k < n; ++k) CHECK(s_want[k] == value(root, root, std::size_t(r) * n + k));
+  // bad input (alike on every rank) throws at the start and queues nothing
+  CHECK_THROWS_AS((void)tcoll::iscatterv(t, rs_in.data(), counts, displs, sv.data(), mine, P),
+                  tcoll::invalid_argument);
+  CHECK_THROWS_AS((void)tcoll::ialltoall(t, a2a.data(), a2a.data() + 1, n),
+                  tcoll::invalid_argument);
+  auto q = tcoll::ialltoall(t, a2a_in.data(), a2a.data(), n); // still working
+  q.wait();
+  CHECK(same_bits(a2a, a2a_want));
 }
 
 /// A request destroyed before it completes waits for it: the data is final afterwards.

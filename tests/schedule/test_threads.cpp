@@ -35,6 +35,13 @@ TEST_CASE("ireduce_scatter, iallgather, ibroadcast and iallreduce in flight toge
   }
 }
 
+TEST_CASE("ialltoall(v), igather(v), iscatter(v), ireduce_scatterv, iallgatherv in flight") {
+  for (int P : {1, 2, 3, 5, 8}) {
+    CAPTURE(P);
+    on_team(P, [](tcoll::thread_transport& t) { other_nonblocking_collectives_case(t); });
+  }
+}
+
 TEST_CASE("requests: destroyed unfinished waits, wait_for, argument errors at the call") {
   on_team(3, [](tcoll::thread_transport& t) {
     destroyed_request_waits_case(t);

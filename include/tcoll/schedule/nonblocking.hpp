@@ -1,17 +1,20 @@
 #pragma once
 /// \file
-/// Non-blocking collectives: `iallreduce`, `ireduce_scatter`, `iallgather`, `ibroadcast`,
-/// `ibarrier`.
+/// Non-blocking collectives: `iallreduce`, `ireduce_scatter`, `ireduce_scatterv`,
+/// `iallgather`, `iallgatherv`, `ibroadcast`, `ialltoall`, `ialltoallv`, `igather`,
+/// `igatherv`, `iscatter`, `iscatterv`, `ibarrier` (MPI's `MPI_I*`).
 /// Each checks its arguments at once (throwing like the blocking call), draws the next
 /// message space of the transport, queues the collective on the transport's engine
 /// (`engine.hpp`) and returns a `request`. Every algorithm works (flat, `multi_ring`,
 /// `automatic`, `passthrough`) on every transport, and each on every communicator
 /// (hierarchical too). Rules: every rank queues in the same order (MPI's), the buffers stay
 /// valid and untouched until the request completes, and the transport object outlives the
-/// request. See `engine.hpp` for the thread-safety contract.
+/// request. The counts and displacements of the v forms are copied at the start (MPI asks
+/// that they stay valid; here they need not). See `engine.hpp` for the thread-safety contract.
 #include <cstddef>
 #include <span>
 #include <string>
+#include <vector>
 
 #include "../collectives.hpp"
 #include "../communicator.hpp"
@@ -63,6 +66,139 @@ template <communicator C, class T, reducer R = cpu_reducer>
   return request(detail::submit_collective(
       comm, [&comm, sendbuf, recvbuf, count, algo, red](const auto& tags) mutable {
         detail::allgather_on(comm, tags, sendbuf, recvbuf, count, algo, red);
+      }));
+}
+
+/// A copy of a span of counts or displacements, owned by a queued collective.
+using owned_counts = std::vector<std::size_t>;
+
+/// Non-blocking `reduce_scatterv` (ring on a transport) on any communicator.
+template <communicator C, class T, class Op = sum_op, reducer R = cpu_reducer>
+[[nodiscard]] request ireduce_scatterv(C& comm, const T* sendbuf, T* recvbuf,
+                                       std::span<const std::size_t> recv_counts, const Op& op = {},
+                                       const ring& algo = {}, R red = {}) {
+  detail::check_support<R, Op, T>();
+  detail::check_order<Op, ring>();
+  owned_counts offsets =
+      detail::check_reduce_scatterv_args(sendbuf, recvbuf, recv_counts, comm.rank(), comm.size());
+  return request(detail::submit_collective(
+      comm, [&comm, sendbuf, recvbuf, counts = owned_counts(recv_counts.begin(), recv_counts.end()),
+             offsets = std::move(offsets), op, algo, red](const auto& tags) mutable {
+        detail::reduce_scatterv_on(comm, tags, sendbuf, recvbuf,
+                                   std::span<const std::size_t>(counts),
+                                   std::span<const std::size_t>(offsets), op, algo, red);
+      }));
+}
+
+/// Non-blocking `allgatherv` (ring on a transport) on any communicator.
+template <communicator C, class T, reducer R = cpu_reducer>
+[[nodiscard]] request iallgatherv(C& comm, const T* sendbuf, std::size_t send_count, T* recvbuf,
+                                  std::span<const std::size_t> recv_counts,
+                                  std::span<const std::size_t> recv_displs, const ring& algo = {},
+                                  R red = {}) {
+  const std::size_t extent = detail::check_allgatherv_args(
+      sendbuf, send_count, recvbuf, recv_counts, recv_displs, comm.rank(), comm.size());
+  return request(detail::submit_collective(
+      comm,
+      [&comm, sendbuf, recvbuf, extent, algo, red,
+       counts = owned_counts(recv_counts.begin(), recv_counts.end()),
+       displs = owned_counts(recv_displs.begin(), recv_displs.end())](const auto& tags) mutable {
+        detail::allgatherv_on(comm, tags, sendbuf, recvbuf, std::span<const std::size_t>(counts),
+                              std::span<const std::size_t>(displs), extent, algo, red);
+      }));
+}
+
+/// Non-blocking `alltoall` (`alltoall_by_size` by default) on any communicator.
+template <communicator C, class T, alltoall_algorithm A = alltoall_by_size>
+[[nodiscard]] request ialltoall(C& comm, const T* sendbuf, T* recvbuf, std::size_t count,
+                                const A& algo = {}) {
+  const bool in_place =
+      detail::check_alltoall_args(sendbuf, recvbuf, count, comm.rank(), comm.size());
+  return request(detail::submit_collective(
+      comm, [&comm, sendbuf, recvbuf, count, in_place, algo](const auto& tags) {
+        detail::alltoall_on(comm, tags, sendbuf, recvbuf, count, in_place, algo);
+      }));
+}
+
+/// Non-blocking `alltoallv` (pairwise exchange on a transport) on any communicator.
+template <communicator C, class T>
+[[nodiscard]] request
+ialltoallv(C& comm, const T* sendbuf, std::span<const std::size_t> send_counts,
+           std::span<const std::size_t> send_displs, T* recvbuf,
+           std::span<const std::size_t> recv_counts, std::span<const std::size_t> recv_displs,
+           const pairwise_exchange& algo = {}) {
+  const bool in_place =
+      detail::check_alltoallv_args(sendbuf, send_counts, send_displs, recvbuf, recv_counts,
+                                   recv_displs, comm.rank(), comm.size());
+  return request(detail::submit_collective(
+      comm, [&comm, sendbuf, recvbuf, in_place, algo,
+             sc = owned_counts(send_counts.begin(), send_counts.end()),
+             sd = owned_counts(send_displs.begin(), send_displs.end()),
+             rc = owned_counts(recv_counts.begin(), recv_counts.end()),
+             rd = owned_counts(recv_displs.begin(), recv_displs.end())](const auto& tags) {
+        detail::alltoallv_on(comm, tags, sendbuf, std::span<const std::size_t>(sc),
+                             std::span<const std::size_t>(sd), recvbuf,
+                             std::span<const std::size_t>(rc), std::span<const std::size_t>(rd),
+                             in_place, algo);
+      }));
+}
+
+/// Non-blocking `gather` (linear on a transport) on any communicator.
+template <communicator C, class T>
+[[nodiscard]] request igather(C& comm, const T* sendbuf, T* recvbuf, std::size_t count, int root,
+                              const linear& algo = {}) {
+  std::vector<root_block> blocks =
+      detail::check_gather_args(sendbuf, recvbuf, count, root, comm.rank(), comm.size());
+  return request(detail::submit_collective(comm, [&comm, sendbuf, recvbuf, count, root, algo,
+                                                  blocks = std::move(blocks)](const auto& tags) {
+    detail::gather_on(comm, tags, sendbuf, recvbuf, count, root, blocks, algo);
+  }));
+}
+
+/// Non-blocking `gatherv` (linear on a transport) on any communicator.
+template <communicator C, class T>
+[[nodiscard]] request igatherv(C& comm, const T* sendbuf, std::size_t send_count, T* recvbuf,
+                               std::span<const std::size_t> recv_counts,
+                               std::span<const std::size_t> recv_displs, int root,
+                               const linear& algo = {}) {
+  std::vector<root_block> blocks = detail::check_gatherv_args(
+      sendbuf, send_count, recvbuf, recv_counts, recv_displs, root, comm.rank(), comm.size());
+  return request(detail::submit_collective(
+      comm, [&comm, sendbuf, send_count, recvbuf, root, algo, blocks = std::move(blocks),
+             counts = owned_counts(recv_counts.begin(), recv_counts.end()),
+             displs = owned_counts(recv_displs.begin(), recv_displs.end())](const auto& tags) {
+        detail::gatherv_on(comm, tags, sendbuf, send_count, recvbuf,
+                           std::span<const std::size_t>(counts),
+                           std::span<const std::size_t>(displs), root, blocks, algo);
+      }));
+}
+
+/// Non-blocking `scatter` (linear on a transport) on any communicator.
+template <communicator C, class T>
+[[nodiscard]] request iscatter(C& comm, const T* sendbuf, T* recvbuf, std::size_t count, int root,
+                               const linear& algo = {}) {
+  std::vector<root_block> blocks =
+      detail::check_scatter_args(sendbuf, recvbuf, count, root, comm.rank(), comm.size());
+  return request(detail::submit_collective(comm, [&comm, sendbuf, recvbuf, count, root, algo,
+                                                  blocks = std::move(blocks)](const auto& tags) {
+    detail::scatter_on(comm, tags, sendbuf, recvbuf, count, root, blocks, algo);
+  }));
+}
+
+/// Non-blocking `scatterv` (linear on a transport) on any communicator.
+template <communicator C, class T>
+[[nodiscard]] request iscatterv(C& comm, const T* sendbuf, std::span<const std::size_t> send_counts,
+                                std::span<const std::size_t> send_displs, T* recvbuf,
+                                std::size_t recv_count, int root, const linear& algo = {}) {
+  std::vector<root_block> blocks = detail::check_scatterv_args(
+      sendbuf, send_counts, send_displs, recvbuf, recv_count, root, comm.rank(), comm.size());
+  return request(detail::submit_collective(
+      comm, [&comm, sendbuf, recvbuf, recv_count, root, algo, blocks = std::move(blocks),
+             counts = owned_counts(send_counts.begin(), send_counts.end()),
+             displs = owned_counts(send_displs.begin(), send_displs.end())](const auto& tags) {
+        detail::scatterv_on(comm, tags, sendbuf, std::span<const std::size_t>(counts),
+                            std::span<const std::size_t>(displs), recvbuf, recv_count, root, blocks,
+                            algo);
       }));
 }
 
