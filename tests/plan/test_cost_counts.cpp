@@ -61,6 +61,15 @@ observed run_counted_body(int P, Body&& body) {
   return o;
 }
 
+/// Every field the counting transport and reducer observed equals the model's.
+void check_traffic(const observed& got, const plan::rank_traffic& model) {
+  CHECK(double(got.messages_sent) == model.messages_sent);
+  CHECK(double(got.messages_received) == model.messages_received);
+  CHECK(double(got.bytes_sent) == model.bytes_sent);
+  CHECK(double(got.bytes_received) == model.bytes_received);
+  CHECK(double(got.bytes_reduced) == model.bytes_reduced);
+}
+
 template <class Algo>
 observed run_counted(int P, std::size_t n, const Algo& algo) {
   return run_counted_body(P, [&](auto& c, const counting_reducer& red) {
@@ -146,11 +155,7 @@ void check_against_model(plan::modeled_algorithm a, const Algo& algo) {
       CAPTURE(plan::algorithm_name(a));
       CAPTURE(P);
       CAPTURE(n);
-      CHECK(double(got.messages_sent) == model.messages_sent);
-      CHECK(double(got.messages_received) == model.messages_received);
-      CHECK(double(got.bytes_sent) == model.bytes_sent);
-      CHECK(double(got.bytes_received) == model.bytes_received);
-      CHECK(double(got.bytes_reduced) == model.bytes_reduced);
+      check_traffic(got, model);
       // and the cost is the traffic priced by the link: alpha per non-overlapped message,
       // beta per non-overlapped byte, gamma per reduced byte
       const plan::link_params alpha{1, 0, 0}, beta{0, 1, 0}, gamma{0, 0, 1};
@@ -217,11 +222,7 @@ TEST_CASE("every collective of the table: its cost formula's traffic is its algo
           CAPTURE(to_string(a));
           CAPTURE(P);
           CAPTURE(n);
-          CHECK(double(got.messages_sent) == model.messages_sent);
-          CHECK(double(got.messages_received) == model.messages_received);
-          CHECK(double(got.bytes_sent) == model.bytes_sent);
-          CHECK(double(got.bytes_received) == model.bytes_received);
-          CHECK(double(got.bytes_reduced) == model.bytes_reduced);
+          check_traffic(got, model);
         }
       }
     }
