@@ -110,14 +110,6 @@ void alltoall_values(Tr& t, const std::vector<std::size_t>& counts) {
   std::vector<double> a(4 * p), b(4 * p);
   std::vector<std::size_t> ones(p, 1), displs(p);
   for (int q = 0; q < P; ++q) displs[q] = static_cast<std::size_t>(q);
-  auto error_of = [&](auto call) -> std::string {
-    try {
-      call();
-    } catch (const invalid_argument& e) {
-      return e.what();
-    }
-    return "";
-  };
   const std::vector<std::size_t> short_counts(p + 1, 1);
   CHECK(error_of([&] {
           alltoallv(t, static_cast<const double*>(a.data()), short_counts, displs, b.data(), ones,

@@ -82,14 +82,6 @@ void gather_scatter_values(Tr& t, const std::vector<std::size_t>& counts) {
     }
   // bad input, alike on every rank, before any message; the transport keeps working
   std::vector<double> a(4 * p), b(4 * p);
-  auto error_of = [&](auto call) -> std::string {
-    try {
-      call();
-    } catch (const invalid_argument& e) {
-      return e.what();
-    }
-    return "";
-  };
   CHECK(error_of([&] {
           gather(t, static_cast<const double*>(a.data()), b.data(), 1, P);
         }).find("root") != std::string::npos);

@@ -83,14 +83,6 @@ void uneven_block_values(C& c, const std::vector<std::size_t>& sizes) {
       }
     }
   // bad input, alike on every rank, before any message; the communicator keeps working
-  auto error_of = [&](auto call) -> std::string {
-    try {
-      call();
-    } catch (const invalid_argument& e) {
-      return e.what();
-    }
-    return "";
-  };
   std::vector<double> a(4 * p + 4), b(4 * p + 4);
   const std::vector<std::size_t> ones(p, 1), short_counts(p > 1 ? p - 1 : 2, 1);
   std::vector<std::size_t> displs(p);

@@ -92,6 +92,17 @@ void check_equal(const std::vector<T>& got, const std::vector<T>& want, const st
   FAIL_CHECK(s.str());
 }
 
+/// The message of the `invalid_argument` that `call()` throws, or "" when it throws none.
+template <class Call>
+std::string error_of(Call&& call) {
+  try {
+    call();
+  } catch (const invalid_argument& e) {
+    return e.what();
+  }
+  return "";
+}
+
 /// Tag of the test's own side-channel messages (distinct from detail::collective_tag).
 inline constexpr int identity_tag = 0x7e57;
 
