@@ -1,6 +1,7 @@
 /// \file
-/// libtcoll_mpi.so: MPI_Reduce_scatter_block, MPI_Allgather, MPI_Bcast and MPI_Reduce
-/// through tcoll, over shared memory where a communicator's ranks share one node.
+/// libtcoll_mpi.so: MPI_Reduce_scatter_block, MPI_Allgather, MPI_Bcast, MPI_Reduce,
+/// MPI_Alltoall and the uneven MPI_Reduce_scatter and MPI_Allgatherv through tcoll, over
+/// shared memory where a communicator's ranks share one node.
 #include "prologue.hpp"
 #include "tcoll_mpi.hpp"
 
@@ -15,6 +16,7 @@
 #undef MPI_Allgather
 #undef MPI_Reduce_scatter
 #undef MPI_Allgatherv
+#undef MPI_Alltoall
 #undef MPI_Bcast
 #undef MPI_Reduce
 #undef MPI_Barrier
@@ -107,6 +109,10 @@ algorithm_id shm_collective_choice(coll c, std::size_t bytes, int P) {
   case coll::reduce_scatter:
     return bytes >= (P == 2 ? s.shm_reduce_scatter_two_from_bytes : s.shm_reduce_scatter_from_bytes)
                ? algorithm_id::ring
+               : algorithm_id::passthrough;
+  case coll::alltoall: // the library's choice by the block's size
+    return bytes <= (P == 2 ? s.shm_alltoall_two_up_to_bytes : s.shm_alltoall_up_to_bytes)
+               ? tcoll::alltoall_by_size{.rules = {}}.choose(bytes / static_cast<std::size_t>(P), P)
                : algorithm_id::passthrough;
   default:
     return algorithm_id::passthrough;
@@ -494,6 +500,75 @@ TCOLL_PRELOAD_EXPORT int MPI_Allgatherv_c(const void* sendbuf, MPI_Count sendcou
                            return PMPI_Allgatherv_c(sendbuf, sendcount, sendtype, recvbuf,
                                                     recvcounts, displs, recvtype, comm);
                          });
+}
+#endif
+
+namespace {
+
+/// MPI_Alltoall and MPI_Alltoall_c (`Count` int or MPI_Count); `pmpi()` hands the call to
+/// MPI. The path is chosen from the block's signature bytes (recvcount x the size of
+/// recvtype), which every rank shares; blocks move as bytes. Derived or non-contiguous
+/// datatypes go to MPI (counted as such).
+template <class Count, class Pmpi>
+int alltoall_call(const void* sendbuf, Count sendcount, MPI_Datatype sendtype, void* recvbuf,
+                  Count recvcount, MPI_Datatype recvtype, MPI_Comm comm, Pmpi pmpi) {
+  constexpr coll c = coll::alltoall;
+  const bool in_place = sendbuf == MPI_IN_PLACE;
+  int P = 0;
+  std::size_t block = 0;
+  return intercept<Count>(
+      c, comm, pmpi,
+      [&]() -> measured_call {
+        if (auto why = communicator_fallback(comm, recvcount >= 0 && recvbuf && sendbuf &&
+                                                       (in_place || sendcount >= 0)))
+          return to_mpi(*why);
+        const std::size_t rsize = contiguous_size(recvtype);
+        const std::size_t ssize = in_place ? rsize : contiguous_size(sendtype);
+        if (rsize == 0 || ssize == 0) return to_mpi(fallback::datatype);
+        const long long block_signature = static_cast<long long>(rsize) * recvcount;
+        if (static_cast<long long>(ssize) * sendcount != block_signature && !in_place)
+          return to_mpi(fallback::arguments); // MPI reports the mismatch
+        P = comm_size(comm);
+        if (!count_fits(block_signature, P)) return to_mpi(fallback::arguments);
+        block = static_cast<std::size_t>(block_signature);
+        return {block * P};
+      },
+      [&](std::size_t bytes, algorithm_id ruled) {
+        return one_node_collective_choice(c, comm, bytes, P, ruled);
+      },
+      [&](algorithm_id a, std::size_t) {
+        comm_state& s = state_of(comm);
+        auto* out = static_cast<unsigned char*>(recvbuf);
+        const auto* in = in_place ? out : static_cast<const unsigned char*>(sendbuf);
+        on_transport(c, s, a, [&](auto& t) {
+          if (a == algorithm_id::bruck)
+            tcoll::alltoall(t, in, out, block, tcoll::bruck{});
+          else
+            tcoll::alltoall(t, in, out, block, tcoll::pairwise_exchange{});
+        });
+      });
+}
+
+} // namespace
+
+/// MPI_Alltoall through tcoll's all-to-all (pairwise exchange, Bruck's for short blocks on
+/// many ranks) over shared memory where the ranks share one node, MPI's own elsewhere.
+TCOLL_PRELOAD_EXPORT int MPI_Alltoall(const void* sendbuf, int sendcount, MPI_Datatype sendtype,
+                                      void* recvbuf, int recvcount, MPI_Datatype recvtype,
+                                      MPI_Comm comm) {
+  return alltoall_call(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, comm, [&] {
+    return PMPI_Alltoall(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, comm);
+  });
+}
+
+#if TCOLL_PRELOAD_LARGE_COUNT
+/// MPI-4's MPI_Alltoall_c: the same path as MPI_Alltoall.
+TCOLL_PRELOAD_EXPORT int MPI_Alltoall_c(const void* sendbuf, MPI_Count sendcount,
+                                        MPI_Datatype sendtype, void* recvbuf, MPI_Count recvcount,
+                                        MPI_Datatype recvtype, MPI_Comm comm) {
+  return alltoall_call(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, comm, [&] {
+    return PMPI_Alltoall_c(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, comm);
+  });
 }
 #endif
 

@@ -25,11 +25,10 @@
 namespace tcoll::preload {
 
 const char* coll_name(coll c) noexcept {
-  static const char* const names[coll_count] = {"MPI_Allreduce",      "MPI_Reduce_scatter_block",
-                                                "MPI_Allgather",      "MPI_Bcast",
-                                                "MPI_Reduce",         "MPI_Iallreduce",
-                                                "MPI_Barrier",        "MPI_Allreduce_init",
-                                                "MPI_Reduce_scatter", "MPI_Allgatherv"};
+  static const char* const names[coll_count] = {
+      "MPI_Allreduce",      "MPI_Reduce_scatter_block", "MPI_Allgather", "MPI_Bcast",
+      "MPI_Reduce",         "MPI_Iallreduce",           "MPI_Barrier",   "MPI_Allreduce_init",
+      "MPI_Reduce_scatter", "MPI_Allgatherv",           "MPI_Alltoall"};
   return names[static_cast<int>(c)];
 }
 
@@ -50,8 +49,9 @@ namespace {
 
 /// The collectives whose selection variable the preload reads (the table's): the others
 /// share one of these (`settings::rules`).
-constexpr coll ruled_collectives[] = {coll::allreduce, coll::reduce_scatter_block, coll::allgather,
-                                      coll::bcast, coll::reduce};
+constexpr coll ruled_collectives[] = {coll::allreduce, coll::reduce_scatter_block,
+                                      coll::allgather, coll::bcast,
+                                      coll::reduce,    coll::alltoall};
 
 /// Parses the selection string `text` of collective `c` (read from `var`) with tcoll's
 /// parser and the table's names (every one the table lists for `c` runs here). Throws
@@ -244,6 +244,8 @@ algorithm_id choose(coll c, std::size_t bytes) {
   // other collectives' algorithm on a transport
   if (k == collective::allreduce)
     return automatic{.rules = {}}.choose(bytes, /*commutative=*/true, /*has_native=*/true);
+  // over MPI point-to-point tcoll's exchange loses to MPI's own all-to-all at every size
+  if (k == collective::alltoall) return algorithm_id::passthrough;
   return describe(k).algorithms.front();
 }
 

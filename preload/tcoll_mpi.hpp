@@ -18,6 +18,7 @@
 #define MPI_Allgather PMPI_Allgather
 #define MPI_Reduce_scatter PMPI_Reduce_scatter
 #define MPI_Allgatherv PMPI_Allgatherv
+#define MPI_Alltoall PMPI_Alltoall
 #define MPI_Bcast PMPI_Bcast
 #define MPI_Reduce PMPI_Reduce
 #define MPI_Barrier PMPI_Barrier
@@ -92,8 +93,9 @@ enum class coll : int {
   allreduce_init, ///< MPI_Allreduce_init (MPIX_ on Open MPI 4), counted per MPI_Start
   reduce_scatter, ///< MPI_Reduce_scatter: as reduce_scatter_block where every block is equal
   allgatherv,     ///< MPI_Allgatherv: as allgather where the blocks are equal and in rank order
+  alltoall,       ///< MPI_Alltoall
 };
-inline constexpr int coll_count = 10;
+inline constexpr int coll_count = 11;
 /// "MPI_Allreduce", ...
 const char* coll_name(coll c) noexcept;
 
@@ -143,6 +145,8 @@ constexpr collective collective_of(coll c) noexcept {
     return collective::reduce;
   case coll::barrier:
     return collective::barrier;
+  case coll::alltoall:
+    return collective::alltoall;
   }
   return collective::allreduce;
 }
@@ -189,6 +193,11 @@ struct settings {
   std::size_t shm_allgather_from_bytes = 8 * 1024;      ///< ring, more than 2 ranks (2: MPI's)
   std::size_t shm_reduce_scatter_two_from_bytes = 1024; ///< ring on 2 ranks
   std::size_t shm_reduce_scatter_from_bytes = 8 * 1024; ///< ring on more than 2 ranks
+  /// tcoll's all-to-all (`alltoall_by_size`) up to here, one rank's whole send buffer; MPI's
+  /// own above, and always over MPI point-to-point, where tcoll's exchange is slower than
+  /// Open MPI's collective (docs/benchmarks.md, "alltoall_perf").
+  std::size_t shm_alltoall_two_up_to_bytes = 32 * 1024; ///< on 2 ranks
+  std::size_t shm_alltoall_up_to_bytes = 64 * 1024;     ///< on more
   std::string error; ///< non-empty: the environment is invalid and every call fails with it
 };
 /// Reads and checks the settings from the environment (`config` keeps them).

@@ -1,11 +1,11 @@
 #define _POSIX_C_SOURCE 200809L /* nanosleep */
 /* An unmodified MPI program (it calls only MPI) that checks the results of MPI_Allreduce,
  * MPI_Iallreduce, the persistent MPI_Allreduce_init, MPI_Reduce_scatter_block and
- * MPI_Reduce_scatter, MPI_Allgatherv, MPI_Reduce,
- * MPI_Allgather and MPI_Bcast for every predefined C integer and floating type x every predefined
- * op MPI allows on it x in place or not x several communicators (the world, halves with reversed
- * rank order, a singleton and the rest, MPI_COMM_SELF, short-lived duplicates) x counts 0, 1, 7 and
- * a large one. It also makes the calls libtcoll_mpi.so must leave to MPI (a user op, derived
+ * MPI_Reduce_scatter, MPI_Allgatherv, MPI_Reduce, MPI_Allgather, MPI_Alltoall and MPI_Bcast
+ * for every predefined C integer and floating type x every predefined op MPI allows on it x
+ * in place or not x several communicators (the world, halves with reversed rank order, a
+ * singleton and the rest, MPI_COMM_SELF, short-lived duplicates) x counts 0, 1, 7 and a
+ * large one. It also makes the calls libtcoll_mpi.so must leave to MPI (a user op, derived
  * datatypes, MAXLOC, an intercommunicator) and checks those results too.
  *
  * Run under mpirun with or without LD_PRELOAD=libtcoll_mpi.so; the test runner
@@ -579,6 +579,32 @@ static void check_allgather(MPI_Comm comm, const tdesc* t, int inplace, size_t n
   free(in), free(out), free(want);
 }
 
+/* MPI_Alltoall: rank r's block for q holds input(SUM, r * P + q, i), so every (sender,
+ * receiver) pair's block differs. */
+static void check_alltoall(MPI_Comm comm, const tdesc* t, int inplace, size_t n) {
+  int r, P;
+  MPI_Comm_rank(comm, &r);
+  MPI_Comm_size(comm, &P);
+  const size_t all = n * (size_t)P;
+  char *in = xmalloc(all * t->size), *out = xmalloc(all * t->size), *want = xmalloc(all * t->size);
+  for (int q = 0; q < P; ++q)
+    for (size_t i = 0; i < n; ++i) {
+      t->set(in, (size_t)q * n + i, input(OP_SUM, r * P + q, (long long)i));
+      t->set(want, (size_t)q * n + i, input(OP_SUM, q * P + r, (long long)i));
+    }
+  if (inplace) {
+    memcpy(out, in, all * t->size);
+    check_call(COLL(MPI_Alltoall, MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, out, (int)n, t->type, comm),
+               "MPI_Alltoall");
+  } else {
+    memset(out, 0x5a, all * t->size);
+    check_call(COLL(MPI_Alltoall, in, (int)n, t->type, out, (int)n, t->type, comm),
+               "MPI_Alltoall");
+  }
+  compare(t, out, want, all, "MPI_Alltoall", -1, inplace, comm);
+  free(in), free(out), free(want);
+}
+
 static void check_bcast(MPI_Comm comm, const tdesc* t, size_t n, int root) {
   int r;
   MPI_Comm_rank(comm, &r);
@@ -624,6 +650,7 @@ static void check_type(MPI_Comm comm, const tdesc* t, const size_t* counts, int 
     for (int inplace = 0; inplace < 2; ++inplace) {
       check_allgather(comm, t, inplace, n);
       for (int uneven = 0; uneven < 2; ++uneven) check_allgatherv(comm, t, inplace, n, uneven);
+      check_alltoall(comm, t, inplace, n);
     }
     check_bcast(comm, t, n, (int)(n % (size_t)P));
     check_bcast(comm, t, n, P - 1);
