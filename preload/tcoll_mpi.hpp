@@ -193,9 +193,11 @@ struct settings {
   std::size_t shm_allgather_from_bytes = 8 * 1024;      ///< ring, more than 2 ranks (2: MPI's)
   std::size_t shm_reduce_scatter_two_from_bytes = 1024; ///< ring on 2 ranks
   std::size_t shm_reduce_scatter_from_bytes = 8 * 1024; ///< ring on more than 2 ranks
-  /// tcoll's all-to-all (`alltoall_by_size`) up to here, one rank's whole send buffer; MPI's
-  /// own above, and always over MPI point-to-point, where tcoll's exchange is slower than
-  /// Open MPI's collective (docs/benchmarks.md, "alltoall_perf").
+  /// tcoll's all-to-all (`alltoall_by_size`) from `shm_alltoall_from_bytes` up to these,
+  /// one rank's whole send buffer; MPI's own elsewhere, and always over MPI point-to-point,
+  /// where tcoll's exchange is slower than Open MPI's collective (docs/benchmarks.md,
+  /// "alltoall_perf" and "MPI_Alltoall under the preload").
+  std::size_t shm_alltoall_from_bytes = 4 * 1024;
   std::size_t shm_alltoall_two_up_to_bytes = 32 * 1024; ///< on 2 ranks
   std::size_t shm_alltoall_up_to_bytes = 64 * 1024;     ///< on more
   std::string error; ///< non-empty: the environment is invalid and every call fails with it

@@ -1,7 +1,8 @@
 /* An unmodified MPI timing loop (it calls only MPI) for MPI_Bcast (root 0), MPI_Reduce
  * (float sum, root 0), MPI_Allgather and MPI_Reduce_scatter_block (float sum), and their
  * forms with uneven blocks MPI_Allgatherv and MPI_Reduce_scatter (rank q's block is
- * 2n(q+1)/(P(P+1)) of the n elements, packed in rank order), out of place, from -b to -e
+ * 2n(q+1)/(P(P+1)) of the n elements, packed in rank order), and MPI_Alltoall (the bytes:
+ * one rank's whole send buffer, P blocks), out of place, from -b to -e
  * bytes (factor -f; the bytes are the collective's whole buffer: the broadcast or reduced
  * vector, all P gathered blocks, all P blocks reduced), one line per size on
  * rank 0:  collective size_bytes time_us (median over -r blocks of calls) wrong
@@ -43,6 +44,7 @@ static void call(int c, size_t bytes) {
   if (c == 4)
     MPI_Allgatherv(in, counts[rank], MPI_FLOAT, out, counts, displs, MPI_FLOAT, MPI_COMM_WORLD);
   if (c == 5) MPI_Reduce_scatter(in, out, counts, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
+  if (c == 6) MPI_Alltoall(in, block, MPI_FLOAT, out, block, MPI_FLOAT, MPI_COMM_WORLD);
 }
 
 struct args {
@@ -75,6 +77,8 @@ static long check(int c, size_t bytes) {
       while (q > 0 && displs[q] > i) --q;
       want = (float)((q + i - displs[q]) % 7);
     }
+    if (c == 6 && i >= block * P) break;
+    if (c == 6) want = (float)((i / block + rank * block + i % block) % 7); /* q's block r */
     if (c == 5 && i >= counts[rank]) break;
     if (c == 5)
       for (int q = 0; q < P; ++q) want += (float)((q + displs[rank] + i) % 7);
@@ -112,13 +116,14 @@ int main(int argc, char** argv) {
   const size_t pool = cold ? 2 * (hi > cache_bytes ? hi : cache_bytes) + 4096 : hi;
   in_pool = malloc(pool), out_pool = malloc(pool);
   if (!in_pool || !out_pool) MPI_Abort(MPI_COMM_WORLD, 2);
-  const char* names[6] = {"MPI_Bcast",      "MPI_Reduce",     "MPI_Allgather",
-                          "MPI_Reduce_scatter_block", "MPI_Allgatherv", "MPI_Reduce_scatter"};
+  const char* names[7] = {"MPI_Bcast",      "MPI_Reduce",         "MPI_Allgather",
+                          "MPI_Reduce_scatter_block", "MPI_Allgatherv", "MPI_Reduce_scatter",
+                          "MPI_Alltoall"};
   counts = malloc(sizeof(int) * P), displs = malloc(sizeof(int) * P);
   if (!counts || !displs) MPI_Abort(MPI_COMM_WORLD, 2);
   if (rank == 0)
     printf("# ranks %d, %s buffers\n# collective bytes time_us wrong\n", P, cold ? "cold" : "hot");
-  for (int c = 0; c < 6; ++c)
+  for (int c = 0; c < 7; ++c)
     for (size_t bytes = lo; bytes <= hi; bytes *= factor) {
       if (bytes / sizeof(float) < (size_t)P) continue;
       uneven_blocks((int)(bytes / sizeof(float)));

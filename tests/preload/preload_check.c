@@ -1154,6 +1154,11 @@ static void* run_checks(void* unused) {
       check_type(MPI_COMM_WORLD, &types[large_types[k]], large, 1,
                  (1 << OP_SUM) | (1 << OP_MAX) | (quick ? 0 : (1 << OP_BXOR)), nonblocking);
 
+  /* MPI_Alltoall in the window where the preload runs tcoll's by default on one node
+   * (4 KiB-32 KiB of send buffer on 2 ranks, to 64 KiB on more): 1000 ints per block */
+  for (int inplace = 0; inplace < 2; ++inplace)
+    check_alltoall(MPI_COMM_WORLD, &types[4], inplace, 1000);
+
   /* 3. Communicator splits: halves with reversed rank order, a singleton and the rest,
    * MPI_COMM_SELF, and short-lived duplicates (tcoll state freed with each). */
   const size_t split_counts[] = {1, 7, 4099};
