@@ -327,6 +327,69 @@ def test_subgroups_overlapping_in_alternation():
         assert same_bits(results[r]["world"], results[0]["world"])
 
 
+# all_to_all_single of equal blocks with Bruck forced (tcoll's default picks it only from 16
+# ranks): (rows per block, columns, explicit equal splits). The calls are asynchronous:
+# 6000 floats per block are more than the 64 KiB a call may run inline, so that one is
+# queued on the engine
+BRUCK_SHAPES = ((1, 1, False), (7, 1, False), (3, 2, True), (6000, 1, False))
+
+
+def alltoall_value(src, dst, e):
+    """Element e of the block rank `src` sends rank `dst`: fractional, exact in float32 and
+    distinct per (source, destination, element) for dst < 8 and e < 8191."""
+    return src + dst / 8 + (e + 1) / 65536
+
+
+def alltoall_block(src, dst, rows, cols):
+    n = rows * cols
+    return torch.tensor([alltoall_value(src, dst, e) for e in range(n)]).view(rows, cols)
+
+
+def body_all_to_all_bruck(rank, size):
+    import torch.distributed as dist
+    # read once per process, when the first all_to_all_single of equal blocks is made
+    os.environ["TCOLL_ALLTOALL_ALGO"] = "bruck:0-max"
+    res = {}
+    for k, (rows, cols, splits) in enumerate(BRUCK_SHAPES):
+        x = torch.cat([alltoall_block(rank, q, rows, cols) for q in range(size)])
+        kept = x.clone()
+        y = torch.full_like(x, -1.0)
+        if splits:
+            work = dist.all_to_all_single(y, x, [rows] * size, [rows] * size, async_op=True)
+        else:
+            work = dist.all_to_all_single(y, x, async_op=True)
+        work.wait()
+        res[k] = y
+        res[f"input{k}"] = torch.equal(x, kept)
+    return res
+
+
+@pytest.mark.parametrize("size", [3, 4])
+def test_all_to_all_single_of_equal_blocks_by_bruck(size):
+    results = run_ranks(body_all_to_all_bruck, size)
+    for r in range(size):
+        for k, (rows, cols, _) in enumerate(BRUCK_SHAPES):
+            want = torch.cat([alltoall_block(q, r, rows, cols) for q in range(size)])
+            assert torch.equal(results[r][k], want), f"rank {r}, blocks of {rows}x{cols}"
+            assert results[r][f"input{k}"], f"rank {r}: the input of case {k} changed"
+
+
+def body_all_to_all_bad_choice(rank, size):
+    import torch.distributed as dist
+    os.environ["TCOLL_ALLTOALL_ALGO"] = "ring:0-max"  # not an all-to-all algorithm
+    try:
+        dist.all_to_all_single(torch.empty(size), torch.ones(size))
+    except RuntimeError as e:
+        return str(e)
+    return "no error"
+
+
+def test_all_to_all_single_of_equal_blocks_reads_tcoll_alltoall_algo():
+    # the choice is made at the call: a selection the library refuses fails there
+    for text in run_ranks(body_all_to_all_bad_choice, 2):
+        assert "unknown algorithm 'ring' for alltoall" in text, text
+
+
 STAGED_COUNTS = (10, 20000, 262144, 262145, 600000)  # 40 B to 2.4 MB; 262144 floats: 1 MiB
 
 

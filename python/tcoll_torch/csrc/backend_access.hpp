@@ -1,9 +1,8 @@
 #pragma once
-// What other parts of the extension may reach of a tcoll backend (backend.cpp): its
+// What other parts of the extension may reach of a tcoll backend (backend.hpp): its
 // communicators. The DistributedDataParallel reducer (ddp.cpp) runs the execution layer's
 // iteration driver on them, in the same message spaces as the backend's own calls.
 #include <torch/csrc/distributed/c10d/Backend.hpp>
-#include <torch/extension.h>
 
 #include <tcoll/algorithm/hierarchical.hpp>
 #include <tcoll/collectives.hpp>
@@ -25,8 +24,5 @@ struct backend_communicators {
 
 /// The communicators of `b`; throws (a Python ValueError) when `b` is not a tcoll backend.
 backend_communicators communicators_of(const c10::intrusive_ptr<c10d::Backend>& b);
-
-/// Adds the DistributedDataParallel reducer (`_C.Reducer`) to the module (ddp.cpp).
-void register_ddp(pybind11::module& m);
 
 } // namespace tcoll_torch

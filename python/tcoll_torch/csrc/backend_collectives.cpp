@@ -1,0 +1,1013 @@
+// The tcoll backend's collectives (backend.hpp): every collective of `c10d::Backend` it
+// overrides, barriers included, and how a call runs (`enqueue`: at once in the caller's
+// thread, or queued on the communication engine of the group's flat transport or of the
+// hierarchy) with what the calls share: the reductions of torch's ops and dtypes, the
+// staged two-rank allreduce, the sparse allreduce, and the checks of the arguments.
+#include <torch/csrc/distributed/c10d/Backend.hpp>
+#include <torch/csrc/distributed/c10d/Types.hpp>
+#include <torch/csrc/distributed/c10d/Work.hpp>
+
+#include <ATen/ATen.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <exception>
+#include <mutex>
+#include <optional>
+#include <span>
+#include <string>
+#include <thread>
+#include <type_traits>
+#include <vector>
+
+#include <tcoll/algorithm/bruck.hpp>
+#include <tcoll/algorithm/hierarchical.hpp>
+#include <tcoll/algorithm/pairwise_exchange.hpp>
+#include <tcoll/algorithm/select.hpp>
+#include <tcoll/collectives.hpp>
+#include <tcoll/schedule/collective_tasks.hpp>
+#include <tcoll/schedule/engine.hpp>
+#include <tcoll/transport/shm.hpp>
+
+#include "backend.hpp"
+#include "work.hpp"
+
+namespace tcoll_torch {
+
+namespace {
+
+const char* op_name(c10d::ReduceOp::RedOpType op) {
+  static const char* names[] = {"SUM",  "AVG", "PRODUCT", "MIN",        "MAX",
+                                "BAND", "BOR", "BXOR",    "PREMUL_SUM", "UNUSED"};
+  return names[static_cast<int>(op)];
+}
+
+/// A reduction of the backend: tcoll's runtime-typed op (every algorithm instantiated once
+/// per element size, not per dtype and op) and whether it averages.
+struct reduction {
+  tcoll::scalar_type type;
+  tcoll::reduce_kind kind;
+  std::size_t lanes = 1; ///< elements of `type` per tensor element: 2 for complex dtypes
+  tcoll::runtime_op op() const { return tcoll::runtime_op(type, kind); }
+  /// Elements of `type` in tensor `t`.
+  std::size_t count(const at::Tensor& t) const {
+    return static_cast<std::size_t>(t.numel()) * lanes;
+  }
+  /// avg's final division of `n` elements at `data` by `nranks` (nothing for other kinds).
+  void finalize(void* data, std::size_t n, int nranks) const {
+    if (kind == tcoll::reduce_kind::avg) tcoll::finalize_average(type, data, n, nranks);
+  }
+};
+
+/// The tcoll reduction of `op` on `dtype` (bool travels as uint8: SUM, MAX and BOR are
+/// logical or, PRODUCT, MIN and BAND logical and, as NCCL's bool sum; BXOR xor; a complex
+/// dtype as its real and imaginary parts, for SUM and AVG, as Gloo). Throws naming the
+/// rank, op and dtype where tcoll has none.
+reduction reduction_of(const c10d::ReduceOp& op, at::ScalarType dtype, int rank) {
+  using R = c10d::ReduceOp;
+  using tcoll::reduce_kind;
+  using tcoll::scalar_type;
+  if (at::isComplexType(dtype)) {
+    TORCH_CHECK(op.op_ == R::SUM || op.op_ == R::AVG, "tcoll: rank ", rank, ": reduce op ",
+                op_name(op.op_), " is not supported on dtype ", dtype, " (SUM and AVG are)");
+    reduction r = reduction_of(op, c10::toRealValueType(dtype), rank);
+    r.lanes = 2;
+    return r;
+  }
+  std::optional<scalar_type> type;
+  switch (dtype) {
+  case at::kFloat:
+    type = scalar_type::float32;
+    break;
+  case at::kDouble:
+    type = scalar_type::float64;
+    break;
+  case at::kHalf:
+    type = scalar_type::float16;
+    break;
+  case at::kBFloat16:
+    type = scalar_type::bfloat16;
+    break;
+  case at::kChar:
+    type = scalar_type::int8;
+    break;
+  case at::kByte:
+  case at::kBool:
+    type = scalar_type::uint8;
+    break;
+  case at::kShort:
+    type = scalar_type::int16;
+    break;
+  case at::kInt:
+    type = scalar_type::int32;
+    break;
+  case at::kLong:
+    type = scalar_type::int64;
+    break;
+  default:
+    TORCH_CHECK(false, "tcoll: rank ", rank, ": dtype ", dtype, " is not supported");
+  }
+  std::optional<reduce_kind> kind;
+  if (dtype == at::kBool) {
+    switch (op.op_) {
+    case R::SUM:
+    case R::MAX:
+    case R::BOR:
+      kind = reduce_kind::max;
+      break;
+    case R::PRODUCT:
+    case R::MIN:
+    case R::BAND:
+      kind = reduce_kind::min;
+      break;
+    case R::BXOR:
+      kind = reduce_kind::bxor;
+      break;
+    default:
+      break;
+    }
+  } else {
+    switch (op.op_) {
+    case R::SUM:
+      kind = reduce_kind::sum;
+      break;
+    case R::AVG:
+      kind = reduce_kind::avg;
+      break;
+    case R::PRODUCT:
+      kind = reduce_kind::prod;
+      break;
+    case R::MIN:
+      kind = reduce_kind::min;
+      break;
+    case R::MAX:
+      kind = reduce_kind::max;
+      break;
+    case R::BAND:
+      kind = reduce_kind::band;
+      break;
+    case R::BOR:
+      kind = reduce_kind::bor;
+      break;
+    case R::BXOR:
+      kind = reduce_kind::bxor;
+      break;
+    default:
+      break;
+    }
+  }
+  TORCH_CHECK(kind && tcoll::reduces(*type, *kind), "tcoll: rank ", rank, ": reduce op ",
+              op_name(op.op_), " is not supported on dtype ", dtype);
+  return {*type, *kind};
+}
+
+/// Calls `f.template operator()<E>(op)` with the raw element type of `r`'s size and its
+/// runtime op.
+template <class F>
+void with_reduction(const reduction& r, F&& f) {
+  const tcoll::runtime_op op = r.op();
+  tcoll::visit_element_size(tcoll::size_of(r.type),
+                            [&]<class E>(tcoll::type_tag<E>) { f.template operator()<E>(op); });
+}
+
+} // namespace
+
+/// Whether the collective being started on this thread is waited on at once by its caller
+/// (torch's `asyncOp` false: `dist.all_reduce(x)` without `async_op=True`). Such a call
+/// runs in the caller's thread whatever its size: handing it to the engine thread would
+/// only add a wake-up to a wait that begins at once.
+inline thread_local bool caller_waits = false;
+
+/// Sets `caller_waits` for the collective that an override of `c10d::Backend` starts.
+struct waited_call {
+  explicit waited_call(bool async_op) noexcept { caller_waits = !async_op; }
+  ~waited_call() { caller_waits = false; }
+  waited_call(const waited_call&) = delete;
+  waited_call& operator=(const waited_call&) = delete;
+};
+
+template <class Body>
+c10::intrusive_ptr<c10d::Work> backend::enqueue(OpType type, std::vector<at::Tensor> outputs,
+                                                const char* what, std::size_t bytes, Body body) {
+  return with_flat([&](auto& t) {
+    return enqueue_on(t, type, std::move(outputs), what, bytes,
+                      [&t, body](int tag) mutable { body(t, tag); });
+  });
+}
+
+template <class Comm, class Body>
+c10::intrusive_ptr<c10d::Work> backend::enqueue_on(Comm& c, OpType type,
+                                                   std::vector<at::Tensor> outputs,
+                                                   const char* what, std::size_t bytes, Body body) {
+  auto w = c10::make_intrusive<work>(rank_, type, std::move(outputs));
+  recorded(w);
+  ++sequence_;
+  // A call made by a callback chained on an earlier call runs on the engine thread: the
+  // calls queued before it run first, here, then it does (waiting for the engine would
+  // wait for this very thread; running it before them would break the call order).
+  const bool in_callback = tcoll::run_queued_here(c);
+  // a call its caller waits for at once runs here too unless earlier calls are still
+  // queued or running, which it must not overtake (they may use the same tensors); a
+  // barrier waits for every earlier call, so it runs here only when none is left
+  // (the engine's idleness takes its lock: asked only where it decides)
+  const bool run_here =
+      in_callback || (type == OpType::BARRIER ? caller_waits && tcoll::engine_is_idle(c)
+                                              : bytes <= inline_max_bytes_ ||
+                                                    (caller_waits && tcoll::engine_is_idle(c)));
+  if (debug_enabled())
+    std::fprintf(stderr, "[tcoll] rank %d: %s of %zu bytes%s\n", rank_, what, bytes,
+                 run_here ? " (inline)" : "");
+  if (run_here) {
+    // Small calls run here, in the caller's thread: handing them to the engine thread
+    // costs a wake-up (10-30 us on a loaded machine) that is longer than the collective
+    // itself. They draw their message space now, like a queued call, so the call order
+    // is kept; one that runs while the engine works on an earlier call is allowed (the
+    // transport takes calls from several threads). The work is complete on return.
+    std::exception_ptr error;
+    try {
+      tcoll::run_collective(c, body);
+    } catch (...) {
+      error = std::current_exception();
+    }
+    w->complete(error);
+    return w;
+  }
+  w->set_drain([&c] { (void)tcoll::run_queued_here(c); });
+  {
+    std::lock_guard lock(queued_mutex_); // what a later barrier waits for
+    std::erase_if(queued_, [](const auto& q) { return q.expired(); });
+    queued_.emplace_back(w);
+  }
+  try {
+    tcoll::queue_collective(c, std::move(body),
+                            [w](std::exception_ptr error) { w->complete(error); });
+  } catch (...) {
+    w->complete(std::current_exception());
+  }
+  return w;
+}
+
+void backend::all_reduce_now(const at::Tensor& tensor, c10d::ReduceOp::RedOpType op) {
+  TORCH_CHECK(tensor.defined() && tensor.layout() == at::kStrided && tensor.is_cpu(),
+              "tcoll_torch.all_reduce: rank ", rank_, ": needs a dense CPU tensor");
+  const waited_call waited(false);
+  std::vector<at::Tensor> tensors{tensor};
+  const auto work = reduce_all(tensors, c10d::ReduceOp(op), OpType::ALLREDUCE, "all_reduce");
+  work->wait();
+}
+
+c10::intrusive_ptr<c10d::Work> backend::allreduce(std::vector<at::Tensor>& tensors,
+                                                  const c10d::AllreduceOptions& opts) {
+  const waited_call waited(opts.asyncOp);
+  // torch routes sparse CPU tensors here (its dispatcher's SparseCPU key), as to Gloo
+  if (!tensors.empty() && tensors[0].defined() && tensors[0].layout() == at::kSparse)
+    return sparse_allreduce(tensors, opts.reduceOp);
+  return reduce_all(tensors, opts.reduceOp, OpType::ALLREDUCE, "allreduce");
+}
+
+c10::intrusive_ptr<c10d::Work> backend::allreduce_sparse(std::vector<at::Tensor>& tensors,
+                                                         const c10d::AllreduceOptions& opts) {
+  const waited_call waited(opts.asyncOp);
+  return sparse_allreduce(tensors, opts.reduceOp);
+}
+
+c10::intrusive_ptr<c10d::Work>
+backend::allreduce_coalesced(std::vector<at::Tensor>& tensors,
+                             const c10d::AllreduceCoalescedOptions& opts) {
+  const waited_call waited(opts.asyncOp);
+  return reduce_all(tensors, opts.reduceOp, OpType::ALLREDUCE_COALESCED, "allreduce_coalesced");
+}
+
+c10::intrusive_ptr<c10d::Work> backend::broadcast(std::vector<at::Tensor>& tensors,
+                                                  const c10d::BroadcastOptions& opts) {
+  const waited_call waited(opts.asyncOp);
+  check_list(tensors, "broadcast", "tensors");
+  const int root = check_root(opts.rootRank, "broadcast");
+  return enqueue(
+      OpType::BROADCAST, tensors, "broadcast", total_bytes(tensors), [=, this](auto& t, int tag) {
+        for (std::size_t i = 0; i < tensors.size(); ++i) {
+          const at::Tensor b = dense(tensors[i]); // when it runs: after earlier calls
+          tcoll::cpu_reducer red;
+          tcoll::broadcast_in(t, tag, bytes_of(b), b.nbytes(), root, tcoll::binomial_tree{}, red);
+          copy_back(tensors[i], b);
+        }
+      });
+}
+
+c10::intrusive_ptr<c10d::Work> backend::reduce(std::vector<at::Tensor>& tensors,
+                                               const c10d::ReduceOptions& opts) {
+  const waited_call waited(opts.asyncOp);
+  check_list(tensors, "reduce", "tensors");
+  TORCH_CHECK(tensors.size() == 1, "tcoll: reduce: rank ", rank_, ": takes one tensor");
+  const int root = check_root(opts.rootRank, "reduce");
+  const reduction r = reduction_of(opts.reduceOp, tensors[0].scalar_type(), rank_);
+  return enqueue(
+      OpType::REDUCE, tensors, "reduce", tensors[0].nbytes(), [=, this](auto& t, int tag) {
+        const at::Tensor buffer = dense(tensors[0]); // when it runs: after earlier calls
+        const std::size_t n = r.count(buffer);
+        with_reduction(r, [&]<class E>(const tcoll::runtime_op& o) {
+          tcoll::cpu_reducer red;
+          E* data = reinterpret_cast<E*>(buffer.data_ptr());
+          tcoll::reduce_in(t, tag, static_cast<const E*>(data), rank_ == root ? data : nullptr, n,
+                           root, o, tcoll::binomial_tree{}, red);
+        });
+        if (rank_ == root) r.finalize(buffer.data_ptr(), n, size_);
+        copy_back(tensors[0], buffer);
+      });
+}
+
+c10::intrusive_ptr<c10d::Work> backend::allgather(std::vector<std::vector<at::Tensor>>& outputs,
+                                                  std::vector<at::Tensor>& inputs,
+                                                  const c10d::AllgatherOptions& opts) {
+  const waited_call waited(opts.asyncOp);
+  TORCH_CHECK(inputs.size() == 1 && outputs.size() == 1, "tcoll: allgather: rank ", rank_,
+              ": takes one input tensor and one output list");
+  check_cpu(inputs[0], "allgather", "input", rank_);
+  auto& list = outputs[0];
+  check_list_size(list, "allgather", "output list");
+  for (const auto& o : list) check_like(o, inputs[0], "allgather", "output tensor");
+  at::Tensor in = dense(inputs[0]);
+  at::Tensor gathered = at::empty({static_cast<std::int64_t>(size_) * in.numel()}, in.options());
+  std::vector<at::Tensor> out_list = list;
+  return enqueue(OpType::ALLGATHER, list, "allgather", gathered.nbytes(),
+                 [=, this](auto& t, int tag) {
+                   run_allgather(t, tag, in, gathered);
+                   for (int q = 0; q < size_; ++q)
+                     out_list[q].copy_(
+                         gathered.narrow(0, q * in.numel(), in.numel()).view(out_list[q].sizes()));
+                 });
+}
+
+c10::intrusive_ptr<c10d::Work>
+backend::allgather_coalesced(std::vector<std::vector<at::Tensor>>& outputs,
+                             std::vector<at::Tensor>& inputs, const c10d::AllgatherOptions& opts) {
+  const waited_call waited(opts.asyncOp);
+  const char* what = "all_gather_coalesced";
+  TORCH_CHECK(!inputs.empty(), "tcoll: ", what, ": rank ", rank_, ": no input tensors");
+  TORCH_CHECK(static_cast<int>(outputs.size()) == size_, "tcoll: ", what, ": rank ", rank_, ": ",
+              outputs.size(), " output lists, the group has ", size_, " ranks");
+  std::vector<at::Tensor> ins, gathered, flat_outputs;
+  std::size_t bytes = 0;
+  for (const auto& list : outputs)
+    TORCH_CHECK(list.size() == inputs.size(), "tcoll: ", what, ": rank ", rank_,
+                ": an output list has ", list.size(), " tensors for ", inputs.size(), " inputs");
+  for (std::size_t i = 0; i < inputs.size(); ++i) {
+    check_cpu(inputs[i], what, "input", rank_);
+    for (const auto& list : outputs) check_like(list[i], inputs[i], what, "output tensor");
+    ins.push_back(dense(inputs[i]));
+    gathered.push_back(
+        at::empty({static_cast<std::int64_t>(size_) * inputs[i].numel()}, inputs[i].options()));
+    bytes += gathered.back().nbytes();
+  }
+  for (const auto& list : outputs)
+    flat_outputs.insert(flat_outputs.end(), list.begin(), list.end());
+  std::vector<std::vector<at::Tensor>> out_lists = outputs;
+  return enqueue(
+      OpType::ALLGATHER_COALESCED, flat_outputs, what, bytes, [=, this](auto& t, int tag) {
+        for (std::size_t i = 0; i < ins.size(); ++i) {
+          run_allgather(t, tag, ins[i], gathered[i]);
+          const std::int64_t n = ins[i].numel();
+          for (int q = 0; q < size_; ++q)
+            out_lists[q][i].copy_(gathered[i].narrow(0, q * n, n).view(out_lists[q][i].sizes()));
+        }
+      });
+}
+
+c10::intrusive_ptr<c10d::Work> backend::_allgather_base(at::Tensor& output, at::Tensor& input,
+                                                        const c10d::AllgatherOptions& opts) {
+  const waited_call waited(opts.asyncOp);
+  check_pair(output, input, "all_gather_into_tensor");
+  TORCH_CHECK(output.numel() == input.numel() * size_, "tcoll: all_gather_into_tensor: rank ",
+              rank_, ": output has ", output.numel(), " elements, expected ", size_, " x ",
+              input.numel());
+  at::Tensor in = dense(input), out = dense(output);
+  return enqueue(OpType::_ALLGATHER_BASE, {output}, "all_gather_into_tensor", out.nbytes(),
+                 [=, this](auto& t, int tag) {
+                   run_allgather(t, tag, in, out);
+                   copy_back(output, out);
+                 });
+}
+
+c10::intrusive_ptr<c10d::Work>
+backend::all_gather_single_coalesced(std::vector<at::Tensor>& outputs,
+                                     std::vector<at::Tensor>& inputs,
+                                     const c10d::AllgatherOptions& opts) {
+  const waited_call waited(opts.asyncOp);
+  const char* what = "all_gather_into_tensor (coalesced)";
+  check_pairs(outputs, inputs, what);
+  std::vector<at::Tensor> ins, outs;
+  for (std::size_t i = 0; i < inputs.size(); ++i) {
+    check_pair(outputs[i], inputs[i], what);
+    TORCH_CHECK(outputs[i].numel() == inputs[i].numel() * size_, "tcoll: ", what, ": rank ", rank_,
+                ": output ", i, " has ", outputs[i].numel(), " elements, expected ", size_, " x ",
+                inputs[i].numel());
+    ins.push_back(dense(inputs[i]));
+    outs.push_back(dense(outputs[i]));
+  }
+  return enqueue(OpType::ALLGATHER_INTO_TENSOR_COALESCED, outputs, what, total_bytes(outs),
+                 [=, this](auto& t, int tag) {
+                   for (std::size_t i = 0; i < ins.size(); ++i) {
+                     run_allgather(t, tag, ins[i], outs[i]);
+                     copy_back(outputs[i], outs[i]);
+                   }
+                 });
+}
+
+c10::intrusive_ptr<c10d::Work>
+backend::allgather_into_tensor_coalesced(std::vector<at::Tensor>& outputs,
+                                         std::vector<at::Tensor>& inputs,
+                                         const c10d::AllgatherOptions& opts) {
+  const waited_call waited(opts.asyncOp);
+  return all_gather_single_coalesced(outputs, inputs, opts);
+}
+
+c10::intrusive_ptr<c10d::Work>
+backend::reduce_scatter_single_coalesced(std::vector<at::Tensor>& outputs,
+                                         std::vector<at::Tensor>& inputs,
+                                         const c10d::ReduceScatterOptions& opts) {
+  const waited_call waited(opts.asyncOp);
+  const char* what = "reduce_scatter_tensor (coalesced)";
+  check_pairs(outputs, inputs, what);
+  std::vector<at::Tensor> ins, outs;
+  for (std::size_t i = 0; i < inputs.size(); ++i) {
+    check_pair(outputs[i], inputs[i], what);
+    TORCH_CHECK(inputs[i].numel() == outputs[i].numel() * size_, "tcoll: ", what, ": rank ", rank_,
+                ": input ", i, " has ", inputs[i].numel(), " elements, expected ", size_, " x ",
+                outputs[i].numel());
+    check_op(opts.reduceOp, outputs[i].scalar_type());
+    ins.push_back(dense(inputs[i]));
+    outs.push_back(dense(outputs[i]));
+  }
+  return enqueue(OpType::REDUCE_SCATTER_TENSOR_COALESCED, outputs, what, total_bytes(ins),
+                 [=, this](auto& t, int tag) {
+                   for (std::size_t i = 0; i < ins.size(); ++i) {
+                     run_reduce_scatter(t, tag, ins[i], outs[i], opts.reduceOp);
+                     copy_back(outputs[i], outs[i]);
+                   }
+                 });
+}
+
+c10::intrusive_ptr<c10d::Work>
+backend::reduce_scatter_tensor_coalesced(std::vector<at::Tensor>& outputs,
+                                         std::vector<at::Tensor>& inputs,
+                                         const c10d::ReduceScatterOptions& opts) {
+  const waited_call waited(opts.asyncOp);
+  return reduce_scatter_single_coalesced(outputs, inputs, opts);
+}
+
+c10::intrusive_ptr<c10d::Work> backend::reduce_scatter(std::vector<at::Tensor>& outputs,
+                                                       std::vector<std::vector<at::Tensor>>& inputs,
+                                                       const c10d::ReduceScatterOptions& opts) {
+  const waited_call waited(opts.asyncOp);
+  TORCH_CHECK(outputs.size() == 1 && inputs.size() == 1, "tcoll: reduce_scatter: rank ", rank_,
+              ": takes one output tensor and one input list");
+  check_cpu(outputs[0], "reduce_scatter", "output", rank_);
+  check_list_size(inputs[0], "reduce_scatter", "input list");
+  // inputs[0][q] is rank q's block: as large as rank q's output (blocks may differ in
+  // size across ranks, as Gloo allows); this rank's block is as large as its output
+  bool even = true;
+  for (const auto& i : inputs[0]) {
+    check_cpu(i, "reduce_scatter", "input tensor", rank_);
+    TORCH_CHECK(i.scalar_type() == outputs[0].scalar_type(), "tcoll: reduce_scatter: rank ", rank_,
+                ": input tensor dtype ", i.scalar_type(), " differs from the output's ",
+                outputs[0].scalar_type());
+    even = even && i.numel() == outputs[0].numel();
+  }
+  check_like(inputs[0][rank_], outputs[0], "reduce_scatter", "this rank's input tensor");
+  check_op(opts.reduceOp, outputs[0].scalar_type());
+  at::Tensor packed = at::cat(flattened(inputs[0]));
+  at::Tensor out = dense(outputs[0]);
+  // uneven blocks: tcoll's reduce_scatterv, block q's elements and where it starts
+  std::vector<std::size_t> counts, offsets;
+  for (const auto& i : inputs[0]) {
+    offsets.push_back(counts.empty() ? 0 : offsets.back() + counts.back());
+    counts.push_back(static_cast<std::size_t>(i.numel()));
+  }
+  return enqueue(OpType::REDUCE_SCATTER, outputs, "reduce_scatter", packed.nbytes(),
+                 [=, this](auto& t, int tag) {
+                   if (even) {
+                     run_reduce_scatter(t, tag, packed, out, opts.reduceOp);
+                   } else {
+                     const reduction r = reduction_of(opts.reduceOp, packed.scalar_type(), rank_);
+                     with_reduction(r, [&]<class E>(const tcoll::runtime_op& o) {
+                       tcoll::cpu_reducer red;
+                       tcoll::reduce_scatterv_in(
+                           t, tag, reinterpret_cast<const E*>(packed.data_ptr()),
+                           reinterpret_cast<E*>(out.data_ptr()),
+                           std::span<const std::size_t>(counts),
+                           std::span<const std::size_t>(offsets), o, tcoll::ring{}, red);
+                     });
+                     r.finalize(out.data_ptr(), r.count(out), size_);
+                   }
+                   copy_back(outputs[0], out);
+                 });
+}
+
+c10::intrusive_ptr<c10d::Work>
+backend::_reduce_scatter_base(at::Tensor& output, at::Tensor& input,
+                              const c10d::ReduceScatterOptions& opts) {
+  const waited_call waited(opts.asyncOp);
+  check_pair(output, input, "reduce_scatter_tensor");
+  TORCH_CHECK(input.numel() == output.numel() * size_, "tcoll: reduce_scatter_tensor: rank ", rank_,
+              ": input has ", input.numel(), " elements, expected ", size_, " x ", output.numel());
+  check_op(opts.reduceOp, output.scalar_type());
+  at::Tensor in = dense(input), out = dense(output);
+  return enqueue(OpType::_REDUCE_SCATTER_BASE, {output}, "reduce_scatter_tensor", in.nbytes(),
+                 [=, this](auto& t, int tag) {
+                   run_reduce_scatter(t, tag, in, out, opts.reduceOp);
+                   copy_back(output, out);
+                 });
+}
+
+c10::intrusive_ptr<c10d::Work> backend::alltoall_base(at::Tensor& output, at::Tensor& input,
+                                                      std::vector<int64_t>& output_splits,
+                                                      std::vector<int64_t>& input_splits,
+                                                      const c10d::AllToAllOptions& opts) {
+  const waited_call waited(opts.asyncOp);
+  check_pair(output, input, "all_to_all_single");
+  const auto send_bytes = split_bytes(input, input_splits, "input_split_sizes");
+  const auto recv_bytes = split_bytes(output, output_splits, "output_split_sizes");
+  TORCH_CHECK(send_bytes[rank_] == recv_bytes[rank_], "tcoll: all_to_all_single: rank ", rank_,
+              ": sends itself ", send_bytes[rank_], " bytes but expects ", recv_bytes[rank_]);
+  // every block of one size (the splits even, or all alike): the library's choice by size
+  // (`alltoall_by_size`: Bruck for short blocks on many ranks, TCOLL_ALLTOALL_ALGO), made
+  // at the call, so a bad TCOLL_ALLTOALL_ALGO fails there
+  const std::size_t block = send_bytes[0];
+  const auto is_block = [block](std::size_t b) { return b == block; };
+  const bool equal = std::all_of(send_bytes.begin(), send_bytes.end(), is_block) &&
+                     std::all_of(recv_bytes.begin(), recv_bytes.end(), is_block);
+  const bool bruck =
+      equal && tcoll::alltoall_by_size{}.choose(block, size_) == tcoll::algorithm_id::bruck;
+  at::Tensor in = dense(input), out = dense(output);
+  return enqueue(OpType::ALLTOALL_BASE, {output}, "all_to_all_single",
+                 std::max(in.nbytes(), out.nbytes()), [=, this](auto& t, int tag) {
+                   if (bruck) {
+                     tcoll::bruck{}.exchange(t, tag, bytes_of(in), bytes_of(out), block);
+                   } else if (equal) {
+                     tcoll::pairwise_exchange{}.exchange_equal(t, tag, bytes_of(in), bytes_of(out),
+                                                               block);
+                   } else {
+                     std::vector<tcoll::exchange_block> blocks(size_);
+                     std::size_t sent = 0, received = 0;
+                     for (int q = 0; q < size_; ++q) {
+                       blocks[q] = {bytes_of(in) + sent, send_bytes[q], bytes_of(out) + received,
+                                    recv_bytes[q]};
+                       sent += send_bytes[q];
+                       received += recv_bytes[q];
+                     }
+                     tcoll::pairwise_exchange{}.exchange(
+                         t, tag, std::span<const tcoll::exchange_block>(blocks));
+                   }
+                   copy_back(output, out);
+                 });
+}
+
+c10::intrusive_ptr<c10d::Work> backend::alltoall(std::vector<at::Tensor>& outputs,
+                                                 std::vector<at::Tensor>& inputs,
+                                                 const c10d::AllToAllOptions& opts) {
+  const waited_call waited(opts.asyncOp);
+  const char* what = "all_to_all";
+  check_list_size(inputs, what, "input list");
+  check_list_size(outputs, what, "output list");
+  std::vector<at::Tensor> ins, outs;
+  std::size_t bytes = 0;
+  for (int q = 0; q < size_; ++q) {
+    check_pair(outputs[q], inputs[q], what);
+    TORCH_CHECK(inputs[q].scalar_type() == inputs[0].scalar_type(), "tcoll: ", what, ": rank ",
+                rank_, ": input ", q, " is ", inputs[q].scalar_type(), ", input 0 ",
+                inputs[0].scalar_type());
+    ins.push_back(dense(inputs[q]));
+    outs.push_back(dense(outputs[q]));
+    bytes += std::max(inputs[q].nbytes(), outputs[q].nbytes());
+  }
+  TORCH_CHECK(inputs[rank_].nbytes() == outputs[rank_].nbytes(), "tcoll: ", what, ": rank ", rank_,
+              ": sends itself ", inputs[rank_].nbytes(), " bytes but expects ",
+              outputs[rank_].nbytes());
+  return enqueue(OpType::ALLTOALL, outputs, what, bytes, [=, this](auto& t, int tag) {
+    std::vector<tcoll::exchange_block> blocks;
+    for (int q = 0; q < size_; ++q)
+      blocks.push_back({bytes_of(ins[q]), ins[q].nbytes(), bytes_of(outs[q]), outs[q].nbytes()});
+    tcoll::pairwise_exchange{}.exchange(t, tag, std::span<const tcoll::exchange_block>(blocks));
+    for (int q = 0; q < size_; ++q) copy_back(outputs[q], outs[q]);
+  });
+}
+
+c10::intrusive_ptr<c10d::Work> backend::gather(std::vector<std::vector<at::Tensor>>& outputs,
+                                               std::vector<at::Tensor>& inputs,
+                                               const c10d::GatherOptions& opts) {
+  const waited_call waited(opts.asyncOp);
+  TORCH_CHECK(inputs.size() == 1, "tcoll: gather: rank ", rank_, ": takes one input tensor");
+  check_cpu(inputs[0], "gather", "input", rank_);
+  const int root = check_root(opts.rootRank, "gather");
+  std::vector<at::Tensor> list;
+  if (rank_ == root) {
+    TORCH_CHECK(outputs.size() == 1, "tcoll: gather: rank ", rank_,
+                ": the root takes one output list");
+    list = outputs[0];
+    check_list_size(list, "gather", "output list");
+    for (const auto& o : list) check_like(o, inputs[0], "gather", "output tensor");
+  } else {
+    TORCH_CHECK(outputs.empty() || (outputs.size() == 1 && outputs[0].empty()),
+                "tcoll: gather: rank ", rank_, ": only the root (", root,
+                ") passes an output list");
+  }
+  at::Tensor in = dense(inputs[0]);
+  return enqueue(OpType::GATHER, list, "gather", in.nbytes() * static_cast<std::size_t>(size_),
+                 [=, this](auto& t, int tag) {
+                   std::vector<at::Tensor> dense_list;
+                   std::vector<tcoll::root_block> blocks;
+                   for (const auto& o : list) {
+                     dense_list.push_back(dense(o));
+                     blocks.push_back({bytes_of(dense_list.back()), dense_list.back().nbytes()});
+                   }
+                   tcoll::linear{}.gather(t, tag, root, bytes_of(in), in.nbytes(),
+                                          std::span<const tcoll::root_block>(blocks));
+                   for (std::size_t q = 0; q < list.size(); ++q) copy_back(list[q], dense_list[q]);
+                 });
+}
+
+c10::intrusive_ptr<c10d::Work> backend::scatter(std::vector<at::Tensor>& outputs,
+                                                std::vector<std::vector<at::Tensor>>& inputs,
+                                                const c10d::ScatterOptions& opts) {
+  const waited_call waited(opts.asyncOp);
+  TORCH_CHECK(outputs.size() == 1, "tcoll: scatter: rank ", rank_, ": takes one output tensor");
+  check_cpu(outputs[0], "scatter", "output", rank_);
+  const int root = check_root(opts.rootRank, "scatter");
+  std::vector<at::Tensor> list;
+  if (rank_ == root) {
+    TORCH_CHECK(inputs.size() == 1, "tcoll: scatter: rank ", rank_,
+                ": the root takes one input list");
+    check_list_size(inputs[0], "scatter", "input list");
+    for (const auto& i : inputs[0]) check_like(i, outputs[0], "scatter", "input tensor");
+    list = flattened(inputs[0]);
+  }
+  at::Tensor out = dense(outputs[0]);
+  return enqueue(OpType::SCATTER, outputs, "scatter",
+                 out.nbytes() * static_cast<std::size_t>(size_), [=, this](auto& t, int tag) {
+                   std::vector<tcoll::root_block> blocks;
+                   for (const auto& i : list) blocks.push_back({bytes_of(i), i.nbytes()});
+                   tcoll::linear{}.scatter(t, tag, root, bytes_of(out), out.nbytes(),
+                                           std::span<const tcoll::root_block>(blocks));
+                   copy_back(outputs[0], out);
+                 });
+}
+
+c10::intrusive_ptr<c10d::Work> backend::barrier(const c10d::BarrierOptions& opts) {
+  const waited_call waited(opts.asyncOp);
+  // a one-byte allreduce in the call order (a barrier is a collective like the others),
+  // after every earlier call of this group has finished, as Gloo's barrier: those queued
+  // on the same engine ran before it, others (the hierarchy's) are waited for
+  at::Tensor token = at::zeros({1}, at::kByte);
+  std::vector<c10::weak_intrusive_ptr<work>> earlier;
+  {
+    std::lock_guard lock(queued_mutex_);
+    earlier = queued_;
+  }
+  return enqueue(OpType::BARRIER, {}, "barrier", 1, [=, this](auto& t, int tag) {
+    for (const auto& e : earlier)
+      if (auto w = e.lock()) w->wait(timeout_);
+    tcoll::cpu_reducer red;
+    tcoll::allreduce_in(t, tag, token.data_ptr<byte>(), token.data_ptr<byte>(), 1, tcoll::max_op{},
+                        tcoll::recursive_doubling{}, red);
+  });
+}
+
+void backend::monitoredBarrier(const c10d::BarrierOptions& opts, bool wait_all_ranks) {
+  const waited_call waited(false); // the caller waits for it at once
+  const auto limit = opts.timeout == c10d::kUnsetTimeout ? timeout_ : opts.timeout;
+  const auto ms = static_cast<long long>(limit.count());
+  auto w = enqueue(OpType::BARRIER, {}, "monitored_barrier", 0, [=, this](auto& t, int tag) {
+    const auto until = tcoll::clock::now() + limit;
+    byte token = 0;
+    if (rank_ != 0) {
+      try {
+        auto sr = t.isend(0, &token, 1, tag);
+        t.wait(sr, until);
+        auto rr = t.irecv(0, &token, 1, tag);
+        t.wait(rr, until);
+      } catch (const std::exception& e) {
+        TORCH_CHECK(false, "Rank ", rank_,
+                    " successfully reached monitoredBarrier, but received errors while waiting "
+                    "for send/recv from rank 0. Please check rank 0 logs for faulty rank. (",
+                    e.what(), ")");
+      }
+      return;
+    }
+    std::vector<byte> tokens(static_cast<std::size_t>(size_));
+    using request = typename std::remove_cvref_t<decltype(t)>::request;
+    std::vector<std::optional<request>> pending(static_cast<std::size_t>(size_));
+    for (int q = 1; q < size_; ++q) pending[q].emplace(t.irecv(q, &tokens[q], 1, tag));
+    // poll rather than wait, so that one rank's silence does not use up another's time
+    std::vector<int> late;
+    for (;;) {
+      late.clear();
+      for (int q = 1; q < size_; ++q)
+        if (pending[q] && t.test(*pending[q]))
+          pending[q].reset();
+        else if (pending[q])
+          late.push_back(q);
+      if (late.empty() || tcoll::clock::now() >= until) break;
+      std::this_thread::yield();
+    }
+    if (!late.empty() && !wait_all_ranks && late.size() == static_cast<std::size_t>(size_ - 1) &&
+        limit.count() <= 0) {
+      // Gloo's words when the time is up before rank 0 waits for anyone
+      TORCH_CHECK(false, "Rank 0 timed out in monitoredBarrier after ", ms,
+                  " ms.\nNo ranks successfully processed in monitoredBarrier.");
+    }
+    if (!late.empty()) {
+      std::string ranks;
+      for (int q : wait_all_ranks ? late : std::vector<int>{late.front()})
+        ranks += (ranks.empty() ? "" : ", ") + std::to_string(q);
+      TORCH_CHECK(false, "[Rank 0]: Rank", wait_all_ranks ? "s " : " ", ranks,
+                  " failed to pass monitoredBarrier in ", ms, " ms");
+    }
+    for (int q = 1; q < size_; ++q) {
+      auto sr = t.isend(q, &token, 1, tag);
+      t.wait(sr, until);
+    }
+  });
+  w->wait();
+}
+
+double backend::time_raw_allreduce(std::size_t bytes, int iters) {
+  std::vector<float> data(std::max<std::size_t>(1, bytes / sizeof(float)), 0.5f);
+  auto once = [&] {
+    if (machine_)
+      tcoll::allreduce(*machine_, data.data(), data.data(), data.size(), tcoll::sum_op{},
+                       tcoll::hierarchical_options<tcoll::ring>{});
+    else
+      tcoll::allreduce(*shm_, std::span<float>(data));
+  };
+  for (int k = 0; k < 10; ++k) once();
+  const auto start = std::chrono::steady_clock::now();
+  for (int k = 0; k < iters; ++k) once();
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() / iters;
+}
+
+c10::intrusive_ptr<c10d::Work> backend::reduce_all(std::vector<at::Tensor>& tensors,
+                                                   const c10d::ReduceOp& op, OpType type,
+                                                   const char* what) {
+  check_list(tensors, what, "tensors");
+  // PREMUL_SUM (torch.distributed._make_nccl_premul_sum): each rank scales its input by
+  // the factor, then a sum (floating-point dtypes only, as NCCL)
+  std::optional<at::Tensor> factor;
+  c10d::ReduceOp run_op = op;
+  if (op.op_ == c10d::ReduceOp::PREMUL_SUM) {
+    const auto* s = dynamic_cast<const c10d::PreMulSumSupplement*>(op.supplement_.get());
+    TORCH_CHECK(s, "tcoll: ", what, ": rank ", rank_, ": PREMUL_SUM without its factor");
+    factor = s->tensor_factor.defined() ? s->tensor_factor.to(at::kCPU)
+                                        : at::scalar_tensor(s->double_factor, at::kDouble);
+    run_op = c10d::ReduceOp(c10d::ReduceOp::SUM);
+    for (auto& t : tensors)
+      TORCH_CHECK(at::isFloatingType(t.scalar_type()), "tcoll: ", what, ": rank ", rank_,
+                  ": PREMUL_SUM needs a floating-point dtype, got ", t.scalar_type());
+  }
+  std::vector<reduction> reductions;
+  for (auto& t : tensors) reductions.push_back(reduction_of(run_op, t.scalar_type(), rank_));
+  // every tensor in turn: reduce_one(data, count, op) runs one allreduce in place. A
+  // tensor that is not contiguous is copied when the call runs, not when it is made, so
+  // calls queued on one tensor see each other's results in call order.
+  auto each = [=, this](auto&& reduce_one) {
+    for (std::size_t i = 0; i < tensors.size(); ++i) {
+      const at::Tensor b = dense(tensors[i]);
+      if (factor) b.mul_(*factor);
+      const std::size_t n = reductions[i].count(b);
+      with_reduction(reductions[i], [&]<class E>(const tcoll::runtime_op& o) {
+        reduce_one(reinterpret_cast<E*>(b.data_ptr()), n, o);
+      });
+      reductions[i].finalize(b.data_ptr(), n, size_);
+      copy_back(tensors[i], b);
+    }
+  };
+  if (machine_) // across nodes: shared memory inside each node, MPI or Gloo between them
+    return enqueue_on(*machine_, type, tensors, what, total_bytes(tensors),
+                      [=, this](const auto& tags) {
+                        each([&](auto* data, std::size_t n, const auto& o) {
+                          tcoll::cpu_reducer red;
+                          tcoll::allreduce_in(*machine_, tags, data, data, n, o,
+                                              tcoll::hierarchical_options<tcoll::ring>{}, red);
+                        });
+                      });
+  return enqueue(type, tensors, what, total_bytes(tensors), [=, this](auto& t, int tag) {
+    each([&](auto* data, std::size_t n, const auto& o) {
+      using T = std::remove_pointer_t<decltype(data)>;
+      if constexpr (std::is_same_v<std::remove_cvref_t<decltype(t)>, tcoll::shm_transport>)
+        if (staging_bytes_ && n * sizeof(T) <= staging_bytes_)
+          return staged_allreduce(t, tag, data, n, o);
+      tcoll::cpu_reducer red;
+      tcoll::allreduce_in(t, tag, static_cast<const T*>(data), data, n, o, tcoll::automatic{}, red);
+    });
+  });
+}
+
+template <class T>
+void backend::staged_allreduce(tcoll::shm_transport& t, int tag, T* data, std::size_t n,
+                               const tcoll::runtime_op& op) {
+  tcoll::cpu_reducer red;
+  for (auto& s : staging_) {
+    std::unique_lock held(s.busy, std::try_to_lock);
+    if (!held) continue;
+    T* in = reinterpret_cast<T*>(s.memory.data());
+    std::memcpy(in, data, n * sizeof(T));
+    tcoll::allreduce_in(t, tag, static_cast<const T*>(in), data, n, op, staged_choice_, red);
+    return;
+  }
+  tcoll::allreduce_in(t, tag, static_cast<const T*>(data), data, n, op, staged_choice_, red);
+}
+
+c10::intrusive_ptr<c10d::Work> backend::sparse_allreduce(std::vector<at::Tensor>& tensors,
+                                                         const c10d::ReduceOp& op) {
+  const char* what = "allreduce (sparse)";
+  TORCH_CHECK(tensors.size() == 1, "tcoll: ", what, ": rank ", rank_,
+              ": takes one sparse tensor, got ", tensors.size());
+  const at::Tensor& user = tensors[0];
+  TORCH_CHECK(user.defined() && user.device().is_cpu(), "tcoll: ", what, ": rank ", rank_,
+              ": the tensor must be a defined CPU tensor");
+  TORCH_CHECK(user.layout() == at::kSparse, "tcoll: ", what, ": rank ", rank_, ": the tensor is ",
+              user.layout(), ", not sparse COO (to_sparse_coo())");
+  const bool average = op.op_ == c10d::ReduceOp::AVG;
+  TORCH_CHECK(op.op_ == c10d::ReduceOp::SUM || (average && at::isFloatingType(user.scalar_type())),
+              "tcoll: ", what, ": rank ", rank_, ": reduce op ", op_name(op.op_),
+              " is not supported on sparse tensors of dtype ", user.scalar_type(),
+              " (SUM, and AVG for floating point)");
+  constexpr std::int64_t max_dims = sparse_meta_slots - 5;
+  TORCH_CHECK(user.dim() <= max_dims, "tcoll: ", what, ": rank ", rank_, ": the tensor has ",
+              user.dim(), " dimensions, at most ", max_dims, " are supported");
+  at::Tensor in = user.coalesce();
+  // what every rank checks of every other: dimensions, dtype, count, sizes
+  at::Tensor meta = at::full({sparse_meta_slots}, -1, at::kLong);
+  {
+    auto m = meta.accessor<std::int64_t, 1>();
+    m[0] = in.dim(), m[1] = in.sparse_dim(), m[2] = in.dense_dim(), m[3] = in._nnz();
+    m[4] = static_cast<std::int64_t>(in.scalar_type());
+    for (std::int64_t d = 0; d < in.dim(); ++d) m[5 + d] = in.size(d);
+  }
+  const std::size_t bytes = in._indices().nbytes() + in._values().nbytes();
+  return enqueue(OpType::ALLREDUCE, tensors, what, bytes, [=, this](auto& t, int tag) {
+    const int P = size_;
+    at::Tensor metas = at::empty({P, sparse_meta_slots}, at::kLong);
+    run_allgather(t, tag, meta, metas);
+    const auto m = metas.accessor<std::int64_t, 2>();
+    std::int64_t max_nnz = 0;
+    for (int q = 0; q < P; ++q) {
+      for (int k : {0, 1, 2, 4}) {
+        static const char* names[] = {"dimensions", "sparse dimensions", "dense dimensions", "",
+                                      "dtype"};
+        TORCH_CHECK(m[q][k] == m[0][k], "tcoll: ", what, ": rank ", rank_, ": rank ", q,
+                    "'s tensor has ", m[q][k], " as its ", names[k], ", rank 0's has ", m[0][k],
+                    k == 4 ? " (dtype codes)" : "");
+      }
+      for (std::int64_t d = 0; d < m[0][0]; ++d)
+        TORCH_CHECK(m[q][5 + d] == m[0][5 + d], "tcoll: ", what, ": rank ", rank_, ": rank ", q,
+                    "'s tensor has size ", m[q][5 + d], " in dimension ", d, ", rank 0's has ",
+                    m[0][5 + d]);
+      max_nnz = std::max(max_nnz, m[q][3]);
+    }
+    const std::int64_t nnz = in._nnz();
+    // padded to the largest count, so one fixed-size allgather carries each part
+    at::Tensor indices = at::zeros({max_nnz, in.sparse_dim()}, at::kLong);
+    indices.narrow(0, 0, nnz).copy_(in._indices().t());
+    std::vector<std::int64_t> value_sizes = in._values().sizes().vec();
+    value_sizes[0] = max_nnz;
+    at::Tensor values = at::zeros(value_sizes, in._values().options());
+    values.narrow(0, 0, nnz).copy_(in._values());
+    std::vector<std::int64_t> all_index_sizes = {P * max_nnz, in.sparse_dim()};
+    std::vector<std::int64_t> all_value_sizes = value_sizes;
+    all_value_sizes[0] = P * max_nnz;
+    at::Tensor all_indices = at::empty(all_index_sizes, at::kLong);
+    at::Tensor all_values = at::empty(all_value_sizes, values.options());
+    if (indices.nbytes() > 0) run_allgather(t, tag, indices, all_indices);
+    if (values.nbytes() > 0) run_allgather(t, tag, values, all_values);
+    at::Tensor sum;
+    for (int q = 0; q < P; ++q) {
+      const std::int64_t n = m[q][3];
+      // each rank's part is coalesced (sorted, no repeats): sums of two such merge in
+      // index order, element by element, rank 0 first
+      at::Tensor part = at::sparse_coo_tensor(all_indices.narrow(0, q * max_nnz, n).t(),
+                                              all_values.narrow(0, q * max_nnz, n), in.sizes(),
+                                              values.options().layout(at::kSparse))
+                            ._coalesced_(true);
+      sum = q == 0 ? part : at::add(sum, part);
+    }
+    sum = sum.coalesce();
+    if (average) sum._values().div_(P);
+    tensors[0].copy_(sum);
+  });
+}
+
+template <class Tr>
+void backend::run_allgather(Tr& t, int tag, const at::Tensor& in, const at::Tensor& out) {
+  tcoll::cpu_reducer red;
+  tcoll::allgather_in(t, tag, static_cast<const byte*>(bytes_of(in)), bytes_of(out), in.nbytes(),
+                      tcoll::ring{}, red);
+}
+
+template <class Tr>
+void backend::run_reduce_scatter(Tr& t, int tag, const at::Tensor& in, const at::Tensor& out,
+                                 const c10d::ReduceOp& op) {
+  const reduction r = reduction_of(op, in.scalar_type(), rank_);
+  const std::size_t n = r.count(out);
+  with_reduction(r, [&]<class E>(const tcoll::runtime_op& o) {
+    tcoll::cpu_reducer red;
+    tcoll::reduce_scatter_in(t, tag, reinterpret_cast<const E*>(in.data_ptr()),
+                             reinterpret_cast<E*>(out.data_ptr()), n, o, tcoll::ring{}, red);
+  });
+  r.finalize(out.data_ptr(), n, size_);
+}
+
+std::size_t backend::total_bytes(const std::vector<at::Tensor>& tensors) {
+  std::size_t n = 0;
+  for (const auto& t : tensors) n += t.nbytes();
+  return n;
+}
+
+byte* backend::bytes_of(const at::Tensor& t) {
+  return static_cast<byte*>(t.data_ptr());
+}
+
+void backend::copy_back(const at::Tensor& user, const at::Tensor& ran_on) {
+  if (!user.is_same(ran_on)) user.copy_(ran_on);
+}
+
+std::vector<at::Tensor> backend::flattened(const std::vector<at::Tensor>& list) {
+  std::vector<at::Tensor> out;
+  for (const auto& t : list) out.push_back(t.contiguous().view(-1));
+  return out;
+}
+
+void backend::check_list(const std::vector<at::Tensor>& tensors, const char* what,
+                         const char* argument) {
+  TORCH_CHECK(!tensors.empty(), "tcoll: ", what, ": rank ", rank_, ": ", argument, " is empty");
+  for (const auto& t : tensors) check_cpu(t, what, argument, rank_);
+}
+
+void backend::check_pairs(const std::vector<at::Tensor>& outputs,
+                          const std::vector<at::Tensor>& inputs, const char* what) {
+  TORCH_CHECK(!inputs.empty() && outputs.size() == inputs.size(), "tcoll: ", what, ": rank ", rank_,
+              ": ", outputs.size(), " outputs for ", inputs.size(), " inputs");
+}
+
+void backend::check_list_size(const std::vector<at::Tensor>& list, const char* what,
+                              const char* argument) {
+  TORCH_CHECK(static_cast<int>(list.size()) == size_, "tcoll: ", what, ": rank ", rank_, ": ",
+              argument, " has ", list.size(), " tensors, the group has ", size_, " ranks");
+}
+
+void backend::check_pair(const at::Tensor& output, const at::Tensor& input, const char* what) {
+  check_cpu(input, what, "input", rank_);
+  check_cpu(output, what, "output", rank_);
+  TORCH_CHECK(output.scalar_type() == input.scalar_type(), "tcoll: ", what, ": rank ", rank_,
+              ": output dtype ", output.scalar_type(), " differs from input dtype ",
+              input.scalar_type());
+}
+
+void backend::check_op(const c10d::ReduceOp& op, at::ScalarType dtype) {
+  (void)reduction_of(op, dtype, rank_);
+}
+
+void backend::check_like(const at::Tensor& t, const at::Tensor& like, const char* what,
+                         const char* argument) {
+  check_cpu(t, what, argument, rank_);
+  TORCH_CHECK(t.scalar_type() == like.scalar_type() && t.numel() == like.numel(), "tcoll: ", what,
+              ": rank ", rank_, ": ", argument, " (", t.scalar_type(), ", ", t.numel(),
+              " elements) does not match (", like.scalar_type(), ", ", like.numel(), " elements)");
+}
+
+int backend::check_root(std::int64_t root, const char* what) {
+  TORCH_CHECK(root >= 0 && root < size_, "tcoll: ", what, ": rank ", rank_, ": root ", root,
+              " is outside [0, ", size_, ")");
+  return static_cast<int>(root);
+}
+
+std::vector<std::size_t> backend::split_bytes(const at::Tensor& t,
+                                              const std::vector<int64_t>& splits,
+                                              const char* argument) {
+  const std::int64_t rows = t.dim() > 0 ? t.size(0) : 1;
+  const std::size_t row_bytes = rows > 0 ? t.nbytes() / static_cast<std::size_t>(rows) : 0;
+  std::vector<std::size_t> bytes(static_cast<std::size_t>(size_));
+  if (splits.empty()) {
+    TORCH_CHECK(rows % size_ == 0, "tcoll: all_to_all_single: rank ", rank_, ": dimension 0 (",
+                rows, ") is not divisible by the group size ", size_, " and no ", argument,
+                " was given");
+    for (auto& b : bytes) b = static_cast<std::size_t>(rows / size_) * row_bytes;
+    return bytes;
+  }
+  TORCH_CHECK(static_cast<int>(splits.size()) == size_, "tcoll: all_to_all_single: rank ", rank_,
+              ": ", argument, " has ", splits.size(), " entries, the group has ", size_);
+  std::int64_t total = 0;
+  for (int q = 0; q < size_; ++q) {
+    TORCH_CHECK(splits[q] >= 0, "tcoll: all_to_all_single: rank ", rank_, ": ", argument, "[", q,
+                "] is negative");
+    total += splits[q];
+    bytes[q] = static_cast<std::size_t>(splits[q]) * row_bytes;
+  }
+  TORCH_CHECK(total == rows, "tcoll: all_to_all_single: rank ", rank_, ": ", argument, " sum to ",
+              total, ", dimension 0 is ", rows);
+  return bytes;
+}
+
+} // namespace tcoll_torch
