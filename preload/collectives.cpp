@@ -133,6 +133,14 @@ algorithm_id one_node_collective_choice(coll c, MPI_Comm comm, std::size_t bytes
   return state_of(comm).shared_memory() ? node : ruled;
 }
 
+/// The one-node choice of a wrapper of `c` on `comm` for `intercept`; `P` is read when the
+/// choice is made (after the wrapper's measure has set it).
+auto node_choice_of(coll c, MPI_Comm comm, const int& P) {
+  return [c, comm, &P](std::size_t bytes, algorithm_id ruled) {
+    return one_node_collective_choice(c, comm, bytes, P, ruled);
+  };
+}
+
 } // namespace
 
 namespace {
@@ -174,9 +182,7 @@ int reduce_scatter_block_call(const void* sendbuf, void* recvbuf, Count recvcoun
         }
         return {total * r.size};
       },
-      [&](std::size_t bytes, algorithm_id ruled) {
-        return one_node_collective_choice(c, comm, bytes, P, ruled);
-      },
+      node_choice_of(c, comm, P),
       [&](algorithm_id a, std::size_t bytes) {
         comm_state& s = state_of(comm);
         const void* in = sendbuf;
@@ -249,9 +255,7 @@ int allgather_call(const void* sendbuf, Count sendcount, MPI_Datatype sendtype, 
         block = static_cast<std::size_t>(block_signature);
         return {block * P};
       },
-      [&](std::size_t bytes, algorithm_id ruled) {
-        return one_node_collective_choice(c, comm, bytes, P, ruled);
-      },
+      node_choice_of(c, comm, P),
       [&](algorithm_id a, std::size_t bytes) {
         comm_state& s = state_of(comm);
         const bool recv_direct = rsize != 0;
@@ -377,9 +381,7 @@ int allgatherv_blocks_call(const void* sendbuf, Count sendcount, MPI_Datatype se
           return to_mpi(fallback::arguments); // MPI reports the bad type or the mismatch
         return {static_cast<std::size_t>(total)};
       },
-      [&](std::size_t bytes, algorithm_id ruled) {
-        return one_node_collective_choice(c, comm, bytes, P, ruled);
-      },
+      node_choice_of(c, comm, P),
       [&](algorithm_id a, std::size_t bytes) {
         comm_state& s = state_of(comm);
         const auto own = static_cast<std::size_t>(rank);
@@ -534,9 +536,7 @@ int alltoall_call(const void* sendbuf, Count sendcount, MPI_Datatype sendtype, v
         block = static_cast<std::size_t>(block_signature);
         return {block * P};
       },
-      [&](std::size_t bytes, algorithm_id ruled) {
-        return one_node_collective_choice(c, comm, bytes, P, ruled);
-      },
+      node_choice_of(c, comm, P),
       [&](algorithm_id a, std::size_t) {
         comm_state& s = state_of(comm);
         auto* out = static_cast<unsigned char*>(recvbuf);
@@ -594,9 +594,7 @@ int bcast_call(void* buffer, Count count, MPI_Datatype datatype, int root, MPI_C
         if (root < 0 || root >= P || signature < 0) return to_mpi(fallback::arguments);
         return {static_cast<std::size_t>(signature)};
       },
-      [&](std::size_t bytes, algorithm_id ruled) {
-        return one_node_collective_choice(c, comm, bytes, P, ruled);
-      },
+      node_choice_of(c, comm, P),
       [&](algorithm_id a, std::size_t bytes) {
         comm_state& s = state_of(comm);
         const bool direct = size != 0;
@@ -658,9 +656,7 @@ int reduce_call(const void* sendbuf, void* recvbuf, Count count, MPI_Datatype da
         if (!r.ok()) return to_mpi(r.why);
         return {static_cast<std::size_t>(count) * r.size};
       },
-      [&](std::size_t bytes, algorithm_id ruled) {
-        return one_node_collective_choice(c, comm, bytes, P, ruled);
-      },
+      node_choice_of(c, comm, P),
       [&](algorithm_id a, std::size_t) {
         comm_state& s = state_of(comm);
         on_transport(c, s, a, [&](auto& t) {

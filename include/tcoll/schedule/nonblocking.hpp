@@ -69,8 +69,10 @@ template <communicator C, class T, reducer R = cpu_reducer>
       }));
 }
 
+namespace detail {
 /// A copy of a span of counts or displacements, owned by a queued collective.
 using owned_counts = std::vector<std::size_t>;
+} // namespace detail
 
 /// Non-blocking `reduce_scatterv` (ring on a transport) on any communicator.
 template <communicator C, class T, class Op = sum_op, reducer R = cpu_reducer>
@@ -79,10 +81,11 @@ template <communicator C, class T, class Op = sum_op, reducer R = cpu_reducer>
                                        const ring& algo = {}, R red = {}) {
   detail::check_support<R, Op, T>();
   detail::check_order<Op, ring>();
-  owned_counts offsets =
+  detail::owned_counts offsets =
       detail::check_reduce_scatterv_args(sendbuf, recvbuf, recv_counts, comm.rank(), comm.size());
   return request(detail::submit_collective(
-      comm, [&comm, sendbuf, recvbuf, counts = owned_counts(recv_counts.begin(), recv_counts.end()),
+      comm, [&comm, sendbuf, recvbuf,
+             counts = detail::owned_counts(recv_counts.begin(), recv_counts.end()),
              offsets = std::move(offsets), op, algo, red](const auto& tags) mutable {
         detail::reduce_scatterv_on(comm, tags, sendbuf, recvbuf,
                                    std::span<const std::size_t>(counts),
@@ -99,10 +102,10 @@ template <communicator C, class T, reducer R = cpu_reducer>
   const std::size_t extent = detail::check_allgatherv_args(
       sendbuf, send_count, recvbuf, recv_counts, recv_displs, comm.rank(), comm.size());
   return request(detail::submit_collective(
-      comm,
-      [&comm, sendbuf, recvbuf, extent, algo, red,
-       counts = owned_counts(recv_counts.begin(), recv_counts.end()),
-       displs = owned_counts(recv_displs.begin(), recv_displs.end())](const auto& tags) mutable {
+      comm, [&comm, sendbuf, recvbuf, extent, algo, red,
+             counts = detail::owned_counts(recv_counts.begin(), recv_counts.end()),
+             displs = detail::owned_counts(recv_displs.begin(), recv_displs.end())](
+                const auto& tags) mutable {
         detail::allgatherv_on(comm, tags, sendbuf, recvbuf, std::span<const std::size_t>(counts),
                               std::span<const std::size_t>(displs), extent, algo, red);
       }));
@@ -132,10 +135,10 @@ ialltoallv(C& comm, const T* sendbuf, std::span<const std::size_t> send_counts,
                                    recv_displs, comm.rank(), comm.size());
   return request(detail::submit_collective(
       comm, [&comm, sendbuf, recvbuf, in_place, algo,
-             sc = owned_counts(send_counts.begin(), send_counts.end()),
-             sd = owned_counts(send_displs.begin(), send_displs.end()),
-             rc = owned_counts(recv_counts.begin(), recv_counts.end()),
-             rd = owned_counts(recv_displs.begin(), recv_displs.end())](const auto& tags) {
+             sc = detail::owned_counts(send_counts.begin(), send_counts.end()),
+             sd = detail::owned_counts(send_displs.begin(), send_displs.end()),
+             rc = detail::owned_counts(recv_counts.begin(), recv_counts.end()),
+             rd = detail::owned_counts(recv_displs.begin(), recv_displs.end())](const auto& tags) {
         detail::alltoallv_on(comm, tags, sendbuf, std::span<const std::size_t>(sc),
                              std::span<const std::size_t>(sd), recvbuf,
                              std::span<const std::size_t>(rc), std::span<const std::size_t>(rd),
@@ -164,9 +167,10 @@ template <communicator C, class T>
   std::vector<root_block> blocks = detail::check_gatherv_args(
       sendbuf, send_count, recvbuf, recv_counts, recv_displs, root, comm.rank(), comm.size());
   return request(detail::submit_collective(
-      comm, [&comm, sendbuf, send_count, recvbuf, root, algo, blocks = std::move(blocks),
-             counts = owned_counts(recv_counts.begin(), recv_counts.end()),
-             displs = owned_counts(recv_displs.begin(), recv_displs.end())](const auto& tags) {
+      comm,
+      [&comm, sendbuf, send_count, recvbuf, root, algo, blocks = std::move(blocks),
+       counts = detail::owned_counts(recv_counts.begin(), recv_counts.end()),
+       displs = detail::owned_counts(recv_displs.begin(), recv_displs.end())](const auto& tags) {
         detail::gatherv_on(comm, tags, sendbuf, send_count, recvbuf,
                            std::span<const std::size_t>(counts),
                            std::span<const std::size_t>(displs), root, blocks, algo);
@@ -193,9 +197,10 @@ template <communicator C, class T>
   std::vector<root_block> blocks = detail::check_scatterv_args(
       sendbuf, send_counts, send_displs, recvbuf, recv_count, root, comm.rank(), comm.size());
   return request(detail::submit_collective(
-      comm, [&comm, sendbuf, recvbuf, recv_count, root, algo, blocks = std::move(blocks),
-             counts = owned_counts(send_counts.begin(), send_counts.end()),
-             displs = owned_counts(send_displs.begin(), send_displs.end())](const auto& tags) {
+      comm,
+      [&comm, sendbuf, recvbuf, recv_count, root, algo, blocks = std::move(blocks),
+       counts = detail::owned_counts(send_counts.begin(), send_counts.end()),
+       displs = detail::owned_counts(send_displs.begin(), send_displs.end())](const auto& tags) {
         detail::scatterv_on(comm, tags, sendbuf, std::span<const std::size_t>(counts),
                             std::span<const std::size_t>(displs), recvbuf, recv_count, root, blocks,
                             algo);
