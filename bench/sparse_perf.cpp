@@ -59,6 +59,7 @@
 #include <vector>
 
 #include <tcoll/collectives.hpp>
+#include <tcoll/compress/registry.hpp>
 #include <tcoll/core/error.hpp>
 #include <tcoll/plan/profile.hpp>
 #include <tcoll/schedule/gradient_pool.hpp>
@@ -99,6 +100,11 @@ network_spec network_of(const std::string& name) {
 // ---------------------------------------------------------------------------------------------
 // Options
 
+/// The compression registry's schemes this benchmark measures (-m).
+constexpr tcoll::compression_scheme measured_schemes[] = {tcoll::compression_scheme::dense,
+                                                          tcoll::compression_scheme::csc,
+                                                          tcoll::compression_scheme::topk};
+
 struct options {
   std::vector<std::string> pools{"alexnet", "resnet50", "vgg16"}; ///< --pool
   std::vector<int> ranks{2, 4, 8, 16};                            ///< -g
@@ -120,6 +126,17 @@ struct options {
   bool help = false;
 };
 
+/// CSC's options at density `d` from the registry's knobs (--chunk, --threshold), every
+/// iteration at `d` (no warm-up).
+csc_options csc_options_at(const options& o, double d) {
+  tcoll::compression_options k = tcoll::default_compression_options(tcoll::compression_scheme::csc);
+  k.chunk_elements = o.chunk;
+  k.threshold_bytes = o.threshold;
+  k.density = d;
+  k.warmup_iterations = 0;
+  return tcoll::to_csc_options(k);
+}
+
 std::string usage() {
   return "usage: sparse_perf [options]\n"
          "  --pool LIST      profiles (data/profiles/<name>.csv) whose tensors form the pool\n"
@@ -128,7 +145,7 @@ std::string usage() {
          "  --network LIST   1gbe|10gbe|none (default 1gbe,10gbe)\n"
          "  --density LIST   fractions of chunks (CSC) / elements (top-k) kept\n"
          "                   (default 0.01,0.1,0.15,1; top-k skips 1)\n"
-         "  -m LIST          dense,csc,topk (default all)\n"
+         "  -m LIST          dense,csc,topk: schemes of the compression registry (default all)\n"
          "  -n iters         timed iterations per measurement, median reported (default 5)\n"
          "  -w iters         untimed shaped iterations first (default 0)\n"
          "  --budget-s S     stop timing a measurement once its iterations took more than S\n"
@@ -205,9 +222,13 @@ options parse_options(int argc, const char* const* argv) {
       for (const auto& s : nonempty(split(v))) o.densities.push_back(parse_double(f, s, 0, 1));
     } else if (f == "-m") {
       o.methods = nonempty(split(v));
-      for (const auto& m : o.methods)
-        if (m != "dense" && m != "csc" && m != "topk")
-          throw invalid_argument("sparse_perf: -m '" + m + "' is not one of dense, csc, topk");
+      for (const auto& m : o.methods) { // the registry's names (compress/registry.hpp)
+        const tcoll::compression_scheme s = tcoll::parse_compression(m);
+        if (std::find(std::begin(measured_schemes), std::end(measured_schemes), s) ==
+            std::end(measured_schemes))
+          throw invalid_argument("sparse_perf: -m " + m +
+                                 ": this benchmark measures the registry's dense, csc and topk");
+      }
     } else if (f == "-n")
       o.iters = static_cast<int>(parse_long(f, v, 1, 1000));
     else if (f == "-w")
@@ -467,11 +488,7 @@ local_part measure_local(const std::string& pool_name, const std::vector<std::si
   lp.select = median(ts);
   // A whole CSC iteration at one rank (the threads transport of one rank: no communication).
   thread_team(1).run([&](thread_transport& t) {
-    csc_options co;
-    co.chunk_elements = o.chunk;
-    co.density = d;
-    co.warmup_iterations = 0;
-    co.threshold_bytes = o.threshold;
+    csc_options co = csc_options_at(o, d);
     co.in_place_min_bytes = n * sizeof(float) / 2 + 1;
     csc_allreduce<thread_transport, float, sum_op, ring> csc(pool, t, co);
     std::vector<double> tt;
@@ -643,11 +660,7 @@ void run_team(const std::string& pool_name, const std::vector<std::size_t>& size
             emit(std::move(r));
             continue;
           }
-          csc_options co;
-          co.chunk_elements = o.chunk;
-          co.density = d;
-          co.warmup_iterations = 0;
-          co.threshold_bytes = o.threshold;
+          csc_options co = csc_options_at(o, d);
           // dense iterations (iteration 0, density 1) are reduced in place: no 4n send buffer
           co.in_place_min_bytes = n * sizeof(float) / 2 + 1;
           comm.shaping(false);

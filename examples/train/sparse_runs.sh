@@ -41,7 +41,7 @@ for density in 0.15 0.01; do
 done
 # DGC's momentum correction and masking (top-k only) at 85 % and 99 % sparsity (4 ranks).
 for density in 0.15 0.01; do
-  run "topk_d${density}_p4_dgc" --ranks 4 --scheme topk --density "$density" --residual dgc
+  run "topk_d${density}_p4_dgc" --ranks 4 --scheme dgc --density "$density"
 done
 # Seed spread of the goal comparison (seed 1 is above).
 for seed in 2 3 4 5; do

@@ -20,6 +20,7 @@
 #include <fstream>
 #include <limits>
 #include <numeric>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -54,11 +55,23 @@ enum exit_code : int {
   exit_data_missing = 77
 };
 
-/// Gradient exchange schemes: `dense` (the whole buffer, every step; exchange.hpp), `csc`
-/// (GradientFlow's sparse chunks) and `topk` (element-wise top-k; both sparse_exchange.hpp).
-/// `hybrid` (Poseidon's per-layer SFB or dense; hybrid_exchange.hpp) and `easgd` (elastic
-/// averaging across client groups; elastic_exchange.hpp).
-constexpr std::string_view available_schemes[] = {"dense", "csc", "topk", "hybrid", "easgd"};
+/// Gradient exchange schemes. The registry's (compress/registry.hpp) that the app runs:
+/// `dense` (the whole buffer, every step; exchange.hpp), `csc` (GradientFlow's sparse
+/// chunks), `topk` (element-wise top-k) and `dgc` (DGC; the three in sparse_exchange.hpp).
+/// And two of the app's own: `hybrid` (per layer the registry's `sfb` or dense, Poseidon;
+/// hybrid_exchange.hpp) and `easgd` (elastic averaging across client groups;
+/// elastic_exchange.hpp).
+constexpr tcoll::compression_scheme registry_schemes[] = {
+    tcoll::compression_scheme::dense, tcoll::compression_scheme::csc,
+    tcoll::compression_scheme::topk, tcoll::compression_scheme::dgc};
+constexpr std::string_view own_schemes[] = {"hybrid", "easgd"};
+
+/// The registry's scheme `name`, if the app runs it.
+std::optional<tcoll::compression_scheme> registry_scheme(std::string_view name) {
+  for (tcoll::compression_scheme s : registry_schemes)
+    if (tcoll::to_string(s) == name) return s;
+  return std::nullopt;
+}
 
 /// Everything the command line sets.
 struct options {
@@ -69,7 +82,9 @@ struct options {
   std::uint64_t seed = 1;        ///< weights and the per-epoch shuffles
   std::string algorithm = "automatic";
   std::string scheme = "dense";
-  train::sparse_options sparse{}; ///< --density, --chunk, --warmup, --residual (csc, topk)
+  /// --density, --chunk, --warmup, --residual (csc, topk, dgc), at the app's defaults
+  tcoll::compression_options sparse = train::app_sparse_defaults();
+  std::uint16_t sparse_knobs = 0; ///< the `compression_knob` bits given on the command line
   /// A planner: backward overlaps the scheduled buckets (dense; default none), or for
   /// hybrid `layerwise` (default: one job per tensor during backward) or `none`.
   std::string overlap;
@@ -116,15 +131,16 @@ void print_usage(std::FILE* to) {
                "  --algo NAME         automatic|ring|multi_ring|recursive_doubling|\n"
                "                      recursive_halving_doubling|binomial_tree|passthrough (MPI)\n"
                "  --scheme NAME       gradient exchange: dense (default: the whole gradient),\n"
-               "                      csc (GradientFlow sparse chunks) or topk (element-wise)\n"
-               "  --density X         csc/topk: fraction of chunks (csc) or elements (topk)\n"
+               "                      csc (GradientFlow sparse chunks), topk (element-wise) or\n"
+               "                      dgc (DGC's momentum correction and masking around top-k,\n"
+               "                      plain SGD steps)\n"
+               "  --density X         csc/topk/dgc: fraction of chunks (csc) or elements\n"
                "                      communicated after warm-up, in [0, 1] (default 0.15)\n"
                "  --chunk N           csc: elements per chunk (default 1000)\n"
-               "  --warmup N          csc/topk: steps of linear ramp from dense (default 30)\n"
-               "  --residual RULE     csc/topk: what unsent gradient becomes: momentum\n"
-               "                      (momentum * g, Algorithm 1; default) or error_feedback (g);\n"
-               "                      topk also dgc (DGC's momentum correction and masking,\n"
-               "                      plain SGD steps)\n"
+               "  --warmup N          csc/topk/dgc: steps of linear ramp from dense (default 30)\n"
+               "  --residual RULE     csc/topk: what unsent gradient becomes: momentum_scaled\n"
+               "                      (momentum * g, Algorithm 1; default), error_feedback (g)\n"
+               "                      or none (dropped)\n"
                "  --scheme hybrid     per FC layer SFB or dense by best_scheme at plan time,\n"
                "                      biases dense (model link: --link-gbit, else 10 Gbit/s)\n"
                "  --gemm-us X         hybrid: plan cost of one SFB reconstruction multiply-add;\n"
@@ -203,7 +219,6 @@ double parse_fraction(std::string_view flag, const char* text) {
 options parse_options(int argc, char** argv) {
   options o;
   bool ranks_given = false;
-  std::string_view sparse_flag; ///< the last of --density, --chunk, --warmup, --residual given
   for (int i = 1; i < argc; ++i) {
     const std::string_view flag = argv[i];
     if (flag == "-h" || flag == "--help") {
@@ -235,23 +250,23 @@ options parse_options(int argc, char** argv) {
       o.scheme = value;
     } else if (flag == "--density") {
       o.sparse.density = parse_fraction(flag, value);
-      sparse_flag = flag;
+      o.sparse_knobs |= static_cast<std::uint16_t>(tcoll::compression_knob::density);
     } else if (flag == "--chunk") {
       o.sparse.chunk_elements = parse_count(flag, value);
       if (o.sparse.chunk_elements == 0) throw usage_error("--chunk must be at least 1");
-      sparse_flag = flag;
+      o.sparse_knobs |= static_cast<std::uint16_t>(tcoll::compression_knob::chunk_elements);
     } else if (flag == "--warmup") {
-      o.sparse.warmup_steps = parse_count(flag, value);
-      sparse_flag = flag;
+      o.sparse.warmup_iterations = parse_count(flag, value);
+      o.sparse_knobs |= static_cast<std::uint16_t>(tcoll::compression_knob::warmup_iterations);
     } else if (flag == "--residual") {
+      if (std::string_view(value) == "dgc")
+        throw usage_error("--residual dgc: DGC is a scheme of its own now (--scheme dgc)");
       try {
-        o.sparse.dgc = std::string_view(value) == "dgc";
-        o.sparse.residual = o.sparse.dgc ? tcoll::sparse::residual_rule::error_feedback
-                                         : train::parse_residual(value);
-      } catch (const std::invalid_argument& e) {
+        o.sparse.residual = tcoll::parse_residual_rule(value);
+      } catch (const std::exception& e) {
         throw usage_error(std::string("--residual: ") + e.what());
       }
-      sparse_flag = flag;
+      o.sparse_knobs |= static_cast<std::uint16_t>(tcoll::compression_knob::residual);
     } else if (flag == "--clients") {
       o.clients = static_cast<int>(parse_count(flag, value));
     } else if (flag == "--interval") {
@@ -321,10 +336,12 @@ options parse_options(int argc, char** argv) {
   if (o.min_loss_decrease >= 1) throw usage_error("--min-loss-decrease must be below 1");
   for (std::size_t w : o.hidden)
     if (w == 0) throw usage_error("--hidden: widths must be positive");
-  if (std::find(std::begin(available_schemes), std::end(available_schemes), o.scheme) ==
-      std::end(available_schemes)) {
+  const std::optional<tcoll::compression_scheme> compression = registry_scheme(o.scheme);
+  if (!compression && std::find(std::begin(own_schemes), std::end(own_schemes), o.scheme) ==
+                          std::end(own_schemes)) {
     std::string list;
-    for (auto s : available_schemes) list += (list.empty() ? "" : ", ") + std::string(s);
+    for (auto s : registry_schemes) list += (list.empty() ? "" : ", ") + std::string(to_string(s));
+    for (auto s : own_schemes) list += ", " + std::string(s);
     throw usage_error("unknown --scheme '" + o.scheme + "' (available: " + list + ")");
   }
   if (o.algorithm != "automatic") {
@@ -339,10 +356,16 @@ options parse_options(int argc, char** argv) {
       throw usage_error("--algo hierarchical: the training app runs on one transport, which has "
                         "no second level (a flat algorithm or automatic)");
   }
-  if (o.sparse.dgc && o.scheme != "topk")
-    throw usage_error("--residual dgc applies to --scheme topk");
-  if (!sparse_flag.empty() && o.scheme == "dense")
-    throw usage_error(std::string(sparse_flag) + " applies to --scheme csc or topk");
+  // a knob the scheme does not read is an error naming the scheme's own (the registry's)
+  if (o.sparse_knobs && !compression)
+    throw usage_error("--density, --chunk, --warmup and --residual apply to --scheme csc, topk "
+                      "and dgc, not " +
+                      o.scheme);
+  if (compression) try {
+      tcoll::check_knobs(*compression, o.sparse_knobs, "train_mnist");
+    } catch (const tcoll::invalid_argument& e) {
+      throw usage_error(e.what());
+    }
   if (o.overlap.empty()) o.overlap = o.scheme == "hybrid" ? "layerwise" : "none";
   if (o.scheme == "hybrid" && o.overlap != "none" && !tcoll::plan::planner_by_name(o.overlap))
     throw usage_error("--scheme hybrid takes --overlap layerwise (one job per tensor during "
@@ -352,7 +375,7 @@ options parse_options(int argc, char** argv) {
   if (o.overlap != "none" && o.scheme != "dense" && o.scheme != "hybrid")
     throw usage_error(
         "--overlap applies to --scheme dense and hybrid (csc overlaps its own buffers with "
-        "backward; topk exchanges after backward)");
+        "backward; topk and dgc exchange after backward)");
   if (o.elastic_mode != "async" && o.scheme != "easgd")
     throw usage_error("--elastic-mode applies to --scheme easgd");
   if (o.scheme == "easgd") {
@@ -467,9 +490,9 @@ std::vector<epoch_record> train_rank(Transport& t, const options& o,
                                .planner =
                                    o.overlap == "none" || o.overlap == "layerwise" ? "" : o.overlap,
                                .autotune_steps = o.autotune_steps});
-    else if (o.scheme == "topk")
-      exchange = std::make_unique<train::topk_exchange<comm_type, algo_type>>(counted, model, algo,
-                                                                              o.sparse, o.sgd);
+    else if (o.scheme == "topk" || o.scheme == "dgc")
+      exchange = std::make_unique<train::topk_exchange<comm_type, algo_type>>(
+          counted, model, algo, tcoll::parse_compression(o.scheme), o.sparse, o.sgd);
     else if (o.overlap == "none")
       exchange =
           std::make_unique<train::after_backward<comm_type, algo_type>>(counted, model, algo);
@@ -605,9 +628,10 @@ void write_json(const std::string& path, const options& o, int ranks, std::size_
       << ", \"global_batch\": " << o.global_batch
       << ", \"learning_rate\": " << shortest(o.sgd.learning_rate)
       << ", \"momentum\": " << shortest(o.sgd.momentum) << ", \"seed\": " << o.seed;
-  if (o.scheme != "dense")
-    out << ", \"density\": " << o.sparse.density << ", \"warmup_steps\": " << o.sparse.warmup_steps
-        << ", \"residual\": \"" << train::residual_label(o.sparse) << "\"";
+  if (o.scheme == "csc" || o.scheme == "topk" || o.scheme == "dgc")
+    out << ", \"density\": " << o.sparse.density
+        << ", \"warmup_steps\": " << o.sparse.warmup_iterations << ", \"residual\": \""
+        << (o.scheme == "dgc" ? "dgc" : tcoll::sparse::to_string(o.sparse.residual)) << "\"";
   if (o.scheme == "csc") out << ", \"chunk_elements\": " << o.sparse.chunk_elements;
   out << ", \"train_samples\": " << train_samples << ", \"test_samples\": " << test_samples
       << ", \"parameters\": " << parameters << ", \"layer_widths\": [";

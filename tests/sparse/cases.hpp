@@ -748,22 +748,32 @@ void dgc_case(Tr& t, std::size_t n, std::size_t k) {
 }
 
 /// `topk_pool_allreduce` over a pool of several tensors (alignment padding between them),
-/// each rank marking in its own order, three iterations, against this file's simulation of
-/// every rank: top-k with error feedback (e = g + residual, the k largest |e| go out, the
-/// rest is the next residual) or DGC at momentum 0.5 (as `dgc_case`), then the average.
-/// Gradients are multiples of 1/8, so every sum is exact and the one division by P is the
-/// same float operation here as in the adaptor. Bitwise identical on every rank.
+/// each rank marking in its own order, three iterations (five with a warm-up), against this
+/// file's simulation of every rank: top-k with a residual (e = g + residual, the k largest
+/// |e| go out, the rest is the next residual: as it is, times the momentum 0.5, or dropped)
+/// or DGC at momentum 0.5 (as `dgc_case`), then the average. With a warm-up of `warmup`
+/// iterations, k follows `warmup_density` and iteration 0 is dense: every rank's e is sent
+/// (DGC: velocity + accumulation, nothing masked, the accumulation cleared). Gradients are
+/// multiples of 1/8, so every sum is exact and the one division by P is the same float
+/// operation here as in the adaptor. Bitwise identical on every rank.
 template <class Tr>
-void topk_pool_case(Tr& t, sp::topk_scheme scheme, double density) {
+void topk_pool_case(Tr& t, sp::topk_scheme scheme, double density,
+                    sp::residual_rule rule = sp::residual_rule::error_feedback,
+                    std::size_t warmup = 0) {
   const int P = t.size(), r = t.rank();
   tcoll::gradient_pool<float> pool(std::vector<std::size_t>{37, 1, 100, 64});
   sp::topk_pool_options o;
   o.scheme = scheme;
   o.density = density;
   o.momentum = 0.5;
+  o.residual = rule;
+  o.warmup_iterations = warmup;
   sp::topk_pool_allreduce<Tr, float, tcoll::avg_op> a(pool, t, o);
-  const std::size_t n = pool.size(), k = sp::topk_count(density, n);
-  CHECK(a.k() == k);
+  const std::size_t n = pool.size();
+  CHECK(a.k() == sp::topk_count(density, n));
+  const bool dgc = scheme == sp::topk_scheme::dgc;
+  const bool keeps_residual = !dgc && rule != sp::residual_rule::none;
+  CHECK(a.residual().size() == (keeps_residual ? n : 0));
   std::vector<char> is_data(n, 0);
   for (std::size_t i = 0; i < pool.tensor_count(); ++i)
     for (std::size_t j = 0; j < pool.tensor_size(i); ++j) is_data[pool.tensor_offset(i) + j] = 1;
@@ -772,8 +782,12 @@ void topk_pool_case(Tr& t, sp::topk_scheme scheme, double density) {
   };
   const auto Pn = static_cast<std::size_t>(P);
   std::vector<std::vector<double>> res(Pn, std::vector<double>(n, 0.0)), u = res, v = res;
-  for (int step = 0; step < 3; ++step) {
+  const int steps = warmup ? 5 : 3;
+  for (int step = 0; step < steps; ++step) {
     CAPTURE(step);
+    const std::size_t k =
+        sp::topk_count(sp::warmup_density(density, warmup, static_cast<std::size_t>(step)), n);
+    const bool dense = warmup > 0 && k == n;
     for (std::size_t i = 0; i < n; ++i) pool.data()[i] = static_cast<float>(grad(r, step, i));
     // rank r marks tensor (j + r) mod L at its j-th mark: every rank in another order
     const std::size_t L = pool.tensor_count();
@@ -786,13 +800,21 @@ void topk_pool_case(Tr& t, sp::topk_scheme scheme, double density) {
     for (std::size_t q = 0; q < Pn; ++q) {
       std::vector<double> e(n);
       for (std::size_t i = 0; i < n; ++i) {
-        if (scheme == sp::topk_scheme::dgc) {
+        if (dgc) {
           u[q][i] = 0.5 * u[q][i] + grad(static_cast<int>(q), step, i);
           v[q][i] += u[q][i];
           e[i] = v[q][i];
         } else {
           e[i] = grad(static_cast<int>(q), step, i) + res[q][i];
         }
+      }
+      if (dense) {
+        for (std::size_t i = 0; i < n; ++i) {
+          sum[i] += e[i];
+          if (dgc) v[q][i] = 0.0; // the velocity is kept: nothing is masked
+          res[q][i] = 0.0;
+        }
+        continue;
       }
       std::vector<std::size_t> idx(n);
       std::iota(idx.begin(), idx.end(), std::size_t{0});
@@ -803,10 +825,13 @@ void topk_pool_case(Tr& t, sp::topk_scheme scheme, double density) {
       for (std::size_t j = 0; j < k; ++j) taken[idx[j]] = 1;
       for (std::size_t i = 0; i < n; ++i) {
         if (taken[i]) sum[i] += e[i];
-        if (scheme == sp::topk_scheme::dgc) {
+        if (dgc) {
           if (taken[i]) u[q][i] = v[q][i] = 0.0;
         } else {
-          res[q][i] = taken[i] ? 0.0 : e[i];
+          const double kept = rule == sp::residual_rule::momentum_scaled ? 0.5 * e[i]
+                              : rule == sp::residual_rule::none          ? 0.0
+                                                                         : e[i];
+          res[q][i] = taken[i] ? 0.0 : kept;
         }
       }
     }
@@ -814,17 +839,18 @@ void topk_pool_case(Tr& t, sp::topk_scheme scheme, double density) {
     const auto mine = static_cast<std::size_t>(r);
     for (std::size_t i = 0; i < n; ++i) {
       wrong += pool.data()[i] != static_cast<float>(sum[i]) / static_cast<float>(P);
-      if (scheme == sp::topk_scheme::dgc) {
+      if (dgc) {
         wrong += static_cast<double>(a.velocity()[i]) != u[mine][i];
         wrong += static_cast<double>(a.accumulation()[i]) != v[mine][i];
-      } else {
+      } else if (keeps_residual) {
         wrong += static_cast<double>(a.residual()[i]) != res[mine][i];
       }
     }
     CHECK(wrong == 0);
+    CHECK(a.last_k() == k);
     CHECK(identical_on_all_ranks(t, pool.data(), n * sizeof(float)));
   }
-  CHECK(a.iterations() == 3);
+  CHECK(a.iterations() == static_cast<std::size_t>(steps));
   CHECK(a.last_timing().buckets.size() == 1);
 }
 

@@ -6,6 +6,8 @@
 #define DOCTEST_CONFIG_IMPLEMENT_WITH_MAIN
 #include <doctest/doctest.h>
 
+#include <cstring>
+#include <tcoll/compress/registry.hpp>
 #include <tcoll/transport/subgroup.hpp>
 
 #include "cases.hpp"
@@ -250,6 +252,23 @@ TEST_CASE("topk_pool_allreduce: top-k with error feedback and DGC over a pool, d
   }
 }
 
+TEST_CASE("topk_pool_allreduce: momentum-scaled and no residual, and a warm-up from dense "
+          "(iteration 0 one dense allreduce), against the simulation") {
+  for (int P : {1, 2, 3, 4}) {
+    CAPTURE(P);
+    on_team(P, [](tcoll::thread_transport& t) {
+      topk_pool_case(t, sp::topk_scheme::topk, 0.3, sp::residual_rule::momentum_scaled);
+      topk_pool_case(t, sp::topk_scheme::topk, 0.3, sp::residual_rule::none);
+      for (std::size_t warmup : {1, 3}) {
+        CAPTURE(warmup);
+        topk_pool_case(t, sp::topk_scheme::topk, 0.05, sp::residual_rule::error_feedback, warmup);
+        topk_pool_case(t, sp::topk_scheme::topk, 0.05, sp::residual_rule::momentum_scaled, warmup);
+        topk_pool_case(t, sp::topk_scheme::dgc, 0.05, sp::residual_rule::none, warmup);
+      }
+    });
+  }
+}
+
 TEST_CASE("topk_pool_allreduce: differing options, bad knobs, a tensor never marked") {
   const auto start = tcoll::clock::now();
   on_team(
@@ -315,4 +334,92 @@ TEST_CASE("host_chunk_ops: the fused residual pass gives the same bits as residu
         CHECK(std::memcmp(&separate, &fused, sizeof(double)) == 0);
         if (n > 8) CHECK(fused > 0);
       }
+}
+
+TEST_CASE("compression registry: names, knobs, residual rules, and the adaptors it configures") {
+  using tcoll::compression_knob;
+  using tcoll::compression_scheme;
+  // one name per scheme, read back by the one parser; an unknown name lists every name
+  for (const tcoll::compression_description& d : tcoll::compression_registry) {
+    CAPTURE(d.name);
+    CHECK(tcoll::parse_compression(d.name) == d.id);
+    CHECK(&tcoll::describe(d.id) == &d);
+    CHECK(!d.title.empty());
+  }
+  CHECK_THROWS_WITH_AS(tcoll::parse_compression("fp8", 2),
+                       doctest::Contains("dense, half, bfloat16, topk, dgc, csc, sfb"),
+                       tcoll::invalid_argument);
+  CHECK_THROWS_WITH_AS(tcoll::parse_compression("fp8", 2), doctest::Contains("rank 2"),
+                       tcoll::invalid_argument);
+  for (auto rule : {sp::residual_rule::momentum_scaled, sp::residual_rule::error_feedback,
+                    sp::residual_rule::none})
+    CHECK(tcoll::parse_residual_rule(sp::to_string(rule)) == rule);
+  CHECK_THROWS_AS(tcoll::parse_residual_rule("momentum"), tcoll::invalid_argument);
+  // knobs: dgc keeps no residual and has no chunks; the wire formats take only their scale
+  CHECK_NOTHROW(tcoll::check_knobs(compression_scheme::csc,
+                                   static_cast<std::uint16_t>(compression_knob::chunk_elements),
+                                   "test"));
+  CHECK_THROWS_WITH_AS(
+      tcoll::check_knobs(compression_scheme::dgc,
+                         static_cast<std::uint16_t>(compression_knob::residual), "test", 1),
+      doctest::Contains("scheme 'dgc' takes no knob 'residual' (its knobs: density, "
+                        "warmup_iterations, momentum)"),
+      tcoll::invalid_argument);
+  CHECK_THROWS_WITH_AS(tcoll::check_knobs(compression_scheme::dense,
+                                          static_cast<std::uint16_t>(compression_knob::wire_scale),
+                                          "test"),
+                       doctest::Contains("(its knobs: none)"), tcoll::invalid_argument);
+  CHECK(tcoll::takes_residual(compression_scheme::topk, sp::residual_rule::none));
+  CHECK(!tcoll::takes_residual(compression_scheme::dgc, sp::residual_rule::error_feedback));
+  // the wire type of the dense family
+  std::size_t wire_bytes = 0;
+  for (auto s : {compression_scheme::dense, compression_scheme::half, compression_scheme::bfloat16})
+    tcoll::visit_wire_type(s,
+                           [&](auto tag) { wire_bytes += sizeof(typename decltype(tag)::type); });
+  CHECK(wire_bytes == 4 + 2 + 2);
+  CHECK_THROWS_AS(tcoll::visit_wire_type(compression_scheme::topk, [](auto) {}),
+                  tcoll::invalid_argument);
+  // the options it makes run the adaptor with the state its line names, and the result is
+  // the one of options set by hand
+  on_team(3, [](tcoll::thread_transport& t) {
+    for (auto s : {compression_scheme::topk, compression_scheme::dgc}) {
+      CAPTURE(tcoll::to_string(s));
+      tcoll::compression_options c = tcoll::default_compression_options(s);
+      CHECK(c.density == sp::topk_pool_options{}.density);
+      c.density = 0.2;
+      c.warmup_iterations = 2;
+      c.momentum = 0.5;
+      c.residual = sp::residual_rule::momentum_scaled;
+      const sp::topk_pool_options o = tcoll::to_topk_pool_options(s, c);
+      sp::topk_pool_options by_hand;
+      by_hand.scheme = s == compression_scheme::dgc ? sp::topk_scheme::dgc : sp::topk_scheme::topk;
+      by_hand.density = 0.2;
+      by_hand.warmup_iterations = 2;
+      by_hand.momentum = 0.5;
+      by_hand.residual = s == compression_scheme::dgc ? sp::residual_rule::none
+                                                      : sp::residual_rule::momentum_scaled;
+      tcoll::gradient_pool<float> pool_a(std::vector<std::size_t>{20, 30}),
+          pool_b(std::vector<std::size_t>{20, 30});
+      sp::topk_pool_allreduce<tcoll::thread_transport, float> a(pool_a, t, o),
+          b(pool_b, t, by_hand);
+      std::vector<std::span<float>> state = {a.residual(), a.velocity(), a.accumulation()};
+      std::erase_if(state, [](auto x) { return x.empty(); });
+      CHECK(state.size() == tcoll::describe(s).state.size());
+      for (int step = 0; step < 3; ++step) {
+        fill_pool(pool_a, t.rank(), 70 + step, fractional);
+        fill_pool(pool_b, t.rank(), 70 + step, fractional);
+        a.mark_all_ready();
+        a.finish();
+        b.mark_all_ready();
+        b.finish();
+        CHECK(std::memcmp(pool_a.data(), pool_b.data(), pool_a.size() * sizeof(float)) == 0);
+      }
+    }
+    tcoll::compression_options c = tcoll::default_compression_options(compression_scheme::csc);
+    CHECK(c.chunk_elements == sp::csc_options{}.chunk_elements);
+    c.residual = sp::residual_rule::none;
+    CHECK(tcoll::to_csc_options(c).residual == sp::residual_rule::none);
+    CHECK_THROWS_AS(tcoll::to_topk_pool_options(compression_scheme::csc, c),
+                    tcoll::invalid_argument);
+  });
 }

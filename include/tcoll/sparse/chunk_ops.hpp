@@ -30,7 +30,23 @@ enum class residual_rule {
   /// Plain error feedback (DGC, top-k): hg_t = g_t; nothing is dropped, so sent plus
   /// residual is exactly the accumulated gradient.
   error_feedback,
+  /// No residual: what was not sent is dropped (hg_t = 0).
+  none,
 };
+
+/// The name of `r` in options, command lines and reports ("momentum_scaled",
+/// "error_feedback", "none").
+constexpr const char* to_string(residual_rule r) {
+  switch (r) {
+  case residual_rule::momentum_scaled:
+    return "momentum_scaled";
+  case residual_rule::error_feedback:
+    return "error_feedback";
+  case residual_rule::none:
+    return "none";
+  }
+  return "?";
+}
 
 namespace detail {
 /// Does the per-chunk policy work on host memory? (A policy without `host_memory` counts as

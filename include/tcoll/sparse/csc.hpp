@@ -94,7 +94,8 @@ struct csc_options {
   std::size_t warmup_iterations = 100;
   /// A buffer's allreduce starts once it holds more than this many wire bytes.
   std::size_t threshold_bytes = std::size_t{4} << 20;
-  /// Residual of unsent chunks: Algorithm 1 (momentum * g) or plain error feedback (g).
+  /// Residual of unsent chunks: Algorithm 1 (momentum * g), plain error feedback (g) or
+  /// none (dropped).
   residual_rule residual = residual_rule::momentum_scaled;
   /// The momentum coefficient of `residual_rule::momentum_scaled` (use the optimizer's).
   double momentum = 0.9;
@@ -460,8 +461,9 @@ private:
   void fill(std::size_t c) {
     const std::size_t b = layout_.begin(c), m = layout_.size(c);
     const bool imp = important_[c] != 0;
-    const double factor =
-        options_.residual == residual_rule::momentum_scaled ? options_.momentum : 1.0;
+    const double factor = options_.residual == residual_rule::momentum_scaled ? options_.momentum
+                          : options_.residual == residual_rule::none          ? 0.0
+                                                                              : 1.0;
     if constexpr (detail::fuses_residual_norm<Ops, T>) {
       if (!imp) { // not sent: its values are final, so its norm is taken in the same pass
         norms_.data()[c] = Ops::scaled_norm(
