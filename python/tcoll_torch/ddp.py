@@ -16,13 +16,18 @@ waits for it, as DDP's reducer does), so the optimizer sees averaged gradients.
 Buckets come from any tcoll planner (``layerwise``, ``single``, ``threshold``, ``ddp``,
 ``mgwfbp``, ``adafusion``, ``optimal``): a first plan from the tensor sizes, then after
 ``autotune_iterations`` measured iterations a re-plan from the measured backward and
-communication times; every rank adopts rank 0's plan. Schemes: ``dense`` (wire float32,
-bfloat16 or float16), ``csc`` (GradientFlow's coarse-grained sparse chunks; see
-docs/torch.md for what the hook form leaves out), ``topk`` (each rank's ``density`` share of
-largest gradients, with error feedback unless ``residual="none"``) and ``dgc`` (Deep
-Gradient Compression: momentum correction and masking around top-k; the momentum is inside
-the averaged gradient, so train with plain SGD). ``topk`` and ``dgc`` select over the whole
-pool, so they start once backward has produced every gradient.
+communication times; every rank adopts rank 0's plan. Schemes are tcoll's compression
+registry's (``_C.compression_registry()``, compress/registry.hpp): ``dense`` (wire float32,
+bfloat16 or float16: the registry's ``bfloat16`` and ``half``), ``csc`` (GradientFlow's
+coarse-grained sparse chunks; see docs/torch.md for what the hook form leaves out), ``topk``
+(each rank's ``density`` share of largest gradients, with error feedback unless
+``residual`` says ``momentum_scaled`` or ``none``) and ``dgc`` (Deep Gradient Compression:
+momentum correction and masking around top-k; the momentum is inside the averaged gradient,
+so train with plain SGD). ``topk`` and ``dgc`` select over the whole pool, so they start once
+backward has produced every gradient. The scheme knobs (``density``, ``warmup_iterations``,
+``residual``, ``momentum``, ``chunk_elements``, ``threshold_bytes``, ``wire_scale``) left at
+None take the scheme's default (csc: density 0.15, 100 warm-up iterations, error feedback;
+topk and dgc: density 0.01, no warm-up); one the scheme does not read is an error.
 
 Unused parameters (``find_unused_parameters``, ``static_graph``) follow DDP's reducer: the
 ranks allreduce a map of the parameters each used since the last synchronized backward; a
@@ -99,10 +104,9 @@ class DistributedDataParallel(torch.nn.Module):
                  mixed_precision=None, device_mesh=None, skip_all_reduce_unused_params=False,
                  bucket_cap_mb_list=None, batched_grad_copy=False, forward_sync_buffers=None,
                  lazy_bucket_allocation=False, *, planner="optimal", scheme="dense",
-                 wire="float32", autotune_iterations=3, check_plan=True, wire_scale=1.0,
-                 density=0.15, chunk_elements=32000, warmup_iterations=100,
-                 threshold_bytes=4 << 20, residual="error_feedback", momentum=0.9,
-                 rebuild_order=False):
+                 wire="float32", autotune_iterations=3, check_plan=True, wire_scale=None,
+                 density=None, chunk_elements=None, warmup_iterations=None,
+                 threshold_bytes=None, residual=None, momentum=None, rebuild_order=False):
         super().__init__()
         self.module = module
         if device_mesh is not None:

@@ -10,7 +10,9 @@ the C++ ``sparse::csc_allreduce``; top-k with error feedback and DGC,
 ``sparse::topk_pool_allreduce``) on each DDP bucket through ``_C.Reducer``, with their own
 state per bucket; their process group must be a tcoll one (DDP's own, by default).
 ``bf16_hook`` and ``fp16_hook`` send a bucket as bfloat16 / float16 on any backend (on
-tcoll the sum accumulates in float) and average it back into float32.
+tcoll the sum accumulates in float) and average it back into float32. Every hook's scheme is
+one of tcoll's compression registry (``_C.compression_registry()``); a state's knobs are
+checked against it when its first bucket arrives.
 """
 import torch
 import torch.distributed as dist
@@ -107,12 +109,16 @@ class CscState(_SparseState):
 class TopkState(_SparseState):
     """The state of ``topk_hook``: each rank sends the ``density`` fraction of a bucket's
     elements of largest magnitude; ``residual="error_feedback"`` keeps the rest for the next
-    iteration (``"none"`` drops it)."""
+    iteration (``"momentum_scaled"`` keeps it times ``momentum``, ``"none"`` drops it);
+    ``warmup_iterations`` ramps the density from dense (iteration 0 is one dense allreduce);
+    the adaptor made for a bucket DDP re-lays starts its warm-up afresh."""
 
     scheme = "topk"
 
-    def __init__(self, process_group=None, density=0.01, residual="error_feedback"):
-        super().__init__(process_group, density=density, residual=residual)
+    def __init__(self, process_group=None, density=0.01, residual="error_feedback",
+                 momentum=None, warmup_iterations=None):
+        super().__init__(process_group, density=density, residual=residual, momentum=momentum,
+                         warmup_iterations=warmup_iterations)
 
 
 class DgcState(_SparseState):
@@ -122,8 +128,9 @@ class DgcState(_SparseState):
 
     scheme = "dgc"
 
-    def __init__(self, process_group=None, density=0.01, momentum=0.9):
-        super().__init__(process_group, density=density, momentum=momentum)
+    def __init__(self, process_group=None, density=0.01, momentum=0.9, warmup_iterations=None):
+        super().__init__(process_group, density=density, momentum=momentum,
+                         warmup_iterations=warmup_iterations)
 
 
 def _sparse_hook(state, bucket):
@@ -148,7 +155,20 @@ def dgc_hook(state, bucket):
     return _sparse_hook(state, bucket)
 
 
-def _wire_hook(dtype):
+def _registry_entry(name):
+    for entry in _C.compression_registry():
+        if entry["name"] == name:
+            return entry
+    raise KeyError(f"tcoll_torch.hooks: no compression scheme '{name}' in the registry")
+
+
+def _wire_hook(scheme):
+    """The hook of the registry's wire format ``scheme`` (``half``, ``bfloat16``)."""
+    entry = _registry_entry(scheme)
+    if entry["family"] != "wire_format":
+        raise ValueError(f"tcoll_torch.hooks: scheme '{scheme}' is not a wire format")
+    dtype = {"half": torch.float16, "bfloat16": torch.bfloat16}[entry["wire"]]
+
     def hook(process_group, bucket):
         group = process_group or _default_group()
         buffer = bucket.buffer()
@@ -164,7 +184,7 @@ def _wire_hook(dtype):
     return hook
 
 
-bf16_hook = _wire_hook(torch.bfloat16)
+bf16_hook = _wire_hook("bfloat16")
 bf16_hook.__doc__ = "A DDP bucket as bfloat16 on the wire, summed, then averaged in float32."
-fp16_hook = _wire_hook(torch.float16)
+fp16_hook = _wire_hook("half")
 fp16_hook.__doc__ = "A DDP bucket as float16 on the wire, summed, then averaged in float32."

@@ -355,10 +355,16 @@ def body_sparse_hooks(rank, size, steps):
     # layout (ties aside, which fractional data does not produce).
     out = {}
     widths = [14, 23, 9, 5]
-    for scheme, state, hook, options in (
+    # topk_scaled: the momentum-scaled residual (the registry's knobs, the same on both
+    # sides). Not a warm-up: the hook's adaptor for DDP's re-laid bucket starts it afresh
+    # (docs/torch.md), the scheme's does not.
+    scaled = {"density": 0.3, "residual": "momentum_scaled", "momentum": 0.5}
+    for name, state, hook, options in (
             ("topk", hooks.TopkState(density=0.3), hooks.topk_hook, {"density": 0.3}),
             ("dgc", hooks.DgcState(density=0.3, momentum=0.5), hooks.dgc_hook,
-             {"density": 0.3, "momentum": 0.5})):
+             {"density": 0.3, "momentum": 0.5}),
+            ("topk_scaled", hooks.TopkState(**scaled), hooks.topk_hook, scaled)):
+        scheme = "dgc" if name == "dgc" else "topk"
         torch.manual_seed(23)
         model = RandomNet(widths, False, bias=False)
         reference = RandomNet(widths, False, bias=False)
@@ -372,21 +378,55 @@ def body_sparse_hooks(rank, size, steps):
                 opt.zero_grad()
                 loss_of(net(batch(23, step, rank, widths[0], False)), False).backward()
                 opt.step()
-        out[scheme] = ([p.detach().clone() for p in model.parameters()],
-                       [p.detach().clone() for p in reference.parameters()], ours.stats())
+        out[name] = ([p.detach().clone() for p in model.parameters()],
+                     [p.detach().clone() for p in reference.parameters()], ours.stats())
     return out
 
 
 @pytest.mark.parametrize("size", [2, 3])
 def test_topk_and_dgc_hooks_equal_the_schemes(size):
     results = run_ranks(body_sparse_hooks, size, 4, deadline=200)
-    for scheme in ("topk", "dgc"):
+    for scheme in ("topk", "dgc", "topk_scaled"):
         for r, res in enumerate(results):
             ours, theirs, stats = res[scheme]
             assert 0 < stats["k"] < sum(p.numel() for p in ours)
             for i, (a, b) in enumerate(zip(ours, theirs)):
                 assert same_bits(a, b), f"{scheme}: rank {r}: parameter {i}: hook differs"
                 assert same_bits(a, results[0][scheme][0][i]), f"{scheme}: rank {r}"
+
+
+def body_registry_knobs(rank, size):
+    import tcoll_torch
+    from tcoll_torch import _C
+
+    model = RandomNet([4, 3], False)
+    out = {"names": [e["name"] for e in _C.compression_registry()],
+           "dgc": next(e for e in _C.compression_registry() if e["name"] == "dgc")}
+    for key, kwargs in (("unknown", {"scheme": "fp8"}),
+                        ("dgc_residual", {"scheme": "dgc", "residual": "none"}),
+                        ("topk_chunks", {"scheme": "topk", "chunk_elements": 8}),
+                        ("float32_scale", {"wire_scale": 2.0}),
+                        ("csc_wire", {"scheme": "csc", "wire": "bfloat16"}),
+                        ("bad_rule", {"scheme": "topk", "residual": "momentum"})):
+        try:
+            tcoll_torch.DistributedDataParallel(model, **kwargs)
+            out[key] = "accepted"
+        except Exception as e:  # noqa: BLE001  the message is what is checked
+            out[key] = str(e)
+    return out
+
+
+def test_scheme_names_and_knobs_are_the_registrys():
+    for res in run_ranks(body_registry_knobs, 2, deadline=120):
+        assert res["names"] == ["dense", "half", "bfloat16", "topk", "dgc", "csc", "sfb"]
+        assert res["dgc"]["state"] == ["velocity", "accumulation"]
+        assert res["dgc"]["momentum_in_result"] and "residual" not in res["dgc"]["knobs"]
+        assert "schemes: dense, half, bfloat16, topk, dgc, csc, sfb" in res["unknown"]
+        assert "scheme 'dgc' takes no knob 'residual'" in res["dgc_residual"]
+        assert "scheme 'topk' takes no knob 'chunk_elements'" in res["topk_chunks"]
+        assert "scheme 'dense' takes no knob 'wire_scale'" in res["float32_scale"]
+        assert "scheme 'csc' sends float32" in res["csc_wire"]
+        assert "unknown residual rule 'momentum'" in res["bad_rule"]
 
 
 def test_hooks_on_pytorch_ddp():

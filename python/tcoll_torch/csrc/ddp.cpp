@@ -7,13 +7,14 @@
 // the execution layer's iteration driver starts a bucket in plan order as soon as its
 // tensors are ready, on the communication engine of the backend's communicator (the node's
 // shared-memory transport, or the hierarchy across nodes), while backward goes on;
-// `finish()` waits for the last bucket. What a bucket runs is the scheme's job:
+// `finish()` waits for the last bucket. What a bucket runs is the scheme's job (the schemes,
+// their knobs and defaults are the registry's, compress/registry.hpp):
 //  - "dense": `overlap_scheduler` (an allreduce of the bucket, average), the wire float32,
 //    bfloat16 or float16 (mixed precision: cast, reduce, cast back);
 //  - "csc": `sparse::csc_allreduce` (GradientFlow's coarse-grained sparse chunks over the
 //    whole pool, with its residual; buckets are its buffers of important chunks);
 //  - "topk", "dgc": `sparse::topk_pool_allreduce` (each rank's k largest elements of the
-//    whole pool, with error feedback or DGC's momentum correction, allgathered and summed)
+//    whole pool, with a residual or DGC's momentum correction, allgathered and summed)
 //    on the group's flat transport, once backward has marked every gradient.
 // Buckets come from any tcoll planner: an initial plan from the tensor sizes, then autotune
 // (measure, fit, re-plan with the same planner, adopt rank 0's plan).
@@ -33,6 +34,7 @@
 #include <utility>
 #include <vector>
 
+#include <tcoll/compress/registry.hpp>
 #include <tcoll/plan.hpp>
 #include <tcoll/schedule/collective_tasks.hpp>
 #include <tcoll/schedule/gradient_pool.hpp>
@@ -53,21 +55,76 @@ using pool_t = tcoll::gradient_pool<float>;
 /// The knobs of a reducer (Python passes them by keyword; see DistributedDataParallel).
 struct reducer_options {
   std::string planner = "optimal";
-  std::string scheme = "dense";
+  std::string scheme = "dense"; ///< a name of the compression registry
+  /// "float32", or for scheme "dense" "bfloat16" / "float16": the registry's schemes
+  /// bfloat16 and half (torch's dtype names, as `mixed_precision.reduce_dtype` gives them)
   std::string wire = "float32";
   std::size_t autotune_iterations = 3;
   bool check_plan = true;
-  float wire_scale = 1.0f;
-  // schemes "csc" (tcoll::sparse::csc_options; the residual defaults to error feedback, which
-  // needs nothing from the optimizer), "topk" (residual "error_feedback" or "none") and "dgc"
-  // (momentum: DGC's momentum factor)
-  double density = 0.15;
-  std::size_t chunk_elements = 32000;
-  std::size_t warmup_iterations = 100;
-  std::size_t threshold_bytes = std::size_t{4} << 20;
-  std::string residual = "error_feedback";
-  double momentum = 0.9;
+  // The compression knobs (tcoll::compression_options): unset (None) takes the scheme's
+  // default (`default_compression_options`; csc's residual is error_feedback here, which
+  // needs nothing from the optimizer); a knob the scheme does not read is an error.
+  std::optional<float> wire_scale;
+  std::optional<double> density;
+  std::optional<std::size_t> chunk_elements;
+  std::optional<std::size_t> warmup_iterations;
+  std::optional<std::size_t> threshold_bytes;
+  std::optional<std::string> residual;
+  std::optional<double> momentum;
 };
+
+/// The registry's scheme of `o` (its `scheme`, with `wire` naming a wire format of dense).
+tcoll::compression_scheme compression_of(const reducer_options& o, int rank) {
+  const auto fail = [&](const std::string& what) {
+    throw tcoll::invalid_argument("tcoll_torch.DistributedDataParallel: " + what, rank);
+  };
+  tcoll::compression_scheme s{};
+  try {
+    s = tcoll::parse_compression(o.scheme);
+  } catch (const tcoll::invalid_argument& e) {
+    fail(e.what());
+  }
+  if (o.wire == "float32") return s;
+  if (o.wire != "bfloat16" && o.wire != "float16")
+    fail("wire must be 'float32', 'bfloat16' or 'float16', got '" + o.wire + "'");
+  if (s != tcoll::compression_scheme::dense)
+    fail("scheme '" + o.scheme + "' sends float32 (wire='float32'); wire='" + o.wire +
+         "' is a format of scheme 'dense'");
+  return o.wire == "bfloat16" ? tcoll::compression_scheme::bfloat16
+                              : tcoll::compression_scheme::half;
+}
+
+/// The knobs of `o` for scheme `s`: the scheme's defaults, overridden by every knob set.
+tcoll::compression_options knobs_of(tcoll::compression_scheme s, const reducer_options& o,
+                                    int rank) {
+  using tcoll::compression_knob;
+  tcoll::compression_options c = tcoll::default_compression_options(s);
+  if (s == tcoll::compression_scheme::csc)
+    c.residual = tcoll::sparse::residual_rule::error_feedback;
+  std::uint16_t set = 0;
+  const auto take = [&](const auto& value, auto& field, compression_knob k) {
+    if (!value) return;
+    field = static_cast<std::remove_reference_t<decltype(field)>>(*value);
+    set |= static_cast<std::uint16_t>(k);
+  };
+  take(o.wire_scale, c.wire_scale, compression_knob::wire_scale);
+  take(o.density, c.density, compression_knob::density);
+  take(o.chunk_elements, c.chunk_elements, compression_knob::chunk_elements);
+  take(o.warmup_iterations, c.warmup_iterations, compression_knob::warmup_iterations);
+  take(o.threshold_bytes, c.threshold_bytes, compression_knob::threshold_bytes);
+  take(o.momentum, c.momentum, compression_knob::momentum);
+  if (o.residual) {
+    c.residual = tcoll::parse_residual_rule(*o.residual, rank);
+    set |= static_cast<std::uint16_t>(compression_knob::residual);
+    if (!tcoll::takes_residual(s, c.residual) && tcoll::takes_knob(s, compression_knob::residual))
+      throw tcoll::invalid_argument("tcoll_torch.DistributedDataParallel: scheme '" +
+                                        std::string(tcoll::to_string(s)) + "' takes no residual '" +
+                                        *o.residual + "'",
+                                    rank);
+  }
+  tcoll::check_knobs(s, set, "tcoll_torch.DistributedDataParallel", rank);
+  return c;
+}
 
 /// What the reducer runs each iteration: one implementation per scheme and communicator.
 class exchange {
@@ -183,13 +240,14 @@ public:
     py::dict d;
     d["density"] = topk_.options().density;
     d["k"] = topk_.k();
+    d["last_k"] = topk_.last_k();
     d["bytes_sent"] = topk_.bytes_sent();
     return d;
   }
   std::vector<std::span<float>> state() override {
     if (topk_.options().scheme == tcoll::sparse::topk_scheme::dgc)
       return {topk_.velocity(), topk_.accumulation()};
-    if (topk_.options().residual) return {topk_.residual()};
+    if (!topk_.residual().empty()) return {topk_.residual()};
     return {};
   }
 
@@ -218,7 +276,9 @@ public:
     pool_ = std::make_shared<pool_t>(sizes);
     pool_->zero();
     marked_.assign(sizes.size(), 0);
-    if (options_.scheme == "topk" || options_.scheme == "dgc") {
+    scheme_ = compression_of(options_, rank_);
+    knobs_ = knobs_of(scheme_, options_, rank_);
+    if (tcoll::describe(scheme_).family == tcoll::compression_family::sparse_elements) {
       if (comms.flat)
         make_topk(*comms.flat);
       else
@@ -361,58 +421,34 @@ public:
   }
 
 private:
+  /// topk and dgc (sparse_elements): on a flat transport.
   template <class Tr>
   void make_topk(Tr& t) {
-    const auto fail = [&](const std::string& what) {
-      throw tcoll::invalid_argument("tcoll_torch.DistributedDataParallel: " + what, rank_);
-    };
-    if (options_.wire != "float32")
-      fail("scheme '" + options_.scheme + "' sends float32 pairs (wire='float32')");
-    tcoll::sparse::topk_pool_options o;
-    o.scheme = options_.scheme == "dgc" ? tcoll::sparse::topk_scheme::dgc
-                                        : tcoll::sparse::topk_scheme::topk;
-    o.density = options_.density;
-    o.momentum = options_.momentum;
+    tcoll::sparse::topk_pool_options o = tcoll::to_topk_pool_options(scheme_, knobs_, rank_);
     o.check_pool = options_.check_plan;
-    if (o.scheme == tcoll::sparse::topk_scheme::topk) {
-      if (options_.residual != "error_feedback" && options_.residual != "none")
-        fail("scheme 'topk' takes residual 'error_feedback' or 'none', got '" + options_.residual +
-             "'");
-      o.residual = options_.residual == "error_feedback";
-    }
     exchange_ = std::make_unique<topk_exchange<Tr>>(*pool_, t, o);
   }
 
+  /// csc, and dense with its wire formats: on any communicator.
   template <class Comm>
   void make(Comm& comm) {
     const auto fail = [&](const std::string& what) {
       throw tcoll::invalid_argument("tcoll_torch.DistributedDataParallel: " + what, rank_);
     };
-    if (options_.scheme == "csc") {
-      if (options_.wire != "float32") fail("scheme 'csc' sends float32 (wire='float32')");
-      tcoll::sparse::csc_options o;
-      o.density = options_.density;
-      o.chunk_elements = options_.chunk_elements;
-      o.warmup_iterations = options_.warmup_iterations;
-      o.threshold_bytes = options_.threshold_bytes;
-      o.momentum = options_.momentum;
-      if (options_.residual == "error_feedback")
-        o.residual = tcoll::sparse::residual_rule::error_feedback;
-      else if (options_.residual == "momentum_scaled")
-        o.residual = tcoll::sparse::residual_rule::momentum_scaled;
-      else
-        fail("residual must be 'error_feedback' or 'momentum_scaled', got '" + options_.residual +
-             "'");
-      exchange_ = std::make_unique<csc_exchange<Comm>>(*pool_, comm, o);
+    if (scheme_ == tcoll::compression_scheme::csc) {
+      exchange_ =
+          std::make_unique<csc_exchange<Comm>>(*pool_, comm, tcoll::to_csc_options(knobs_, rank_));
       return;
     }
-    if (options_.scheme != "dense")
-      fail("scheme must be 'dense', 'csc', 'topk' or 'dgc', got '" + options_.scheme + "'");
+    if (tcoll::describe(scheme_).family != tcoll::compression_family::dense &&
+        tcoll::describe(scheme_).family != tcoll::compression_family::wire_format)
+      fail("scheme '" + options_.scheme + "' does not run in DistributedDataParallel (it runs " +
+           "dense, half and bfloat16 (wire='float16', 'bfloat16'), csc, topk and dgc)");
     const auto planner = tcoll::plan::planner_by_name(options_.planner);
     if (!planner)
       fail("unknown planner '" + options_.planner +
            "' (layerwise, single, threshold, ddp, mgwfbp, adafusion, optimal)");
-    const std::size_t wire_bytes = options_.wire == "float32" ? 4 : 2;
+    const std::size_t wire_bytes = tcoll::size_of(tcoll::describe(scheme_).wire);
     // the first plan, before anything is measured: the tensor sizes, equal backward times
     // and a guessed link (50 us + 2 GB/s); autotune replaces it with a measured one
     tcoll::plan::workload w;
@@ -428,21 +464,17 @@ private:
     o.check_plan = options_.check_plan;
     o.autotune_iterations = options_.autotune_iterations;
     o.autotune_replan = tcoll::plan::replan_with(*planner);
-    o.wire_scale = options_.wire_scale;
-    if (options_.wire == "float32")
-      exchange_ = std::make_unique<dense_exchange<Comm, float>>(*pool_, comm, std::move(first), o);
-    else if (options_.wire == "bfloat16")
-      exchange_ = std::make_unique<dense_exchange<Comm, tcoll::bfloat16>>(*pool_, comm,
-                                                                          std::move(first), o);
-    else if (options_.wire == "float16")
-      exchange_ =
-          std::make_unique<dense_exchange<Comm, tcoll::half>>(*pool_, comm, std::move(first), o);
-    else
-      fail("wire must be 'float32', 'bfloat16' or 'float16', got '" + options_.wire + "'");
+    o.wire_scale = knobs_.wire_scale;
+    tcoll::visit_wire_type(scheme_, [&](auto wire) {
+      using Wire = typename decltype(wire)::type;
+      exchange_ = std::make_unique<dense_exchange<Comm, Wire>>(*pool_, comm, std::move(first), o);
+    });
   }
 
   c10::intrusive_ptr<c10d::Backend> backend_; ///< outlives the exchange (its transport)
   reducer_options options_;
+  tcoll::compression_scheme scheme_{};
+  tcoll::compression_options knobs_;
   int rank_ = 0;
   std::shared_ptr<pool_t> pool_;
   std::unique_ptr<exchange> exchange_; ///< destroyed first: waits for buckets in flight
@@ -492,7 +524,38 @@ void write_predicted_trace(const std::string& path, std::vector<std::size_t> end
 
 } // namespace
 
+/// The compression registry (compress/registry.hpp) as a list of dicts, one per scheme.
+py::list compression_registry() {
+  py::list out;
+  for (const tcoll::compression_description& d : tcoll::compression_registry) {
+    py::dict e;
+    e["name"] = std::string(d.name);
+    e["title"] = std::string(d.title);
+    e["family"] = std::string(tcoll::to_string(d.family));
+    e["wire"] = std::string(tcoll::name_of(d.wire));
+    py::list knobs, state, residuals;
+    for (tcoll::compression_knob k : tcoll::all_compression_knobs)
+      if (tcoll::takes_knob(d.id, k)) knobs.append(std::string(tcoll::to_string(k)));
+    for (auto r :
+         {tcoll::sparse::residual_rule::momentum_scaled,
+          tcoll::sparse::residual_rule::error_feedback, tcoll::sparse::residual_rule::none})
+      if (tcoll::takes_residual(d.id, r)) residuals.append(tcoll::sparse::to_string(r));
+    for (std::string_view name : d.state) state.append(std::string(name));
+    e["knobs"] = knobs;
+    e["residuals"] = residuals;
+    e["state"] = state;
+    e["momentum_in_result"] = d.momentum_in_result;
+    e["needs_whole_pool"] = d.needs_whole_pool;
+    e["header"] = std::string(d.header);
+    out.append(e);
+  }
+  return out;
+}
+
 void register_ddp(py::module& m) {
+  m.def("compression_registry", &compression_registry,
+        "tcoll's compression schemes (compress/registry.hpp): name, title, family, wire type, "
+        "knobs, residual rules, per-element state");
   m.def("predict_iteration_us", &predict_iteration_us,
         "the simulator's iteration time of a plan (microseconds)", py::arg("ends"),
         py::arg("bytes"), py::arg("backward_us"), py::arg("forward_us"), py::arg("startup_us"),
