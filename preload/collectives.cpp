@@ -1,7 +1,7 @@
 /// \file
 /// libtcoll_mpi.so: MPI_Reduce_scatter_block, MPI_Allgather, MPI_Bcast, MPI_Reduce,
-/// MPI_Alltoall and the uneven MPI_Reduce_scatter and MPI_Allgatherv through tcoll, over
-/// shared memory where a communicator's ranks share one node.
+/// MPI_Alltoall, MPI_Gather, MPI_Scatter and the uneven MPI_Reduce_scatter and MPI_Allgatherv
+/// through tcoll, over shared memory where a communicator's ranks share one node.
 #include "prologue.hpp"
 #include "tcoll_mpi.hpp"
 
@@ -17,6 +17,8 @@
 #undef MPI_Reduce_scatter
 #undef MPI_Allgatherv
 #undef MPI_Alltoall
+#undef MPI_Gather
+#undef MPI_Scatter
 #undef MPI_Bcast
 #undef MPI_Reduce
 #undef MPI_Barrier
@@ -114,6 +116,16 @@ algorithm_id shm_collective_choice(coll c, std::size_t bytes, int P) {
     return bytes >= s.shm_alltoall_from_bytes &&
                    bytes <= (P == 2 ? s.shm_alltoall_two_up_to_bytes : s.shm_alltoall_up_to_bytes)
                ? tcoll::alltoall_by_size{.rules = {}}.choose(bytes / static_cast<std::size_t>(P), P)
+               : algorithm_id::passthrough;
+  case coll::gather:
+    return bytes >= s.shm_gather_from_bytes &&
+                   bytes <= (P == 2 ? s.shm_gather_two_up_to_bytes : s.shm_gather_up_to_bytes)
+               ? algorithm_id::linear
+               : algorithm_id::passthrough;
+  case coll::scatter:
+    return bytes >= s.shm_scatter_from_bytes &&
+                   bytes <= (P == 2 ? s.shm_scatter_two_up_to_bytes : s.shm_scatter_up_to_bytes)
+               ? algorithm_id::linear
                : algorithm_id::passthrough;
   default:
     return algorithm_id::passthrough;
@@ -510,43 +522,82 @@ namespace {
 
 /// MPI_Alltoall and MPI_Alltoall_c (`Count` int or MPI_Count); `pmpi()` hands the call to
 /// MPI. The path is chosen from the block's signature bytes (recvcount x the size of
-/// recvtype), which every rank shares; blocks move as bytes. Derived or non-contiguous
-/// datatypes go to MPI (counted as such).
+/// recvtype), which every rank shares whatever datatypes it passes: blocks move as bytes, and
+/// a rank whose datatype is derived or not contiguous packs its send blocks (into recvbuf,
+/// or into scratch when its receive type is derived too) and unpacks its receive blocks
+/// locally around the collective, as MPI_Allgather's do. (Until 2026-12-03 such a rank
+/// handed its call to MPI while the others ran tcoll's: a signature-matching program with a
+/// derived type on one rank hung.)
 template <class Count, class Pmpi>
 int alltoall_call(const void* sendbuf, Count sendcount, MPI_Datatype sendtype, void* recvbuf,
                   Count recvcount, MPI_Datatype recvtype, MPI_Comm comm, Pmpi pmpi) {
   constexpr coll c = coll::alltoall;
+  using byte = unsigned char;
   const bool in_place = sendbuf == MPI_IN_PLACE;
   int P = 0;
-  std::size_t block = 0;
+  std::size_t ssize = 0, rsize = 0, block = 0; // element sizes (0: packed), block bytes
   return intercept<Count>(
       c, comm, pmpi,
       [&]() -> measured_call {
         if (auto why = communicator_fallback(comm, recvcount >= 0 && recvbuf && sendbuf &&
                                                        (in_place || sendcount >= 0)))
           return to_mpi(*why);
-        const std::size_t rsize = contiguous_size(recvtype);
-        const std::size_t ssize = in_place ? rsize : contiguous_size(sendtype);
-        if (rsize == 0 || ssize == 0) return to_mpi(fallback::datatype);
-        const long long block_signature = static_cast<long long>(rsize) * recvcount;
-        if (static_cast<long long>(ssize) * sendcount != block_signature && !in_place)
-          return to_mpi(fallback::arguments); // MPI reports the mismatch
+        rsize = contiguous_size(recvtype);
+        const long long block_signature = rsize ? static_cast<long long>(rsize) * recvcount
+                                                : signature_bytes(recvcount, recvtype);
+        if (block_signature < 0) return to_mpi(fallback::arguments); // MPI reports the type
+        if (!in_place) {
+          ssize = contiguous_size(sendtype);
+          const long long send_signature = ssize ? static_cast<long long>(ssize) * sendcount
+                                                 : signature_bytes(sendcount, sendtype);
+          if (send_signature != block_signature)
+            return to_mpi(fallback::arguments); // MPI reports the mismatch
+        }
         P = comm_size(comm);
         if (!count_fits(block_signature, P)) return to_mpi(fallback::arguments);
         block = static_cast<std::size_t>(block_signature);
-        return {block * P};
+        return {block * static_cast<std::size_t>(P)};
       },
       node_choice_of(c, comm, P),
-      [&](algorithm_id a, std::size_t) {
+      [&](algorithm_id a, std::size_t bytes) {
         comm_state& s = state_of(comm);
-        auto* out = static_cast<unsigned char*>(recvbuf);
-        const auto* in = in_place ? out : static_cast<const unsigned char*>(sendbuf);
+        const bool send_direct = in_place || ssize != 0;
+        const bool recv_direct = rsize != 0;
+        if (!send_direct || !recv_direct) count_packed(c);
+        // block q of a typed buffer: at q count extent
+        const auto block_of = [](const void* buf, Count count, MPI_Datatype type, int q) {
+          MPI_Aint lb = 0, extent = 0;
+          PMPI_Type_get_extent(type, &lb, &extent);
+          return static_cast<char*>(const_cast<void*>(buf)) +
+                 static_cast<MPI_Aint>(q) * static_cast<MPI_Aint>(count) * extent;
+        };
+        // out: the P received blocks, contiguous (recvbuf, or scratch to unpack from)
+        byte* out = recv_direct ? static_cast<byte*>(recvbuf)
+                                : reinterpret_cast<byte*>(s.scratch_bytes(bytes));
+        const byte* in = in_place ? out : static_cast<const byte*>(sendbuf);
+        if (in_place && !recv_direct) { // the blocks sit in recvbuf as recvtype
+          for (int q = 0; q < P; ++q)
+            pack_local(block_of(recvbuf, recvcount, recvtype, q), recvcount, recvtype,
+                       reinterpret_cast<std::byte*>(out) + static_cast<std::size_t>(q) * block,
+                       block);
+        } else if (!send_direct) { // packed into out, then exchanged in place there
+          for (int q = 0; q < P; ++q)
+            pack_local(block_of(sendbuf, sendcount, sendtype, q), sendcount, sendtype,
+                       reinterpret_cast<std::byte*>(out) + static_cast<std::size_t>(q) * block,
+                       block);
+          in = out;
+        }
         on_transport(c, s, a, [&](auto& t) {
           if (a == algorithm_id::bruck)
             tcoll::alltoall(t, in, out, block, tcoll::bruck{});
           else
             tcoll::alltoall(t, in, out, block, tcoll::pairwise_exchange{});
         });
+        if (!recv_direct)
+          for (int q = 0; q < P; ++q)
+            unpack_local(reinterpret_cast<const std::byte*>(out) +
+                             static_cast<std::size_t>(q) * block,
+                         block, block_of(recvbuf, recvcount, recvtype, q), recvcount, recvtype);
       });
 }
 
@@ -569,6 +620,211 @@ TCOLL_PRELOAD_EXPORT int MPI_Alltoall_c(const void* sendbuf, MPI_Count sendcount
                                         MPI_Datatype recvtype, MPI_Comm comm) {
   return alltoall_call(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, comm, [&] {
     return PMPI_Alltoall_c(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, comm);
+  });
+}
+#endif
+
+namespace {
+
+/// MPI_Gather and MPI_Gather_c (`Count` int or MPI_Count); `pmpi()` hands the call to MPI.
+/// The path is chosen from the root and the block's signature bytes (sendcount x the size of
+/// sendtype; at a root in place recvcount x the size of recvtype), which MPI requires every
+/// rank to share with the root's recvcount x recvtype. recvbuf, recvcount and recvtype are
+/// read at the root only. Blocks move as bytes; a rank whose datatype is derived or not
+/// contiguous packs its block (or, at the root, unpacks the gathered ones) locally around
+/// the collective, as MPI_Allgather's do.
+template <class Count, class Pmpi>
+int gather_call(const void* sendbuf, Count sendcount, MPI_Datatype sendtype, void* recvbuf,
+                Count recvcount, MPI_Datatype recvtype, int root, MPI_Comm comm, Pmpi pmpi) {
+  constexpr coll c = coll::gather;
+  using byte = unsigned char;
+  const bool in_place = sendbuf == MPI_IN_PLACE; // at the root only (MPI judges it elsewhere)
+  int P = 0;
+  bool is_root = false;
+  std::size_t ssize = 0, rsize = 0, block = 0; // element sizes (0: packed), block bytes
+  return intercept<Count>(
+      c, comm, pmpi,
+      [&]() -> measured_call {
+        if (auto why = communicator_fallback(comm, true)) return to_mpi(*why);
+        P = comm_size(comm);
+        if (root < 0 || root >= P) return to_mpi(fallback::arguments);
+        is_root = comm_rank(comm) == root;
+        if (in_place && !is_root) return to_mpi(fallback::arguments);
+        long long signature = 0; // of this rank's block
+        if (!in_place) {
+          ssize = contiguous_size(sendtype);
+          signature = ssize ? static_cast<long long>(ssize) * sendcount
+                            : signature_bytes(sendcount, sendtype);
+        }
+        if (is_root) { // the receive arguments are significant here only
+          rsize = contiguous_size(recvtype);
+          const long long recv_signature = rsize ? static_cast<long long>(rsize) * recvcount
+                                                 : signature_bytes(recvcount, recvtype);
+          if (recv_signature < 0 || (!in_place && recv_signature != signature))
+            return to_mpi(fallback::arguments); // MPI reports the bad type or the mismatch
+          signature = recv_signature;
+        }
+        if (signature < 0 || !count_fits(signature, P)) return to_mpi(fallback::arguments);
+        block = static_cast<std::size_t>(signature);
+        if (block != 0 && ((!in_place && sendbuf == nullptr) || (is_root && recvbuf == nullptr)))
+          return to_mpi(fallback::arguments);
+        return {block * static_cast<std::size_t>(P)};
+      },
+      node_choice_of(c, comm, P),
+      [&](algorithm_id a, std::size_t bytes) {
+        comm_state& s = state_of(comm);
+        const bool send_direct = in_place || ssize != 0;
+        const bool recv_direct = !is_root || rsize != 0;
+        if (!send_direct || !recv_direct) count_packed(c);
+        MPI_Aint lb = 0, extent = 0; // of recvtype: block q at recvbuf + q recvcount extent
+        if (!recv_direct) PMPI_Type_get_extent(recvtype, &lb, &extent);
+        const auto block_at = [&](int q) {
+          return static_cast<char*>(recvbuf) + static_cast<MPI_Aint>(q) * recvcount * extent;
+        };
+        byte* out = nullptr; // the root's P blocks, contiguous: recvbuf or scratch
+        const byte* in = static_cast<const byte*>(sendbuf);
+        if (is_root) {
+          out = recv_direct ? static_cast<byte*>(recvbuf)
+                            : reinterpret_cast<byte*>(s.scratch_bytes(bytes));
+          byte* own = out + static_cast<std::size_t>(root) * block;
+          if (in_place) { // the root's block sits in recvbuf at its place, as recvtype
+            if (!recv_direct)
+              pack_local(block_at(root), recvcount, recvtype, reinterpret_cast<std::byte*>(own),
+                         block);
+            in = own;
+          } else if (!send_direct) { // packed straight into its place: tcoll's in-place form
+            pack_local(sendbuf, sendcount, sendtype, reinterpret_cast<std::byte*>(own), block);
+            in = own;
+          }
+        } else if (!send_direct) {
+          std::byte* packed = s.scratch_bytes(block);
+          pack_local(sendbuf, sendcount, sendtype, packed, block);
+          in = reinterpret_cast<const byte*>(packed);
+        }
+        on_transport(c, s, a, [&](auto& t) { tcoll::gather(t, in, out, block, root); });
+        if (!recv_direct) // block by block: recvcount x P may exceed an int
+          for (int q = 0; q < P; ++q)
+            unpack_local(reinterpret_cast<const std::byte*>(out) +
+                             static_cast<std::size_t>(q) * block,
+                         block, block_at(q), recvcount, recvtype);
+      });
+}
+
+/// MPI_Scatter and MPI_Scatter_c (`Count` int or MPI_Count); `pmpi()` hands the call to MPI.
+/// The path is chosen from the root and the block's signature bytes (recvcount x the size of
+/// recvtype; at a root in place sendcount x the size of sendtype), which every rank shares;
+/// sendbuf, sendcount and sendtype are read at the root only. Blocks move as bytes, packed
+/// and unpacked locally where a datatype is derived or not contiguous.
+template <class Count, class Pmpi>
+int scatter_call(const void* sendbuf, Count sendcount, MPI_Datatype sendtype, void* recvbuf,
+                 Count recvcount, MPI_Datatype recvtype, int root, MPI_Comm comm, Pmpi pmpi) {
+  constexpr coll c = coll::scatter;
+  using byte = unsigned char;
+  const bool in_place = recvbuf == MPI_IN_PLACE; // at the root only (MPI judges it elsewhere)
+  int P = 0;
+  bool is_root = false;
+  std::size_t ssize = 0, rsize = 0, block = 0; // element sizes (0: packed), block bytes
+  return intercept<Count>(
+      c, comm, pmpi,
+      [&]() -> measured_call {
+        if (auto why = communicator_fallback(comm, true)) return to_mpi(*why);
+        P = comm_size(comm);
+        if (root < 0 || root >= P) return to_mpi(fallback::arguments);
+        is_root = comm_rank(comm) == root;
+        if (in_place && !is_root) return to_mpi(fallback::arguments);
+        long long signature = 0; // of this rank's block
+        if (!in_place) {
+          rsize = contiguous_size(recvtype);
+          signature = rsize ? static_cast<long long>(rsize) * recvcount
+                            : signature_bytes(recvcount, recvtype);
+        }
+        if (is_root) { // the send arguments are significant here only
+          ssize = contiguous_size(sendtype);
+          const long long send_signature = ssize ? static_cast<long long>(ssize) * sendcount
+                                                 : signature_bytes(sendcount, sendtype);
+          if (send_signature < 0 || (!in_place && send_signature != signature))
+            return to_mpi(fallback::arguments); // MPI reports the bad type or the mismatch
+          signature = send_signature;
+        }
+        if (signature < 0 || !count_fits(signature, P)) return to_mpi(fallback::arguments);
+        block = static_cast<std::size_t>(signature);
+        if (block != 0 && ((!in_place && recvbuf == nullptr) || (is_root && sendbuf == nullptr)))
+          return to_mpi(fallback::arguments);
+        return {block * static_cast<std::size_t>(P)};
+      },
+      node_choice_of(c, comm, P),
+      [&](algorithm_id a, std::size_t bytes) {
+        comm_state& s = state_of(comm);
+        const bool send_direct = !is_root || ssize != 0;
+        const bool recv_direct = in_place || rsize != 0;
+        if (!send_direct || !recv_direct) count_packed(c);
+        const byte* in = nullptr; // the root's P blocks, contiguous: sendbuf or scratch
+        byte* out = static_cast<byte*>(recvbuf);
+        if (is_root) {
+          if (send_direct) {
+            in = static_cast<const byte*>(sendbuf);
+          } else { // block q of sendbuf at q sendcount extent, packed in rank order
+            MPI_Aint lb = 0, extent = 0;
+            PMPI_Type_get_extent(sendtype, &lb, &extent);
+            std::byte* packed = s.scratch_bytes(bytes);
+            for (int q = 0; q < P; ++q)
+              pack_local(static_cast<const char*>(sendbuf) +
+                             static_cast<MPI_Aint>(q) * sendcount * extent,
+                         sendcount, sendtype, packed + static_cast<std::size_t>(q) * block, block);
+            in = reinterpret_cast<const byte*>(packed);
+          }
+          // in place, or a receive type to unpack into: tcoll's in-place form (the root's
+          // block stays where it is; linear and the group leaders only read it)
+          if (in_place || !recv_direct)
+            out = const_cast<byte*>(in) + static_cast<std::size_t>(root) * block;
+        } else if (!recv_direct) {
+          out = reinterpret_cast<byte*>(s.scratch_bytes(block));
+        }
+        on_transport(c, s, a, [&](auto& t) { tcoll::scatter(t, in, out, block, root); });
+        if (!recv_direct)
+          unpack_local(reinterpret_cast<const std::byte*>(out), block, recvbuf, recvcount,
+                       recvtype);
+      });
+}
+
+} // namespace
+
+/// MPI_Gather through tcoll's linear gather (over shared memory where the ranks share one
+/// node), moved as bytes; MPI's own elsewhere.
+TCOLL_PRELOAD_EXPORT int MPI_Gather(const void* sendbuf, int sendcount, MPI_Datatype sendtype,
+                                    void* recvbuf, int recvcount, MPI_Datatype recvtype, int root,
+                                    MPI_Comm comm) {
+  return gather_call(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, root, comm, [&] {
+    return PMPI_Gather(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, root, comm);
+  });
+}
+
+/// MPI_Scatter through tcoll's linear scatter (over shared memory where the ranks share one
+/// node), moved as bytes; MPI's own elsewhere.
+TCOLL_PRELOAD_EXPORT int MPI_Scatter(const void* sendbuf, int sendcount, MPI_Datatype sendtype,
+                                     void* recvbuf, int recvcount, MPI_Datatype recvtype, int root,
+                                     MPI_Comm comm) {
+  return scatter_call(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, root, comm, [&] {
+    return PMPI_Scatter(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, root, comm);
+  });
+}
+
+#if TCOLL_PRELOAD_LARGE_COUNT
+/// MPI-4's MPI_Gather_c: the same path as MPI_Gather.
+TCOLL_PRELOAD_EXPORT int MPI_Gather_c(const void* sendbuf, MPI_Count sendcount,
+                                      MPI_Datatype sendtype, void* recvbuf, MPI_Count recvcount,
+                                      MPI_Datatype recvtype, int root, MPI_Comm comm) {
+  return gather_call(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, root, comm, [&] {
+    return PMPI_Gather_c(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, root, comm);
+  });
+}
+
+/// MPI-4's MPI_Scatter_c: the same path as MPI_Scatter.
+TCOLL_PRELOAD_EXPORT int MPI_Scatter_c(const void* sendbuf, MPI_Count sendcount,
+                                       MPI_Datatype sendtype, void* recvbuf, MPI_Count recvcount,
+                                       MPI_Datatype recvtype, int root, MPI_Comm comm) {
+  return scatter_call(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, root, comm, [&] {
+    return PMPI_Scatter_c(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, root, comm);
   });
 }
 #endif

@@ -1,9 +1,10 @@
 #pragma once
 /// \file
 /// The one prologue of the preload's blocking wrappers (MPI_Allreduce, MPI_Reduce_scatter(
-/// _block), MPI_Allgather(v), MPI_Bcast, MPI_Reduce and their `_c` forms): every wrapper
-/// states what differs (how it measures its call, which one-node choice it consults, how it
-/// runs on a communicator) and `intercept` runs the steps they share, in one order.
+/// _block), MPI_Allgather(v), MPI_Bcast, MPI_Reduce, MPI_Alltoall, MPI_Gather, MPI_Scatter
+/// and their `_c` forms): every wrapper states what differs (how it measures its call, which
+/// one-node choice it consults, how it runs on a communicator) and `intercept` runs the steps
+/// they share, in one order.
 #include "tcoll_mpi.hpp"
 
 #include <cstddef>

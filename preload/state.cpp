@@ -28,7 +28,8 @@ const char* coll_name(coll c) noexcept {
   static const char* const names[coll_count] = {
       "MPI_Allreduce",      "MPI_Reduce_scatter_block", "MPI_Allgather", "MPI_Bcast",
       "MPI_Reduce",         "MPI_Iallreduce",           "MPI_Barrier",   "MPI_Allreduce_init",
-      "MPI_Reduce_scatter", "MPI_Allgatherv",           "MPI_Alltoall"};
+      "MPI_Reduce_scatter", "MPI_Allgatherv",           "MPI_Alltoall",  "MPI_Gather",
+      "MPI_Scatter"};
   return names[static_cast<int>(c)];
 }
 
@@ -51,7 +52,8 @@ namespace {
 /// share one of these (`settings::rules`).
 constexpr coll ruled_collectives[] = {coll::allreduce, coll::reduce_scatter_block,
                                       coll::allgather, coll::bcast,
-                                      coll::reduce,    coll::alltoall};
+                                      coll::reduce,    coll::alltoall,
+                                      coll::gather,    coll::scatter};
 
 /// Parses the selection string `text` of collective `c` (read from `var`) with tcoll's
 /// parser and the table's names (every one the table lists for `c` runs here). Throws
@@ -246,6 +248,9 @@ algorithm_id choose(coll c, std::size_t bytes) {
     return automatic{.rules = {}}.choose(bytes, /*commutative=*/true, /*has_native=*/true);
   // over MPI point-to-point tcoll's exchange loses to MPI's own all-to-all at every size
   if (k == collective::alltoall) return algorithm_id::passthrough;
+  // tcoll's linear gather and scatter over MPI point-to-point are MPI's basic linear
+  // algorithms with the wrapper's cost on top: MPI's own
+  if (k == collective::gather || k == collective::scatter) return algorithm_id::passthrough;
   return describe(k).algorithms.front();
 }
 

@@ -1,13 +1,15 @@
 /* An unmodified MPI timing loop (it calls only MPI) for MPI_Bcast (root 0), MPI_Reduce
  * (float sum, root 0), MPI_Allgather and MPI_Reduce_scatter_block (float sum), and their
  * forms with uneven blocks MPI_Allgatherv and MPI_Reduce_scatter (rank q's block is
- * 2n(q+1)/(P(P+1)) of the n elements, packed in rank order), and MPI_Alltoall (the bytes:
- * one rank's whole send buffer, P blocks), out of place, from -b to -e
+ * 2n(q+1)/(P(P+1)) of the n elements, packed in rank order), MPI_Alltoall (the bytes:
+ * one rank's whole send buffer, P blocks), and MPI_Gather and MPI_Scatter (root 0; the
+ * bytes: the root's whole buffer, P blocks), out of place, from -b to -e
  * bytes (factor -f; the bytes are the collective's whole buffer: the broadcast or reduced
  * vector, all P gathered blocks, all P blocks reduced), one line per size on
  * rank 0:  collective size_bytes time_us (median over -r blocks of calls) wrong
  * -c 1 times cold buffers (as allreduce_loop.c -c 1: each call uses the next of a pool of
  * buffer pairs spanning at least twice 64 MiB); -c 0 (the default) reuses one pair (hot).
+ * -C NAME,NAME,... times only those collectives (e.g. -C MPI_Gather,MPI_Scatter).
  * Run it with and without LD_PRELOAD=libtcoll_mpi.so (bench/preload/run_collectives.sh). */
 #include <mpi.h>
 #include <stdio.h>
@@ -15,6 +17,19 @@
 #include <string.h>
 
 #include "loop_common.h"
+
+/* Is `name` one of the comma-separated names of `list`? */
+static int loop_listed(const char* list, const char* name) {
+  const size_t n = strlen(name);
+  for (const char* p = list; *p;) {
+    const char* end = strchr(p, ',');
+    const size_t len = end ? (size_t)(end - p) : strlen(p);
+    if (len == n && strncmp(p, name, n) == 0) return 1;
+    if (!end) break;
+    p = end + 1;
+  }
+  return 0;
+}
 
 static int rank, P;
 static float *in_pool, *out_pool, *in, *out;
@@ -45,6 +60,8 @@ static void call(int c, size_t bytes) {
     MPI_Allgatherv(in, counts[rank], MPI_FLOAT, out, counts, displs, MPI_FLOAT, MPI_COMM_WORLD);
   if (c == 5) MPI_Reduce_scatter(in, out, counts, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
   if (c == 6) MPI_Alltoall(in, block, MPI_FLOAT, out, block, MPI_FLOAT, MPI_COMM_WORLD);
+  if (c == 7) MPI_Gather(in, block, MPI_FLOAT, out, block, MPI_FLOAT, 0, MPI_COMM_WORLD);
+  if (c == 8) MPI_Scatter(in, block, MPI_FLOAT, out, block, MPI_FLOAT, 0, MPI_COMM_WORLD);
 }
 
 struct args {
@@ -72,13 +89,18 @@ static long check(int c, size_t bytes) {
     if (c == 3)
       for (int q = 0; q < P; ++q) want += (float)((q + rank * block + i) % 7);
     if (c == 4 && i >= displs[P - 1] + counts[P - 1]) break;
-    if (c == 4) { /* element i lies in the block of the last rank whose block starts at or before it */
+    if (c ==
+        4) { /* element i lies in the block of the last rank whose block starts at or before it */
       int q = P - 1;
       while (q > 0 && displs[q] > i) --q;
       want = (float)((q + i - displs[q]) % 7);
     }
     if (c == 6 && i >= block * P) break;
     if (c == 6) want = (float)((i / block + rank * block + i % block) % 7); /* q's block r */
+    if (c == 7 && (rank != 0 || i >= block * P)) break;
+    if (c == 7) want = (float)((i / block + i % block) % 7); /* q's first block */
+    if (c == 8 && i >= block) break;
+    if (c == 8) want = (float)((rank * block + i) % 7); /* block r of root 0's buffer */
     if (c == 5 && i >= counts[rank]) break;
     if (c == 5)
       for (int q = 0; q < P; ++q) want += (float)((q + displs[rank] + i) % 7);
@@ -103,7 +125,8 @@ int main(int argc, char** argv) {
   MPI_Comm_size(MPI_COMM_WORLD, &P);
   size_t lo = 4096, hi = 16u << 20, factor = 4;
   int blocks = 5, cold = 0;
-  double budget = 0.1; /* seconds of timed calls per block, about */
+  const char* only = NULL; /* -C: the collectives to time, comma-separated names */
+  double budget = 0.1;     /* seconds of timed calls per block, about */
   for (int i = 1; i + 1 < argc; i += 2) {
     if (!strcmp(argv[i], "-b")) lo = loop_parse_bytes(argv[i + 1]);
     if (!strcmp(argv[i], "-e")) hi = loop_parse_bytes(argv[i + 1]);
@@ -111,19 +134,23 @@ int main(int argc, char** argv) {
     if (!strcmp(argv[i], "-r")) blocks = atoi(argv[i + 1]);
     if (!strcmp(argv[i], "-t")) budget = atof(argv[i + 1]);
     if (!strcmp(argv[i], "-c")) cold = atoi(argv[i + 1]);
+    if (!strcmp(argv[i], "-C")) only = argv[i + 1];
   }
   const size_t cache_bytes = (size_t)64 << 20;
   const size_t pool = cold ? 2 * (hi > cache_bytes ? hi : cache_bytes) + 4096 : hi;
   in_pool = malloc(pool), out_pool = malloc(pool);
   if (!in_pool || !out_pool) MPI_Abort(MPI_COMM_WORLD, 2);
-  const char* names[7] = {"MPI_Bcast",      "MPI_Reduce",         "MPI_Allgather",
-                          "MPI_Reduce_scatter_block", "MPI_Allgatherv", "MPI_Reduce_scatter",
-                          "MPI_Alltoall"};
+  enum { ncoll = 9 };
+  const char* names[ncoll] = {
+      "MPI_Bcast",      "MPI_Reduce",         "MPI_Allgather", "MPI_Reduce_scatter_block",
+      "MPI_Allgatherv", "MPI_Reduce_scatter", "MPI_Alltoall",  "MPI_Gather",
+      "MPI_Scatter"};
   counts = malloc(sizeof(int) * P), displs = malloc(sizeof(int) * P);
   if (!counts || !displs) MPI_Abort(MPI_COMM_WORLD, 2);
   if (rank == 0)
     printf("# ranks %d, %s buffers\n# collective bytes time_us wrong\n", P, cold ? "cold" : "hot");
-  for (int c = 0; c < 7; ++c)
+  for (int c = 0; c < ncoll; ++c) {
+    if (only && !loop_listed(only, names[c])) continue;
     for (size_t bytes = lo; bytes <= hi; bytes *= factor) {
       if (bytes / sizeof(float) < (size_t)P) continue;
       uneven_blocks((int)(bytes / sizeof(float)));
@@ -139,6 +166,7 @@ int main(int argc, char** argv) {
         fflush(stdout);
       }
     }
+  }
   free(in_pool), free(out_pool), free(counts), free(displs);
   MPI_Finalize();
   return 0;

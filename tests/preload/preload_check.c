@@ -1,12 +1,13 @@
 #define _POSIX_C_SOURCE 200809L /* nanosleep */
 /* An unmodified MPI program (it calls only MPI) that checks the results of MPI_Allreduce,
  * MPI_Iallreduce, the persistent MPI_Allreduce_init, MPI_Reduce_scatter_block and
- * MPI_Reduce_scatter, MPI_Allgatherv, MPI_Reduce, MPI_Allgather, MPI_Alltoall and MPI_Bcast
- * for every predefined C integer and floating type x every predefined op MPI allows on it x
- * in place or not x several communicators (the world, halves with reversed rank order, a
- * singleton and the rest, MPI_COMM_SELF, short-lived duplicates) x counts 0, 1, 7 and a
- * large one. It also makes the calls libtcoll_mpi.so must leave to MPI (a user op, derived
- * datatypes, MAXLOC, an intercommunicator) and checks those results too.
+ * MPI_Reduce_scatter, MPI_Allgatherv, MPI_Reduce, MPI_Allgather, MPI_Alltoall, MPI_Gather,
+ * MPI_Scatter and MPI_Bcast for every predefined C integer and floating type x every
+ * predefined op MPI allows on it x in place or not x several communicators (the world, halves
+ * with reversed rank order, a singleton and the rest, MPI_COMM_SELF, short-lived duplicates)
+ * x counts 0, 1, 7 and a large one. It also makes the calls libtcoll_mpi.so must leave to
+ * MPI (a user op, derived datatypes, MAXLOC, an intercommunicator) and checks those results
+ * too.
  *
  * Run under mpirun with or without LD_PRELOAD=libtcoll_mpi.so; the test runner
  * (run_preload.py) checks that the preload was active from its TCOLL_DEBUG summary.
@@ -598,11 +599,86 @@ static void check_alltoall(MPI_Comm comm, const tdesc* t, int inplace, size_t n)
                "MPI_Alltoall");
   } else {
     memset(out, 0x5a, all * t->size);
-    check_call(COLL(MPI_Alltoall, in, (int)n, t->type, out, (int)n, t->type, comm),
-               "MPI_Alltoall");
+    check_call(COLL(MPI_Alltoall, in, (int)n, t->type, out, (int)n, t->type, comm), "MPI_Alltoall");
   }
   compare(t, out, want, all, "MPI_Alltoall", -1, inplace, comm);
   free(in), free(out), free(want);
+}
+
+/* The data of MPI_Gather and MPI_Scatter: element i of rank q's block, fractional on the
+ * floating types (exact in each), integers elsewhere; the blocks of different ranks differ. */
+static void set_block_value(const tdesc* t, void* buf, size_t at, int q, size_t i) {
+  const long long v = input(OP_SUM, q, (long long)i);
+  if (t->type == MPI_FLOAT)
+    ((float*)buf)[at] = (float)v + 0.375f;
+  else if (t->type == MPI_DOUBLE)
+    ((double*)buf)[at] = (double)v - 0.625;
+  else if (t->type == MPI_LONG_DOUBLE)
+    ((long double*)buf)[at] = (long double)v + 0.125L;
+  else
+    t->set(buf, at, v);
+}
+
+/* MPI_Gather to `root`: rank q's block lands as block q of the root's buffer, compared with
+ * the blocks computed here. In place: the root's block already sits in its buffer. The other
+ * ranks pass receive arguments MPI ignores there (null buffer, count -1, no datatype). */
+static void check_gather(MPI_Comm comm, const tdesc* t, int inplace, size_t n, int root) {
+  int r, P;
+  MPI_Comm_rank(comm, &r);
+  MPI_Comm_size(comm, &P);
+  const size_t all = n * (size_t)P;
+  char *in = xmalloc(n * t->size), *out = xmalloc(all * t->size), *want = xmalloc(all * t->size);
+  for (size_t i = 0; i < n; ++i) set_block_value(t, in, i, r, i);
+  for (int q = 0; q < P; ++q)
+    for (size_t i = 0; i < n; ++i) set_block_value(t, want, (size_t)q * n + i, q, i);
+  memset(out, 0x5a, all * t->size);
+  if (r != root) {
+    check_call(COLL(MPI_Gather, in, (int)n, t->type, NULL, -1, MPI_DATATYPE_NULL, root, comm),
+               "MPI_Gather");
+  } else if (inplace) {
+    memcpy(out + (size_t)r * n * t->size, in, n * t->size);
+    check_call(
+        COLL(MPI_Gather, MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, out, (int)n, t->type, root, comm),
+        "MPI_Gather");
+  } else {
+    check_call(COLL(MPI_Gather, in, (int)n, t->type, out, (int)n, t->type, root, comm),
+               "MPI_Gather");
+  }
+  if (r == root) compare(t, out, want, all, "MPI_Gather", -1, inplace, comm);
+  free(in), free(out), free(want);
+}
+
+/* MPI_Scatter from `root`: block q of the root's buffer lands at rank q. In place: the root
+ * keeps its block where it is (its buffer is checked unchanged). The other ranks pass send
+ * arguments MPI ignores there. */
+static void check_scatter(MPI_Comm comm, const tdesc* t, int inplace, size_t n, int root) {
+  int r, P;
+  MPI_Comm_rank(comm, &r);
+  MPI_Comm_size(comm, &P);
+  const size_t all = n * (size_t)P;
+  char *in = xmalloc(all * t->size), *keep = xmalloc(all * t->size), *out = xmalloc(n * t->size),
+       *want = xmalloc(n * t->size);
+  for (int q = 0; q < P; ++q)
+    for (size_t i = 0; i < n; ++i) set_block_value(t, in, (size_t)q * n + i, q, i);
+  memcpy(keep, in, all * t->size);
+  for (size_t i = 0; i < n; ++i) set_block_value(t, want, i, r, i);
+  memset(out, 0x5a, n * t->size);
+  if (r != root) {
+    check_call(COLL(MPI_Scatter, NULL, -1, MPI_DATATYPE_NULL, out, (int)n, t->type, root, comm),
+               "MPI_Scatter");
+    compare(t, out, want, n, "MPI_Scatter", -1, inplace, comm);
+  } else if (inplace) {
+    check_call(
+        COLL(MPI_Scatter, in, (int)n, t->type, MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, root, comm),
+        "MPI_Scatter");
+    compare(t, in, keep, all, "MPI_Scatter (the root's buffer)", -1, inplace, comm);
+  } else {
+    check_call(COLL(MPI_Scatter, in, (int)n, t->type, out, (int)n, t->type, root, comm),
+               "MPI_Scatter");
+    compare(t, out, want, n, "MPI_Scatter", -1, inplace, comm);
+    compare(t, in, keep, all, "MPI_Scatter (the root's buffer)", -1, inplace, comm);
+  }
+  free(in), free(keep), free(out), free(want);
 }
 
 static void check_bcast(MPI_Comm comm, const tdesc* t, size_t n, int root) {
@@ -651,6 +727,8 @@ static void check_type(MPI_Comm comm, const tdesc* t, const size_t* counts, int 
       check_allgather(comm, t, inplace, n);
       for (int uneven = 0; uneven < 2; ++uneven) check_allgatherv(comm, t, inplace, n, uneven);
       check_alltoall(comm, t, inplace, n);
+      check_gather(comm, t, inplace, n, (int)((n + (size_t)inplace) % (size_t)P));
+      check_scatter(comm, t, inplace, n, (int)((n + 1 + (size_t)inplace) % (size_t)P));
     }
     check_bcast(comm, t, n, (int)(n % (size_t)P));
     check_bcast(comm, t, n, P - 1);
@@ -790,6 +868,65 @@ static void check_signatures(MPI_Comm comm) {
   compare(&types[4], all, all_want, 2 * (size_t)P,
           "MPI_Allgather(in place, pair and MPI_INT mixed)", -1, 1, comm);
   free(all), free(all_want);
+  /* MPI_Gather into and MPI_Scatter from the columns of the root's 2 x P row-major matrix
+   * (a resized vector type there), the others sending or receiving two MPI_INT or one pair;
+   * in place at the root and not */
+  MPI_Datatype column_vector, column;
+  MPI_Type_vector(2, 1, P, MPI_INT, &column_vector);
+  MPI_Type_create_resized(column_vector, 0, (MPI_Aint)sizeof(int), &column);
+  MPI_Type_commit(&column);
+  int* matrix = xmalloc(sizeof(int) * 2 * (size_t)P);
+  int* matrix_want = xmalloc(sizeof(int) * 2 * (size_t)P);
+  for (int row = 0; row < 2; ++row)
+    for (int q = 0; q < P; ++q) matrix_want[row * P + q] = 10 * q + row;
+  for (int inplace = 0; inplace < 2; ++inplace)
+    for (int k = 0; k < 2; ++k) {
+      const int root = k == 0 ? 0 : P - 1, at_root = r == root;
+      const int in_place = inplace && at_root;
+      for (int q = 0; q < 2 * P; ++q) matrix[q] = -5;
+      if (in_place) matrix[r] = 10 * r, matrix[P + r] = 10 * r + 1;
+      check_call(MPI_Gather(in_place ? MPI_IN_PLACE : (const void*)mine, even ? 1 : 2,
+                            even ? pair : MPI_INT, matrix, 1, column, root, comm),
+                 "MPI_Gather(columns at the root, pair and MPI_INT mixed)");
+      if (at_root)
+        compare(&types[4], matrix, matrix_want, 2 * (size_t)P,
+                "MPI_Gather(columns at the root, pair and MPI_INT mixed)", -1, inplace, comm);
+      int got[2] = {-7, -7};
+      for (int q = 0; q < 2 * P; ++q) matrix[q] = at_root ? matrix_want[q] : -9;
+      check_call(MPI_Scatter(matrix, 1, column, in_place ? MPI_IN_PLACE : (void*)got, even ? 1 : 2,
+                             even ? pair : MPI_INT, root, comm),
+                 "MPI_Scatter(columns at the root, pair and MPI_INT mixed)");
+      if (in_place)
+        compare(&types[4], matrix, matrix_want, 2 * (size_t)P,
+                "MPI_Scatter(columns at the root, in place: unchanged)", -1, inplace, comm);
+      else
+        compare(&types[4], got, mine, 2, "MPI_Scatter(columns at the root, pair and MPI_INT mixed)",
+                -1, inplace, comm);
+    }
+  /* MPI_Alltoall: even ranks send one pair per block and receive into the columns of a
+   * 2 x P row-major matrix (the resized vector type), odd ranks send and receive two MPI_INT
+   * per block; in place and not. Block r of rank q's send buffer is {100 q + 2 r, +1}. */
+  int* sends = xmalloc(sizeof(int) * 2 * (size_t)P);
+  for (int inplace = 0; inplace < 2; ++inplace) {
+    for (int q = 0; q < 2 * P; ++q) sends[q] = 100 * r + q;
+    for (int q = 0; q < P; ++q)
+      for (int k = 0; k < 2; ++k) {
+        const int from = 100 * q + 2 * r + k, own = 100 * r + 2 * q + k;
+        const int at = even ? k * P + q : 2 * q + k; /* column q, or block q */
+        matrix_want[at] = from;
+        matrix[at] = inplace ? own : -11;
+      }
+    check_call(MPI_Alltoall(inplace ? MPI_IN_PLACE : (const void*)sends, even ? 1 : 2,
+                            even ? pair : MPI_INT, matrix, even ? 1 : 2, even ? column : MPI_INT,
+                            comm),
+               "MPI_Alltoall(columns and pairs on even ranks, MPI_INT on odd)");
+    compare(&types[4], matrix, matrix_want, 2 * (size_t)P,
+            "MPI_Alltoall(columns and pairs on even ranks, MPI_INT on odd)", -1, inplace, comm);
+  }
+  free(sends);
+  free(matrix), free(matrix_want);
+  MPI_Type_free(&column);
+  MPI_Type_free(&column_vector);
   MPI_Type_free(&pair);
   MPI_Type_free(&strided);
   MPI_Type_free(&run);
@@ -1158,6 +1295,16 @@ static void* run_checks(void* unused) {
    * (4 KiB-32 KiB of send buffer on 2 ranks, to 64 KiB on more): 1000 ints per block */
   for (int inplace = 0; inplace < 2; ++inplace)
     check_alltoall(MPI_COMM_WORLD, &types[4], inplace, 1000);
+  /* MPI_Gather and MPI_Scatter in the window where the preload runs tcoll's linear ones by
+   * default on one node (from 1 KiB of the root's buffer to 32 KiB (gather) and 16 KiB
+   * (scatter) on 2 ranks, to 128 KiB on more): 1000 ints per block, several roots; section
+   * 2's 20011-int calls lie past it (MPI's own) */
+  for (int inplace = 0; inplace < 2; ++inplace) {
+    int P;
+    MPI_Comm_size(MPI_COMM_WORLD, &P);
+    check_gather(MPI_COMM_WORLD, &types[4], inplace, 1000, inplace ? P - 1 : 0);
+    check_scatter(MPI_COMM_WORLD, &types[22], inplace, 500, inplace ? 0 : P - 1);
+  }
 
   /* 3. Communicator splits: halves with reversed rank order, a singleton and the rest,
    * MPI_COMM_SELF, and short-lived duplicates (tcoll state freed with each). */
