@@ -397,7 +397,7 @@ setting_result run_setting(const options& o, const std::string& model, const std
   link.gamma_us_per_byte = gamma;
   res.link = link;
   res.gbit = 8.0 / (link.beta_us_per_byte * 1e3);
-  const auto cost = plan::flat_allreduce(plan::modeled_algorithm::ring, P, link);
+  const auto cost = plan::flat_allreduce(algorithm_id::ring, P, link);
 
   std::vector<planner_run> runs;
   for (const auto& name : o.planners) {

@@ -14,8 +14,17 @@
 // Algorithms (-a): ring (flat, all N*G ranks, composed transport), multi_ring (flat, -K rings),
 //   hierarchical_leader, hierarchical_sharded, tensor (one member per node owning G buffers),
 //   passthrough (threads+mpi: leader form with MPI_Allreduce among the node leaders).
+// Other collectives (-C, a name of the table of collectives): broadcast, reduce, allgather,
+//   reduce_scatter, alltoall, gather, scatter, each on the flat world with the table's flat
+//   algorithms (-a: binomial_tree; ring; pairwise_exchange, bruck; linear) and on the
+//   two-level machine (`hierarchical`: through the group leaders, algorithm/via_leaders.hpp),
+//   default both. Sizes are the table's size measure (the whole P-block buffer for the block
+//   collectives); roots are rank 0; reduce and reduce_scatter have no in-place form (N/A).
+//   No model for these (its columns print 0); "xfirst" compares with the first -a algorithm.
 // Timing as nccl-tests: -w warm-up calls, barrier, -n timed calls; time = max over ranks of
-// elapsed/n; -R repetitions, median reported. busbw = algbw * 2(P-1)/P with P = N*G.
+// elapsed/n; -R repetitions, median reported. busbw = algbw * 2(P-1)/P with P = N*G for
+// allreduce, (P-1)/P for allgather, reduce_scatter, alltoall, gather and scatter, and algbw
+// for broadcast and reduce (nccl-tests' factors).
 // The check (-c 1) runs one more call on integer-valued inputs and compares every element
 // bit for bit with the sum computed independently in double.
 // Model: alpha and beta of the link between nodes are measured in the same run (a
@@ -69,6 +78,8 @@ struct options {
   std::size_t pipeline = std::size_t{4} << 20;
   std::vector<std::string> algorithms{
       "ring", "multi_ring", "hierarchical_leader", "hierarchical_sharded", "tensor", "passthrough"};
+  collective coll = collective::allreduce; ///< -C
+  bool algorithms_given = false;
   std::string json;
   int timeout_s = 120;
 };
@@ -83,6 +94,7 @@ const char* usage =
     "  [--gbit rate (0: unshaped)] [--alpha-us us] [-s segment bytes] [-T timeout s]\n"
     "  [-P hierarchical pipeline segment bytes (0: no pipeline)]\n"
     "  [-a ring,multi_ring,hierarchical_leader,hierarchical_sharded,tensor,passthrough]\n"
+    "  [-C allreduce|broadcast|reduce|allgather|reduce_scatter|alltoall|gather|scatter]\n"
     "  [--json FILE]\n";
 
 options parse(int argc, char** argv) {
@@ -129,7 +141,10 @@ options parse(int argc, char** argv) {
       o.timeout_s = std::stoi(v);
     else if (f == "--json")
       o.json = v;
+    else if (f == "-C")
+      o.coll = parse_collective(v);
     else if (f == "-a") {
+      o.algorithms_given = true;
       o.algorithms.clear();
       std::size_t pos = 0;
       while (pos <= v.size()) {
@@ -139,6 +154,20 @@ options parse(int argc, char** argv) {
       }
     } else
       throw invalid_argument("hier_perf: unknown flag " + f + "\n" + usage);
+  }
+  if (o.coll != collective::allreduce) {
+    const collective_description& d = describe(o.coll);
+    if (d.counts == count_rule::per_peer || d.counts == count_rule::none)
+      throw invalid_argument("hier_perf: -C " + std::string(d.name) +
+                             ": the v forms and barrier are not measured here");
+    if (!o.algorithms_given) { // every flat algorithm of the table's line, then the hierarchy
+      o.algorithms.clear();
+      for (algorithm_id a : d.algorithms) o.algorithms.emplace_back(to_string(a));
+    }
+    for (const auto& a : o.algorithms) // the table's names only, and no vendor collective
+      if (parse_algorithm(a, o.coll) == algorithm_id::passthrough)
+        throw invalid_argument("hier_perf: -a passthrough: -C " + std::string(d.name) +
+                               " measures tcoll's algorithms only");
   }
   if (o.transport != "threads" && o.transport != "threads+mpi")
     throw invalid_argument("hier_perf: -t must be threads or threads+mpi");
@@ -219,6 +248,116 @@ struct node_state {
   std::vector<long long> lslot;
 };
 
+/// nccl-tests' busbw factor of collective `c` on P ranks.
+double busbw_factor(collective c, int P) {
+  if (P <= 1) return 0.0;
+  switch (c) {
+  case collective::allreduce:
+    return 2.0 * (P - 1) / P;
+  case collective::broadcast:
+  case collective::reduce:
+    return 1.0;
+  default:
+    return double(P - 1) / P;
+  }
+}
+
+/// Does collective `c` have an in-place form here (the table's in-place rule)?
+bool has_in_place(collective c) {
+  return describe(c).in_place != in_place_rule::none;
+}
+
+/// One call of collective `c` (not allreduce) with algorithm `algo` (a flat one of the table on
+/// `world`, or `hierarchical` on `hier`), `n` elements of the size measure, `block = n / P`,
+/// root 0. Buffers hold `n` elements; block collectives use block `q` at `q * block` (the
+/// in-place forms: this rank's own block of the P-block buffer).
+template <class World, class Hier>
+void call_collective(collective c, const std::string& algo, World& world, Hier& hier,
+                     const float* s, float* d, std::size_t n, bool inplace) {
+  const int P = world.size(), me = world.rank();
+  const std::size_t block = n / std::size_t(P), own = std::size_t(me) * block;
+  const algorithm_id a = parse_algorithm(algo, c);
+  auto on = [&](auto&& f) {
+    if (a == algorithm_id::hierarchical)
+      f(hier);
+    else
+      f(world);
+  };
+  switch (c) {
+  case collective::broadcast:
+    on([&](auto& comm) { tcoll::broadcast(comm, d, n, 0); });
+    return;
+  case collective::reduce:
+    on([&](auto& comm) { tcoll::reduce(comm, s, d, n, 0, sum_op{}); });
+    return;
+  case collective::allgather:
+    on([&](auto& comm) { tcoll::allgather(comm, (inplace ? d : s) + own, d, block); });
+    return;
+  case collective::reduce_scatter:
+    on([&](auto& comm) { tcoll::reduce_scatter(comm, s, d, block, sum_op{}); });
+    return;
+  case collective::alltoall:
+    if (a == algorithm_id::bruck)
+      tcoll::alltoall(world, inplace ? d : s, d, block, bruck{});
+    else if (a == algorithm_id::pairwise_exchange)
+      tcoll::alltoall(world, inplace ? d : s, d, block, pairwise_exchange{});
+    else
+      tcoll::alltoall(hier, inplace ? d : s, d, block);
+    return;
+  case collective::gather:
+    on([&](auto& comm) { tcoll::gather(comm, (inplace ? d : s) + own, d, block, 0); });
+    return;
+  case collective::scatter:
+    on([&](auto& comm) { tcoll::scatter(comm, inplace ? d : s, d + own, block, 0); });
+    return;
+  default:
+    throw invalid_argument("hier_perf: -C " + std::string(to_string(c)) + " is not measured");
+  }
+}
+
+/// Elements of this rank's result of `call_collective` that differ from the expectation
+/// computed from every rank's input `value(q, i)` (sums are exact: integer-valued floats).
+long long collective_wrong(collective c, const float* d, std::size_t n, int me, int P) {
+  const std::size_t block = n / std::size_t(P), own = std::size_t(me) * block;
+  long long bad = 0;
+  auto sum_at = [&](std::size_t i) {
+    double e = 0;
+    for (int q = 0; q < P; ++q) e += value(q, i);
+    return static_cast<float>(e);
+  };
+  switch (c) {
+  case collective::broadcast:
+    for (std::size_t i = 0; i < n; ++i) bad += d[i] != value(0, i);
+    break;
+  case collective::reduce:
+    if (me == 0)
+      for (std::size_t i = 0; i < n; ++i) bad += d[i] != sum_at(i);
+    break;
+  case collective::allgather:
+    for (std::size_t i = 0; i < block * std::size_t(P); ++i)
+      bad += d[i] != value(int(i / block), i);
+    break;
+  case collective::reduce_scatter:
+    for (std::size_t j = 0; j < block; ++j) bad += d[j] != sum_at(own + j);
+    break;
+  case collective::alltoall:
+    for (std::size_t i = 0; i < block * std::size_t(P); ++i)
+      bad += d[i] != value(int(i / block), own + i % block);
+    break;
+  case collective::gather:
+    if (me == 0)
+      for (std::size_t i = 0; i < block * std::size_t(P); ++i)
+        bad += d[i] != value(int(i / block), i);
+    break;
+  case collective::scatter:
+    for (std::size_t j = 0; j < block; ++j) bad += d[own + j] != value(0, own + j);
+    break;
+  default:
+    break;
+  }
+  return bad;
+}
+
 template <class World, class Hier, class Leaders>
 std::vector<row> run_rank(const options& o, World& world, Hier& hier, Leaders* leaders, int local,
                           node_state& node, const harness& h, const std::string& tname,
@@ -278,12 +417,17 @@ std::vector<row> run_rank(const options& o, World& world, Hier& hier, Leaders* l
   // --- measurements ----------------------------------------------------------------------
   for (std::size_t bytes = o.min_bytes; bytes <= o.max_bytes;
        bytes = std::max(bytes + 4, static_cast<std::size_t>(double(bytes) * o.factor))) {
-    const std::size_t n = bytes / sizeof(float);
+    std::size_t n = bytes / sizeof(float);
+    if (o.coll != collective::allreduce) n -= n % std::size_t(P); // P equal blocks
+    if (n == 0) continue;
     std::vector<float> in(n), out(n);
     for (const auto& algo : o.algorithms) {
       if (algo == "passthrough" && !native) continue;
+      bool inplace_call = false; // the pass of the placement loop below
       auto call = [&](const float* s, float* d) {
-        if (algo == "ring")
+        if (o.coll != collective::allreduce)
+          call_collective(o.coll, algo, world, hier, s, d, n, inplace_call);
+        else if (algo == "ring")
           tcoll::allreduce(world, s, d, n, sum_op{}, ring{o.segment});
         else if (algo == "multi_ring")
           tcoll::allreduce(world, s, d, n, sum_op{},
@@ -314,13 +458,17 @@ std::vector<row> run_rank(const options& o, World& world, Hier& hier, Leaders* l
       r.algorithm = algo;
       r.transport = tname;
       r.dtype = "float";
-      r.op = "sum";
+      r.op = describe(o.coll).reduces ? "sum" : "none";
       r.ranks = P;
       r.bytes = n * sizeof(float);
       r.count = n;
       for (int inplace = 0; inplace < 2; ++inplace) {
+        inplace_call = inplace != 0;
+        if (inplace && !has_in_place(o.coll)) continue; // N/A (wrong stays -1)
         auto fill = [&] {
           for (std::size_t i = 0; i < n; ++i) in[i] = value(me, i);
+          if (o.coll == collective::broadcast) // one buffer: the root's data in either
+            std::copy(in.begin(), in.end(), out.begin());
         };
         float* dst = inplace ? in.data() : out.data();
         fill();
@@ -339,19 +487,24 @@ std::vector<row> run_rank(const options& o, World& world, Hier& hier, Leaders* l
         std::sort(times.begin(), times.end());
         long long wrong = -1;
         if (o.check) {
+          std::fill(out.begin(), out.end(), -1.0f); // what the call does not write stays -1
           fill();
-          std::fill(out.begin(), out.end(), -1.0f);
           call(in.data(), dst);
           long long bad = 0;
-          for (std::size_t i = 0; i < n; ++i) {
-            double e = 0;
-            for (int q = 0; q < P; ++q) e += value(q, i);
-            if (dst[i] != static_cast<float>(e)) ++bad;
+          if (o.coll != collective::allreduce) {
+            bad = collective_wrong(o.coll, dst, n, me, P);
+          } else {
+            for (std::size_t i = 0; i < n; ++i) {
+              double e = 0;
+              for (int q = 0; q < P; ++q) e += value(q, i);
+              if (dst[i] != static_cast<float>(e)) ++bad;
+            }
           }
           wrong = h.sum_all(bad);
         }
-        (inplace ? r.in_place : r.out_of_place) =
-            make_measurement(times[times.size() / 2] * 1e6, r.bytes, P, wrong);
+        measurement m = make_measurement(times[times.size() / 2] * 1e6, r.bytes, P, wrong);
+        m.busbw_gbs = m.algbw_gbs * busbw_factor(o.coll, P);
+        (inplace ? r.in_place : r.out_of_place) = m;
       }
       rows.push_back(r);
     }
@@ -365,14 +518,18 @@ void print_model(const options& o, const std::vector<row>& rows, const calibrati
               "inside a node: alpha %.2f us, copy %.4f ns/B, reduce %.4f ns/B\n",
               c.alpha * 1e6, c.beta * 1e9, c.beta > 0 ? 8e-9 / c.beta : 0.0, c.alpha_intra * 1e6,
               c.copy * 1e9, c.reduce * 1e9);
-  std::printf("#\n# model vs measured (out-of-place), and busbw relative to flat ring\n");
+  const bool allreduce = o.coll == collective::allreduce;
+  const std::string first = allreduce ? "ring" : o.algorithms.front();
+  std::printf("#\n# %s: model vs measured (out-of-place), and busbw relative to %s\n",
+              std::string(to_string(o.coll)).c_str(), first.c_str());
   std::printf("#%11s %22s %10s %10s %8s %8s\n", "size", "algorithm", "time(us)", "model(us)",
-              "meas/mod", "xring");
+              "meas/mod", allreduce ? "xring" : "xfirst");
   for (const auto& r : rows) {
     double ring_bw = 0;
     for (const auto& q : rows)
-      if (q.bytes == r.bytes && q.algorithm == "ring") ring_bw = q.out_of_place.busbw_gbs;
-    const double m = model(r.algorithm, double(r.bytes), N, o.G, o.K, o.segment, c) * 1e6;
+      if (q.bytes == r.bytes && q.algorithm == first) ring_bw = q.out_of_place.busbw_gbs;
+    const double m =
+        allreduce ? model(r.algorithm, double(r.bytes), N, o.G, o.K, o.segment, c) * 1e6 : 0.0;
     std::printf(" %11zu %22s %10.1f %10.1f %8.2f %8.2f\n", r.bytes, r.algorithm.c_str(),
                 r.out_of_place.time_us, m, m > 0 ? r.out_of_place.time_us / m : 0.0,
                 ring_bw > 0 ? r.out_of_place.busbw_gbs / ring_bw : 0.0);
@@ -389,17 +546,20 @@ bool write_json_with_model(const options& o, const std::vector<row>& rows, const
     for (int ip = 0; ip < 2; ++ip) {
       const auto& m = ip ? r.in_place : r.out_of_place;
       std::fprintf(f,
-                   "%s\n {\"algorithm\": \"%s\", \"transport\": \"%s\", \"ranks\": %d, "
+                   "%s\n {\"collective\": \"%s\", \"algorithm\": \"%s\", \"transport\": \"%s\", "
+                   "\"ranks\": %d, "
                    "\"nodes\": %d, \"per_node\": %d, \"rings\": %d, \"gbit\": %g, "
                    "\"dtype\": \"float\", \"op\": \"sum\", \"bytes\": %zu, \"count\": %zu, "
                    "\"inplace\": %s, \"time_us\": %.3f, \"algbw_gbs\": %.6f, \"busbw_gbs\": %.6f, "
                    "\"model_us\": %.3f, \"wrong\": %s, \"iters\": %d, \"reps\": %d, "
                    "\"alpha_us\": %.4f, \"beta_ns_per_byte\": %.6f, \"reduce_ns_per_byte\": %.6f, "
                    "\"copy_ns_per_byte\": %.6f}",
-                   first ? "" : ",", r.algorithm.c_str(), r.transport.c_str(), r.ranks, N, o.G, o.K,
-                   o.gbit, r.bytes, r.count, ip ? "true" : "false", m.time_us, m.algbw_gbs,
-                   m.busbw_gbs,
-                   model(r.algorithm, double(r.bytes), N, o.G, o.K, o.segment, c) * 1e6,
+                   first ? "" : ",", std::string(to_string(o.coll)).c_str(), r.algorithm.c_str(),
+                   r.transport.c_str(), r.ranks, N, o.G, o.K, o.gbit, r.bytes, r.count,
+                   ip ? "true" : "false", m.time_us, m.algbw_gbs, m.busbw_gbs,
+                   o.coll == collective::allreduce
+                       ? model(r.algorithm, double(r.bytes), N, o.G, o.K, o.segment, c) * 1e6
+                       : 0.0,
                    m.wrong < 0 ? "null" : std::to_string(m.wrong).c_str(), o.iters, o.reps,
                    c.alpha * 1e6, c.beta * 1e9, c.reduce * 1e9, c.copy * 1e9);
       first = false;
@@ -409,9 +569,10 @@ bool write_json_with_model(const options& o, const std::vector<row>& rows, const
 }
 
 int finish(const options& o, const std::vector<row>& rows, const calibration& c, int N) {
-  std::printf("# hier_perf: transport %s nodes %d x %d per node, shaped %g Gbit/s + %g us, "
+  std::printf("# hier_perf: %s, transport %s nodes %d x %d per node, shaped %g Gbit/s + %g us, "
               "K %d, iters %d reps %d\n",
-              o.transport.c_str(), N, o.G, o.gbit, o.alpha_us, o.K, o.iters, o.reps);
+              std::string(to_string(o.coll)).c_str(), o.transport.c_str(), N, o.G, o.gbit,
+              o.alpha_us, o.K, o.iters, o.reps);
   print_report(stdout, rows);
   print_model(o, rows, c, N);
   if (!o.json.empty() && !write_json_with_model(o, rows, c, N)) {
@@ -454,7 +615,9 @@ int run_threads(const options& o) {
       return s;
     };
     auto v = split_groups(world, o.G);
-    hierarchical hier(v.intra, v.inter_ptr(), {v.world_rank, v.world_size, v.shards});
+    hierarchy_shape shape{v.world_rank, v.world_size, v.shards};
+    shape.groups = v.group_members; // the collectives but allreduce place blocks by world rank
+    hierarchical hier(v.intra, v.inter_ptr(), std::move(shape));
     t.barrier();
     auto r = run_rank(o, world, hier, v.inter_ptr(), v.local, *nodes[std::size_t(v.group)], h,
                       "threads", cal, {});
@@ -496,7 +659,12 @@ int run_mpi(const options& o) {
     for (int i = 0; i < msize; ++i) all[std::size_t(i)] = i;
     // tag offsets keep the G inter views (one per local index) apart on one communicator
     subgroup<shaped<mpi_transport>> inter(link, all, inter_tag_offset + 64 * t.rank());
-    hierarchical hier(t, &inter, {world.rank(), world.size(), o.G});
+    hierarchy_shape shape{world.rank(), world.size(), o.G};
+    for (int p = 0; p < msize; ++p) { // composed<>: world rank = process * G + thread
+      shape.groups.emplace_back();
+      for (int j = 0; j < o.G; ++j) shape.groups.back().push_back(p * o.G + j);
+    }
+    hierarchical hier(t, &inter, std::move(shape));
     harness h;
     h.barrier = [&] { world.barrier(); };
     h.max_all = [&](double x) {

@@ -34,10 +34,10 @@ namespace {
   std::exit(2);
 }
 
-std::optional<modeled_algorithm> flat_algorithm(const std::string& name) {
-  for (auto a : {modeled_algorithm::ring, modeled_algorithm::recursive_doubling,
-                 modeled_algorithm::recursive_halving_doubling, modeled_algorithm::binomial_tree})
-    if (name == algorithm_name(a)) return a;
+/// The flat algorithm (one with a link to recover) of the table named `name`, if any.
+std::optional<tcoll::algorithm_id> flat_algorithm(const std::string& name) {
+  for (tcoll::algorithm_id a : tcoll::all_algorithm_ids)
+    if (has_flat_allreduce_cost(a) && name == tcoll::to_string(a)) return a;
   return std::nullopt;
 }
 

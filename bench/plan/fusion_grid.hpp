@@ -95,7 +95,7 @@ inline bucket_plan plan_with(std::string_view planner, const workload& w,
 
 /// The ring allreduce over `ranks` ranks of `net`: the simulator's ground truth.
 constexpr allreduce_cost truth_for(const network& net, int ranks) {
-  return flat_allreduce(modeled_algorithm::ring, ranks, net.link);
+  return flat_allreduce(tcoll::algorithm_id::ring, ranks, net.link);
 }
 
 } // namespace tcoll::plan::grid

@@ -28,8 +28,8 @@ int main(int argc, char** argv) {
     allreduce_cost cost;
   };
   const setting settings[] = {
-      {"64 ranks 10GbE", flat_allreduce(modeled_algorithm::ring, 64, {45.26, 8e-4, 1e-5})},
-      {"8 ranks 100GbIB", flat_allreduce(modeled_algorithm::ring, 8, {1.5, 8e-5, 1e-5})},
+      {"64 ranks 10GbE", flat_allreduce(tcoll::algorithm_id::ring, 64, {45.26, 8e-4, 1e-5})},
+      {"8 ranks 100GbIB", flat_allreduce(tcoll::algorithm_id::ring, 8, {1.5, 8e-5, 1e-5})},
   };
   const char* names[] = {"layerwise", "single",    "threshold", "ddp",
                          "mgwfbp",    "adafusion", "optimal"};

@@ -505,13 +505,20 @@ TEST_CASE("via_leaders: without the group map the collectives say what they need
       named += std::string(e.what()).find("hierarchy_shape::groups") != std::string::npos;
     }
   });
-  // allgather and barrier need no map (allgather: the allreduce of a zero table)
+  // allgather and barrier need no map (allgather: the allreduce of a zero table), in place too
   thread_team(4, std::chrono::seconds(20)).run([&](thread_transport& t) {
     auto v = split_groups(t, std::span<const int>(group_of));
     hierarchical h(v.intra, v.inter_ptr(), {v.world_rank, v.world_size, v.shards});
     std::vector<float> x(2, float(t.rank()) + 0.5f), y(8);
     allgather(h, x.data(), y.data(), 2);
     for (int q = 0; q < 4; ++q) wrong += y[2 * std::size_t(q)] != float(q) + 0.5f;
+    // in place: this rank's block already in the table (it was zeroed with the rest)
+    std::fill(y.begin(), y.end(), -1.0f);
+    y[2 * std::size_t(t.rank())] = y[2 * std::size_t(t.rank()) + 1] = float(t.rank()) + 0.25f;
+    allgather(h, y.data() + 2 * t.rank(), y.data(), 2);
+    for (int q = 0; q < 4; ++q)
+      for (int j = 0; j < 2; ++j)
+        wrong += y[2 * std::size_t(q) + std::size_t(j)] != float(q) + 0.25f;
     barrier(h);
   });
   CHECK(named == 4);

@@ -10,7 +10,7 @@
 #include <tcoll/hybrid/best_scheme.hpp>
 
 using namespace tcoll::hybrid;
-using tcoll::plan::modeled_algorithm;
+using tcoll::algorithm_id;
 
 namespace {
 constexpr layer vgg_fc = layer::fc(4096, 4096);
@@ -29,8 +29,7 @@ static_assert(poseidon_best_scheme(googlenet_fc, 16, 16, 128) == scheme::dense);
 // Non-FC layers always go to the PS.
 static_assert(poseidon_best_scheme(layer::dense(4096), 8, 8, 32) == scheme::dense);
 // tcoll's comparison is constexpr too.
-static_assert(best_scheme(vgg_fc, 8, 32,
-                          sfb_costs{modeled_algorithm::ring, {1, {}, {0.0, 1.0, 0.0}}}) ==
+static_assert(best_scheme(vgg_fc, 8, 32, sfb_costs{algorithm_id::ring, {1, {}, {0.0, 1.0, 0.0}}}) ==
               scheme::sfb);
 
 constexpr tcoll::plan::hierarchy_params flat(double alpha, double beta) {
@@ -73,7 +72,7 @@ TEST_CASE("Algorithm 1: worked examples, the tie going to SFB, non-FC layers") {
 
 TEST_CASE("tcoll's decider: ring allreduce of MN against allgathers of K(M+N), by hand") {
   // Pure bandwidth (alpha = 0, beta = 1 us/byte), float.
-  const sfb_costs bw{modeled_algorithm::ring, flat(0.0, 1.0)};
+  const sfb_costs bw{algorithm_id::ring, flat(0.0, 1.0)};
   // VGG FC, P = 8, K = 32: dense 2*7/8*4096*4096*4 = 117440512; SFB 7*(32 + 32*8192*4).
   CHECK(dense_cost_us(vgg_fc, 8, bw) == 117440512.0);
   CHECK(sfb_cost_us(vgg_fc, 8, 32, bw) == 7.0 * (32 + 32.0 * 8192 * 4));
@@ -94,13 +93,13 @@ TEST_CASE("tcoll's decider: ring allreduce of MN against allgathers of K(M+N), b
 
 TEST_CASE("tcoll's decider: latency, the algorithm, the GEMM cost and ties") {
   // Latency only: ring allreduce 2(p-1) alpha < three allgathers 3(p-1) alpha -> dense.
-  const sfb_costs lat{modeled_algorithm::ring, flat(10.0, 0.0)};
+  const sfb_costs lat{algorithm_id::ring, flat(10.0, 0.0)};
   CHECK(dense_cost_us(layer::fc(4, 4), 4, lat) == 60.0);
   CHECK(sfb_cost_us(layer::fc(4, 4), 4, 1, lat) == 90.0);
   CHECK(best_scheme(layer::fc(4, 4), 4, 1, lat) == scheme::dense);
   // Recursive doubling on 8 ranks: 3 (alpha + n beta); with beta = 1, alpha = 0, M = N = 64,
   // K = 1: dense 3*16384 = 49152, SFB 7*(32 + 512) = 3808 -> SFB.
-  const sfb_costs rd{modeled_algorithm::recursive_doubling, flat(0.0, 1.0)};
+  const sfb_costs rd{algorithm_id::recursive_doubling, flat(0.0, 1.0)};
   CHECK(dense_cost_us(layer::fc(64, 64), 8, rd) == 49152.0);
   CHECK(best_scheme(layer::fc(64, 64), 8, 1, rd) == scheme::sfb);
   // A costly GEMM (P K M N multiply-adds) tips it back to dense.
@@ -123,7 +122,7 @@ TEST_CASE("tcoll's decider: latency, the algorithm, the GEMM cost and ties") {
   CHECK(best_scheme(layer::fc(64, 64), 8, 1, slow_gemm) == scheme::dense);
   // Tie: alpha = 0, beta = 1, 2 ranks: dense = 4MN, SFB = 32 + 4K(M+N);
   // M = 20, N = 4: 320 = 32 + 96K at K = 3.
-  const sfb_costs tie{modeled_algorithm::ring, flat(0.0, 1.0)};
+  const sfb_costs tie{algorithm_id::ring, flat(0.0, 1.0)};
   CHECK(dense_cost_us(layer::fc(20, 4), 2, tie) == sfb_cost_us(layer::fc(20, 4), 2, 3, tie));
   CHECK(best_scheme(layer::fc(20, 4), 2, 3, tie) == scheme::dense);
   sfb_costs tie_sfb = tie;
@@ -133,6 +132,22 @@ TEST_CASE("tcoll's decider: latency, the algorithm, the GEMM cost and ties") {
   sfb_costs dbl = tie;
   dbl.element_bytes = 8;
   CHECK(dense_cost_us(layer::fc(20, 4), 2, dbl) == 640.0);
+}
+
+TEST_CASE("tcoll's decider with a hierarchical dense allreduce: the form is a knob") {
+  // 8 ranks in groups of 4: the dense cost is the planner's hierarchical formula, sharded by
+  // default (the hierarchical allreduce's default), leader when told.
+  const tcoll::plan::hierarchy_params two_level{4, {1.0, 0.1, 0.0}, {10.0, 1.0, 0.0}};
+  sfb_costs hier{algorithm_id::hierarchical, two_level};
+  const double bytes = 64.0 * 64.0 * 4.0;
+  CHECK(dense_cost_us(layer::fc(64, 64), 8, hier) ==
+        tcoll::plan::hierarchical_sharded_allreduce_us(bytes, 8, two_level));
+  hier.dense_form = tcoll::hierarchical_form::leader;
+  CHECK(dense_cost_us(layer::fc(64, 64), 8, hier) ==
+        tcoll::plan::hierarchical_leader_allreduce_us(bytes, 8, two_level));
+  // an algorithm of another collective is refused
+  const sfb_costs wrong{algorithm_id::bruck, flat(0.0, 1.0)};
+  CHECK_THROWS_AS((void)dense_cost_us(layer::fc(4, 4), 4, wrong), tcoll::invalid_argument);
 }
 
 TEST_CASE("tcoll's decider on arbitrary calibrated models (model_costs)") {
@@ -177,7 +192,7 @@ TEST_CASE("per-model helpers: one scheme per layer, FC weights and dense biases"
   const std::vector<scheme> want = {scheme::dense, scheme::sfb, scheme::dense, scheme::sfb,
                                     scheme::dense, scheme::sfb, scheme::dense};
   CHECK(pos == want);
-  const auto mine = best_schemes(model, 8, 32, sfb_costs{modeled_algorithm::ring, flat(0, 1)});
+  const auto mine = best_schemes(model, 8, 32, sfb_costs{algorithm_id::ring, flat(0, 1)});
   CHECK(mine == want);
   // At 16 nodes with K = 128: fc7: SFB 2*128*15*8192 = 31457280 <= 2*16777216*30/16 =
   // 62914560 -> SFB; fc8: SFB 2*128*15*5096 = 19568640 > 2*4096000*30/16 = 15360000 -> PS.

@@ -11,6 +11,7 @@
 #include "tcoll/plan/replan.hpp"
 
 using namespace tcoll::plan;
+using tcoll::algorithm_id;
 
 TEST_CASE("ordinary least squares by hand") {
   // (1,1), (2,2), (3,2): slope = sxy/sxx = 1/2, intercept = 5/3 - 2 * 1/2 = 2/3
@@ -85,15 +86,15 @@ TEST_CASE("degenerate inputs are rejected") {
 }
 
 TEST_CASE("alpha and beta of every flat algorithm from a linear fit") {
-  for (auto a : {modeled_algorithm::ring, modeled_algorithm::recursive_doubling,
-                 modeled_algorithm::recursive_halving_doubling, modeled_algorithm::binomial_tree}) {
+  for (auto a : {algorithm_id::ring, algorithm_id::recursive_doubling,
+                 algorithm_id::recursive_halving_doubling, algorithm_id::binomial_tree}) {
     for (int ranks : {2, 5, 8, 12}) {
       const link_params truth{12.0, 0.002, 0.0001};
       const auto model = flat_allreduce(a, ranks, truth);
       std::vector<sample> s;
       for (int e = 0; e <= 24; e += 2) s.push_back({double(1 << e), model(1 << e)});
       const auto l = link_from_linear_fit(a, ranks, fit_linear(s), truth.gamma_us_per_byte);
-      CAPTURE(algorithm_name(a));
+      CAPTURE(tcoll::to_string(a));
       CAPTURE(ranks);
       CHECK(l.alpha_us == doctest::Approx(12.0));
       CHECK(l.beta_us_per_byte == doctest::Approx(0.002));

@@ -7,12 +7,14 @@
 #include <string_view>
 
 #include "../../bench/common/perf_options.hpp"
+#include "tcoll/algorithm/hierarchical_allreduce.hpp"
 #include "tcoll/algorithm/select.hpp"
 
 #include "tcoll/plan/calibrate.hpp"
 #include "tcoll/plan/cost_model.hpp"
 
 using namespace tcoll::plan;
+using tcoll::algorithm_id;
 
 TEST_CASE("ring allreduce by hand") {
   // p = 4, n = 1000: 2*3*1 + 2*3/4*1000*0.01 + 3/4*1000*0.001 = 6 + 15 + 0.75
@@ -28,20 +30,19 @@ TEST_CASE("MG-WFBP Table II for power-of-two N") {
   for (int N : {2, 4, 8, 16, 64, 1024}) {
     const double lg = std::log2(N);
     struct row {
-      modeled_algorithm algorithm;
+      algorithm_id algorithm;
       double a, b;
     };
     const row rows[] = {
-        {modeled_algorithm::binomial_tree, 2 * alpha * lg, (2 * beta + gamma) * lg},
-        {modeled_algorithm::recursive_doubling, alpha * lg, (beta + gamma) * lg},
-        {modeled_algorithm::recursive_halving_doubling, 2 * alpha * lg,
+        {algorithm_id::binomial_tree, 2 * alpha * lg, (2 * beta + gamma) * lg},
+        {algorithm_id::recursive_doubling, alpha * lg, (beta + gamma) * lg},
+        {algorithm_id::recursive_halving_doubling, 2 * alpha * lg,
          2 * beta - (2 * beta + gamma) / N + gamma},
-        {modeled_algorithm::ring, 2 * (N - 1) * alpha,
-         2.0 * (N - 1) / N * beta + (N - 1.0) / N * gamma},
+        {algorithm_id::ring, 2 * (N - 1) * alpha, 2.0 * (N - 1) / N * beta + (N - 1.0) / N * gamma},
     };
     for (const auto& r : rows) {
       CAPTURE(N);
-      CAPTURE(algorithm_name(r.algorithm));
+      CAPTURE(tcoll::to_string(r.algorithm));
       const auto cost = flat_allreduce(r.algorithm, N, l);
       for (double M : {0.0, 1.0, 4096.0, 1e8})
         CHECK(cost(M) == doctest::Approx(r.a + r.b * M).epsilon(1e-12));
@@ -91,11 +92,76 @@ TEST_CASE("hierarchical forms by hand and their flat limits") {
   CHECK_THROWS_AS(hierarchical_sharded_allreduce_us(n, 6, h), tcoll::invalid_argument);
 }
 
+TEST_CASE("the planner speaks the table's algorithm_id, the hierarchical form a knob") {
+  using tcoll::hierarchical_form;
+  const hierarchy_params h{4, {1.0, 0.1, 0.01}, {10.0, 1.0, 0.01}};
+  const double n = 1000;
+  // the form defaults to the hierarchical allreduce's own default, sharded
+  CHECK(tcoll::hierarchical_options<>{}.form == hierarchical_form::sharded);
+  CHECK(allreduce_us(algorithm_id::hierarchical, n, 8, h) ==
+        hierarchical_sharded_allreduce_us(n, 8, h));
+  CHECK(allreduce_us(algorithm_id::hierarchical, n, 8, h, hierarchical_form::leader) ==
+        hierarchical_leader_allreduce_us(n, 8, h));
+  CHECK(allreduce_us(algorithm_id::hierarchical, n, 8, h, hierarchical_form::sharded) ==
+        hierarchical_sharded_allreduce_us(n, 8, h));
+  const allreduce_cost leader{algorithm_id::hierarchical, 8, h, hierarchical_form::leader};
+  CHECK(leader(n) == hierarchical_leader_allreduce_us(n, 8, h));
+  const allreduce_cost sharded{algorithm_id::hierarchical, 8, h};
+  CHECK(sharded(n) == hierarchical_sharded_allreduce_us(n, 8, h));
+  // flat algorithms ignore the form
+  CHECK(allreduce_us(algorithm_id::ring, n, 8, h, hierarchical_form::leader) ==
+        ring_allreduce_us(n, 8, h.inter));
+  // names: the table's, the hierarchical forms as bench/hier prints them
+  CHECK(allreduce_name(algorithm_id::ring) == "ring");
+  CHECK(allreduce_name(algorithm_id::hierarchical) == "hierarchical_sharded");
+  CHECK(allreduce_name(algorithm_id::hierarchical, hierarchical_form::leader) ==
+        "hierarchical_leader");
+  CHECK(tcoll::to_string(hierarchical_form::leader) == "leader");
+  CHECK(tcoll::to_string(hierarchical_form::sharded) == "sharded");
+  // an id that is not an allreduce algorithm is refused by every allreduce cost function
+  for (auto a : {algorithm_id::pairwise_exchange, algorithm_id::linear, algorithm_id::dissemination,
+                 algorithm_id::bruck}) {
+    CAPTURE(tcoll::to_string(a));
+    CHECK_THROWS_WITH_AS((void)allreduce_us(a, n, 8, h),
+                         doctest::Contains("is not an allreduce algorithm"),
+                         tcoll::invalid_argument);
+    CHECK_THROWS_WITH_AS((void)allreduce_traffic(a, n, 8),
+                         doctest::Contains("is not an allreduce algorithm"),
+                         tcoll::invalid_argument);
+    CHECK_THROWS_AS((void)flat_allreduce(a, 8, h.inter), tcoll::invalid_argument);
+    const allreduce_cost not_allreduce{a, 8, h};
+    CHECK_THROWS_AS((void)not_allreduce(n), tcoll::invalid_argument);
+    CHECK_THROWS_AS((void)link_from_linear_fit(a, 8, {10.0, 1.0}), tcoll::invalid_argument);
+    CHECK_FALSE(has_flat_allreduce_cost(a));
+  }
+  // allreduce algorithms with no formula say so
+  for (auto a : {algorithm_id::passthrough, algorithm_id::multi_ring}) {
+    CAPTURE(tcoll::to_string(a));
+    CHECK_THROWS_WITH_AS((void)allreduce_us(a, n, 8, h), doctest::Contains("has no cost formula"),
+                         tcoll::invalid_argument);
+    CHECK_FALSE(has_flat_allreduce_cost(a));
+  }
+  // the hierarchical one has two link classes: no flat traffic, no flat model
+  CHECK_THROWS_WITH_AS((void)allreduce_traffic(algorithm_id::hierarchical, n, 8),
+                       doctest::Contains("two link classes"), tcoll::invalid_argument);
+  CHECK_THROWS_AS((void)flat_allreduce(algorithm_id::hierarchical, 8, h.inter),
+                  tcoll::invalid_argument);
+  CHECK_FALSE(has_flat_allreduce_cost(algorithm_id::hierarchical));
+  // the flat ones, and constexpr as before
+  for (auto a : {algorithm_id::ring, algorithm_id::recursive_doubling,
+                 algorithm_id::recursive_halving_doubling, algorithm_id::binomial_tree})
+    CHECK(has_flat_allreduce_cost(a));
+  static_assert(flat_allreduce(algorithm_id::ring, 4, {1.0, 0.01, 0.0})(1000) == 6.0 + 15.0);
+  static_assert(allreduce_us(algorithm_id::hierarchical, 1000, 8,
+                             {4, {1.0, 0.1, 0.01}, {10.0, 1.0, 0.01}},
+                             hierarchical_form::leader) > 0);
+}
+
 TEST_CASE("MG-WFBP's measured 10 GbE ring startup gives one alpha") {
   // Sec. V-A: startup 2(N-1) alpha = 90.52, 271.56, 633.64 us at N = 2, 4, 8.
   const std::pair<int, double> published[] = {{2, 90.52}, {4, 271.56}, {8, 633.64}};
   for (auto [N, startup] : published) {
-    const auto l = link_from_linear_fit(modeled_algorithm::ring, N, {startup, 0.0});
+    const auto l = link_from_linear_fit(algorithm_id::ring, N, {startup, 0.0});
     CHECK(l.alpha_us == doctest::Approx(45.26).epsilon(0.003));
   }
 }
@@ -124,16 +190,15 @@ TEST_CASE("constexpr log2 and sqrt match <cmath>") {
 TEST_CASE("one name per algorithm: the planner's names are the library's and the benchmark's") {
   // every flat algorithm the planner models is a selectable algorithm of the same name
   // and an allreduce_perf -a name (issue 11: the planner said "halving_doubling")
-  for (auto a : {modeled_algorithm::ring, modeled_algorithm::recursive_doubling,
-                 modeled_algorithm::recursive_halving_doubling, modeled_algorithm::binomial_tree}) {
-    const std::string_view name = algorithm_name(a);
+  for (auto a : {algorithm_id::ring, algorithm_id::recursive_doubling,
+                 algorithm_id::recursive_halving_doubling, algorithm_id::binomial_tree}) {
+    const std::string_view name = tcoll::to_string(a);
     CAPTURE(name);
     CHECK(tcoll::to_string(tcoll::parse_algorithm(name)) == name);
     const auto& bench = tcoll::bench::all_algorithms();
     CHECK(std::find(bench.begin(), bench.end(), name) != bench.end());
   }
-  CHECK(algorithm_name(modeled_algorithm::recursive_halving_doubling) ==
-        "recursive_halving_doubling");
+  CHECK(tcoll::to_string(algorithm_id::recursive_halving_doubling) == "recursive_halving_doubling");
   // every selectable algorithm is an allreduce_perf -a name
   for (auto id :
        {tcoll::algorithm_id::ring, tcoll::algorithm_id::recursive_doubling,
@@ -145,7 +210,6 @@ TEST_CASE("one name per algorithm: the planner's names are the library's and the
   // the deprecated spellings still compile and mean the same
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wdeprecated-declarations"
-  CHECK(modeled_algorithm::halving_doubling == modeled_algorithm::recursive_halving_doubling);
   CHECK(halving_doubling_allreduce_us(1000, 6, {1, 0.01, 0.001}) ==
         recursive_halving_doubling_allreduce_us(1000, 6, {1, 0.01, 0.001}));
 #pragma GCC diagnostic pop

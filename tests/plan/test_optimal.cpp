@@ -13,6 +13,7 @@
 #endif
 
 using namespace tcoll::plan;
+using tcoll::algorithm_id;
 
 namespace {
 
@@ -57,10 +58,10 @@ TEST_CASE("optimal equals brute force for random profiles, L <= 14") {
       CAPTURE(repeat);
       // monotone models of every shape the library has
       const linear_cost linear{1000 * unit(rng), 1e-3 * unit(rng)};
-      const auto ring = flat_allreduce(modeled_algorithm::ring, 2 + static_cast<int>(rng() % 200),
+      const auto ring = flat_allreduce(algorithm_id::ring, 2 + static_cast<int>(rng() % 200),
                                        {50 * unit(rng), 1e-3 * unit(rng), 1e-5});
       const auto folded =
-          flat_allreduce(modeled_algorithm::recursive_doubling, 3 + static_cast<int>(rng() % 60),
+          flat_allreduce(algorithm_id::recursive_doubling, 3 + static_cast<int>(rng() % 60),
                          {50 * unit(rng), 1e-3 * unit(rng), 0});
       const piecewise_cost piecewise{20 * unit(rng), 50 * unit(rng), 1e-3 * unit(rng),
                                      200 + 300 * unit(rng), 45000};
@@ -102,7 +103,7 @@ TEST_CASE("the O(L) affine path and the O(L^2) path agree on long random profile
   std::uniform_real_distribution<double> unit(0.0, 1.0);
   for (int round = 0; round < 40; ++round) {
     const auto w = random_workload(rng, 50 + rng() % 400);
-    const auto cost = flat_allreduce(modeled_algorithm::ring, 2 + static_cast<int>(rng() % 1000),
+    const auto cost = flat_allreduce(algorithm_id::ring, 2 + static_cast<int>(rng() % 1000),
                                      {100 * unit(rng), 1e-3 * unit(rng), 1e-5});
     const double fast = iteration_time_us(w, cost, optimal_planner{}.plan(w, cost));
     const double slow = iteration_time_us(w, cost, optimal_planner{}.plan_general(w, cost));

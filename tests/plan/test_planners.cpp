@@ -10,6 +10,7 @@
 #include "tcoll/plan/embedded/resnet50.hpp"
 
 using namespace tcoll::plan;
+using tcoll::algorithm_id;
 using ends_t = std::vector<std::size_t>;
 
 namespace {
@@ -149,7 +150,7 @@ TEST_CASE("every planner returns a valid plan for every profile; optimal is neve
     const auto w = make_workload(prof, compute_model{});
     for (int ranks : {3, 16, 1000}) {
       const auto cost =
-          flat_allreduce(modeled_algorithm::recursive_halving_doubling, ranks, {20, 1e-3, 1e-5});
+          flat_allreduce(algorithm_id::recursive_halving_doubling, ranks, {20, 1e-3, 1e-5});
       const double best = iteration_time_us(w, cost, optimal_planner{}.plan(w, cost));
       for (auto name :
            {"layerwise", "single", "threshold", "ddp", "mgwfbp", "adafusion", "optimal"}) {
@@ -169,7 +170,7 @@ namespace {
 constexpr auto resnet50_workload() {
   return make_workload(embedded::resnet50, compute_model{15.7e12, 0.5, 32, 4});
 }
-constexpr auto ten_gbe_64 = flat_allreduce(modeled_algorithm::ring, 64, {45.26, 8.0 / 10e3, 1e-5});
+constexpr auto ten_gbe_64 = flat_allreduce(algorithm_id::ring, 64, {45.26, 8.0 / 10e3, 1e-5});
 
 template <class Planner>
 constexpr double compile_time_iteration_us(Planner planner) {

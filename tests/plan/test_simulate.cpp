@@ -11,6 +11,7 @@
 #endif
 
 using namespace tcoll::plan;
+using tcoll::algorithm_id;
 
 TEST_CASE("hand-computed WFBP timeline without queueing") {
   const workload w{{100, 200, 300}, {2, 3, 4}, 10};
@@ -111,7 +112,7 @@ TEST_CASE("OSF Eq. 3, 8-10: scaling factor of the no-fusion timeline") {
       w.bytes.push_back(rng() % 2'000'000);
       w.backward_us.push_back(200 * unit(rng));
     }
-    const auto cost = flat_allreduce(modeled_algorithm::ring, 16, {20, 8e-4, 1e-5});
+    const auto cost = flat_allreduce(algorithm_id::ring, 16, {20, 8e-4, 1e-5});
     // OSF numbers layers n..1 in backward order: layer i is tensor n - i.
     auto D = [&](std::size_t i) { return static_cast<double>(w.bytes[n - i]); };
     auto tb = [&](std::size_t i) { return w.backward_us[n - i]; };

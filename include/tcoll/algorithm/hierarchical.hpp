@@ -171,12 +171,20 @@ public:
     if (!map_.groups.empty())
       return via_leaders{}.allgather(*this, tags, sendbuf, recvbuf, count, binomial_tree{}, red);
     const std::size_t all = count * static_cast<std::size_t>(size());
-    const std::vector<T> zeros(all, T(0));
-    if constexpr (host_device_copies<R>) // a device reducer's copy may not read host memory
-      red.copy_from_host(recvbuf, zeros.data(), all);
-    else
-      red.copy(recvbuf, zeros.data(), all);
-    red.copy(recvbuf + count * static_cast<std::size_t>(rank()), sendbuf, count);
+    const std::size_t own = count * static_cast<std::size_t>(rank());
+    // zeros around this rank's block, which in place already holds the input (zeroing the
+    // whole table first lost it: every block came back zero)
+    const std::vector<T> zeros(std::max(own, all - own - count), T(0));
+    const auto zero = [&](T* at, std::size_t n) {
+      if (n == 0) return;
+      if constexpr (host_device_copies<R>) // a device reducer's copy may not read host memory
+        red.copy_from_host(at, zeros.data(), n);
+      else
+        red.copy(at, zeros.data(), n);
+    };
+    zero(recvbuf, own);
+    zero(recvbuf + own + count, all - own - count);
+    if (sendbuf != recvbuf + own) red.copy(recvbuf + own, sendbuf, count);
     red.synchronize();
     allreduce_tagged(tags, recvbuf, recvbuf, all, sum_op{}, hierarchical_options<ring>{}, red);
   }

@@ -25,6 +25,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "../core/collective_table.hpp" // hierarchical_form: which hierarchical allreduce
 #include "../core/concepts.hpp"
 #include "../core/ops.hpp"
 #include "../detail/collective_scope.hpp"
@@ -36,12 +37,6 @@
 #include "tagged.hpp"
 
 namespace tcoll {
-
-/// Which hierarchical allreduce to run.
-enum class hierarchical_form {
-  leader,  ///< reduce to the group leader, allreduce among leaders, broadcast (GradientFlow)
-  sharded, ///< reduce-scatter in the group, allreduce each shard across groups, allgather
-};
 
 /// Tuning knobs of the hierarchical allreduce. `InterAlgo` is the algorithm across groups:
 /// any allreduce algorithm of tcoll (ring, recursive_doubling, ..., automatic, passthrough).

@@ -45,6 +45,20 @@ enum class algorithm_id {
   bruck,             ///< all-to-all of equal blocks in ceil(log2 P) steps (short blocks)
 };
 
+/// The two forms of the hierarchical allreduce (`algorithm_id::hierarchical` as an allreduce,
+/// algorithm/hierarchical_allreduce.hpp): the knob that picks one, for the algorithm
+/// (`hierarchical_options::form`) and for its cost formula (`plan::allreduce_us`) alike.
+enum class hierarchical_form {
+  leader,  ///< reduce to the group leader, allreduce among leaders, broadcast (GradientFlow)
+  sharded, ///< reduce-scatter in the group, allreduce each shard across groups, allgather
+};
+
+/// The name of the form ("leader", "sharded"); benchmarks print the hierarchical allreduce
+/// as "hierarchical_" followed by it (`plan::allreduce_name`).
+constexpr std::string_view to_string(hierarchical_form f) {
+  return f == hierarchical_form::leader ? "leader" : "sharded";
+}
+
 /// Every value of `algorithm_id`, in order.
 inline constexpr std::array<algorithm_id, 11> all_algorithm_ids{
     algorithm_id::ring,

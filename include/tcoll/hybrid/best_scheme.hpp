@@ -151,8 +151,9 @@ constexpr scheme poseidon_best_scheme(const layer& l, int workers, int servers, 
 
 /// Knobs of tcoll's cost comparison (`best_scheme`).
 struct sfb_costs {
-  /// The allreduce a dense layer would run (`plan::modeled_algorithm`).
-  plan::modeled_algorithm dense_algorithm = plan::modeled_algorithm::ring;
+  /// The allreduce a dense layer would run (an allreduce algorithm of the table of
+  /// collectives; its form, if hierarchical, is `dense_form`).
+  algorithm_id dense_algorithm = algorithm_id::ring;
   /// Calibrated link parameters (plan/calibrate.hpp); flat algorithms read `machine.inter`.
   plan::hierarchy_params machine{};
   /// Bytes per gradient element (4 for float).
@@ -164,6 +165,8 @@ struct sfb_costs {
   bool factor_only_backward = false;
   /// Equal costs choose SFB (Poseidon's rule) instead of dense (tcoll's default).
   bool ties_go_to_sfb = false;
+  /// The hierarchical allreduce's form, when `dense_algorithm` is hierarchical.
+  hierarchical_form dense_form = hierarchical_form::sharded;
 };
 
 /// Multiply-adds SFB costs beyond dense for an M x N layer, `batch` samples per rank on
@@ -189,7 +192,7 @@ inline constexpr double sfb_shape_record_bytes = 4 * sizeof(std::uint64_t);
 /// Modelled cost of a dense allreduce of layer `l` on `ranks` ranks.
 constexpr double dense_cost_us(const layer& l, int ranks, const sfb_costs& c) {
   const double bytes = static_cast<double>(l.parameters()) * static_cast<double>(c.element_bytes);
-  return plan::allreduce_us(c.dense_algorithm, bytes, ranks, c.machine);
+  return plan::allreduce_us(c.dense_algorithm, bytes, ranks, c.machine, c.dense_form);
 }
 
 /// Modelled cost of `sfb_allreduce` of FC layer `l` with `batch` samples per rank: the

@@ -142,9 +142,13 @@ constexpr piecewise_cost fit_piecewise_auto(std::span<const sample> samples,
 /// Recover a link's alpha and beta from a linear fit of one algorithm at `ranks`,
 /// given gamma (the reduction cost per byte, 0 if unknown). The algorithm's cost is
 /// c_alpha alpha + M (c_beta beta + c_gamma gamma); the coefficients are read off the
-/// cost formula itself, so this works for every flat algorithm and its fold.
-constexpr link_params link_from_linear_fit(modeled_algorithm algorithm, int ranks, linear_cost fit,
+/// cost formula itself, so this works for every flat algorithm and its fold. Throws
+/// `tcoll::invalid_argument` for an algorithm with no flat formula
+/// (`has_flat_allreduce_cost`).
+constexpr link_params link_from_linear_fit(algorithm_id algorithm, int ranks, linear_cost fit,
                                            double gamma_us_per_byte = 0.0) {
+  if (!has_flat_allreduce_cost(algorithm))
+    throw tcoll::invalid_argument(detail::no_allreduce_formula("link_from_linear_fit", algorithm));
   auto cost = [&](link_params l, double bytes) {
     return allreduce_us(algorithm, bytes, ranks, hierarchy_params{1, l, l});
   };

@@ -187,78 +187,85 @@ constexpr double hierarchical_sharded_allreduce_us(double bytes, int ranks, hier
   return reduce_scatter + ring_allreduce_us(bytes / g, ranks / h.group_size, h.inter) + allgather;
 }
 
-/// The allreduce algorithms the cost model prices, by the names the library and benchmarks
-/// use (the two hierarchical forms apart). Named apart from the `allreduce_algorithm`
-/// concept (an algorithm object the collectives run) and from `algorithm_id` (the runtime
-/// id of such an object, `algorithm/select.hpp`); it was `plan::allreduce_algorithm` before
-/// 2026-11-27.
-enum class modeled_algorithm {
-  ring,
-  recursive_doubling,
-  recursive_halving_doubling,
-  binomial_tree,
-  hierarchical_leader,
-  hierarchical_sharded,
-  /// Deprecated name of recursive_halving_doubling (same value).
-  halving_doubling [[deprecated("use recursive_halving_doubling")]] = recursive_halving_doubling,
-};
-
-/// Library name of an algorithm ("ring", "recursive_doubling", ...).
-constexpr std::string_view algorithm_name(modeled_algorithm a) noexcept {
-  switch (a) {
-  case modeled_algorithm::ring:
-    return "ring";
-  case modeled_algorithm::recursive_doubling:
-    return "recursive_doubling";
-  case modeled_algorithm::recursive_halving_doubling:
-    return "recursive_halving_doubling";
-  case modeled_algorithm::binomial_tree:
-    return "binomial_tree";
-  case modeled_algorithm::hierarchical_leader:
-    return "hierarchical_leader";
-  case modeled_algorithm::hierarchical_sharded:
-    return "hierarchical_sharded";
-  }
-  return "unknown";
+/// Does `a` have an allreduce cost formula on one link class (a flat network)? ring,
+/// recursive_doubling, recursive_halving_doubling and binomial_tree. The hierarchical
+/// allreduce has a formula on two link classes (`allreduce_us`); passthrough (the vendor's)
+/// and multi_ring have none.
+constexpr bool has_flat_allreduce_cost(algorithm_id a) noexcept {
+  return a == algorithm_id::ring || a == algorithm_id::recursive_doubling ||
+         a == algorithm_id::recursive_halving_doubling || a == algorithm_id::binomial_tree;
 }
 
-/// The busiest rank's traffic of a flat algorithm (see `rank_traffic`).
-/// Throws `tcoll::invalid_argument` for the hierarchical forms (two link classes).
-constexpr rank_traffic allreduce_traffic(modeled_algorithm a, double bytes, int ranks) {
+/// The name of an allreduce cost as benchmarks print it: the table's name of `a`
+/// (`tcoll::to_string`), the hierarchical allreduce's with its form ("hierarchical_leader",
+/// "hierarchical_sharded": bench/hier's -a names).
+constexpr std::string_view allreduce_name(algorithm_id a,
+                                          hierarchical_form form = hierarchical_form::sharded) {
+  if (a != algorithm_id::hierarchical) return to_string(a);
+  return form == hierarchical_form::leader ? "hierarchical_leader" : "hierarchical_sharded";
+}
+
+namespace detail {
+/// Why the allreduce cost function `who` has no formula for `a`.
+constexpr std::string no_allreduce_formula(std::string_view who, algorithm_id a) {
+  std::string why = std::string(who) + ": " + std::string(to_string(a));
+  if (!implements(collective::allreduce, a)) {
+    why += " is not an allreduce algorithm (the allreduce algorithms:";
+    for (algorithm_id x : describe(collective::allreduce).algorithms)
+      why += (x == describe(collective::allreduce).algorithms.front() ? " " : ", ") +
+             std::string(to_string(x));
+    return why + ")";
+  }
+  if (a == algorithm_id::hierarchical)
+    return why + " has two link classes (its cost is allreduce_us with a hierarchy_params)";
+  return why + " has no cost formula (passthrough: the vendor's; multi_ring: K rings)";
+}
+} // namespace detail
+
+/// The busiest rank's traffic of a flat allreduce algorithm (see `rank_traffic`).
+/// Throws `tcoll::invalid_argument` for an id that is not an allreduce algorithm and for
+/// the allreduce algorithms with no flat formula (hierarchical: two link classes;
+/// passthrough; multi_ring).
+constexpr rank_traffic allreduce_traffic(algorithm_id a, double bytes, int ranks) {
   switch (a) {
-  case modeled_algorithm::ring:
+  case algorithm_id::ring:
     return ring_allreduce_traffic(bytes, ranks);
-  case modeled_algorithm::recursive_doubling:
+  case algorithm_id::recursive_doubling:
     return recursive_doubling_allreduce_traffic(bytes, ranks);
-  case modeled_algorithm::recursive_halving_doubling:
+  case algorithm_id::recursive_halving_doubling:
     return recursive_halving_doubling_allreduce_traffic(bytes, ranks);
-  case modeled_algorithm::binomial_tree:
+  case algorithm_id::binomial_tree:
     return binomial_tree_allreduce_traffic(bytes, ranks);
-  case modeled_algorithm::hierarchical_leader:
-  case modeled_algorithm::hierarchical_sharded:
+  default:
     break;
   }
-  throw tcoll::invalid_argument("allreduce_traffic: only the flat algorithms have one link class");
+  throw tcoll::invalid_argument(detail::no_allreduce_formula("allreduce_traffic", a));
 }
 
-/// Cost of one allreduce of `bytes` on `ranks` ranks. Flat algorithms use `h.inter` as
-/// the link of every pair (the network), hierarchical ones use both levels.
-constexpr double allreduce_us(modeled_algorithm a, double bytes, int ranks, hierarchy_params h) {
+/// Cost of one allreduce of `bytes` on `ranks` ranks by algorithm `a`. Flat algorithms use
+/// `h.inter` as the link of every pair (the network); `algorithm_id::hierarchical` uses both
+/// levels, in the form `form` (the hierarchical allreduce's default, sharded, unless told;
+/// flat algorithms ignore it). Throws `tcoll::invalid_argument` for an id that is not an
+/// allreduce algorithm, for those with no formula (passthrough, multi_ring) and, for the
+/// hierarchical one, when ranks is not a multiple of `h.group_size`.
+constexpr double allreduce_us(algorithm_id a, double bytes, int ranks, hierarchy_params h,
+                              hierarchical_form form = hierarchical_form::sharded) {
   switch (a) {
-  case modeled_algorithm::ring:
+  case algorithm_id::ring:
     return ring_allreduce_us(bytes, ranks, h.inter);
-  case modeled_algorithm::recursive_doubling:
+  case algorithm_id::recursive_doubling:
     return recursive_doubling_allreduce_us(bytes, ranks, h.inter);
-  case modeled_algorithm::recursive_halving_doubling:
+  case algorithm_id::recursive_halving_doubling:
     return recursive_halving_doubling_allreduce_us(bytes, ranks, h.inter);
-  case modeled_algorithm::binomial_tree:
+  case algorithm_id::binomial_tree:
     return binomial_tree_allreduce_us(bytes, ranks, h.inter);
-  case modeled_algorithm::hierarchical_leader:
-    return hierarchical_leader_allreduce_us(bytes, ranks, h);
-  case modeled_algorithm::hierarchical_sharded:
-    return hierarchical_sharded_allreduce_us(bytes, ranks, h);
+  case algorithm_id::hierarchical:
+    return form == hierarchical_form::leader ? hierarchical_leader_allreduce_us(bytes, ranks, h)
+                                             : hierarchical_sharded_allreduce_us(bytes, ranks, h);
+  default:
+    break;
   }
-  return 0.0;
+  throw tcoll::invalid_argument(detail::no_allreduce_formula("allreduce_us", a));
 }
 
 /// The busiest rank's traffic of a collective other than allreduce on one link class, per
@@ -324,17 +331,12 @@ constexpr rank_traffic collective_traffic(collective c, algorithm_id a, double b
     return rank_traffic{t.messages_received, t.messages_sent, t.bytes_received, t.bytes_sent,
                         t.bytes_reduced,     t.duplex_rounds, t.duplex_bytes};
   };
+  if (c == collective::allreduce) return allreduce_traffic(a, bytes, ranks);
   if (implements(c, a)) switch (a) {
     case algorithm_id::ring:
-      if (c == collective::allreduce) return ring_allreduce_traffic(bytes, ranks);
       return block_ring_traffic(
           bytes, ranks, c == collective::reduce_scatter || c == collective::reduce_scatterv);
-    case algorithm_id::recursive_doubling:
-      return recursive_doubling_allreduce_traffic(bytes, ranks);
-    case algorithm_id::recursive_halving_doubling:
-      return recursive_halving_doubling_allreduce_traffic(bytes, ranks);
     case algorithm_id::binomial_tree:
-      if (c == collective::allreduce) return binomial_tree_allreduce_traffic(bytes, ranks);
       return c == collective::broadcast ? binomial_broadcast_traffic(bytes, ranks)
                                         : binomial_reduce_traffic(bytes, ranks);
     case algorithm_id::pairwise_exchange:
@@ -347,6 +349,8 @@ constexpr rank_traffic collective_traffic(collective c, algorithm_id a, double b
                  : mirror(linear_gather_traffic(bytes, ranks));
     case algorithm_id::dissemination:
       return dissemination_barrier_traffic(ranks);
+    case algorithm_id::recursive_doubling: // allreduce only
+    case algorithm_id::recursive_halving_doubling:
     case algorithm_id::passthrough:
     case algorithm_id::multi_ring:
     case algorithm_id::hierarchical:
@@ -378,14 +382,17 @@ concept affine_cost_model = cost_model<M> && requires(const M& m) {
   { m.affine() } -> std::same_as<linear_cost>;
 };
 
-/// The cost of one algorithm on a fixed machine and rank count, as a cost_model.
+/// The cost of one allreduce algorithm on a fixed machine and rank count, as a cost_model
+/// (`allreduce_us`).
 struct allreduce_cost {
-  modeled_algorithm algorithm = modeled_algorithm::ring;
+  algorithm_id algorithm = algorithm_id::ring;
   int ranks = 1;
   hierarchy_params machine{}; ///< flat algorithms read machine.inter
+  /// The hierarchical allreduce's form (read only when `algorithm` is hierarchical).
+  hierarchical_form form = hierarchical_form::sharded;
 
   constexpr double operator()(double bytes) const {
-    return allreduce_us(algorithm, bytes, ranks, machine);
+    return allreduce_us(algorithm, bytes, ranks, machine, form);
   }
   /// Every algorithm's cost is affine in the size for a fixed machine and rank count.
   constexpr linear_cost affine() const {
@@ -397,9 +404,11 @@ struct allreduce_cost {
   constexpr bool nondecreasing() const { return affine().nondecreasing(); }
 };
 
-/// Convenience: the cost of `algorithm` over `ranks` ranks of a flat network.
-constexpr allreduce_cost flat_allreduce(modeled_algorithm algorithm, int ranks,
-                                        link_params network) noexcept {
+/// Convenience: the cost of the flat allreduce `algorithm` over `ranks` ranks of a flat
+/// network. Throws `tcoll::invalid_argument` unless `has_flat_allreduce_cost(algorithm)`.
+constexpr allreduce_cost flat_allreduce(algorithm_id algorithm, int ranks, link_params network) {
+  if (!has_flat_allreduce_cost(algorithm))
+    throw tcoll::invalid_argument(detail::no_allreduce_formula("flat_allreduce", algorithm));
   return allreduce_cost{algorithm, ranks, hierarchy_params{1, network, network}};
 }
 
