@@ -59,7 +59,7 @@
 #include <vector>
 
 #include <tcoll/collectives.hpp>
-#include <tcoll/compress/registry.hpp>
+#include <tcoll/compress/adaptor_options.hpp>
 #include <tcoll/core/error.hpp>
 #include <tcoll/plan/profile.hpp>
 #include <tcoll/schedule/gradient_pool.hpp>

@@ -29,7 +29,7 @@
 #include <span>
 #include <stdexcept>
 #include <string>
-#include <tcoll/compress/registry.hpp>
+#include <tcoll/compress/adaptor_options.hpp>
 #include <tcoll/schedule.hpp>
 #include <tcoll/sparse.hpp>
 #include <tcoll/tcoll.hpp>

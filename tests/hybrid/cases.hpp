@@ -657,6 +657,11 @@ void scheduler_bad_use_case(Tr& t) {
     const auto c =
         catch_invalid([&] { tcoll::hybrid::hybrid_scheduler<Tr, float> s(pool, t, wrong); });
     CHECK(contains(c.what, "tensor 0 is planned SFB 3 x 3 but the pool's tensor holds 6"));
+    auto topk = plan; // a scheme of the registry that a hybrid plan does not run
+    topk.tensors[1].how = tcoll::compression_scheme::topk;
+    CHECK(contains(
+        catch_invalid([&] { tcoll::hybrid::hybrid_scheduler<Tr, float> s(pool, t, topk); }).what,
+        "tensor 1 is planned topk; a hybrid plan sends a tensor dense or sfb"));
     auto short_plan = plan;
     short_plan.tensors.pop_back();
     CHECK(contains(catch_invalid([&] {

@@ -7,7 +7,7 @@
 #include <doctest/doctest.h>
 
 #include <cstring>
-#include <tcoll/compress/registry.hpp>
+#include <tcoll/compress/adaptor_options.hpp>
 #include <tcoll/transport/subgroup.hpp>
 
 #include "cases.hpp"

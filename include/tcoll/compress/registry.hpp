@@ -4,8 +4,10 @@
 /// (its name in options, command lines and reports; what travels on the wire; the knobs it
 /// reads; the per-element state it keeps; what the optimizer must do with its result; where
 /// it lives). The training app (`--scheme`), `tcoll_torch.DistributedDataParallel`
-/// (`scheme=`) and its hooks, and `sparse_perf` (`-m`) look schemes up here: one parser,
-/// one set of names, one place that turns a scheme's knobs into its adaptor's options.
+/// (`scheme=`) and its hooks, `sparse_perf` (`-m`) and the hybrid adaptor's per-layer plans
+/// (`hybrid::scheme`: dense or sfb) look schemes up here: one parser, one set of names. It is
+/// data only (no adaptor); compress/adaptor_options.hpp turns a scheme's knobs into its
+/// adaptor's options.
 ///
 /// A new scheme is its adaptor (a header of `sparse/`, `hybrid/` or `compress/`), its line
 /// here and its test case; the integrations list what they can run from this table.
@@ -26,8 +28,6 @@
 #include "../core/scalar_type.hpp"
 #include "../core/types.hpp"
 #include "../sparse/chunk_ops.hpp"
-#include "../sparse/csc.hpp"
-#include "../sparse/topk_pool.hpp"
 
 namespace tcoll {
 
@@ -301,7 +301,8 @@ inline void check_knobs(compression_scheme s, std::uint16_t set, std::string_vie
 }
 
 /// The knobs of every scheme (each scheme reads those its description lists). The member
-/// defaults are csc's; `default_compression_options` gives each scheme its adaptor's own.
+/// defaults are csc's; `default_compression_options` (compress/adaptor_options.hpp) gives
+/// each scheme its adaptor's own.
 struct compression_options {
   double density = 0.15;               ///< topk, dgc, csc: fraction sent after the warm-up
   std::size_t warmup_iterations = 100; ///< topk, dgc, csc
@@ -312,62 +313,6 @@ struct compression_options {
   std::size_t threshold_bytes = std::size_t{4} << 20; ///< csc
   float wire_scale = 1.0f;                            ///< half, bfloat16
 };
-
-/// Scheme `s`'s knobs at its adaptor's defaults: `sparse::csc_options`' for csc,
-/// `sparse::topk_pool_options`' for topk and dgc (density 0.01, no warm-up), the members'
-/// for the others.
-inline compression_options default_compression_options(compression_scheme s) {
-  compression_options o;
-  if (s == compression_scheme::topk || s == compression_scheme::dgc) {
-    const sparse::topk_pool_options t;
-    o.density = t.density;
-    o.warmup_iterations = t.warmup_iterations;
-    o.residual = t.residual;
-    o.momentum = t.momentum;
-  } else if (s == compression_scheme::csc) {
-    const sparse::csc_options c;
-    o.density = c.density;
-    o.warmup_iterations = c.warmup_iterations;
-    o.residual = c.residual;
-    o.momentum = c.momentum;
-    o.chunk_elements = c.chunk_elements;
-    o.threshold_bytes = c.threshold_bytes;
-  }
-  return o;
-}
-
-/// `o` for the sparse-chunk adaptor (scheme csc). Throws when `o.residual` is not one csc
-/// takes.
-inline sparse::csc_options to_csc_options(const compression_options& o, int rank = -1) {
-  if (!takes_residual(compression_scheme::csc, o.residual))
-    throw invalid_argument("csc: residual '" + std::string(sparse::to_string(o.residual)) +
-                               "' is not one it takes",
-                           rank);
-  sparse::csc_options c;
-  c.density = o.density;
-  c.warmup_iterations = o.warmup_iterations;
-  c.residual = o.residual;
-  c.momentum = o.momentum;
-  c.chunk_elements = o.chunk_elements;
-  c.threshold_bytes = o.threshold_bytes;
-  return c;
-}
-
-/// `o` for the top-k pool adaptor (schemes topk and dgc; `invalid_argument` for another).
-inline sparse::topk_pool_options to_topk_pool_options(compression_scheme s,
-                                                      const compression_options& o, int rank = -1) {
-  if (s != compression_scheme::topk && s != compression_scheme::dgc)
-    throw invalid_argument("to_topk_pool_options: scheme '" + std::string(to_string(s)) +
-                               "' is not topk or dgc",
-                           rank);
-  sparse::topk_pool_options t;
-  t.scheme = s == compression_scheme::dgc ? sparse::topk_scheme::dgc : sparse::topk_scheme::topk;
-  t.density = o.density;
-  t.warmup_iterations = o.warmup_iterations;
-  t.momentum = o.momentum;
-  t.residual = s == compression_scheme::dgc ? sparse::residual_rule::none : o.residual;
-  return t;
-}
 
 /// Calls `f(type_tag<Wire>{})` with the wire type of a dense or wire-format scheme (float,
 /// half, bfloat16); `invalid_argument` for a scheme that is neither.

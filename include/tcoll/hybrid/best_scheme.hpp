@@ -42,20 +42,22 @@
 #include <string_view>
 #include <vector>
 
+#include "../compress/registry.hpp"
 #include "../core/error.hpp"
 #include "../plan/cost_model.hpp"
 
 namespace tcoll::hybrid {
 
-/// How one layer's gradient travels.
-enum class scheme {
-  dense, ///< the full gradient (tcoll: dense allreduce; Poseidon: 'PS', the parameter server)
-  sfb,   ///< sufficient factors, allgathered and reconstructed locally (`sfb_allreduce`)
-};
+/// How one layer's gradient travels: a scheme of the compression registry
+/// (compress/registry.hpp), of which a hybrid plan uses two: `dense` (the full gradient;
+/// tcoll: dense allreduce; Poseidon: 'PS', the parameter server) and `sfb` (sufficient
+/// factors, allgathered and reconstructed locally, `sfb_allreduce`). The scheduler refuses a
+/// plan naming another.
+using scheme = compression_scheme;
 
-/// "dense" or "sfb".
-constexpr std::string_view scheme_name(scheme s) noexcept {
-  return s == scheme::sfb ? "sfb" : "dense";
+/// "dense" or "sfb" (the registry's name, `to_string`).
+constexpr std::string_view scheme_name(scheme s) {
+  return to_string(s);
 }
 
 /// What kind of tensor a layer's gradient is.

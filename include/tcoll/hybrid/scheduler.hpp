@@ -293,6 +293,11 @@ private:
     }
     for (std::size_t i = 0; i < L; ++i) {
       const tensor_scheme& s = plan_.tensors[i];
+      if (s.how != scheme::dense && s.how != scheme::sfb)
+        throw invalid_argument("hybrid_scheduler: tensor " + std::to_string(i) + " is planned " +
+                                   std::string(to_string(s.how)) +
+                                   "; a hybrid plan sends a tensor dense or sfb",
+                               rank());
       if (s.how == scheme::sfb && s.rows * s.cols != pool_->tensor_size(i))
         throw invalid_argument("hybrid_scheduler: tensor " + std::to_string(i) +
                                    " is planned SFB " + std::to_string(s.rows) + " x " +

@@ -34,7 +34,7 @@
 #include <utility>
 #include <vector>
 
-#include <tcoll/compress/registry.hpp>
+#include <tcoll/compress/adaptor_options.hpp>
 #include <tcoll/plan.hpp>
 #include <tcoll/schedule/collective_tasks.hpp>
 #include <tcoll/schedule/gradient_pool.hpp>
