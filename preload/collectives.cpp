@@ -1,7 +1,8 @@
 /// \file
 /// libtcoll_mpi.so: MPI_Reduce_scatter_block, MPI_Allgather, MPI_Bcast, MPI_Reduce,
-/// MPI_Alltoall, MPI_Gather, MPI_Scatter and the uneven MPI_Reduce_scatter and MPI_Allgatherv
-/// through tcoll, over shared memory where a communicator's ranks share one node.
+/// MPI_Alltoall, MPI_Gather, MPI_Scatter and the uneven MPI_Reduce_scatter, MPI_Allgatherv,
+/// MPI_Alltoallv, MPI_Gatherv and MPI_Scatterv through tcoll, over shared memory where a
+/// communicator's ranks share one node.
 #include "prologue.hpp"
 #include "tcoll_mpi.hpp"
 
@@ -19,6 +20,9 @@
 #undef MPI_Alltoall
 #undef MPI_Gather
 #undef MPI_Scatter
+#undef MPI_Alltoallv
+#undef MPI_Gatherv
+#undef MPI_Scatterv
 #undef MPI_Bcast
 #undef MPI_Reduce
 #undef MPI_Barrier
@@ -127,6 +131,13 @@ algorithm_id shm_collective_choice(coll c, std::size_t bytes, int P) {
                    bytes <= (P == 2 ? s.shm_scatter_two_up_to_bytes : s.shm_scatter_up_to_bytes)
                ? algorithm_id::linear
                : algorithm_id::passthrough;
+  // the uneven forms: one choice for every size (`per_rank_size`), from the settings only
+  case coll::alltoallv:
+    return s.shm_alltoallv ? algorithm_id::pairwise_exchange : algorithm_id::passthrough;
+  case coll::gatherv:
+    return s.shm_gatherv ? algorithm_id::linear : algorithm_id::passthrough;
+  case coll::scatterv:
+    return s.shm_scatterv ? algorithm_id::linear : algorithm_id::passthrough;
   default:
     return algorithm_id::passthrough;
   }
@@ -826,6 +837,379 @@ TCOLL_PRELOAD_EXPORT int MPI_Scatter_c(const void* sendbuf, MPI_Count sendcount,
   return scatter_call(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, root, comm, [&] {
     return PMPI_Scatter_c(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, root, comm);
   });
+}
+#endif
+
+namespace {
+
+/// One side of an uneven collective's blocks (MPI_Alltoallv's send or receive side, the
+/// root's side of MPI_Gatherv and MPI_Scatterv), as bytes: block q is `sizes[q]` bytes at
+/// `data + at[q]`. Where the datatype is predefined and contiguous the blocks are the user's
+/// own, where its displacements put them (`data` is the buffer from its lowest non-empty
+/// block; gaps between blocks are left alone); else (a derived or non-contiguous datatype, or
+/// MPI_BOTTOM) they are packed in rank order into `packed` by `pack_side`, and `unpack_side`
+/// moves them back.
+struct v_side {
+  std::vector<std::size_t> sizes, at;
+  std::size_t total = 0; ///< bytes of every block together: this rank's part of the call
+  bool direct = false;
+  unsigned char* data = nullptr;
+  std::vector<std::byte> packed;
+};
+
+/// Sizes `side` from `counts[0..P)` elements of `type` at `buf`, block q at `displs[q]`
+/// extents of `type` (rank-local: no other rank sees these). False where a count is
+/// negative, the datatype invalid or the bytes overflow: MPI judges such a call itself.
+template <class Count, class Displ>
+bool measure_side(v_side& side, const void* buf, const Count* counts, const Displ* displs,
+                  MPI_Datatype type, int P) {
+  const std::size_t contiguous = contiguous_size(type);
+  const long long element =
+      contiguous ? static_cast<long long>(contiguous) : signature_bytes(1, type);
+  if (element < 0 || counts == nullptr || displs == nullptr) return false;
+  const auto n = static_cast<std::size_t>(P);
+  side.sizes.assign(n, 0);
+  side.at.assign(n, 0);
+  long long total = 0;
+  for (std::size_t q = 0; q < n; ++q) {
+    long long b = 0;
+    if (counts[q] < 0 || __builtin_mul_overflow(static_cast<long long>(counts[q]), element, &b) ||
+        __builtin_add_overflow(total, b, &total))
+      return false;
+    side.sizes[q] = static_cast<std::size_t>(b);
+  }
+  if (!count_fits(total)) return false;
+  side.total = static_cast<std::size_t>(total);
+  side.direct = contiguous != 0 && buf != nullptr; // MPI_BOTTOM: through MPI's datatype engine
+  if (!side.direct) {                              // packed in rank order
+    std::size_t next = 0;
+    for (std::size_t q = 0; q < n; ++q) {
+      side.at[q] = next;
+      next += side.sizes[q];
+    }
+    return true;
+  }
+  long long lowest = 0; // the lowest displacement of a non-empty block (extents)
+  bool any = false;
+  for (std::size_t q = 0; q < n; ++q)
+    if (side.sizes[q] != 0) {
+      lowest = any ? std::min(lowest, static_cast<long long>(displs[q]))
+                   : static_cast<long long>(displs[q]);
+      any = true;
+    }
+  const auto step = static_cast<long long>(contiguous);
+  long long base = 0;
+  if (__builtin_mul_overflow(lowest, step, &base)) return false;
+  for (std::size_t q = 0; q < n; ++q) {
+    long long off = 0;
+    if (side.sizes[q] == 0) continue; // an empty block's displacement is never used
+    if (__builtin_sub_overflow(static_cast<long long>(displs[q]), lowest, &off) ||
+        __builtin_mul_overflow(off, step, &off) || !count_fits(off))
+      return false;
+    side.at[q] = static_cast<std::size_t>(off);
+  }
+  side.data = static_cast<unsigned char*>(const_cast<void*>(buf)) + base;
+  return true;
+}
+
+/// Where `side` is packed: makes room for its blocks and, from `buf` (as `measure_side` was
+/// given it), packs every block (or only block `only`).
+template <class Count, class Displ>
+void pack_side(v_side& side, const void* buf, const Count* counts, const Displ* displs,
+               MPI_Datatype type, int P, bool fill, int only = -1) {
+  if (side.direct) return;
+  side.packed.resize(side.total);
+  side.data = reinterpret_cast<unsigned char*>(side.packed.data());
+  if (!fill) return;
+  MPI_Aint lb = 0, extent = 0;
+  PMPI_Type_get_extent(type, &lb, &extent);
+  for (int q = 0; q < P; ++q) {
+    const auto k = static_cast<std::size_t>(q);
+    if (side.sizes[k] == 0 || (only >= 0 && q != only)) continue;
+    pack_local(static_cast<const char*>(buf) + static_cast<MPI_Aint>(displs[q]) * extent, counts[q],
+               type, side.packed.data() + side.at[k], side.sizes[k]);
+  }
+}
+
+/// Where `side` is packed: unpacks its blocks (but block `skip`) into `buf`.
+template <class Count, class Displ>
+void unpack_side(const v_side& side, void* buf, const Count* counts, const Displ* displs,
+                 MPI_Datatype type, int P, int skip = -1) {
+  if (side.direct) return;
+  MPI_Aint lb = 0, extent = 0;
+  PMPI_Type_get_extent(type, &lb, &extent);
+  for (int q = 0; q < P; ++q) {
+    const auto k = static_cast<std::size_t>(q);
+    if (side.sizes[k] == 0 || q == skip) continue;
+    unpack_local(side.packed.data() + side.at[k], side.sizes[k],
+                 static_cast<char*>(buf) + static_cast<MPI_Aint>(displs[q]) * extent, counts[q],
+                 type);
+  }
+}
+
+std::span<const std::size_t> sizes_of(const v_side& side) {
+  return side.sizes;
+}
+std::span<const std::size_t> places_of(const v_side& side) {
+  return side.at;
+}
+
+/// MPI_Alltoallv and MPI_Alltoallv_c (`Count` int or MPI_Count, `Displ` int or MPI_Aint);
+/// `pmpi()` hands the call to MPI. Each rank knows only its own blocks, so the route is
+/// chosen without a size (`per_rank_size`): a TCOLL_ALLTOALLV_ALGO rule (0-max), else the
+/// built-in choice, which depends on whether the ranks share one node only. A rank whose
+/// counts are all zero still takes part. Blocks move as bytes (each block's signature); a
+/// derived or non-contiguous datatype is packed and unpacked locally. In place (sendbuf
+/// MPI_IN_PLACE) the send side is the receive side: sendcounts, sdispls and sendtype are not
+/// read.
+template <class Count, class Displ, class Pmpi>
+int alltoallv_call(const void* sendbuf, const Count sendcounts[], const Displ sdispls[],
+                   MPI_Datatype sendtype, void* recvbuf, const Count recvcounts[],
+                   const Displ rdispls[], MPI_Datatype recvtype, MPI_Comm comm, Pmpi pmpi) {
+  constexpr coll c = coll::alltoallv;
+  const bool in_place = sendbuf == MPI_IN_PLACE;
+  int P = 0, rank = 0;
+  v_side send, recv;
+  return intercept<Count>(
+      c, comm, pmpi,
+      [&]() -> measured_call {
+        if (auto why = communicator_fallback(comm, true)) return to_mpi(*why);
+        P = comm_size(comm);
+        rank = comm_rank(comm);
+        if (!measure_side(recv, recvbuf, recvcounts, rdispls, recvtype, P))
+          return to_mpi(fallback::arguments); // MPI reports the bad count or type
+        if (in_place) return per_rank_part(recv.total);
+        if (!measure_side(send, sendbuf, sendcounts, sdispls, sendtype, P) ||
+            send.sizes[static_cast<std::size_t>(rank)] !=
+                recv.sizes[static_cast<std::size_t>(rank)])
+          return to_mpi(fallback::arguments); // ... or the mismatch of the block to itself
+        return per_rank_part(send.total);
+      },
+      node_choice_of(c, comm, P),
+      [&](algorithm_id a, std::size_t) {
+        comm_state& s = state_of(comm);
+        if (!recv.direct || (!in_place && !send.direct)) count_packed(c);
+        // in place, the blocks to send sit in recvbuf as the receive side describes them
+        pack_side(recv, recvbuf, recvcounts, rdispls, recvtype, P, in_place);
+        if (!in_place) pack_side(send, sendbuf, sendcounts, sdispls, sendtype, P, true);
+        const v_side& from = in_place ? recv : send;
+        on_transport(c, s, a, [&](auto& t) {
+          tcoll::alltoallv(t, static_cast<const unsigned char*>(from.data), sizes_of(from),
+                           places_of(from), recv.data, sizes_of(recv), places_of(recv));
+        });
+        unpack_side(recv, recvbuf, recvcounts, rdispls, recvtype, P);
+      });
+}
+
+/// MPI_Gatherv and MPI_Gatherv_c; `pmpi()` hands the call to MPI. The route is chosen from
+/// the root and the settings only (`per_rank_size`: only the root knows every count); a rank
+/// with an empty block still takes part. recvbuf, recvcounts, displs and recvtype are read at
+/// the root only; in place at the root (sendbuf MPI_IN_PLACE) its block is already at its
+/// place in recvbuf, and sendcount and sendtype are not read. Blocks move as bytes, packed
+/// and unpacked locally where a datatype is derived or not contiguous.
+template <class Count, class Displ, class Pmpi>
+int gatherv_call(const void* sendbuf, Count sendcount, MPI_Datatype sendtype, void* recvbuf,
+                 const Count recvcounts[], const Displ displs[], MPI_Datatype recvtype, int root,
+                 MPI_Comm comm, Pmpi pmpi) {
+  constexpr coll c = coll::gatherv;
+  const bool in_place = sendbuf == MPI_IN_PLACE; // at the root only (MPI judges it elsewhere)
+  int P = 0;
+  bool is_root = false;
+  std::size_t ssize = 0, block = 0; // this rank's send type (0: packed), its block's bytes
+  v_side recv;                      // the root's
+  return intercept<Count>(
+      c, comm, pmpi,
+      [&]() -> measured_call {
+        if (auto why = communicator_fallback(comm, true)) return to_mpi(*why);
+        P = comm_size(comm);
+        if (root < 0 || root >= P) return to_mpi(fallback::arguments);
+        is_root = comm_rank(comm) == root;
+        if (in_place && !is_root) return to_mpi(fallback::arguments);
+        if (!in_place) {
+          ssize = contiguous_size(sendtype);
+          const long long signature = ssize ? static_cast<long long>(ssize) * sendcount
+                                            : signature_bytes(sendcount, sendtype);
+          if (signature < 0 || !count_fits(signature)) return to_mpi(fallback::arguments);
+          block = static_cast<std::size_t>(signature);
+        }
+        if (!is_root) return per_rank_part(block);
+        if (!measure_side(recv, recvbuf, recvcounts, displs, recvtype, P))
+          return to_mpi(fallback::arguments);
+        const std::size_t own = recv.sizes[static_cast<std::size_t>(root)];
+        if (!in_place && own != block) return to_mpi(fallback::arguments); // the mismatch
+        block = own;
+        return per_rank_part(recv.total);
+      },
+      node_choice_of(c, comm, P),
+      [&](algorithm_id a, std::size_t) {
+        comm_state& s = state_of(comm);
+        using byte = unsigned char;
+        const bool send_direct = in_place || (ssize != 0 && sendbuf != nullptr);
+        if (!send_direct || (is_root && !recv.direct)) count_packed(c);
+        const byte* in = static_cast<const byte*>(sendbuf);
+        std::vector<std::byte> send_packed;
+        if (is_root) { // in place: the root's block, packed where recvtype is
+          pack_side(recv, recvbuf, recvcounts, displs, recvtype, P, in_place, root);
+          if (in_place) in = recv.data + recv.at[static_cast<std::size_t>(root)];
+        }
+        if (!send_direct) {
+          send_packed.resize(block);
+          pack_local(sendbuf, sendcount, sendtype, send_packed.data(), block);
+          in = reinterpret_cast<const byte*>(send_packed.data());
+        }
+        on_transport(c, s, a, [&](auto& t) {
+          if (is_root)
+            tcoll::gatherv(t, in, block, recv.data, sizes_of(recv), places_of(recv), root);
+          else
+            tcoll::gatherv(t, in, block, static_cast<byte*>(nullptr), {}, {}, root);
+        });
+        if (is_root)
+          unpack_side(recv, recvbuf, recvcounts, displs, recvtype, P, in_place ? root : -1);
+      });
+}
+
+/// MPI_Scatterv and MPI_Scatterv_c; `pmpi()` hands the call to MPI. As MPI_Gatherv: the route
+/// from the root and the settings only; sendbuf, sendcounts, displs and sendtype are read at
+/// the root only; in place at the root (recvbuf MPI_IN_PLACE) its block stays where it is,
+/// and recvcount and recvtype are not read.
+template <class Count, class Displ, class Pmpi>
+int scatterv_call(const void* sendbuf, const Count sendcounts[], const Displ displs[],
+                  MPI_Datatype sendtype, void* recvbuf, Count recvcount, MPI_Datatype recvtype,
+                  int root, MPI_Comm comm, Pmpi pmpi) {
+  constexpr coll c = coll::scatterv;
+  const bool in_place = recvbuf == MPI_IN_PLACE; // at the root only (MPI judges it elsewhere)
+  int P = 0;
+  bool is_root = false;
+  std::size_t rsize = 0, block = 0; // this rank's receive type (0: packed), its block's bytes
+  v_side send;                      // the root's
+  return intercept<Count>(
+      c, comm, pmpi,
+      [&]() -> measured_call {
+        if (auto why = communicator_fallback(comm, true)) return to_mpi(*why);
+        P = comm_size(comm);
+        if (root < 0 || root >= P) return to_mpi(fallback::arguments);
+        is_root = comm_rank(comm) == root;
+        if (in_place && !is_root) return to_mpi(fallback::arguments);
+        if (!in_place) {
+          rsize = contiguous_size(recvtype);
+          const long long signature = rsize ? static_cast<long long>(rsize) * recvcount
+                                            : signature_bytes(recvcount, recvtype);
+          if (signature < 0 || !count_fits(signature)) return to_mpi(fallback::arguments);
+          block = static_cast<std::size_t>(signature);
+        }
+        if (!is_root) return per_rank_part(block);
+        if (!measure_side(send, sendbuf, sendcounts, displs, sendtype, P))
+          return to_mpi(fallback::arguments);
+        const std::size_t own = send.sizes[static_cast<std::size_t>(root)];
+        if (!in_place && own != block) return to_mpi(fallback::arguments); // the mismatch
+        block = own;
+        return per_rank_part(send.total);
+      },
+      node_choice_of(c, comm, P),
+      [&](algorithm_id a, std::size_t) {
+        comm_state& s = state_of(comm);
+        using byte = unsigned char;
+        const bool recv_direct = in_place || (rsize != 0 && recvbuf != nullptr);
+        if (!recv_direct || (is_root && !send.direct)) count_packed(c);
+        byte* out = static_cast<byte*>(recvbuf);
+        std::vector<std::byte> recv_packed;
+        if (is_root) {
+          pack_side(send, sendbuf, sendcounts, displs, sendtype, P, true);
+          // in place: tcoll's in-place form, the root's block where it is (only read)
+          if (in_place) out = send.data + send.at[static_cast<std::size_t>(root)];
+        }
+        if (!recv_direct) {
+          recv_packed.resize(block);
+          out = reinterpret_cast<byte*>(recv_packed.data());
+        }
+        on_transport(c, s, a, [&](auto& t) {
+          if (is_root)
+            tcoll::scatterv(t, static_cast<const byte*>(send.data), sizes_of(send), places_of(send),
+                            out, block, root);
+          else
+            tcoll::scatterv(t, static_cast<const byte*>(nullptr), {}, {}, out, block, root);
+        });
+        if (!recv_direct) unpack_local(recv_packed.data(), block, recvbuf, recvcount, recvtype);
+      });
+}
+
+} // namespace
+
+/// MPI_Alltoallv through tcoll's pairwise exchange (over shared memory where the ranks share
+/// one node) where a TCOLL_ALLTOALLV_ALGO rule or the built-in choice says so; MPI's own
+/// elsewhere.
+TCOLL_PRELOAD_EXPORT int MPI_Alltoallv(const void* sendbuf, const int sendcounts[],
+                                       const int sdispls[], MPI_Datatype sendtype, void* recvbuf,
+                                       const int recvcounts[], const int rdispls[],
+                                       MPI_Datatype recvtype, MPI_Comm comm) {
+  return alltoallv_call(sendbuf, sendcounts, sdispls, sendtype, recvbuf, recvcounts, rdispls,
+                        recvtype, comm, [&] {
+                          return PMPI_Alltoallv(sendbuf, sendcounts, sdispls, sendtype, recvbuf,
+                                                recvcounts, rdispls, recvtype, comm);
+                        });
+}
+
+/// MPI_Gatherv through tcoll's linear gather where a TCOLL_GATHERV_ALGO rule or the built-in
+/// choice says so; MPI's own elsewhere.
+TCOLL_PRELOAD_EXPORT int MPI_Gatherv(const void* sendbuf, int sendcount, MPI_Datatype sendtype,
+                                     void* recvbuf, const int recvcounts[], const int displs[],
+                                     MPI_Datatype recvtype, int root, MPI_Comm comm) {
+  return gatherv_call(sendbuf, sendcount, sendtype, recvbuf, recvcounts, displs, recvtype, root,
+                      comm, [&] {
+                        return PMPI_Gatherv(sendbuf, sendcount, sendtype, recvbuf, recvcounts,
+                                            displs, recvtype, root, comm);
+                      });
+}
+
+/// MPI_Scatterv through tcoll's linear scatter where a TCOLL_SCATTERV_ALGO rule or the
+/// built-in choice says so; MPI's own elsewhere.
+TCOLL_PRELOAD_EXPORT int MPI_Scatterv(const void* sendbuf, const int sendcounts[],
+                                      const int displs[], MPI_Datatype sendtype, void* recvbuf,
+                                      int recvcount, MPI_Datatype recvtype, int root,
+                                      MPI_Comm comm) {
+  return scatterv_call(sendbuf, sendcounts, displs, sendtype, recvbuf, recvcount, recvtype, root,
+                       comm, [&] {
+                         return PMPI_Scatterv(sendbuf, sendcounts, displs, sendtype, recvbuf,
+                                              recvcount, recvtype, root, comm);
+                       });
+}
+
+#if TCOLL_PRELOAD_LARGE_COUNT
+/// MPI-4's MPI_Alltoallv_c: the same path as MPI_Alltoallv.
+TCOLL_PRELOAD_EXPORT int MPI_Alltoallv_c(const void* sendbuf, const MPI_Count sendcounts[],
+                                         const MPI_Aint sdispls[], MPI_Datatype sendtype,
+                                         void* recvbuf, const MPI_Count recvcounts[],
+                                         const MPI_Aint rdispls[], MPI_Datatype recvtype,
+                                         MPI_Comm comm) {
+  return alltoallv_call(sendbuf, sendcounts, sdispls, sendtype, recvbuf, recvcounts, rdispls,
+                        recvtype, comm, [&] {
+                          return PMPI_Alltoallv_c(sendbuf, sendcounts, sdispls, sendtype, recvbuf,
+                                                  recvcounts, rdispls, recvtype, comm);
+                        });
+}
+
+/// MPI-4's MPI_Gatherv_c: the same path as MPI_Gatherv.
+TCOLL_PRELOAD_EXPORT int MPI_Gatherv_c(const void* sendbuf, MPI_Count sendcount,
+                                       MPI_Datatype sendtype, void* recvbuf,
+                                       const MPI_Count recvcounts[], const MPI_Aint displs[],
+                                       MPI_Datatype recvtype, int root, MPI_Comm comm) {
+  return gatherv_call(sendbuf, sendcount, sendtype, recvbuf, recvcounts, displs, recvtype, root,
+                      comm, [&] {
+                        return PMPI_Gatherv_c(sendbuf, sendcount, sendtype, recvbuf, recvcounts,
+                                              displs, recvtype, root, comm);
+                      });
+}
+
+/// MPI-4's MPI_Scatterv_c: the same path as MPI_Scatterv.
+TCOLL_PRELOAD_EXPORT int MPI_Scatterv_c(const void* sendbuf, const MPI_Count sendcounts[],
+                                        const MPI_Aint displs[], MPI_Datatype sendtype,
+                                        void* recvbuf, MPI_Count recvcount, MPI_Datatype recvtype,
+                                        int root, MPI_Comm comm) {
+  return scatterv_call(sendbuf, sendcounts, displs, sendtype, recvbuf, recvcount, recvtype, root,
+                       comm, [&] {
+                         return PMPI_Scatterv_c(sendbuf, sendcounts, displs, sendtype, recvbuf,
+                                                recvcount, recvtype, root, comm);
+                       });
 }
 #endif
 

@@ -1,10 +1,10 @@
 #pragma once
 /// \file
 /// The one prologue of the preload's blocking wrappers (MPI_Allreduce, MPI_Reduce_scatter(
-/// _block), MPI_Allgather(v), MPI_Bcast, MPI_Reduce, MPI_Alltoall, MPI_Gather, MPI_Scatter
-/// and their `_c` forms): every wrapper states what differs (how it measures its call, which
-/// one-node choice it consults, how it runs on a communicator) and `intercept` runs the steps
-/// they share, in one order.
+/// _block), MPI_Allgather(v), MPI_Bcast, MPI_Reduce, MPI_Alltoall(v), MPI_Gather(v),
+/// MPI_Scatter(v) and their `_c` forms): every wrapper states what differs (how it measures its
+/// call, which one-node choice it consults, how it runs on a communicator) and `intercept` runs the
+/// steps they share, in one order.
 #include "tcoll_mpi.hpp"
 
 #include <cstddef>
@@ -15,14 +15,24 @@ namespace tcoll::preload {
 
 /// What a wrapper's checks found: the bytes its call moves (the size its selection rules
 /// measure, docs/preload.md; 0: an empty call), or in `why` the reason MPI runs it.
+/// `per_rank`: `bytes` is this rank's own part of a call whose ranks move sizes of their own
+/// (MPI_Alltoallv, MPI_Gatherv, MPI_Scatterv; `per_rank_size`). The route is then chosen
+/// without it, and a rank whose part is empty still takes part in the collective (another
+/// rank's is not). `bytes` is only reported (TCOLL_DEBUG).
 struct measured_call {
   std::size_t bytes = 0;
   std::optional<fallback> why = std::nullopt;
+  bool per_rank = false;
 };
 
 /// A call that MPI runs, for `why`.
 inline measured_call to_mpi(fallback why) {
   return {0, why};
+}
+
+/// A call of a per-rank-size collective of which this rank moves `bytes` (maybe none).
+inline measured_call per_rank_part(std::size_t bytes) {
+  return {bytes, std::nullopt, true};
 }
 
 /// The communicator and pointer checks of a collective: a null communicator or arguments
@@ -41,10 +51,11 @@ inline std::optional<fallback> communicator_fallback(MPI_Comm comm, bool args_ok
 /// 3. `measure()` checks the arguments, datatype and op and sizes the call; a fallback
 ///    reason hands it to MPI;
 /// 4. an invalid environment is reported as MPI's error (MPI_ERR_ARG);
-/// 5. an empty call returns at once;
+/// 5. an empty call returns at once (not a `per_rank` one: there an empty part on this rank
+///    says nothing of the others', and the call is collective);
 /// 6. the route: the first rule's or the built-in choice, then `node_choice(bytes, ruled)`
-///    where the ranks may share one node; the call is counted (TCOLL_DEBUG), and
-///    passthrough hands it to MPI;
+///    where the ranks may share one node (for a `per_rank` call neither looks at `bytes`);
+///    the call is counted (TCOLL_DEBUG), and passthrough hands it to MPI;
 /// 7. `run(a, bytes)` runs it; an exception becomes MPI's error (MPI_ERR_OTHER), printed
 ///    with the rank. `pmpi()` is the call's PMPI form; `Count` its count type.
 template <class Count, class Pmpi, class Measure, class NodeChoice, class Run>
@@ -61,7 +72,7 @@ int intercept(coll c, MPI_Comm comm, Pmpi& pmpi, Measure&& measure, NodeChoice&&
     return pmpi();
   }
   if (!config().error.empty()) return report_settings_error(c, comm);
-  if (m.bytes == 0) return count_empty_call(c, comm);
+  if (m.bytes == 0 && !m.per_rank) return count_empty_call(c, comm);
   algorithm_id a = choose(c, m.bytes);
   try {
     a = node_choice(m.bytes, a);

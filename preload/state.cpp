@@ -25,11 +25,14 @@
 namespace tcoll::preload {
 
 const char* coll_name(coll c) noexcept {
-  static const char* const names[coll_count] = {
-      "MPI_Allreduce",      "MPI_Reduce_scatter_block", "MPI_Allgather", "MPI_Bcast",
-      "MPI_Reduce",         "MPI_Iallreduce",           "MPI_Barrier",   "MPI_Allreduce_init",
-      "MPI_Reduce_scatter", "MPI_Allgatherv",           "MPI_Alltoall",  "MPI_Gather",
-      "MPI_Scatter"};
+  static const char* const names[coll_count] = {"MPI_Allreduce",      "MPI_Reduce_scatter_block",
+                                                "MPI_Allgather",      "MPI_Bcast",
+                                                "MPI_Reduce",         "MPI_Iallreduce",
+                                                "MPI_Barrier",        "MPI_Allreduce_init",
+                                                "MPI_Reduce_scatter", "MPI_Allgatherv",
+                                                "MPI_Alltoall",       "MPI_Gather",
+                                                "MPI_Scatter",        "MPI_Alltoallv",
+                                                "MPI_Gatherv",        "MPI_Scatterv"};
   return names[static_cast<int>(c)];
 }
 
@@ -53,17 +56,31 @@ namespace {
 constexpr coll ruled_collectives[] = {coll::allreduce, coll::reduce_scatter_block,
                                       coll::allgather, coll::bcast,
                                       coll::reduce,    coll::alltoall,
-                                      coll::gather,    coll::scatter};
+                                      coll::gather,    coll::scatter,
+                                      coll::alltoallv, coll::gatherv,
+                                      coll::scatterv};
 
 /// Parses the selection string `text` of collective `c` (read from `var`) with tcoll's
 /// parser and the table's names (every one the table lists for `c` runs here). Throws
 /// invalid_argument.
+/// A collective of `per_rank_size` takes only rules that cover every size (0-max): its ranks
+/// do not share a size to choose by, and a rule covering part of the sizes would route the
+/// ranks of one call differently.
 std::vector<size_rule> parse_rules(coll c, std::string_view var, std::string_view text) {
+  std::vector<size_rule> rules;
   try {
-    return parse_selection(text, collective_of(c));
+    rules = parse_selection(text, collective_of(c));
   } catch (const invalid_argument& e) {
     throw invalid_argument(std::string(var) + "='" + std::string(text) + "': " + e.message());
   }
+  if (per_rank_size(c))
+    for (const size_rule& r : rules)
+      if (r.min_bytes != 0 || r.max_bytes != std::numeric_limits<std::size_t>::max())
+        throw invalid_argument(std::string(var) + "='" + std::string(text) +
+                               "': the ranks of one call move sizes of their own, so a rule must "
+                               "cover every size (" +
+                               std::string(to_string(r.algorithm)) + ":0-max)");
+  return rules;
 }
 
 settings read_settings() {
@@ -225,6 +242,7 @@ settings load_settings() {
 }
 
 bool chosen_by_rule(coll c, std::size_t bytes) {
+  if (per_rank_size(c)) return !config().rules[static_cast<int>(c)].empty();
   for (const size_rule& r : config().rules[static_cast<int>(c)])
     if (bytes >= r.min_bytes && bytes <= r.max_bytes) return true;
   return false;
@@ -238,6 +256,10 @@ algorithm_id choose_shared_memory(std::size_t bytes, int ranks) {
 
 algorithm_id choose(coll c, std::size_t bytes) {
   const settings& s = config();
+  // the rules of a per-rank-size collective cover 0-max (parse_rules): the first one decides
+  if (per_rank_size(c))
+    return s.rules[static_cast<int>(c)].empty() ? algorithm_id::passthrough
+                                                : s.rules[static_cast<int>(c)].front().algorithm;
   for (const size_rule& r : s.rules[static_cast<int>(c)])
     if (bytes >= r.min_bytes && bytes <= r.max_bytes) return r.algorithm;
   if (bytes <= s.native_below_bytes) return algorithm_id::passthrough;

@@ -21,6 +21,9 @@
 #define MPI_Alltoall PMPI_Alltoall
 #define MPI_Gather PMPI_Gather
 #define MPI_Scatter PMPI_Scatter
+#define MPI_Alltoallv PMPI_Alltoallv
+#define MPI_Gatherv PMPI_Gatherv
+#define MPI_Scatterv PMPI_Scatterv
 #define MPI_Bcast PMPI_Bcast
 #define MPI_Reduce PMPI_Reduce
 #define MPI_Barrier PMPI_Barrier
@@ -98,8 +101,11 @@ enum class coll : int {
   alltoall,       ///< MPI_Alltoall
   gather,         ///< MPI_Gather
   scatter,        ///< MPI_Scatter
+  alltoallv,      ///< MPI_Alltoallv: a count and a displacement per peer, on both sides
+  gatherv,        ///< MPI_Gatherv
+  scatterv,       ///< MPI_Scatterv
 };
-inline constexpr int coll_count = 13;
+inline constexpr int coll_count = 16;
 /// "MPI_Allreduce", ...
 const char* coll_name(coll c) noexcept;
 
@@ -155,6 +161,12 @@ constexpr collective collective_of(coll c) noexcept {
     return collective::gather;
   case coll::scatter:
     return collective::scatter;
+  case coll::alltoallv:
+    return collective::alltoallv;
+  case coll::gatherv:
+    return collective::gatherv;
+  case coll::scatterv:
+    return collective::scatterv;
   }
   return collective::allreduce;
 }
@@ -219,6 +231,17 @@ struct settings {
   std::size_t shm_scatter_from_bytes = 1024;
   std::size_t shm_scatter_two_up_to_bytes = 16 * 1024; ///< on 2 ranks
   std::size_t shm_scatter_up_to_bytes = 128 * 1024;    ///< on more
+  /// The built-in choice of the uneven forms on such a communicator: tcoll's algorithm
+  /// (linear for MPI_Gatherv and MPI_Scatterv) where true, MPI's own where false. One choice
+  /// for every size, since each rank knows only its own blocks (`per_rank_size`); always
+  /// MPI's over MPI point-to-point. Measured on one node against Open MPI 4.1.4, 2 and 4
+  /// ranks, 256 B-1 MiB (docs/benchmarks.md, "MPI_Alltoallv, MPI_Gatherv and MPI_Scatterv
+  /// under the preload"): tcoll's gatherv and scatterv 1.0-6.3x from 1 KiB but for one size
+  /// each on 2 ranks (0.58x, 0.98x), 0.17-0.76x below 1 KiB (up to 2.3 us more); tcoll's
+  /// alltoallv 0.50-0.68x at four of seven sizes on 4 ranks, so MPI's.
+  bool shm_alltoallv = false;
+  bool shm_gatherv = true;
+  bool shm_scatterv = true;
   std::string error; ///< non-empty: the environment is invalid and every call fails with it
 };
 /// Reads and checks the settings from the environment (`config` keeps them).
@@ -229,9 +252,18 @@ inline const settings& config() {
   return s;
 }
 
+/// Are the sizes of collective `c`'s calls per rank, not shared (MPI_Alltoallv,
+/// MPI_Gatherv, MPI_Scatterv: each rank knows its own blocks only, and at the root of a
+/// gatherv or scatterv every block)? Its route is then chosen without a size: a rule of its
+/// selection variable covers 0-max (checked when the settings are read), and the built-in
+/// choice is one for every size.
+constexpr bool per_rank_size(coll c) noexcept {
+  return c == coll::alltoallv || c == coll::gatherv || c == coll::scatterv;
+}
+
 /// The algorithm for a call of collective `c` moving `bytes` (more than none; see
 /// docs/preload.md for what the size of each collective is): the first matching rule, else
-/// the built-in choice.
+/// the built-in choice. For a collective of `per_rank_size`, `bytes` is not looked at.
 algorithm_id choose(coll c, std::size_t bytes);
 /// Does a rule of the environment cover a call of collective `c` moving `bytes`?
 bool chosen_by_rule(coll c, std::size_t bytes);

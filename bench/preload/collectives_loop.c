@@ -3,7 +3,11 @@
  * forms with uneven blocks MPI_Allgatherv and MPI_Reduce_scatter (rank q's block is
  * 2n(q+1)/(P(P+1)) of the n elements, packed in rank order), MPI_Alltoall (the bytes:
  * one rank's whole send buffer, P blocks), and MPI_Gather and MPI_Scatter (root 0; the
- * bytes: the root's whole buffer, P blocks), out of place, from -b to -e
+ * bytes: the root's whole buffer, P blocks), and the uneven MPI_Alltoallv (rank r sends rank q
+ * 2b((r+q) mod P + 1)/(P+1) of b = n/P elements per block, so every rank sends and receives
+ * about n; the bytes: one rank's send blocks together), MPI_Gatherv and MPI_Scatterv (root 0,
+ * rank q's block as MPI_Allgatherv's; the bytes: the root's blocks together), out of place,
+ * from -b to -e
  * bytes (factor -f; the bytes are the collective's whole buffer: the broadcast or reduced
  * vector, all P gathered blocks, all P blocks reduced), one line per size on
  * rank 0:  collective size_bytes time_us (median over -r blocks of calls) wrong
@@ -35,6 +39,7 @@ static int rank, P;
 static float *in_pool, *out_pool, *in, *out;
 static size_t slots = 1, slot_floats = 0, next_slot = 0; /* the buffer pool (-c 1) */
 static int *counts, *displs; /* the uneven blocks of MPI_Allgatherv and MPI_Reduce_scatter */
+static int *a2a_sc, *a2a_sd, *a2a_rc, *a2a_rd; /* MPI_Alltoallv's, of this rank */
 
 /* The uneven blocks of n elements: rank q's is 2n(q+1)/(P(P+1)), in rank order. */
 static void uneven_blocks(int n) {
@@ -43,6 +48,25 @@ static void uneven_blocks(int n) {
     counts[q] = (int)(2.0 * n * (q + 1) / ((double)P * (P + 1)));
     displs[q] = at;
     at += counts[q];
+  }
+}
+
+/* MPI_Alltoallv's block from rank `from` to rank `to` (elements; n in all, about, per rank). */
+static int pair_block(int n, int from, int to) {
+  return (int)(2.0 * (n / P) * ((from + to) % P + 1) / (P + 1));
+}
+
+/* Where rank `from` sends its block to rank `to`: after its blocks to lower ranks. */
+static int pair_displ(int n, int from, int to) {
+  int at = 0;
+  for (int q = 0; q < to; ++q) at += pair_block(n, from, q);
+  return at;
+}
+
+static void uneven_pairs(int n) {
+  for (int q = 0; q < P; ++q) {
+    a2a_sc[q] = pair_block(n, rank, q), a2a_sd[q] = pair_displ(n, rank, q);
+    a2a_rc[q] = pair_block(n, q, rank), a2a_rd[q] = q == 0 ? 0 : a2a_rd[q - 1] + a2a_rc[q - 1];
   }
 }
 
@@ -62,6 +86,12 @@ static void call(int c, size_t bytes) {
   if (c == 6) MPI_Alltoall(in, block, MPI_FLOAT, out, block, MPI_FLOAT, MPI_COMM_WORLD);
   if (c == 7) MPI_Gather(in, block, MPI_FLOAT, out, block, MPI_FLOAT, 0, MPI_COMM_WORLD);
   if (c == 8) MPI_Scatter(in, block, MPI_FLOAT, out, block, MPI_FLOAT, 0, MPI_COMM_WORLD);
+  if (c == 9)
+    MPI_Alltoallv(in, a2a_sc, a2a_sd, MPI_FLOAT, out, a2a_rc, a2a_rd, MPI_FLOAT, MPI_COMM_WORLD);
+  if (c == 10)
+    MPI_Gatherv(in, counts[rank], MPI_FLOAT, out, counts, displs, MPI_FLOAT, 0, MPI_COMM_WORLD);
+  if (c == 11)
+    MPI_Scatterv(in, counts, displs, MPI_FLOAT, out, counts[rank], MPI_FLOAT, 0, MPI_COMM_WORLD);
 }
 
 struct args {
@@ -101,6 +131,20 @@ static long check(int c, size_t bytes) {
     if (c == 7) want = (float)((i / block + i % block) % 7); /* q's first block */
     if (c == 8 && i >= block) break;
     if (c == 8) want = (float)((rank * block + i) % 7); /* block r of root 0's buffer */
+    if (c == 9 && i >= a2a_rd[P - 1] + a2a_rc[P - 1]) break;
+    if (c == 9) { /* from rank q, whose block for this rank starts at its pair_displ */
+      int q = P - 1;
+      while (q > 0 && a2a_rd[q] > i) --q;
+      want = (float)((q + pair_displ(n, q, rank) + i - a2a_rd[q]) % 7);
+    }
+    if (c == 10 && (rank != 0 || i >= displs[P - 1] + counts[P - 1])) break;
+    if (c == 10) { /* as MPI_Allgatherv's */
+      int q = P - 1;
+      while (q > 0 && displs[q] > i) --q;
+      want = (float)((q + i - displs[q]) % 7);
+    }
+    if (c == 11 && i >= counts[rank]) break;
+    if (c == 11) want = (float)((displs[rank] + i) % 7); /* root 0's elements */
     if (c == 5 && i >= counts[rank]) break;
     if (c == 5)
       for (int q = 0; q < P; ++q) want += (float)((q + displs[rank] + i) % 7);
@@ -140,13 +184,15 @@ int main(int argc, char** argv) {
   const size_t pool = cold ? 2 * (hi > cache_bytes ? hi : cache_bytes) + 4096 : hi;
   in_pool = malloc(pool), out_pool = malloc(pool);
   if (!in_pool || !out_pool) MPI_Abort(MPI_COMM_WORLD, 2);
-  enum { ncoll = 9 };
+  enum { ncoll = 12 };
   const char* names[ncoll] = {
       "MPI_Bcast",      "MPI_Reduce",         "MPI_Allgather", "MPI_Reduce_scatter_block",
       "MPI_Allgatherv", "MPI_Reduce_scatter", "MPI_Alltoall",  "MPI_Gather",
-      "MPI_Scatter"};
+      "MPI_Scatter",    "MPI_Alltoallv",      "MPI_Gatherv",   "MPI_Scatterv"};
   counts = malloc(sizeof(int) * P), displs = malloc(sizeof(int) * P);
-  if (!counts || !displs) MPI_Abort(MPI_COMM_WORLD, 2);
+  a2a_sc = malloc(sizeof(int) * P), a2a_sd = malloc(sizeof(int) * P);
+  a2a_rc = malloc(sizeof(int) * P), a2a_rd = malloc(sizeof(int) * P);
+  if (!counts || !displs || !a2a_sc || !a2a_sd || !a2a_rc || !a2a_rd) MPI_Abort(MPI_COMM_WORLD, 2);
   if (rank == 0)
     printf("# ranks %d, %s buffers\n# collective bytes time_us wrong\n", P, cold ? "cold" : "hot");
   for (int c = 0; c < ncoll; ++c) {
@@ -154,6 +200,7 @@ int main(int argc, char** argv) {
     for (size_t bytes = lo; bytes <= hi; bytes *= factor) {
       if (bytes / sizeof(float) < (size_t)P) continue;
       uneven_blocks((int)(bytes / sizeof(float)));
+      uneven_pairs((int)(bytes / sizeof(float)));
       reset(bytes, cold, pool);
       struct args a = {c, bytes};
       const double med = loop_median_seconds(call_once, &a, blocks, budget);
@@ -168,6 +215,7 @@ int main(int argc, char** argv) {
     }
   }
   free(in_pool), free(out_pool), free(counts), free(displs);
+  free(a2a_sc), free(a2a_sd), free(a2a_rc), free(a2a_rd);
   MPI_Finalize();
   return 0;
 }

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # MPI_Bcast, MPI_Reduce, MPI_Allgather, MPI_Reduce_scatter_block (and their uneven forms),
-# MPI_Alltoall, MPI_Gather and MPI_Scatter of an unmodified MPI program
+# MPI_Alltoall, MPI_Gather and MPI_Scatter (and the uneven MPI_Alltoallv, MPI_Gatherv and
+# MPI_Scatterv) of an unmodified MPI program
 # (bench/preload/collectives_loop.c) with and without libtcoll_mpi.so, interleaved,
 # REPS times each, on one node: under the preload these run over shared memory
 # (shm_transport) with the built-in one-node choice (docs/preload.md: tcoll's binomial tree
@@ -11,7 +12,9 @@
 #
 #   bash bench/preload/run_collectives.sh [BUILD_DIR] [REPS] [NPS] [loop args...]
 #   e.g. bash bench/preload/run_collectives.sh build 3 "2 4" -b 4K -e 16M -f 4 -r 5 -t 0.1
-#   (loop args: -b -e -f -r -t, -c 1 for cold buffers, -C MPI_Gather,MPI_Scatter for only those)
+#   (loop args: -b -e -f -r -t, -c 1 for cold buffers, -C MPI_Gather,MPI_Scatter for only those;
+#   -C MPI_Alltoallv,MPI_Gatherv,MPI_Scatterv with TCOLL_ALLTOALLV_ALGO=pairwise_exchange:0-max
+#   TCOLL_GATHERV_ALGO=linear:0-max TCOLL_SCATTERV_ALGO=linear:0-max to time tcoll's uneven forms)
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 build=${1:-build}

@@ -2,12 +2,12 @@
 /* An unmodified MPI program (it calls only MPI) that checks the results of MPI_Allreduce,
  * MPI_Iallreduce, the persistent MPI_Allreduce_init, MPI_Reduce_scatter_block and
  * MPI_Reduce_scatter, MPI_Allgatherv, MPI_Reduce, MPI_Allgather, MPI_Alltoall, MPI_Gather,
- * MPI_Scatter and MPI_Bcast for every predefined C integer and floating type x every
- * predefined op MPI allows on it x in place or not x several communicators (the world, halves
- * with reversed rank order, a singleton and the rest, MPI_COMM_SELF, short-lived duplicates)
- * x counts 0, 1, 7 and a large one. It also makes the calls libtcoll_mpi.so must leave to
- * MPI (a user op, derived datatypes, MAXLOC, an intercommunicator) and checks those results
- * too.
+ * MPI_Scatter, the uneven MPI_Alltoallv, MPI_Gatherv and MPI_Scatterv, and MPI_Bcast for every
+ * predefined C integer and floating type x every predefined op MPI allows on it x in place or not x
+ * several communicators (the world, halves with reversed rank order, a singleton and the rest,
+ * MPI_COMM_SELF, short-lived duplicates) x counts 0, 1, 7 and a large one. It also makes the calls
+ * libtcoll_mpi.so must leave to MPI (a user op, derived datatypes, MAXLOC, an intercommunicator)
+ * and checks those results too.
  *
  * Run under mpirun with or without LD_PRELOAD=libtcoll_mpi.so; the test runner
  * (run_preload.py) checks that the preload was active from its TCOLL_DEBUG summary.
@@ -681,6 +681,333 @@ static void check_scatter(MPI_Comm comm, const tdesc* t, int inplace, size_t n, 
   free(in), free(keep), free(out), free(want);
 }
 
+/* The uneven collectives (MPI_Alltoallv, MPI_Gatherv, MPI_Scatterv). Block sizes differ by
+ * rank and some are zero; the blocks lie in reverse rank order with gaps of GAP elements
+ * (before the first too), which must keep the value GAP_VALUE. The references are computed
+ * here from the known inputs (set_block_value: fractional on the floating types). Under
+ * large_count the _c forms run, with MPI_Count counts and MPI_Aint displacements. */
+enum { GAP = 2, GAP_VALUE = 99 };
+
+/* Rank q's block of a gatherv or scatterv with base count n: none for q = 1, 4, 7, ... */
+static int v_count(int q, size_t n) {
+  return q % 3 == 1 ? 0 : (int)n + q;
+}
+
+/* The block rank `from` sends rank `to` in an alltoallv with base count n: nothing at all
+ * from rank 1 (its send side is empty, it still receives), none for some other pairs too.
+ * `symmetric` (the in-place form, where a pair's two blocks share recvcounts): the same both
+ * ways, nothing to or from rank 1. */
+static int pair_count(int from, int to, size_t n, int symmetric) {
+  if (symmetric) return from == 1 || to == 1 || (from + to) % 4 == 3 ? 0 : (int)n + (from + to) % 3;
+  return from == 1 || (from + 2 * to) % 4 == 3 ? 0 : (int)n + (from + to) % 3;
+}
+
+/* Blocks of counts[q] elements in reverse rank order, GAP elements before each: displs;
+ * returns the buffer's length (elements, GAP after the last too). */
+static size_t reverse_layout(const int* counts, int P, int* displs) {
+  size_t at = GAP;
+  for (int q = P - 1; q >= 0; --q) {
+    displs[q] = (int)at;
+    at += (size_t)counts[q] + GAP;
+  }
+  return at;
+}
+
+static void fill_gaps(const tdesc* t, void* buf, size_t len) {
+  for (size_t i = 0; i < len; ++i) t->set(buf, i, GAP_VALUE);
+}
+
+#if MPI_VERSION >= 4
+/* The large-count copies of counts and displacements (NULL stays NULL). */
+static MPI_Count* to_counts(const int* c, int P) {
+  if (!c) return NULL;
+  MPI_Count* out = xmalloc(sizeof(MPI_Count) * (size_t)P);
+  for (int q = 0; q < P; ++q) out[q] = c[q];
+  return out;
+}
+static MPI_Aint* to_displs(const int* d, int P) {
+  if (!d) return NULL;
+  MPI_Aint* out = xmalloc(sizeof(MPI_Aint) * (size_t)P);
+  for (int q = 0; q < P; ++q) out[q] = d[q];
+  return out;
+}
+#endif
+
+static int call_alltoallv(const void* sb, const int* sc, const int* sd, MPI_Datatype st, void* rb,
+                          const int* rc, const int* rd, MPI_Datatype rt, MPI_Comm comm) {
+#if MPI_VERSION >= 4
+  if (large_count) {
+    int P;
+    MPI_Comm_size(comm, &P);
+    MPI_Count *sc_c = to_counts(sc, P), *rc_c = to_counts(rc, P);
+    MPI_Aint *sd_c = to_displs(sd, P), *rd_c = to_displs(rd, P);
+    const int rc_ = MPI_Alltoallv_c(sb, sc_c, sd_c, st, rb, rc_c, rd_c, rt, comm);
+    free(sc_c), free(rc_c), free(sd_c), free(rd_c);
+    return rc_;
+  }
+#endif
+  return MPI_Alltoallv(sb, sc, sd, st, rb, rc, rd, rt, comm);
+}
+
+static int call_gatherv(const void* sb, int sc, MPI_Datatype st, void* rb, const int* rc,
+                        const int* rd, MPI_Datatype rt, int root, MPI_Comm comm) {
+#if MPI_VERSION >= 4
+  if (large_count) {
+    int P;
+    MPI_Comm_size(comm, &P);
+    MPI_Count* rc_c = to_counts(rc, P);
+    MPI_Aint* rd_c = to_displs(rd, P);
+    const int rc_ = MPI_Gatherv_c(sb, sc, st, rb, rc_c, rd_c, rt, root, comm);
+    free(rc_c), free(rd_c);
+    return rc_;
+  }
+#endif
+  return MPI_Gatherv(sb, sc, st, rb, rc, rd, rt, root, comm);
+}
+
+static int call_scatterv(const void* sb, const int* sc, const int* sd, MPI_Datatype st, void* rb,
+                         int rc, MPI_Datatype rt, int root, MPI_Comm comm) {
+#if MPI_VERSION >= 4
+  if (large_count) {
+    int P;
+    MPI_Comm_size(comm, &P);
+    MPI_Count* sc_c = to_counts(sc, P);
+    MPI_Aint* sd_c = to_displs(sd, P);
+    const int rc_ = MPI_Scatterv_c(sb, sc_c, sd_c, st, rb, rc, rt, root, comm);
+    free(sc_c), free(sd_c);
+    return rc_;
+  }
+#endif
+  return MPI_Scatterv(sb, sc, sd, st, rb, rc, rt, root, comm);
+}
+
+/* MPI_Alltoallv: rank r's block for q holds set_block_value(r * P + q, i); sent from and
+ * received into blocks in reverse rank order with gaps.
+ * In place: the blocks to send sit in recvbuf (symmetric counts); sendcounts, sdispls and
+ * sendtype are passed as NULL and MPI_DATATYPE_NULL (MPI ignores them). */
+static void check_alltoallv(MPI_Comm comm, const tdesc* t, int inplace, size_t n) {
+  int r, P;
+  MPI_Comm_rank(comm, &r);
+  MPI_Comm_size(comm, &P);
+  int *sc = xmalloc(sizeof(int) * (size_t)P), *sd = xmalloc(sizeof(int) * (size_t)P),
+      *rc = xmalloc(sizeof(int) * (size_t)P), *rd = xmalloc(sizeof(int) * (size_t)P);
+  for (int q = 0; q < P; ++q) {
+    sc[q] = pair_count(r, q, n, inplace);
+    rc[q] = pair_count(q, r, n, inplace);
+  }
+  const size_t slen = reverse_layout(sc, P, sd), rlen = reverse_layout(rc, P, rd);
+  char *in = xmalloc(slen * t->size), *out = xmalloc(rlen * t->size),
+       *want = xmalloc(rlen * t->size), *keep = xmalloc(slen * t->size);
+  fill_gaps(t, in, slen);
+  fill_gaps(t, want, rlen);
+  fill_gaps(t, out, rlen);
+  for (int q = 0; q < P; ++q) {
+    for (int i = 0; i < sc[q]; ++i)
+      set_block_value(t, in, (size_t)(sd[q] + i), r * P + q, (size_t)i);
+    for (int i = 0; i < rc[q]; ++i)
+      set_block_value(t, want, (size_t)(rd[q] + i), q * P + r, (size_t)i);
+  }
+  memcpy(keep, in, slen * t->size);
+  if (inplace) { /* symmetric: the send layout is the receive layout */
+    memcpy(out, in, rlen * t->size);
+    check_call(
+        call_alltoallv(MPI_IN_PLACE, NULL, NULL, MPI_DATATYPE_NULL, out, rc, rd, t->type, comm),
+        "MPI_Alltoallv");
+  } else {
+    check_call(call_alltoallv(in, sc, sd, t->type, out, rc, rd, t->type, comm), "MPI_Alltoallv");
+    compare(t, in, keep, slen, "MPI_Alltoallv (input unchanged)", -1, 0, comm);
+  }
+  compare(t, out, want, rlen, "MPI_Alltoallv", -1, inplace, comm);
+  free(in), free(out), free(want), free(keep), free(sc), free(sd), free(rc), free(rd);
+}
+
+/* MPI_Gatherv to `root`: rank q's v_count(q, n) elements land at displs[q] of the root's
+ * buffer (reverse rank order, gaps). In place: the root's block already sits there. The
+ * other ranks pass receive arguments MPI ignores there (NULL, NULL, NULL, no datatype). */
+static void check_gatherv(MPI_Comm comm, const tdesc* t, int inplace, size_t n, int root) {
+  int r, P;
+  MPI_Comm_rank(comm, &r);
+  MPI_Comm_size(comm, &P);
+  int *counts = xmalloc(sizeof(int) * (size_t)P), *displs = xmalloc(sizeof(int) * (size_t)P);
+  for (int q = 0; q < P; ++q) counts[q] = v_count(q, n);
+  const size_t len = reverse_layout(counts, P, displs);
+  char *in = xmalloc((size_t)counts[r] * t->size), *out = xmalloc(len * t->size),
+       *want = xmalloc(len * t->size);
+  for (int i = 0; i < counts[r]; ++i) set_block_value(t, in, (size_t)i, r, (size_t)i);
+  fill_gaps(t, want, len);
+  fill_gaps(t, out, len);
+  for (int q = 0; q < P; ++q)
+    for (int i = 0; i < counts[q]; ++i)
+      set_block_value(t, want, (size_t)(displs[q] + i), q, (size_t)i);
+  if (r != root) {
+    check_call(
+        call_gatherv(in, counts[r], t->type, NULL, NULL, NULL, MPI_DATATYPE_NULL, root, comm),
+        "MPI_Gatherv");
+  } else if (inplace) {
+    memcpy(out + (size_t)displs[r] * t->size, in, (size_t)counts[r] * t->size);
+    check_call(
+        call_gatherv(MPI_IN_PLACE, -1, MPI_DATATYPE_NULL, out, counts, displs, t->type, root, comm),
+        "MPI_Gatherv");
+  } else {
+    check_call(call_gatherv(in, counts[r], t->type, out, counts, displs, t->type, root, comm),
+               "MPI_Gatherv");
+  }
+  if (r == root) compare(t, out, want, len, "MPI_Gatherv", -1, inplace, comm);
+  free(in), free(out), free(want), free(counts), free(displs);
+}
+
+/* MPI_Scatterv from `root`: the block at displs[q] of the root's buffer (v_count(q, n)
+ * elements, reverse rank order, gaps) lands at rank q. In place: the root's buffer stays as
+ * it was. The other ranks pass send arguments MPI ignores there. */
+static void check_scatterv(MPI_Comm comm, const tdesc* t, int inplace, size_t n, int root) {
+  int r, P;
+  MPI_Comm_rank(comm, &r);
+  MPI_Comm_size(comm, &P);
+  int *counts = xmalloc(sizeof(int) * (size_t)P), *displs = xmalloc(sizeof(int) * (size_t)P);
+  for (int q = 0; q < P; ++q) counts[q] = v_count(q, n);
+  const size_t len = reverse_layout(counts, P, displs);
+  const size_t own = (size_t)counts[r];
+  char *in = xmalloc(len * t->size), *keep = xmalloc(len * t->size),
+       *out = xmalloc((own + 1) * t->size), *want = xmalloc((own + 1) * t->size);
+  fill_gaps(t, in, len);
+  for (int q = 0; q < P; ++q)
+    for (int i = 0; i < counts[q]; ++i)
+      set_block_value(t, in, (size_t)(displs[q] + i), q, (size_t)i);
+  memcpy(keep, in, len * t->size);
+  fill_gaps(t, out, own + 1); /* one element past the block: not written */
+  fill_gaps(t, want, own + 1);
+  for (size_t i = 0; i < own; ++i) set_block_value(t, want, i, r, i);
+  if (r != root) {
+    check_call(
+        call_scatterv(NULL, NULL, NULL, MPI_DATATYPE_NULL, out, (int)own, t->type, root, comm),
+        "MPI_Scatterv");
+    compare(t, out, want, own + 1, "MPI_Scatterv", -1, inplace, comm);
+  } else if (inplace) {
+    check_call(
+        call_scatterv(in, counts, displs, t->type, MPI_IN_PLACE, -1, MPI_DATATYPE_NULL, root, comm),
+        "MPI_Scatterv");
+    compare(t, in, keep, len, "MPI_Scatterv (the root's buffer)", -1, inplace, comm);
+  } else {
+    check_call(call_scatterv(in, counts, displs, t->type, out, (int)own, t->type, root, comm),
+               "MPI_Scatterv");
+    compare(t, out, want, own + 1, "MPI_Scatterv", -1, inplace, comm);
+    compare(t, in, keep, len, "MPI_Scatterv (the root's buffer)", -1, inplace, comm);
+  }
+  free(in), free(keep), free(out), free(want), free(counts), free(displs);
+}
+
+/* The uneven collectives with datatypes that differ between ranks and matching signatures:
+ * even ranks send pairs (a contiguous type of 2 MPI_INT) and receive into `spaced` (2 MPI_INT
+ * with a gap of one between, extent 4 MPI_INT: derived and not contiguous), odd ranks
+ * MPI_INT on both sides. Block sizes in MPI_INT are even, zero for some ranks. */
+static void check_v_signatures(MPI_Comm comm) {
+  int r, P;
+  MPI_Comm_rank(comm, &r);
+  MPI_Comm_size(comm, &P);
+  const tdesc* t = &types[4]; /* MPI_INT */
+  MPI_Datatype pair, spaced_vector, spaced;
+  MPI_Type_contiguous(2, MPI_INT, &pair);
+  MPI_Type_vector(2, 1, 2, MPI_INT, &spaced_vector);
+  MPI_Type_create_resized(spaced_vector, 0, (MPI_Aint)(4 * sizeof(int)), &spaced);
+  MPI_Type_commit(&pair);
+  MPI_Type_commit(&spaced);
+  const int even = r % 2 == 0;
+  /* ints of each block: 2 (q % 3), so none for q = 0, 3, ... */
+  int *ints = xmalloc(sizeof(int) * (size_t)P), *counts = xmalloc(sizeof(int) * (size_t)P),
+      *displs = xmalloc(sizeof(int) * (size_t)P);
+  size_t all = 0;
+  for (int q = 0; q < P; ++q) ints[q] = 2 * (q % 3), all += (size_t)ints[q];
+  /* the root's buffer: in MPI_INT, block q (reverse order) at 2 * displs; as `spaced`, each
+   * unit of 2 ints spans 4, so an even root's buffer is twice as long */
+  const size_t len = 4 * all + 8 * (size_t)P + 8;
+  int *buf = xmalloc(sizeof(int) * len), *want = xmalloc(sizeof(int) * len),
+      *mine = xmalloc(sizeof(int) * 8), *got = xmalloc(sizeof(int) * 8);
+  for (int i = 0; i < 2 * ints[r] && i < 8; ++i) mine[i] = 1000 * r + i;
+  for (int k = 0; k < 2; ++k)
+    for (int inplace = 0; inplace < 2; ++inplace) {
+      const int root = k == 0 ? 0 : P - 1, at_root = r == root, in_place = inplace && at_root;
+      /* the root's layout in its own units: MPI_INT (odd) or spaced (even: 2 ints a unit) */
+      const int unit = even ? 2 : 1, stride = even ? 4 : 1; /* ints per unit, and per extent */
+      size_t at = 1;
+      for (int q = P - 1; q >= 0; --q) {
+        counts[q] = ints[q] / unit;
+        displs[q] = (int)at;
+        at += (size_t)counts[q] + 1;
+      }
+      for (size_t i = 0; i < len; ++i) buf[i] = want[i] = -5;
+      for (int q = 0; q < P; ++q)
+        for (int i = 0; i < ints[q]; ++i) {
+          const size_t pos = (size_t)displs[q] * (size_t)stride +
+                             (even ? (size_t)(i / 2) * 4 + (size_t)(i % 2) * 2 : (size_t)i);
+          want[pos] = 1000 * q + i;
+          if (in_place && q == r) buf[pos] = want[pos];
+        }
+      /* gatherv: the others send ints[r] MPI_INT (odd) or ints[r] / 2 pairs (even) */
+      check_call(call_gatherv(in_place ? MPI_IN_PLACE : (const void*)mine, ints[r] / unit,
+                              even ? pair : MPI_INT, at_root ? buf : NULL, at_root ? counts : NULL,
+                              at_root ? displs : NULL,
+                              at_root ? (even ? spaced : MPI_INT) : MPI_DATATYPE_NULL, root, comm),
+                 "MPI_Gatherv(spaced at an even root, pairs and MPI_INT mixed)");
+      if (at_root)
+        compare(t, buf, want, len, "MPI_Gatherv(spaced at an even root, pairs and MPI_INT mixed)",
+                -1, inplace, comm);
+      /* scatterv back from the same layout */
+      for (size_t i = 0; i < len; ++i) buf[i] = at_root ? want[i] : -9;
+      for (int i = 0; i < 8; ++i) got[i] = -7;
+      check_call(call_scatterv(at_root ? buf : NULL, at_root ? counts : NULL,
+                               at_root ? displs : NULL,
+                               at_root ? (even ? spaced : MPI_INT) : MPI_DATATYPE_NULL,
+                               in_place ? MPI_IN_PLACE : (void*)got, ints[r] / unit,
+                               even ? pair : MPI_INT, root, comm),
+                 "MPI_Scatterv(spaced at an even root, pairs and MPI_INT mixed)");
+      if (in_place)
+        compare(t, buf, want, len, "MPI_Scatterv(spaced at the root, in place: unchanged)", -1,
+                inplace, comm);
+      else
+        compare(t, got, mine, (size_t)ints[r],
+                "MPI_Scatterv(spaced at an even root, pairs and MPI_INT mixed)", -1, inplace, comm);
+    }
+  /* alltoallv: rank r sends 2 ((r + q) % 3) ints to q, as pairs (even) or MPI_INT (odd),
+   * element i of it 1000 r + 10 q + i; receives into `spaced` (even) or MPI_INT (odd), the
+   * blocks in reverse rank order with a gap of one unit. In place and not. */
+  int *sc = xmalloc(sizeof(int) * (size_t)P), *sd = xmalloc(sizeof(int) * (size_t)P),
+      *rc = xmalloc(sizeof(int) * (size_t)P), *rd = xmalloc(sizeof(int) * (size_t)P);
+  const size_t alen = 8 * 4 * (size_t)P + 8;
+  int *sendbuf = xmalloc(sizeof(int) * alen), *recvbuf = xmalloc(sizeof(int) * alen),
+      *expect = xmalloc(sizeof(int) * alen);
+  const int unit = even ? 2 : 1, stride = even ? 4 : 1;
+  for (int inplace = 0; inplace < 2; ++inplace) {
+    size_t sat = 0, rat = 1;
+    for (int q = P - 1; q >= 0; --q) {
+      const int s_ints = 2 * ((r + q) % 3), r_ints = 2 * ((q + r) % 3);
+      sc[q] = s_ints / unit, sd[q] = (int)sat, sat += (size_t)sc[q];
+      rc[q] = r_ints / unit, rd[q] = (int)rat, rat += (size_t)rc[q] + 1;
+    }
+    for (size_t i = 0; i < alen; ++i) sendbuf[i] = recvbuf[i] = expect[i] = -3;
+    for (int q = 0; q < P; ++q) {
+      for (int i = 0; i < sc[q] * unit; ++i)
+        sendbuf[(size_t)sd[q] * (size_t)unit + (size_t)i] = 1000 * r + 10 * q + i;
+      for (int i = 0; i < rc[q] * unit; ++i) {
+        const size_t pos = (size_t)rd[q] * (size_t)stride +
+                           (even ? (size_t)(i / 2) * 4 + (size_t)(i % 2) * 2 : (size_t)i);
+        expect[pos] = 1000 * q + 10 * r + i;
+        if (inplace) recvbuf[pos] = 1000 * r + 10 * q + i; /* symmetric: sent from here */
+      }
+    }
+    check_call(call_alltoallv(inplace ? MPI_IN_PLACE : (const void*)sendbuf, sc, sd,
+                              even ? pair : MPI_INT, recvbuf, rc, rd, even ? spaced : MPI_INT,
+                              comm),
+               "MPI_Alltoallv(pairs and spaced on even ranks, MPI_INT on odd)");
+    compare(t, recvbuf, expect, alen,
+            "MPI_Alltoallv(pairs and spaced on even ranks, MPI_INT on odd)", -1, inplace, comm);
+  }
+  free(sc), free(sd), free(rc), free(rd), free(sendbuf), free(recvbuf), free(expect);
+  free(ints), free(counts), free(displs), free(buf), free(want), free(mine), free(got);
+  MPI_Type_free(&spaced);
+  MPI_Type_free(&spaced_vector);
+  MPI_Type_free(&pair);
+}
+
 static void check_bcast(MPI_Comm comm, const tdesc* t, size_t n, int root) {
   int r;
   MPI_Comm_rank(comm, &r);
@@ -729,6 +1056,9 @@ static void check_type(MPI_Comm comm, const tdesc* t, const size_t* counts, int 
       check_alltoall(comm, t, inplace, n);
       check_gather(comm, t, inplace, n, (int)((n + (size_t)inplace) % (size_t)P));
       check_scatter(comm, t, inplace, n, (int)((n + 1 + (size_t)inplace) % (size_t)P));
+      check_alltoallv(comm, t, inplace, n);
+      check_gatherv(comm, t, inplace, n, (int)((n + 2 + (size_t)inplace) % (size_t)P));
+      check_scatterv(comm, t, inplace, n, (int)((n + 3 + (size_t)inplace) % (size_t)P));
     }
     check_bcast(comm, t, n, (int)(n % (size_t)P));
     check_bcast(comm, t, n, P - 1);
@@ -1305,6 +1635,14 @@ static void* run_checks(void* unused) {
     check_gather(MPI_COMM_WORLD, &types[4], inplace, 1000, inplace ? P - 1 : 0);
     check_scatter(MPI_COMM_WORLD, &types[22], inplace, 500, inplace ? 0 : P - 1);
   }
+  /* The uneven forms with blocks of about 1000 elements (some empty), several roots */
+  for (int inplace = 0; inplace < 2; ++inplace) {
+    int P;
+    MPI_Comm_size(MPI_COMM_WORLD, &P);
+    check_alltoallv(MPI_COMM_WORLD, &types[22], inplace, 1000);
+    check_gatherv(MPI_COMM_WORLD, &types[4], inplace, 1000, inplace ? P - 1 : 0);
+    check_scatterv(MPI_COMM_WORLD, &types[21], inplace, 1000, inplace ? 0 : P - 1);
+  }
 
   /* 3. Communicator splits: halves with reversed rank order, a singleton and the rest,
    * MPI_COMM_SELF, and short-lived duplicates (tcoll state freed with each). */
@@ -1330,6 +1668,7 @@ static void* run_checks(void* unused) {
   /* 4. What the preload leaves to MPI, and datatypes that differ between ranks. */
   check_fallbacks(MPI_COMM_WORLD);
   check_signatures(MPI_COMM_WORLD);
+  check_v_signatures(MPI_COMM_WORLD);
 
 #if MPI_VERSION >= 4
   /* 5. The large-count entry points: past the passthrough bound and below it. */
