@@ -444,6 +444,7 @@ TCOLL_PRELOAD_EXPORT int MPI_Allreduce_init(const void* sendbuf, void* recvbuf, 
   });
 }
 
+#if TCOLL_PRELOAD_LARGE_COUNT // (Open MPI 5 has the persistent collectives, not these)
 /// MPI-4's MPI_Allreduce_init_c: the same path as MPI_Allreduce_init.
 TCOLL_PRELOAD_EXPORT int MPI_Allreduce_init_c(const void* sendbuf, void* recvbuf, MPI_Count count,
                                               MPI_Datatype datatype, MPI_Op op, MPI_Comm comm,
@@ -452,6 +453,7 @@ TCOLL_PRELOAD_EXPORT int MPI_Allreduce_init_c(const void* sendbuf, void* recvbuf
     return PMPI_Allreduce_init_c(sendbuf, recvbuf, count, datatype, op, comm, info, request);
   });
 }
+#endif
 #elif TCOLL_PRELOAD_PERSISTENT == 2
 /// Open MPI 4's persistent allreduce (the `pcollreq` extension, `mpi-ext.h`) through tcoll,
 /// as MPI_Allreduce_init on MPI-4.

@@ -62,13 +62,15 @@
 #define TCOLL_PRELOAD_LARGE_COUNT 0
 #endif
 
-/// Persistent collectives: MPI-4's `MPI_Allreduce_init` (Open MPI from 5.0), or Open MPI 4's
+/// Persistent collectives: MPI-4's `MPI_Allreduce_init` (Open MPI from 5.0, which has it while
+/// it still reports MPI_VERSION 3 and has no large-count functions), or Open MPI 4's
 /// `MPIX_Allreduce_init` from its `pcollreq` extension where only that exists. Not on MPICH:
 /// its MPI_Wait (4.0.2, ch4:ucx, MPI_THREAD_MULTIPLE) never returns for a receive that
 /// another thread's message to the same process completes (MPI_Test sees it), which is how
 /// tcoll's engine thread completes a persistent request (`persistent_collective`), so MPICH
 /// runs its own.
-#if MPI_VERSION >= 4 && !defined(MPICH_VERSION)
+#if (MPI_VERSION >= 4 || (defined(OMPI_MAJOR_VERSION) && OMPI_MAJOR_VERSION >= 5)) &&            \
+    (!defined(MPICH_NUMVERSION) || MPICH_NUMVERSION >= 50000000)
 #define TCOLL_PRELOAD_PERSISTENT 1
 #elif defined(OPEN_MPI)
 #include <mpi-ext.h>

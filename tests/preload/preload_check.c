@@ -16,7 +16,13 @@
  * Every rank prints its error count; the exit code is non-zero if any check failed. */
 #include <dirent.h>
 #include <mpi.h>
-#if MPI_VERSION < 4 && defined(OPEN_MPI)
+/* Open MPI 5 has MPI-4's persistent collectives while it reports MPI_VERSION 3 */
+#if MPI_VERSION >= 4 || (defined(OMPI_MAJOR_VERSION) && OMPI_MAJOR_VERSION >= 5)
+#define HAVE_MPI4_PERSISTENT 1
+#else
+#define HAVE_MPI4_PERSISTENT 0
+#endif
+#if !HAVE_MPI4_PERSISTENT && defined(OPEN_MPI)
 #include <mpi-ext.h> /* Open MPI 4's persistent collectives: MPIX_Allreduce_init */
 #endif
 #include <pthread.h>
@@ -379,7 +385,7 @@ static void check_iallreduce(MPI_Comm comm, const tdesc* t, int o, size_t n) {
 }
 
 /* Persistent allreduce: MPI-4's MPI_Allreduce_init, or Open MPI 4's MPIX_Allreduce_init. */
-#if MPI_VERSION >= 4
+#if HAVE_MPI4_PERSISTENT
 #define HAVE_PERSISTENT 1
 #define ALLREDUCE_INIT(...) COLL(MPI_Allreduce_init, __VA_ARGS__)
 #elif defined(OMPI_HAVE_MPI_EXT_PCOLLREQ) && OMPI_HAVE_MPI_EXT_PCOLLREQ

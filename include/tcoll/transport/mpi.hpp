@@ -574,12 +574,19 @@ private:
   /// Frees the communicator, unless this rank saw a failure on it: then peers may still
   /// send to it (messages of the failed collective), and a message arriving for a freed
   /// communicator would land in the next one MPI creates with the same context id (see
-  /// `shared::control`). Such a communicator is left to MPI_Finalize.
+  /// `shared::control`). Such a communicator is left to MPI_Finalize. So is one that still
+  /// holds a message nobody received, which a rank that saw no failure has when its peers
+  /// failed without it (it never joined their collective): MPICH 5 aborts the program in
+  /// MPI_Comm_free for such a communicator ("being freed has 1 unmatched message(s)").
   void free_comm() noexcept {
     if (comm_ == MPI_COMM_NULL) return;
     int finalized = 0;
     MPI_Finalized(&finalized);
-    if (!finalized && !saw_failure()) MPI_Comm_free(&comm_);
+    if (!finalized && !saw_failure()) {
+      int unmatched = 0;
+      MPI_Iprobe(MPI_ANY_SOURCE, MPI_ANY_TAG, comm_, &unmatched, MPI_STATUS_IGNORE);
+      if (!unmatched) MPI_Comm_free(&comm_);
+    }
     comm_ = MPI_COMM_NULL;
   }
 
