@@ -176,10 +176,27 @@ constexpr collective collective_of(coll c) noexcept {
 /// Which MPI's collectives the built-in choice below was measured against: MPICH's small
 /// allreduce and its MPI_Reduce from 64 KiB are slower than tcoll's over shared memory
 /// (docs/benchmarks.md, "Against MPICH and Open MPI at their defaults"), Open MPI's are not.
-#ifdef MPICH_VERSION
-inline constexpr bool builtin_for_mpich = true;
+/// A build against the MPI-5 standard ABI (`MPI_ABI`) learns it at run time from the library
+/// it runs under (`MPI_Get_library_version`, which MPI allows before MPI_Init).
+#if defined(MPICH_VERSION)
+inline bool builtin_for_mpich() {
+  return true;
+}
+#elif defined(MPI_ABI)
+inline bool builtin_for_mpich() {
+  static const bool mpich = [] {
+    char version[MPI_MAX_LIBRARY_VERSION_STRING] = {};
+    int length = 0;
+    PMPI_Get_library_version(version, &length);
+    return std::string_view(version, static_cast<std::size_t>(length)).find("MPICH") !=
+           std::string_view::npos;
+  }();
+  return mpich;
+}
 #else
-inline constexpr bool builtin_for_mpich = false;
+inline bool builtin_for_mpich() {
+  return false;
+}
 #endif
 
 /// The settings read from the environment once per process (see docs/preload.md).
@@ -201,7 +218,7 @@ struct settings {
   /// saves), then tcoll's shared-memory choice (`shared_memory_choice`, algorithm/select.hpp:
   /// the same one `automatic` makes on shm_transport). Not set from the environment:
   /// TCOLL_ALLREDUCE_ALGO overrides it.
-  std::size_t shm_native_below_bytes = builtin_for_mpich ? 0 : 512;
+  std::size_t shm_native_below_bytes = builtin_for_mpich() ? 0 : 512;
   shared_memory_choice shm_allreduce{};
   /// The built-in choice of the other collectives on such a communicator (sizes as each
   /// collective counts them, docs/preload.md), measured over shared memory against Open MPI
@@ -211,7 +228,7 @@ struct settings {
   std::size_t shm_bcast_from_bytes = 512;  ///< binomial tree from here
   std::size_t shm_reduce_from_bytes = 512; ///< binomial tree from here ...
   std::size_t shm_reduce_up_to_bytes =     ///< ... to here
-      builtin_for_mpich ? std::numeric_limits<std::size_t>::max() : 32 * 1024;
+      builtin_for_mpich() ? std::numeric_limits<std::size_t>::max() : 32 * 1024;
   std::size_t shm_allgather_from_bytes = 8 * 1024;      ///< ring, more than 2 ranks (2: MPI's)
   std::size_t shm_reduce_scatter_two_from_bytes = 1024; ///< ring on 2 ranks
   std::size_t shm_reduce_scatter_from_bytes = 8 * 1024; ///< ring on more than 2 ranks

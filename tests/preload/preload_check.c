@@ -1539,7 +1539,11 @@ static int fresh_comm_handle(void) {
   int h = 0;
   for (int k = 0; k < 8; ++k) {
     MPI_Comm_dup(MPI_COMM_WORLD, &c[k]);
+#ifdef MPI_ABI /* the standard ABI's integer handle (it has no Fortran conversions) */
+    if (MPI_Comm_toint(c[k]) > h) h = MPI_Comm_toint(c[k]);
+#else
     if ((int)MPI_Comm_c2f(c[k]) > h) h = (int)MPI_Comm_c2f(c[k]);
+#endif
   }
   for (int k = 0; k < 8; ++k) MPI_Comm_free(&c[k]);
   return h;
