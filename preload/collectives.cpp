@@ -101,8 +101,8 @@ algorithm_id shm_collective_choice(coll c, std::size_t bytes, int P) {
   const settings& s = config();
   switch (c) {
   case coll::bcast:
-    return bytes >= s.shm_bcast_from_bytes ? algorithm_id::binomial_tree
-                                           : algorithm_id::passthrough;
+    return bytes < s.shm_bcast_from_bytes ? algorithm_id::passthrough
+                                          : s.shm_choice.choose_broadcast(bytes);
   case coll::reduce:
     return bytes >= s.shm_reduce_from_bytes && bytes <= s.shm_reduce_up_to_bytes
                ? algorithm_id::binomial_tree
@@ -1245,7 +1245,12 @@ int bcast_call(void* buffer, Count count, MPI_Datatype datatype, int root, MPI_C
           if (s.rank == root)
             pack_local(buffer, count, datatype, reinterpret_cast<std::byte*>(data), bytes);
         }
-        on_transport(c, s, a, [&](auto& t) { tcoll::broadcast(t, data, bytes, root); });
+        on_transport(c, s, a, [&](auto& t) {
+          if (a == algorithm_id::in_segment)
+            tcoll::broadcast(t, data, bytes, root, tcoll::in_segment{});
+          else
+            tcoll::broadcast(t, data, bytes, root);
+        });
         if (!direct && s.rank != root)
           unpack_local(reinterpret_cast<const std::byte*>(data), bytes, buffer, count, datatype);
       });

@@ -251,7 +251,7 @@ bool chosen_by_rule(coll c, std::size_t bytes) {
 algorithm_id choose_shared_memory(std::size_t bytes, int ranks) {
   const settings& s = config();
   if (bytes < s.shm_native_below_bytes) return algorithm_id::passthrough;
-  return s.shm_allreduce.choose(bytes, ranks);
+  return s.shm_choice.choose(bytes, ranks);
 }
 
 algorithm_id choose(coll c, std::size_t bytes) {

@@ -69,7 +69,7 @@
 /// another thread's message to the same process completes (MPI_Test sees it), which is how
 /// tcoll's engine thread completes a persistent request (`persistent_collective`), so MPICH
 /// runs its own.
-#if (MPI_VERSION >= 4 || (defined(OMPI_MAJOR_VERSION) && OMPI_MAJOR_VERSION >= 5)) &&            \
+#if (MPI_VERSION >= 4 || (defined(OMPI_MAJOR_VERSION) && OMPI_MAJOR_VERSION >= 5)) &&              \
     (!defined(MPICH_NUMVERSION) || MPICH_NUMVERSION >= 50000000)
 #define TCOLL_PRELOAD_PERSISTENT 1
 #elif defined(OPEN_MPI)
@@ -219,13 +219,13 @@ struct settings {
   /// the same one `automatic` makes on shm_transport). Not set from the environment:
   /// TCOLL_ALLREDUCE_ALGO overrides it.
   std::size_t shm_native_below_bytes = builtin_for_mpich() ? 0 : 512;
-  shared_memory_choice shm_allreduce{};
+  shared_memory_choice shm_choice{};
   /// The built-in choice of the other collectives on such a communicator (sizes as each
   /// collective counts them, docs/preload.md), measured over shared memory against Open MPI
   /// 4.1 with cross-memory attach and against MPICH 4.0 (docs/benchmarks.md, "Against MPICH
   /// and Open MPI at their defaults", and "Earlier preload tables"): tcoll's algorithm in these
   /// ranges, MPI's own elsewhere. Not set from the environment: a TCOLL_*_ALGO rule overrides them.
-  std::size_t shm_bcast_from_bytes = 512;  ///< binomial tree from here
+  std::size_t shm_bcast_from_bytes = 512;  ///< tcoll from here (`shm_choice.choose_broadcast`)
   std::size_t shm_reduce_from_bytes = 512; ///< binomial tree from here ...
   std::size_t shm_reduce_up_to_bytes =     ///< ... to here
       builtin_for_mpich() ? std::numeric_limits<std::size_t>::max() : 32 * 1024;

@@ -397,10 +397,11 @@ void allgatherv(C& c, const T* sendbuf, std::size_t send_count, T* recvbuf,
   });
 }
 
-/// Broadcast of `count` elements of `buffer` from `root` (binomial tree).
-template <communicator C, class T, reducer R = cpu_reducer>
-void broadcast(C& c, T* buffer, std::size_t count, int root, const binomial_tree& algo = {},
-               R red = {}) {
+/// Broadcast of `count` elements of `buffer` from `root`: binomial tree, or `in_segment`
+/// (the shared segment's collective area, algorithm/in_segment.hpp).
+template <communicator C, class T, broadcast_algorithm Algo = binomial_tree,
+          reducer R = cpu_reducer>
+void broadcast(C& c, T* buffer, std::size_t count, int root, const Algo& algo = {}, R red = {}) {
   detail::check_broadcast_args(buffer, count, root, c.rank(), c.size());
   const auto tags = detail::begin_on(c);
   detail::guarded_on(c, [&] { detail::broadcast_on(c, tags, buffer, count, root, algo, red); });

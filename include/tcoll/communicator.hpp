@@ -189,15 +189,15 @@ void allgatherv_on(C& c, const collective_tags_t<C>& tags, const T* sendbuf, T* 
   c.allgatherv_tagged(tags, sendbuf, recvbuf, counts, displs, extent, algo, red);
 }
 
-template <transport Tr, class T, reducer R>
-void broadcast_on(Tr& t, int tag, T* buffer, std::size_t count, int root, const binomial_tree& algo,
+template <transport Tr, class T, broadcast_algorithm Algo, reducer R>
+void broadcast_on(Tr& t, int tag, T* buffer, std::size_t count, int root, const Algo& algo,
                   R& red) {
   broadcast_tagged(t, tag, buffer, count, root, algo, red);
 }
-template <composite_communicator C, class T, reducer R>
+template <composite_communicator C, class T, broadcast_algorithm Algo, reducer R>
 void broadcast_on(C& c, const collective_tags_t<C>& tags, T* buffer, std::size_t count, int root,
-                  const binomial_tree& algo, R& red) {
-  c.broadcast_tagged(tags, buffer, count, root, algo, red);
+                  const Algo&, R& red) {
+  c.broadcast_tagged(tags, buffer, count, root, binomial_tree{}, red);
 }
 
 template <transport Tr, class T, class Op, reducer R>

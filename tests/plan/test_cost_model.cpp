@@ -247,11 +247,19 @@ struct plain {};
 TEST_CASE("automatic on a shared-memory transport: its own choice, rules still first") {
   using tcoll::algorithm_id;
   tcoll::automatic a{.rules = {}};
-  CHECK(a.choose_shared_memory(8, 2, true) == algorithm_id::recursive_doubling);
-  CHECK(a.choose_shared_memory(16 << 10, 2, true) == algorithm_id::recursive_doubling);
+  CHECK(a.choose_shared_memory(8, 2, true) == algorithm_id::in_segment);
+  CHECK(a.choose_shared_memory(16 << 10, 2, true) == algorithm_id::in_segment);
   CHECK(a.choose_shared_memory((16 << 10) + 1, 2, true) ==
         algorithm_id::recursive_halving_doubling); // 2 ranks: ring is the slowest there
+  CHECK(a.choose_shared_memory(1 << 20, 3, true) == algorithm_id::in_segment);
+  CHECK(a.choose_shared_memory((1 << 20) + 1, 3, true) == algorithm_id::recursive_halving_doubling);
+  a.shared_memory.in_segment_up_to_bytes_many = 0; // without it: ring to 1 MiB on 3 ranks
   CHECK(a.choose_shared_memory(512 << 10, 3, true) == algorithm_id::ring);
+  a.shared_memory.in_segment_up_to_bytes = 0; // and recursive doubling to 16 KiB on 2
+  CHECK(a.choose_shared_memory(8, 2, true) == algorithm_id::recursive_doubling);
+  // a non-commutative op keeps the in-segment choice (it folds ranks in order)
+  CHECK(tcoll::automatic{.rules = {}}.choose_shared_memory(8, 2, false) ==
+        algorithm_id::in_segment);
   CHECK(a.choose_shared_memory(8 << 20, 4, true) == algorithm_id::recursive_halving_doubling);
   // the dispatch by transport: shm_transport declares shared_memory, the thread transport not
   CHECK(a.choose_for<shm_like>(8 << 20, 2, true, false) ==

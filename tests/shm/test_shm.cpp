@@ -87,6 +87,16 @@ tcoll::shm_options small_single_copy(std::chrono::milliseconds timeout = 30s) {
   return o;
 }
 
+/// A collective area of two flagged lines (96 bytes) and 256-byte bulk buffers, so the
+/// in-segment allreduce crosses its lines, whole, slice and piece paths at small counts.
+tcoll::shm_options tiny_area(std::chrono::milliseconds timeout = 30s) {
+  tcoll::shm_options o;
+  o.timeout = timeout;
+  o.area_lines = 2;
+  o.area_bulk_bytes = 256;
+  return o;
+}
+
 /// Same answer on every rank (they must all send the same way).
 bool single_copy_agreed(const tcoll::shm_transport& t) {
   int mine = t.single_copy() ? 1 : 0, low = 0, high = 0;
@@ -131,6 +141,206 @@ TEST_CASE("shm: fractional rounding, non-commutative order, the other collective
     uneven_block_values(t, {0, 1, std::size_t(P + 1), 1000});
     barrier_waits_for_every_rank(t);
   }
+}
+
+TEST_CASE("shm: in_segment allreduce: lines, whole, slices and pieces, every type and op, "
+          "bitwise identical on every rank") {
+  for (const auto& options : {tcoll::shm_options{}, tiny_area()}) {
+    tcoll::shm_transport t(MPI_COMM_WORLD, options);
+    const int P = t.size();
+    const std::uint64_t before = t.segment_area().collectives();
+    matrix_options opt;
+    opt.algorithms = {"in_segment"};
+    opt.types = {"float"};
+    opt.ops = {"sum"};
+    // 96 B of lines in the tiny area: 24 floats; 256 B pieces: 64 floats
+    opt.counts = {0, 1, 24, 25, 64, 65, std::size_t(P + 1), 897, 1000, 70003};
+    allreduce_matrix(t, opt);
+    opt.types = {};
+    opt.ops = {};
+    opt.counts = {std::size_t(P + 1), 29, 257};
+    allreduce_matrix(t, opt);
+    reduced_precision_rounding(t, {1, 29, 1000}, {"in_segment"});
+    // it ran in the segment (no engine here), not the recursive-doubling fallback
+    if (P > 1) CHECK(t.segment_area().collectives() - before >= 100);
+    // the slices path at small sizes: slices from 128 bytes
+    const tcoll::in_segment slices{.slices_from_bytes = 128};
+    for (std::size_t n : {std::size_t{32}, std::size_t{33}, std::size_t{63}, std::size_t{1000},
+                          std::size_t{(1 << 16) + 3}})
+      for (int ip = 0; ip < 2; ++ip) {
+        const case_id id{"in_segment{slices}", "float", "sum", n, P, t.rank(), ip == 1};
+        allreduce_case<tcoll::shm_transport, float>(t, slices, tcoll::sum_op{}, op_kind::sum, n,
+                                                    ip == 1, id, 11 + n, true);
+        const case_id avg{"in_segment{slices}", "double", "avg", n, P, t.rank(), ip == 1};
+        allreduce_case<tcoll::shm_transport, double>(t, slices, tcoll::avg_op{}, op_kind::avg, n,
+                                                     ip == 1, avg, 13 + n, true);
+      }
+    // operand order is kept: a non-commutative op folds ranks 0, 1, ..., P-1
+    for (std::size_t n : {std::size_t{1}, std::size_t{29}, std::size_t{1000}})
+      for (int ip = 0; ip < 2; ++ip) {
+        const case_id id{"in_segment", "uint32", "noncommutative", n, P, t.rank(), ip == 1};
+        allreduce_case<tcoll::shm_transport, std::uint32_t>(
+            t, tcoll::in_segment{}, noncommutative_op, op_kind::noncommutative, n, ip == 1, id,
+            77 + n, true);
+        allreduce_case<tcoll::shm_transport, std::uint32_t>(
+            t, slices, noncommutative_op, op_kind::noncommutative, n, ip == 1, id, 79 + n, true);
+      }
+  }
+}
+
+TEST_CASE("shm: in_segment reuses its two areas safely over hundreds of calls of mixed sizes") {
+  tcoll::shm_transport t(MPI_COMM_WORLD, tiny_area());
+  const int P = t.size();
+  const std::size_t sizes[] = {1, 24, 25, 200, 3, 64, 1000, 2};
+  for (int k = 0; k < 240; ++k) {
+    const std::size_t n = sizes[k % 8];
+    // a rank that sleeps now and then lets the others run ahead into the next area
+    if (k % 37 == t.rank()) std::this_thread::sleep_for(2ms);
+    const case_id id{"in_segment", "float", "sum", n, P, t.rank(), k % 2 == 1};
+    allreduce_case<tcoll::shm_transport, float>(t, tcoll::in_segment{}, tcoll::sum_op{},
+                                                op_kind::sum, n, k % 2 == 1, id, 1000 + k, true);
+  }
+}
+
+TEST_CASE("shm: in_segment runs on the engine; a blocking call beside it takes messages") {
+  tcoll::shm_transport t(MPI_COMM_WORLD);
+  const int P = t.size();
+  const float frac = 0.1f + 0.01f * static_cast<float>(t.rank());
+  std::vector<std::vector<float>> bufs(5, std::vector<float>(300, frac));
+  const std::uint64_t before = t.segment_area().collectives();
+  std::vector<tcoll::request> pending;
+  for (auto& b : bufs)
+    pending.push_back(
+        tcoll::iallreduce(t, std::span<float>(b), tcoll::sum_op{}, tcoll::in_segment{}));
+  std::vector<float> blocking(300, frac);
+  tcoll::allreduce(t, std::span<float>(blocking), tcoll::sum_op{}, tcoll::in_segment{});
+  for (auto& q : pending) q.wait();
+  // the five on the engine ran in the segment, the blocking one beside them did not
+  CHECK(t.segment_area().collectives() - before == (P > 1 ? 5u : 0u));
+  float expect = 0;
+  for (int q = 0; q < P; ++q) expect += 0.1f + 0.01f * static_cast<float>(q);
+  for (auto& b : bufs) CHECK(std::abs(b[17] - expect) < 1e-5f * P);
+  CHECK(std::abs(blocking[17] - expect) < 1e-5f * P);
+  // a prepared in_segment allreduce started on the engine runs in the segment too
+  tcoll::prepared_allreduce<tcoll::shm_transport, float, tcoll::sum_op, tcoll::in_segment> prepared(
+      t, 300);
+  prepared.start(bufs[0].data()).wait();
+  CHECK(t.segment_area().collectives() - before == (P > 1 ? 6u : 0u));
+  CHECK(std::abs(bufs[0][3] - expect * P) < 1e-4f * P * P);
+  // one thread of a rank at a time: a second session while one is open is refused
+  {
+    tcoll::shm_segment_area::session open(t.segment_area());
+    CHECK_THROWS_WITH_AS(tcoll::shm_segment_area::session(t.segment_area()),
+                         doctest::Contains("another thread of this rank"), tcoll::invalid_argument);
+  }
+  MPI_Barrier(MPI_COMM_WORLD);
+}
+
+TEST_CASE("shm: in_segment broadcast from every root, lines and pieces, areas reused") {
+  for (const auto& options : {tcoll::shm_options{}, tiny_area()}) {
+    tcoll::shm_transport t(MPI_COMM_WORLD, options);
+    const int P = t.size(), rank = t.rank();
+    const std::uint64_t before = t.segment_area().collectives();
+    auto value = [](int root, std::size_t i, int k) {
+      return 1000.0 * root + 0.001 * static_cast<double>(i) + 0.37 * k;
+    };
+    int k = 0, bad = 0;
+    // 96 B of lines in the tiny area: 12 doubles; 256 B pieces: 32 doubles
+    for (std::size_t n : {std::size_t{0}, std::size_t{1}, std::size_t{12}, std::size_t{13},
+                          std::size_t{32}, std::size_t{33}, std::size_t{1000}, std::size_t{70003}})
+      for (int root = 0; root < P; ++root)
+        for (int rep = 0; rep < 3; ++rep, ++k) {
+          std::vector<double> buf(n, -1.0);
+          if (rank == root)
+            for (std::size_t i = 0; i < n; ++i) buf[i] = value(root, i, k);
+          tcoll::broadcast(t, buf.data(), n, root, tcoll::in_segment{});
+          for (std::size_t i = 0; i < n; ++i)
+            if (buf[i] != value(root, i, k)) ++bad;
+        }
+    CHECK(bad == 0);
+    if (P > 1) CHECK(t.segment_area().collectives() - before >= std::uint64_t(7 * 3 * P));
+    // on the engine, several in flight, mixed with allreduces
+    std::vector<std::vector<double>> bufs(4, std::vector<double>(300, -1.0));
+    std::vector<float> sum(29, 0.5f);
+    std::vector<tcoll::request> pending;
+    for (int b = 0; b < 4; ++b) {
+      const int root = b % P;
+      if (rank == root)
+        for (std::size_t i = 0; i < 300; ++i) bufs[b][i] = value(root, i, b);
+      pending.push_back(tcoll::ibroadcast(t, bufs[b].data(), 300, root, tcoll::in_segment{}));
+      pending.push_back(
+          tcoll::iallreduce(t, std::span<float>(sum), tcoll::sum_op{}, tcoll::in_segment{}));
+    }
+    for (auto& q : pending) q.wait();
+    for (int b = 0; b < 4; ++b) CHECK(bufs[b][123] == value(b % P, 123, b));
+    CHECK(sum[7] == doctest::Approx(0.5 * std::pow(static_cast<double>(P), 4)));
+    MPI_Barrier(MPI_COMM_WORLD);
+  }
+}
+
+TEST_CASE("shm: in_segment: ranks that disagree on the count or type fail at once, naming "
+          "the peer") {
+  const int P = world_size();
+  if (P < 2) return;
+  struct disagreement {
+    std::size_t mine, rank1; // float counts: lines (48 floats) or bulk
+    bool doubles_on_rank1;
+  };
+  for (const disagreement d : {disagreement{5, 6, false}, disagreement{100, 101, false},
+                               disagreement{20, 2000, false}, disagreement{100, 100, true}}) {
+    tcoll::shm_transport t(MPI_COMM_WORLD, tiny_area(20s));
+    const int rank = t.rank();
+    const auto start = tcoll::clock::now();
+    std::string error;
+    try {
+      if (rank == 1 && d.doubles_on_rank1) {
+        std::vector<double> x(d.rank1, 0.5);
+        tcoll::allreduce(t, std::span<double>(x), tcoll::sum_op{}, tcoll::in_segment{});
+      } else {
+        std::vector<float> x(rank == 1 ? d.rank1 : d.mine, 0.5f);
+        tcoll::allreduce(t, std::span<float>(x), tcoll::sum_op{}, tcoll::in_segment{});
+      }
+    } catch (const tcoll::transport_error& e) {
+      error = e.what();
+    } catch (const tcoll::aborted_error& e) {
+      error = e.what();
+    }
+    CAPTURE(d.mine);
+    CAPTURE(d.rank1);
+    if (rank <= 1) { // the two that disagree both fail, well before the timeout
+      CHECK_MESSAGE(!error.empty(), "no error");
+      CHECK(tcoll::clock::now() - start < 10s);
+    }
+    if (error.find("every rank must pass the same") != std::string::npos)
+      CHECK(error.find(rank == 1 ? "rank 0 passed" : "rank 1 passed") != std::string::npos);
+    MPI_Barrier(MPI_COMM_WORLD);
+  }
+}
+
+TEST_CASE("shm: in_segment fails at once on abort and times out on an absent peer") {
+  const int P = world_size();
+  if (P < 2) return;
+  {
+    tcoll::shm_transport t(MPI_COMM_WORLD, tiny_area(20s));
+    std::vector<float> data(1000, 0.5f);
+    const auto start = tcoll::clock::now();
+    if (t.rank() == P - 1) {
+      std::this_thread::sleep_for(100ms);
+      t.abort();
+    } else {
+      CHECK_THROWS_AS(
+          tcoll::allreduce(t, std::span<float>(data), tcoll::sum_op{}, tcoll::in_segment{}),
+          tcoll::aborted_error);
+      CHECK(tcoll::clock::now() - start < 2s);
+    }
+    MPI_Barrier(MPI_COMM_WORLD);
+  }
+  for (int absent : {0, P - 1})
+    for (std::size_t n : {std::size_t{3}, std::size_t{1000}}) {
+      tcoll::shm_transport t(MPI_COMM_WORLD, tiny_area(300ms));
+      absent_peer_case(t, absent, tcoll::in_segment{}, n);
+      MPI_Barrier(MPI_COMM_WORLD);
+    }
 }
 
 TEST_CASE("shm: single copy is probed once, agreed by every rank, and off on request") {
@@ -253,6 +463,7 @@ TEST_CASE(
       no_allocation_case<tcoll::ring>(t, n);
       no_allocation_case<tcoll::recursive_doubling>(t, n);
       no_allocation_case<tcoll::recursive_halving_doubling>(t, n);
+      no_allocation_case<tcoll::in_segment>(t, n);
     }
 }
 

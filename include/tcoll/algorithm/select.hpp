@@ -16,7 +16,9 @@
 #include "../core/collective_table.hpp"
 #include "../core/concepts.hpp"
 #include "../core/error.hpp"
+#include "binomial_tree.hpp"
 #include "bruck.hpp"
+#include "in_segment.hpp"
 #include "multi_ring.hpp"
 #include "pairwise_exchange.hpp"
 #include "ring.hpp"
@@ -106,18 +108,31 @@ inline std::vector<size_rule> parse_selection(std::string_view text,
 /// measurement here shows it ahead of the ring on one link (its gain is on full-duplex
 /// links with a reduction that overlaps the transfers, MXNET-MPI Sec. 6.3.2).
 /// The built-in allreduce choice over shared memory between processes (`shm_transport`),
-/// measured in docs/benchmarks.md ("Shared-memory transport" and "Under the preload over
-/// shared memory"): recursive doubling up to `doubling_up_to_bytes`, then ring up to
-/// `ring_up_to_bytes` on more than 2 ranks, recursive halving-doubling above (and from
-/// `doubling_up_to_bytes` on 2 ranks, where ring is the slowest algorithm over shared
-/// memory: it copies every byte through the segment twice as often as it reduces).
+/// measured in docs/benchmarks.md ("Shared-memory transport", "The in-segment allreduce" and
+/// "Under the preload over shared memory"): the in-segment allreduce up to
+/// `in_segment_up_to_bytes` on 2 ranks and `in_segment_up_to_bytes_many` on more, then on
+/// 2 ranks recursive doubling up to `doubling_up_to_bytes` and recursive halving-doubling
+/// above (ring is the slowest algorithm over shared memory there: it copies every byte
+/// through the segment twice as often as it reduces), on more ranks ring up to
+/// `ring_up_to_bytes` and recursive halving-doubling above.
 struct shared_memory_choice {
+  std::size_t in_segment_up_to_bytes = 16 * 1024;
+  std::size_t in_segment_up_to_bytes_many = 1024 * 1024;
   std::size_t doubling_up_to_bytes = 16 * 1024;
   std::size_t ring_up_to_bytes = 1024 * 1024;
   algorithm_id choose(std::size_t bytes, int ranks) const {
+    if (bytes <= (ranks > 2 ? in_segment_up_to_bytes_many : in_segment_up_to_bytes))
+      return algorithm_id::in_segment;
     if (bytes <= doubling_up_to_bytes) return algorithm_id::recursive_doubling;
     if (ranks > 2 && bytes <= ring_up_to_bytes) return algorithm_id::ring;
     return algorithm_id::recursive_halving_doubling;
+  }
+  /// Broadcast: the collective area up to `broadcast_in_segment_up_to_bytes`, the binomial
+  /// tree above (whose messages go single-copy there).
+  std::size_t broadcast_in_segment_up_to_bytes = 64 * 1024;
+  algorithm_id choose_broadcast(std::size_t bytes) const {
+    return bytes <= broadcast_in_segment_up_to_bytes ? algorithm_id::in_segment
+                                                     : algorithm_id::binomial_tree;
   }
 };
 
@@ -135,6 +150,8 @@ struct automatic {
   ring ring_knobs{};
   /// The rings of a multi_ring rule.
   multi_ring multi_ring_knobs{};
+  /// The knobs of an in_segment choice or rule.
+  in_segment in_segment_knobs{};
   /// The choice on a shared-memory transport (`transport_is_shared_memory`), where no rule
   /// of `rules` covers the size.
   shared_memory_choice shared_memory{};
@@ -239,6 +256,12 @@ struct alltoall_by_size {
     return parsed;
   }
 };
+
+/// The algorithms `broadcast` takes on a transport: the binomial tree, or the collective area
+/// (`in_segment`, which runs the tree where the transport has none). A two-level machine
+/// runs its own (through the group leaders) whatever is asked.
+template <class A>
+concept broadcast_algorithm = std::same_as<A, binomial_tree> || std::same_as<A, in_segment>;
 
 /// The algorithms `alltoall` takes: one of the two, or the choice between them by size.
 template <class A>

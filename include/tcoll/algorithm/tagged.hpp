@@ -19,6 +19,7 @@
 #include "../core/ops.hpp"
 #include "../detail/executor.hpp"
 #include "binomial_tree.hpp"
+#include "in_segment.hpp"
 #include "pairwise_exchange.hpp"
 #include "passthrough.hpp"
 #include "ring.hpp"
@@ -76,6 +77,8 @@ void allreduce_tagged(Tr& t, int tag, const T* sendbuf, T* recvbuf, std::size_t 
     static_assert(has_native_allreduce<Tr, T, Op>,
                   "tcoll: passthrough needs a transport with a vendor allreduce (mpi, nccl)");
     t.native_allreduce(sendbuf, recvbuf, count, op);
+  } else if constexpr (std::is_same_v<Algo, in_segment>) {
+    in_segment_allreduce_on(t, tag, sendbuf, recvbuf, count, op, algo, red);
   } else {
     static_assert(allreduce_algorithm<Algo>, "tcoll: not an allreduce algorithm");
     check_order<Op, Algo>();
@@ -141,6 +144,15 @@ void broadcast_tagged(Tr& t, int tag, T* buffer, std::size_t count, int root,
   layout L{t.rank(), t.size(), count, sizeof(T), root, true};
   executor<Tr, R, T, no_reduce_op> ex(t, red, no_reduce_op{}, buffer, count, buffer, count, tag);
   algo.broadcast(ex, L);
+}
+
+/// Broadcast in the message space `tag`, arguments already checked: in the collective area
+/// (`in_segment`, where the transport has one and may use it here), else the binomial tree.
+template <transport Tr, class T, reducer R>
+void broadcast_tagged(Tr& t, int tag, T* buffer, std::size_t count, int root, const in_segment&,
+                      R& red) {
+  if (!try_in_segment_broadcast<Tr, T, R>(t, buffer, count, root))
+    broadcast_tagged(t, tag, buffer, count, root, binomial_tree{}, red);
 }
 
 /// Reduce in the message space `tag`, arguments already checked (see `reduce`).

@@ -9,6 +9,7 @@
 
 #include "../core/error.hpp"
 #include "binomial_tree.hpp"
+#include "in_segment.hpp"
 #include "multi_ring.hpp"
 #include "passthrough.hpp"
 #include "recursive_doubling.hpp"
@@ -50,6 +51,8 @@ void visit_algorithm(algorithm_id id, const automatic& knobs, F&& f) {
     return f(recursive_doubling{});
   case algorithm_id::binomial_tree:
     return f(binomial_tree{});
+  case algorithm_id::in_segment:
+    return f(knobs.in_segment_knobs);
   case algorithm_id::hierarchical:
   case algorithm_id::pairwise_exchange:
   case algorithm_id::linear:

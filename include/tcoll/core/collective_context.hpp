@@ -36,6 +36,9 @@ public:
   /// with the context, before the transport's own resources.
   struct attachment {
     virtual ~attachment() = default;
+    /// Whether the calling thread is the attachment's own (the engine's thread): collectives
+    /// that must run one at a time in start order on a rank (the in-segment ones) run there.
+    virtual bool runs_on_calling_thread() const noexcept { return false; }
   };
 
   /// Tags of collectives are `first_tag + sequence % tag_count`. The defaults leave tags

@@ -43,6 +43,10 @@ enum class algorithm_id {
   linear,            ///< gather and scatter: the root exchanges with every rank directly
   dissemination,     ///< barrier: ceil(log2 P) rounds, round k signals r + 2^k
   bruck,             ///< all-to-all of equal blocks in ceil(log2 P) steps (short blocks)
+  /// allreduce and broadcast of the processes of one node through their shared segment's
+  /// collective area (no messages; recursive doubling or the binomial tree on a transport
+  /// without one)
+  in_segment,
 };
 
 /// The two forms of the hierarchical allreduce (`algorithm_id::hierarchical` as an allreduce,
@@ -60,7 +64,7 @@ constexpr std::string_view to_string(hierarchical_form f) {
 }
 
 /// Every value of `algorithm_id`, in order.
-inline constexpr std::array<algorithm_id, 11> all_algorithm_ids{
+inline constexpr std::array<algorithm_id, 12> all_algorithm_ids{
     algorithm_id::ring,
     algorithm_id::recursive_doubling,
     algorithm_id::recursive_halving_doubling,
@@ -71,7 +75,8 @@ inline constexpr std::array<algorithm_id, 11> all_algorithm_ids{
     algorithm_id::pairwise_exchange,
     algorithm_id::linear,
     algorithm_id::dissemination,
-    algorithm_id::bruck};
+    algorithm_id::bruck,
+    algorithm_id::in_segment};
 
 /// The name of `a` in selection strings, benchmarks and docs (its header's name).
 constexpr std::string_view to_string(algorithm_id a) {
@@ -98,6 +103,8 @@ constexpr std::string_view to_string(algorithm_id a) {
     return "dissemination";
   case algorithm_id::bruck:
     return "bruck";
+  case algorithm_id::in_segment:
+    return "in_segment";
   }
   return "?";
 }
@@ -175,11 +182,14 @@ inline constexpr algorithm_id allreduce_algorithms[] = {algorithm_id::ring,
                                                         algorithm_id::binomial_tree,
                                                         algorithm_id::passthrough,
                                                         algorithm_id::multi_ring,
-                                                        algorithm_id::hierarchical};
+                                                        algorithm_id::hierarchical,
+                                                        algorithm_id::in_segment};
 inline constexpr algorithm_id block_ring_algorithms[] = {algorithm_id::ring,
                                                          algorithm_id::hierarchical};
 inline constexpr algorithm_id tree_algorithms[] = {algorithm_id::binomial_tree,
                                                    algorithm_id::hierarchical};
+inline constexpr algorithm_id broadcast_algorithms[] = {
+    algorithm_id::binomial_tree, algorithm_id::in_segment, algorithm_id::hierarchical};
 inline constexpr algorithm_id alltoall_algorithms[] = {
     algorithm_id::pairwise_exchange, algorithm_id::bruck, algorithm_id::hierarchical};
 inline constexpr algorithm_id exchange_algorithms[] = {algorithm_id::pairwise_exchange,
@@ -207,7 +217,7 @@ inline constexpr std::array<collective_description, all_collectives.size()> coll
     {collective::allgatherv, "allgatherv", "MPI_Allgatherv", "", false, false, count_rule::per_peer,
      in_place_rule::own_block, "the blocks together", detail::block_ring_algorithms},
     {collective::broadcast, "broadcast", "MPI_Bcast", "TCOLL_BCAST_ALGO", false, true,
-     count_rule::same, in_place_rule::always, "the vector", detail::tree_algorithms},
+     count_rule::same, in_place_rule::always, "the vector", detail::broadcast_algorithms},
     {collective::reduce, "reduce", "MPI_Reduce", "TCOLL_REDUCE_ALGO", true, true, count_rule::same,
      in_place_rule::none, "the vector", detail::tree_algorithms},
     {collective::alltoall, "alltoall", "MPI_Alltoall", "TCOLL_ALLTOALL_ALGO", false, false,

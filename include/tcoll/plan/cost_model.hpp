@@ -218,7 +218,8 @@ constexpr std::string no_allreduce_formula(std::string_view who, algorithm_id a)
   }
   if (a == algorithm_id::hierarchical)
     return why + " has two link classes (its cost is allreduce_us with a hierarchy_params)";
-  return why + " has no cost formula (passthrough: the vendor's; multi_ring: K rings)";
+  return why + " has no cost formula (passthrough: the vendor's; multi_ring: K rings; in_segment: "
+               "no messages)";
 }
 } // namespace detail
 
@@ -354,6 +355,7 @@ constexpr rank_traffic collective_traffic(collective c, algorithm_id a, double b
     case algorithm_id::passthrough:
     case algorithm_id::multi_ring:
     case algorithm_id::hierarchical:
+    case algorithm_id::in_segment: // no messages
       break;
     }
   throw tcoll::invalid_argument("collective_traffic: no flat formula for " +

@@ -118,9 +118,9 @@ void allgatherv_in(C& c, const collective_tags<C>& tags, const T* sendbuf, T* re
                    std::size_t extent, const ring& algo, R& red) {
   detail::allgatherv_on(c, tags, sendbuf, recvbuf, counts, displs, extent, algo, red);
 }
-template <communicator C, class T, reducer R>
+template <communicator C, class T, broadcast_algorithm Algo, reducer R>
 void broadcast_in(C& c, const collective_tags<C>& tags, T* buffer, std::size_t count, int root,
-                  const binomial_tree& algo, R& red) {
+                  const Algo& algo, R& red) {
   detail::broadcast_on(c, tags, buffer, count, root, algo, red);
 }
 template <communicator C, class T, class Op, reducer R>

@@ -231,6 +231,7 @@ public:
   /// Whether the calling thread is this engine's: code that runs inside a collective's
   /// completion (a callback chained on it) runs there, while the engine waits for it.
   bool on_engine_thread() const noexcept { return std::this_thread::get_id() == thread_id_.load(); }
+  bool runs_on_calling_thread() const noexcept override { return on_engine_thread(); }
 
   /// From the engine thread only (a completion callback): runs every queued collective
   /// here, in queue order, before returning. A callback that waits for a collective queued

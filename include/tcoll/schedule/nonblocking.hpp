@@ -207,10 +207,12 @@ template <communicator C, class T>
       }));
 }
 
-/// Non-blocking `broadcast` (binomial tree on a transport) on any communicator.
-template <communicator C, class T, reducer R = cpu_reducer>
+/// Non-blocking `broadcast` (binomial tree or `in_segment` on a transport) on any
+/// communicator.
+template <communicator C, class T, broadcast_algorithm Algo = binomial_tree,
+          reducer R = cpu_reducer>
 [[nodiscard]] request ibroadcast(C& comm, T* buffer, std::size_t count, int root,
-                                 const binomial_tree& algo = {}, R red = {}) {
+                                 const Algo& algo = {}, R red = {}) {
   detail::check_broadcast_args(buffer, count, root, comm.rank(), comm.size());
   return request(detail::submit_collective(
       comm, [&comm, buffer, count, root, algo, red](const auto& tags) mutable {

@@ -40,6 +40,9 @@ struct recorded_allreduce {
   std::size_t count = 0;
   bool in_place = true;
   bool native = false; ///< passthrough: the vendor allreduce, no steps
+  /// in_segment: the collective area, no steps (`segment_knobs`)
+  bool segment = false;
+  in_segment segment_knobs{};
 };
 
 /// Records what `algo` does for `count` elements.
@@ -57,6 +60,9 @@ recorded_allreduce record_allreduce(const Tr& t, std::size_t count, bool in_plac
       static_assert(has_native_allreduce<Tr, T, Op> || !std::is_same_v<A, passthrough>,
                     "tcoll: passthrough needs a transport with a vendor allreduce (mpi, nccl)");
       r.native = true;
+    } else if constexpr (std::is_same_v<A, in_segment>) {
+      r.segment = true;
+      r.segment_knobs = a;
     } else {
       static_assert(allreduce_algorithm<A>, "tcoll: not an allreduce algorithm");
       check_order<Op, A>();
@@ -77,6 +83,8 @@ void replay_allreduce(Tr& t, int tag, const recorded_allreduce& rec, const T* se
       t.native_allreduce(sendbuf, recvbuf, rec.count, op);
     return;
   }
+  if (rec.segment)
+    return in_segment_allreduce_on(t, tag, sendbuf, recvbuf, rec.count, op, rec.segment_knobs, red);
   executor<Tr, R, T, Op> ex(t, red, op, sendbuf, rec.count, recvbuf, rec.count, tag);
   ex.use_workspace(scratch, scratch_count, staging, staging_count);
   ex.reserve(rec.steps.scratch_count, rec.steps.staging_count);
@@ -116,7 +124,7 @@ public:
   /// Bytes this rank sends per run; `exact` is cleared where that is the ring's estimate
   /// (the vendor allreduce, whose steps tcoll cannot see).
   std::size_t bytes_sent(int ranks, bool& exact) const {
-    if (rec_.native) {
+    if (rec_.native || rec_.segment) {
       exact = false;
       return ring_bytes_estimate(ranks, rec_.count, sizeof(T));
     }

@@ -59,6 +59,7 @@
 #include <memory>
 #include <mutex>
 #include <new>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <thread>
@@ -70,6 +71,7 @@
 #include "../core/concepts.hpp"
 #include "../core/error.hpp"
 #include "bootstrap.hpp"
+#include "shm/area.hpp"
 #include "shm/options.hpp"
 #include "shm/registered.hpp"
 #include "shm/segment.hpp"
@@ -174,6 +176,9 @@ public:
   int size() const noexcept { return size_; }
   std::chrono::milliseconds timeout() const noexcept { return options_.timeout; }
   const shm_options& options() const noexcept { return options_; }
+  /// The collective area of the segment, where the in-segment collectives run
+  /// (algorithm/in_segment.hpp).
+  shm_segment_area& segment_area() noexcept { return *area_; }
   /// Bytes of the shared segment (all ranks' inboxes).
   std::size_t segment_bytes() const noexcept { return layout_.total; }
   /// Whether long messages go single-copy (every rank can read every other's memory with
@@ -415,9 +420,17 @@ private:
                                   options_.slots,
                                   options_.slot_bytes,
                                   options_.single_copy_min_bytes,
-                                  options_.single_copy_piece_bytes};
-    static constexpr const char* names[] = {
-        "", "lanes", "slots", "slot_bytes", "single_copy_min_bytes", "single_copy_piece_bytes"};
+                                  options_.single_copy_piece_bytes,
+                                  options_.area_lines,
+                                  options_.area_bulk_bytes};
+    static constexpr const char* names[] = {"",
+                                            "lanes",
+                                            "slots",
+                                            "slot_bytes",
+                                            "single_copy_min_bytes",
+                                            "single_copy_piece_bytes",
+                                            "area_lines",
+                                            "area_bulk_bytes"};
     constexpr std::size_t fields = std::size(mine);
     const std::vector<std::uint8_t> all =
         boot_->allgather({reinterpret_cast<const std::uint8_t*>(mine), sizeof mine});
@@ -857,6 +870,7 @@ private:
         for (std::size_t s = 0; s < options_.slots; ++s)
           new (base_ + layout_.slot_offset(rank_, sender, l, s)) detail::shm::slot_header();
       }
+    area_.emplace(base_, layout_, options_, rank_, size_, spin_allowed_, context_);
     detail::bootstrap::barrier(*boot_);
   }
 
@@ -869,6 +883,7 @@ private:
   static constexpr std::uint64_t probe_value = 0x7c011'5a3e'c0b1ULL;
   std::uint64_t probe_ = probe_value; ///< read by the other ranks' single-copy probe
   unsigned char* base_ = nullptr;
+  std::optional<shm_segment_area> area_;
   mutable std::mutex mutex_; ///< this process's bookkeeping (engine thread and callers share it)
   /// Registered regions, by id (the order of `allocate` calls, the same on every rank):
   /// each rank's mapping in this process (this rank's own entry is empty: its buffer owns it).

@@ -291,7 +291,12 @@ c10::intrusive_ptr<c10d::Work> backend::broadcast(std::vector<at::Tensor>& tenso
         for (std::size_t i = 0; i < tensors.size(); ++i) {
           const at::Tensor b = dense(tensors[i]); // when it runs: after earlier calls
           tcoll::cpu_reducer red;
-          tcoll::broadcast_in(t, tag, bytes_of(b), b.nbytes(), root, tcoll::binomial_tree{}, red);
+          // on shared memory: the collective area for small tensors (shared_memory_choice)
+          if (tcoll::shared_memory_choice{}.choose_broadcast(b.nbytes()) ==
+              tcoll::algorithm_id::in_segment)
+            tcoll::broadcast_in(t, tag, bytes_of(b), b.nbytes(), root, tcoll::in_segment{}, red);
+          else
+            tcoll::broadcast_in(t, tag, bytes_of(b), b.nbytes(), root, tcoll::binomial_tree{}, red);
           copy_back(tensors[i], b);
         }
       });
@@ -795,8 +800,11 @@ c10::intrusive_ptr<c10d::Work> backend::reduce_all(std::vector<at::Tensor>& tens
   return enqueue(type, tensors, what, total_bytes(tensors), [=, this](auto& t, int tag) {
     each([&](auto* data, std::size_t n, const auto& o) {
       using T = std::remove_pointer_t<decltype(data)>;
+      // small calls run in the segment's collective area (in_segment): staging them would
+      // only add a copy
       if constexpr (std::is_same_v<std::remove_cvref_t<decltype(t)>, tcoll::shm_transport>)
-        if (staging_bytes_ && n * sizeof(T) <= staging_bytes_)
+        if (staging_bytes_ && n * sizeof(T) <= staging_bytes_ &&
+            n * sizeof(T) > staged_choice_.shared_memory.in_segment_up_to_bytes)
           return staged_allreduce(t, tag, data, n, o);
       tcoll::cpu_reducer red;
       tcoll::allreduce_in(t, tag, static_cast<const T*>(data), data, n, o, tcoll::automatic{}, red);

@@ -31,6 +31,8 @@ void with_algorithm(std::string_view name, std::size_t ring_segment_bytes, F&& f
     f(recursive_halving_doubling{});
   } else if (name == "binomial_tree") {
     f(binomial_tree{});
+  } else if (name == "in_segment") {
+    f(in_segment{});
   } else if (name == "automatic") {
     automatic a{};
     a.ring_knobs = rg;

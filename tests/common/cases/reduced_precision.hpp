@@ -23,13 +23,14 @@ constexpr double unit_roundoff() {
 
 /// Largest number of roundings on any path from an input to the result: ring reduces each
 /// chunk in a chain of P-1 steps; the tree algorithms in ceil(log2 P) levels, plus one for
-/// the non-power-of-two fold of recursive doubling / halving-doubling.
+/// the non-power-of-two fold of recursive doubling / halving-doubling; in_segment folds
+/// every rank's copy in a chain of P-1 steps.
 /// `automatic` may pick either, so it gets the larger.
 template <class Algo>
 int rounding_depth(int P) {
   int lg = 0;
   while ((1 << lg) < P) ++lg;
-  if constexpr (std::is_same_v<Algo, ring>)
+  if constexpr (std::is_same_v<Algo, ring> || std::is_same_v<Algo, in_segment>)
     return P - 1;
   else if constexpr (std::is_same_v<Algo, automatic>)
     return std::max(P - 1, lg + 1);

@@ -41,6 +41,14 @@ struct shm_options {
   std::chrono::microseconds sleep_after{0};
   /// The sleep between two polls of such a wait: the latency it may add to the wait.
   std::chrono::microseconds idle_sleep{50};
+  /// The collective area (`shm_segment_area`, transport/shm/area.hpp), where the in-segment
+  /// collectives (`in_segment`) run: lines of the flag-per-line protocol per rank and
+  /// area (48 bytes of data each, so the default 4 lines carry 192 bytes), and the bytes of the
+  /// bulk buffer each rank copies larger data into (a multiple of 64; larger calls go through it in
+  /// pieces). Every rank holds two areas, so the segment grows by about 2 * (64 * area_lines +
+  /// area_bulk_bytes) per rank.
+  std::size_t area_lines = 4;
+  std::size_t area_bulk_bytes = 256 * 1024;
 };
 
 namespace detail::shm {
@@ -64,6 +72,16 @@ inline void check_options(const shm_options& o, int rank) {
     throw invalid_argument("shm_transport: options.sleep_after must be >= 0 and "
                            "options.idle_sleep >= 1 us",
                            rank);
+  if (o.area_lines < 1 || o.area_lines > 4096)
+    throw invalid_argument("shm_transport: options.area_lines must be in [1, 4096], got " +
+                               std::to_string(o.area_lines),
+                           rank);
+  if (o.area_bulk_bytes < 64 || o.area_bulk_bytes > (std::size_t{1} << 30) ||
+      o.area_bulk_bytes % 64)
+    throw invalid_argument(
+        "shm_transport: options.area_bulk_bytes must be a multiple of 64 in [64, 2^30], got " +
+            std::to_string(o.area_bulk_bytes),
+        rank);
   if (o.single_copy_piece_bytes < 64 || o.single_copy_piece_bytes % 64)
     throw invalid_argument("shm_transport: options.single_copy_piece_bytes must be a positive "
                            "multiple of 64, got " +

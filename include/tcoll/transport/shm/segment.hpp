@@ -85,6 +85,25 @@ struct alignas(line) slot_header {
   std::uint64_t bytes = 0;
 };
 
+/// The collective area (transport/shm/area.hpp). One line of the flag-per-line protocol:
+/// `line_payload` bytes of data, the signature of the call (its size and element size, so
+/// ranks that disagree fail at once) and the ordinal of the in-segment collective that
+/// wrote them, in one cache line, so a reader that sees the ordinal has the data in the
+/// same transfer (NCCL's LL128 idea on a CPU: x86 keeps the stores of one core in order).
+inline constexpr std::size_t line_payload = 48;
+struct alignas(line) flagged_line {
+  unsigned char data[line_payload];
+  std::uint64_t signature = 0;
+  std::atomic<std::uint64_t> ordinal{0};
+};
+static_assert(sizeof(flagged_line) == line, "a flagged line is one cache line");
+/// A flag of the area on a line of its own: the ordinal of the last collective that set it
+/// and that call's signature.
+struct alignas(line) area_flag {
+  std::atomic<std::uint64_t> ordinal{0};
+  std::uint64_t signature = 0;
+};
+
 static_assert(std::atomic<std::uint64_t>::is_always_lock_free &&
                   std::atomic<std::uint32_t>::is_always_lock_free,
               "shm_transport needs lock-free atomics to share them between processes");
@@ -94,14 +113,32 @@ struct layout {
   int ranks = 0;
   std::size_t lanes = 0, slots = 0, slot_bytes = 0;
   std::size_t slot_stride = 0, lane_stride = 0, inbox_stride = 0, inboxes = 0, total = 0;
+  /// The collective area: after the inboxes, one block per rank holding its `done` flag and
+  /// two areas, each of `area_lines` flagged lines, a `ready` and a `reduced` flag and
+  /// `area_bulk_bytes` of bulk buffer.
+  std::size_t area_lines = 0, area_bulk_bytes = 0;
+  std::size_t areas = 0, area_stride = 0, area_rank_stride = 0;
 
   layout(int p, const shm_options& o)
-      : ranks(p), lanes(o.lanes), slots(o.slots), slot_bytes(o.slot_bytes) {
+      : ranks(p), lanes(o.lanes), slots(o.slots), slot_bytes(o.slot_bytes),
+        area_lines(o.area_lines), area_bulk_bytes(o.area_bulk_bytes) {
     slot_stride = sizeof(slot_header) + round_up(slot_bytes, line);
     lane_stride = sizeof(lane_header) + slots * slot_stride;
     inbox_stride = round_up(static_cast<std::size_t>(p) * lanes * lane_stride, 4096);
     inboxes = 4096 + round_up(static_cast<std::size_t>(p) * sizeof(identity), 4096);
-    total = inboxes + static_cast<std::size_t>(p) * inbox_stride;
+    areas = inboxes + static_cast<std::size_t>(p) * inbox_stride;
+    area_stride =
+        area_lines * sizeof(flagged_line) + 2 * sizeof(area_flag) + round_up(area_bulk_bytes, line);
+    area_rank_stride = round_up(sizeof(area_flag) + 2 * area_stride, 4096);
+    total = areas + static_cast<std::size_t>(p) * area_rank_stride;
+  }
+  /// Rank `r`'s `done` flag: the last in-segment collective it finished.
+  std::size_t area_done_offset(int r) const {
+    return areas + static_cast<std::size_t>(r) * area_rank_stride;
+  }
+  /// Rank `r`'s area `a` (0 or 1): its flagged lines, then `ready`, `reduced`, the bulk.
+  std::size_t area_offset(int r, std::size_t a) const {
+    return area_done_offset(r) + sizeof(area_flag) + a * area_stride;
   }
   std::size_t identity_offset(int r) const {
     return 4096 + static_cast<std::size_t>(r) * sizeof(identity);
