@@ -214,11 +214,13 @@ struct settings {
   /// (automatic::native_below_bytes, 16 KiB).
   std::size_t native_below_bytes = 16 * 1024;
   /// The built-in choice for `MPI_Allreduce` on a communicator in shared memory: MPI's own
-  /// collective below `shm_native_below_bytes` (where tcoll's call path costs more than it
-  /// saves), then tcoll's shared-memory choice (`shared_memory_choice`, algorithm/select.hpp:
-  /// the same one `automatic` makes on shm_transport). Not set from the environment:
+  /// collective below `shm_native_below_bytes`, then tcoll's shared-memory choice
+  /// (`shared_memory_choice`, algorithm/select.hpp: the same one `automatic` makes on
+  /// shm_transport). 0 against both MPIs since the in-segment allreduce: it is 2.3-2.7x
+  /// Open MPI 4.1's own at 8 B under the preload with cold buffers, where recursive doubling
+  /// over messages lost (0.75x; docs/benchmarks.md). Not set from the environment:
   /// TCOLL_ALLREDUCE_ALGO overrides it.
-  std::size_t shm_native_below_bytes = builtin_for_mpich() ? 0 : 512;
+  std::size_t shm_native_below_bytes = 0;
   shared_memory_choice shm_choice{};
   /// The built-in choice of the other collectives on such a communicator (sizes as each
   /// collective counts them, docs/preload.md), measured over shared memory against Open MPI
