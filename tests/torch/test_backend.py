@@ -434,6 +434,49 @@ def test_two_rank_allreduce_staged_through_registered_memory():
         assert results[r]["plain_registered"] == 0
 
 
+MIXED_COUNTS = (16, 131072, 3, 65536, 40000)  # 64 B inline; 512 KiB queued; 12 B; 256 KiB; 160 KB
+
+
+def body_mixed_threads(rank, size):
+    import torch.distributed as dist
+    # calls of up to 64 KiB run in the caller's thread (the in-segment allreduce and
+    # broadcast may run there); larger asynchronous ones queue on the engine, and a larger
+    # call waited for at once runs in the caller's thread only if the engine is idle then,
+    # which differs between ranks: the ranks must still agree on every call's algorithm
+    outs, works = [], []
+    for it in range(12):
+        for k, n in enumerate(MIXED_COUNTS):
+            x = make_input(rank, n, "float32", "SUM", 300 + 10 * it + k)
+            if k % 2 == 1:
+                works.append(dist.all_reduce(x, async_op=True))
+            else:
+                dist.all_reduce(x)
+            outs.append(x)
+        b = torch.full((50,), float(rank) + 0.25) if rank == it % size else torch.zeros(50)
+        dist.broadcast(b, src=it % size)
+        outs.append(b)
+    for w in works:
+        w.wait()
+    return outs
+
+
+def test_small_calls_in_the_segment_beside_queued_calls_on_the_engine():
+    size = 3
+    results = run_ranks(body_mixed_threads, size)
+    at = 0
+    for it in range(12):
+        for k, n in enumerate(MIXED_COUNTS):
+            want = reference([make_input(q, n, "float32", "SUM", 300 + 10 * it + k)
+                              for q in range(size)], "float32", "SUM")
+            for r in range(size):
+                check_close(results[r][at], want, "float32", f"it {it} n={n} rank {r}")
+                assert same_bits(results[r][at], results[0][at]), f"it {it} n={n} rank {r}"
+            at += 1
+        for r in range(size):
+            assert torch.equal(results[r][at], torch.full((50,), float(it % size) + 0.25))
+        at += 1
+
+
 def body_staging_too_large(rank, size):
     import torch.distributed as dist
     import tcoll_torch

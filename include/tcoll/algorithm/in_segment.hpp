@@ -45,6 +45,12 @@ struct in_segment {
   static constexpr bool keeps_operand_order = true;
   /// From this many bytes each rank reduces a slice instead of the whole vector.
   std::size_t slices_from_bytes = 16 * 1024;
+  /// The caller guarantees that every rank runs this call, and every other in-segment
+  /// collective of the transport, one at a time in start order on whatever thread it
+  /// calls from (an integration that decides where its calls run by rules every rank
+  /// shares, such as the PyTorch backend's calls in the caller's thread): the area is then
+  /// used without `usable_here`'s engine check. Every rank must pass the same value.
+  bool caller_orders = false;
 };
 
 /// A collective area (what `shm_transport::segment_area()` returns, transport/shm/area.hpp):
@@ -204,12 +210,13 @@ void in_segment_broadcast(Area& a, T* buffer, std::size_t count, int root) {
 }
 
 /// Whether the collective area of `t` may run a collective of `T` with reducer `R` on the
-/// calling thread (see the file comment); where false, callers take messages instead.
+/// calling thread (see the file comment, and `in_segment::caller_orders`); where false,
+/// callers take messages instead.
 template <class Tr, class T, class R>
-bool segment_usable(Tr& t) {
+bool segment_usable(Tr& t, const in_segment& algo) {
   if constexpr (has_segment_area<Tr> && std::is_trivially_copyable_v<T> &&
                 requires { R::host_memory; }) {
-    if constexpr (R::host_memory) return t.segment_area().usable_here();
+    if constexpr (R::host_memory) return algo.caller_orders || t.segment_area().usable_here();
   }
   return false;
 }
@@ -217,9 +224,10 @@ bool segment_usable(Tr& t) {
 /// The in-segment broadcast on transport `t` where its area may be used: true when done
 /// (the caller runs the binomial tree otherwise).
 template <transport Tr, class T, reducer R>
-bool try_in_segment_broadcast(Tr& t, T* buffer, std::size_t count, int root) {
+bool try_in_segment_broadcast(Tr& t, T* buffer, std::size_t count, int root,
+                              const in_segment& algo) {
   if constexpr (has_segment_area<Tr>) {
-    if (!segment_usable<Tr, T, R>(t)) return false;
+    if (!segment_usable<Tr, T, R>(t, algo)) return false;
     if (t.size() > 1 && count > 0) in_segment_broadcast(t.segment_area(), buffer, count, root);
     return true;
   }
@@ -232,7 +240,7 @@ template <transport Tr, class T, class Op, reducer R>
 void in_segment_allreduce_on(Tr& t, int tag, const T* sendbuf, T* recvbuf, std::size_t count,
                              const Op& op, const in_segment& algo, R& red) {
   if constexpr (has_segment_area<Tr>) {
-    if (segment_usable<Tr, T, R>(t)) {
+    if (segment_usable<Tr, T, R>(t, algo)) {
       if (t.size() == 1 || count == 0) {
         if (count && sendbuf != recvbuf) red.copy(recvbuf, sendbuf, count);
         if constexpr (finalizing_op<Op>)

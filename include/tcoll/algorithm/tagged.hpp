@@ -149,9 +149,9 @@ void broadcast_tagged(Tr& t, int tag, T* buffer, std::size_t count, int root,
 /// Broadcast in the message space `tag`, arguments already checked: in the collective area
 /// (`in_segment`, where the transport has one and may use it here), else the binomial tree.
 template <transport Tr, class T, reducer R>
-void broadcast_tagged(Tr& t, int tag, T* buffer, std::size_t count, int root, const in_segment&,
-                      R& red) {
-  if (!try_in_segment_broadcast<Tr, T, R>(t, buffer, count, root))
+void broadcast_tagged(Tr& t, int tag, T* buffer, std::size_t count, int root,
+                      const in_segment& algo, R& red) {
+  if (!try_in_segment_broadcast<Tr, T, R>(t, buffer, count, root, algo))
     broadcast_tagged(t, tag, buffer, count, root, binomial_tree{}, red);
 }
 

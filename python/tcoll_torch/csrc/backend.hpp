@@ -403,12 +403,37 @@ private:
   std::size_t staging_bytes_ = 0; ///< agreed by the ranks (make_staging); 0: no staging
   /// The algorithm choice of calls up to `staging_bytes_`, staged or not (make_staging).
   tcoll::automatic staged_choice_;
+  /// The allreduce choice of a call that runs in the caller's thread whatever the engine
+  /// does (at most `inline_max_bytes_`, agreed by every rank of a one-node group): the
+  /// in-segment allreduce may run there, the calls being in call order on every rank
+  /// (`in_segment::caller_orders`). Every other call (queued, or inline only because the
+  /// engine happened to be idle: a choice the ranks do not share) takes `queued_choice_`,
+  /// which never picks it, so the ranks never split between the area and messages. The
+  /// group's transport is told so (`shm_segment_area::order_by_callers`): what else runs on
+  /// its engine (tcoll_torch.DistributedDataParallel's buckets) takes messages.
+  tcoll::automatic inline_choice_ = [] {
+    tcoll::automatic a;
+    a.in_segment_knobs.caller_orders = true;
+    return a;
+  }();
+  tcoll::automatic queued_choice_ = [] {
+    tcoll::automatic a;
+    a.shared_memory.in_segment_up_to_bytes = 0;
+    a.shared_memory.in_segment_up_to_bytes_many = 0;
+    return a;
+  }();
+  /// The allreduce choice of a call moving `bytes` per rank (see `inline_choice_`).
+  const tcoll::automatic& allreduce_choice(std::size_t bytes) const {
+    return bytes <= inline_max_bytes_ ? inline_choice_ : queued_choice_;
+  }
   std::mutex coalescing_mutex_;
   /// The works of the calls since startCoalescing (empty optional: not coalescing).
   std::optional<std::vector<c10::intrusive_ptr<c10d::Work>>> coalescing_;
   /// Calls moving at most this many bytes per rank run in the caller's thread
   /// (TCOLL_TORCH_INLINE_BYTES, default 64 KiB; 0 queues every asynchronous call on the
-  /// engine), and so does every call its caller waits for at once (`caller_waits`).
+  /// engine; the ranks of a one-node group agree on the smallest value asked, since it
+  /// decides where the in-segment collectives may run), and so does every call its caller
+  /// waits for at once (`caller_waits`).
   std::size_t inline_max_bytes_ = [] {
     const char* v = std::getenv("TCOLL_TORCH_INLINE_BYTES");
     return v ? static_cast<std::size_t>(std::strtoull(v, nullptr, 10)) : std::size_t{64} << 10;

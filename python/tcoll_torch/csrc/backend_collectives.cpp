@@ -286,20 +286,22 @@ c10::intrusive_ptr<c10d::Work> backend::broadcast(std::vector<at::Tensor>& tenso
   const waited_call waited(opts.asyncOp);
   check_list(tensors, "broadcast", "tensors");
   const int root = check_root(opts.rootRank, "broadcast");
-  return enqueue(
-      OpType::BROADCAST, tensors, "broadcast", total_bytes(tensors), [=, this](auto& t, int tag) {
-        for (std::size_t i = 0; i < tensors.size(); ++i) {
-          const at::Tensor b = dense(tensors[i]); // when it runs: after earlier calls
-          tcoll::cpu_reducer red;
-          // on shared memory: the collective area for small tensors (shared_memory_choice)
-          if (tcoll::shared_memory_choice{}.choose_broadcast(b.nbytes()) ==
-              tcoll::algorithm_id::in_segment)
-            tcoll::broadcast_in(t, tag, bytes_of(b), b.nbytes(), root, tcoll::in_segment{}, red);
-          else
-            tcoll::broadcast_in(t, tag, bytes_of(b), b.nbytes(), root, tcoll::binomial_tree{}, red);
-          copy_back(tensors[i], b);
-        }
-      });
+  const std::size_t total = total_bytes(tensors);
+  return enqueue(OpType::BROADCAST, tensors, "broadcast", total, [=, this](auto& t, int tag) {
+    for (std::size_t i = 0; i < tensors.size(); ++i) {
+      const at::Tensor b = dense(tensors[i]); // when it runs: after earlier calls
+      tcoll::cpu_reducer red;
+      // on shared memory: the collective area for small tensors (shared_memory_choice),
+      // where the call is sure to run in the caller's thread (see inline_choice_)
+      if (total <= inline_max_bytes_ && tcoll::shared_memory_choice{}.choose_broadcast(
+                                            b.nbytes()) == tcoll::algorithm_id::in_segment)
+        tcoll::broadcast_in(t, tag, bytes_of(b), b.nbytes(), root,
+                            tcoll::in_segment{.caller_orders = true}, red);
+      else
+        tcoll::broadcast_in(t, tag, bytes_of(b), b.nbytes(), root, tcoll::binomial_tree{}, red);
+      copy_back(tensors[i], b);
+    }
+  });
 }
 
 c10::intrusive_ptr<c10d::Work> backend::reduce(std::vector<at::Tensor>& tensors,
@@ -797,6 +799,7 @@ c10::intrusive_ptr<c10d::Work> backend::reduce_all(std::vector<at::Tensor>& tens
                                               tcoll::hierarchical_options<tcoll::ring>{}, red);
                         });
                       });
+  const tcoll::automatic* choice = &allreduce_choice(total_bytes(tensors));
   return enqueue(type, tensors, what, total_bytes(tensors), [=, this](auto& t, int tag) {
     each([&](auto* data, std::size_t n, const auto& o) {
       using T = std::remove_pointer_t<decltype(data)>;
@@ -807,7 +810,7 @@ c10::intrusive_ptr<c10d::Work> backend::reduce_all(std::vector<at::Tensor>& tens
             n * sizeof(T) > staged_choice_.shared_memory.in_segment_up_to_bytes)
           return staged_allreduce(t, tag, data, n, o);
       tcoll::cpu_reducer red;
-      tcoll::allreduce_in(t, tag, static_cast<const T*>(data), data, n, o, tcoll::automatic{}, red);
+      tcoll::allreduce_in(t, tag, static_cast<const T*>(data), data, n, o, *choice, red);
     });
   });
 }

@@ -57,6 +57,9 @@ backend::backend(const c10::intrusive_ptr<c10d::Store>& store, int rank, int siz
                                                  *store_, layout_.local_rank, layout_.local_size,
                                                  "tcoll/shm/node" + std::to_string(layout_.node)),
                                              options);
+  // every rank: only the calls that run in the caller's thread by the agreed bound use the
+  // collective area (inline_choice_, backend.hpp); whatever runs on the engine takes messages
+  shm_->segment_area().order_by_callers();
   if (layout_.nodes == 1) make_staging(*store_, rank, size);
   if (layout_.nodes > 1 && !mpi_ranks.empty()) {
     auto links =
@@ -155,15 +158,20 @@ void backend::make_staging(c10d::Store& store, int rank, int size) {
       mine = unparsable;
       problem = e.what();
     }
+  // the inline bound travels along: it decides where the in-segment collectives may run
+  // (backend.hpp, inline_choice_), so every rank takes the smallest
+  const std::uint64_t mine_pair[2] = {mine, inline_max_bytes_};
   tcoll::store_bootstrap<c10d::Store> boot(store, rank, size, "tcoll/staging");
   const std::vector<std::uint8_t> all =
-      boot.allgather({reinterpret_cast<const std::uint8_t*>(&mine), sizeof mine});
+      boot.allgather({reinterpret_cast<const std::uint8_t*>(mine_pair), sizeof mine_pair});
   for (int q = 0; q < size; ++q) {
-    std::uint64_t theirs;
-    std::memcpy(&theirs, all.data() + static_cast<std::size_t>(q) * sizeof theirs, sizeof theirs);
-    TORCH_CHECK(theirs != unparsable, "tcoll: rank ", rank, ": TCOLL_TORCH_STAGING_BYTES of rank ",
-                q, " is not a size", q == rank ? " (" + problem + ")" : std::string());
-    mine = std::min(mine, theirs);
+    std::uint64_t theirs[2];
+    std::memcpy(theirs, all.data() + static_cast<std::size_t>(q) * sizeof theirs, sizeof theirs);
+    TORCH_CHECK(theirs[0] != unparsable, "tcoll: rank ", rank,
+                ": TCOLL_TORCH_STAGING_BYTES of rank ", q, " is not a size",
+                q == rank ? " (" + problem + ")" : std::string());
+    mine = std::min(mine, theirs[0]);
+    inline_max_bytes_ = std::min<std::size_t>(inline_max_bytes_, theirs[1]);
   }
   staging_bytes_ = size == 2 ? mine : 0;
   if (staging_bytes_ == 0) return;

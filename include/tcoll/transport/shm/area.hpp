@@ -83,9 +83,15 @@ public:
   /// for the same call (see the file comment); where false, callers take point-to-point
   /// messages instead.
   bool usable_here() const {
+    if (callers_order_.load(std::memory_order_relaxed)) return false;
     const collective_context::attachment* engine = context_->attached();
     return !engine || engine->runs_on_calling_thread();
   }
+  /// From now on only calls that order themselves (`in_segment::caller_orders`) use the
+  /// area, and `usable_here` is false everywhere else: an integration that runs its
+  /// in-segment collectives in its callers' threads by rules every rank shares (the PyTorch
+  /// backend) calls it on every rank, so that no engine thread enters the area beside them.
+  void order_by_callers() noexcept { callers_order_.store(true, std::memory_order_relaxed); }
 
   /// The two flags of an area besides its lines.
   enum flag_kind : std::size_t { ready = 0, reduced = 1 };
@@ -288,6 +294,7 @@ private:
   std::uint64_t ordinal_ = 0;       ///< the last ordinal this rank took
   std::vector<std::uint64_t> seen_; ///< per peer: an ordinal it is known to have finished
   std::atomic<std::thread::id> owner_{};
+  std::atomic<bool> callers_order_{false};
 };
 
 } // namespace tcoll
