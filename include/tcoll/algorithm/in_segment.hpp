@@ -1,10 +1,10 @@
 #pragma once
 /// \file
-/// `in_segment`: the allreduce of the processes of one node through the collective area of
-/// their shared segment (`shm_segment_area`, transport/shm/area.hpp) instead of messages,
-/// for any number of ranks (DeepSpeed's shm.cpp, MPICH's release_gather and Open MPI's xhc
-/// move data the same way). Every rank copies its input into its own part of the area once;
-/// then, by size:
+/// `in_segment`: the allreduce (and the broadcast, `in_segment_broadcast` below) of the
+/// processes of one node through the collective area of their shared segment
+/// (`shm_segment_area`, transport/shm/area.hpp) instead of messages, for any number of ranks
+/// (DeepSpeed's shm.cpp, MPICH's release_gather and Open MPI's xhc move data the same way). Every
+/// rank copies its input into its own part of the area once; then, by size:
 ///  - **lines** (up to `shm_options::area_lines` * 48 bytes): the copy goes into flagged
 ///    lines, data and ordinal in one cache line, so a reader needs no separate signal; every
 ///    rank reads every rank's lines and reduces them all.
@@ -17,9 +17,9 @@
 /// by the same code on every rank (lines, whole) or once (slices): results are bitwise
 /// identical on every rank and operand order is kept (non-commutative ops are allowed).
 /// On a transport without a collective area, on a thread where the area may not be used
-/// (`shm_segment_area::usable_here`: another thread than a transport's engine), and for
-/// element types that are not trivially copyable (symbolic proofs), it runs
-/// `recursive_doubling` instead.
+/// (`shm_segment_area::usable_here`: another thread than a transport's engine; see also
+/// `caller_orders`), and for element types that are not trivially copyable (symbolic
+/// proofs), it runs `recursive_doubling` (the broadcast: `binomial_tree`) instead.
 /// Cost: one copy in, P reads of n bytes and P - 1 reductions (lines, whole); one copy in,
 /// n (P - 1) / P + n bytes read and n / P reduced (slices).
 #include <algorithm>

@@ -75,7 +75,8 @@ public:
   }
   /// Bytes of one rank's bulk buffer in an area.
   std::size_t bulk_capacity() const noexcept { return layout_->area_bulk_bytes; }
-  /// In-segment collectives finished by this rank.
+  /// Ordinals this rank has taken: one per in-segment collective, one per piece of a call
+  /// larger than the bulk buffer (the tests check that the area was used).
   std::uint64_t collectives() const noexcept { return ordinal_; }
 
   /// Whether an in-segment collective may run on the calling thread: the transport has no
