@@ -97,6 +97,23 @@ tcoll::shm_options tiny_area(std::chrono::milliseconds timeout = 30s) {
   return o;
 }
 
+/// The last rank aborts `t` after 100 ms; every other rank's allreduce by `algo` must fail
+/// with `aborted_error` at once (within 2 s), not wait for the timeout.
+template <class Algo>
+void abort_from_last_rank(tcoll::shm_transport& t, const Algo& algo) {
+  std::vector<float> data(1000, 0.5f);
+  const auto start = tcoll::clock::now();
+  if (t.rank() == t.size() - 1) {
+    std::this_thread::sleep_for(100ms);
+    t.abort();
+  } else {
+    CHECK_THROWS_AS(tcoll::allreduce(t, std::span<float>(data), tcoll::sum_op{}, algo),
+                    tcoll::aborted_error);
+    CHECK(tcoll::clock::now() - start < 2s);
+  }
+  MPI_Barrier(MPI_COMM_WORLD);
+}
+
 /// Same answer on every rank (they must all send the same way).
 bool single_copy_agreed(const tcoll::shm_transport& t) {
   int mine = t.single_copy() ? 1 : 0, low = 0, high = 0;
@@ -322,18 +339,7 @@ TEST_CASE("shm: in_segment fails at once on abort and times out on an absent pee
   if (P < 2) return;
   {
     tcoll::shm_transport t(MPI_COMM_WORLD, tiny_area(20s));
-    std::vector<float> data(1000, 0.5f);
-    const auto start = tcoll::clock::now();
-    if (t.rank() == P - 1) {
-      std::this_thread::sleep_for(100ms);
-      t.abort();
-    } else {
-      CHECK_THROWS_AS(
-          tcoll::allreduce(t, std::span<float>(data), tcoll::sum_op{}, tcoll::in_segment{}),
-          tcoll::aborted_error);
-      CHECK(tcoll::clock::now() - start < 2s);
-    }
-    MPI_Barrier(MPI_COMM_WORLD);
+    abort_from_last_rank(t, tcoll::in_segment{});
   }
   for (int absent : {0, P - 1})
     for (std::size_t n : {std::size_t{3}, std::size_t{1000}}) {
@@ -542,17 +548,7 @@ TEST_CASE("shm: abort on one rank makes every other rank fail at once") {
   const int P = world_size();
   if (P < 2) return;
   tcoll::shm_transport t(MPI_COMM_WORLD, small_slots(20s));
-  std::vector<float> data(1000, 0.5f);
-  const auto start = tcoll::clock::now();
-  if (t.rank() == P - 1) {
-    std::this_thread::sleep_for(100ms);
-    t.abort();
-  } else {
-    CHECK_THROWS_AS(tcoll::allreduce(t, std::span<float>(data), tcoll::sum_op{}, tcoll::ring{}),
-                    tcoll::aborted_error);
-    CHECK(tcoll::clock::now() - start < 2s);
-  }
-  MPI_Barrier(MPI_COMM_WORLD);
+  abort_from_last_rank(t, tcoll::ring{});
 }
 
 TEST_CASE("shm: an absent peer makes the others time out or abort, input untouched") {
