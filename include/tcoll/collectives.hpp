@@ -338,10 +338,13 @@ void allreduce(C& c, std::span<const T> in, std::span<T> out, const Op& op = {},
 }
 
 /// Reduce-scatter (MPI_Reduce_scatter_block): `sendbuf` holds size() blocks of `count`;
-/// rank r's `recvbuf` (count elements) receives op over block r of every rank. Ring.
-template <communicator C, class T, class Op = sum_op, reducer R = cpu_reducer>
+/// rank r's `recvbuf` (count elements) receives op over block r of every rank. Ring, or
+/// `in_segment` (the shared segment's collective area, algorithm/in_segment.hpp; the ring
+/// where the transport has none); on a hierarchical machine through the group leaders.
+template <communicator C, class T, class Op = sum_op, block_algorithm Algo = ring,
+          reducer R = cpu_reducer>
 void reduce_scatter(C& c, const T* sendbuf, T* recvbuf, std::size_t count, const Op& op = {},
-                    const ring& algo = {}, R red = {}) {
+                    const Algo& algo = {}, R red = {}) {
   detail::check_support<R, Op, T>();
   detail::check_order<Op, ring>();
   detail::check_reduce_scatter_args(sendbuf, recvbuf, count, c.rank(), c.size());
@@ -351,9 +354,10 @@ void reduce_scatter(C& c, const T* sendbuf, T* recvbuf, std::size_t count, const
 }
 
 /// Allgather: rank r's `sendbuf` (count elements) lands in block r of every `recvbuf`
-/// (size() * count). In place when `sendbuf == recvbuf + rank * count`. Ring.
-template <communicator C, class T, reducer R = cpu_reducer>
-void allgather(C& c, const T* sendbuf, T* recvbuf, std::size_t count, const ring& algo = {},
+/// (size() * count). In place when `sendbuf == recvbuf + rank * count`. Ring, or
+/// `in_segment` (the collective area; the ring where the transport has none).
+template <communicator C, class T, block_algorithm Algo = ring, reducer R = cpu_reducer>
+void allgather(C& c, const T* sendbuf, T* recvbuf, std::size_t count, const Algo& algo = {},
                R red = {}) {
   detail::check_allgather_args(sendbuf, recvbuf, count, c.rank(), c.size());
   const auto tags = detail::begin_on(c);
@@ -408,11 +412,13 @@ void broadcast(C& c, T* buffer, std::size_t count, int root, const Algo& algo = 
 }
 
 /// Reduce to `root`: root's `recvbuf` receives op over every rank's `sendbuf`; `recvbuf`
-/// is ignored (may be null) elsewhere. Binomial tree; a non-commutative op is reduced in
-/// rank order to rank 0 and forwarded to the root.
-template <communicator C, class T, class Op = sum_op, reducer R = cpu_reducer>
+/// is ignored (may be null) elsewhere. Binomial tree (a non-commutative op is reduced in
+/// rank order to rank 0 and forwarded to the root), or `in_segment` (the collective area,
+/// in rank order; the tree where the transport has none).
+template <communicator C, class T, class Op = sum_op, reduce_algorithm Algo = binomial_tree,
+          reducer R = cpu_reducer>
 void reduce(C& c, const T* sendbuf, T* recvbuf, std::size_t count, int root, const Op& op = {},
-            const binomial_tree& algo = {}, R red = {}) {
+            const Algo& algo = {}, R red = {}) {
   detail::check_support<R, Op, T>();
   const int rank = c.rank(), P = c.size();
   detail::check_root(root, P, "reduce", rank);
@@ -537,10 +543,11 @@ void scatter(C& c, const T* sendbuf, T* recvbuf, std::size_t count, int root,
 
 /// Barrier (MPI_Barrier): returns on a rank only after every rank of `c` has called it.
 /// A collective like the others: it takes the next message space of `c`, so it is ordered
-/// with them. Dissemination (ceil(log2 P) rounds of one-byte messages); on a hierarchical
-/// machine inside the groups, among the leaders, inside the groups again.
-template <communicator C>
-void barrier(C& c, const dissemination& algo = {}) {
+/// with them. Dissemination (ceil(log2 P) rounds of one-byte messages), or `in_segment`
+/// (one flag per rank in the collective area; dissemination where the transport has none);
+/// on a hierarchical machine inside the groups, among the leaders, inside the groups again.
+template <communicator C, barrier_algorithm Algo = dissemination>
+void barrier(C& c, const Algo& algo = {}) {
   const auto tags = detail::begin_on(c);
   detail::guarded_on(c, [&] { detail::barrier_on(c, tags, algo); });
 }
@@ -564,9 +571,9 @@ void allreduce(Comm& t, const void* sendbuf, void* recvbuf, std::size_t count, s
 }
 
 /// Reduce-scatter of blocks of `count` elements of `type` under `kind` (see the typed one).
-template <class Comm>
+template <class Comm, block_algorithm Algo = ring>
 void reduce_scatter(Comm& t, const void* sendbuf, void* recvbuf, std::size_t count,
-                    scalar_type type, reduce_kind kind, const ring& algo = {}) {
+                    scalar_type type, reduce_kind kind, const Algo& algo = {}) {
   const runtime_op op(type, kind, t.rank());
   visit_element_size(size_of(type), [&]<class E>(type_tag<E>) {
     reduce_scatter(t, static_cast<const E*>(sendbuf), static_cast<E*>(recvbuf), count, op, algo);
@@ -575,9 +582,9 @@ void reduce_scatter(Comm& t, const void* sendbuf, void* recvbuf, std::size_t cou
 }
 
 /// Reduce of `count` elements of `type` under `kind` to `root` (see the typed one).
-template <class Comm>
+template <class Comm, reduce_algorithm Algo = binomial_tree>
 void reduce(Comm& t, const void* sendbuf, void* recvbuf, std::size_t count, int root,
-            scalar_type type, reduce_kind kind, const binomial_tree& algo = {}) {
+            scalar_type type, reduce_kind kind, const Algo& algo = {}) {
   const runtime_op op(type, kind, t.rank());
   visit_element_size(size_of(type), [&]<class E>(type_tag<E>) {
     reduce(t, static_cast<const E*>(sendbuf), static_cast<E*>(recvbuf), count, root, op, algo);

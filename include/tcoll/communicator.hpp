@@ -141,26 +141,26 @@ void allreduce_on(C& c, const collective_tags_t<C>& tags, const T* sendbuf, T* r
 // on a transport its algorithm in the one message space, on a composed machine the
 // machine's own form (its `*_tagged` member).
 
-template <transport Tr, class T, class Op, reducer R>
+template <transport Tr, class T, class Op, block_algorithm Algo, reducer R>
 void reduce_scatter_on(Tr& t, int tag, const T* sendbuf, T* recvbuf, std::size_t count,
-                       const Op& op, const ring& algo, R& red) {
+                       const Op& op, const Algo& algo, R& red) {
   reduce_scatter_tagged(t, tag, sendbuf, recvbuf, count, op, algo, red);
 }
-template <composite_communicator C, class T, class Op, reducer R>
+template <composite_communicator C, class T, class Op, block_algorithm Algo, reducer R>
 void reduce_scatter_on(C& c, const collective_tags_t<C>& tags, const T* sendbuf, T* recvbuf,
-                       std::size_t count, const Op& op, const ring& algo, R& red) {
-  c.reduce_scatter_tagged(tags, sendbuf, recvbuf, count, op, algo, red);
+                       std::size_t count, const Op& op, const Algo&, R& red) {
+  c.reduce_scatter_tagged(tags, sendbuf, recvbuf, count, op, ring{}, red);
 }
 
-template <transport Tr, class T, reducer R>
-void allgather_on(Tr& t, int tag, const T* sendbuf, T* recvbuf, std::size_t count, const ring& algo,
-                  R& red) {
+template <transport Tr, class T, block_algorithm Algo, reducer R>
+void allgather_on(Tr& t, int tag, const T* sendbuf, T* recvbuf, std::size_t count,
+                  const Algo& algo, R& red) {
   allgather_tagged(t, tag, sendbuf, recvbuf, count, algo, red);
 }
-template <composite_communicator C, class T, reducer R>
+template <composite_communicator C, class T, block_algorithm Algo, reducer R>
 void allgather_on(C& c, const collective_tags_t<C>& tags, const T* sendbuf, T* recvbuf,
-                  std::size_t count, const ring& algo, R& red) {
-  c.allgather_tagged(tags, sendbuf, recvbuf, count, algo, red);
+                  std::size_t count, const Algo&, R& red) {
+  c.allgather_tagged(tags, sendbuf, recvbuf, count, ring{}, red);
 }
 
 template <transport Tr, class T, class Op, reducer R>
@@ -200,15 +200,15 @@ void broadcast_on(C& c, const collective_tags_t<C>& tags, T* buffer, std::size_t
   c.broadcast_tagged(tags, buffer, count, root, binomial_tree{}, red);
 }
 
-template <transport Tr, class T, class Op, reducer R>
+template <transport Tr, class T, class Op, reduce_algorithm Algo, reducer R>
 void reduce_on(Tr& t, int tag, const T* sendbuf, T* recvbuf, std::size_t count, int root,
-               const Op& op, const binomial_tree& algo, R& red) {
+               const Op& op, const Algo& algo, R& red) {
   reduce_tagged(t, tag, sendbuf, recvbuf, count, root, op, algo, red);
 }
-template <composite_communicator C, class T, class Op, reducer R>
+template <composite_communicator C, class T, class Op, reduce_algorithm Algo, reducer R>
 void reduce_on(C& c, const collective_tags_t<C>& tags, const T* sendbuf, T* recvbuf,
-               std::size_t count, int root, const Op& op, const binomial_tree& algo, R& red) {
-  c.reduce_tagged(tags, sendbuf, recvbuf, count, root, op, algo, red);
+               std::size_t count, int root, const Op& op, const Algo&, R& red) {
+  c.reduce_tagged(tags, sendbuf, recvbuf, count, root, op, binomial_tree{}, red);
 }
 
 /// All-to-all of `count` elements per pair (host memory); `in_place` when sendbuf == recvbuf.
@@ -305,9 +305,13 @@ template <transport Tr>
 void barrier_on(Tr& t, int tag, const dissemination& algo) {
   algo.barrier(t, tag);
 }
-template <composite_communicator C>
-void barrier_on(C& c, const collective_tags_t<C>& tags, const dissemination& algo) {
-  c.barrier_tagged(tags, algo);
+template <transport Tr>
+void barrier_on(Tr& t, int tag, const in_segment& algo) {
+  if (!try_in_segment_barrier(t, algo)) dissemination{}.barrier(t, tag);
+}
+template <composite_communicator C, barrier_algorithm Algo>
+void barrier_on(C& c, const collective_tags_t<C>& tags, const Algo&) {
+  c.barrier_tagged(tags, dissemination{});
 }
 
 } // namespace detail

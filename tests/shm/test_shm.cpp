@@ -334,6 +334,208 @@ TEST_CASE("shm: in_segment: ranks that disagree on the count or type fail at onc
   }
 }
 
+namespace {
+/// A fractional input of rank `r` at element `i` (its sums round: integer-valued inputs
+/// would give the same bits in any order).
+template <class T>
+T fractional(int r, std::size_t i) {
+  if constexpr (std::is_integral_v<T>)
+    return static_cast<T>(1000003 * (r + 1) + 7 * static_cast<T>(i % 100000));
+  else
+    return static_cast<T>(0.1 + 0.37 * r + 0.0013 * static_cast<double>(i % 7919));
+}
+/// ranks 0, 1, ..., P-1's inputs at element `i` under `op`, folded in rank order in T.
+template <class T, class Op>
+T rank_order_fold(int P, std::size_t i, const Op& op) {
+  T acc = fractional<T>(0, i);
+  for (int q = 1; q < P; ++q) acc = op(acc, fractional<T>(q, i));
+  return acc;
+}
+
+/// Every in-segment collective but allreduce and broadcast on `t` for `counts`, checked
+/// bitwise against references folded in rank order from every rank's fractional inputs;
+/// `rooted` runs the reduce (`in_segment` knobs).
+template <class T>
+void segment_collectives_case(tcoll::shm_transport& t, const std::vector<std::size_t>& counts,
+                              const tcoll::in_segment& rooted) {
+  const int P = t.size(), rank = t.rank();
+  const auto Pz = static_cast<std::size_t>(P), me = static_cast<std::size_t>(rank);
+  const std::string type = std::is_integral_v<T> ? "int32" : sizeof(T) == 4 ? "float" : "double";
+  const tcoll::sum_op add{};
+  for (std::size_t n : counts) {
+    // allgather, out of place and in place
+    for (int ip = 0; ip < 2; ++ip) {
+      std::vector<T> mine(n), out(n * Pz, T(-1)), want(n * Pz);
+      for (std::size_t k = 0; k < n; ++k) mine[k] = fractional<T>(rank, k);
+      for (std::size_t q = 0; q < Pz; ++q)
+        for (std::size_t k = 0; k < n; ++k) want[q * n + k] = fractional<T>(int(q), k);
+      const case_id id{"in_segment allgather", type, "-", n, P, rank, ip == 1};
+      if (ip) {
+        std::copy(mine.begin(), mine.end(), out.begin() + std::ptrdiff_t(me * n));
+        tcoll::allgather(t, out.data() + me * n, out.data(), n, tcoll::in_segment{});
+      } else {
+        const std::vector<T> kept = mine;
+        tcoll::allgather(t, mine.data(), out.data(), n, tcoll::in_segment{});
+        check_equal(mine, kept, id.str() + " (input must stay untouched)");
+      }
+      check_equal(out, want, id.str());
+    }
+    // reduce_scatter: block j of rank q's input is fractional(q, j n + k)
+    {
+      std::vector<T> input(n * Pz), out(n, T(-1)), want(n);
+      for (std::size_t i = 0; i < n * Pz; ++i) input[i] = fractional<T>(rank, i);
+      for (std::size_t k = 0; k < n; ++k) want[k] = rank_order_fold<T>(P, me * n + k, add);
+      const std::vector<T> kept = input;
+      tcoll::reduce_scatter(t, input.data(), out.data(), n, add, tcoll::in_segment{});
+      const case_id id{"in_segment reduce_scatter", type, "sum", n, P, rank, false};
+      check_equal(out, want, id.str());
+      check_equal(input, kept, id.str() + " (input must stay untouched)");
+    }
+    // reduce to every root, sum and a non-commutative op; in place at the root too
+    for (int root = 0; root < P; ++root)
+      for (int ip = 0; ip < 2; ++ip) {
+        std::vector<T> input(n), out(n, T(-7)), want(n);
+        for (std::size_t k = 0; k < n; ++k) {
+          input[k] = fractional<T>(rank, k);
+          want[k] = rank_order_fold<T>(P, k, add);
+        }
+        const std::vector<T> kept = input, sentinel = out;
+        const bool in_place = ip == 1 && rank == root;
+        const case_id id{"in_segment reduce(root=" + std::to_string(root) + ")", type, "sum", n, P,
+                         rank, in_place};
+        if (in_place) {
+          tcoll::reduce(t, input.data(), input.data(), n, root, add, rooted);
+          check_equal(input, want, id.str());
+        } else {
+          tcoll::reduce(t, input.data(), out.data(), n, root, add, rooted);
+          check_equal(out, rank == root ? want : sentinel, id.str());
+          check_equal(input, kept, id.str() + " (input must stay untouched)");
+        }
+      }
+    if constexpr (std::is_same_v<T, std::uint32_t>) {
+      const int root = int(n % Pz);
+      std::vector<T> input(n), out(n, T(0)), want(n);
+      for (std::size_t k = 0; k < n; ++k) {
+        input[k] = fractional<T>(rank, k);
+        want[k] = rank_order_fold<T>(P, k, noncommutative_op);
+      }
+      tcoll::reduce(t, input.data(), out.data(), n, root, noncommutative_op, rooted);
+      if (rank == root)
+        check_equal(out, want,
+                    case_id{"in_segment reduce", "uint32", "noncommutative", n, P, rank, false}.str());
+    }
+  }
+}
+} // namespace
+
+TEST_CASE("shm: in_segment allgather, reduce_scatter, reduce and barrier: lines, bulk, slices "
+          "and pieces, fractional values folded in rank order, bitwise") {
+  for (const auto& options : {tcoll::shm_options{}, tiny_area()}) {
+    tcoll::shm_transport t(MPI_COMM_WORLD, options);
+    const int P = t.size();
+    const std::uint64_t before = t.segment_area().collectives();
+    // tiny area: 96 B of lines and 256 B of bulk; default: 192 B and 256 KiB
+    const std::vector<std::size_t> counts = {0, 1, 5, 12, 13, 24, 25, 64, 65, 1000, 20011};
+    segment_collectives_case<float>(t, counts, tcoll::in_segment{});
+    segment_collectives_case<double>(t, {1, 12, 13, 33, 1000}, tcoll::in_segment{});
+    segment_collectives_case<std::int32_t>(t, {3, 48, 1000}, tcoll::in_segment{});
+    segment_collectives_case<std::uint32_t>(t, {1, 29, 1000}, tcoll::in_segment{});
+    // the reduce's slices (every rank reduces one, the root copies them out) from 128 B
+    segment_collectives_case<float>(t, {32, 33, 1000, 70003},
+                                    tcoll::in_segment{.slices_from_bytes = 128});
+    // it ran in the segment (no engine here), not the ring or tree fallbacks: at least one
+    // ordinal per call, 2 allgathers, a reduce_scatter and 2 P reduces per non-zero count
+    if (P > 1) CHECK(t.segment_area().collectives() - before >= std::uint64_t(25 * (3 + 2 * P)));
+    const std::uint64_t barriers_from = t.segment_area().collectives();
+    barrier_waits_for_every_rank(t, tcoll::in_segment{});
+    if (P > 1) CHECK(t.segment_area().collectives() - barriers_from >= std::uint64_t(P));
+    MPI_Barrier(MPI_COMM_WORLD);
+  }
+}
+
+TEST_CASE("shm: in_segment allgather, reduce_scatter and barrier on the engine, in order with "
+          "allreduces; a blocking call beside them takes messages") {
+  tcoll::shm_transport t(MPI_COMM_WORLD, tiny_area());
+  const int P = t.size(), rank = t.rank();
+  const auto Pz = static_cast<std::size_t>(P);
+  const std::uint64_t before = t.segment_area().collectives();
+  const std::size_t n = 100;
+  std::vector<std::vector<float>> gathered(3, std::vector<float>(n * Pz, -1.0f)),
+      scattered(3, std::vector<float>(n, -1.0f));
+  std::vector<float> mine(n), input(n * Pz), sum(n);
+  for (std::size_t k = 0; k < n; ++k) mine[k] = sum[k] = fractional<float>(rank, k);
+  for (std::size_t i = 0; i < n * Pz; ++i) input[i] = fractional<float>(rank, i);
+  std::vector<tcoll::request> pending;
+  for (int b = 0; b < 3; ++b) {
+    pending.push_back(tcoll::iallgather(t, mine.data(), gathered[b].data(), n, tcoll::in_segment{}));
+    pending.push_back(tcoll::ireduce_scatter(t, input.data(), scattered[b].data(), n,
+                                             tcoll::sum_op{}, tcoll::in_segment{}));
+    pending.push_back(tcoll::ibarrier(t, tcoll::in_segment{}));
+  }
+  pending.push_back(
+      tcoll::iallreduce(t, std::span<float>(sum), tcoll::sum_op{}, tcoll::in_segment{}));
+  // beside the engine: the ring, not the area
+  std::vector<float> blocking(n * Pz, -1.0f);
+  tcoll::allgather(t, mine.data(), blocking.data(), n, tcoll::in_segment{});
+  tcoll::barrier(t, tcoll::in_segment{});
+  for (auto& q : pending) q.wait();
+  // allgather 3 * pieces, reduce_scatter 3 * pieces, 3 barriers, the allreduce's pieces:
+  // ordinals from the engine only; the blocking ones would add more (counted exactly here)
+  const std::size_t block_pieces = (n * 4 + 255) / 256;
+  const std::size_t scatter_pieces = (n + 256 / (Pz * 4) - 1) / (256 / (Pz * 4));
+  const std::size_t allreduce_pieces = (n * 4 + 255) / 256;
+  if (P > 1)
+    CHECK(t.segment_area().collectives() - before ==
+          3 * block_pieces + 3 * scatter_pieces + 3 + allreduce_pieces);
+  std::vector<float> want_gather(n * Pz), want_scatter(n), want_sum(n);
+  for (std::size_t q = 0; q < Pz; ++q)
+    for (std::size_t k = 0; k < n; ++k) want_gather[q * n + k] = fractional<float>(int(q), k);
+  for (std::size_t k = 0; k < n; ++k) {
+    want_scatter[k] = rank_order_fold<float>(P, std::size_t(rank) * n + k, tcoll::sum_op{});
+    want_sum[k] = rank_order_fold<float>(P, k, tcoll::sum_op{});
+  }
+  for (int b = 0; b < 3; ++b) {
+    check_equal(gathered[b], want_gather, "iallgather in_segment");
+    check_equal(scattered[b], want_scatter, "ireduce_scatter in_segment");
+  }
+  check_equal(blocking, want_gather, "allgather beside the engine");
+  check_equal(sum, want_sum, "iallreduce in_segment");
+  MPI_Barrier(MPI_COMM_WORLD);
+}
+
+TEST_CASE("shm: in_segment: ranks in different collectives fail at once, naming the peer") {
+  const int P = world_size();
+  if (P < 2) return;
+  for (int which = 0; which < 3; ++which) {
+    tcoll::shm_transport t(MPI_COMM_WORLD, tiny_area(20s));
+    const int rank = t.rank();
+    const auto start = tcoll::clock::now();
+    std::string error;
+    try {
+      std::vector<float> x(8 * P, 0.5f), y(8 * P, 0.0f);
+      if (rank != 1) {
+        tcoll::allgather(t, x.data(), y.data(), 8, tcoll::in_segment{});
+      } else if (which == 0) {
+        tcoll::barrier(t, tcoll::in_segment{});
+      } else if (which == 1) {
+        tcoll::reduce_scatter(t, x.data(), y.data(), 8, tcoll::sum_op{}, tcoll::in_segment{});
+      } else {
+        tcoll::allreduce(t, x.data(), y.data(), 8, tcoll::sum_op{}, tcoll::in_segment{});
+      }
+    } catch (const tcoll::transport_error& e) {
+      error = e.what();
+    } catch (const tcoll::aborted_error& e) {
+      error = e.what();
+    }
+    CAPTURE(which);
+    if (rank <= 1) {
+      CHECK_MESSAGE(!error.empty(), "no error");
+      CHECK(tcoll::clock::now() - start < 10s);
+    }
+    MPI_Barrier(MPI_COMM_WORLD);
+  }
+}
+
 TEST_CASE("shm: in_segment fails at once on abort and times out on an absent peer") {
   const int P = world_size();
   if (P < 2) return;

@@ -87,13 +87,29 @@ concept has_segment_area = requires(Tr& t) {
 
 namespace detail {
 
-/// The in-segment allreduce on area `a`, arguments already checked (see the file comment).
+/// The kinds of in-segment calls, in their signatures (ranks that run different ones fail).
+enum class segment_call : unsigned {
+  allreduce = 1,
+  broadcast,
+  allgather,
+  reduce_scatter,
+  barrier,
+  reduce
+};
+
+/// The in-segment allreduce on area `a`, arguments already checked (see the file comment);
+/// with `root` >= 0 the reduce to `root` (`recvbuf` is read at the root only): the same
+/// steps, but only the root folds the lines or whole copies and copies the reduced slices
+/// out, and the other ranks reduce their slice into their own area.
 template <segment_area Area, class T, class Op, reducer R>
 void in_segment_allreduce(Area& a, const T* sendbuf, T* recvbuf, std::size_t count, const Op& op,
-                          const in_segment& algo, R& red) {
+                          const in_segment& algo, R& red, int root = -1) {
   const int P = a.size(), me = a.rank();
+  const bool all = root < 0, keeps = all || me == root;
   const std::size_t bytes = count * sizeof(T);
-  const std::uint64_t sig = Area::signature(bytes, sizeof(T), 1);
+  const std::uint64_t sig = Area::signature(
+      bytes, sizeof(T),
+      static_cast<unsigned>(all ? segment_call::allreduce : segment_call::reduce));
   typename Area::session s(a);
   auto fold = [&](T* dst, auto&& operand, std::size_t n) {
     // dst[0, n) = operand(0) op operand(1) op ... op operand(P - 1), each operand(q) the
@@ -105,10 +121,11 @@ void in_segment_allreduce(Area& a, const T* sendbuf, T* recvbuf, std::size_t cou
   };
   // This rank's own operand comes from its input, which is still intact, except in place
   // on a rank after the first, where the fold overwrites it before reaching it.
-  const bool own_from_input = sendbuf != recvbuf || me == 0;
+  const bool own_from_input = sendbuf != recvbuf || me == 0 || !keeps;
   if (bytes <= a.line_capacity()) {
     const std::uint64_t n = s.next();
     a.publish_lines(n, sig, sendbuf, bytes);
+    if (!keeps) return;
     if constexpr (Area::line_bytes % sizeof(T) == 0) {
       // Whole elements per line: fold each line straight from the lines it is in.
       constexpr std::size_t per_line = Area::line_bytes / sizeof(T);
@@ -149,6 +166,7 @@ void in_segment_allreduce(Area& a, const T* sendbuf, T* recvbuf, std::size_t cou
       return q == me && own_from_input ? sendbuf + lo : reinterpret_cast<const T*>(a.bulk(q, n));
     };
     if (m * sizeof(T) < algo.slices_from_bytes) {
+      if (!keeps) continue;
       for (int q = 0; q < P; ++q) a.wait_for(q, Area::ready, n, sig);
       fold(recvbuf + lo, copy_of, m);
       continue;
@@ -163,12 +181,21 @@ void in_segment_allreduce(Area& a, const T* sendbuf, T* recvbuf, std::size_t cou
     for (int q = 0; q < P; ++q) a.wait_for(q, Area::ready, n, sig);
     const std::size_t mine_lo = slice_lo(me), mine_n = slice_hi(me) - mine_lo;
     if (mine_n) {
-      fold(
-          recvbuf + lo + mine_lo, [&](int q) { return copy_of(q) + mine_lo; }, mine_n);
-      // Only this rank reads its own copy's slice: the result replaces it.
-      std::memcpy(a.bulk(me, n) + mine_lo * sizeof(T), recvbuf + lo + mine_lo, mine_n * sizeof(T));
+      // Only this rank reads its own copy's slice: the result replaces it. A rank that
+      // keeps no result folds into it directly (its own operand then comes from its input,
+      // which a reduce never writes there).
+      T* own_slice = reinterpret_cast<T*>(a.bulk(me, n)) + mine_lo;
+      if (keeps) {
+        fold(
+            recvbuf + lo + mine_lo, [&](int q) { return copy_of(q) + mine_lo; }, mine_n);
+        if (all) std::memcpy(own_slice, recvbuf + lo + mine_lo, mine_n * sizeof(T));
+      } else {
+        fold(
+            own_slice, [&](int q) { return copy_of(q) + mine_lo; }, mine_n);
+      }
     }
     a.publish(Area::reduced, n, sig);
+    if (!keeps) continue;
     for (int q = 0; q < P; ++q) {
       if (q == me) continue;
       const std::size_t qlo = slice_lo(q), qn = slice_hi(q) - qlo;
@@ -186,7 +213,8 @@ void in_segment_broadcast(Area& a, T* buffer, std::size_t count, int root) {
   const bool is_root = a.rank() == root;
   const std::size_t bytes = count * sizeof(T);
   auto* data = reinterpret_cast<unsigned char*>(buffer);
-  const std::uint64_t sig = Area::signature(bytes, sizeof(T), 2);
+  const std::uint64_t sig =
+      Area::signature(bytes, sizeof(T), static_cast<unsigned>(segment_call::broadcast));
   typename Area::session s(a);
   if (bytes <= a.line_capacity()) {
     const std::uint64_t n = s.next(is_root);
@@ -209,14 +237,154 @@ void in_segment_broadcast(Area& a, T* buffer, std::size_t count, int root) {
   }
 }
 
+/// Copies `len` bytes from byte `from` of rank `q`'s flagged lines of ordinal `n` (waiting
+/// for each line) into `dst`.
+template <segment_area Area>
+void read_line_range(Area& a, int q, std::uint64_t n, std::uint64_t sig, unsigned char* dst,
+                     std::size_t from, std::size_t len) {
+  for (std::size_t off = from, end = from + len; off < end;) {
+    const std::size_t j = off / Area::line_bytes, within = off % Area::line_bytes;
+    const std::size_t k = std::min(Area::line_bytes - within, end - off);
+    std::memcpy(dst + (off - from), a.line(q, n, sig, j) + within, k);
+    off += k;
+  }
+}
+
+/// The in-segment allgather on area `a`, arguments already checked: every rank copies its
+/// block into its lines (small) or, piece by piece, into its bulk buffer, and copies every
+/// other rank's block out, starting with the next rank (so that P readers do not all poll
+/// the same rank first). In place when `sendbuf` is this rank's block of `recvbuf`.
+template <segment_area Area, class T>
+void in_segment_allgather(Area& a, const T* sendbuf, T* recvbuf, std::size_t count) {
+  const int P = a.size(), me = a.rank();
+  const std::size_t bytes = count * sizeof(T);
+  const std::uint64_t sig =
+      Area::signature(bytes, sizeof(T), static_cast<unsigned>(segment_call::allgather));
+  auto* out = reinterpret_cast<unsigned char*>(recvbuf);
+  const auto* in = reinterpret_cast<const unsigned char*>(sendbuf);
+  unsigned char* own = out + static_cast<std::size_t>(me) * bytes;
+  typename Area::session s(a);
+  if (bytes <= a.line_capacity()) {
+    const std::uint64_t n = s.next();
+    a.publish_lines(n, sig, in, bytes);
+    if (own != in) std::memcpy(own, in, bytes);
+    for (int i = 1; i < P; ++i) {
+      const int q = (me + i) % P;
+      a.read_lines(q, n, sig, out + static_cast<std::size_t>(q) * bytes, bytes);
+    }
+    return;
+  }
+  for (std::size_t lo = 0; lo < bytes; lo += a.bulk_capacity()) {
+    const std::size_t m = std::min(a.bulk_capacity(), bytes - lo);
+    const std::uint64_t n = s.next();
+    std::memcpy(a.bulk(me, n), in + lo, m);
+    a.publish(Area::ready, n, sig);
+    if (own != in) std::memcpy(own + lo, in + lo, m);
+    for (int i = 1; i < P; ++i) {
+      const int q = (me + i) % P;
+      a.wait_for(q, Area::ready, n, sig);
+      std::memcpy(out + static_cast<std::size_t>(q) * bytes + lo, a.bulk(q, n), m);
+    }
+  }
+}
+
+/// The in-segment reduce-scatter on area `a`, arguments already checked: every rank copies
+/// its P blocks into its lines (small) or bulk buffer (in pieces of the same part of every
+/// block where they do not fit), and reduces its own block of every rank's copy, in rank
+/// order (operand order is kept; each result is computed once).
+template <segment_area Area, class T, class Op, reducer R>
+void in_segment_reduce_scatter(Area& a, const T* sendbuf, T* recvbuf, std::size_t count,
+                               const Op& op, R& red) {
+  const int P = a.size(), me = a.rank();
+  const auto Pz = static_cast<std::size_t>(P), mez = static_cast<std::size_t>(me);
+  const std::size_t block_bytes = count * sizeof(T), total = Pz * block_bytes;
+  const std::uint64_t sig =
+      Area::signature(total, sizeof(T), static_cast<unsigned>(segment_call::reduce_scatter));
+  typename Area::session s(a);
+  auto fold = [&](T* dst, auto&& operand, std::size_t n) {
+    const T* first = operand(0);
+    if (first != dst) red.copy(dst, first, n);
+    for (int q = 1; q < P; ++q) red.reduce(op, dst, dst, operand(q), n);
+    if constexpr (finalizing_op<Op>) red.finalize(op, dst, n, P);
+  };
+  const T* own_input = sendbuf + mez * count;
+  if (total <= a.line_capacity()) {
+    const std::uint64_t n = s.next();
+    a.publish_lines(n, sig, sendbuf, total);
+    // Every rank's block `me` into scratch (a block may straddle lines), then reduced.
+    thread_local std::vector<unsigned char> scratch;
+    const std::size_t stride = (block_bytes + 63) / 64 * 64;
+    scratch.resize(Pz * stride + alignof(std::max_align_t));
+    unsigned char* base = scratch.data();
+    base += (alignof(std::max_align_t) -
+             reinterpret_cast<std::uintptr_t>(base) % alignof(std::max_align_t)) %
+            alignof(std::max_align_t);
+    for (int i = 1; i < P; ++i) {
+      const int q = (me + i) % P;
+      read_line_range(a, q, n, sig, base + static_cast<std::size_t>(q) * stride,
+                      mez * block_bytes, block_bytes);
+    }
+    fold(
+        recvbuf,
+        [&](int q) {
+          return q == me ? own_input
+                         : reinterpret_cast<const T*>(base + static_cast<std::size_t>(q) * stride);
+        },
+        count);
+    return;
+  }
+  // Pieces of `piece` elements of every block: block b's part [lo, lo + m) at b * m.
+  const std::size_t piece = std::max<std::size_t>(1, a.bulk_capacity() / (Pz * sizeof(T)));
+  for (std::size_t lo = 0; lo < count; lo += piece) {
+    const std::size_t m = std::min(piece, count - lo);
+    const std::uint64_t n = s.next();
+    T* mine = reinterpret_cast<T*>(a.bulk(me, n));
+    if (m == count)
+      std::memcpy(mine, sendbuf, total);
+    else
+      for (std::size_t b = 0; b < Pz; ++b)
+        if (b != mez) std::memcpy(mine + b * m, sendbuf + b * count + lo, m * sizeof(T));
+    a.publish(Area::ready, n, sig);
+    for (int q = 0; q < P; ++q)
+      if (q != me) a.wait_for(q, Area::ready, n, sig);
+    fold(
+        recvbuf + lo,
+        [&](int q) {
+          return q == me ? own_input + lo : reinterpret_cast<const T*>(a.bulk(q, n)) + mez * m;
+        },
+        m);
+  }
+}
+
+/// The in-segment barrier on area `a`: every rank sets its ready flag of the next ordinal
+/// and waits for every other rank's (one flag per rank, no rounds).
+template <segment_area Area>
+void in_segment_barrier(Area& a) {
+  const int P = a.size(), me = a.rank();
+  const std::uint64_t sig = Area::signature(0, 0, static_cast<unsigned>(segment_call::barrier));
+  typename Area::session s(a);
+  const std::uint64_t n = s.next();
+  a.publish(Area::ready, n, sig);
+  for (int i = 1; i < P; ++i) a.wait_for((me + i) % P, Area::ready, n, sig);
+}
+
+/// Whether the collective area of `t` may be used on the calling thread for host memory
+/// (see the file comment, and `in_segment::caller_orders`); where false, callers take
+/// messages instead.
+template <class Tr>
+bool segment_usable_here(Tr& t, const in_segment& algo) {
+  if constexpr (has_segment_area<Tr>)
+    return algo.caller_orders || t.segment_area().usable_here();
+  return false;
+}
+
 /// Whether the collective area of `t` may run a collective of `T` with reducer `R` on the
-/// calling thread (see the file comment, and `in_segment::caller_orders`); where false,
-/// callers take messages instead.
+/// calling thread: `segment_usable_here`, for trivially copyable types in host memory.
 template <class Tr, class T, class R>
 bool segment_usable(Tr& t, const in_segment& algo) {
   if constexpr (has_segment_area<Tr> && std::is_trivially_copyable_v<T> &&
                 requires { R::host_memory; }) {
-    if constexpr (R::host_memory) return algo.caller_orders || t.segment_area().usable_here();
+    if constexpr (R::host_memory) return segment_usable_here(t, algo);
   }
   return false;
 }
@@ -229,6 +397,77 @@ bool try_in_segment_broadcast(Tr& t, T* buffer, std::size_t count, int root,
   if constexpr (has_segment_area<Tr>) {
     if (!segment_usable<Tr, T, R>(t, algo)) return false;
     if (t.size() > 1 && count > 0) in_segment_broadcast(t.segment_area(), buffer, count, root);
+    return true;
+  }
+  return false;
+}
+
+/// The in-segment allgather on transport `t` where its area may be used: true when done
+/// (the caller runs the ring otherwise).
+template <transport Tr, class T, reducer R>
+bool try_in_segment_allgather(Tr& t, const T* sendbuf, T* recvbuf, std::size_t count,
+                              const in_segment& algo) {
+  if constexpr (has_segment_area<Tr>) {
+    if (!segment_usable<Tr, T, R>(t, algo)) return false;
+    if (count == 0) return true;
+    if (t.size() > 1) {
+      in_segment_allgather(t.segment_area(), sendbuf, recvbuf, count);
+    } else if (sendbuf != recvbuf) {
+      std::memcpy(recvbuf, sendbuf, count * sizeof(T));
+    }
+    return true;
+  }
+  return false;
+}
+
+/// The in-segment reduce-scatter on transport `t` where its area may be used and one
+/// element of every rank fits its bulk buffer: true when done (the caller runs the ring
+/// otherwise).
+template <transport Tr, class T, class Op, reducer R>
+bool try_in_segment_reduce_scatter(Tr& t, const T* sendbuf, T* recvbuf, std::size_t count,
+                                   const Op& op, const in_segment& algo, R& red) {
+  if constexpr (has_segment_area<Tr>) {
+    if (!segment_usable<Tr, T, R>(t, algo)) return false;
+    auto& a = t.segment_area();
+    if (static_cast<std::size_t>(t.size()) * sizeof(T) > a.bulk_capacity()) return false;
+    if (count == 0) return true;
+    if (t.size() > 1) {
+      in_segment_reduce_scatter(a, sendbuf, recvbuf, count, op, red);
+    } else {
+      red.copy(recvbuf, sendbuf, count);
+      if constexpr (finalizing_op<Op>) red.finalize(op, recvbuf, count, 1);
+    }
+    return true;
+  }
+  return false;
+}
+
+/// The in-segment reduce to `root` on transport `t` where its area may be used: true when
+/// done (the caller runs the binomial tree otherwise).
+template <transport Tr, class T, class Op, reducer R>
+bool try_in_segment_reduce(Tr& t, const T* sendbuf, T* recvbuf, std::size_t count, int root,
+                           const Op& op, const in_segment& algo, R& red) {
+  if constexpr (has_segment_area<Tr>) {
+    if (!segment_usable<Tr, T, R>(t, algo)) return false;
+    if (count == 0) return true;
+    if (t.size() > 1) {
+      in_segment_allreduce(t.segment_area(), sendbuf, recvbuf, count, op, algo, red, root);
+    } else {
+      if (sendbuf != recvbuf) red.copy(recvbuf, sendbuf, count);
+      if constexpr (finalizing_op<Op>) red.finalize(op, recvbuf, count, 1);
+    }
+    return true;
+  }
+  return false;
+}
+
+/// The in-segment barrier on transport `t` where its area may be used: true when done (the
+/// caller runs the dissemination barrier otherwise).
+template <transport Tr>
+bool try_in_segment_barrier(Tr& t, const in_segment& algo) {
+  if constexpr (has_segment_area<Tr>) {
+    if (!segment_usable_here(t, algo)) return false;
+    if (t.size() > 1) in_segment_barrier(t.segment_area());
     return true;
   }
   return false;

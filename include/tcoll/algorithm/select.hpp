@@ -18,6 +18,7 @@
 #include "../core/error.hpp"
 #include "binomial_tree.hpp"
 #include "bruck.hpp"
+#include "dissemination.hpp"
 #include "in_segment.hpp"
 #include "multi_ring.hpp"
 #include "pairwise_exchange.hpp"
@@ -262,6 +263,22 @@ struct alltoall_by_size {
 /// runs its own (through the group leaders) whatever is asked.
 template <class A>
 concept broadcast_algorithm = std::same_as<A, binomial_tree> || std::same_as<A, in_segment>;
+
+/// The algorithms `allgather` and `reduce_scatter` take on a transport: the ring, or the
+/// collective area (`in_segment`, which runs the ring where the transport has none). A
+/// two-level machine runs its own whatever is asked.
+template <class A>
+concept block_algorithm = std::same_as<A, ring> || std::same_as<A, in_segment>;
+
+/// The algorithms `reduce` takes on a transport: the binomial tree, or the collective area
+/// (`in_segment`, which runs the tree where the transport has none).
+template <class A>
+concept reduce_algorithm = std::same_as<A, binomial_tree> || std::same_as<A, in_segment>;
+
+/// The algorithms `barrier` takes on a transport: dissemination, or the collective area
+/// (`in_segment`: one flag per rank; dissemination where the transport has none).
+template <class A>
+concept barrier_algorithm = std::same_as<A, dissemination> || std::same_as<A, in_segment>;
 
 /// The algorithms `alltoall` takes: one of the two, or the choice between them by size.
 template <class A>

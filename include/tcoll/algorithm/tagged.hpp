@@ -109,6 +109,24 @@ void allgather_tagged(Tr& t, int tag, const T* sendbuf, T* recvbuf, std::size_t 
   algo.allgather(ex, L);
 }
 
+/// Reduce-scatter in the message space `tag`, arguments already checked: in the collective
+/// area (`in_segment`, where the transport has one and may use it here), else the ring.
+template <transport Tr, class T, class Op, reducer R>
+void reduce_scatter_tagged(Tr& t, int tag, const T* sendbuf, T* recvbuf, std::size_t count,
+                           const Op& op, const in_segment& algo, R& red) {
+  if (!try_in_segment_reduce_scatter(t, sendbuf, recvbuf, count, op, algo, red))
+    reduce_scatter_tagged(t, tag, sendbuf, recvbuf, count, op, ring{}, red);
+}
+
+/// Allgather in the message space `tag`, arguments already checked: in the collective area
+/// (`in_segment`, where the transport has one and may use it here), else the ring.
+template <transport Tr, class T, reducer R>
+void allgather_tagged(Tr& t, int tag, const T* sendbuf, T* recvbuf, std::size_t count,
+                      const in_segment& algo, R& red) {
+  if (!try_in_segment_allgather<Tr, T, R>(t, sendbuf, recvbuf, count, algo))
+    allgather_tagged(t, tag, sendbuf, recvbuf, count, ring{}, red);
+}
+
 /// Reduce-scatter of blocks of their own sizes (`counts`, one after another in `sendbuf`;
 /// `offsets` their starts) in the message space `tag`, arguments already checked.
 template <transport Tr, class T, class Op, reducer R>
@@ -178,6 +196,15 @@ void reduce_tagged(Tr& t, int tag, const T* sendbuf, T* recvbuf, std::size_t cou
       ex.recv(tree_root, region{buffer_id::output, 0, count});
     ex.round_end();
   }
+}
+
+/// Reduce in the message space `tag`, arguments already checked: in the collective area
+/// (`in_segment`, where the transport has one and may use it here), else the binomial tree.
+template <transport Tr, class T, class Op, reducer R>
+void reduce_tagged(Tr& t, int tag, const T* sendbuf, T* recvbuf, std::size_t count, int root,
+                   const Op& op, const in_segment& algo, R& red) {
+  if (!try_in_segment_reduce(t, sendbuf, recvbuf, count, root, op, algo, red))
+    reduce_tagged(t, tag, sendbuf, recvbuf, count, root, op, binomial_tree{}, red);
 }
 
 /// The counts and displacements of `P` equal blocks of `count` elements, back to back (the

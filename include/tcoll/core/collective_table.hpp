@@ -186,8 +186,10 @@ inline constexpr algorithm_id allreduce_algorithms[] = {algorithm_id::ring,
                                                         algorithm_id::in_segment};
 inline constexpr algorithm_id block_ring_algorithms[] = {algorithm_id::ring,
                                                          algorithm_id::hierarchical};
-inline constexpr algorithm_id tree_algorithms[] = {algorithm_id::binomial_tree,
-                                                   algorithm_id::hierarchical};
+inline constexpr algorithm_id block_algorithms[] = {
+    algorithm_id::ring, algorithm_id::in_segment, algorithm_id::hierarchical};
+inline constexpr algorithm_id reduce_algorithms[] = {
+    algorithm_id::binomial_tree, algorithm_id::in_segment, algorithm_id::hierarchical};
 inline constexpr algorithm_id broadcast_algorithms[] = {
     algorithm_id::binomial_tree, algorithm_id::in_segment, algorithm_id::hierarchical};
 inline constexpr algorithm_id alltoall_algorithms[] = {
@@ -196,8 +198,8 @@ inline constexpr algorithm_id exchange_algorithms[] = {algorithm_id::pairwise_ex
                                                        algorithm_id::hierarchical};
 inline constexpr algorithm_id linear_algorithms[] = {algorithm_id::linear,
                                                      algorithm_id::hierarchical};
-inline constexpr algorithm_id barrier_algorithms[] = {algorithm_id::dissemination,
-                                                      algorithm_id::hierarchical};
+inline constexpr algorithm_id barrier_algorithms[] = {
+    algorithm_id::dissemination, algorithm_id::in_segment, algorithm_id::hierarchical};
 } // namespace detail
 
 /// The table, in the order of `collective`.
@@ -207,19 +209,19 @@ inline constexpr std::array<collective_description, all_collectives.size()> coll
      detail::allreduce_algorithms},
     {collective::reduce_scatter, "reduce_scatter", "MPI_Reduce_scatter_block",
      "TCOLL_REDUCE_SCATTER_ALGO", true, false, count_rule::blocks_in, in_place_rule::none,
-     "one rank's whole input (P blocks)", detail::block_ring_algorithms},
+     "one rank's whole input (P blocks)", detail::block_algorithms},
     {collective::reduce_scatterv, "reduce_scatterv", "MPI_Reduce_scatter", "", true, false,
      count_rule::per_peer, in_place_rule::none, "one rank's whole input (the blocks together)",
      detail::block_ring_algorithms},
     {collective::allgather, "allgather", "MPI_Allgather", "TCOLL_ALLGATHER_ALGO", false, false,
      count_rule::blocks_out, in_place_rule::own_block, "the whole output (P blocks)",
-     detail::block_ring_algorithms},
+     detail::block_algorithms},
     {collective::allgatherv, "allgatherv", "MPI_Allgatherv", "", false, false, count_rule::per_peer,
      in_place_rule::own_block, "the blocks together", detail::block_ring_algorithms},
     {collective::broadcast, "broadcast", "MPI_Bcast", "TCOLL_BCAST_ALGO", false, true,
      count_rule::same, in_place_rule::always, "the vector", detail::broadcast_algorithms},
     {collective::reduce, "reduce", "MPI_Reduce", "TCOLL_REDUCE_ALGO", true, true, count_rule::same,
-     in_place_rule::none, "the vector", detail::tree_algorithms},
+     in_place_rule::none, "the vector", detail::reduce_algorithms},
     {collective::alltoall, "alltoall", "MPI_Alltoall", "TCOLL_ALLTOALL_ALGO", false, false,
      count_rule::blocks_in_out, in_place_rule::same_buffer,
      "one rank's whole send buffer (P blocks)", detail::alltoall_algorithms},

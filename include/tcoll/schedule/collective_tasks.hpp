@@ -93,14 +93,14 @@ void allreduce_in(C& c, const collective_tags<C>& tags, const T* sendbuf, T* rec
                   std::size_t count, const Op& op, const Algo& algo, R& red) {
   detail::allreduce_on(c, tags, sendbuf, recvbuf, count, op, algo, red);
 }
-template <communicator C, class T, class Op, reducer R>
+template <communicator C, class T, class Op, block_algorithm Algo, reducer R>
 void reduce_scatter_in(C& c, const collective_tags<C>& tags, const T* sendbuf, T* recvbuf,
-                       std::size_t count, const Op& op, const ring& algo, R& red) {
+                       std::size_t count, const Op& op, const Algo& algo, R& red) {
   detail::reduce_scatter_on(c, tags, sendbuf, recvbuf, count, op, algo, red);
 }
-template <communicator C, class T, reducer R>
+template <communicator C, class T, block_algorithm Algo, reducer R>
 void allgather_in(C& c, const collective_tags<C>& tags, const T* sendbuf, T* recvbuf,
-                  std::size_t count, const ring& algo, R& red) {
+                  std::size_t count, const Algo& algo, R& red) {
   detail::allgather_on(c, tags, sendbuf, recvbuf, count, algo, red);
 }
 /// `reduce_scatterv` in `tags`: `offsets[q]` is where block q starts in `sendbuf` (the
@@ -123,9 +123,9 @@ void broadcast_in(C& c, const collective_tags<C>& tags, T* buffer, std::size_t c
                   const Algo& algo, R& red) {
   detail::broadcast_on(c, tags, buffer, count, root, algo, red);
 }
-template <communicator C, class T, class Op, reducer R>
+template <communicator C, class T, class Op, reduce_algorithm Algo, reducer R>
 void reduce_in(C& c, const collective_tags<C>& tags, const T* sendbuf, T* recvbuf,
-               std::size_t count, int root, const Op& op, const binomial_tree& algo, R& red) {
+               std::size_t count, int root, const Op& op, const Algo& algo, R& red) {
   detail::reduce_on(c, tags, sendbuf, recvbuf, count, root, op, algo, red);
 }
 

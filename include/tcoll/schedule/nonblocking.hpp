@@ -45,10 +45,11 @@ template <communicator C, class T, class Op = sum_op, class Algo = detail::defau
   return iallreduce(comm, data.data(), data.data(), data.size(), op, algo, red);
 }
 
-/// Non-blocking `reduce_scatter` (ring on a transport) on any communicator.
-template <communicator C, class T, class Op = sum_op, reducer R = cpu_reducer>
+/// Non-blocking `reduce_scatter` (ring or `in_segment` on a transport) on any communicator.
+template <communicator C, class T, class Op = sum_op, block_algorithm Algo = ring,
+          reducer R = cpu_reducer>
 [[nodiscard]] request ireduce_scatter(C& comm, const T* sendbuf, T* recvbuf, std::size_t count,
-                                      const Op& op = {}, const ring& algo = {}, R red = {}) {
+                                      const Op& op = {}, const Algo& algo = {}, R red = {}) {
   detail::check_support<R, Op, T>();
   detail::check_order<Op, ring>();
   detail::check_reduce_scatter_args(sendbuf, recvbuf, count, comm.rank(), comm.size());
@@ -58,10 +59,10 @@ template <communicator C, class T, class Op = sum_op, reducer R = cpu_reducer>
       }));
 }
 
-/// Non-blocking `allgather` (ring on a transport) on any communicator.
-template <communicator C, class T, reducer R = cpu_reducer>
+/// Non-blocking `allgather` (ring or `in_segment` on a transport) on any communicator.
+template <communicator C, class T, block_algorithm Algo = ring, reducer R = cpu_reducer>
 [[nodiscard]] request iallgather(C& comm, const T* sendbuf, T* recvbuf, std::size_t count,
-                                 const ring& algo = {}, R red = {}) {
+                                 const Algo& algo = {}, R red = {}) {
   detail::check_allgather_args(sendbuf, recvbuf, count, comm.rank(), comm.size());
   return request(detail::submit_collective(
       comm, [&comm, sendbuf, recvbuf, count, algo, red](const auto& tags) mutable {
@@ -222,8 +223,8 @@ template <communicator C, class T, broadcast_algorithm Algo = binomial_tree,
 
 /// Non-blocking `barrier` on any communicator: completes once every rank has started it;
 /// ordered with the collectives queued before it on the same communicator.
-template <communicator C>
-[[nodiscard]] request ibarrier(C& comm, const dissemination& algo = {}) {
+template <communicator C, barrier_algorithm Algo = dissemination>
+[[nodiscard]] request ibarrier(C& comm, const Algo& algo = {}) {
   return request(detail::submit_collective(
       comm, [&comm, algo](const auto& tags) { detail::barrier_on(comm, tags, algo); }));
 }

@@ -10,8 +10,8 @@
 
 namespace tcoll::testing {
 
-template <transport Tr>
-void barrier_waits_for_every_rank(Tr& t) {
+template <transport Tr, class Algo = dissemination>
+void barrier_waits_for_every_rank(Tr& t, const Algo& algo = {}) {
   const int P = t.size(), rank = t.rank();
   // steady_clock is CLOCK_MONOTONIC: one clock for every thread and process of the machine
   auto now_us = [] {
@@ -22,7 +22,7 @@ void barrier_waits_for_every_rank(Tr& t) {
   for (int late = 0; late < P; ++late) {
     if (rank == late) std::this_thread::sleep_for(std::chrono::milliseconds(10));
     const double enter = now_us();
-    barrier(t);
+    barrier(t, algo);
     const double leave = now_us();
     std::vector<double> enters(static_cast<std::size_t>(P));
     allgather(t, &enter, enters.data(), 1);
