@@ -90,8 +90,9 @@ int comm_size(MPI_Comm comm) {
 }
 
 /// The built-in choice for collective `c` (not allreduce) moving `bytes` on `P` ranks that
-/// share one node: tcoll's algorithm over shm_transport (binomial tree for bcast and reduce,
-/// ring for allgather and reduce_scatter_block) in the ranges of `settings`, MPI's own
+/// share one node: tcoll's algorithm over shm_transport in the ranges of `settings` and
+/// `settings::shm_choice` (the collective area for bcast, reduce, reduce_scatter_block,
+/// allgather on more than 2 ranks and barrier, then the binomial tree or the ring), MPI's own
 /// collective elsewhere. Measured over shared memory against Open MPI 4.1.4 with its
 /// default cross-memory attach and MPICH 4.0.2 (docs/benchmarks.md, "Against MPICH and
 /// Open MPI at their defaults"; the thresholds come from the superseded tables listed under
@@ -104,14 +105,22 @@ algorithm_id shm_collective_choice(coll c, std::size_t bytes, int P) {
     return bytes < s.shm_bcast_from_bytes ? algorithm_id::passthrough
                                           : s.shm_choice.choose_broadcast(bytes);
   case coll::reduce:
-    return bytes >= s.shm_reduce_from_bytes && bytes <= s.shm_reduce_up_to_bytes
-               ? algorithm_id::binomial_tree
-               : algorithm_id::passthrough;
+    if (bytes < s.shm_reduce_from_bytes) return algorithm_id::passthrough;
+    if (s.shm_choice.choose_reduce(bytes) == algorithm_id::in_segment)
+      return algorithm_id::in_segment;
+    return bytes <= s.shm_reduce_up_to_bytes ? algorithm_id::binomial_tree
+                                             : algorithm_id::passthrough;
   case coll::allgather:
+    if (P > 2 && s.shm_choice.choose_allgather(bytes) == algorithm_id::in_segment)
+      return algorithm_id::in_segment;
+    [[fallthrough]];
   case coll::allgatherv:
     return P > 2 && bytes >= s.shm_allgather_from_bytes ? algorithm_id::ring
                                                         : algorithm_id::passthrough;
   case coll::reduce_scatter_block:
+    if (s.shm_choice.choose_reduce_scatter(bytes) == algorithm_id::in_segment)
+      return algorithm_id::in_segment;
+    [[fallthrough]];
   case coll::reduce_scatter:
     return bytes >= (P == 2 ? s.shm_reduce_scatter_two_from_bytes : s.shm_reduce_scatter_from_bytes)
                ? algorithm_id::ring
@@ -138,6 +147,8 @@ algorithm_id shm_collective_choice(coll c, std::size_t bytes, int P) {
     return s.shm_gatherv ? algorithm_id::linear : algorithm_id::passthrough;
   case coll::scatterv:
     return s.shm_scatterv ? algorithm_id::linear : algorithm_id::passthrough;
+  case coll::barrier:
+    return s.shm_barrier ? algorithm_id::in_segment : algorithm_id::passthrough;
   default:
     return algorithm_id::passthrough;
   }
@@ -219,6 +230,9 @@ int reduce_scatter_block_call(const void* sendbuf, void* recvbuf, Count recvcoun
             if (counts)
               tcoll::reduce_scatterv(t, static_cast<const T*>(in), static_cast<T*>(recvbuf),
                                      std::span<const std::size_t>(sizes), o);
+            else if (a == algorithm_id::in_segment)
+              tcoll::reduce_scatter(t, static_cast<const T*>(in), static_cast<T*>(recvbuf), n, o,
+                                    tcoll::in_segment{});
             else
               tcoll::reduce_scatter(t, static_cast<const T*>(in), static_cast<T*>(recvbuf), n, o);
           });
@@ -303,7 +317,12 @@ int allgather_call(const void* sendbuf, Count sendcount, MPI_Datatype sendtype, 
         } else { // packed straight into its place among the gathered blocks
           pack_local(sendbuf, sendcount, sendtype, reinterpret_cast<std::byte*>(own), block);
         }
-        on_transport(c, s, a, [&](auto& t) { tcoll::allgather(t, in, out, block); });
+        on_transport(c, s, a, [&](auto& t) {
+          if (a == algorithm_id::in_segment)
+            tcoll::allgather(t, in, out, block, tcoll::in_segment{});
+          else
+            tcoll::allgather(t, in, out, block);
+        });
         if (!recv_direct) // block by block: recvcount x P may exceed an int
           for (int q = 0; q < P; ++q)
             unpack_local(reinterpret_cast<const std::byte*>(out) +
@@ -1308,7 +1327,11 @@ int reduce_call(const void* sendbuf, void* recvbuf, Count count, MPI_Datatype da
           dispatch(r, [&]<class T>(const auto& o) {
             T* out = is_root ? static_cast<T*>(recvbuf) : nullptr;
             const T* in = sendbuf == MPI_IN_PLACE ? out : static_cast<const T*>(sendbuf);
-            tcoll::reduce(t, in, out, static_cast<std::size_t>(count), root, o);
+            if (a == algorithm_id::in_segment)
+              tcoll::reduce(t, in, out, static_cast<std::size_t>(count), root, o,
+                            tcoll::in_segment{});
+            else
+              tcoll::reduce(t, in, out, static_cast<std::size_t>(count), root, o);
           });
         });
       });
@@ -1334,12 +1357,25 @@ TCOLL_PRELOAD_EXPORT int MPI_Reduce_c(const void* sendbuf, void* recvbuf, MPI_Co
 }
 #endif
 
-/// MPI_Barrier is MPI's own. It is intercepted only to create the tcoll state that an
-/// earlier MPI_Iallreduce on the communicator found missing (a barrier is a collective step
-/// every rank reaches in the same order, as the blocking collectives are), so a program that
-/// synchronises with barriers only still gets tcoll's MPI_Iallreduce after the first.
+/// MPI_Barrier: on a communicator whose ranks share one node, tcoll's in-segment barrier
+/// (one flag per rank in the shared segment's collective area; `settings::shm_barrier`);
+/// MPI's own elsewhere. Like every blocking wrapper it first creates the tcoll state that an
+/// earlier MPI_Iallreduce on the communicator found missing, so a program that synchronises
+/// with barriers only still gets tcoll's MPI_Iallreduce after the first.
 TCOLL_PRELOAD_EXPORT int MPI_Barrier(MPI_Comm comm) {
-  if (mpi_active())
-    if (const int rc = settle_pending_setup(coll::barrier, comm); rc != MPI_SUCCESS) return rc;
-  return PMPI_Barrier(comm);
+  constexpr coll c = coll::barrier;
+  int P = 0;
+  auto pmpi = [&] { return PMPI_Barrier(comm); };
+  return intercept<int>(
+      c, comm, pmpi,
+      [&]() -> measured_call {
+        if (auto why = communicator_fallback(comm, true)) return to_mpi(*why);
+        P = comm_size(comm);
+        return no_data();
+      },
+      node_choice_of(c, comm, P),
+      [&](algorithm_id a, std::size_t) {
+        on_transport(c, state_of(comm), a,
+                     [&](auto& t) { tcoll::barrier(t, tcoll::in_segment{}); });
+      });
 }

@@ -2,9 +2,9 @@
 /// \file
 /// The one prologue of the preload's blocking wrappers (MPI_Allreduce, MPI_Reduce_scatter(
 /// _block), MPI_Allgather(v), MPI_Bcast, MPI_Reduce, MPI_Alltoall(v), MPI_Gather(v),
-/// MPI_Scatter(v) and their `_c` forms): every wrapper states what differs (how it measures its
-/// call, which one-node choice it consults, how it runs on a communicator) and `intercept` runs the
-/// steps they share, in one order.
+/// MPI_Scatter(v), their `_c` forms, and MPI_Barrier): every wrapper states what differs (how it
+/// measures its call, which one-node choice it consults, how it runs on a communicator) and
+/// `intercept` runs the steps they share, in one order.
 #include "tcoll_mpi.hpp"
 
 #include <cstddef>
@@ -28,6 +28,12 @@ struct measured_call {
 /// A call that MPI runs, for `why`.
 inline measured_call to_mpi(fallback why) {
   return {0, why};
+}
+
+/// A call of a collective that moves no data (MPI_Barrier): never an empty call, and routed
+/// without a size.
+inline measured_call no_data() {
+  return {0, std::nullopt, true};
 }
 
 /// A call of a per-rank-size collective of which this rank moves `bytes` (maybe none).

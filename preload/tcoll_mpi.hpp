@@ -227,13 +227,21 @@ struct settings {
   /// 4.1 with cross-memory attach and against MPICH 4.0 (docs/benchmarks.md, "Against MPICH
   /// and Open MPI at their defaults", and "Earlier preload tables"): tcoll's algorithm in these
   /// ranges, MPI's own elsewhere. Not set from the environment: a TCOLL_*_ALGO rule overrides them.
-  std::size_t shm_bcast_from_bytes = 512;  ///< tcoll from here (`shm_choice.choose_broadcast`)
-  std::size_t shm_reduce_from_bytes = 512; ///< binomial tree from here ...
-  std::size_t shm_reduce_up_to_bytes =     ///< ... to here
+  std::size_t shm_bcast_from_bytes = 512; ///< tcoll from here (`shm_choice.choose_broadcast`)
+  /// MPI_Reduce: tcoll from here, in the collective area in `shm_choice.choose_reduce`'s
+  /// range (every size by default), the binomial tree elsewhere up to `shm_reduce_up_to_bytes`
+  std::size_t shm_reduce_from_bytes = 512;
+  std::size_t shm_reduce_up_to_bytes =
       builtin_for_mpich() ? std::numeric_limits<std::size_t>::max() : 32 * 1024;
-  std::size_t shm_allgather_from_bytes = 8 * 1024;      ///< ring, more than 2 ranks (2: MPI's)
-  std::size_t shm_reduce_scatter_two_from_bytes = 1024; ///< ring on 2 ranks
-  std::size_t shm_reduce_scatter_from_bytes = 8 * 1024; ///< ring on more than 2 ranks
+  /// MPI_Allgather on more than 2 ranks: the collective area in `shm_choice.choose_allgather`'s
+  /// range (to 64 KiB), the ring from here above it; MPI's on 2 ranks. MPI_Allgatherv: the
+  /// ring from here on more than 2 ranks.
+  std::size_t shm_allgather_from_bytes = 8 * 1024;
+  /// MPI_Reduce_scatter_block: the collective area in `shm_choice.choose_reduce_scatter`'s
+  /// range (every size by default), the ring from these above it; MPI_Reduce_scatter (uneven
+  /// blocks): the ring from these.
+  std::size_t shm_reduce_scatter_two_from_bytes = 1024; ///< on 2 ranks
+  std::size_t shm_reduce_scatter_from_bytes = 8 * 1024; ///< on more than 2 ranks
   /// tcoll's all-to-all (`alltoall_by_size`) from `shm_alltoall_from_bytes` up to these,
   /// one rank's whole send buffer; MPI's own elsewhere, and always over MPI point-to-point,
   /// where tcoll's exchange is slower than Open MPI's collective (docs/benchmarks.md,
@@ -263,6 +271,8 @@ struct settings {
   bool shm_alltoallv = false;
   bool shm_gatherv = true;
   bool shm_scatterv = true;
+  /// MPI_Barrier on such a communicator: tcoll's in-segment barrier where true.
+  bool shm_barrier = true;
   std::string error; ///< non-empty: the environment is invalid and every call fails with it
 };
 /// Reads and checks the settings from the environment (`config` keeps them).

@@ -283,18 +283,33 @@ void call_collective(collective c, const std::string& algo, World& world, Hier& 
     else
       f(world);
   };
+  // in_segment: the collective area, which the emulated cluster's transports do not have;
+  // it runs its message algorithm there
+  const bool area = a == algorithm_id::in_segment;
   switch (c) {
   case collective::broadcast:
-    on([&](auto& comm) { tcoll::broadcast(comm, d, n, 0); });
+    on([&](auto& comm) {
+      area ? tcoll::broadcast(comm, d, n, 0, in_segment{}) : tcoll::broadcast(comm, d, n, 0);
+    });
     return;
   case collective::reduce:
-    on([&](auto& comm) { tcoll::reduce(comm, s, d, n, 0, sum_op{}); });
+    on([&](auto& comm) {
+      area ? tcoll::reduce(comm, s, d, n, 0, sum_op{}, in_segment{})
+           : tcoll::reduce(comm, s, d, n, 0, sum_op{});
+    });
     return;
   case collective::allgather:
-    on([&](auto& comm) { tcoll::allgather(comm, (inplace ? d : s) + own, d, block); });
+    on([&](auto& comm) {
+      const float* from = (inplace ? d : s) + own;
+      area ? tcoll::allgather(comm, from, d, block, in_segment{})
+           : tcoll::allgather(comm, from, d, block);
+    });
     return;
   case collective::reduce_scatter:
-    on([&](auto& comm) { tcoll::reduce_scatter(comm, s, d, block, sum_op{}); });
+    on([&](auto& comm) {
+      area ? tcoll::reduce_scatter(comm, s, d, block, sum_op{}, in_segment{})
+           : tcoll::reduce_scatter(comm, s, d, block, sum_op{});
+    });
     return;
   case collective::alltoall:
     if (a == algorithm_id::bruck)

@@ -6,7 +6,8 @@
  * bytes: the root's whole buffer, P blocks), and the uneven MPI_Alltoallv (rank r sends rank q
  * 2b((r+q) mod P + 1)/(P+1) of b = n/P elements per block, so every rank sends and receives
  * about n; the bytes: one rank's send blocks together), MPI_Gatherv and MPI_Scatterv (root 0,
- * rank q's block as MPI_Allgatherv's; the bytes: the root's blocks together), out of place,
+ * rank q's block as MPI_Allgatherv's; the bytes: the root's blocks together), and
+ * MPI_Barrier (timed once, at the first size: it moves no data), out of place,
  * from -b to -e
  * bytes (factor -f; the bytes are the collective's whole buffer: the broadcast or reduced
  * vector, all P gathered blocks, all P blocks reduced), one line per size on
@@ -92,6 +93,7 @@ static void call(int c, size_t bytes) {
     MPI_Gatherv(in, counts[rank], MPI_FLOAT, out, counts, displs, MPI_FLOAT, 0, MPI_COMM_WORLD);
   if (c == 11)
     MPI_Scatterv(in, counts, displs, MPI_FLOAT, out, counts[rank], MPI_FLOAT, 0, MPI_COMM_WORLD);
+  if (c == 12) MPI_Barrier(MPI_COMM_WORLD);
 }
 
 struct args {
@@ -107,6 +109,7 @@ static void call_once(void* p) {
 static long check(int c, size_t bytes) {
   const int n = (int)(bytes / sizeof(float)), block = n / P;
   long wrong = 0;
+  if (c == 12) return 0; /* MPI_Barrier has no result */
   for (int i = 0; i < n; ++i) {
     float want = 0;
     if (c == 0) want = (float)(i % 7); /* root 0's values */
@@ -184,11 +187,12 @@ int main(int argc, char** argv) {
   const size_t pool = cold ? 2 * (hi > cache_bytes ? hi : cache_bytes) + 4096 : hi;
   in_pool = malloc(pool), out_pool = malloc(pool);
   if (!in_pool || !out_pool) MPI_Abort(MPI_COMM_WORLD, 2);
-  enum { ncoll = 12 };
+  enum { ncoll = 13 };
   const char* names[ncoll] = {
       "MPI_Bcast",      "MPI_Reduce",         "MPI_Allgather", "MPI_Reduce_scatter_block",
       "MPI_Allgatherv", "MPI_Reduce_scatter", "MPI_Alltoall",  "MPI_Gather",
-      "MPI_Scatter",    "MPI_Alltoallv",      "MPI_Gatherv",   "MPI_Scatterv"};
+      "MPI_Scatter",    "MPI_Alltoallv",      "MPI_Gatherv",   "MPI_Scatterv",
+      "MPI_Barrier"};
   counts = malloc(sizeof(int) * P), displs = malloc(sizeof(int) * P);
   a2a_sc = malloc(sizeof(int) * P), a2a_sd = malloc(sizeof(int) * P);
   a2a_rc = malloc(sizeof(int) * P), a2a_rd = malloc(sizeof(int) * P);
@@ -197,7 +201,7 @@ int main(int argc, char** argv) {
     printf("# ranks %d, %s buffers\n# collective bytes time_us wrong\n", P, cold ? "cold" : "hot");
   for (int c = 0; c < ncoll; ++c) {
     if (only && !loop_listed(only, names[c])) continue;
-    for (size_t bytes = lo; bytes <= hi; bytes *= factor) {
+    for (size_t bytes = lo; bytes <= (c == 12 ? lo : hi); bytes *= factor) {
       if (bytes / sizeof(float) < (size_t)P) continue;
       uneven_blocks((int)(bytes / sizeof(float)));
       uneven_pairs((int)(bytes / sizeof(float)));

@@ -153,8 +153,8 @@ void reduce_scatter_on(C& c, const collective_tags_t<C>& tags, const T* sendbuf,
 }
 
 template <transport Tr, class T, block_algorithm Algo, reducer R>
-void allgather_on(Tr& t, int tag, const T* sendbuf, T* recvbuf, std::size_t count,
-                  const Algo& algo, R& red) {
+void allgather_on(Tr& t, int tag, const T* sendbuf, T* recvbuf, std::size_t count, const Algo& algo,
+                  R& red) {
   allgather_tagged(t, tag, sendbuf, recvbuf, count, algo, red);
 }
 template <composite_communicator C, class T, block_algorithm Algo, reducer R>

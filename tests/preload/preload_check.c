@@ -1611,6 +1611,34 @@ static int comm_cycles(int cycles) {
   return errors ? 1 : 0;
 }
 
+/* MPI_Barrier on `comm`: every rank in turn arrives 20 ms late; no rank may leave before
+ * it arrived (CLOCK_MONOTONIC: one clock for the processes of the node; the times are
+ * gathered by PMPI_Allgather, MPI's own, so a broken barrier cannot hide itself). */
+static void check_barrier(MPI_Comm comm) {
+  int P, r;
+  MPI_Comm_size(comm, &P);
+  MPI_Comm_rank(comm, &r);
+  double* enters = malloc(sizeof(double) * (size_t)P);
+  for (int late = 0; late < P; ++late) {
+    struct timespec ts;
+    if (r == late) nanosleep(&(struct timespec){0, 20 * 1000 * 1000}, NULL);
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    const double enter = (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+    check_call(MPI_Barrier(comm), "MPI_Barrier");
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    const double leave = (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+    PMPI_Allgather(&enter, 1, MPI_DOUBLE, enters, 1, MPI_DOUBLE, comm);
+    double last = enters[0];
+    for (int q = 1; q < P; ++q) last = enters[q] > last ? enters[q] : last;
+    if (leave < last) {
+      fprintf(stderr, "rank %d: MPI_Barrier: left at %.6f s, before rank %d arrived at %.6f s\n",
+              world_rank, leave, late, last);
+      ++errors;
+    }
+  }
+  free(enters);
+}
+
 /* The checks of the default mode (sections 1-4), on the thread that calls MPI. */
 static void* run_checks(void* unused) {
   (void)unused;
@@ -1672,8 +1700,17 @@ static void* run_checks(void* unused) {
     check_type(dup, &types[4 + round], split_counts + 1, 2, (1 << OP_SUM), 0);
     MPI_Comm_free(&dup);
   }
+  check_barrier(halves);
   MPI_Comm_free(&halves);
   MPI_Comm_free(&lone);
+
+  /* MPI_Barrier on the world and on a fresh duplicate, where no MPI_Iallreduce has started
+   * tcoll's engine (which keeps the collective area to itself: a barrier on the caller's
+   * thread takes messages there) */
+  check_barrier(MPI_COMM_WORLD);
+  MPI_Comm_dup(MPI_COMM_WORLD, &dup);
+  check_barrier(dup);
+  MPI_Comm_free(&dup);
 
   /* 4. What the preload leaves to MPI, and datatypes that differ between ranks. */
   check_fallbacks(MPI_COMM_WORLD);

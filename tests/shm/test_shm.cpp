@@ -401,8 +401,13 @@ void segment_collectives_case(tcoll::shm_transport& t, const std::vector<std::si
         }
         const std::vector<T> kept = input, sentinel = out;
         const bool in_place = ip == 1 && rank == root;
-        const case_id id{"in_segment reduce(root=" + std::to_string(root) + ")", type, "sum", n, P,
-                         rank, in_place};
+        const case_id id{"in_segment reduce(root=" + std::to_string(root) + ")",
+                         type,
+                         "sum",
+                         n,
+                         P,
+                         rank,
+                         in_place};
         if (in_place) {
           tcoll::reduce(t, input.data(), input.data(), n, root, add, rooted);
           check_equal(input, want, id.str());
@@ -421,8 +426,9 @@ void segment_collectives_case(tcoll::shm_transport& t, const std::vector<std::si
       }
       tcoll::reduce(t, input.data(), out.data(), n, root, noncommutative_op, rooted);
       if (rank == root)
-        check_equal(out, want,
-                    case_id{"in_segment reduce", "uint32", "noncommutative", n, P, rank, false}.str());
+        check_equal(
+            out, want,
+            case_id{"in_segment reduce", "uint32", "noncommutative", n, P, rank, false}.str());
     }
   }
 }
@@ -467,7 +473,8 @@ TEST_CASE("shm: in_segment allgather, reduce_scatter and barrier on the engine, 
   for (std::size_t i = 0; i < n * Pz; ++i) input[i] = fractional<float>(rank, i);
   std::vector<tcoll::request> pending;
   for (int b = 0; b < 3; ++b) {
-    pending.push_back(tcoll::iallgather(t, mine.data(), gathered[b].data(), n, tcoll::in_segment{}));
+    pending.push_back(
+        tcoll::iallgather(t, mine.data(), gathered[b].data(), n, tcoll::in_segment{}));
     pending.push_back(tcoll::ireduce_scatter(t, input.data(), scattered[b].data(), n,
                                              tcoll::sum_op{}, tcoll::in_segment{}));
     pending.push_back(tcoll::ibarrier(t, tcoll::in_segment{}));

@@ -1,8 +1,8 @@
 #pragma once
 /// \file
-/// `in_segment`: the allreduce (and the broadcast, `in_segment_broadcast` below) of the
-/// processes of one node through the collective area of their shared segment
-/// (`shm_segment_area`, transport/shm/area.hpp) instead of messages, for any number of ranks
+/// `in_segment`: the allreduce (and the broadcast, reduce, allgather, reduce-scatter and
+/// barrier below) of the processes of one node through the collective area of their shared
+/// segment (`shm_segment_area`, transport/shm/area.hpp) instead of messages, for any number of ranks
 /// (DeepSpeed's shm.cpp, MPICH's release_gather and Open MPI's xhc move data the same way). Every
 /// rank copies its input into its own part of the area once; then, by size:
 ///  - **lines** (up to `shm_options::area_lines` * 48 bytes): the copy goes into flagged
@@ -16,10 +16,20 @@
 /// Every result element is the reduction of ranks 0, 1, ..., P-1 in that order, computed
 /// by the same code on every rank (lines, whole) or once (slices): results are bitwise
 /// identical on every rank and operand order is kept (non-commutative ops are allowed).
+/// The other collectives of the area, the same way (lines when the data fits them, the bulk
+/// buffer, pieces beyond it):
+///  - **reduce**: as the allreduce, but only the root folds the lines or whole copies, and
+///    copies the slices the others reduced into their own area;
+///  - **allgather**: every rank copies its block in and every other block out;
+///  - **reduce_scatter**: every rank copies its P blocks in and folds its own block of
+///    every copy, in rank order;
+///  - **barrier**: every rank sets one flag and waits for every other rank's.
 /// On a transport without a collective area, on a thread where the area may not be used
 /// (`shm_segment_area::usable_here`: another thread than a transport's engine; see also
 /// `caller_orders`), and for element types that are not trivially copyable (symbolic
-/// proofs), it runs `recursive_doubling` (the broadcast: `binomial_tree`) instead.
+/// proofs), each runs its algorithm over messages instead: `recursive_doubling` (allreduce),
+/// `binomial_tree` (broadcast, reduce), `ring` (allgather, reduce_scatter),
+/// `dissemination` (barrier).
 /// Cost: one copy in, P reads of n bytes and P - 1 reductions (lines, whole); one copy in,
 /// n (P - 1) / P + n bytes read and n / P reduced (slices).
 #include <algorithm>
@@ -39,7 +49,7 @@
 
 namespace tcoll {
 
-/// The in-segment allreduce (see the file comment).
+/// The in-segment collectives (see the file comment).
 struct in_segment {
   static constexpr std::string_view name = "in_segment";
   static constexpr bool keeps_operand_order = true;
@@ -107,9 +117,9 @@ void in_segment_allreduce(Area& a, const T* sendbuf, T* recvbuf, std::size_t cou
   const int P = a.size(), me = a.rank();
   const bool all = root < 0, keeps = all || me == root;
   const std::size_t bytes = count * sizeof(T);
-  const std::uint64_t sig = Area::signature(
-      bytes, sizeof(T),
-      static_cast<unsigned>(all ? segment_call::allreduce : segment_call::reduce));
+  const std::uint64_t sig =
+      Area::signature(bytes, sizeof(T),
+                      static_cast<unsigned>(all ? segment_call::allreduce : segment_call::reduce));
   typename Area::session s(a);
   auto fold = [&](T* dst, auto&& operand, std::size_t n) {
     // dst[0, n) = operand(0) op operand(1) op ... op operand(P - 1), each operand(q) the
@@ -321,8 +331,8 @@ void in_segment_reduce_scatter(Area& a, const T* sendbuf, T* recvbuf, std::size_
             alignof(std::max_align_t);
     for (int i = 1; i < P; ++i) {
       const int q = (me + i) % P;
-      read_line_range(a, q, n, sig, base + static_cast<std::size_t>(q) * stride,
-                      mez * block_bytes, block_bytes);
+      read_line_range(a, q, n, sig, base + static_cast<std::size_t>(q) * stride, mez * block_bytes,
+                      block_bytes);
     }
     fold(
         recvbuf,
@@ -373,8 +383,7 @@ void in_segment_barrier(Area& a) {
 /// messages instead.
 template <class Tr>
 bool segment_usable_here(Tr& t, const in_segment& algo) {
-  if constexpr (has_segment_area<Tr>)
-    return algo.caller_orders || t.segment_area().usable_here();
+  if constexpr (has_segment_area<Tr>) return algo.caller_orders || t.segment_area().usable_here();
   return false;
 }
 

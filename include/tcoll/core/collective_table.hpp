@@ -186,8 +186,8 @@ inline constexpr algorithm_id allreduce_algorithms[] = {algorithm_id::ring,
                                                         algorithm_id::in_segment};
 inline constexpr algorithm_id block_ring_algorithms[] = {algorithm_id::ring,
                                                          algorithm_id::hierarchical};
-inline constexpr algorithm_id block_algorithms[] = {
-    algorithm_id::ring, algorithm_id::in_segment, algorithm_id::hierarchical};
+inline constexpr algorithm_id block_algorithms[] = {algorithm_id::ring, algorithm_id::in_segment,
+                                                    algorithm_id::hierarchical};
 inline constexpr algorithm_id reduce_algorithms[] = {
     algorithm_id::binomial_tree, algorithm_id::in_segment, algorithm_id::hierarchical};
 inline constexpr algorithm_id broadcast_algorithms[] = {

@@ -337,12 +337,19 @@ private:
   c10::intrusive_ptr<c10d::Work> sparse_allreduce(std::vector<at::Tensor>& tensors,
                                                   const c10d::ReduceOp& op);
 
+  /// The allgather of `in` into `out` on `t`: in the collective area where the call
+  /// moving `call_bytes` (agreed by every rank) runs in the caller's thread and
+  /// `shared_memory_choice` takes the area for its size (see `inline_choice_`), the ring
+  /// otherwise. `call_bytes` = SIZE_MAX: always the ring.
   template <class Tr>
-  static void run_allgather(Tr& t, int tag, const at::Tensor& in, const at::Tensor& out);
+  void run_allgather(Tr& t, int tag, const at::Tensor& in, const at::Tensor& out,
+                     std::size_t call_bytes);
 
+  /// The reduce-scatter of `in` into `out` on `t`, in the collective area or by the ring as
+  /// `run_allgather`.
   template <class Tr>
   void run_reduce_scatter(Tr& t, int tag, const at::Tensor& in, const at::Tensor& out,
-                          const c10d::ReduceOp& op);
+                          std::size_t call_bytes, const c10d::ReduceOp& op);
 
   static std::size_t total_bytes(const std::vector<at::Tensor>& tensors);
 

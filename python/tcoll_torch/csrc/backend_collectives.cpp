@@ -311,19 +311,28 @@ c10::intrusive_ptr<c10d::Work> backend::reduce(std::vector<at::Tensor>& tensors,
   TORCH_CHECK(tensors.size() == 1, "tcoll: reduce: rank ", rank_, ": takes one tensor");
   const int root = check_root(opts.rootRank, "reduce");
   const reduction r = reduction_of(opts.reduceOp, tensors[0].scalar_type(), rank_);
-  return enqueue(
-      OpType::REDUCE, tensors, "reduce", tensors[0].nbytes(), [=, this](auto& t, int tag) {
-        const at::Tensor buffer = dense(tensors[0]); // when it runs: after earlier calls
-        const std::size_t n = r.count(buffer);
-        with_reduction(r, [&]<class E>(const tcoll::runtime_op& o) {
-          tcoll::cpu_reducer red;
-          E* data = reinterpret_cast<E*>(buffer.data_ptr());
-          tcoll::reduce_in(t, tag, static_cast<const E*>(data), rank_ == root ? data : nullptr, n,
-                           root, o, tcoll::binomial_tree{}, red);
-        });
-        if (rank_ == root) r.finalize(buffer.data_ptr(), n, size_);
-        copy_back(tensors[0], buffer);
-      });
+  return enqueue(OpType::REDUCE, tensors, "reduce", tensors[0].nbytes(),
+                 [=, this](auto& t, int tag) {
+                   const at::Tensor buffer = dense(tensors[0]); // when it runs: after earlier calls
+                   const std::size_t n = r.count(buffer);
+                   with_reduction(r, [&]<class E>(const tcoll::runtime_op& o) {
+                     tcoll::cpu_reducer red;
+                     E* data = reinterpret_cast<E*>(buffer.data_ptr());
+                     E* out = rank_ == root ? data : nullptr;
+                     // the collective area where the call surely runs in the caller's thread (see
+                     // inline_choice_) and shared_memory_choice takes it for its size
+                     if (buffer.nbytes() <= inline_max_bytes_ &&
+                         tcoll::shared_memory_choice{}.choose_reduce(buffer.nbytes()) ==
+                             tcoll::algorithm_id::in_segment)
+                       tcoll::reduce_in(t, tag, static_cast<const E*>(data), out, n, root, o,
+                                        tcoll::in_segment{.caller_orders = true}, red);
+                     else
+                       tcoll::reduce_in(t, tag, static_cast<const E*>(data), out, n, root, o,
+                                        tcoll::binomial_tree{}, red);
+                   });
+                   if (rank_ == root) r.finalize(buffer.data_ptr(), n, size_);
+                   copy_back(tensors[0], buffer);
+                 });
 }
 
 c10::intrusive_ptr<c10d::Work> backend::allgather(std::vector<std::vector<at::Tensor>>& outputs,
@@ -341,7 +350,7 @@ c10::intrusive_ptr<c10d::Work> backend::allgather(std::vector<std::vector<at::Te
   std::vector<at::Tensor> out_list = list;
   return enqueue(OpType::ALLGATHER, list, "allgather", gathered.nbytes(),
                  [=, this](auto& t, int tag) {
-                   run_allgather(t, tag, in, gathered);
+                   run_allgather(t, tag, in, gathered, gathered.nbytes());
                    for (int q = 0; q < size_; ++q)
                      out_list[q].copy_(
                          gathered.narrow(0, q * in.numel(), in.numel()).view(out_list[q].sizes()));
@@ -375,7 +384,7 @@ backend::allgather_coalesced(std::vector<std::vector<at::Tensor>>& outputs,
   return enqueue(
       OpType::ALLGATHER_COALESCED, flat_outputs, what, bytes, [=, this](auto& t, int tag) {
         for (std::size_t i = 0; i < ins.size(); ++i) {
-          run_allgather(t, tag, ins[i], gathered[i]);
+          run_allgather(t, tag, ins[i], gathered[i], bytes);
           const std::int64_t n = ins[i].numel();
           for (int q = 0; q < size_; ++q)
             out_lists[q][i].copy_(gathered[i].narrow(0, q * n, n).view(out_lists[q][i].sizes()));
@@ -393,7 +402,7 @@ c10::intrusive_ptr<c10d::Work> backend::_allgather_base(at::Tensor& output, at::
   at::Tensor in = dense(input), out = dense(output);
   return enqueue(OpType::_ALLGATHER_BASE, {output}, "all_gather_into_tensor", out.nbytes(),
                  [=, this](auto& t, int tag) {
-                   run_allgather(t, tag, in, out);
+                   run_allgather(t, tag, in, out, out.nbytes());
                    copy_back(output, out);
                  });
 }
@@ -414,10 +423,11 @@ backend::all_gather_single_coalesced(std::vector<at::Tensor>& outputs,
     ins.push_back(dense(inputs[i]));
     outs.push_back(dense(outputs[i]));
   }
-  return enqueue(OpType::ALLGATHER_INTO_TENSOR_COALESCED, outputs, what, total_bytes(outs),
+  const std::size_t call_bytes = total_bytes(outs);
+  return enqueue(OpType::ALLGATHER_INTO_TENSOR_COALESCED, outputs, what, call_bytes,
                  [=, this](auto& t, int tag) {
                    for (std::size_t i = 0; i < ins.size(); ++i) {
-                     run_allgather(t, tag, ins[i], outs[i]);
+                     run_allgather(t, tag, ins[i], outs[i], call_bytes);
                      copy_back(outputs[i], outs[i]);
                    }
                  });
@@ -448,10 +458,11 @@ backend::reduce_scatter_single_coalesced(std::vector<at::Tensor>& outputs,
     ins.push_back(dense(inputs[i]));
     outs.push_back(dense(outputs[i]));
   }
-  return enqueue(OpType::REDUCE_SCATTER_TENSOR_COALESCED, outputs, what, total_bytes(ins),
+  const std::size_t call_bytes = total_bytes(ins);
+  return enqueue(OpType::REDUCE_SCATTER_TENSOR_COALESCED, outputs, what, call_bytes,
                  [=, this](auto& t, int tag) {
                    for (std::size_t i = 0; i < ins.size(); ++i) {
-                     run_reduce_scatter(t, tag, ins[i], outs[i], opts.reduceOp);
+                     run_reduce_scatter(t, tag, ins[i], outs[i], call_bytes, opts.reduceOp);
                      copy_back(outputs[i], outs[i]);
                    }
                  });
@@ -496,7 +507,7 @@ c10::intrusive_ptr<c10d::Work> backend::reduce_scatter(std::vector<at::Tensor>& 
   return enqueue(OpType::REDUCE_SCATTER, outputs, "reduce_scatter", packed.nbytes(),
                  [=, this](auto& t, int tag) {
                    if (even) {
-                     run_reduce_scatter(t, tag, packed, out, opts.reduceOp);
+                     run_reduce_scatter(t, tag, packed, out, packed.nbytes(), opts.reduceOp);
                    } else {
                      const reduction r = reduction_of(opts.reduceOp, packed.scalar_type(), rank_);
                      with_reduction(r, [&]<class E>(const tcoll::runtime_op& o) {
@@ -524,7 +535,7 @@ backend::_reduce_scatter_base(at::Tensor& output, at::Tensor& input,
   at::Tensor in = dense(input), out = dense(output);
   return enqueue(OpType::_REDUCE_SCATTER_BASE, {output}, "reduce_scatter_tensor", in.nbytes(),
                  [=, this](auto& t, int tag) {
-                   run_reduce_scatter(t, tag, in, out, opts.reduceOp);
+                   run_reduce_scatter(t, tag, in, out, in.nbytes(), opts.reduceOp);
                    copy_back(output, out);
                  });
 }
@@ -861,7 +872,7 @@ c10::intrusive_ptr<c10d::Work> backend::sparse_allreduce(std::vector<at::Tensor>
   return enqueue(OpType::ALLREDUCE, tensors, what, bytes, [=, this](auto& t, int tag) {
     const int P = size_;
     at::Tensor metas = at::empty({P, sparse_meta_slots}, at::kLong);
-    run_allgather(t, tag, meta, metas);
+    run_allgather(t, tag, meta, metas, SIZE_MAX); // the call's size differs across ranks
     const auto m = metas.accessor<std::int64_t, 2>();
     std::int64_t max_nnz = 0;
     for (int q = 0; q < P; ++q) {
@@ -891,8 +902,8 @@ c10::intrusive_ptr<c10d::Work> backend::sparse_allreduce(std::vector<at::Tensor>
     all_value_sizes[0] = P * max_nnz;
     at::Tensor all_indices = at::empty(all_index_sizes, at::kLong);
     at::Tensor all_values = at::empty(all_value_sizes, values.options());
-    if (indices.nbytes() > 0) run_allgather(t, tag, indices, all_indices);
-    if (values.nbytes() > 0) run_allgather(t, tag, values, all_values);
+    if (indices.nbytes() > 0) run_allgather(t, tag, indices, all_indices, SIZE_MAX);
+    if (values.nbytes() > 0) run_allgather(t, tag, values, all_values, SIZE_MAX);
     at::Tensor sum;
     for (int q = 0; q < P; ++q) {
       const std::int64_t n = m[q][3];
@@ -911,21 +922,35 @@ c10::intrusive_ptr<c10d::Work> backend::sparse_allreduce(std::vector<at::Tensor>
 }
 
 template <class Tr>
-void backend::run_allgather(Tr& t, int tag, const at::Tensor& in, const at::Tensor& out) {
+void backend::run_allgather(Tr& t, int tag, const at::Tensor& in, const at::Tensor& out,
+                            std::size_t call_bytes) {
   tcoll::cpu_reducer red;
-  tcoll::allgather_in(t, tag, static_cast<const byte*>(bytes_of(in)), bytes_of(out), in.nbytes(),
-                      tcoll::ring{}, red);
+  const auto* from = static_cast<const byte*>(bytes_of(in));
+  if (call_bytes <= inline_max_bytes_ && tcoll::shared_memory_choice{}.choose_allgather(
+                                             out.nbytes()) == tcoll::algorithm_id::in_segment)
+    tcoll::allgather_in(t, tag, from, bytes_of(out), in.nbytes(),
+                        tcoll::in_segment{.caller_orders = true}, red);
+  else
+    tcoll::allgather_in(t, tag, from, bytes_of(out), in.nbytes(), tcoll::ring{}, red);
 }
 
 template <class Tr>
 void backend::run_reduce_scatter(Tr& t, int tag, const at::Tensor& in, const at::Tensor& out,
-                                 const c10d::ReduceOp& op) {
+                                 std::size_t call_bytes, const c10d::ReduceOp& op) {
   const reduction r = reduction_of(op, in.scalar_type(), rank_);
   const std::size_t n = r.count(out);
+  const bool in_area = call_bytes <= inline_max_bytes_ &&
+                       tcoll::shared_memory_choice{}.choose_reduce_scatter(in.nbytes()) ==
+                           tcoll::algorithm_id::in_segment;
   with_reduction(r, [&]<class E>(const tcoll::runtime_op& o) {
     tcoll::cpu_reducer red;
-    tcoll::reduce_scatter_in(t, tag, reinterpret_cast<const E*>(in.data_ptr()),
-                             reinterpret_cast<E*>(out.data_ptr()), n, o, tcoll::ring{}, red);
+    const auto* from = reinterpret_cast<const E*>(in.data_ptr());
+    auto* to = reinterpret_cast<E*>(out.data_ptr());
+    if (in_area)
+      tcoll::reduce_scatter_in(t, tag, from, to, n, o, tcoll::in_segment{.caller_orders = true},
+                               red);
+    else
+      tcoll::reduce_scatter_in(t, tag, from, to, n, o, tcoll::ring{}, red);
   });
   r.finalize(out.data_ptr(), n, size_);
 }
