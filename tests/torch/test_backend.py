@@ -284,6 +284,23 @@ def test_other_collectives(size):
         assert torch.equal(res["ring_recv"], xs[(r - 1) % size])
     for r in range(size):  # the same bits everywhere
         assert same_bits(results[r]["reduce_scatter"], results[r]["reduce_scatter"])
+    # These calls are small enough for the segment's collective area (in_segment), which
+    # reduces in rank order, once per element: the results are the sequential fold of the
+    # ranks' inputs, bit for bit (the ring's order would differ in the last bits)
+    for r in range(size):
+        assert same_bits(results[r]["reduce_scatter"],
+                         rank_order_sum([b.chunk(size)[r] for b in bigs])), f"rank {r}"
+    for root in range(size):
+        want = rank_order_sum([make_input(q, n, "float32", "SUM", 20 + root) for q in range(size)])
+        assert same_bits(results[root][f"reduce{root}"], want), f"reduce to {root}"
+
+
+def rank_order_sum(xs):
+    """xs[0] + xs[1] + ... in that order, in their dtype."""
+    acc = xs[0].clone()
+    for x in xs[1:]:
+        acc = acc + x
+    return acc
 
 
 def test_async_futures_and_noncontiguous_tensors():

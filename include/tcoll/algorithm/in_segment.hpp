@@ -2,9 +2,9 @@
 /// \file
 /// `in_segment`: the allreduce (and the broadcast, reduce, allgather, reduce-scatter and
 /// barrier below) of the processes of one node through the collective area of their shared
-/// segment (`shm_segment_area`, transport/shm/area.hpp) instead of messages, for any number of ranks
-/// (DeepSpeed's shm.cpp, MPICH's release_gather and Open MPI's xhc move data the same way). Every
-/// rank copies its input into its own part of the area once; then, by size:
+/// segment (`shm_segment_area`, transport/shm/area.hpp) instead of messages, for any number
+/// of ranks (DeepSpeed's shm.cpp, MPICH's release_gather and Open MPI's xhc move data the
+/// same way). Every rank copies its input into its own part of the area once; then, by size:
 ///  - **lines** (up to `shm_options::area_lines` * 48 bytes): the copy goes into flagged
 ///    lines, data and ordinal in one cache line, so a reader needs no separate signal; every
 ///    rank reads every rank's lines and reduces them all.
