@@ -103,10 +103,10 @@ algorithm_id shm_collective_choice(coll c, std::size_t bytes, int P) {
   switch (c) {
   case coll::bcast:
     return bytes < s.shm_bcast_from_bytes ? algorithm_id::passthrough
-                                          : s.shm_choice.choose_broadcast(bytes);
+                                          : s.shm_choice.choose_broadcast(bytes, P);
   case coll::reduce:
     if (bytes < s.shm_reduce_from_bytes) return algorithm_id::passthrough;
-    if (s.shm_choice.choose_reduce(bytes) == algorithm_id::in_segment)
+    if (s.shm_choice.choose_reduce(bytes, P) == algorithm_id::in_segment)
       return algorithm_id::in_segment;
     return bytes <= s.shm_reduce_up_to_bytes ? algorithm_id::binomial_tree
                                              : algorithm_id::passthrough;

@@ -128,24 +128,30 @@ struct shared_memory_choice {
     if (ranks > 2 && bytes <= ring_up_to_bytes) return algorithm_id::ring;
     return algorithm_id::recursive_halving_doubling;
   }
-  /// Broadcast: the collective area up to `broadcast_in_segment_up_to_bytes`, the binomial
-  /// tree above (whose messages go single-copy there).
-  std::size_t broadcast_in_segment_up_to_bytes = 64 * 1024;
-  algorithm_id choose_broadcast(std::size_t bytes) const {
-    return bytes <= broadcast_in_segment_up_to_bytes ? algorithm_id::in_segment
-                                                     : algorithm_id::binomial_tree;
-  }
-  /// Reduce (the vector), allgather (the whole output) and reduce-scatter (one rank's whole
-  /// input): the collective area up to these, the binomial tree or the ring above. Measured
-  /// under the MPI preload against Open MPI 4.1.4 (docs/benchmarks.md, "The other in-segment
-  /// collectives"): the reduce and the reduce-scatter in the area are faster than Open MPI's
-  /// at nearly every size on 2 and 4 ranks; the allgather only up to 64 KiB on 4 ranks.
-  std::size_t reduce_in_segment_up_to_bytes = std::numeric_limits<std::size_t>::max();
+  /// Broadcast and reduce (the vector): the collective area up to these on 2 ranks and up to
+  /// the `_many` ones on more, the binomial tree above (whose messages go single-copy there).
+  /// Allgather (the whole output) and reduce-scatter (one rank's whole input): the area up to
+  /// these, the ring above. Measured under the MPI preload against Open MPI 4.1.4 on the 2-core
+  /// VM (docs/benchmarks.md, "The other in-segment collectives"; 4 ranks oversubscribe it):
+  /// the area's broadcast and reduce win to 32 KiB on 2 ranks and to 64 KiB on 4, its
+  /// reduce-scatter at every size, its allgather to 64 KiB on 4 ranks (on 2, Open MPI's own
+  /// is as fast).
+  std::size_t broadcast_in_segment_up_to_bytes = 32 * 1024;
+  std::size_t broadcast_in_segment_up_to_bytes_many = 64 * 1024;
+  std::size_t reduce_in_segment_up_to_bytes = 32 * 1024;
+  std::size_t reduce_in_segment_up_to_bytes_many = 64 * 1024;
   std::size_t allgather_in_segment_up_to_bytes = 64 * 1024;
   std::size_t reduce_scatter_in_segment_up_to_bytes = std::numeric_limits<std::size_t>::max();
-  algorithm_id choose_reduce(std::size_t bytes) const {
-    return bytes <= reduce_in_segment_up_to_bytes ? algorithm_id::in_segment
-                                                  : algorithm_id::binomial_tree;
+  algorithm_id choose_broadcast(std::size_t bytes, int ranks) const {
+    return bytes <= (ranks > 2 ? broadcast_in_segment_up_to_bytes_many
+                               : broadcast_in_segment_up_to_bytes)
+               ? algorithm_id::in_segment
+               : algorithm_id::binomial_tree;
+  }
+  algorithm_id choose_reduce(std::size_t bytes, int ranks) const {
+    return bytes <= (ranks > 2 ? reduce_in_segment_up_to_bytes_many : reduce_in_segment_up_to_bytes)
+               ? algorithm_id::in_segment
+               : algorithm_id::binomial_tree;
   }
   algorithm_id choose_allgather(std::size_t bytes) const {
     return bytes <= allgather_in_segment_up_to_bytes ? algorithm_id::in_segment

@@ -294,7 +294,7 @@ c10::intrusive_ptr<c10d::Work> backend::broadcast(std::vector<at::Tensor>& tenso
       // on shared memory: the collective area for small tensors (shared_memory_choice),
       // where the call is sure to run in the caller's thread (see inline_choice_)
       if (total <= inline_max_bytes_ && tcoll::shared_memory_choice{}.choose_broadcast(
-                                            b.nbytes()) == tcoll::algorithm_id::in_segment)
+                                            b.nbytes(), size_) == tcoll::algorithm_id::in_segment)
         tcoll::broadcast_in(t, tag, bytes_of(b), b.nbytes(), root,
                             tcoll::in_segment{.caller_orders = true}, red);
       else
@@ -322,7 +322,7 @@ c10::intrusive_ptr<c10d::Work> backend::reduce(std::vector<at::Tensor>& tensors,
                      // the collective area where the call surely runs in the caller's thread (see
                      // inline_choice_) and shared_memory_choice takes it for its size
                      if (buffer.nbytes() <= inline_max_bytes_ &&
-                         tcoll::shared_memory_choice{}.choose_reduce(buffer.nbytes()) ==
+                         tcoll::shared_memory_choice{}.choose_reduce(buffer.nbytes(), size_) ==
                              tcoll::algorithm_id::in_segment)
                        tcoll::reduce_in(t, tag, static_cast<const E*>(data), out, n, root, o,
                                         tcoll::in_segment{.caller_orders = true}, red);
