@@ -60,7 +60,8 @@ inline std::optional<fallback> communicator_fallback(MPI_Comm comm, bool args_ok
 /// 5. an empty call returns at once (not a `per_rank` one: there an empty part on this rank
 ///    says nothing of the others', and the call is collective);
 /// 6. the route: the first rule's or the built-in choice, then `node_choice(bytes, ruled)`
-///    where the ranks may share one node (for a `per_rank` call neither looks at `bytes`);
+///    where the ranks may share one node (for a `per_rank` call neither looks at `bytes`),
+///    and for the collective area what runs on this thread (`in_segment_here`);
 ///    the call is counted (TCOLL_DEBUG), and passthrough hands it to MPI;
 /// 7. `run(a, bytes)` runs it; an exception becomes MPI's error (MPI_ERR_OTHER), printed
 ///    with the rank. `pmpi()` is the call's PMPI form; `Count` its count type.
@@ -82,6 +83,7 @@ int intercept(coll c, MPI_Comm comm, Pmpi& pmpi, Measure&& measure, NodeChoice&&
   algorithm_id a = choose(c, m.bytes);
   try {
     a = node_choice(m.bytes, a);
+    if (a == algorithm_id::in_segment) a = in_segment_here(c, comm);
   } catch (const std::exception& e) {
     return report_error(c, comm, MPI_ERR_OTHER, e.what());
   }

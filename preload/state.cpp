@@ -254,6 +254,25 @@ algorithm_id choose_shared_memory(std::size_t bytes, int ranks) {
   return s.shm_choice.choose(bytes, ranks);
 }
 
+algorithm_id in_segment_here(coll c, MPI_Comm comm) {
+  // the uneven forms share their even form's rules but have no form in the area
+  if (c == coll::allgatherv || c == coll::reduce_scatter) return algorithm_id::ring;
+  if (tcoll::shm_transport* t = state_of(comm).shared_memory())
+    if (t->segment_area().usable_here()) return algorithm_id::in_segment;
+  switch (collective_of(c)) {
+  case collective::allreduce:
+    return algorithm_id::recursive_doubling;
+  case collective::broadcast:
+  case collective::reduce:
+    return algorithm_id::binomial_tree;
+  case collective::allgather:
+  case collective::reduce_scatter:
+    return algorithm_id::ring;
+  default: // the barrier (dissemination over messages would be slower than MPI's own)
+    return algorithm_id::passthrough;
+  }
+}
+
 algorithm_id choose(coll c, std::size_t bytes) {
   const settings& s = config();
   // the rules of a per-rank-size collective cover 0-max (parse_rules): the first one decides

@@ -301,6 +301,14 @@ bool chosen_by_rule(coll c, std::size_t bytes);
 /// The built-in choice for `MPI_Allreduce` of `bytes` on `ranks` ranks over shared memory
 /// (see `settings`).
 algorithm_id choose_shared_memory(std::size_t bytes, int ranks);
+/// What a blocking call of `c` on `comm` chosen for the collective area (`in_segment`) runs
+/// on this thread: the area where the communicator's shared-memory transport may use it
+/// here, else what the library runs in its place (recursive doubling, the binomial tree,
+/// the ring) or, for MPI_Barrier, MPI's own barrier. The area is off the caller's thread
+/// once the communicator has an engine (an MPI_Iallreduce made it: docs/shm.md), which
+/// every rank has from the same call on, so every rank decides alike; the summary then
+/// names what ran. Collective on the communicator's first call (it may create the state).
+algorithm_id in_segment_here(coll c, MPI_Comm comm);
 
 /// Counts a call that ran through tcoll (or passthrough) and, at TCOLL_DEBUG=2, prints it.
 void count_call(coll c, algorithm_id a, std::size_t bytes, MPI_Comm comm);
