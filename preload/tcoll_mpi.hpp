@@ -229,7 +229,8 @@ struct settings {
   /// ranges, MPI's own elsewhere. Not set from the environment: a TCOLL_*_ALGO rule overrides them.
   std::size_t shm_bcast_from_bytes = 512; ///< tcoll from here (`shm_choice.choose_broadcast`)
   /// MPI_Reduce: tcoll from here, in the collective area in `shm_choice.choose_reduce`'s
-  /// range (every size by default), the binomial tree elsewhere up to `shm_reduce_up_to_bytes`
+  /// range (to 32 KiB on 2 ranks, 64 KiB on more), then the binomial tree up to
+  /// `shm_reduce_up_to_bytes`
   std::size_t shm_reduce_from_bytes = 512;
   std::size_t shm_reduce_up_to_bytes =
       builtin_for_mpich() ? std::numeric_limits<std::size_t>::max() : 32 * 1024;
@@ -238,7 +239,7 @@ struct settings {
   /// ring from here on more than 2 ranks.
   std::size_t shm_allgather_from_bytes = 8 * 1024;
   /// MPI_Reduce_scatter_block: the collective area in `shm_choice.choose_reduce_scatter`'s
-  /// range (every size by default), the ring from these above it; MPI_Reduce_scatter (uneven
+  /// range (every size by default), else the ring from these; MPI_Reduce_scatter (uneven
   /// blocks): the ring from these.
   std::size_t shm_reduce_scatter_two_from_bytes = 1024; ///< on 2 ranks
   std::size_t shm_reduce_scatter_from_bytes = 8 * 1024; ///< on more than 2 ranks
