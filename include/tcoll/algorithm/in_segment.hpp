@@ -107,6 +107,29 @@ enum class segment_call : unsigned {
   reduce
 };
 
+/// dst[0, n) = operand(0) op operand(1) op ... op operand(P - 1), each operand(q) the start
+/// of rank q's n elements (operand(0) may be dst itself), then finalized (avg): the fold of
+/// every in-segment reduction, in rank order.
+template <class T, class Op, reducer R, class Operand>
+void fold_in_rank_order(R& red, const Op& op, int P, T* dst, Operand&& operand, std::size_t n) {
+  const T* first = operand(0);
+  if (first != dst) red.copy(dst, first, n);
+  for (int q = 1; q < P; ++q) red.reduce(op, dst, dst, operand(q), n);
+  if constexpr (finalizing_op<Op>) red.finalize(op, dst, n, P);
+}
+
+/// This thread's scratch for P slots of `slot_bytes` each (`stride` apart, a multiple of 64),
+/// aligned for any scalar type: where small data that straddles flagged lines is read into
+/// before it is reduced.
+inline unsigned char* rank_scratch(int P, std::size_t slot_bytes, std::size_t& stride) {
+  thread_local std::vector<unsigned char> scratch;
+  constexpr std::size_t align = alignof(std::max_align_t);
+  stride = (slot_bytes + 63) / 64 * 64;
+  scratch.resize(static_cast<std::size_t>(P) * stride + align);
+  unsigned char* base = scratch.data();
+  return base + (align - reinterpret_cast<std::uintptr_t>(base) % align) % align;
+}
+
 /// The in-segment allreduce on area `a`, arguments already checked (see the file comment);
 /// with `root` >= 0 the reduce to `root` (`recvbuf` is read at the root only): the same
 /// steps, but only the root folds the lines or whole copies and copies the reduced slices
@@ -122,12 +145,7 @@ void in_segment_allreduce(Area& a, const T* sendbuf, T* recvbuf, std::size_t cou
                       static_cast<unsigned>(all ? segment_call::allreduce : segment_call::reduce));
   typename Area::session s(a);
   auto fold = [&](T* dst, auto&& operand, std::size_t n) {
-    // dst[0, n) = operand(0) op operand(1) op ... op operand(P - 1), each operand(q) the
-    // start of rank q's n elements
-    const T* first = operand(0);
-    if (first != dst) red.copy(dst, first, n);
-    for (int q = 1; q < P; ++q) red.reduce(op, dst, dst, operand(q), n);
-    if constexpr (finalizing_op<Op>) red.finalize(op, dst, n, P);
+    fold_in_rank_order(red, op, P, dst, operand, n);
   };
   // This rank's own operand comes from its input, which is still intact, except in place
   // on a rank after the first, where the fold overwrites it before reaching it.
@@ -151,13 +169,8 @@ void in_segment_allreduce(Area& a, const T* sendbuf, T* recvbuf, std::size_t cou
       }
     } else {
       // Elements straddle lines: every rank's copy into scratch in rank order, then reduced.
-      thread_local std::vector<unsigned char> scratch;
-      const std::size_t stride = (a.line_capacity() + 63) / 64 * 64;
-      scratch.resize(static_cast<std::size_t>(P) * stride + alignof(std::max_align_t));
-      unsigned char* base = scratch.data();
-      base += (alignof(std::max_align_t) -
-               reinterpret_cast<std::uintptr_t>(base) % alignof(std::max_align_t)) %
-              alignof(std::max_align_t);
+      std::size_t stride = 0;
+      unsigned char* base = rank_scratch(P, a.line_capacity(), stride);
       for (int q = 0; q < P; ++q)
         a.read_lines(q, n, sig, base + static_cast<std::size_t>(q) * stride, bytes);
       fold(
@@ -312,23 +325,15 @@ void in_segment_reduce_scatter(Area& a, const T* sendbuf, T* recvbuf, std::size_
       Area::signature(total, sizeof(T), static_cast<unsigned>(segment_call::reduce_scatter));
   typename Area::session s(a);
   auto fold = [&](T* dst, auto&& operand, std::size_t n) {
-    const T* first = operand(0);
-    if (first != dst) red.copy(dst, first, n);
-    for (int q = 1; q < P; ++q) red.reduce(op, dst, dst, operand(q), n);
-    if constexpr (finalizing_op<Op>) red.finalize(op, dst, n, P);
+    fold_in_rank_order(red, op, P, dst, operand, n);
   };
   const T* own_input = sendbuf + mez * count;
   if (total <= a.line_capacity()) {
     const std::uint64_t n = s.next();
     a.publish_lines(n, sig, sendbuf, total);
     // Every rank's block `me` into scratch (a block may straddle lines), then reduced.
-    thread_local std::vector<unsigned char> scratch;
-    const std::size_t stride = (block_bytes + 63) / 64 * 64;
-    scratch.resize(Pz * stride + alignof(std::max_align_t));
-    unsigned char* base = scratch.data();
-    base += (alignof(std::max_align_t) -
-             reinterpret_cast<std::uintptr_t>(base) % alignof(std::max_align_t)) %
-            alignof(std::max_align_t);
+    std::size_t stride = 0;
+    unsigned char* base = rank_scratch(P, block_bytes, stride);
     for (int i = 1; i < P; ++i) {
       const int q = (me + i) % P;
       read_line_range(a, q, n, sig, base + static_cast<std::size_t>(q) * stride, mez * block_bytes,
