@@ -53,7 +53,8 @@ setup(
         CppExtension(
             "tcoll_torch._C",
             ["tcoll_torch/csrc/backend_setup.cpp", "tcoll_torch/csrc/backend_collectives.cpp",
-             "tcoll_torch/csrc/backend_p2p.cpp", "tcoll_torch/csrc/module.cpp",
+             "tcoll_torch/csrc/backend_p2p.cpp", "tcoll_torch/csrc/flight_recorder.cpp",
+             "tcoll_torch/csrc/module.cpp",
              "tcoll_torch/csrc/ddp.cpp"],
             include_dirs=[str(here.parent / "include")],
             # the backend bootstraps through c10d's store either way; MPI only between nodes

@@ -57,7 +57,7 @@ def _finalize_mpi():
     _C.mpi_finalize()
 
 
-def _create(store, rank, size, timeout):
+def _create(store, rank, size, timeout, global_ranks=()):
     # Which ranks share a node (host name and boot id, exchanged through the store). Across
     # nodes, MPI carries tcoll's messages under an MPI launcher (mpi_link.hpp), otherwise
     # Gloo's send/recv: one group of every rank, and one per local index joining that index
@@ -78,8 +78,38 @@ def _create(store, rank, size, timeout):
         if local_rank < shards:
             inter = dist.ProcessGroupGloo(dist.PrefixStore(f"tcoll/inter{local_rank}", store),
                                           node, nodes, timeout)
-    return _C.create_backend(store, rank, size, timeout, layout, flat, inter, mpi_ranks)
+    return _C.create_backend(store, rank, size, timeout, layout, flat, inter, mpi_ranks,
+                             list(global_ranks))
+
+
+def _create_group(options, _backend_options):
+    # register_backend's extended form: the same arguments, and the group's world ranks
+    # (empty for the default group), which its Flight Recorder entries name
+    return _create(options.store, options.group_rank, options.group_size, options.timeout,
+                   options.global_ranks_in_group)
+
+
+def _record_flight_recorder_natively():
+    """Tells torch that tcoll's groups record into its Flight Recorder themselves, as Gloo's
+    and NCCL's do, so it attaches no recording hook to them (the hook costs about 2 us per
+    call; tcoll's own entries a fraction of that: docs/torch.md). torch keeps that list in
+    ``distributed_c10d._FR_SELF_RECORDING_BACKENDS``, where its NCCL registration adds and
+    removes itself; where a torch has no such list, or TCOLL_TORCH_FLIGHT_RECORDER=hook asks
+    for it, tcoll records nothing itself and torch's hook (if any) records its calls."""
+    import os
+    import torch.distributed.distributed_c10d as c10d
+    choice = os.environ.get("TCOLL_TORCH_FLIGHT_RECORDER", "native")
+    if choice not in ("native", "hook"):
+        raise ValueError(f"tcoll: TCOLL_TORCH_FLIGHT_RECORDER is {choice!r}; expected "
+                         "'native' (the default) or 'hook'")
+    self_recording = getattr(c10d, "_FR_SELF_RECORDING_BACKENDS", None)
+    if choice == "hook" or not isinstance(self_recording, set):
+        return
+    self_recording.add(BACKEND_NAME)
+    _C.set_records_flight_recorder(True)
 
 
 if BACKEND_NAME not in dist.Backend.backend_list:
-    dist.Backend.register_backend(BACKEND_NAME, _create, devices=["cpu"])
+    dist.Backend.register_backend(BACKEND_NAME, _create_group, extended_api=True,
+                                  devices=["cpu"])
+    _record_flight_recorder_natively()

@@ -15,7 +15,8 @@
 // This header declares the class and what more than one of its files needs; its member
 // functions are defined by job in backend_setup.cpp (group set-up and bootstrap),
 // backend_collectives.cpp and backend_p2p.cpp (point-to-point and coalescing); work.hpp
-// holds the Work objects, module.cpp the Python module. Only module.cpp includes pybind11
+// holds the Work objects, flight_recorder.cpp the calls' entries in torch's Flight Recorder,
+// module.cpp the Python module. Only module.cpp includes pybind11
 // and torch/extension.h: each file is a translation unit that parses torch's headers again,
 // and its Python bindings are most of them (25 s to parse on the 2-core VM, c10d's 8 s).
 #include <torch/csrc/distributed/c10d/Backend.hpp>
@@ -44,6 +45,7 @@
 #include <tcoll/transport/shm.hpp>
 
 #include "backend_access.hpp"
+#include "flight_recorder.hpp"
 #include "internode_transport.hpp"
 #include "work.hpp"
 
@@ -104,10 +106,13 @@ public:
   /// ranks >= shards). The flat collectives run over every rank, the inter-node level of the
   /// hierarchical allreduce over the ranks of one local index. Python makes the Gloo groups
   /// (tcoll_torch/__init__.py): torch's wheel ships no Gloo headers to build them here.
+  /// `global_ranks`: the world rank of every rank of the group (empty: 0..size-1), which
+  /// its Flight Recorder entries name.
   backend(const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
           std::chrono::milliseconds timeout, node_layout layout,
           c10::intrusive_ptr<c10d::Backend> flat_group,
-          c10::intrusive_ptr<c10d::Backend> inter_group, const std::vector<int>& mpi_ranks);
+          c10::intrusive_ptr<c10d::Backend> inter_group, const std::vector<int>& mpi_ranks,
+          std::vector<std::uint64_t> global_ranks = {});
 
   ~backend() override;
 
@@ -303,15 +308,19 @@ private:
   /// Queues `body(t, tag)` on the engine of the flat transport `t` (or runs it at once when
   /// the call moves at most `inline_max_bytes_` per rank); the returned work completes when
   /// it has run (or failed: a failure breaks the group, and every later call fails at once).
+  /// The call goes into torch's Flight Recorder (`trace_`) as reading `inputs` and writing
+  /// `outputs`, unless its override said otherwise (`waited_call`).
   template <class Body>
   c10::intrusive_ptr<c10d::Work> enqueue(OpType type, std::vector<at::Tensor> outputs,
-                                         const char* what, std::size_t bytes, Body body);
+                                         const std::vector<at::Tensor>& inputs, const char* what,
+                                         std::size_t bytes, Body body);
 
   /// `body(tags)` on communicator `c` (a transport or the hierarchy): queued on its engine,
   /// or run at once (see below); the message spaces are drawn now either way.
   template <class Comm, class Body>
   c10::intrusive_ptr<c10d::Work> enqueue_on(Comm& c, OpType type, std::vector<at::Tensor> outputs,
-                                            const char* what, std::size_t bytes, Body body);
+                                            const std::vector<at::Tensor>& inputs, const char* what,
+                                            std::size_t bytes, Body body);
 
   /// allreduce and allreduce_coalesced: each tensor in place, one after another.
   c10::intrusive_ptr<c10d::Work> reduce_all(std::vector<at::Tensor>& tensors,
@@ -395,7 +404,8 @@ private:
   std::shared_ptr<any_source_order> any_source_order_ = std::make_shared<any_source_order>();
   std::unique_ptr<tcoll::hierarchical<tcoll::shm_transport, internode_transport>> machine_;
   std::atomic<std::uint64_t> sequence_{0};
-  std::chrono::milliseconds timeout_; ///< the group's: every wait of the backend is bounded
+  std::chrono::milliseconds timeout_;  ///< the group's: every wait of the backend is bounded
+  std::shared_ptr<group_trace> trace_; ///< its entries in torch's Flight Recorder
   std::mutex queued_mutex_;
   /// The calls handed to an engine, not yet released by their holders (a barrier waits
   /// for those unfinished).
@@ -460,13 +470,15 @@ c10::intrusive_ptr<c10d::Backend>
 create_backend(const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
                const std::chrono::duration<float>& timeout, layout_tuple layout,
                c10::intrusive_ptr<c10d::Backend> flat_group,
-               c10::intrusive_ptr<c10d::Backend> inter_group, const std::vector<int>& mpi_ranks);
+               c10::intrusive_ptr<c10d::Backend> inter_group, const std::vector<int>& mpi_ranks,
+               std::vector<std::uint64_t> global_ranks);
 
-/// A new tcoll group of `size` ranks, this one `rank`, made by tcoll_torch's `_create` (as
-/// `init_process_group` makes one) through a clone of `store`, under the GIL (module.cpp:
-/// backend::split's part that runs Python).
+/// A new tcoll group of `size` ranks, this one `rank`, whose world ranks are `global_ranks`,
+/// made by tcoll_torch's `_create` (as `init_process_group` makes one) through a clone of
+/// `store`, under the GIL (module.cpp: backend::split's part that runs Python).
 c10::intrusive_ptr<c10d::Backend>
 create_through_python(const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
-                      std::chrono::milliseconds timeout);
+                      std::chrono::milliseconds timeout,
+                      const std::vector<std::uint64_t>& global_ranks);
 
 } // namespace tcoll_torch

@@ -41,11 +41,14 @@ c10::intrusive_ptr<c10d::Work> backend::send(std::vector<at::Tensor>& tensors, i
   check_peer(dst, "send", "dst");
   const int t_tag = check_tag(tag, "send");
   at::Tensor data = dense(tensors[0]);
+  trace_entry entry = trace_->record(*this, OpType::SEND, tensors, {}, dst);
   return with_flat([&](auto& t) -> c10::intrusive_ptr<c10d::Work> {
     using Tr = std::remove_cvref_t<decltype(t)>;
     auto r = t.isend(dst, data.data_ptr(), data.nbytes(), t_tag);
-    return progressed(recorded(c10::make_intrusive<p2p_work<Tr>>(
-        rank_, OpType::SEND, t, std::move(r), data, at::Tensor(), dst)));
+    auto w = c10::make_intrusive<p2p_work<Tr>>(rank_, OpType::SEND, t, std::move(r), data,
+                                               at::Tensor(), dst);
+    w->set_trace(std::move(entry));
+    return progressed(recorded(std::move(w)));
   });
 }
 
@@ -55,11 +58,14 @@ c10::intrusive_ptr<c10d::Work> backend::recv(std::vector<at::Tensor>& tensors, i
   check_peer(src, "recv", "src");
   const int t_tag = check_tag(tag, "recv");
   at::Tensor data = dense(tensors[0]);
+  trace_entry entry = trace_->record(*this, OpType::RECV, {}, tensors, src);
   return with_flat([&](auto& t) -> c10::intrusive_ptr<c10d::Work> {
     using Tr = std::remove_cvref_t<decltype(t)>;
     auto r = t.irecv(src, data.data_ptr(), data.nbytes(), t_tag);
-    return progressed(recorded(c10::make_intrusive<p2p_work<Tr>>(
-        rank_, OpType::RECV, t, std::move(r), data, tensors[0], src)));
+    auto w = c10::make_intrusive<p2p_work<Tr>>(rank_, OpType::RECV, t, std::move(r), data,
+                                               tensors[0], src);
+    w->set_trace(std::move(entry));
+    return progressed(recorded(std::move(w)));
   });
 }
 
@@ -68,10 +74,13 @@ c10::intrusive_ptr<c10d::Work> backend::recvAnysource(std::vector<at::Tensor>& t
   check_cpu(tensors[0], "recv", "tensor", rank_);
   const int t_tag = check_tag(tag, "recv");
   at::Tensor data = dense(tensors[0]);
+  trace_entry entry = trace_->record(*this, OpType::RECVANYSOURCE, {}, tensors);
   return with_flat([&](auto& t) -> c10::intrusive_ptr<c10d::Work> {
     using Tr = std::remove_cvref_t<decltype(t)>;
-    return progressed(recorded(c10::make_intrusive<any_source_work<Tr>>(
-        rank_, size_, t, t_tag, data, tensors[0], any_source_order_)));
+    auto w = c10::make_intrusive<any_source_work<Tr>>(rank_, size_, t, t_tag, data, tensors[0],
+                                                      any_source_order_);
+    w->set_trace(std::move(entry));
+    return progressed(recorded(std::move(w)));
   });
 }
 

@@ -34,9 +34,13 @@ namespace tcoll_torch {
 backend::backend(const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
                  std::chrono::milliseconds timeout, node_layout layout,
                  c10::intrusive_ptr<c10d::Backend> flat_group,
-                 c10::intrusive_ptr<c10d::Backend> inter_group, const std::vector<int>& mpi_ranks)
+                 c10::intrusive_ptr<c10d::Backend> inter_group, const std::vector<int>& mpi_ranks,
+                 std::vector<std::uint64_t> global_ranks)
     : c10d::Backend(rank, size), store_(store), layout_(layout), flat_group_(std::move(flat_group)),
-      inter_group_(std::move(inter_group)), timeout_(timeout) {
+      inter_group_(std::move(inter_group)), timeout_(timeout),
+      trace_(std::make_shared<group_trace>(rank, size, std::move(global_ranks), timeout)) {
+  TORCH_CHECK(trace_->global_ranks().size() == static_cast<std::size_t>(size), "tcoll: rank ", rank,
+              ": ", trace_->global_ranks().size(), " global ranks for a group of ", size);
   init(); // c10d's per-backend set-up (logging), as its own backends do
   tcoll::shm_options options;
   options.timeout = timeout;
@@ -141,8 +145,10 @@ c10::intrusive_ptr<c10d::Backend> backend::split(const c10::intrusive_ptr<c10d::
     TORCH_CHECK(r >= 0 && r < size_, "tcoll: split_group: rank ", rank_, ": rank ", r,
                 " is outside the parent group [0, ", size_, ")");
   const auto timeout = opts && opts->timeout.count() > 0 ? opts->timeout : timeout_;
+  std::vector<std::uint64_t> global_ranks;
+  for (int r : ranks) global_ranks.push_back(trace_->global_ranks()[static_cast<std::size_t>(r)]);
   return create_through_python(store, static_cast<int>(it - ranks.begin()),
-                               static_cast<int>(ranks.size()), timeout);
+                               static_cast<int>(ranks.size()), timeout, global_ranks);
 }
 
 void backend::make_staging(c10d::Store& store, int rank, int size) {
@@ -201,7 +207,8 @@ c10::intrusive_ptr<c10d::Backend>
 create_backend(const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
                const std::chrono::duration<float>& timeout, layout_tuple layout,
                c10::intrusive_ptr<c10d::Backend> flat_group,
-               c10::intrusive_ptr<c10d::Backend> inter_group, const std::vector<int>& mpi_ranks) {
+               c10::intrusive_ptr<c10d::Backend> inter_group, const std::vector<int>& mpi_ranks,
+               std::vector<std::uint64_t> global_ranks) {
   const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(timeout);
   auto& [node, nodes, local_rank, local_size, shards, node_of] = layout;
   TORCH_CHECK(static_cast<int>(node_of.size()) == size, "tcoll: rank ", rank,
@@ -209,7 +216,7 @@ create_backend(const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
   return c10::make_intrusive<backend>(
       store, rank, size, ms.count() > 0 ? ms : std::chrono::milliseconds(1800000),
       backend::node_layout{node, nodes, local_rank, local_size, shards, std::move(node_of)},
-      std::move(flat_group), std::move(inter_group), mpi_ranks);
+      std::move(flat_group), std::move(inter_group), mpi_ranks, std::move(global_ranks));
 }
 
 } // namespace tcoll_torch

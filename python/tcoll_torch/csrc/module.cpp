@@ -26,10 +26,11 @@ void register_ddp(pybind11::module& m);
 
 c10::intrusive_ptr<c10d::Backend>
 create_through_python(const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
-                      std::chrono::milliseconds timeout) {
+                      std::chrono::milliseconds timeout,
+                      const std::vector<std::uint64_t>& global_ranks) {
   pybind11::gil_scoped_acquire gil;
-  auto made =
-      pybind11::module_::import("tcoll_torch").attr("_create")(store->clone(), rank, size, timeout);
+  auto made = pybind11::module_::import("tcoll_torch")
+                  .attr("_create")(store->clone(), rank, size, timeout, global_ranks);
   return made.cast<c10::intrusive_ptr<c10d::Backend>>();
 }
 
@@ -116,7 +117,13 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("create_backend", &tcoll_torch::create_backend, "the creator of a tcoll process group",
         no_gil(), pybind11::arg("store"), pybind11::arg("rank"), pybind11::arg("size"),
         pybind11::arg("timeout"), pybind11::arg("layout"), pybind11::arg("flat_group") = nullptr,
-        pybind11::arg("inter_group") = nullptr, pybind11::arg("mpi_ranks") = std::vector<int>{});
+        pybind11::arg("inter_group") = nullptr, pybind11::arg("mpi_ranks") = std::vector<int>{},
+        pybind11::arg("global_ranks") = std::vector<std::uint64_t>{});
+  m.def(
+      "set_records_flight_recorder",
+      [](bool on) { tcoll_torch::records_natively.store(on, std::memory_order_relaxed); },
+      "whether tcoll's groups record into torch's Flight Recorder themselves (set once torch "
+      "attaches no recording hook to them)");
   m.def("mpi_world_ranks", &tcoll_torch::mpi_world_ranks, no_gil(),
         "every rank's MPI_COMM_WORLD rank when MPI is to carry the group's messages between "
         "nodes, else [] (collective through the store; TCOLL_TORCH_INTERNODE)");

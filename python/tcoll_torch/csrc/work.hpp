@@ -27,6 +27,8 @@
 #include <tcoll/core/concepts.hpp>
 #include <tcoll/core/error.hpp>
 
+#include "flight_recorder.hpp"
+
 namespace tcoll_torch {
 
 using c10d::OpType;
@@ -40,6 +42,11 @@ public:
       : c10d::Work(rank, type), outputs_(std::move(outputs)) {}
 
   std::vector<at::Tensor> result() override { return outputs_; }
+
+  /// Its entry in torch's Flight Recorder, retired when it succeeds.
+  void set_trace(trace_entry e) { trace_ = std::move(e); }
+  /// Now is when it starts to run (the engine may hold it behind earlier calls).
+  void started() noexcept { trace_.started(); }
 
   /// `drain()` runs the engine's queue in the calling thread when that is the engine's own
   /// (a callback chained on an earlier call), so a wait there cannot wait for itself.
@@ -65,6 +72,7 @@ public:
   /// Marks the call finished (`error` null: succeeded); wakes wait() and runs the future's
   /// callbacks on this thread.
   void complete(std::exception_ptr error) {
+    trace_.retire(!error); // before waiters wake: a dump after wait() reads it completed
     finish(error);
     c10::intrusive_ptr<c10::ivalue::Future> future;
     {
@@ -83,6 +91,7 @@ private:
       future->markCompleted(c10::IValue(outputs_));
   }
   std::vector<at::Tensor> outputs_;
+  trace_entry trace_;
   std::function<void()> drain_;
   std::mutex future_mutex_;
   bool settled_ = false;
@@ -124,6 +133,8 @@ public:
   }
   int sourceRank() const override { return peer_; }
   std::vector<at::Tensor> result() override { return {user_}; }
+  /// Its entry in torch's Flight Recorder, retired when it succeeds.
+  void set_trace(trace_entry e) { trace_ = std::move(e); }
 
 private:
   bool drive() {
@@ -136,9 +147,11 @@ private:
   }
   void settle(std::exception_ptr error) {
     if (!error && user_.defined() && !user_.is_same(tensor_)) user_.copy_(tensor_);
+    trace_.retire(!error);
     finish(error);
   }
   std::mutex progress_;
+  trace_entry trace_;
   Tr& t_;
   typename Tr::request request_;
   at::Tensor tensor_, user_;
@@ -226,6 +239,8 @@ public:
   /// The peer the message came from; -1 while none has been matched.
   int sourceRank() const override { return source_.load(std::memory_order_acquire); }
   std::vector<at::Tensor> result() override { return {user_}; }
+  /// Its entry in torch's Flight Recorder, retired when it succeeds.
+  void set_trace(trace_entry e) { trace_ = std::move(e); }
 
 private:
   bool drive() {
@@ -256,6 +271,7 @@ private:
   void settle(std::exception_ptr error) {
     leave_order();
     if (!error && user_.defined() && !user_.is_same(tensor_)) user_.copy_(tensor_);
+    trace_.retire(!error);
     finish(error);
   }
   std::mutex progress_;
@@ -268,6 +284,7 @@ private:
   bool in_order_ = true;
   std::optional<typename Tr::request> request_;
   std::atomic<int> source_{-1};
+  trace_entry trace_;
 };
 
 /// What `endCoalescing` returns: the works of every call made since `startCoalescing`, in
