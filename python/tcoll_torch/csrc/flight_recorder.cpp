@@ -131,7 +131,7 @@ trace_entry group_trace::record(const c10d::Backend& b, c10d::OpType type,
       .traceback_ = torch::CapturedTraceback::gather(true, true, recorder_->capture_cpp_stack_),
       .start_ = nullptr,
       .end_ = nullptr,
-      .time_created_ = c10::getTime(),
+      .time_created_ = handle.start_ns_ = c10::getTime(),
       .timeout_ms_ = timeout_.count(),
       .isP2P_ = p2p,
       .duration_ = std::nullopt,
@@ -187,7 +187,6 @@ trace_entry group_trace::record(const c10d::Backend& b, c10d::OpType type,
   }
   if (r.next_ == r.max_entries_) r.next_ = 0;
   handle.group_ = shared_from_this();
-  handle.started();
   return handle;
 }
 
@@ -196,7 +195,8 @@ void trace_entry::retire(bool succeeded) noexcept {
   if (!group_) return;
   auto group = std::move(group_);
   if (!succeeded) return;
-  const std::chrono::duration<float, std::milli> took = std::chrono::steady_clock::now() - start_;
+  const auto now = c10::getTime();
+  const float took_ms = static_cast<float>(now - start_ns_) / 1e6f;
   flight_recorder& r = *group->recorder_;
   try {
     std::lock_guard lock(r.mutex_);
@@ -205,10 +205,9 @@ void trace_entry::retire(bool succeeded) noexcept {
     status.lastCompletedSeq = std::max(status.lastCompletedSeq, op_id_);
     flight_recorder::Entry& e = r.entries_.at(r.getIdxFromId(*id_.id, *id_.reset_epoch));
     if (e.id_ != *id_.id || e.reset_epoch_ != *id_.reset_epoch) return; // overwritten since
-    const auto now = c10::getTime();
     if (!e.time_discovered_started_) e.time_discovered_started_ = now;
     if (!e.time_discovered_completed_) e.time_discovered_completed_ = now;
-    e.duration_ = took.count();
+    e.duration_ = took_ms;
     e.retired_ = true;
   } catch (...) { // an entry the recorder has dropped (reset_fr_trace): nothing to mark
   }
