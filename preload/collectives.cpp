@@ -92,8 +92,9 @@ int comm_size(MPI_Comm comm) {
 /// The built-in choice for collective `c` (not allreduce) moving `bytes` on `P` ranks that
 /// share one node: tcoll's algorithm over shm_transport in the ranges of `settings` and
 /// `settings::shm_choice` (the collective area for bcast, reduce, reduce_scatter_block,
-/// allgather on more than 2 ranks and barrier, then the binomial tree or the ring), MPI's own
-/// collective elsewhere. Measured over shared memory against Open MPI 4.1.4 with its
+/// allgather on more than 2 ranks and barrier, then the binomial tree or the ring; MPI_Bcast
+/// and MPI_Reduce on 2 ranks only up to `shm_bcast_two_up_to_bytes` and
+/// `shm_reduce_two_up_to_bytes`), MPI's own collective elsewhere. Measured over shared memory against Open MPI 4.1.4 with its
 /// default cross-memory attach and MPICH 4.0.2 (docs/benchmarks.md, "Against MPICH and
 /// Open MPI at their defaults"; the thresholds come from the superseded tables listed under
 /// "Earlier preload tables"): Open MPI is faster below about 512 B and for MPI_Reduce from
@@ -102,10 +103,12 @@ algorithm_id shm_collective_choice(coll c, std::size_t bytes, int P) {
   const settings& s = config();
   switch (c) {
   case coll::bcast:
-    return bytes < s.shm_bcast_from_bytes ? algorithm_id::passthrough
-                                          : s.shm_choice.choose_broadcast(bytes, P);
+    return bytes < s.shm_bcast_from_bytes || (P == 2 && bytes > s.shm_bcast_two_up_to_bytes)
+               ? algorithm_id::passthrough
+               : s.shm_choice.choose_broadcast(bytes, P);
   case coll::reduce:
-    if (bytes < s.shm_reduce_from_bytes) return algorithm_id::passthrough;
+    if (bytes < s.shm_reduce_from_bytes || (P == 2 && bytes > s.shm_reduce_two_up_to_bytes))
+      return algorithm_id::passthrough;
     if (s.shm_choice.choose_reduce(bytes, P) == algorithm_id::in_segment)
       return algorithm_id::in_segment;
     return bytes <= s.shm_reduce_up_to_bytes ? algorithm_id::binomial_tree

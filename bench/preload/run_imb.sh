@@ -1,0 +1,77 @@
+#!/usr/bin/env bash
+# IMB-MPI1 (Intel MPI Benchmarks) with and without libtcoll_mpi.so, interleaved, `reps` times
+# each, on one node at the MPI's defaults: `IMB-MPI1 <benchmarks> -off_cache -1` (cold
+# buffers: IMB cycles through buffers larger than the last-level cache, as a program that
+# touches other data between calls does). Prints a Markdown table per rank count: the median
+# over the repetitions of IMB's t_avg per size, both ways, and MPI's time over the preload's
+# (above 1: the preload is faster).
+#
+# IMB is not packaged by Debian and is not fetched here (the machine reaches only Debian and
+# PyPI): give the directory of its sources (github.com/intel/mpi-benchmarks; measured with
+# commit 46e8757), which this script builds once with the MPI the library was built against.
+#
+# usage: bash bench/preload/run_imb.sh IMB_SOURCE_DIR [build dir, default build] [reps, 3]
+#        ["2 4" rank counts, default 2] [benchmarks, default "Allreduce Bcast Reduce"]
+#        [more IMB arguments, e.g. -msglog 0:16]
+set -euo pipefail
+imb_src=$(cd "${1:?usage: run_imb.sh IMB_SOURCE_DIR [build] [reps] [nps] [benchmarks]}" && pwd)
+cd "$(dirname "$0")/../.."
+build=${2:-build}
+reps=${3:-3}
+nps=${4:-2}
+benchmarks=${5:-"Allreduce Bcast Reduce"}
+shift $(( $# < 5 ? $# : 5 ))
+lib=$PWD/$build/preload/libtcoll_mpi.so
+[ -f "$lib" ] || { echo "run_imb.sh: $lib missing (ninja -C $build preload/libtcoll_mpi.so)" >&2; exit 1; }
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+source bench/preload/mpi_launch.sh
+imb=$imb_src/IMB-MPI1.$mpi_family
+if [ ! -x "$imb" ]; then
+  # IMB's own build (its -O0 included), with the MPI's C++ bindings left out: Debian's Open
+  # MPI headers do not compile under IMB's -Werror otherwise
+  make -s -C "$imb_src" clean >/dev/null 2>&1 || true
+  make -s -C "$imb_src" IMB-MPI1 CC="$mpi_cc" CXX="${mpi_cc/mpicc/mpicxx}" \
+    CPPFLAGS="-DOMPI_SKIP_MPICXX=1 -DMPICH_SKIP_MPICXX=1" >&2
+  mv "$imb_src/IMB-MPI1" "$imb"
+fi
+echo "run_imb.sh: $mpi_family (${mpi_run[*]}), $imb" >&2
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+read -r -a names <<< "$benchmarks"
+for np in $nps; do
+  for rep in $(seq "$reps"); do
+    "${mpi_run[@]}" -np "$np" "$imb" "${names[@]}" -off_cache -1 "$@" > "$tmp/mpi.$np.$rep"
+    "${mpi_run[@]}" -np "$np" "${preload_args[@]}" "$imb" "${names[@]}" -off_cache -1 "$@" \
+      > "$tmp/preload.$np.$rep"
+  done
+done
+python3 - "$tmp" "$nps" "$reps" <<'PY'
+import re, statistics, sys
+tmp, nps, reps = sys.argv[1], sys.argv[2].split(), int(sys.argv[3])
+
+def parse(path):
+    """{benchmark: {bytes: t_avg}} from one IMB output."""
+    out, current = {}, None
+    for line in open(path):
+        m = re.match(r"# Benchmarking (\S+)", line)
+        if m:
+            current = out.setdefault(m.group(1), {})
+            continue
+        fields = line.split()
+        if current is not None and len(fields) >= 5 and fields[0].isdigit():
+            current[int(fields[0])] = float(fields[4])  # t_avg[usec]
+    return out
+
+for np in nps:
+    runs = {k: [parse(f"{tmp}/{k}.{np}.{r}") for r in range(1, reps + 1)]
+            for k in ("mpi", "preload")}
+    for bench in runs["mpi"][0]:
+        print(f"\n{np} processes, {bench} (t_avg, us; median of {reps} interleaved runs)\n")
+        print("| bytes | MPI | preload | MPI / preload |")
+        print("|---:|---:|---:|---:|")
+        for size in sorted(runs["mpi"][0][bench]):
+            m = statistics.median(r[bench][size] for r in runs["mpi"])
+            p = statistics.median(r[bench][size] for r in runs["preload"])
+            print(f"| {size} | {m:.2f} | {p:.2f} | {m / p:.2f}x |" if p > 0 else
+                  f"| {size} | {m:.2f} | {p:.2f} | - |")
+PY
