@@ -94,11 +94,11 @@ int comm_size(MPI_Comm comm) {
 /// `settings::shm_choice` (the collective area for bcast, reduce, reduce_scatter_block,
 /// allgather on more than 2 ranks and barrier, then the binomial tree or the ring; MPI_Bcast
 /// and MPI_Reduce on 2 ranks only up to `shm_bcast_two_up_to_bytes` and
-/// `shm_reduce_two_up_to_bytes`), MPI's own collective elsewhere. Measured over shared memory against Open MPI 4.1.4 with its
-/// default cross-memory attach and MPICH 4.0.2 (docs/benchmarks.md, "Against MPICH and
-/// Open MPI at their defaults"; the thresholds come from the superseded tables listed under
-/// "Earlier preload tables"): Open MPI is faster below about 512 B and for MPI_Reduce from
-/// 64 KiB, and even on MPI_Allgather with 2 ranks (where it keeps the call).
+/// `shm_reduce_two_up_to_bytes`), MPI's own collective elsewhere. Measured over shared memory
+/// against Open MPI 4.1.4 with its default cross-memory attach and MPICH 4.0.2 (docs/benchmarks.md,
+/// "Against MPICH and Open MPI at their defaults"; the thresholds come from the superseded tables
+/// listed under "Earlier preload tables"): Open MPI is faster below about 512 B and for MPI_Reduce
+/// from 64 KiB, and even on MPI_Allgather with 2 ranks (where it keeps the call).
 algorithm_id shm_collective_choice(coll c, std::size_t bytes, int P) {
   const settings& s = config();
   switch (c) {
