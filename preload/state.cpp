@@ -259,18 +259,11 @@ algorithm_id in_segment_here(coll c, MPI_Comm comm) {
   if (c == coll::allgatherv || c == coll::reduce_scatter) return algorithm_id::ring;
   if (tcoll::shm_transport* t = state_of(comm).shared_memory())
     if (t->segment_area().usable_here()) return algorithm_id::in_segment;
-  switch (collective_of(c)) {
-  case collective::allreduce:
-    return algorithm_id::recursive_doubling;
-  case collective::broadcast:
-  case collective::reduce:
-    return algorithm_id::binomial_tree;
-  case collective::allgather:
-  case collective::reduce_scatter:
-    return algorithm_id::ring;
-  default: // the barrier (dissemination over messages would be slower than MPI's own)
-    return algorithm_id::passthrough;
-  }
+  const collective k = collective_of(c);
+  if (k == collective::allreduce) return algorithm_id::recursive_doubling;
+  // the barrier: dissemination over messages would be slower than MPI's own
+  if (k == collective::barrier) return algorithm_id::passthrough;
+  return describe(k).algorithms.front(); // the tree or the ring
 }
 
 algorithm_id choose(coll c, std::size_t bytes) {

@@ -146,21 +146,20 @@ trace_entry group_trace::record(const c10d::Backend& b, c10d::OpType type,
       .thread_name_ = this_thread_name(),
       .retired_ = false,
   };
-  std::size_t numel_in = 0, numel_out = 0;
-  for (const auto& t : inputs) {
-    const c10::IntArrayRef sizes = t.sizes();
-    e.input_dtypes_.push_back(t.scalar_type());
-    e.input_dims_.push_back(static_cast<std::int64_t>(sizes.size()));
-    e.sizes_.insert(e.sizes_.end(), sizes.begin(), sizes.end());
-    numel_in += static_cast<std::size_t>(t.numel());
-  }
-  for (const auto& t : outputs) {
-    const c10::IntArrayRef sizes = t.sizes();
-    e.output_dtypes_.push_back(t.scalar_type());
-    e.output_dims_.push_back(static_cast<std::int64_t>(sizes.size()));
-    e.sizes_.insert(e.sizes_.end(), sizes.begin(), sizes.end());
-    numel_out += static_cast<std::size_t>(t.numel());
-  }
+  // each tensor's dtype and rank, its sizes in one flat list (inputs first); the elements
+  auto note_tensors = [&e](const std::vector<at::Tensor>& tensors, auto& dtypes, auto& dims) {
+    std::size_t numel = 0;
+    for (const auto& t : tensors) {
+      const c10::IntArrayRef sizes = t.sizes();
+      dtypes.push_back(t.scalar_type());
+      dims.push_back(static_cast<std::int64_t>(sizes.size()));
+      e.sizes_.insert(e.sizes_.end(), sizes.begin(), sizes.end());
+      numel += static_cast<std::size_t>(t.numel());
+    }
+    return numel;
+  };
+  const std::size_t numel_in = note_tensors(inputs, e.input_dtypes_, e.input_dims_);
+  const std::size_t numel_out = note_tensors(outputs, e.output_dtypes_, e.output_dims_);
   flight_recorder::Entry replaced; // the ring's oldest entry, freed after the lock is let go
   flight_recorder& r = *recorder_;
   std::lock_guard lock(r.mutex_);
