@@ -300,7 +300,7 @@ int allreduce_call(const void* sendbuf, void* recvbuf, Count count, MPI_Datatype
                             recvbuf != nullptr && sendbuf != nullptr && comm != MPI_COMM_NULL;
         if (!r.ok()) return to_mpi(r.why);
         if (!usable) return to_mpi(is_intercomm(comm) ? fallback::intercomm : fallback::arguments);
-        return {static_cast<std::size_t>(count) * r.size};
+        return {.bytes = static_cast<std::size_t>(count) * r.size, .repeatable = true};
       },
       [&](std::size_t bytes, algorithm_id ruled) { return one_node_choice(c, comm, bytes, ruled); },
       [&](algorithm_id a, std::size_t) {
@@ -310,7 +310,9 @@ int allreduce_call(const void* sendbuf, void* recvbuf, Count count, MPI_Datatype
           const T* in = sendbuf == MPI_IN_PLACE ? out : static_cast<const T*>(sendbuf);
           run_allreduce(s, a, in, out, static_cast<std::size_t>(count), o);
         });
-      });
+      },
+      count == 0,
+      {comm, {count, 0}, {datatype, MPI_DATATYPE_NULL}, op, 0, buffer_flags(sendbuf, recvbuf)});
 }
 
 } // namespace

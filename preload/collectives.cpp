@@ -67,8 +67,8 @@ void on_transport(coll c, comm_state& s, algorithm_id a, F&& f) {
 
 /// `Query(comm)` (PMPI_Comm_rank or PMPI_Comm_size), whose answer on MPI_COMM_SELF is `self`
 /// and on the world never changes: asked once there (each query takes MPICH's global lock at
-/// MPI_THREAD_MULTIPLE).
-template <int (*Query)(MPI_Comm, int*)>
+/// MPI_THREAD_MULTIPLE); on other communicators what `facts_of` remembers (`Fact`).
+template <int (*Query)(MPI_Comm, int*), int comm_facts::*Fact>
 int comm_query(MPI_Comm comm, int self) {
   if (comm == MPI_COMM_SELF) return self;
   static const int world = [] {
@@ -77,16 +77,14 @@ int comm_query(MPI_Comm comm, int self) {
     return v;
   }();
   if (comm == MPI_COMM_WORLD) return world;
-  int v = 0;
-  Query(comm, &v);
-  return v;
+  return facts_of(comm).*Fact;
 }
 
 int comm_rank(MPI_Comm comm) {
-  return comm_query<PMPI_Comm_rank>(comm, 0);
+  return comm_query<PMPI_Comm_rank, &comm_facts::rank>(comm, 0);
 }
 int comm_size(MPI_Comm comm) {
-  return comm_query<PMPI_Comm_size>(comm, 1);
+  return comm_query<PMPI_Comm_size, &comm_facts::size>(comm, 1);
 }
 
 /// The built-in choice for collective `c` (not allreduce) moving `bytes` on `P` ranks that
@@ -293,7 +291,7 @@ int allgather_call(const void* sendbuf, Count sendcount, MPI_Datatype sendtype, 
         P = comm_size(comm);
         if (!count_fits(block_signature, P)) return to_mpi(fallback::arguments);
         block = static_cast<std::size_t>(block_signature);
-        return {block * P};
+        return {.bytes = block * P, .repeatable = rsize != 0 && ssize != 0};
       },
       node_choice_of(c, comm, P),
       [&](algorithm_id a, std::size_t bytes) {
@@ -331,7 +329,14 @@ int allgather_call(const void* sendbuf, Count sendcount, MPI_Datatype sendtype, 
             unpack_local(reinterpret_cast<const std::byte*>(out) +
                              static_cast<std::size_t>(q) * block,
                          block, block_at(q), recvcount, recvtype);
-      });
+      },
+      false,
+      {comm,
+       {sendcount, recvcount},
+       {sendtype, recvtype},
+       MPI_OP_NULL,
+       0,
+       buffer_flags(sendbuf, recvbuf)});
 }
 
 } // namespace
@@ -1254,7 +1259,7 @@ int bcast_call(void* buffer, Count count, MPI_Datatype datatype, int root, MPI_C
         const long long signature =
             size ? static_cast<long long>(size) * count : signature_bytes(count, datatype);
         if (root < 0 || root >= P || signature < 0) return to_mpi(fallback::arguments);
-        return {static_cast<std::size_t>(signature)};
+        return {.bytes = static_cast<std::size_t>(signature), .repeatable = size != 0};
       },
       node_choice_of(c, comm, P),
       [&](algorithm_id a, std::size_t bytes) {
@@ -1275,7 +1280,14 @@ int bcast_call(void* buffer, Count count, MPI_Datatype datatype, int root, MPI_C
         });
         if (!direct && s.rank != root)
           unpack_local(reinterpret_cast<const std::byte*>(data), bytes, buffer, count, datatype);
-      });
+      },
+      count == 0,
+      {comm,
+       {count, 0},
+       {datatype, MPI_DATATYPE_NULL},
+       MPI_OP_NULL,
+       root,
+       buffer_flags(buffer, buffer)});
 }
 
 } // namespace
@@ -1321,7 +1333,7 @@ int reduce_call(const void* sendbuf, void* recvbuf, Count count, MPI_Datatype da
           return to_mpi(fallback::arguments);
         r = classify_reduction(datatype, op);
         if (!r.ok()) return to_mpi(r.why);
-        return {static_cast<std::size_t>(count) * r.size};
+        return {.bytes = static_cast<std::size_t>(count) * r.size, .repeatable = true};
       },
       node_choice_of(c, comm, P),
       [&](algorithm_id a, std::size_t) {
@@ -1337,7 +1349,9 @@ int reduce_call(const void* sendbuf, void* recvbuf, Count count, MPI_Datatype da
               tcoll::reduce(t, in, out, static_cast<std::size_t>(count), root, o);
           });
         });
-      });
+      },
+      count == 0,
+      {comm, {count, 0}, {datatype, MPI_DATATYPE_NULL}, op, root, buffer_flags(sendbuf, recvbuf)});
 }
 
 } // namespace

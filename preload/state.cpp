@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <array>
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -131,12 +132,6 @@ settings read_settings() {
 
 // Counters. The totals are always kept (tcoll_mpi_counts); the table by algorithm and size
 // only under TCOLL_DEBUG.
-std::atomic<unsigned long long> through_total{0}, fallback_total{0};
-/// Adds one without a locked read-modify-write (the common call's single largest cost in
-/// the wrapper): calls that race on two threads may count once. The totals are a report.
-inline void bump(std::atomic<unsigned long long>& total) {
-  total.store(total.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
-}
 constexpr int size_buckets = 65; // 0 bytes, then [2^k, 2^(k+1)) for k = 0..63
 /// By algorithm (`algorithm_id`), and in the last column the calls that moved nothing.
 constexpr int empty_column = static_cast<int>(all_algorithm_ids.size());
@@ -225,7 +220,12 @@ std::set<comm_state*> registry;
 int keyval = MPI_KEYVAL_INVALID;
 std::once_flag keyval_once;
 
+void forget_communicators() noexcept {
+  comm_generation.fetch_add(1, std::memory_order_acq_rel);
+}
+
 int delete_state(MPI_Comm, int, void* value, void*) {
+  forget_communicators();
   auto* s = static_cast<comm_state*>(value);
   {
     std::lock_guard lock(registry_mutex);
@@ -239,6 +239,12 @@ int delete_state(MPI_Comm, int, void* value, void*) {
 
 settings load_settings() {
   return read_settings();
+}
+
+const settings& load_config() {
+  static const settings s = load_settings();
+  loaded_settings.store(&s, std::memory_order_release);
+  return s;
 }
 
 bool chosen_by_rule(coll c, std::size_t bytes) {
@@ -288,10 +294,8 @@ algorithm_id choose(coll c, std::size_t bytes) {
   return describe(k).algorithms.front();
 }
 
-void count_call(coll c, algorithm_id a, std::size_t bytes, MPI_Comm comm) {
-  bump(through_total);
+void count_call_debug(coll c, algorithm_id a, std::size_t bytes, MPI_Comm comm) {
   const int d = config().debug;
-  if (d == 0) return;
   by_algo[static_cast<int>(c)][static_cast<int>(a)][bucket_of(bytes)].fetch_add(
       1, std::memory_order_relaxed);
   if (d >= 2) {
@@ -302,10 +306,8 @@ void count_call(coll c, algorithm_id a, std::size_t bytes, MPI_Comm comm) {
   }
 }
 
-int count_empty_call(coll c, MPI_Comm comm) {
-  bump(through_total);
+int count_empty_call_debug(coll c, MPI_Comm comm) {
   const int d = config().debug;
-  if (d == 0) return MPI_SUCCESS;
   by_algo[static_cast<int>(c)][empty_column][0].fetch_add(1, std::memory_order_relaxed);
   if (d >= 2) {
     int size = 0;
@@ -328,24 +330,13 @@ void count_large_count(coll c) {
     large_count_calls[static_cast<int>(c)].fetch_add(1, std::memory_order_relaxed);
 }
 
-void count_fallback(coll c, fallback why) {
-  bump(fallback_total);
+void count_fallback_debug(coll c, fallback why) {
   const int d = config().debug;
-  if (d == 0) return;
   by_reason[static_cast<int>(c)][static_cast<int>(why)].fetch_add(1, std::memory_order_relaxed);
   if (d >= 2) emit(prefix() + coll_name(c) + ": PMPI fallback (" + fallback_name(why) + ")\n");
 }
 
-namespace {
-/// 0: not known to be initialised yet, 1: initialised, 2: MPI_Finalize was called. Once
-/// MPI is up only the MPI_Finalize wrapper changes it, so the wrappers skip
-/// MPI_Initialized/MPI_Finalized (a mutex each in Open MPI) on every call.
-std::atomic<int> mpi_state{0};
-} // namespace
-
-bool mpi_active() noexcept {
-  const int known = mpi_state.load(std::memory_order_acquire);
-  if (known != 0) return known == 1;
+bool mpi_active_slow() noexcept {
   int initialized = 0, finalized = 0;
   PMPI_Initialized(&initialized);
   PMPI_Finalized(&finalized);
@@ -547,7 +538,112 @@ std::byte* comm_state::scratch_bytes(std::size_t bytes) {
   return scratch.data();
 }
 
+namespace {
+/// The attribute that carries a communicator's facts (`comm_facts`, packed into the value:
+/// rank << 32 | size << 1 | inter), so that a thread that has not seen the communicator
+/// learns them with one attribute lookup instead of three queries; its delete callback
+/// tells the remembering threads that a handle may be reused.
+int facts_keyval = MPI_KEYVAL_INVALID;
+std::once_flag facts_keyval_once;
+
+int delete_facts(MPI_Comm, int, void*, void*) {
+  forget_communicators();
+  return MPI_SUCCESS;
+}
+
+void* pack_facts(const comm_facts& f) {
+  return reinterpret_cast<void*>(static_cast<std::uintptr_t>(f.rank) << 32 |
+                                 static_cast<std::uintptr_t>(f.size) << 1 |
+                                 static_cast<std::uintptr_t>(f.inter));
+}
+
+comm_facts unpack_facts(void* value) {
+  const auto v = reinterpret_cast<std::uintptr_t>(value);
+  return {static_cast<int>(v >> 32), static_cast<int>((v >> 1) & 0x7fffffffu), (v & 1u) != 0};
+}
+
+/// A communicator this thread has asked about, in the generation it asked in, with its
+/// facts and (once some wrapper looked it up) its tcoll state.
+struct known_comm {
+  MPI_Comm comm = MPI_COMM_NULL;
+  unsigned long long generation = 0;
+  comm_facts facts;
+  comm_state* state = nullptr;
+};
+/// Four per thread, replaced in turn: a program that alternates between a row and a column
+/// communicator (and the world) keeps all of them.
+constexpr int known_comm_slots = 4;
+thread_local known_comm known_comms[known_comm_slots];
+thread_local int next_known_slot = 0;
+
+known_comm* find_known(MPI_Comm comm) {
+  const unsigned long long g = comm_generation.load(std::memory_order_acquire);
+  for (known_comm& k : known_comms)
+    if (k.comm == comm && k.generation == g) return &k;
+  return nullptr;
+}
+
+/// Remembers `comm` (not MPI_COMM_NULL) on this thread: from its facts attribute, else from
+/// MPI's queries (then the attribute is set). Null where MPI rejects the handle: the caller
+/// then asks MPI itself, which reports it.
+known_comm* learn(MPI_Comm comm) {
+  const unsigned long long g = comm_generation.load(std::memory_order_acquire);
+  std::call_once(facts_keyval_once, [] {
+    check_mpi(PMPI_Comm_create_keyval(MPI_COMM_NULL_COPY_FN, &delete_facts, &facts_keyval, nullptr),
+              "PMPI_Comm_create_keyval", world_rank());
+  });
+  void* value = nullptr;
+  int found = 0;
+  if (PMPI_Comm_get_attr(comm, facts_keyval, &value, &found) != MPI_SUCCESS) return nullptr;
+  comm_facts f;
+  if (found) {
+    f = unpack_facts(value);
+  } else {
+    int inter = 0;
+    if (PMPI_Comm_test_inter(comm, &inter) != MPI_SUCCESS ||
+        PMPI_Comm_rank(comm, &f.rank) != MPI_SUCCESS ||
+        PMPI_Comm_size(comm, &f.size) != MPI_SUCCESS ||
+        PMPI_Comm_set_attr(comm, facts_keyval, pack_facts(f = {f.rank, f.size, inter != 0})) !=
+            MPI_SUCCESS)
+      return nullptr;
+  }
+  known_comm& k = known_comms[next_known_slot];
+  next_known_slot = (next_known_slot + 1) % known_comm_slots;
+  k = {comm, g, f, nullptr};
+  return &k;
+}
+
+/// `state_of` without remembering: the attribute, or a new state.
+comm_state& state_lookup(MPI_Comm comm);
+} // namespace
+
+bool freeing_is_seen(MPI_Comm comm) {
+  return comm == MPI_COMM_WORLD || comm == MPI_COMM_SELF || find_known(comm) != nullptr;
+}
+
+comm_facts facts_of(MPI_Comm comm) {
+  if (known_comm* k = find_known(comm)) return k->facts;
+  if (known_comm* k = learn(comm)) return k->facts;
+  comm_facts f;
+  int inter = 0;
+  PMPI_Comm_test_inter(comm, &inter);
+  PMPI_Comm_rank(comm, &f.rank);
+  PMPI_Comm_size(comm, &f.size);
+  f.inter = inter != 0;
+  return f;
+}
+
 comm_state& state_of(MPI_Comm comm) {
+  known_comm* k = find_known(comm);
+  if (k && k->state) return *k->state;
+  if (!k) k = learn(comm);
+  comm_state& s = state_lookup(comm);
+  if (k) k->state = &s;
+  return s;
+}
+
+namespace {
+comm_state& state_lookup(MPI_Comm comm) {
   std::call_once(keyval_once, [] {
     check_mpi(PMPI_Comm_create_keyval(MPI_COMM_NULL_COPY_FN, &delete_state, &keyval, nullptr),
               "PMPI_Comm_create_keyval", world_rank());
@@ -565,13 +661,13 @@ comm_state& state_of(MPI_Comm comm) {
   registry.insert(s.get());
   return *s.release();
 }
+} // namespace
 
 bool is_intercomm(MPI_Comm comm) {
   // the predefined communicators are intracommunicators: no query (MPICH takes its global
   // lock in every call at MPI_THREAD_MULTIPLE, queries included)
   if (comm == MPI_COMM_NULL || comm == MPI_COMM_WORLD || comm == MPI_COMM_SELF) return false;
-  int inter = 0;
-  return PMPI_Comm_test_inter(comm, &inter) == MPI_SUCCESS && inter;
+  return facts_of(comm).inter;
 }
 
 namespace {
@@ -855,6 +951,7 @@ TCOLL_PRELOAD_EXPORT int MPI_Finalize(void) {
     }
     for (comm_state* s : live) PMPI_Comm_delete_attr(s->user, keyval); // runs delete_state
     if (keyval != MPI_KEYVAL_INVALID) PMPI_Comm_free_keyval(&keyval);
+    if (facts_keyval != MPI_KEYVAL_INVALID) PMPI_Comm_free_keyval(&facts_keyval);
   }
   mpi_state.store(2, std::memory_order_release);
   return PMPI_Finalize();

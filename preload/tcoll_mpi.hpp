@@ -287,10 +287,17 @@ struct settings {
 };
 /// Reads and checks the settings from the environment (`config` keeps them).
 settings load_settings();
-/// The settings, parsed on first use (thread-safe); inline, since every wrapper asks.
+/// The settings once `config` has read them (null before): every wrapper asks several times
+/// per call, so the common path is one load, inlined (a function-local static was an
+/// out-of-line call with a guard check at each ask, 10% of a passed-through call).
+inline std::atomic<const settings*> loaded_settings{nullptr};
+/// `config`'s first call: reads the settings (thread-safe) and publishes them.
+const settings& load_config();
+/// The settings, parsed on first use (thread-safe).
 inline const settings& config() {
-  static const settings s = load_settings();
-  return s;
+  if (const settings* s = loaded_settings.load(std::memory_order_acquire)) [[likely]]
+    return *s;
+  return load_config();
 }
 
 /// Are the sizes of collective `c`'s calls per rank, not shared (MPI_Alltoallv,
@@ -320,15 +327,43 @@ algorithm_id choose_shared_memory(std::size_t bytes, int ranks);
 /// names what ran. Collective on the communicator's first call (it may create the state).
 algorithm_id in_segment_here(coll c, MPI_Comm comm);
 
+/// The calls that ran through tcoll (or passthrough), and those that fell back to `PMPI_*`:
+/// always kept (tcoll_mpi_counts); the tables by collective only under TCOLL_DEBUG.
+inline std::atomic<unsigned long long> through_total{0}, fallback_total{0};
+/// Adds one without a locked read-modify-write (the common call's single largest cost in
+/// the wrapper): calls that race on two threads may count once. The totals are a report.
+inline void bump(std::atomic<unsigned long long>& total) {
+  total.store(total.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
+}
+/// The TCOLL_DEBUG part of `count_call`, `count_empty_call` and `count_fallback`: out of
+/// line, so that the common call (TCOLL_DEBUG unset) pays a store and a test, inlined.
+void count_call_debug(coll c, algorithm_id a, std::size_t bytes, MPI_Comm comm);
+int count_empty_call_debug(coll c, MPI_Comm comm);
+void count_fallback_debug(coll c, fallback why);
+
 /// Counts a call that ran through tcoll (or passthrough) and, at TCOLL_DEBUG=2, prints it.
-void count_call(coll c, algorithm_id a, std::size_t bytes, MPI_Comm comm);
-/// Counts a call that moves nothing (a count of 0: it returns MPI_SUCCESS at once) and, at
-/// TCOLL_DEBUG=2, prints it; returns MPI_SUCCESS.
-int count_empty_call(coll c, MPI_Comm comm);
+[[gnu::always_inline]] inline void count_call(coll c, algorithm_id a, std::size_t bytes,
+                                              MPI_Comm comm) {
+  bump(through_total);
+  if (config().debug != 0) [[unlikely]]
+    count_call_debug(c, a, bytes, comm);
+}
+/// Counts a call that moves nothing (a count of 0: MPI runs it) and, at TCOLL_DEBUG=2,
+/// prints it; returns MPI_SUCCESS.
+[[gnu::always_inline]] inline int count_empty_call(coll c, MPI_Comm comm) {
+  bump(through_total);
+  if (config().debug != 0) [[unlikely]]
+    return count_empty_call_debug(c, comm);
+  return MPI_SUCCESS;
+}
 /// Counts a call of collective `c` that ran over the shared-memory transport.
 void count_shared_memory(coll c);
 /// Counts a call that fell back to `PMPI_*` and, at TCOLL_DEBUG=2, prints it.
-void count_fallback(coll c, fallback why);
+[[gnu::always_inline]] inline void count_fallback(coll c, fallback why) {
+  bump(fallback_total);
+  if (config().debug != 0) [[unlikely]]
+    count_fallback_debug(c, why);
+}
 /// Counts a call of collective `c` in which this rank packed a derived or non-contiguous
 /// datatype into contiguous bytes (or unpacked them) around tcoll's collective.
 void count_packed(coll c);
@@ -415,7 +450,28 @@ struct comm_state {
 };
 
 /// The state of an intracommunicator, created on first use. Throws on MPI errors.
+/// Remembered per thread (`facts_of`), so a repeated call pays no attribute lookup.
 comm_state& state_of(MPI_Comm comm);
+
+/// Bumped whenever a communicator the wrappers may remember (`facts_of`, the prologue's
+/// `passthrough_memo`) is freed, or its state is: MPI reuses a freed communicator's handle,
+/// so a remembered handle is trusted only in the generation it was remembered in.
+inline std::atomic<unsigned long long> comm_generation{0};
+
+/// What the wrappers ask of a communicator on every call.
+struct comm_facts {
+  int rank = 0;
+  int size = 0;
+  bool inter = false; ///< an intercommunicator (`rank` and `size` are of its local group)
+};
+/// The facts of `comm` (not MPI_COMM_NULL), remembered per thread for the last few
+/// communicators asked about until any remembered one is freed (three queries a call were a
+/// fifth of a passed-through call's cost on a duplicated communicator). Local.
+comm_facts facts_of(MPI_Comm comm);
+/// Will freeing `comm` bump `comm_generation`? True for the predefined communicators (never
+/// freed) and those `facts_of` remembers on this thread (their attribute's delete callback
+/// bumps it).
+bool freeing_is_seen(MPI_Comm comm);
 
 /// Communicators with set-up pending (`comm_state::pending_setup`): the blocking wrappers
 /// look further only while this is non-zero, so the common call pays one relaxed load.
@@ -429,8 +485,19 @@ inline int settle_pending_setup(coll c, MPI_Comm comm) {
   return settle_pending_setup_slow(c, comm);
 }
 
+/// 0: not known to be initialised yet, 1: initialised, 2: MPI_Finalize was called. Once
+/// MPI is up only the MPI_Finalize wrapper changes it, so the wrappers skip
+/// MPI_Initialized/MPI_Finalized (a mutex each in Open MPI) on every call.
+inline std::atomic<int> mpi_state{0};
+/// `mpi_active` while the state is not known yet: asks MPI.
+bool mpi_active_slow() noexcept;
 /// Is MPI usable now (initialised, not finalised)?
-bool mpi_active() noexcept;
+inline bool mpi_active() noexcept {
+  const int known = mpi_state.load(std::memory_order_acquire);
+  if (known != 0) [[likely]]
+    return known == 1;
+  return mpi_active_slow();
+}
 
 /// Prints a failure of a tcoll call on this rank (always, whatever TCOLL_DEBUG says).
 void print_error(coll c, const std::string& what);

@@ -1611,6 +1611,43 @@ static int comm_cycles(int cycles) {
   return errors ? 1 : 0;
 }
 
+/* Mode "handle_reuse": MPI hands a freed communicator's handle to the next one. A 4 KiB
+ * MPI_Bcast on a one-rank communicator goes to MPI by route (the preload remembers that route
+ * and the communicator's size for the same call again); once that communicator is freed,
+ * the same call on a duplicate of the world with the same handle must be routed anew: tcoll
+ * runs it there (the runner expects both routes in the summary) and every rank gets the
+ * root's bytes. The duplicate must reuse the handle, or the check would prove nothing. */
+static int handle_reuse(void) {
+  enum { N = 4096 };
+  unsigned char* buf = xmalloc(N);
+  MPI_Comm one, all;
+  MPI_Comm_split(MPI_COMM_WORLD, world_rank, 0, &one);
+  for (int i = 0; i < 3; ++i) check_call(MPI_Bcast(buf, N, MPI_BYTE, 0, one), "MPI_Bcast");
+  const MPI_Comm freed = one;
+  MPI_Comm_free(&one);
+  MPI_Comm_dup(MPI_COMM_WORLD, &all);
+  if (all != freed) {
+    fprintf(stderr, "rank %d: MPI_Comm_dup did not reuse the freed handle\n", world_rank);
+    ++errors;
+  }
+  for (int i = 0; i < 3; ++i) {
+    for (int k = 0; k < N; ++k) buf[k] = (unsigned char)(world_rank == 0 ? k * 7 + i : 0);
+    check_call(MPI_Bcast(buf, N, MPI_BYTE, 0, all), "MPI_Bcast");
+    for (int k = 0; k < N; ++k)
+      if (buf[k] != (unsigned char)(k * 7 + i)) {
+        fprintf(stderr, "rank %d: byte %d is %d, want %d\n", world_rank, k, buf[k],
+                (unsigned char)(k * 7 + i));
+        ++errors;
+        break;
+      }
+    ++checks;
+  }
+  MPI_Comm_free(&all);
+  free(buf);
+  MPI_Finalize();
+  return errors ? 1 : 0;
+}
+
 /* MPI_Barrier on `comm`: every rank in turn arrives 20 ms late; no rank may leave before
  * it arrived (CLOCK_MONOTONIC: one clock for the processes of the node; the times are
  * gathered by PMPI_Allgather, MPI's own, so a broken barrier cannot hide itself). */
@@ -1736,7 +1773,7 @@ int main(int argc, char** argv) {
   const char* mode = argc > 1 ? argv[1] : "";
   if (strcmp(mode, "stall_nonblocking") == 0 || strcmp(mode, "comm_cycles") == 0 ||
       strcmp(mode, "free_pending") == 0 || strcmp(mode, "local_start") == 0 ||
-      strcmp(mode, "stall_persistent") == 0) {
+      strcmp(mode, "stall_persistent") == 0 || strcmp(mode, "handle_reuse") == 0) {
     int provided = MPI_THREAD_SINGLE;
     MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &provided);
     MPI_Comm_rank(MPI_COMM_WORLD, &world_rank);
@@ -1752,6 +1789,7 @@ int main(int argc, char** argv) {
     }
     if (strcmp(mode, "comm_cycles") == 0) return comm_cycles(argc > 2 ? atoi(argv[2]) : 10000);
     if (strcmp(mode, "free_pending") == 0) return free_pending();
+    if (strcmp(mode, "handle_reuse") == 0) return handle_reuse();
     return local_start(argc > 2 && strcmp(argv[2], "barrier") == 0);
   }
   if (strcmp(mode, "announce_serialized") == 0) {
