@@ -321,6 +321,8 @@ int allreduce_call(const void* sendbuf, void* recvbuf, Count count, MPI_Datatype
 /// predefined ops tcoll runs (see docs/preload.md); PMPI_Allreduce otherwise.
 TCOLL_PRELOAD_EXPORT int MPI_Allreduce(const void* sendbuf, void* recvbuf, int count,
                                        MPI_Datatype datatype, MPI_Op op, MPI_Comm comm) {
+  if (count == 0 && empty_call_to_mpi(coll::allreduce, comm))
+    return PMPI_Allreduce(sendbuf, recvbuf, count, datatype, op, comm);
   return allreduce_call(sendbuf, recvbuf, count, datatype, op, comm, [&] {
     return PMPI_Allreduce(sendbuf, recvbuf, count, datatype, op, comm);
   });
@@ -331,6 +333,8 @@ TCOLL_PRELOAD_EXPORT int MPI_Allreduce(const void* sendbuf, void* recvbuf, int c
 /// the MPI has it): the same path as MPI_Allreduce.
 TCOLL_PRELOAD_EXPORT int MPI_Allreduce_c(const void* sendbuf, void* recvbuf, MPI_Count count,
                                          MPI_Datatype datatype, MPI_Op op, MPI_Comm comm) {
+  if (count == 0 && empty_call_to_mpi(coll::allreduce, comm))
+    return PMPI_Allreduce_c(sendbuf, recvbuf, count, datatype, op, comm);
   return allreduce_call(sendbuf, recvbuf, count, datatype, op, comm, [&] {
     return PMPI_Allreduce_c(sendbuf, recvbuf, count, datatype, op, comm);
   });

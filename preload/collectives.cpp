@@ -1298,6 +1298,8 @@ int bcast_call(void* buffer, Count count, MPI_Datatype datatype, int root, MPI_C
 /// whose datatype is derived or not contiguous packs (root) or unpacks (others) locally.
 TCOLL_PRELOAD_EXPORT int MPI_Bcast(void* buffer, int count, MPI_Datatype datatype, int root,
                                    MPI_Comm comm) {
+  if (count == 0 && empty_call_to_mpi(coll::bcast, comm))
+    return PMPI_Bcast(buffer, count, datatype, root, comm);
   return bcast_call(buffer, count, datatype, root, comm,
                     [&] { return PMPI_Bcast(buffer, count, datatype, root, comm); });
 }
@@ -1306,6 +1308,8 @@ TCOLL_PRELOAD_EXPORT int MPI_Bcast(void* buffer, int count, MPI_Datatype datatyp
 /// MPI-4's MPI_Bcast_c: the same path as MPI_Bcast.
 TCOLL_PRELOAD_EXPORT int MPI_Bcast_c(void* buffer, MPI_Count count, MPI_Datatype datatype, int root,
                                      MPI_Comm comm) {
+  if (count == 0 && empty_call_to_mpi(coll::bcast, comm))
+    return PMPI_Bcast_c(buffer, count, datatype, root, comm);
   return bcast_call(buffer, count, datatype, root, comm,
                     [&] { return PMPI_Bcast_c(buffer, count, datatype, root, comm); });
 }
@@ -1359,6 +1363,8 @@ int reduce_call(const void* sendbuf, void* recvbuf, Count count, MPI_Datatype da
 /// MPI_Reduce through tcoll's binomial tree (reduction types and ops as MPI_Allreduce).
 TCOLL_PRELOAD_EXPORT int MPI_Reduce(const void* sendbuf, void* recvbuf, int count,
                                     MPI_Datatype datatype, MPI_Op op, int root, MPI_Comm comm) {
+  if (count == 0 && empty_call_to_mpi(coll::reduce, comm))
+    return PMPI_Reduce(sendbuf, recvbuf, count, datatype, op, root, comm);
   return reduce_call(sendbuf, recvbuf, count, datatype, op, root, comm, [&] {
     return PMPI_Reduce(sendbuf, recvbuf, count, datatype, op, root, comm);
   });
@@ -1368,6 +1374,8 @@ TCOLL_PRELOAD_EXPORT int MPI_Reduce(const void* sendbuf, void* recvbuf, int coun
 /// MPI-4's MPI_Reduce_c: the same path as MPI_Reduce.
 TCOLL_PRELOAD_EXPORT int MPI_Reduce_c(const void* sendbuf, void* recvbuf, MPI_Count count,
                                       MPI_Datatype datatype, MPI_Op op, int root, MPI_Comm comm) {
+  if (count == 0 && empty_call_to_mpi(coll::reduce, comm))
+    return PMPI_Reduce_c(sendbuf, recvbuf, count, datatype, op, root, comm);
   return reduce_call(sendbuf, recvbuf, count, datatype, op, root, comm, [&] {
     return PMPI_Reduce_c(sendbuf, recvbuf, count, datatype, op, root, comm);
   });

