@@ -215,7 +215,7 @@ int reduce_scatter_block_call(const void* sendbuf, void* recvbuf, Count recvcoun
         } else if (!count_fits(recvcount, P)) {
           return to_mpi(fallback::arguments);
         }
-        return {total * r.size};
+        return {.bytes = total * r.size, .repeatable = counts == nullptr};
       },
       node_choice_of(c, comm, P),
       [&](algorithm_id a, std::size_t bytes) {
@@ -238,7 +238,14 @@ int reduce_scatter_block_call(const void* sendbuf, void* recvbuf, Count recvcoun
               tcoll::reduce_scatter(t, static_cast<const T*>(in), static_cast<T*>(recvbuf), n, o);
           });
         });
-      });
+      },
+      false,
+      {counts ? MPI_COMM_NULL : comm,
+       {recvcount, 0},
+       {datatype, MPI_DATATYPE_NULL},
+       op,
+       0,
+       buffer_flags(sendbuf, recvbuf)});
 }
 
 } // namespace
@@ -594,7 +601,8 @@ int alltoall_call(const void* sendbuf, Count sendcount, MPI_Datatype sendtype, v
         P = comm_size(comm);
         if (!count_fits(block_signature, P)) return to_mpi(fallback::arguments);
         block = static_cast<std::size_t>(block_signature);
-        return {block * static_cast<std::size_t>(P)};
+        return {.bytes = block * static_cast<std::size_t>(P),
+                .repeatable = rsize != 0 && (in_place || ssize != 0)};
       },
       node_choice_of(c, comm, P),
       [&](algorithm_id a, std::size_t bytes) {
@@ -636,7 +644,14 @@ int alltoall_call(const void* sendbuf, Count sendcount, MPI_Datatype sendtype, v
             unpack_local(reinterpret_cast<const std::byte*>(out) +
                              static_cast<std::size_t>(q) * block,
                          block, block_of(recvbuf, recvcount, recvtype, q), recvcount, recvtype);
-      });
+      },
+      false,
+      {comm,
+       {sendcount, recvcount},
+       {sendtype, recvtype},
+       MPI_OP_NULL,
+       0,
+       buffer_flags(sendbuf, recvbuf)});
 }
 
 } // namespace
@@ -706,7 +721,8 @@ int gather_call(const void* sendbuf, Count sendcount, MPI_Datatype sendtype, voi
         block = static_cast<std::size_t>(signature);
         if (block != 0 && ((!in_place && sendbuf == nullptr) || (is_root && recvbuf == nullptr)))
           return to_mpi(fallback::arguments);
-        return {block * static_cast<std::size_t>(P)};
+        return {.bytes = block * static_cast<std::size_t>(P),
+                .repeatable = (in_place || ssize != 0) && (!is_root || rsize != 0)};
       },
       node_choice_of(c, comm, P),
       [&](algorithm_id a, std::size_t bytes) {
@@ -745,7 +761,14 @@ int gather_call(const void* sendbuf, Count sendcount, MPI_Datatype sendtype, voi
             unpack_local(reinterpret_cast<const std::byte*>(out) +
                              static_cast<std::size_t>(q) * block,
                          block, block_at(q), recvcount, recvtype);
-      });
+      },
+      false,
+      {comm,
+       {sendcount, recvcount},
+       {sendtype, recvtype},
+       MPI_OP_NULL,
+       root,
+       buffer_flags(sendbuf, recvbuf)});
 }
 
 /// MPI_Scatter and MPI_Scatter_c (`Count` int or MPI_Count); `pmpi()` hands the call to MPI.
@@ -788,7 +811,8 @@ int scatter_call(const void* sendbuf, Count sendcount, MPI_Datatype sendtype, vo
         block = static_cast<std::size_t>(signature);
         if (block != 0 && ((!in_place && recvbuf == nullptr) || (is_root && sendbuf == nullptr)))
           return to_mpi(fallback::arguments);
-        return {block * static_cast<std::size_t>(P)};
+        return {.bytes = block * static_cast<std::size_t>(P),
+                .repeatable = (in_place || rsize != 0) && (!is_root || ssize != 0)};
       },
       node_choice_of(c, comm, P),
       [&](algorithm_id a, std::size_t bytes) {
@@ -822,7 +846,14 @@ int scatter_call(const void* sendbuf, Count sendcount, MPI_Datatype sendtype, vo
         if (!recv_direct)
           unpack_local(reinterpret_cast<const std::byte*>(out), block, recvbuf, recvcount,
                        recvtype);
-      });
+      },
+      false,
+      {comm,
+       {sendcount, recvcount},
+       {sendtype, recvtype},
+       MPI_OP_NULL,
+       root,
+       buffer_flags(sendbuf, recvbuf)});
 }
 
 } // namespace

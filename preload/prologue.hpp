@@ -59,14 +59,18 @@ struct call_key {
 
 /// The buffer facts a wrapper's checks look at, for `call_key::flags`.
 inline unsigned buffer_flags(const void* send, const void* recv) {
-  return (send == nullptr) | (send == MPI_IN_PLACE) << 1 | (recv == nullptr) << 2;
+  return (send == nullptr) | (send == MPI_IN_PLACE) << 1 | (recv == nullptr) << 2 |
+         (recv == MPI_IN_PLACE) << 3;
 }
 
 /// The last call of one collective on this thread that MPI ran by route (passthrough), with
 /// the size it measured: the same call again (IMB's loop, a solver's per-step reduction)
 /// goes to MPI without its checks and route, which cost 15-25 ns a call. Remembered only
 /// where the measure found predefined datatypes and ops (`measured_call::repeatable`), whose
-/// handles never change meaning, and only in the communicators' `comm_generation`.
+/// handles never change meaning, and only in the communicators' `comm_generation`. The
+/// wrappers whose sizes are one count per rank give a key (allreduce, reduce, bcast,
+/// allgather, alltoall, gather, scatter, reduce_scatter_block); those with count arrays
+/// (the v forms, MPI_Reduce_scatter) do not.
 struct passthrough_memo {
   call_key key;
   unsigned long long generation = 0;
