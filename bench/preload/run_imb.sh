@@ -16,7 +16,10 @@
 # IMB_CONTROL=1 runs MPI alone a second time in each repetition and adds the ratio of the two
 # plain runs (the spread of identical launches on this machine, against which the preload's
 # ratios are read). After the tables, one table of the ratios only: a row per size, a column
-# per benchmark.
+# per benchmark, from the medians and again from the fastest run of each (this VM switches
+# between a fast and a slow state from one launch to the next, which can split the runs of one
+# configuration in two; the fastest run compares the fast states). IMB_RAW_DIR=DIR keeps
+# IMB's outputs there.
 set -euo pipefail
 imb_src=$(cd "${1:?usage: run_imb.sh IMB_SOURCE_DIR [build] [reps] [nps] [benchmarks]}" && pwd)
 cd "$(dirname "$0")/../.."
@@ -41,6 +44,10 @@ fi
 echo "run_imb.sh: $mpi_label (${mpi_run[*]}), $imb" >&2
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
+if [ -n "${IMB_RAW_DIR:-}" ]; then
+  mkdir -p "$IMB_RAW_DIR"
+  trap 'cp "$tmp"/* "$IMB_RAW_DIR"/ 2>/dev/null; rm -rf "$tmp"' EXIT
+fi
 read -r -a names <<< "$benchmarks"
 for np in $nps; do
   for rep in $(seq "$reps"); do
@@ -92,20 +99,23 @@ for np in nps:
             if control:
                 row += f" {ratio(m, med['control'][bench][size])} |"
             print(row)
-    print(f"\n{label}, {np} processes: MPI / preload (median of {reps} interleaved runs of "
-          f"IMB -off_cache)" + ("; in brackets MPI / MPI again" if control else "") + "\n")
-    print("| bytes | " + " | ".join(benches) + " |")
-    print("|---:|" + "---:|" * len(benches))
+    best = {k: {b: {n: min(r[b][n] for r in runs[k]) for n in runs[k][0][b]}
+                for b in runs[k][0]} for k in kinds}
     sizes = sorted(set().union(*(med["mpi"][b].keys() for b in benches)))
-    for size in sizes:
-        cells = []
-        for b in benches:
-            if size not in med["mpi"][b]:
-                cells.append("")
-                continue
-            cell = ratio(med["mpi"][b][size], med["preload"][b][size])
-            if control:
-                cell += f" ({ratio(med['mpi'][b][size], med['control'][b][size])})"
-            cells.append(cell)
-        print(f"| {size_name(size)} | " + " | ".join(cells) + " |")
+    for stat, values in (("median", med), ("fastest", best)):
+        print(f"\n{label}, {np} processes: MPI / preload, the {stat} of {reps} interleaved runs "
+              f"of IMB -off_cache" + ("; in brackets MPI / MPI again" if control else "") + "\n")
+        print("| bytes | " + " | ".join(benches) + " |")
+        print("|---:|" + "---:|" * len(benches))
+        for size in sizes:
+            cells = []
+            for b in benches:
+                if size not in values["mpi"][b]:
+                    cells.append("")
+                    continue
+                cell = ratio(values["mpi"][b][size], values["preload"][b][size])
+                if control:
+                    cell += f" ({ratio(values['mpi'][b][size], values['control'][b][size])})"
+                cells.append(cell)
+            print(f"| {size_name(size)} | " + " | ".join(cells) + " |")
 PY
