@@ -355,6 +355,8 @@ int allgather_call(const void* sendbuf, Count sendcount, MPI_Datatype sendtype, 
 TCOLL_PRELOAD_EXPORT int MPI_Allgather(const void* sendbuf, int sendcount, MPI_Datatype sendtype,
                                        void* recvbuf, int recvcount, MPI_Datatype recvtype,
                                        MPI_Comm comm) {
+  if (recvcount == 0 && empty_call_to_mpi(coll::allgather, comm))
+    return PMPI_Allgather(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, comm);
   return allgather_call(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, comm, [&] {
     return PMPI_Allgather(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, comm);
   });
@@ -365,6 +367,8 @@ TCOLL_PRELOAD_EXPORT int MPI_Allgather(const void* sendbuf, int sendcount, MPI_D
 TCOLL_PRELOAD_EXPORT int MPI_Allgather_c(const void* sendbuf, MPI_Count sendcount,
                                          MPI_Datatype sendtype, void* recvbuf, MPI_Count recvcount,
                                          MPI_Datatype recvtype, MPI_Comm comm) {
+  if (recvcount == 0 && empty_call_to_mpi(coll::allgather, comm))
+    return PMPI_Allgather_c(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, comm);
   return allgather_call(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, comm, [&] {
     return PMPI_Allgather_c(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, comm);
   });
@@ -661,6 +665,8 @@ int alltoall_call(const void* sendbuf, Count sendcount, MPI_Datatype sendtype, v
 TCOLL_PRELOAD_EXPORT int MPI_Alltoall(const void* sendbuf, int sendcount, MPI_Datatype sendtype,
                                       void* recvbuf, int recvcount, MPI_Datatype recvtype,
                                       MPI_Comm comm) {
+  if (recvcount == 0 && empty_call_to_mpi(coll::alltoall, comm))
+    return PMPI_Alltoall(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, comm);
   return alltoall_call(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, comm, [&] {
     return PMPI_Alltoall(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, comm);
   });
@@ -671,6 +677,8 @@ TCOLL_PRELOAD_EXPORT int MPI_Alltoall(const void* sendbuf, int sendcount, MPI_Da
 TCOLL_PRELOAD_EXPORT int MPI_Alltoall_c(const void* sendbuf, MPI_Count sendcount,
                                         MPI_Datatype sendtype, void* recvbuf, MPI_Count recvcount,
                                         MPI_Datatype recvtype, MPI_Comm comm) {
+  if (recvcount == 0 && empty_call_to_mpi(coll::alltoall, comm))
+    return PMPI_Alltoall_c(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, comm);
   return alltoall_call(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, comm, [&] {
     return PMPI_Alltoall_c(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, comm);
   });

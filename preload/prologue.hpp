@@ -88,7 +88,8 @@ inline std::optional<fallback> communicator_fallback(MPI_Comm comm, bool args_ok
 }
 
 /// The fast path of an empty call (a count of 0) of a collective whose count every rank
-/// shares (MPI_Allreduce, MPI_Reduce, MPI_Bcast), taken by the exported wrapper before it
+/// shares (MPI_Allreduce, MPI_Reduce, MPI_Bcast; MPI_Allgather and MPI_Alltoall by their
+/// receive count, which every rank's blocks match), taken by the exported wrapper before it
 /// builds anything: where MPI is up, no set-up is pending and the settings are valid, the
 /// call is counted as empty and true says "hand it to MPI now" (step 5 of `intercept`
 /// without steps 2-4, which have nothing to do then). Anything else: false, and `intercept`
