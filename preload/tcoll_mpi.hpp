@@ -237,8 +237,8 @@ struct settings {
   /// On 2 ranks: tcoll's MPI_Bcast and MPI_Reduce up to these (the collective area, then the
   /// binomial tree), MPI's own above. Open MPI 4.1's cross-memory attach moves a cold buffer
   /// in one copy: under IMB's `-off_cache` both the area's two copies and the tree lost to it
-  /// at 16 and 32 KiB (0.56-0.84x; docs/benchmarks.md, "IMB under the preload"), and above
-  /// that the tree only tied it. Against MPICH: no bound.
+  /// at 16 and 32 KiB (0.56-0.84x; docs/benchmarks.md, "IMB under the preload, on every MPI"), and
+  /// above that the tree only tied it. Against MPICH: no bound.
   std::size_t shm_bcast_two_up_to_bytes =
       builtin_for_mpich() ? std::numeric_limits<std::size_t>::max() : 8 * 1024;
   std::size_t shm_reduce_two_up_to_bytes =
