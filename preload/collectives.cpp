@@ -1064,7 +1064,8 @@ int alltoallv_call(const void* sendbuf, const Count sendcounts[], const Displ sd
                            places_of(from), recv.data, sizes_of(recv), places_of(recv));
         });
         unpack_side(recv, recvbuf, recvcounts, rdispls, recvtype, P);
-      });
+      },
+      false, {comm, {0, 0}, {MPI_DATATYPE_NULL, MPI_DATATYPE_NULL}, MPI_OP_NULL, 0, 0});
 }
 
 /// MPI_Gatherv and MPI_Gatherv_c; `pmpi()` hands the call to MPI. The route is chosen from
@@ -1131,7 +1132,8 @@ int gatherv_call(const void* sendbuf, Count sendcount, MPI_Datatype sendtype, vo
         });
         if (is_root)
           unpack_side(recv, recvbuf, recvcounts, displs, recvtype, P, in_place ? root : -1);
-      });
+      },
+      false, {comm, {0, 0}, {MPI_DATATYPE_NULL, MPI_DATATYPE_NULL}, MPI_OP_NULL, root, 0});
 }
 
 /// MPI_Scatterv and MPI_Scatterv_c; `pmpi()` hands the call to MPI. As MPI_Gatherv: the route
@@ -1196,7 +1198,8 @@ int scatterv_call(const void* sendbuf, const Count sendcounts[], const Displ dis
             tcoll::scatterv(t, static_cast<const byte*>(nullptr), {}, {}, out, block, root);
         });
         if (!recv_direct) unpack_local(recv_packed.data(), block, recvbuf, recvcount, recvtype);
-      });
+      },
+      false, {comm, {0, 0}, {MPI_DATATYPE_NULL, MPI_DATATYPE_NULL}, MPI_OP_NULL, root, 0});
 }
 
 } // namespace

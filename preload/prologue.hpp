@@ -38,9 +38,11 @@ inline measured_call no_data() {
   return {0, std::nullopt, true};
 }
 
-/// A call of a per-rank-size collective of which this rank moves `bytes` (maybe none).
+/// A call of a per-rank-size collective of which this rank moves `bytes` (maybe none). Its
+/// route depends on the communicator and the settings only, so any call again on the
+/// communicator takes the same one (`repeatable`).
 inline measured_call per_rank_part(std::size_t bytes) {
-  return {bytes, std::nullopt, true};
+  return {bytes, std::nullopt, true, true};
 }
 
 /// What a wrapper's route depends on, read from its arguments before any check: the
@@ -69,8 +71,11 @@ inline unsigned buffer_flags(const void* send, const void* recv) {
 /// where the measure found predefined datatypes and ops (`measured_call::repeatable`), whose
 /// handles never change meaning, and only in the communicators' `comm_generation`. The
 /// wrappers whose sizes are one count per rank give a key (allreduce, reduce, bcast,
-/// allgather, alltoall, gather, scatter, reduce_scatter_block); those with count arrays
-/// (the v forms, MPI_Reduce_scatter) do not.
+/// allgather, alltoall, gather, scatter, reduce_scatter_block), and so do those whose route
+/// no size decides (`per_rank_size`: alltoallv, gatherv, scatterv), with their communicator
+/// and root only: any call of theirs again goes the same way. Those calls' sizes differ, so
+/// with TCOLL_DEBUG set (which counts calls by size) they are not remembered.
+/// MPI_Allgatherv and MPI_Reduce_scatter, routed by their total size, have no key.
 struct passthrough_memo {
   call_key key;
   unsigned long long generation = 0;
@@ -141,7 +146,8 @@ int intercept(coll c, MPI_Comm comm, Pmpi& pmpi, Measure&& measure, NodeChoice&&
   }
   passthrough_memo& memo = passthrough_memos[static_cast<int>(c)];
   const unsigned long long generation = comm_generation.load(std::memory_order_acquire);
-  if (key.comm != MPI_COMM_NULL && memo.key == key && memo.generation == generation) {
+  if (key.comm != MPI_COMM_NULL && memo.key == key && memo.generation == generation &&
+      (!per_rank_size(c) || config().debug == 0)) {
     count_call(c, algorithm_id::passthrough, memo.bytes, comm);
     return pmpi();
   }

@@ -14,7 +14,9 @@
  * Arguments: [full|quick] [multiple|serialized|funneled|single] (MPI_Init_thread level;
  * single: MPI_Init; serialized: the checks run on a second thread).
  * Every rank prints its error count; the exit code is non-zero if any check failed. */
+#define _GNU_SOURCE /* RTLD_DEFAULT */
 #include <dirent.h>
+#include <dlfcn.h>
 #include <mpi.h>
 /* Open MPI 5 has MPI-4's persistent collectives while it reports MPI_VERSION 3 */
 #if MPI_VERSION >= 4 || (defined(OMPI_MAJOR_VERSION) && OMPI_MAJOR_VERSION >= 5)
@@ -1648,6 +1650,53 @@ static int handle_reuse(void) {
   return errors ? 1 : 0;
 }
 
+/* Mode "handle_reuse_v", run with TCOLL_DEBUG=0, where the preload remembers the route of
+ * MPI_Gatherv per communicator and root (no size decides it): rank 0 alone makes an
+ * MPI_Gatherv on its one-rank communicator, which MPI runs (remembered on rank 0 only); that
+ * communicator is freed, a duplicate of the world gets its handle, and there the preload
+ * runs MPI_Gatherv over shared memory (tcoll's linear gather). Rank 0 must route it anew, or
+ * the two ranks run different gathers and never meet. Prints the preload's own count of the
+ * calls it took (tcoll_mpi_counts), so the runner sees that it was active. */
+static int handle_reuse_v(void) {
+  int counts[2] = {4, 4}, displs[2] = {0, 4}, in[4] = {0}, out[8];
+  MPI_Comm one, all;
+  MPI_Comm_split(MPI_COMM_WORLD, world_rank, 0, &one);
+  if (world_rank == 0)
+    for (int i = 0; i < 3; ++i)
+      check_call(MPI_Gatherv(in, 4, MPI_INT, out, counts, displs, MPI_INT, 0, one), "MPI_Gatherv");
+  const MPI_Comm freed = one;
+  MPI_Comm_free(&one);
+  MPI_Comm_dup(MPI_COMM_WORLD, &all);
+  if (world_rank == 0 && all != freed) {
+    fprintf(stderr, "rank 0: MPI_Comm_dup did not reuse the freed handle\n");
+    ++errors;
+  }
+  int P;
+  MPI_Comm_size(all, &P);
+  for (int i = 0; i < 3 && P == 2; ++i) {
+    for (int k = 0; k < 4; ++k) in[k] = world_rank * 100 + k + i;
+    check_call(MPI_Gatherv(in, 4, MPI_INT, out, counts, displs, MPI_INT, 0, all), "MPI_Gatherv");
+    if (world_rank == 0)
+      for (int k = 0; k < 8; ++k)
+        if (out[k] != (k / 4) * 100 + k % 4 + i) {
+          fprintf(stderr, "rank 0: element %d is %d, want %d\n", k, out[k],
+                  (k / 4) * 100 + k % 4 + i);
+          ++errors;
+          break;
+        }
+    ++checks;
+  }
+  void* symbol = dlsym(RTLD_DEFAULT, "tcoll_mpi_counts");
+  int (*counts_of)(unsigned long long*, unsigned long long*) = NULL;
+  memcpy(&counts_of, &symbol, sizeof symbol); /* POSIX: a function's address from dlsym */
+  unsigned long long through = 0;
+  if (counts_of) counts_of(&through, NULL);
+  printf("rank %d: %llu calls through the preload\n", world_rank, through);
+  MPI_Comm_free(&all);
+  MPI_Finalize();
+  return errors || P != 2 ? 1 : 0;
+}
+
 /* MPI_Barrier on `comm`: every rank in turn arrives 20 ms late; no rank may leave before
  * it arrived (CLOCK_MONOTONIC: one clock for the processes of the node; the times are
  * gathered by PMPI_Allgather, MPI's own, so a broken barrier cannot hide itself). */
@@ -1773,7 +1822,8 @@ int main(int argc, char** argv) {
   const char* mode = argc > 1 ? argv[1] : "";
   if (strcmp(mode, "stall_nonblocking") == 0 || strcmp(mode, "comm_cycles") == 0 ||
       strcmp(mode, "free_pending") == 0 || strcmp(mode, "local_start") == 0 ||
-      strcmp(mode, "stall_persistent") == 0 || strcmp(mode, "handle_reuse") == 0) {
+      strcmp(mode, "stall_persistent") == 0 || strcmp(mode, "handle_reuse") == 0 ||
+      strcmp(mode, "handle_reuse_v") == 0) {
     int provided = MPI_THREAD_SINGLE;
     MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &provided);
     MPI_Comm_rank(MPI_COMM_WORLD, &world_rank);
@@ -1790,6 +1840,7 @@ int main(int argc, char** argv) {
     if (strcmp(mode, "comm_cycles") == 0) return comm_cycles(argc > 2 ? atoi(argv[2]) : 10000);
     if (strcmp(mode, "free_pending") == 0) return free_pending();
     if (strcmp(mode, "handle_reuse") == 0) return handle_reuse();
+    if (strcmp(mode, "handle_reuse_v") == 0) return handle_reuse_v();
     return local_start(argc > 2 && strcmp(argv[2], "barrier") == 0);
   }
   if (strcmp(mode, "announce_serialized") == 0) {

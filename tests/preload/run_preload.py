@@ -3,7 +3,9 @@
 
 Modes:
   check    the program must exit 0 under the preload, and world rank 0's TCOLL_DEBUG=1
-           summary must be there (the preload was active) and list every --expect
+           summary must be there (the preload was active) and list every --expect; with
+           --env=TCOLL_DEBUG=0 there is no summary, and the output must hold every --expect
+           text instead (the program's own proof that the preload ran)
            (`MPI_Allreduce ring`: that collective ran that algorithm at least once;
            `fallback:user-defined op`: at least one call fell back for that reason;
            `packed:MPI_Bcast`: rank 0 packed a derived datatype around a tcoll call;
@@ -164,6 +166,13 @@ def main():
     if rc != 0:
         print(text[-8000:])
         sys.exit(f"FAIL: exit {rc} under the preload")
+    if env["TCOLL_DEBUG"] == "0":  # no summary: the program shows the preload was active
+        missing = [e for e in a.expect if e not in text]
+        if missing or not a.expect:
+            print(text[-6000:])
+            sys.exit(f"FAIL: TCOLL_DEBUG=0 and the output lacks {missing or 'an --expect'}")
+        print(f"ok: {a.expect}")
+        return
     check_summary(text, a.expect)
     if a.mode == "compare":
         plain_env = {k: v for k, v in env.items() if not k.startswith("TCOLL_")}
