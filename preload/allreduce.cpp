@@ -311,7 +311,6 @@ int allreduce_call(const void* sendbuf, void* recvbuf, Count count, MPI_Datatype
           run_allreduce(s, a, in, out, static_cast<std::size_t>(count), o);
         });
       },
-      count == 0,
       {comm, {count, 0}, {datatype, MPI_DATATYPE_NULL}, op, 0, buffer_flags(sendbuf, recvbuf)});
 }
 

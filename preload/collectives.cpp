@@ -239,7 +239,6 @@ int reduce_scatter_block_call(const void* sendbuf, void* recvbuf, Count recvcoun
           });
         });
       },
-      false,
       {counts ? MPI_COMM_NULL : comm,
        {recvcount, 0},
        {datatype, MPI_DATATYPE_NULL},
@@ -337,13 +336,7 @@ int allgather_call(const void* sendbuf, Count sendcount, MPI_Datatype sendtype, 
                              static_cast<std::size_t>(q) * block,
                          block, block_at(q), recvcount, recvtype);
       },
-      false,
-      {comm,
-       {sendcount, recvcount},
-       {sendtype, recvtype},
-       MPI_OP_NULL,
-       0,
-       buffer_flags(sendbuf, recvbuf)});
+      send_recv_key(comm, sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype));
 }
 
 } // namespace
@@ -649,13 +642,7 @@ int alltoall_call(const void* sendbuf, Count sendcount, MPI_Datatype sendtype, v
                              static_cast<std::size_t>(q) * block,
                          block, block_of(recvbuf, recvcount, recvtype, q), recvcount, recvtype);
       },
-      false,
-      {comm,
-       {sendcount, recvcount},
-       {sendtype, recvtype},
-       MPI_OP_NULL,
-       0,
-       buffer_flags(sendbuf, recvbuf)});
+      send_recv_key(comm, sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype));
 }
 
 } // namespace
@@ -770,13 +757,7 @@ int gather_call(const void* sendbuf, Count sendcount, MPI_Datatype sendtype, voi
                              static_cast<std::size_t>(q) * block,
                          block, block_at(q), recvcount, recvtype);
       },
-      false,
-      {comm,
-       {sendcount, recvcount},
-       {sendtype, recvtype},
-       MPI_OP_NULL,
-       root,
-       buffer_flags(sendbuf, recvbuf)});
+      send_recv_key(comm, sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, root));
 }
 
 /// MPI_Scatter and MPI_Scatter_c (`Count` int or MPI_Count); `pmpi()` hands the call to MPI.
@@ -855,13 +836,7 @@ int scatter_call(const void* sendbuf, Count sendcount, MPI_Datatype sendtype, vo
           unpack_local(reinterpret_cast<const std::byte*>(out), block, recvbuf, recvcount,
                        recvtype);
       },
-      false,
-      {comm,
-       {sendcount, recvcount},
-       {sendtype, recvtype},
-       MPI_OP_NULL,
-       root,
-       buffer_flags(sendbuf, recvbuf)});
+      send_recv_key(comm, sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, root));
 }
 
 } // namespace
@@ -1065,7 +1040,7 @@ int alltoallv_call(const void* sendbuf, const Count sendcounts[], const Displ sd
         });
         unpack_side(recv, recvbuf, recvcounts, rdispls, recvtype, P);
       },
-      false, {comm, {0, 0}, {MPI_DATATYPE_NULL, MPI_DATATYPE_NULL}, MPI_OP_NULL, 0, 0});
+      route_key(comm));
 }
 
 /// MPI_Gatherv and MPI_Gatherv_c; `pmpi()` hands the call to MPI. The route is chosen from
@@ -1133,7 +1108,7 @@ int gatherv_call(const void* sendbuf, Count sendcount, MPI_Datatype sendtype, vo
         if (is_root)
           unpack_side(recv, recvbuf, recvcounts, displs, recvtype, P, in_place ? root : -1);
       },
-      false, {comm, {0, 0}, {MPI_DATATYPE_NULL, MPI_DATATYPE_NULL}, MPI_OP_NULL, root, 0});
+      route_key(comm, root));
 }
 
 /// MPI_Scatterv and MPI_Scatterv_c; `pmpi()` hands the call to MPI. As MPI_Gatherv: the route
@@ -1199,7 +1174,7 @@ int scatterv_call(const void* sendbuf, const Count sendcounts[], const Displ dis
         });
         if (!recv_direct) unpack_local(recv_packed.data(), block, recvbuf, recvcount, recvtype);
       },
-      false, {comm, {0, 0}, {MPI_DATATYPE_NULL, MPI_DATATYPE_NULL}, MPI_OP_NULL, root, 0});
+      route_key(comm, root));
 }
 
 } // namespace
@@ -1323,7 +1298,6 @@ int bcast_call(void* buffer, Count count, MPI_Datatype datatype, int root, MPI_C
         if (!direct && s.rank != root)
           unpack_local(reinterpret_cast<const std::byte*>(data), bytes, buffer, count, datatype);
       },
-      count == 0,
       {comm,
        {count, 0},
        {datatype, MPI_DATATYPE_NULL},
@@ -1396,7 +1370,6 @@ int reduce_call(const void* sendbuf, void* recvbuf, Count count, MPI_Datatype da
           });
         });
       },
-      count == 0,
       {comm, {count, 0}, {datatype, MPI_DATATYPE_NULL}, op, root, buffer_flags(sendbuf, recvbuf)});
 }
 

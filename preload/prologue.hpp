@@ -65,6 +65,19 @@ inline unsigned buffer_flags(const void* send, const void* recv) {
          (recv == MPI_IN_PLACE) << 3;
 }
 
+/// The key of a call with a send and a receive side (allgather, alltoall, gather, scatter).
+template <class Count>
+call_key send_recv_key(MPI_Comm comm, const void* sendbuf, Count sendcount, MPI_Datatype sendtype,
+                       const void* recvbuf, Count recvcount, MPI_Datatype recvtype, int root = 0) {
+  return {comm, {sendcount, recvcount},        {sendtype, recvtype}, MPI_OP_NULL,
+          root, buffer_flags(sendbuf, recvbuf)};
+}
+
+/// The key of a call whose route no size decides (`per_rank_size`): its communicator and root.
+inline call_key route_key(MPI_Comm comm, int root = 0) {
+  return {comm, {0, 0}, {MPI_DATATYPE_NULL, MPI_DATATYPE_NULL}, MPI_OP_NULL, root, 0};
+}
+
 /// The last call of one collective on this thread that MPI ran by route (passthrough), with
 /// the size it measured: the same call again (IMB's loop, a solver's per-step reduction)
 /// goes to MPI without its checks and route, which cost 15-25 ns a call. Remembered only
@@ -96,8 +109,8 @@ inline std::optional<fallback> communicator_fallback(MPI_Comm comm, bool args_ok
 /// shares (MPI_Allreduce, MPI_Reduce, MPI_Bcast; MPI_Allgather and MPI_Alltoall by their
 /// receive count, which every rank's blocks match), taken by the exported wrapper before it
 /// builds anything: where MPI is up, no set-up is pending and the settings are valid, the
-/// call is counted as empty and true says "hand it to MPI now" (step 3 of `intercept`
-/// without step 2, which has nothing to do then). Anything else: false, and `intercept`
+/// call is counted as empty and true says "hand it to MPI now" (step 6 of `intercept`
+/// without steps 2-5, which have nothing to do then). Anything else: false, and `intercept`
 /// takes the call. An empty call costs the wrapper 4-6 ns this way (Open MPI 4.1's own takes
 /// 3.6-5 ns).
 [[gnu::always_inline]] inline bool empty_call_to_mpi(coll c, MPI_Comm comm) {
@@ -113,11 +126,9 @@ inline std::optional<fallback> communicator_fallback(MPI_Comm comm, bool args_ok
 /// 1. before MPI_Init or after MPI_Finalize, MPI runs the call;
 /// 2. the tcoll state an earlier non-blocking start found missing is created
 ///    (`settle_pending_setup`: a collective step, as the call itself);
-/// 3. a call the caller knows to be empty from its count alone (`known_empty`: a count of 0
-///    in a collective whose count every rank shares) goes to MPI, and so does a call equal to
-///    the last one MPI ran by route (`passthrough_memo`, where the wrapper gives a `key`),
-///    counted as that one was: the checks and the route below are skipped (an invalid
-///    environment is still reported first, as in 5);
+/// 3. a call equal to the last one MPI ran by route (`passthrough_memo`, where the wrapper
+///    gives a `key`) goes to MPI, counted as that one was: the checks and the route below
+///    are skipped (a memo exists only where the environment is valid);
 /// 4. `measure()` checks the arguments, datatype and op and sizes the call; a fallback
 ///    reason hands it to MPI;
 /// 5. an invalid environment is reported as MPI's error (MPI_ERR_ARG);
@@ -133,17 +144,12 @@ inline std::optional<fallback> communicator_fallback(MPI_Comm comm, bool args_ok
 ///    with the rank. `pmpi()` is the call's PMPI form; `Count` its count type.
 template <class Count, class Pmpi, class Measure, class NodeChoice, class Run>
 int intercept(coll c, MPI_Comm comm, Pmpi& pmpi, Measure&& measure, NodeChoice&& node_choice,
-              Run&& run, bool known_empty = false, const call_key& key = {}) {
+              Run&& run, const call_key& key = {}) {
   if (!mpi_active()) {
     count_fallback(c, fallback::not_initialized);
     return pmpi();
   }
   if (const int rc = settle_pending_setup(c, comm); rc != MPI_SUCCESS) return rc;
-  if (known_empty) {
-    if (!config().error.empty()) return report_settings_error(c, comm);
-    count_empty_call(c, comm);
-    return pmpi();
-  }
   passthrough_memo& memo = passthrough_memos[static_cast<int>(c)];
   const unsigned long long generation = comm_generation.load(std::memory_order_acquire);
   if (key.comm != MPI_COMM_NULL && memo.key == key && memo.generation == generation &&
