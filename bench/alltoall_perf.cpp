@@ -218,14 +218,13 @@ void run_all(Tr& t, const alltoall_options& o, const std::string& transport, std
         rw.in_place = measure(t, o, call, count, true, send, recv);
       };
       const pairwise_exchange exchange{.all_posted_max_bytes = o.all_posted};
-      if (a == "pairwise_exchange") {
-        measure_with(exchange);
-      } else if (a == "bruck") {
-        measure_with(bruck{});
-      } else if (a == "automatic") {
+      if (a == "automatic") {
         alltoall_by_size automatic;
         automatic.exchange = exchange;
         measure_with(automatic);
+      } else if (a != "passthrough") { // the table's algorithms, by the library's one dispatch
+        visit_algorithm<collective::alltoall>(parse_algorithm(a, collective::alltoall),
+                                              measure_with, exchange);
       } else {
 #ifdef TCOLL_HAVE_MPI
         if (!world) continue;

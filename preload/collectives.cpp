@@ -65,6 +65,19 @@ void on_transport(coll c, comm_state& s, algorithm_id a, F&& f) {
   }
 }
 
+/// `on_transport` with algorithm `a` of collective `C` as its object
+/// (`tcoll::visit_algorithm`, the library's one dispatch): `f(communicator, algorithm)`, the
+/// first of `knobs` of the algorithm's type carrying its knobs. A hierarchy runs its own form
+/// whatever it is given: it gets the table's first algorithm of `C`.
+template <collective C, class F, class... Knobs>
+void on_transport_as(coll c, comm_state& s, algorithm_id a, F&& f, const Knobs&... knobs) {
+  on_transport(c, s, a, [&](auto& t) {
+    tcoll::visit_algorithm<C>(
+        a == algorithm_id::hierarchical ? tcoll::describe(C).algorithms[0] : a,
+        [&](const auto& algo) { f(t, algo); }, knobs...);
+  });
+}
+
 /// `Query(comm)` (PMPI_Comm_rank or PMPI_Comm_size), whose answer on MPI_COMM_SELF is `self`
 /// and on the world never changes: asked once there (each query takes MPICH's global lock at
 /// MPI_THREAD_MULTIPLE); on other communicators what `facts_of` remembers (`Fact`).
@@ -226,18 +239,20 @@ int reduce_scatter_block_call(const void* sendbuf, void* recvbuf, Count recvcoun
           std::memcpy(copy, recvbuf, bytes);
           in = copy;
         }
-        on_transport(c, s, a, [&](auto& t) {
-          dispatch(r, [&]<class T>(const auto& o) {
-            if (counts)
+        if (counts)
+          on_transport(c, s, a, [&](auto& t) {
+            dispatch(r, [&]<class T>(const auto& o) {
               tcoll::reduce_scatterv(t, static_cast<const T*>(in), static_cast<T*>(recvbuf),
                                      std::span<const std::size_t>(sizes), o);
-            else if (a == algorithm_id::in_segment)
-              tcoll::reduce_scatter(t, static_cast<const T*>(in), static_cast<T*>(recvbuf), n, o,
-                                    tcoll::in_segment{});
-            else
-              tcoll::reduce_scatter(t, static_cast<const T*>(in), static_cast<T*>(recvbuf), n, o);
+            });
           });
-        });
+        else
+          on_transport_as<collective::reduce_scatter>(c, s, a, [&](auto& t, const auto& algo) {
+            dispatch(r, [&]<class T>(const auto& o) {
+              tcoll::reduce_scatter(t, static_cast<const T*>(in), static_cast<T*>(recvbuf), n, o,
+                                    algo);
+            });
+          });
       },
       {counts ? MPI_COMM_NULL : comm,
        {recvcount, 0},
@@ -324,12 +339,8 @@ int allgather_call(const void* sendbuf, Count sendcount, MPI_Datatype sendtype, 
         } else { // packed straight into its place among the gathered blocks
           pack_local(sendbuf, sendcount, sendtype, reinterpret_cast<std::byte*>(own), block);
         }
-        on_transport(c, s, a, [&](auto& t) {
-          if (a == algorithm_id::in_segment)
-            tcoll::allgather(t, in, out, block, tcoll::in_segment{});
-          else
-            tcoll::allgather(t, in, out, block);
-        });
+        on_transport_as<collective::allgather>(
+            c, s, a, [&](auto& t, const auto& algo) { tcoll::allgather(t, in, out, block, algo); });
         if (!recv_direct) // block by block: recvcount x P may exceed an int
           for (int q = 0; q < P; ++q)
             unpack_local(reinterpret_cast<const std::byte*>(out) +
@@ -630,12 +641,8 @@ int alltoall_call(const void* sendbuf, Count sendcount, MPI_Datatype sendtype, v
                        block);
           in = out;
         }
-        on_transport(c, s, a, [&](auto& t) {
-          if (a == algorithm_id::bruck)
-            tcoll::alltoall(t, in, out, block, tcoll::bruck{});
-          else
-            tcoll::alltoall(t, in, out, block, tcoll::pairwise_exchange{});
-        });
+        on_transport_as<collective::alltoall>(
+            c, s, a, [&](auto& t, const auto& algo) { tcoll::alltoall(t, in, out, block, algo); });
         if (!recv_direct)
           for (int q = 0; q < P; ++q)
             unpack_local(reinterpret_cast<const std::byte*>(out) +
@@ -1289,11 +1296,8 @@ int bcast_call(void* buffer, Count count, MPI_Datatype datatype, int root, MPI_C
           if (s.rank == root)
             pack_local(buffer, count, datatype, reinterpret_cast<std::byte*>(data), bytes);
         }
-        on_transport(c, s, a, [&](auto& t) {
-          if (a == algorithm_id::in_segment)
-            tcoll::broadcast(t, data, bytes, root, tcoll::in_segment{});
-          else
-            tcoll::broadcast(t, data, bytes, root);
+        on_transport_as<collective::broadcast>(c, s, a, [&](auto& t, const auto& algo) {
+          tcoll::broadcast(t, data, bytes, root, algo);
         });
         if (!direct && s.rank != root)
           unpack_local(reinterpret_cast<const std::byte*>(data), bytes, buffer, count, datatype);
@@ -1358,15 +1362,11 @@ int reduce_call(const void* sendbuf, void* recvbuf, Count count, MPI_Datatype da
       node_choice_of(c, comm, P),
       [&](algorithm_id a, std::size_t) {
         comm_state& s = state_of(comm);
-        on_transport(c, s, a, [&](auto& t) {
+        on_transport_as<collective::reduce>(c, s, a, [&](auto& t, const auto& algo) {
           dispatch(r, [&]<class T>(const auto& o) {
             T* out = is_root ? static_cast<T*>(recvbuf) : nullptr;
             const T* in = sendbuf == MPI_IN_PLACE ? out : static_cast<const T*>(sendbuf);
-            if (a == algorithm_id::in_segment)
-              tcoll::reduce(t, in, out, static_cast<std::size_t>(count), root, o,
-                            tcoll::in_segment{});
-            else
-              tcoll::reduce(t, in, out, static_cast<std::size_t>(count), root, o);
+            tcoll::reduce(t, in, out, static_cast<std::size_t>(count), root, o, algo);
           });
         });
       },
@@ -1415,7 +1415,7 @@ TCOLL_PRELOAD_EXPORT int MPI_Barrier(MPI_Comm comm) {
       },
       node_choice_of(c, comm, P),
       [&](algorithm_id a, std::size_t) {
-        on_transport(c, state_of(comm), a,
-                     [&](auto& t) { tcoll::barrier(t, tcoll::in_segment{}); });
+        on_transport_as<collective::barrier>(
+            c, state_of(comm), a, [&](auto& t, const auto& algo) { tcoll::barrier(t, algo); });
       });
 }

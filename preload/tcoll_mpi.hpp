@@ -136,6 +136,7 @@ const char* fallback_name(fallback f) noexcept;
 /// The table's algorithms name what runs a call (core/collective_table.hpp); the wrappers
 /// outside this namespace see the name through `using namespace tcoll::preload`.
 using tcoll::algorithm_id;
+using tcoll::collective;
 
 /// The collective of the table (core/collective_table.hpp) that an intercepted call is:
 /// its selection variable, the algorithms a rule may name and what its size counts.

@@ -40,13 +40,15 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include <tcoll/algorithm/hierarchical.hpp>
 #include <tcoll/algorithm/multi_ring.hpp>
-#include <tcoll/algorithm/tensor_allreduce.hpp>
+#include <tcoll/algorithm/visit.hpp>
 #include <tcoll/collectives.hpp>
 #include <tcoll/plan/cost_model.hpp>
+#include <tcoll/tensor_allreduce.hpp>
 #include <tcoll/transport/composed.hpp>
 #include <tcoll/transport/shaped.hpp>
 #include <tcoll/transport/subgroup.hpp>
@@ -277,53 +279,48 @@ void call_collective(collective c, const std::string& algo, World& world, Hier& 
   const int P = world.size(), me = world.rank();
   const std::size_t block = n / std::size_t(P), own = std::size_t(me) * block;
   const algorithm_id a = parse_algorithm(algo, c);
-  auto on = [&](auto&& f) {
+  // f(communicator, algorithm object) for collective C: `world` with the object of `a` (the
+  // library's one dispatch, visit_algorithm), or the two-level machine for `hierarchical`,
+  // which runs its own form whatever object it gets (the table's first). in_segment: the
+  // collective area, which the emulated cluster's transports do not have; it runs its
+  // message algorithm there
+  auto on = [&]<collective C>(std::integral_constant<collective, C>, auto&& f) {
     if (a == algorithm_id::hierarchical)
-      f(hier);
+      visit_algorithm<C>(describe(C).algorithms.front(), [&](const auto& x) { f(hier, x); });
     else
-      f(world);
+      visit_algorithm<C>(a, [&](const auto& x) { f(world, x); });
   };
-  // in_segment: the collective area, which the emulated cluster's transports do not have;
-  // it runs its message algorithm there
-  const bool area = a == algorithm_id::in_segment;
   switch (c) {
   case collective::broadcast:
-    on([&](auto& comm) {
-      area ? tcoll::broadcast(comm, d, n, 0, in_segment{}) : tcoll::broadcast(comm, d, n, 0);
-    });
+    on(std::integral_constant<collective, collective::broadcast>{},
+       [&](auto& comm, const auto& x) { tcoll::broadcast(comm, d, n, 0, x); });
     return;
   case collective::reduce:
-    on([&](auto& comm) {
-      area ? tcoll::reduce(comm, s, d, n, 0, sum_op{}, in_segment{})
-           : tcoll::reduce(comm, s, d, n, 0, sum_op{});
-    });
+    on(std::integral_constant<collective, collective::reduce>{},
+       [&](auto& comm, const auto& x) { tcoll::reduce(comm, s, d, n, 0, sum_op{}, x); });
     return;
   case collective::allgather:
-    on([&](auto& comm) {
-      const float* from = (inplace ? d : s) + own;
-      area ? tcoll::allgather(comm, from, d, block, in_segment{})
-           : tcoll::allgather(comm, from, d, block);
+    on(std::integral_constant<collective, collective::allgather>{}, [&](auto& comm, const auto& x) {
+      tcoll::allgather(comm, (inplace ? d : s) + own, d, block, x);
     });
     return;
   case collective::reduce_scatter:
-    on([&](auto& comm) {
-      area ? tcoll::reduce_scatter(comm, s, d, block, sum_op{}, in_segment{})
-           : tcoll::reduce_scatter(comm, s, d, block, sum_op{});
-    });
+    on(std::integral_constant<collective, collective::reduce_scatter>{},
+       [&](auto& comm, const auto& x) { tcoll::reduce_scatter(comm, s, d, block, sum_op{}, x); });
     return;
   case collective::alltoall:
-    if (a == algorithm_id::bruck)
-      tcoll::alltoall(world, inplace ? d : s, d, block, bruck{});
-    else if (a == algorithm_id::pairwise_exchange)
-      tcoll::alltoall(world, inplace ? d : s, d, block, pairwise_exchange{});
-    else
-      tcoll::alltoall(hier, inplace ? d : s, d, block);
+    on(std::integral_constant<collective, collective::alltoall>{},
+       [&](auto& comm, const auto& x) { tcoll::alltoall(comm, inplace ? d : s, d, block, x); });
     return;
   case collective::gather:
-    on([&](auto& comm) { tcoll::gather(comm, (inplace ? d : s) + own, d, block, 0); });
+    on(std::integral_constant<collective, collective::gather>{}, [&](auto& comm, const auto& x) {
+      tcoll::gather(comm, (inplace ? d : s) + own, d, block, 0, x);
+    });
     return;
   case collective::scatter:
-    on([&](auto& comm) { tcoll::scatter(comm, inplace ? d : s, d + own, block, 0); });
+    on(std::integral_constant<collective, collective::scatter>{}, [&](auto& comm, const auto& x) {
+      tcoll::scatter(comm, inplace ? d : s, d + own, block, 0, x);
+    });
     return;
   default:
     throw invalid_argument("hier_perf: -C " + std::string(to_string(c)) + " is not measured");

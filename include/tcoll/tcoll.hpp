@@ -6,7 +6,6 @@
 /// transport/composed.hpp, reduce/cuda.cuh, ...); the planner is plan.hpp.
 #include "algorithm/hierarchical.hpp"
 #include "algorithm/multi_ring.hpp"
-#include "algorithm/tensor_allreduce.hpp"
 #include "collectives.hpp"
 #include "communicator.hpp"
 #include "core/concepts.hpp"
@@ -15,6 +14,7 @@
 #include "core/symbolic.hpp"
 #include "core/types.hpp"
 #include "reduce/cpu.hpp"
+#include "tensor_allreduce.hpp"
 #include "transport/counting.hpp"
 #include "transport/shaped.hpp"
 #include "transport/subgroup.hpp"

@@ -15,9 +15,9 @@
 #include <random>
 #include <tcoll/algorithm/hierarchical.hpp>
 #include <tcoll/algorithm/multi_ring.hpp>
-#include <tcoll/algorithm/tensor_allreduce.hpp>
 #include <tcoll/collectives.hpp>
 #include <tcoll/core/symbolic.hpp>
+#include <tcoll/tensor_allreduce.hpp>
 #include <tcoll/transport/composed.hpp>
 #include <tcoll/transport/mpi.hpp>
 #include <tcoll/transport/subgroup.hpp>

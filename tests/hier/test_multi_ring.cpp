@@ -4,9 +4,9 @@
 
 #include <random>
 #include <tcoll/algorithm/multi_ring.hpp>
-#include <tcoll/algorithm/tensor_allreduce.hpp>
 #include <tcoll/collectives.hpp>
 #include <tcoll/core/symbolic.hpp>
+#include <tcoll/tensor_allreduce.hpp>
 #include <tcoll/transport/threads.hpp>
 #include <vector>
 

@@ -8,8 +8,12 @@
 #include <algorithm>
 #include <atomic>
 #include <cstddef>
+#include <string>
+#include <type_traits>
+#include <utility>
 #include <vector>
 
+#include "tcoll/algorithm/visit.hpp"
 #include "tcoll/collectives.hpp"
 #include "tcoll/core/collective_table.hpp"
 #include "tcoll/plan/cost_model.hpp"
@@ -94,28 +98,32 @@ double run_collective(collective c, algorithm_id a, counting<thread_transport>& 
   case collective::allreduce:
     break;
   case collective::reduce_scatter:
-    reduce_scatter(t, in.data(), out.data(), n, sum_op{}, ring{}, red);
+    visit_algorithm<collective::reduce_scatter>(a, [&](const auto& algo) {
+      reduce_scatter(t, in.data(), out.data(), n, sum_op{}, algo, red);
+    });
     return blocks_bytes;
   case collective::reduce_scatterv:
     reduce_scatterv(t, in.data(), out.data(), counts, sum_op{}, ring{}, red);
     return blocks_bytes;
   case collective::allgather:
-    allgather(t, in.data(), out.data(), n);
+    visit_algorithm<collective::allgather>(
+        a, [&](const auto& algo) { allgather(t, in.data(), out.data(), n, algo); });
     return blocks_bytes;
   case collective::allgatherv:
     allgatherv<counting<thread_transport>, double>(t, in.data(), n, out.data(), counts, displs);
     return blocks_bytes;
   case collective::broadcast:
-    broadcast(t, in.data(), n, 0);
-    return vector_bytes;
+    // a vector of P blocks: scatter_allgather's formula is exact for equal pieces
+    visit_algorithm<collective::broadcast>(
+        a, [&](const auto& algo) { broadcast(t, in.data(), all, 0, algo); });
+    return blocks_bytes;
   case collective::reduce:
-    reduce(t, in.data(), out.data(), n, 0, sum_op{}, binomial_tree{}, red);
+    visit_algorithm<collective::reduce>(
+        a, [&](const auto& algo) { reduce(t, in.data(), out.data(), n, 0, sum_op{}, algo, red); });
     return vector_bytes;
   case collective::alltoall:
-    if (a == algorithm_id::bruck)
-      alltoall(t, in.data(), out.data(), n, bruck{});
-    else
-      alltoall(t, in.data(), out.data(), n, pairwise_exchange{});
+    visit_algorithm<collective::alltoall>(
+        a, [&](const auto& algo) { alltoall(t, in.data(), out.data(), n, algo); });
     return blocks_bytes;
   case collective::alltoallv:
     alltoallv<counting<thread_transport>, double>(t, in.data(), counts, displs, out.data(), counts,
@@ -134,7 +142,7 @@ double run_collective(collective c, algorithm_id a, counting<thread_transport>& 
     scatterv<counting<thread_transport>, double>(t, in.data(), counts, displs, out.data(), n, 0);
     return blocks_bytes;
   case collective::barrier:
-    barrier(t);
+    visit_algorithm<collective::barrier>(a, [&](const auto& algo) { barrier(t, algo); });
     return 0;
   }
   FAIL("run_collective: no call for " << to_string(c));
@@ -226,6 +234,70 @@ TEST_CASE("every collective of the table: its cost formula's traffic is its algo
       }
     }
   }
+}
+
+namespace {
+/// `visit_algorithm<C>` reaches, for every id, the object of that id where the table lists it
+/// for `C` (but `hierarchical`, a communicator), and throws naming the id otherwise.
+template <collective C>
+void check_visits() {
+  CAPTURE(to_string(C));
+  for (algorithm_id a : all_algorithm_ids) {
+    CAPTURE(to_string(a));
+    if (implements(C, a) && a != algorithm_id::hierarchical) {
+      algorithm_id reached = a == algorithm_id::ring ? algorithm_id::linear : algorithm_id::ring;
+      visit_algorithm<C>(a, [&]<class A>(const A&) { reached = A::id; });
+      CHECK(reached == a);
+    } else {
+      const std::string named = "visit_algorithm: " + std::string(to_string(a));
+      CHECK_THROWS_WITH_AS(visit_algorithm<C>(a, [](const auto&) {}),
+                           doctest::Contains(named.c_str()), tcoll::invalid_argument);
+    }
+  }
+}
+template <std::size_t... I>
+void check_every_collective_visits(std::index_sequence<I...>) {
+  (check_visits<all_collectives[I]>(), ...);
+}
+} // namespace
+
+TEST_CASE("visit_algorithm: the one dispatch reaches the table's algorithms of every collective") {
+  check_every_collective_visits(std::make_index_sequence<all_collectives.size()>{});
+  // the knobs given travel with the object of their type; the others are defaults
+  std::size_t all_posted = 0;
+  visit_algorithm<collective::alltoall>(
+      algorithm_id::pairwise_exchange,
+      [&]<class A>(const A& algo) {
+        if constexpr (std::is_same_v<A, pairwise_exchange>) all_posted = algo.all_posted_max_bytes;
+      },
+      bruck{}, pairwise_exchange{.all_posted_max_bytes = 7});
+  CHECK(all_posted == 7);
+  // allreduce's form steps past what the op or the transport cannot take
+  const automatic knobs{.rules = {}};
+  algorithm_id ran = algorithm_id::linear;
+  const auto record = [&]<class A>(const A&) { ran = A::id; };
+  visit_algorithm<algorithm_support{.commutative = false, .native = true}>(algorithm_id::ring,
+                                                                           knobs, record);
+  CHECK(ran == algorithm_id::recursive_halving_doubling);
+  visit_algorithm<algorithm_support{.commutative = true, .native = false}>(
+      algorithm_id::passthrough, knobs, record);
+  CHECK(ran == algorithm_id::ring);
+  visit_algorithm(algorithm_id::in_segment, knobs, record);
+  CHECK(ran == algorithm_id::in_segment);
+  CHECK_THROWS_AS(visit_algorithm(algorithm_id::bruck, knobs, record), tcoll::invalid_argument);
+  CHECK_THROWS_AS(visit_algorithm(static_cast<algorithm_id>(99), knobs, record),
+                  tcoll::invalid_argument);
+  // the entry points' algorithm concepts are the table's lines
+  static_assert(broadcast_algorithm<binomial_tree> && broadcast_algorithm<in_segment> &&
+                !broadcast_algorithm<ring> && !broadcast_algorithm<passthrough>);
+  static_assert(block_algorithm<ring> && block_algorithm<in_segment> &&
+                !block_algorithm<binomial_tree>);
+  static_assert(reduce_algorithm<binomial_tree> && !reduce_algorithm<recursive_doubling>);
+  static_assert(barrier_algorithm<dissemination> && barrier_algorithm<in_segment> &&
+                !barrier_algorithm<linear>);
+  static_assert(alltoall_algorithm<bruck> && alltoall_algorithm<pairwise_exchange> &&
+                alltoall_algorithm<alltoall_by_size> && !alltoall_algorithm<ring>);
+  for (algorithm_id a : all_algorithm_ids) CHECK(parse_algorithm(to_string(a)) == a);
 }
 
 TEST_CASE("the table of collectives: names, algorithms and selection agree") {

@@ -7,13 +7,16 @@
 /// (MG-WFBP Table II "binary tree").
 #include <string_view>
 
+#include "../core/collective_table.hpp"
 #include "../detail/schedule.hpp"
 
 namespace tcoll {
 
 /// Binomial-tree reduce + broadcast.
 struct binomial_tree {
-  static constexpr std::string_view name = "binomial_tree";
+  /// Its line in the table of collectives (core/collective_table.hpp).
+  static constexpr algorithm_id id = algorithm_id::binomial_tree;
+  static constexpr std::string_view name = to_string(id);
   static constexpr bool keeps_operand_order = true;
 
   template <class Sink>

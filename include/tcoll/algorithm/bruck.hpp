@@ -21,6 +21,7 @@
 #include <string_view>
 #include <vector>
 
+#include "../core/collective_table.hpp"
 #include "../core/concepts.hpp"
 #include "../core/error.hpp"
 
@@ -28,7 +29,9 @@ namespace tcoll {
 
 /// See the file comment.
 struct bruck {
-  static constexpr std::string_view name = "bruck";
+  /// Its line in the table of collectives (core/collective_table.hpp).
+  static constexpr algorithm_id id = algorithm_id::bruck;
+  static constexpr std::string_view name = to_string(id);
 
   /// The number of slots (of P) that step `k` (a power of two) moves: those whose index
   /// has bit k set. Equal on every rank, so the two sides of a step agree on the size.

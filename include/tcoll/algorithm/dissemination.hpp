@@ -7,6 +7,7 @@
 /// rounds from every rank: no rank leaves before every rank has arrived. Any P, no root.
 #include <string_view>
 
+#include "../core/collective_table.hpp"
 #include "../core/concepts.hpp"
 #include "../core/error.hpp"
 
@@ -14,7 +15,9 @@ namespace tcoll {
 
 /// See the file comment.
 struct dissemination {
-  static constexpr std::string_view name = "dissemination";
+  /// Its line in the table of collectives (core/collective_table.hpp).
+  static constexpr algorithm_id id = algorithm_id::dissemination;
+  static constexpr std::string_view name = to_string(id);
 
   /// The barrier in the message space `tag`; every wait is bounded by the transport's
   /// timeout (a rank that never arrives is a `timeout_error` naming the peer waited for).

@@ -41,6 +41,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "../core/collective_table.hpp"
 #include "../core/concepts.hpp"
 #include "../core/ops.hpp"
 #include "../detail/executor.hpp"
@@ -51,7 +52,9 @@ namespace tcoll {
 
 /// The in-segment collectives (see the file comment).
 struct in_segment {
-  static constexpr std::string_view name = "in_segment";
+  /// Its line in the table of collectives (core/collective_table.hpp).
+  static constexpr algorithm_id id = algorithm_id::in_segment;
+  static constexpr std::string_view name = to_string(id);
   static constexpr bool keeps_operand_order = true;
   /// From this many bytes each rank reduces a slice instead of the whole vector.
   std::size_t slices_from_bytes = 16 * 1024;

@@ -12,6 +12,7 @@
 #include <string_view>
 #include <vector>
 
+#include "../core/collective_table.hpp"
 #include "../core/concepts.hpp"
 #include "../core/error.hpp"
 
@@ -25,7 +26,9 @@ struct root_block {
 
 /// See the file comment.
 struct linear {
-  static constexpr std::string_view name = "linear";
+  /// Its line in the table of collectives (core/collective_table.hpp).
+  static constexpr algorithm_id id = algorithm_id::linear;
+  static constexpr std::string_view name = to_string(id);
 
   /// Gather in the message space `tag`: every rank but `root` sends `mine` (`bytes`); the
   /// root receives rank q's into `blocks[q]` (one per rank; its own block is copied from

@@ -13,6 +13,7 @@
 #include <cstddef>
 #include <string_view>
 
+#include "../core/collective_table.hpp"
 #include "../detail/schedule.hpp"
 #include "ring.hpp"
 
@@ -26,7 +27,9 @@ enum class ring_order {
 
 /// K rings over K parts of the buffer. Tuning knobs are the members.
 struct multi_ring {
-  static constexpr std::string_view name = "multi_ring";
+  /// Its line in the table of collectives (core/collective_table.hpp).
+  static constexpr algorithm_id id = algorithm_id::multi_ring;
+  static constexpr std::string_view name = to_string(id);
   /// Rings reorder operands like ring: commutative ops only.
   static constexpr bool keeps_operand_order = false;
 

@@ -19,6 +19,7 @@
 #include <string_view>
 #include <vector>
 
+#include "../core/collective_table.hpp"
 #include "../core/concepts.hpp"
 #include "../core/error.hpp"
 
@@ -34,7 +35,9 @@ struct exchange_block {
 
 /// See the file comment. Host memory (the own block is copied with memcpy).
 struct pairwise_exchange {
-  static constexpr std::string_view name = "pairwise_exchange";
+  /// Its line in the table of collectives (core/collective_table.hpp).
+  static constexpr algorithm_id id = algorithm_id::pairwise_exchange;
+  static constexpr std::string_view name = to_string(id);
   /// Blocks up to this size are exchanged all at once (see the file comment); 0: never.
   std::size_t all_posted_max_bytes = 16384;
 

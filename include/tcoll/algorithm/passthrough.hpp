@@ -5,11 +5,15 @@
 #include <cstddef>
 #include <string_view>
 
+#include "../core/collective_table.hpp"
+
 namespace tcoll {
 
 /// Selects the transport's own allreduce.
 struct passthrough {
-  static constexpr std::string_view name = "passthrough";
+  /// Its line in the table of collectives (core/collective_table.hpp).
+  static constexpr algorithm_id id = algorithm_id::passthrough;
+  static constexpr std::string_view name = to_string(id);
   static constexpr bool keeps_operand_order = false;
 };
 

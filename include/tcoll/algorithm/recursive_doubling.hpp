@@ -9,6 +9,7 @@
 /// a power of two.
 #include <string_view>
 
+#include "../core/collective_table.hpp"
 #include "../detail/schedule.hpp"
 #include "detail/fold.hpp"
 
@@ -16,7 +17,9 @@ namespace tcoll {
 
 /// Recursive doubling allreduce (latency-optimal for small messages).
 struct recursive_doubling {
-  static constexpr std::string_view name = "recursive_doubling";
+  /// Its line in the table of collectives (core/collective_table.hpp).
+  static constexpr algorithm_id id = algorithm_id::recursive_doubling;
+  static constexpr std::string_view name = to_string(id);
   static constexpr bool keeps_operand_order = true;
 
   template <class Sink>

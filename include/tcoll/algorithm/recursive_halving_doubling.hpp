@@ -9,6 +9,7 @@
 #include <string_view>
 #include <vector>
 
+#include "../core/collective_table.hpp"
 #include "../detail/schedule.hpp"
 #include "detail/fold.hpp"
 
@@ -16,7 +17,9 @@ namespace tcoll {
 
 /// Rabenseifner's recursive halving-doubling allreduce (bandwidth-optimal, log latency).
 struct recursive_halving_doubling {
-  static constexpr std::string_view name = "recursive_halving_doubling";
+  /// Its line in the table of collectives (core/collective_table.hpp).
+  static constexpr algorithm_id id = algorithm_id::recursive_halving_doubling;
+  static constexpr std::string_view name = to_string(id);
   static constexpr bool keeps_operand_order = true;
 
   template <class Sink>

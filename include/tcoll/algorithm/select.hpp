@@ -6,6 +6,7 @@
 /// grammar of every selection string (`TCOLL_ALLREDUCE_ALGO` and `TCOLL_ALLTOALL_ALGO` here,
 /// every `TCOLL_*_ALGO` of the preload). The names are the table's (core/collective_table.hpp).
 #include <cctype>
+#include <concepts>
 #include <cstddef>
 #include <cstdlib>
 #include <limits>
@@ -284,31 +285,43 @@ struct alltoall_by_size {
   }
 };
 
-/// The algorithms `broadcast` takes on a transport: the binomial tree, or the collective area
-/// (`in_segment`, which runs the tree where the transport has none). A two-level machine
-/// runs its own (through the group leaders) whatever is asked.
-template <class A>
-concept broadcast_algorithm = std::same_as<A, binomial_tree> || std::same_as<A, in_segment>;
+/// Is `A` an algorithm object of collective `C`: one the table lists for `C`
+/// (`implements`, core/collective_table.hpp)? The entry points' algorithm concepts below
+/// are this, so an algorithm added to a collective's line is accepted where the line says.
+template <class A, collective C>
+concept algorithm_of = requires {
+  { A::id } -> std::convertible_to<algorithm_id>;
+}
+&&implements(C, A::id);
 
-/// The algorithms `allgather` and `reduce_scatter` take on a transport: the ring, or the
-/// collective area (`in_segment`, which runs the ring where the transport has none). A
-/// two-level machine runs its own whatever is asked.
+/// The algorithms `broadcast` takes on a transport: the table's (the binomial tree, or the
+/// collective area: `in_segment`, which runs the tree where the transport has none). A
+/// two-level machine runs its own (through the group leaders) whatever is asked.
 template <class A>
-concept block_algorithm = std::same_as<A, ring> || std::same_as<A, in_segment>;
+concept broadcast_algorithm = algorithm_of<A, collective::broadcast>;
 
-/// The algorithms `reduce` takes on a transport: the binomial tree, or the collective area
-/// (`in_segment`, which runs the tree where the transport has none).
+/// The algorithms `allgather` and `reduce_scatter` take on a transport: those the table lists
+/// for both (the ring, or the collective area: `in_segment`, which runs the ring where the
+/// transport has none). A two-level machine runs its own whatever is asked.
 template <class A>
-concept reduce_algorithm = std::same_as<A, binomial_tree> || std::same_as<A, in_segment>;
+concept block_algorithm =
+    algorithm_of<A, collective::allgather> && algorithm_of<A, collective::reduce_scatter>;
 
-/// The algorithms `barrier` takes on a transport: dissemination, or the collective area
-/// (`in_segment`: one flag per rank; dissemination where the transport has none).
+/// The algorithms `reduce` takes on a transport: the table's (the binomial tree, or the
+/// collective area: `in_segment`, which runs the tree where the transport has none).
 template <class A>
-concept barrier_algorithm = std::same_as<A, dissemination> || std::same_as<A, in_segment>;
+concept reduce_algorithm = algorithm_of<A, collective::reduce>;
 
-/// The algorithms `alltoall` takes: one of the two, or the choice between them by size.
+/// The algorithms `barrier` takes on a transport: the table's (dissemination, or the
+/// collective area: `in_segment`, one flag per rank; dissemination where the transport has
+/// none).
 template <class A>
-concept alltoall_algorithm = std::same_as<A, pairwise_exchange> || std::same_as<A, bruck> ||
-    std::same_as<A, alltoall_by_size>;
+concept barrier_algorithm = algorithm_of<A, collective::barrier>;
+
+/// The algorithms `alltoall` takes: the table's (the pairwise exchange, Bruck), or the choice
+/// between them by size.
+template <class A>
+concept alltoall_algorithm =
+    algorithm_of<A, collective::alltoall> || std::same_as<A, alltoall_by_size>;
 
 } // namespace tcoll

@@ -62,6 +62,25 @@ constexpr void check_support() {
 } // namespace detail
 
 namespace detail {
+/// Algorithms that describe a collective as steps (detail/schedule.hpp) for the executor: the
+/// generic forms below run any such algorithm the table lists for the collective.
+template <class A>
+concept describes_broadcast = requires(const A& a, step_recorder& s, layout L) {
+  a.broadcast(s, L);
+};
+template <class A>
+concept describes_reduce = requires(const A& a, step_recorder& s, layout L) {
+  a.reduce(s, L);
+};
+template <class A>
+concept describes_allgather = requires(const A& a, step_recorder& s, layout L) {
+  a.allgather(s, L);
+};
+template <class A>
+concept describes_reduce_scatter = requires(const A& a, step_recorder& s, layout L) {
+  a.reduce_scatter(s, L);
+};
+
 /// The allreduce itself, arguments already checked, in the message space `tag`.
 template <transport Tr, class T, class Op, class Algo, reducer R>
 void allreduce_tagged(Tr& t, int tag, const T* sendbuf, T* recvbuf, std::size_t count, const Op& op,
@@ -88,20 +107,25 @@ void allreduce_tagged(Tr& t, int tag, const T* sendbuf, T* recvbuf, std::size_t 
   }
 }
 
-/// Reduce-scatter in the message space `tag`, arguments already checked.
-template <transport Tr, class T, class Op, reducer R>
+/// Reduce-scatter in the message space `tag`, arguments already checked, by an algorithm
+/// that describes it as steps (the ring).
+template <transport Tr, class T, class Op, class Algo, reducer R>
+requires describes_reduce_scatter<Algo>
 void reduce_scatter_tagged(Tr& t, int tag, const T* sendbuf, T* recvbuf, std::size_t count,
-                           const Op& op, const ring& algo, R& red) {
+                           const Op& op, const Algo& algo, R& red) {
+  check_order<Op, Algo>();
   const int P = t.size();
   layout L{t.rank(), P, count, sizeof(T), 0, false};
   executor<Tr, R, T, Op> ex(t, red, op, sendbuf, count * P, recvbuf, count, tag);
   algo.reduce_scatter(ex, L);
 }
 
-/// Allgather in the message space `tag`, arguments already checked.
-template <transport Tr, class T, reducer R>
+/// Allgather in the message space `tag`, arguments already checked, by an algorithm that
+/// describes it as steps (the ring).
+template <transport Tr, class T, class Algo, reducer R>
+requires describes_allgather<Algo>
 void allgather_tagged(Tr& t, int tag, const T* sendbuf, T* recvbuf, std::size_t count,
-                      const ring& algo, R& red) {
+                      const Algo& algo, R& red) {
   const int P = t.size();
   layout L{t.rank(), P, count, sizeof(T), 0, false};
   executor<Tr, R, T, no_reduce_op> ex(t, red, no_reduce_op{}, sendbuf, count, recvbuf, count * P,
@@ -155,10 +179,12 @@ void allgatherv_tagged(Tr& t, int tag, const T* sendbuf, T* recvbuf,
   algo.allgather(ex, L);
 }
 
-/// Broadcast in the message space `tag`, arguments already checked.
-template <transport Tr, class T, reducer R>
-void broadcast_tagged(Tr& t, int tag, T* buffer, std::size_t count, int root,
-                      const binomial_tree& algo, R& red) {
+/// Broadcast in the message space `tag`, arguments already checked, by an algorithm that
+/// describes it as steps (the binomial tree).
+template <transport Tr, class T, class Algo, reducer R>
+requires describes_broadcast<Algo>
+void broadcast_tagged(Tr& t, int tag, T* buffer, std::size_t count, int root, const Algo& algo,
+                      R& red) {
   layout L{t.rank(), t.size(), count, sizeof(T), root, true};
   executor<Tr, R, T, no_reduce_op> ex(t, red, no_reduce_op{}, buffer, count, buffer, count, tag);
   algo.broadcast(ex, L);
@@ -173,10 +199,14 @@ void broadcast_tagged(Tr& t, int tag, T* buffer, std::size_t count, int root,
     broadcast_tagged(t, tag, buffer, count, root, binomial_tree{}, red);
 }
 
-/// Reduce in the message space `tag`, arguments already checked (see `reduce`).
-template <transport Tr, class T, class Op, reducer R>
+/// Reduce in the message space `tag`, arguments already checked (see `reduce`), by an
+/// algorithm that describes it as steps (the binomial tree). A non-commutative op needs one
+/// that keeps operand order with root 0.
+template <transport Tr, class T, class Op, class Algo, reducer R>
+requires describes_reduce<Algo>
 void reduce_tagged(Tr& t, int tag, const T* sendbuf, T* recvbuf, std::size_t count, int root,
-                   const Op& op, const binomial_tree& algo, R& red) {
+                   const Op& op, const Algo& algo, R& red) {
+  check_order<Op, Algo>();
   const int rank = t.rank(), P = t.size();
   const bool is_root = rank == root;
   // A non-commutative op is reduced in rank order at rank 0 (tree rooted at 0 keeps order)

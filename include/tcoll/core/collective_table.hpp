@@ -47,6 +47,7 @@ enum class algorithm_id {
   /// collective area (no messages; recursive doubling or the binomial tree on a transport
   /// without one)
   in_segment,
+  scatter_allgather, ///< broadcast: binomial scatter of P pieces, then a ring allgather
 };
 
 /// The two forms of the hierarchical allreduce (`algorithm_id::hierarchical` as an allreduce,
@@ -64,7 +65,7 @@ constexpr std::string_view to_string(hierarchical_form f) {
 }
 
 /// Every value of `algorithm_id`, in order.
-inline constexpr std::array<algorithm_id, 12> all_algorithm_ids{
+inline constexpr std::array<algorithm_id, 13> all_algorithm_ids{
     algorithm_id::ring,
     algorithm_id::recursive_doubling,
     algorithm_id::recursive_halving_doubling,
@@ -76,7 +77,8 @@ inline constexpr std::array<algorithm_id, 12> all_algorithm_ids{
     algorithm_id::linear,
     algorithm_id::dissemination,
     algorithm_id::bruck,
-    algorithm_id::in_segment};
+    algorithm_id::in_segment,
+    algorithm_id::scatter_allgather};
 
 /// The name of `a` in selection strings, benchmarks and docs (its header's name).
 constexpr std::string_view to_string(algorithm_id a) {
@@ -105,6 +107,8 @@ constexpr std::string_view to_string(algorithm_id a) {
     return "bruck";
   case algorithm_id::in_segment:
     return "in_segment";
+  case algorithm_id::scatter_allgather:
+    return "scatter_allgather";
   }
   return "?";
 }
@@ -191,7 +195,8 @@ inline constexpr algorithm_id block_algorithms[] = {algorithm_id::ring, algorith
 inline constexpr algorithm_id reduce_algorithms[] = {
     algorithm_id::binomial_tree, algorithm_id::in_segment, algorithm_id::hierarchical};
 inline constexpr algorithm_id broadcast_algorithms[] = {
-    algorithm_id::binomial_tree, algorithm_id::in_segment, algorithm_id::hierarchical};
+    algorithm_id::binomial_tree, algorithm_id::in_segment, algorithm_id::hierarchical,
+    algorithm_id::scatter_allgather};
 inline constexpr algorithm_id alltoall_algorithms[] = {
     algorithm_id::pairwise_exchange, algorithm_id::bruck, algorithm_id::hierarchical};
 inline constexpr algorithm_id exchange_algorithms[] = {algorithm_id::pairwise_exchange,

@@ -6,6 +6,7 @@
 /// linear model T(M) = a + b M (MG-WFBP Eq. 9) and the piecewise log/linear model of
 /// OSF Eq. 18. All times are microseconds, all sizes bytes.
 
+#include <algorithm>
 #include <concepts>
 #include <cstdint>
 #include <stdexcept>
@@ -295,6 +296,19 @@ constexpr rank_traffic binomial_broadcast_traffic(double bytes, int ranks) noexc
   const double rounds = detail::ceil_log2(static_cast<std::uint64_t>(ranks));
   return {rounds, 1.0, rounds * bytes, bytes, 0.0, 0.0, 0.0};
 }
+/// Scatter-allgather broadcast: the root sends ceil(log2 P) scatter messages and P - 1 ring
+/// messages, (P - 1)/P n bytes each way; every other rank receives its subtree's pieces once
+/// (the most: max over v of min(lowest bit of v, P - v)) and P - 1 ring pieces. Exact when P
+/// divides the vector's elements (equal pieces).
+constexpr rank_traffic scatter_allgather_broadcast_traffic(double bytes, int ranks) noexcept {
+  if (ranks <= 1) return {};
+  const double p = ranks, piece = bytes / p;
+  const double rounds = detail::ceil_log2(static_cast<std::uint64_t>(ranks));
+  int most_pieces = 0; // of one rank's subtree, received in the scatter
+  for (int v = 1; v < ranks; ++v) most_pieces = std::max(most_pieces, std::min(v & -v, ranks - v));
+  return {rounds + p - 1, p, 2.0 * (p - 1) * piece, (most_pieces + p - 1) * piece, 0.0, p - 1,
+          (p - 1) * piece};
+}
 constexpr rank_traffic binomial_reduce_traffic(double bytes, int ranks) noexcept {
   if (ranks <= 1) return {};
   const double rounds = detail::ceil_log2(static_cast<std::uint64_t>(ranks));
@@ -344,6 +358,8 @@ constexpr rank_traffic collective_traffic(collective c, algorithm_id a, double b
       return block_ring_traffic(bytes, ranks, false);
     case algorithm_id::bruck:
       return bruck_alltoall_traffic(bytes, ranks);
+    case algorithm_id::scatter_allgather:
+      return scatter_allgather_broadcast_traffic(bytes, ranks);
     case algorithm_id::linear:
       return c == collective::gather || c == collective::gatherv
                  ? linear_gather_traffic(bytes, ranks)

@@ -128,6 +128,12 @@ void reduce_in(C& c, const collective_tags<C>& tags, const T* sendbuf, T* recvbu
                std::size_t count, int root, const Op& op, const Algo& algo, R& red) {
   detail::reduce_on(c, tags, sendbuf, recvbuf, count, root, op, algo, red);
 }
+/// `alltoall` in `tags` (`count` elements per pair; `in_place` when sendbuf == recvbuf).
+template <communicator C, class T, alltoall_algorithm A>
+void alltoall_in(C& c, const collective_tags<C>& tags, const T* sendbuf, T* recvbuf,
+                 std::size_t count, bool in_place, const A& algo) {
+  detail::alltoall_on(c, tags, sendbuf, recvbuf, count, in_place, algo);
+}
 
 /// The argument checks of `allreduce` (they name the argument and `rank`).
 template <class T>

@@ -310,23 +310,27 @@ c10::intrusive_ptr<c10d::Work> backend::broadcast(std::vector<at::Tensor>& tenso
   check_list(tensors, "broadcast", "tensors");
   const int root = check_root(opts.rootRank, "broadcast");
   const std::size_t total = total_bytes(tensors);
-  return enqueue(
-      OpType::BROADCAST, tensors, tensors, "broadcast", total, [=, this](auto& t, int tag) {
-        for (std::size_t i = 0; i < tensors.size(); ++i) {
-          const at::Tensor b = dense(tensors[i]); // when it runs: after earlier calls
-          tcoll::cpu_reducer red;
-          // on shared memory: the collective area for small tensors (shared_memory_choice),
-          // where the call is sure to run in the caller's thread (see inline_choice_)
-          if (total <= inline_max_bytes_ &&
-              tcoll::shared_memory_choice{}.choose_broadcast(b.nbytes(), size_) ==
-                  tcoll::algorithm_id::in_segment)
-            tcoll::broadcast_in(t, tag, bytes_of(b), b.nbytes(), root,
-                                tcoll::in_segment{.caller_orders = true}, red);
-          else
-            tcoll::broadcast_in(t, tag, bytes_of(b), b.nbytes(), root, tcoll::binomial_tree{}, red);
-          copy_back(tensors[i], b);
-        }
-      });
+  return enqueue(OpType::BROADCAST, tensors, tensors, "broadcast", total,
+                 [=, this](auto& t, int tag) {
+                   for (std::size_t i = 0; i < tensors.size(); ++i) {
+                     const at::Tensor b = dense(tensors[i]); // when it runs: after earlier calls
+                     tcoll::cpu_reducer red;
+                     // on shared memory: the collective area for small tensors
+                     // (shared_memory_choice), where the call is sure to run in the caller's thread
+                     // (see inline_choice_)
+                     const tcoll::algorithm_id a =
+                         total <= inline_max_bytes_
+                             ? tcoll::shared_memory_choice{}.choose_broadcast(b.nbytes(), size_)
+                             : tcoll::algorithm_id::binomial_tree;
+                     tcoll::visit_algorithm<tcoll::collective::broadcast>(
+                         a,
+                         [&](const auto& algo) {
+                           tcoll::broadcast_in(t, tag, bytes_of(b), b.nbytes(), root, algo, red);
+                         },
+                         inline_choice_.in_segment_knobs);
+                     copy_back(tensors[i], b);
+                   }
+                 });
 }
 
 c10::intrusive_ptr<c10d::Work> backend::reduce(std::vector<at::Tensor>& tensors,
@@ -336,28 +340,30 @@ c10::intrusive_ptr<c10d::Work> backend::reduce(std::vector<at::Tensor>& tensors,
   TORCH_CHECK(tensors.size() == 1, "tcoll: reduce: rank ", rank_, ": takes one tensor");
   const int root = check_root(opts.rootRank, "reduce");
   const reduction r = reduction_of(opts.reduceOp, tensors[0].scalar_type(), rank_);
-  return enqueue(OpType::REDUCE, tensors, tensors, "reduce", tensors[0].nbytes(),
-                 [=, this](auto& t, int tag) {
-                   const at::Tensor buffer = dense(tensors[0]); // when it runs: after earlier calls
-                   const std::size_t n = r.count(buffer);
-                   with_reduction(r, [&]<class E>(const tcoll::runtime_op& o) {
-                     tcoll::cpu_reducer red;
-                     E* data = reinterpret_cast<E*>(buffer.data_ptr());
-                     E* out = rank_ == root ? data : nullptr;
-                     // the collective area where the call surely runs in the caller's thread (see
-                     // inline_choice_) and shared_memory_choice takes it for its size
-                     if (buffer.nbytes() <= inline_max_bytes_ &&
-                         tcoll::shared_memory_choice{}.choose_reduce(buffer.nbytes(), size_) ==
-                             tcoll::algorithm_id::in_segment)
-                       tcoll::reduce_in(t, tag, static_cast<const E*>(data), out, n, root, o,
-                                        tcoll::in_segment{.caller_orders = true}, red);
-                     else
-                       tcoll::reduce_in(t, tag, static_cast<const E*>(data), out, n, root, o,
-                                        tcoll::binomial_tree{}, red);
-                   });
-                   if (rank_ == root) r.finalize(buffer.data_ptr(), n, size_);
-                   copy_back(tensors[0], buffer);
-                 });
+  return enqueue(
+      OpType::REDUCE, tensors, tensors, "reduce", tensors[0].nbytes(), [=, this](auto& t, int tag) {
+        const at::Tensor buffer = dense(tensors[0]); // when it runs: after earlier calls
+        const std::size_t n = r.count(buffer);
+        with_reduction(r, [&]<class E>(const tcoll::runtime_op& o) {
+          tcoll::cpu_reducer red;
+          E* data = reinterpret_cast<E*>(buffer.data_ptr());
+          E* out = rank_ == root ? data : nullptr;
+          // the collective area where the call surely runs in the caller's thread (see
+          // inline_choice_) and shared_memory_choice takes it for its size
+          const tcoll::algorithm_id a =
+              buffer.nbytes() <= inline_max_bytes_
+                  ? tcoll::shared_memory_choice{}.choose_reduce(buffer.nbytes(), size_)
+                  : tcoll::algorithm_id::binomial_tree;
+          tcoll::visit_algorithm<tcoll::collective::reduce>(
+              a,
+              [&](const auto& algo) {
+                tcoll::reduce_in(t, tag, static_cast<const E*>(data), out, n, root, o, algo, red);
+              },
+              inline_choice_.in_segment_knobs);
+        });
+        if (rank_ == root) r.finalize(buffer.data_ptr(), n, size_);
+        copy_back(tensors[0], buffer);
+      });
 }
 
 c10::intrusive_ptr<c10d::Work> backend::allgather(std::vector<std::vector<at::Tensor>>& outputs,
@@ -582,16 +588,15 @@ c10::intrusive_ptr<c10d::Work> backend::alltoall_base(at::Tensor& output, at::Te
   const auto is_block = [block](std::size_t b) { return b == block; };
   const bool equal = std::all_of(send_bytes.begin(), send_bytes.end(), is_block) &&
                      std::all_of(recv_bytes.begin(), recv_bytes.end(), is_block);
-  const bool bruck =
-      equal && tcoll::alltoall_by_size{}.choose(block, size_) == tcoll::algorithm_id::bruck;
+  const tcoll::algorithm_id a = equal ? tcoll::alltoall_by_size{}.choose(block, size_)
+                                      : tcoll::algorithm_id::pairwise_exchange;
   at::Tensor in = dense(input), out = dense(output);
   return enqueue(OpType::ALLTOALL_BASE, {output}, {input}, "all_to_all_single",
                  std::max(in.nbytes(), out.nbytes()), [=, this](auto& t, int tag) {
-                   if (bruck) {
-                     tcoll::bruck{}.exchange(t, tag, bytes_of(in), bytes_of(out), block);
-                   } else if (equal) {
-                     tcoll::pairwise_exchange{}.exchange_equal(t, tag, bytes_of(in), bytes_of(out),
-                                                               block);
+                   if (equal) {
+                     tcoll::visit_algorithm<tcoll::collective::alltoall>(a, [&](const auto& algo) {
+                       tcoll::alltoall_in(t, tag, bytes_of(in), bytes_of(out), block, false, algo);
+                     });
                    } else {
                      std::vector<tcoll::exchange_block> blocks(size_);
                      std::size_t sent = 0, received = 0;
@@ -953,12 +958,15 @@ void backend::run_allgather(Tr& t, int tag, const at::Tensor& in, const at::Tens
                             std::size_t call_bytes) {
   tcoll::cpu_reducer red;
   const auto* from = static_cast<const byte*>(bytes_of(in));
-  if (call_bytes <= inline_max_bytes_ && tcoll::shared_memory_choice{}.choose_allgather(
-                                             out.nbytes()) == tcoll::algorithm_id::in_segment)
-    tcoll::allgather_in(t, tag, from, bytes_of(out), in.nbytes(),
-                        tcoll::in_segment{.caller_orders = true}, red);
-  else
-    tcoll::allgather_in(t, tag, from, bytes_of(out), in.nbytes(), tcoll::ring{}, red);
+  const tcoll::algorithm_id a = call_bytes <= inline_max_bytes_
+                                    ? tcoll::shared_memory_choice{}.choose_allgather(out.nbytes())
+                                    : tcoll::algorithm_id::ring;
+  tcoll::visit_algorithm<tcoll::collective::allgather>(
+      a,
+      [&](const auto& algo) {
+        tcoll::allgather_in(t, tag, from, bytes_of(out), in.nbytes(), algo, red);
+      },
+      inline_choice_.in_segment_knobs);
 }
 
 template <class Tr>
@@ -966,18 +974,17 @@ void backend::run_reduce_scatter(Tr& t, int tag, const at::Tensor& in, const at:
                                  std::size_t call_bytes, const c10d::ReduceOp& op) {
   const reduction r = reduction_of(op, in.scalar_type(), rank_);
   const std::size_t n = r.count(out);
-  const bool in_area = call_bytes <= inline_max_bytes_ &&
-                       tcoll::shared_memory_choice{}.choose_reduce_scatter(in.nbytes()) ==
-                           tcoll::algorithm_id::in_segment;
+  const tcoll::algorithm_id a =
+      call_bytes <= inline_max_bytes_
+          ? tcoll::shared_memory_choice{}.choose_reduce_scatter(in.nbytes())
+          : tcoll::algorithm_id::ring;
   with_reduction(r, [&]<class E>(const tcoll::runtime_op& o) {
     tcoll::cpu_reducer red;
     const auto* from = reinterpret_cast<const E*>(in.data_ptr());
     auto* to = reinterpret_cast<E*>(out.data_ptr());
-    if (in_area)
-      tcoll::reduce_scatter_in(t, tag, from, to, n, o, tcoll::in_segment{.caller_orders = true},
-                               red);
-    else
-      tcoll::reduce_scatter_in(t, tag, from, to, n, o, tcoll::ring{}, red);
+    tcoll::visit_algorithm<tcoll::collective::reduce_scatter>(
+        a, [&](const auto& algo) { tcoll::reduce_scatter_in(t, tag, from, to, n, o, algo, red); },
+        inline_choice_.in_segment_knobs);
   });
   r.finalize(out.data_ptr(), n, size_);
 }

@@ -56,17 +56,25 @@ void collectives_values(Tr& t, const std::vector<std::size_t>& counts,
         check_equal(got, want, id.str());
         check_identical_across_ranks(t, got.data(), got.size() * sizeof(T), id.str());
       }
-      // broadcast from every root
-      for (int root = 0; root < P; ++root) {
-        std::vector<T> want(n), init(n, from_int<T>(-3));
-        for (std::size_t k = 0; k < n; ++k) want[k] = in.x(root, k);
-        auto buf = b.template allocate<T>(n);
-        b.upload(buf, rank == root ? want : init);
-        broadcast(t, buf.data(), n, root, binomial_tree{}, b.reducer());
-        const case_id id{
-            "broadcast(root=" + std::to_string(root) + ")", type_name<T>(), "-", n, P, rank, true};
-        check_equal(b.download(buf, n), want, id.str());
-      }
+      // broadcast from every root, by every algorithm the table lists for it
+      for_each_algorithm<collective::broadcast>([&]<class A>(const A& algo) {
+        for (int root = 0; root < P; ++root) {
+          std::vector<T> want(n), init(n, from_int<T>(-3));
+          for (std::size_t k = 0; k < n; ++k) want[k] = in.x(root, k);
+          auto buf = b.template allocate<T>(n);
+          b.upload(buf, rank == root ? want : init);
+          broadcast(t, buf.data(), n, root, algo, b.reducer());
+          const case_id id{"broadcast[" + std::string(A::name) + "](root=" + std::to_string(root) +
+                               ")",
+                           type_name<T>(),
+                           "-",
+                           n,
+                           P,
+                           rank,
+                           true};
+          check_equal(b.download(buf, n), want, id.str());
+        }
+      });
       // reduce (sum) to every root; non-root recvbuf untouched
       for (int root = 0; root < P; ++root) {
         std::vector<T> input(n), want(n), sentinel(n, from_int<T>(-7));

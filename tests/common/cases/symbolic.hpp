@@ -72,15 +72,18 @@ void symbolic_all(Tr& t, std::size_t count, const Buffers& b = {}) {
     }
   }
   for (int root = 0; root < P; ++root) {
-    { // broadcast: everyone ends with exactly the root's contribution
+    // broadcast, by every algorithm the table lists for it: everyone ends with exactly the
+    // root's contribution
+    for_each_algorithm<collective::broadcast>([&]<class A>(const A& algo) {
       auto buf = b.template allocate<rank_set>(n);
       b.upload(buf, std::vector<rank_set>(n, rank == root ? me : rank_set{}));
-      broadcast(t, buf.data(), n, root, binomial_tree{}, b.reducer());
+      broadcast(t, buf.data(), n, root, algo, b.reducer());
       check_equal(
           b.download(buf, n), std::vector<rank_set>(n, rank_set::of(root)),
-          case_id{"broadcast(root=" + std::to_string(root) + ")", "rank_set", "-", n, P, rank, true}
+          case_id{"broadcast[" + std::string(A::name) + "](root=" + std::to_string(root) + ")",
+                  "rank_set", "-", n, P, rank, true}
               .str());
-    }
+    });
     { // reduce: the root ends with every rank exactly once
       auto in = b.template allocate<rank_set>(n);
       auto out = b.template allocate<rank_set>(n);

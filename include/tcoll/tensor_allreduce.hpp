@@ -14,6 +14,8 @@
 /// element count) finds first; that allgather also checks that every rank passed the
 /// same element count (an invalid_argument on every rank naming the first rank that
 /// differs from rank 0). Other ops need no exchange and do not check.
+/// An entry point (it checks arguments and draws message spaces, and exchanges the counts
+/// through the host reducer): the ring's steps are the algorithm's, run segment by segment.
 #include <cstddef>
 #include <cstdint>
 #include <initializer_list>
@@ -24,18 +26,17 @@
 #include <utility>
 #include <vector>
 
-#include "../detail/collective_scope.hpp"
-#include "../detail/validate.hpp"
-#include "tagged.hpp"
-#include "../core/concepts.hpp"
-#include "../core/error.hpp"
-#include "../core/ops.hpp"
-#include "../detail/executor.hpp"
-#include "../detail/schedule.hpp"
-#include "../detail/validate.hpp"
-#include "../reduce/cpu.hpp"
-#include "detail/phase_op.hpp"
-#include "ring.hpp"
+#include "algorithm/detail/phase_op.hpp"
+#include "algorithm/ring.hpp"
+#include "algorithm/tagged.hpp"
+#include "core/concepts.hpp"
+#include "core/error.hpp"
+#include "core/ops.hpp"
+#include "detail/collective_scope.hpp"
+#include "detail/executor.hpp"
+#include "detail/schedule.hpp"
+#include "detail/validate.hpp"
+#include "reduce/cpu.hpp"
 
 namespace tcoll {
 
