@@ -16,11 +16,14 @@
 //   passthrough (threads+mpi: leader form with MPI_Allreduce among the node leaders).
 // Other collectives (-C, a name of the table of collectives): broadcast, reduce, allgather,
 //   reduce_scatter, alltoall, gather, scatter, each on the flat world with the table's flat
-//   algorithms (-a: binomial_tree; ring; pairwise_exchange, bruck; linear) and on the
-//   two-level machine (`hierarchical`: through the group leaders, algorithm/via_leaders.hpp),
-//   default both. Sizes are the table's size measure (the whole P-block buffer for the block
-//   collectives); roots are rank 0; reduce and reduce_scatter have no in-place form (N/A).
-//   No model for these (its columns print 0); "xfirst" compares with the first -a algorithm.
+//   algorithms (-a: binomial_tree, scatter_allgather; ring; pairwise_exchange, bruck; linear)
+//   and on the two-level machine (`hierarchical`: through the group leaders,
+//   algorithm/via_leaders.hpp), default both. Sizes are the table's size measure (the whole
+//   P-block buffer for the block collectives); roots are rank 0; reduce and reduce_scatter
+//   have no in-place form (N/A).
+//   The model columns price the planner's traffic formula (plan::collective_traffic) by the
+//   measured link where every rank is a node (-G 1), and print 0 otherwise (two link
+//   classes); "xfirst" compares with the first -a algorithm.
 // Timing as nccl-tests: -w warm-up calls, barrier, -n timed calls; time = max over ranks of
 // elapsed/n; -R repetitions, median reported. busbw = algbw * 2(P-1)/P with P = N*G for
 // allreduce, (P-1)/P for allgather, reduce_scatter, alltoall, gather and scatter, and algbw
@@ -233,6 +236,31 @@ double model(const std::string& algo, double bytes, int N, int G, int K, std::si
     return (G - 1) * exposed * (c.reduce + c.copy) + net_ring(bytes, N, c.reduce);
   }
   return 0;
+}
+
+/// The planner's prediction (seconds) of a flat algorithm of collective `coll` (not
+/// allreduce) where every rank is a node of its own (G == 1: every message crosses the
+/// network): `plan::collective_traffic` priced by the measured link, reductions at the
+/// measured reduce rate. 0 where it has none (G > 1: two link classes; hierarchical;
+/// in_segment).
+double collective_model(collective coll, const std::string& algo, double bytes, int N, int G,
+                        const calibration& c) {
+  if (G != 1) return 0;
+  try {
+    const plan::rank_traffic t =
+        plan::collective_traffic(coll, parse_algorithm(algo, coll), bytes, N);
+    return t.us(plan::link_params{c.alpha * 1e6, c.beta * 1e6, c.reduce * 1e6}) * 1e-6;
+  } catch (const invalid_argument&) {
+    return 0;
+  }
+}
+
+/// The prediction (seconds) of row `r`'s algorithm: `model` for allreduce, `collective_model`
+/// for the others.
+double predicted(const options& o, const std::string& algo, double bytes, const calibration& c,
+                 int N) {
+  return o.coll == collective::allreduce ? model(algo, bytes, N, o.G, o.K, o.segment, c)
+                                         : collective_model(o.coll, algo, bytes, N, o.G, c);
 }
 
 /// What a rank needs from the harness: barrier and reductions over all N*G ranks.
@@ -540,8 +568,7 @@ void print_model(const options& o, const std::vector<row>& rows, const calibrati
     double ring_bw = 0;
     for (const auto& q : rows)
       if (q.bytes == r.bytes && q.algorithm == first) ring_bw = q.out_of_place.busbw_gbs;
-    const double m =
-        allreduce ? model(r.algorithm, double(r.bytes), N, o.G, o.K, o.segment, c) * 1e6 : 0.0;
+    const double m = predicted(o, r.algorithm, double(r.bytes), c, N) * 1e6;
     std::printf(" %11zu %22s %10.1f %10.1f %8.2f %8.2f\n", r.bytes, r.algorithm.c_str(),
                 r.out_of_place.time_us, m, m > 0 ? r.out_of_place.time_us / m : 0.0,
                 ring_bw > 0 ? r.out_of_place.busbw_gbs / ring_bw : 0.0);
@@ -569,9 +596,7 @@ bool write_json_with_model(const options& o, const std::vector<row>& rows, const
                    first ? "" : ",", std::string(to_string(o.coll)).c_str(), r.algorithm.c_str(),
                    r.transport.c_str(), r.ranks, N, o.G, o.K, o.gbit, r.bytes, r.count,
                    ip ? "true" : "false", m.time_us, m.algbw_gbs, m.busbw_gbs,
-                   o.coll == collective::allreduce
-                       ? model(r.algorithm, double(r.bytes), N, o.G, o.K, o.segment, c) * 1e6
-                       : 0.0,
+                   predicted(o, r.algorithm, double(r.bytes), c, N) * 1e6,
                    m.wrong < 0 ? "null" : std::to_string(m.wrong).c_str(), o.iters, o.reps,
                    c.alpha * 1e6, c.beta * 1e9, c.reduce * 1e9, c.copy * 1e9);
       first = false;
