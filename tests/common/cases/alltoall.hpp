@@ -43,9 +43,10 @@ void alltoall_values(Tr& t, const std::vector<std::size_t>& counts) {
       }
     };
     alltoall_by(alltoall_by_size{}, "automatic");
-    alltoall_by(pairwise_exchange{}, "pairwise_exchange");
+    // every algorithm the table lists for it
+    for_each_algorithm<collective::alltoall>(
+        [&]<class A>(const A& algo) { alltoall_by(algo, A::name); });
     alltoall_by(pairwise_exchange{.all_posted_max_bytes = 0}, "pairwise_exchange step by step");
-    alltoall_by(bruck{}, "bruck");
     // alltoallv: rank r sends q c(r, q) = n + (2r + q) % 4 elements (so a pair's two
     // directions differ), its send blocks in rank order with a gap of q elements before
     // block q, its receive blocks in reverse rank order with a gap of 1; gaps stay unwritten

@@ -19,43 +19,64 @@ void collectives_values(Tr& t, const std::vector<std::size_t>& counts,
   auto one = [&]<class T>(type_tag<T>) {
     for (std::size_t n : counts) {
       const additive_inputs<T> in(P, 5 + n);
-      // reduce_scatter: block j of rank r's input is x(r, j n + k)
-      {
-        std::vector<T> input(n * P), want(n);
-        for (std::size_t i = 0; i < n * P; ++i) input[i] = in.x(rank, i);
-        for (std::size_t k = 0; k < n; ++k) want[k] = from_int<T>(P * in.u(rank * n + k) + in.vsum);
-        auto sb = b.template allocate<T>(n * P);
-        auto rb = b.template allocate<T>(n);
-        b.upload(sb, input);
-        reduce_scatter(t, static_cast<const T*>(sb.data()), rb.data(), n, sum_op{}, rg,
-                       b.reducer());
-        const case_id id{"reduce_scatter", type_name<T>(), "sum", n, P, rank, false};
-        check_equal(b.download(rb, n), want, id.str());
-        check_equal(b.download(sb, n * P), input, id.str() + " (input must stay untouched)");
-      }
-      // allgather: rank r contributes x(r, k); out of place and in place
-      for (int ip = 0; ip < 2; ++ip) {
-        std::vector<T> mine(n), want(n * P);
-        for (std::size_t k = 0; k < n; ++k) mine[k] = in.x(rank, k);
-        for (int r = 0; r < P; ++r)
-          for (std::size_t k = 0; k < n; ++k) want[r * n + k] = in.x(r, k);
-        auto rb = b.template allocate<T>(n * P);
-        auto sb = b.template allocate<T>(n);
-        const case_id id{"allgather", type_name<T>(), "-", n, P, rank, ip == 1};
-        if (ip == 1) {
-          std::vector<T> init(n * P, from_int<T>(-1));
-          std::copy(mine.begin(), mine.end(), init.begin() + rank * n);
-          b.upload(rb, init);
-          allgather(t, static_cast<const T*>(rb.data() + rank * n), rb.data(), n, rg, b.reducer());
-        } else {
-          b.upload(sb, mine);
-          allgather(t, static_cast<const T*>(sb.data()), rb.data(), n, rg, b.reducer());
-          check_equal(b.download(sb, n), mine, id.str() + " (input must stay untouched)");
-        }
-        const auto got = b.download(rb, n * P);
-        check_equal(got, want, id.str());
-        check_identical_across_ranks(t, got.data(), got.size() * sizeof(T), id.str());
-      }
+      // reduce_scatter: block j of rank r's input is x(r, j n + k); by every algorithm the
+      // table lists for it
+      for_each_algorithm<collective::reduce_scatter>(
+          [&]<class A>(const A& algo) {
+            std::vector<T> input(n * P), want(n);
+            for (std::size_t i = 0; i < n * P; ++i) input[i] = in.x(rank, i);
+            for (std::size_t k = 0; k < n; ++k)
+              want[k] = from_int<T>(P * in.u(rank * n + k) + in.vsum);
+            auto sb = b.template allocate<T>(n * P);
+            auto rb = b.template allocate<T>(n);
+            b.upload(sb, input);
+            reduce_scatter(t, static_cast<const T*>(sb.data()), rb.data(), n, sum_op{}, algo,
+                           b.reducer());
+            const case_id id{"reduce_scatter[" + std::string(A::name) + "]",
+                             type_name<T>(),
+                             "sum",
+                             n,
+                             P,
+                             rank,
+                             false};
+            check_equal(b.download(rb, n), want, id.str());
+            check_equal(b.download(sb, n * P), input, id.str() + " (input must stay untouched)");
+          },
+          rg);
+      // allgather: rank r contributes x(r, k); out of place and in place, by every algorithm
+      for_each_algorithm<collective::allgather>(
+          [&]<class A>(const A& algo) {
+            for (int ip = 0; ip < 2; ++ip) {
+              std::vector<T> mine(n), want(n * P);
+              for (std::size_t k = 0; k < n; ++k) mine[k] = in.x(rank, k);
+              for (int r = 0; r < P; ++r)
+                for (std::size_t k = 0; k < n; ++k) want[r * n + k] = in.x(r, k);
+              auto rb = b.template allocate<T>(n * P);
+              auto sb = b.template allocate<T>(n);
+              const case_id id{"allgather[" + std::string(A::name) + "]",
+                               type_name<T>(),
+                               "-",
+                               n,
+                               P,
+                               rank,
+                               ip == 1};
+              if (ip == 1) {
+                std::vector<T> init(n * P, from_int<T>(-1));
+                std::copy(mine.begin(), mine.end(), init.begin() + rank * n);
+                b.upload(rb, init);
+                allgather(t, static_cast<const T*>(rb.data() + rank * n), rb.data(), n, algo,
+                          b.reducer());
+              } else {
+                b.upload(sb, mine);
+                allgather(t, static_cast<const T*>(sb.data()), rb.data(), n, algo, b.reducer());
+                check_equal(b.download(sb, n), mine, id.str() + " (input must stay untouched)");
+              }
+              const auto got = b.download(rb, n * P);
+              check_equal(got, want, id.str());
+              check_identical_across_ranks(t, got.data(), got.size() * sizeof(T), id.str());
+            }
+          },
+          rg);
       // broadcast from every root, by every algorithm the table lists for it
       for_each_algorithm<collective::broadcast>([&]<class A>(const A& algo) {
         for (int root = 0; root < P; ++root) {
@@ -75,24 +96,32 @@ void collectives_values(Tr& t, const std::vector<std::size_t>& counts,
           check_equal(b.download(buf, n), want, id.str());
         }
       });
-      // reduce (sum) to every root; non-root recvbuf untouched
-      for (int root = 0; root < P; ++root) {
-        std::vector<T> input(n), want(n), sentinel(n, from_int<T>(-7));
-        for (std::size_t k = 0; k < n; ++k) {
-          input[k] = in.x(rank, k);
-          want[k] = from_int<T>(P * in.u(k) + in.vsum);
+      // reduce (sum) to every root, by every algorithm; non-root recvbuf untouched
+      for_each_algorithm<collective::reduce>([&]<class A>(const A& algo) {
+        for (int root = 0; root < P; ++root) {
+          std::vector<T> input(n), want(n), sentinel(n, from_int<T>(-7));
+          for (std::size_t k = 0; k < n; ++k) {
+            input[k] = in.x(rank, k);
+            want[k] = from_int<T>(P * in.u(k) + in.vsum);
+          }
+          auto sb = b.template allocate<T>(n);
+          auto rb = b.template allocate<T>(n);
+          b.upload(sb, input);
+          b.upload(rb, sentinel);
+          reduce(t, static_cast<const T*>(sb.data()), rb.data(), n, root, sum_op{}, algo,
+                 b.reducer());
+          const case_id id{"reduce[" + std::string(A::name) + "](root=" + std::to_string(root) +
+                               ")",
+                           type_name<T>(),
+                           "sum",
+                           n,
+                           P,
+                           rank,
+                           false};
+          check_equal(b.download(rb, n), rank == root ? want : sentinel, id.str());
+          check_equal(b.download(sb, n), input, id.str() + " (input must stay untouched)");
         }
-        auto sb = b.template allocate<T>(n);
-        auto rb = b.template allocate<T>(n);
-        b.upload(sb, input);
-        b.upload(rb, sentinel);
-        reduce(t, static_cast<const T*>(sb.data()), rb.data(), n, root, sum_op{}, binomial_tree{},
-               b.reducer());
-        const case_id id{
-            "reduce(root=" + std::to_string(root) + ")", type_name<T>(), "sum", n, P, rank, false};
-        check_equal(b.download(rb, n), rank == root ? want : sentinel, id.str());
-        check_equal(b.download(sb, n), input, id.str() + " (input must stay untouched)");
-      }
+      });
     }
   };
   one(type_tag<float>{});

@@ -49,27 +49,38 @@ void symbolic_all(Tr& t, std::size_t count, const Buffers& b = {}) {
     ring rg{};
     if (seg) rg.max_segment_bytes = seg;
     const std::string label = seg ? "{seg=8B}" : "";
-    { // reduce_scatter: all P blocks carry my contribution; my block must hold everyone's
-      auto in = b.template allocate<rank_set>(n * P);
-      auto out = b.template allocate<rank_set>(n);
-      b.upload(in, std::vector<rank_set>(n * P, me));
-      reduce_scatter(t, static_cast<const rank_set*>(in.data()), out.data(), n, op, rg,
-                     b.reducer());
-      check_equal(
-          b.download(out, n), want_all,
-          case_id{"reduce_scatter" + label, "rank_set", "disjoint_union", n, P, rank, false}.str());
-    }
-    { // allgather: block j must hold exactly rank j
-      auto in = b.template allocate<rank_set>(n);
-      auto out = b.template allocate<rank_set>(n * P);
-      b.upload(in, mine);
-      allgather(t, static_cast<const rank_set*>(in.data()), out.data(), n, rg, b.reducer());
-      std::vector<rank_set> want(n * P);
-      for (int j = 0; j < P; ++j)
-        std::fill(want.begin() + j * n, want.begin() + (j + 1) * n, rank_set::of(j));
-      check_equal(b.download(out, n * P), want,
-                  case_id{"allgather" + label, "rank_set", "-", n, P, rank, false}.str());
-    }
+    // reduce_scatter and allgather by every algorithm the table lists for them (ring with
+    // these knobs)
+    for_each_algorithm<collective::reduce_scatter>(
+        [&]<class A>(const A& algo) {
+          // reduce_scatter: all P blocks carry my contribution; my block must hold everyone's
+          auto in = b.template allocate<rank_set>(n * P);
+          auto out = b.template allocate<rank_set>(n);
+          b.upload(in, std::vector<rank_set>(n * P, me));
+          reduce_scatter(t, static_cast<const rank_set*>(in.data()), out.data(), n, op, algo,
+                         b.reducer());
+          check_equal(b.download(out, n), want_all,
+                      case_id{"reduce_scatter[" + std::string(A::name) + "]" + label, "rank_set",
+                              "disjoint_union", n, P, rank, false}
+                          .str());
+        },
+        rg);
+    for_each_algorithm<collective::allgather>(
+        [&]<class A>(const A& algo) {
+          // allgather: block j must hold exactly rank j
+          auto in = b.template allocate<rank_set>(n);
+          auto out = b.template allocate<rank_set>(n * P);
+          b.upload(in, mine);
+          allgather(t, static_cast<const rank_set*>(in.data()), out.data(), n, algo, b.reducer());
+          std::vector<rank_set> want(n * P);
+          for (int j = 0; j < P; ++j)
+            std::fill(want.begin() + j * n, want.begin() + (j + 1) * n, rank_set::of(j));
+          check_equal(b.download(out, n * P), want,
+                      case_id{"allgather[" + std::string(A::name) + "]" + label, "rank_set", "-", n,
+                              P, rank, false}
+                          .str());
+        },
+        rg);
   }
   for (int root = 0; root < P; ++root) {
     // broadcast, by every algorithm the table lists for it: everyone ends with exactly the
@@ -84,19 +95,21 @@ void symbolic_all(Tr& t, std::size_t count, const Buffers& b = {}) {
                   "rank_set", "-", n, P, rank, true}
               .str());
     });
-    { // reduce: the root ends with every rank exactly once
+    // reduce, by every algorithm: the root ends with every rank exactly once
+    for_each_algorithm<collective::reduce>([&]<class A>(const A& algo) {
       auto in = b.template allocate<rank_set>(n);
       auto out = b.template allocate<rank_set>(n);
       b.upload(in, mine);
       b.upload(out, std::vector<rank_set>(n));
-      reduce(t, static_cast<const rank_set*>(in.data()), out.data(), n, root, op, binomial_tree{},
+      reduce(t, static_cast<const rank_set*>(in.data()), out.data(), n, root, op, algo,
              b.reducer());
       if (rank == root)
-        check_equal(b.download(out, n), want_all,
-                    case_id{"reduce(root=" + std::to_string(root) + ")", "rank_set",
-                            "disjoint_union", n, P, rank, false}
-                        .str());
-    }
+        check_equal(
+            b.download(out, n), want_all,
+            case_id{"reduce[" + std::string(A::name) + "](root=" + std::to_string(root) + ")",
+                    "rank_set", "disjoint_union", n, P, rank, false}
+                .str());
+    });
   }
 }
 
