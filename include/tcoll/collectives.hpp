@@ -73,6 +73,18 @@ void check_broadcast_args(const T* buffer, std::size_t count, int root, int rank
 
 /// Argument checks of allreduce (they name the argument and the rank).
 template <class T>
+void check_reduce_args(const T* sendbuf, const T* recvbuf, std::size_t count, int root, int rank,
+                       int P) {
+  check_root(root, P, "reduce", rank);
+  check_count(count, 1, sizeof(T), "reduce", rank);
+  check_pointer(sendbuf, count, "sendbuf", "reduce", rank);
+  if (rank == root) {
+    check_pointer(recvbuf, count, "recvbuf", "reduce", rank);
+    check_overlap(sendbuf, count * sizeof(T), recvbuf, count * sizeof(T), recvbuf, "reduce", rank);
+  }
+}
+
+template <class T>
 void check_allreduce_args(const T* sendbuf, T* recvbuf, std::size_t count, int rank) {
   check_count(count, 1, sizeof(T), "allreduce", rank);
   check_pointer(sendbuf, count, "sendbuf", "allreduce", rank);
@@ -420,16 +432,7 @@ template <communicator C, class T, class Op = sum_op, reduce_algorithm Algo = bi
 void reduce(C& c, const T* sendbuf, T* recvbuf, std::size_t count, int root, const Op& op = {},
             const Algo& algo = {}, R red = {}) {
   detail::check_support<R, Op, T>();
-  const int rank = c.rank(), P = c.size();
-  detail::check_root(root, P, "reduce", rank);
-  detail::check_count(count, 1, sizeof(T), "reduce", rank);
-  detail::check_pointer(sendbuf, count, "sendbuf", "reduce", rank);
-  const bool is_root = rank == root;
-  if (is_root) {
-    detail::check_pointer(recvbuf, count, "recvbuf", "reduce", rank);
-    detail::check_overlap(sendbuf, count * sizeof(T), recvbuf, count * sizeof(T), recvbuf, "reduce",
-                          rank);
-  }
+  detail::check_reduce_args(sendbuf, recvbuf, count, root, c.rank(), c.size());
   const auto tags = detail::begin_on(c);
   detail::guarded_on(
       c, [&] { detail::reduce_on(c, tags, sendbuf, recvbuf, count, root, op, algo, red); });
@@ -591,6 +594,54 @@ void reduce(Comm& t, const void* sendbuf, void* recvbuf, std::size_t count, int 
   });
   if (kind == reduce_kind::avg && t.rank() == root)
     finalize_average(type, recvbuf, count, t.size());
+}
+
+// The data-movement collectives take no op: their runtime-typed forms are the typed calls on
+// the element size of `type` (any type; counts in elements, as NCCL's and MPI's).
+
+/// Allgather of blocks of `count` elements of `type` (see the typed one).
+template <class Comm, block_algorithm Algo = ring>
+void allgather(Comm& t, const void* sendbuf, void* recvbuf, std::size_t count, scalar_type type,
+               const Algo& algo = {}) {
+  visit_element_size(size_of(type), [&]<class E>(type_tag<E>) {
+    allgather(t, static_cast<const E*>(sendbuf), static_cast<E*>(recvbuf), count, algo);
+  });
+}
+
+/// Broadcast of `count` elements of `type` from `root` (see the typed one).
+template <class Comm, broadcast_algorithm Algo = binomial_tree>
+void broadcast(Comm& t, void* buffer, std::size_t count, int root, scalar_type type,
+               const Algo& algo = {}) {
+  visit_element_size(size_of(type), [&]<class E>(type_tag<E>) {
+    broadcast(t, static_cast<E*>(buffer), count, root, algo);
+  });
+}
+
+/// All-to-all of blocks of `count` elements of `type` (see the typed one).
+template <class Comm, alltoall_algorithm A = alltoall_by_size>
+void alltoall(Comm& t, const void* sendbuf, void* recvbuf, std::size_t count, scalar_type type,
+              const A& algo = {}) {
+  visit_element_size(size_of(type), [&]<class E>(type_tag<E>) {
+    alltoall(t, static_cast<const E*>(sendbuf), static_cast<E*>(recvbuf), count, algo);
+  });
+}
+
+/// Gather of `count` elements of `type` per rank to `root` (see the typed one).
+template <class Comm>
+void gather(Comm& t, const void* sendbuf, void* recvbuf, std::size_t count, int root,
+            scalar_type type) {
+  visit_element_size(size_of(type), [&]<class E>(type_tag<E>) {
+    gather(t, static_cast<const E*>(sendbuf), static_cast<E*>(recvbuf), count, root);
+  });
+}
+
+/// Scatter of `count` elements of `type` per rank from `root` (see the typed one).
+template <class Comm>
+void scatter(Comm& t, const void* sendbuf, void* recvbuf, std::size_t count, int root,
+             scalar_type type) {
+  visit_element_size(size_of(type), [&]<class E>(type_tag<E>) {
+    scatter(t, static_cast<const E*>(sendbuf), static_cast<E*>(recvbuf), count, root);
+  });
 }
 
 } // namespace tcoll

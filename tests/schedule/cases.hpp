@@ -155,8 +155,8 @@ void many_in_flight_case(Tr& t, int requests, int threads) {
   }
 }
 
-/// ireduce_scatter, iallgather, ibroadcast and iallreduce in flight together, checked
-/// against exact (integer-valued) expectations.
+/// ireduce_scatter, iallgather, ibroadcast, iallreduce and ireduce in flight together,
+/// checked against exact (integer-valued) expectations.
 template <class Tr>
 void mixed_collectives_case(Tr& t) {
   const int P = t.size(), r = t.rank();
@@ -171,8 +171,13 @@ void mixed_collectives_case(Tr& t) {
   auto q2 = tcoll::iallgather(t, ag_in.data(), ag_out.data(), n);
   auto q3 = tcoll::ibroadcast(t, bc.data(), n, P - 1);
   auto q4 = tcoll::iallreduce(t, std::span<float>(ar));
+  // ireduce to rank 0 (its recvbuf only), in flight with the others
+  const std::vector<std::int64_t> rd_in(n, std::int64_t{r + 1} << 33);
+  std::vector<std::int64_t> rd_out(n, -1);
+  auto q5 = tcoll::ireduce(t, rd_in.data(), r == 0 ? rd_out.data() : nullptr, n, 0);
   int spins = 0;
   while (!q4.test()) ++spins, std::this_thread::yield();
+  q5.wait();
   CHECK(q3.wait_for(30s));
   q2.wait();
   q1.wait();
@@ -183,6 +188,8 @@ void mixed_collectives_case(Tr& t) {
     for (std::size_t i = 0; i < n; ++i) CHECK(ag_out[std::size_t(q) * n + i] == q * 1000 + int(i));
   for (float v : bc) CHECK(v == 2.5f);
   for (float v : ar) CHECK(v == 0.5f * float(ranks_sum));
+  for (std::int64_t v : rd_out)
+    CHECK(v == (r == 0 ? static_cast<std::int64_t>(ranks_sum) << 33 : -1));
 }
 
 /// The non-blocking forms of the other collectives (ialltoall, ialltoallv, igather,
@@ -362,6 +369,8 @@ void nonblocking_bad_arguments_case(Tr& t) {
   CHECK_THROWS_AS((void)tcoll::iallreduce(t, static_cast<const float*>(nullptr), v.data(), 10),
                   tcoll::invalid_argument);
   CHECK_THROWS_AS((void)tcoll::ibroadcast(t, v.data(), 10, t.size()), tcoll::invalid_argument);
+  CHECK_THROWS_AS((void)tcoll::ireduce(t, static_cast<const float*>(v.data()), v.data(), 10, -1),
+                  tcoll::invalid_argument);
   CHECK_THROWS_AS((void)tcoll::iallgather(t, v.data(), static_cast<float*>(nullptr), 10),
                   tcoll::invalid_argument);
   // the transport is still fine (nothing was queued)

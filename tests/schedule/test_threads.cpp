@@ -28,7 +28,7 @@ TEST_CASE("many non-blocking allreduces in flight, issued from several threads")
     }
 }
 
-TEST_CASE("ireduce_scatter, iallgather, ibroadcast and iallreduce in flight together") {
+TEST_CASE("ireduce_scatter, iallgather, ibroadcast, iallreduce and ireduce in flight together") {
   for (int P : {1, 2, 4, 7}) {
     CAPTURE(P);
     on_team(P, [](tcoll::thread_transport& t) { mixed_collectives_case(t); });

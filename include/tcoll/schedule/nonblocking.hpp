@@ -1,7 +1,7 @@
 #pragma once
 /// \file
 /// Non-blocking collectives: `iallreduce`, `ireduce_scatter`, `ireduce_scatterv`,
-/// `iallgather`, `iallgatherv`, `ibroadcast`, `ialltoall`, `ialltoallv`, `igather`,
+/// `iallgather`, `iallgatherv`, `ibroadcast`, `ireduce`, `ialltoall`, `ialltoallv`, `igather`,
 /// `igatherv`, `iscatter`, `iscatterv`, `ibarrier` (MPI's `MPI_I*`).
 /// Each checks its arguments at once (throwing like the blocking call), draws the next
 /// message space of the transport, queues the collective on the transport's engine
@@ -218,6 +218,20 @@ template <communicator C, class T, broadcast_algorithm Algo = binomial_tree,
   return request(detail::submit_collective(
       comm, [&comm, buffer, count, root, algo, red](const auto& tags) mutable {
         detail::broadcast_on(comm, tags, buffer, count, root, algo, red);
+      }));
+}
+
+/// Non-blocking `reduce` to `root` (binomial tree or `in_segment` on a transport) on any
+/// communicator; `recvbuf` is read at the root only.
+template <communicator C, class T, class Op = sum_op, reduce_algorithm Algo = binomial_tree,
+          reducer R = cpu_reducer>
+[[nodiscard]] request ireduce(C& comm, const T* sendbuf, T* recvbuf, std::size_t count, int root,
+                              const Op& op = {}, const Algo& algo = {}, R red = {}) {
+  detail::check_support<R, Op, T>();
+  detail::check_reduce_args(sendbuf, recvbuf, count, root, comm.rank(), comm.size());
+  return request(detail::submit_collective(
+      comm, [&comm, sendbuf, recvbuf, count, root, op, algo, red](const auto& tags) mutable {
+        detail::reduce_on(comm, tags, sendbuf, recvbuf, count, root, op, algo, red);
       }));
 }
 
