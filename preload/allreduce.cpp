@@ -1,5 +1,6 @@
 /// \file
 /// libtcoll_mpi.so: MPI_Allreduce and MPI_Iallreduce through tcoll.
+#include "nonblocking.hpp"
 #include "prologue.hpp"
 #include "tcoll_mpi.hpp"
 
@@ -58,82 +59,6 @@ algorithm_id one_node_choice(coll c, MPI_Comm comm, std::size_t bytes, algorithm
   comm_state& s = state_of(comm);
   return s.shared_memory() ? choose_shared_memory(bytes, s.size) : ruled;
 }
-
-/// The path of an MPI_Iallreduce of `bytes` on `s` whose rule or built-in choice is `a`:
-/// `one_node_choice` and the transport it runs on, from what blocking collectives have
-/// created. Where that is not enough, `missing` gets what is (`comm_state::setup_*`), since
-/// creating it is a collective step and a non-blocking start must stay local (a rank may
-/// start MPI_Iallreduce and then wait for a message its peer sends before starting its
-/// own). A one-rank communicator needs nothing: its set-up is local.
-algorithm_id nonblocking_path(coll c, const comm_state& s, std::size_t bytes, algorithm_id a,
-                              unsigned& missing) {
-  missing = 0;
-  if (s.size == 1 || bytes == 0) return a;
-  const bool consults_node = bytes >= config().shm_native_below_bytes && config().shm &&
-                             !chosen_by_rule(c, bytes); // as one_node_choice
-  if (consults_node && !s.node_checked) {
-    missing = comm_state::setup_flat;
-    return a;
-  }
-  if (consults_node && s.node) a = choose_shared_memory(bytes, s.size);
-  if (a == algorithm_id::passthrough) return a;
-  if (a == algorithm_id::hierarchical) {
-    if (!(config().shm ? s.node_hier != nullptr : s.hier != nullptr))
-      missing = comm_state::setup_hierarchy;
-    return a;
-  }
-  if (!s.node_checked || (!s.node && !s.flat) || !s.engine_core_known)
-    missing = comm_state::setup_flat;
-  return a;
-}
-
-/// State of one MPI_Iallreduce run by tcoll: the generalized request's extra state.
-///
-/// It holds no `tcoll::request`: MPI may call `free_fn` from inside `PMPI_Grequest_complete`
-/// on the engine thread (Open MPI does when the user's MPI_Wait released the request first),
-/// and a request's destructor there would wait for the very task that is completing. The
-/// engine keeps the task alive until it has finished.
-struct ireq {
-  MPI_Request handle = MPI_REQUEST_NULL;
-  std::atomic<int> code{MPI_SUCCESS};
-};
-
-int query_fn(void* extra, MPI_Status* status) {
-  const int code = static_cast<ireq*>(extra)->code.load();
-  PMPI_Status_set_elements(status, MPI_BYTE, 0);
-  PMPI_Status_set_cancelled(status, 0);
-  status->MPI_SOURCE = MPI_UNDEFINED;
-  status->MPI_TAG = MPI_UNDEFINED;
-  status->MPI_ERROR = code;
-  return code;
-}
-int free_fn(void* extra) {
-  delete static_cast<ireq*>(extra);
-  return MPI_SUCCESS;
-}
-int cancel_fn(void*, int) {
-  return MPI_SUCCESS;
-} // a started collective runs to its end
-
-/// Completes the generalized request of `r` with the collective's outcome; runs on the
-/// engine thread in every outcome (also for a collective skipped because its transport had
-/// broken or was destroyed), so an MPI_Wait on it never hangs.
-struct complete_ireq {
-  ireq* r;
-  void operator()(std::exception_ptr error) const noexcept {
-    if (error) {
-      r->code.store(MPI_ERR_OTHER);
-      try {
-        std::rethrow_exception(error);
-      } catch (const std::exception& e) {
-        print_error(coll::iallreduce, e.what()); // MPI_Wait returns the code
-      } catch (...) {
-        print_error(coll::iallreduce, "unknown error");
-      }
-    }
-    PMPI_Grequest_complete(r->handle);
-  }
-};
 
 /// Queues the allreduce on the engine of communicator `c` (the communicator's shared-memory
 /// or MPI transport, or its hierarchy with `MPI_Allreduce`'s default options, on the node
@@ -197,84 +122,38 @@ struct complete_persistent {
   }
 };
 
-/// What a non-blocking start (MPI_Iallreduce, MPI_Allreduce_init) decided, locally.
-struct local_start {
-  bool to_mpi = false; ///< hand the call to MPI
-  int error = -1;      ///< >= 0: return this code (already reported)
-  comm_state* state = nullptr;
+/// What MPI_Iallreduce and MPI_Allreduce_init decided, locally: the path
+/// (`decide_nonblocking`), the reduction and the count.
+struct allreduce_start : local_start {
   reduction r;
-  algorithm_id a = algorithm_id::passthrough;
   std::size_t n = 0;
-  bool decided = false; ///< the path was decided (not a fallback): count the call
 };
 
 /// The checks and the path of a non-blocking allreduce start of collective `c` (counted,
-/// also where it goes to MPI); local: no communication (see `nonblocking_path`).
+/// also where it goes to MPI); local: no communication (see `decide_nonblocking`).
 template <class Count>
-local_start decide_local_start(coll c, const void* sendbuf, void* recvbuf, Count count,
-                               MPI_Datatype datatype, MPI_Op op, MPI_Comm comm,
-                               MPI_Request* request) {
-  local_start d;
+allreduce_start decide_local_start(coll c, const void* sendbuf, void* recvbuf, Count count,
+                                   MPI_Datatype datatype, MPI_Op op, MPI_Comm comm,
+                                   MPI_Request* request) {
+  allreduce_start d;
   if (!mpi_active()) {
     count_fallback(c, fallback::not_initialized);
     d.to_mpi = true;
     return d;
   }
   d.r = classify_reduction(datatype, op);
-  fallback why = d.r.why;
-  // the thread level is fixed once MPI is initialised: asked once
-  static const int level = [] {
-    int provided = MPI_THREAD_SINGLE;
-    PMPI_Query_thread(&provided);
-    return provided;
-  }();
-  bool usable = d.r.ok() && !is_intercomm(comm) && count_fits(count) && recvbuf != nullptr &&
-                sendbuf != nullptr && comm != MPI_COMM_NULL && request != nullptr;
-  if (d.r.ok() && !usable)
+  std::optional<fallback> why;
+  const bool usable = d.r.ok() && !is_intercomm(comm) && count_fits(count) && recvbuf != nullptr &&
+                      sendbuf != nullptr && comm != MPI_COMM_NULL && request != nullptr;
+  if (!d.r.ok())
+    why = d.r.why;
+  else if (!usable)
     why = is_intercomm(comm) ? fallback::intercomm : fallback::arguments;
-  else if (usable && level != MPI_THREAD_MULTIPLE) {
-    usable = false;
-    why = fallback::thread_level;
-  }
-  if (!usable) {
-    count_fallback(c, why);
-    d.to_mpi = true;
-    return d;
-  }
-  if (!config().error.empty()) {
-    d.error = report_settings_error(c, comm);
-    return d;
-  }
-  d.n = static_cast<std::size_t>(count);
+  d.n = usable ? static_cast<std::size_t>(count) : 0;
   const std::size_t bytes = d.n * d.r.size;
-  d.a = d.n == 0 ? algorithm_id::passthrough : choose(c, bytes);
-  try {
-    d.state = &state_of(comm); // local: an attribute, no communication
-  } catch (const std::exception& e) {
-    d.error = report_error(c, comm, MPI_ERR_OTHER, e.what());
-    return d;
-  }
-  unsigned missing = 0;
-  d.a = nonblocking_path(c, *d.state, bytes, d.a, missing);
-  if (missing) { // MPI starts a non-blocking collective locally: no set-up here
-    d.state->want_setup(missing);
-    count_fallback(c, fallback::not_set_up);
-    d.to_mpi = true;
-    return d;
-  }
-  // tcoll's engine thread runs the collective while the caller typically polls MPI_Wait:
-  // where a rank is bound to one CPU the two share it and every step waits for a time
-  // slice (4-100x slower than MPI's own: docs/benchmarks.md, "The persistent allreduce under
-  // the preload"), so the built-in choice leaves the call to MPI there; a
-  // TCOLL_ALLREDUCE_ALGO rule still sends it to tcoll
-  if (d.a != algorithm_id::passthrough && !d.state->engine_core && d.n > 0 && d.state->size > 1 &&
-      !chosen_by_rule(c, bytes)) {
-    count_fallback(c, fallback::no_spare_core);
-    d.to_mpi = true;
-    return d;
-  }
-  d.to_mpi = d.a == algorithm_id::passthrough;
-  d.decided = true;
+  static_cast<local_start&>(d) = decide_nonblocking(
+      c, comm, why, bytes, bytes >= config().shm_native_below_bytes && config().shm,
+      [bytes](const comm_state& s) { return choose_shared_memory(bytes, s.size); });
   return d;
 }
 
@@ -348,32 +227,17 @@ template <class Count, class Pmpi>
 int iallreduce_call(const void* sendbuf, void* recvbuf, Count count, MPI_Datatype datatype,
                     MPI_Op op, MPI_Comm comm, MPI_Request* request, Pmpi pmpi) {
   constexpr coll c = coll::iallreduce;
-  const local_start d = decide_local_start(c, sendbuf, recvbuf, count, datatype, op, comm, request);
+  const allreduce_start d =
+      decide_local_start(c, sendbuf, recvbuf, count, datatype, op, comm, request);
   if (d.error >= 0) return d.error;
   if (d.decided) {
     count_call(c, d.a, d.n * d.r.size, comm);
     count_entry_point<Count>(c, d.a);
   }
   if (d.to_mpi) return pmpi();
-  ireq* q = new (std::nothrow) ireq;
-  if (q == nullptr) return report_error(c, comm, MPI_ERR_NO_MEM, "out of memory");
-  const int rc = PMPI_Grequest_start(&query_fn, &free_fn, &cancel_fn, q, &q->handle);
-  if (rc != MPI_SUCCESS) {
-    delete q;
-    return report_error(c, comm, rc, "PMPI_Grequest_start failed");
-  }
-  try {
-    queue_allreduce(c, *d.state, d.a, d.r, sendbuf, recvbuf, d.n, complete_ireq{q});
-  } catch (const std::exception& e) {
-    // Nothing was queued: complete the request with the error and hand it back, so the
-    // caller's MPI_Wait sees it too when its error handler returns.
-    q->code.store(MPI_ERR_OTHER);
-    PMPI_Grequest_complete(q->handle);
-    *request = q->handle;
-    return report_error(c, comm, MPI_ERR_OTHER, e.what());
-  }
-  *request = q->handle;
-  return MPI_SUCCESS;
+  return start_request(c, comm, request, [&](complete_ireq done) {
+    queue_allreduce(c, *d.state, d.a, d.r, sendbuf, recvbuf, d.n, done);
+  });
 }
 
 } // namespace
@@ -414,7 +278,8 @@ template <class Count, class Pmpi>
 int allreduce_init_call(const void* sendbuf, void* recvbuf, Count count, MPI_Datatype datatype,
                         MPI_Op op, MPI_Comm comm, MPI_Request* request, Pmpi pmpi) {
   constexpr coll c = coll::allreduce_init;
-  const local_start d = decide_local_start(c, sendbuf, recvbuf, count, datatype, op, comm, request);
+  const allreduce_start d =
+      decide_local_start(c, sendbuf, recvbuf, count, datatype, op, comm, request);
   if (d.error >= 0) return d.error;
   if (d.decided) count_entry_point<Count>(c, d.a);
   if (d.to_mpi) {

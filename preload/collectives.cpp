@@ -29,54 +29,7 @@
 
 using namespace tcoll::preload;
 
-namespace {
-
-/// The guard of a wrapper that inspects its per-rank counts before it picks its form
-/// (MPI_Reduce_scatter, MPI_Allgatherv): MPI active, a usable communicator and arguments.
-/// True (the fallback counted) where MPI runs the call.
-bool falls_back_before_counts(coll c, MPI_Comm comm, bool args_ok) {
-  if (!mpi_active()) {
-    count_fallback(c, fallback::not_initialized);
-    return true;
-  }
-  if (const std::optional<fallback> why = communicator_fallback(comm, args_ok)) {
-    count_fallback(c, *why);
-    return true;
-  }
-  return false;
-}
-
-/// Runs `f(communicator)` for algorithm `a`: on the communicator's two-level machine for
-/// `hierarchical` (shared memory inside the nodes unless TCOLL_SHM=0), else on its
-/// shared-memory transport where it has one (TCOLL_SHM=1 and every rank on this node), else
-/// on its MPI transport (shared memory counted for TCOLL_DEBUG). Collective on a
-/// communicator's first call, like the call itself.
-template <class F>
-void on_transport(coll c, comm_state& s, algorithm_id a, F&& f) {
-  if (a == algorithm_id::hierarchical) {
-    if (s.on_hierarchy(f)) count_shared_memory(c);
-    return;
-  }
-  if (tcoll::shm_transport* node = s.shared_memory()) {
-    count_shared_memory(c);
-    f(*node);
-  } else {
-    f(s.transport());
-  }
-}
-
-/// `on_transport` with algorithm `a` of collective `C` as its object
-/// (`tcoll::visit_algorithm`, the library's one dispatch): `f(communicator, algorithm)`, the
-/// first of `knobs` of the algorithm's type carrying its knobs. A hierarchy runs its own form
-/// whatever it is given: it gets the table's first algorithm of `C`.
-template <collective C, class F, class... Knobs>
-void on_transport_as(coll c, comm_state& s, algorithm_id a, F&& f, const Knobs&... knobs) {
-  on_transport(c, s, a, [&](auto& t) {
-    tcoll::visit_algorithm<C>(
-        a == algorithm_id::hierarchical ? tcoll::describe(C).algorithms[0] : a,
-        [&](const auto& algo) { f(t, algo); }, knobs...);
-  });
-}
+namespace tcoll::preload {
 
 /// `Query(comm)` (PMPI_Comm_rank or PMPI_Comm_size), whose answer on MPI_COMM_SELF is `self`
 /// and on the world never changes: asked once there (each query takes MPICH's global lock at
@@ -166,6 +119,57 @@ algorithm_id shm_collective_choice(coll c, std::size_t bytes, int P) {
   default:
     return algorithm_id::passthrough;
   }
+}
+
+} // namespace tcoll::preload
+
+namespace {
+
+/// The guard of a wrapper that inspects its per-rank counts before it picks its form
+/// (MPI_Reduce_scatter, MPI_Allgatherv): MPI active, a usable communicator and arguments.
+/// True (the fallback counted) where MPI runs the call.
+bool falls_back_before_counts(coll c, MPI_Comm comm, bool args_ok) {
+  if (!mpi_active()) {
+    count_fallback(c, fallback::not_initialized);
+    return true;
+  }
+  if (const std::optional<fallback> why = communicator_fallback(comm, args_ok)) {
+    count_fallback(c, *why);
+    return true;
+  }
+  return false;
+}
+
+/// Runs `f(communicator)` for algorithm `a`: on the communicator's two-level machine for
+/// `hierarchical` (shared memory inside the nodes unless TCOLL_SHM=0), else on its
+/// shared-memory transport where it has one (TCOLL_SHM=1 and every rank on this node), else
+/// on its MPI transport (shared memory counted for TCOLL_DEBUG). Collective on a
+/// communicator's first call, like the call itself.
+template <class F>
+void on_transport(coll c, comm_state& s, algorithm_id a, F&& f) {
+  if (a == algorithm_id::hierarchical) {
+    if (s.on_hierarchy(f)) count_shared_memory(c);
+    return;
+  }
+  if (tcoll::shm_transport* node = s.shared_memory()) {
+    count_shared_memory(c);
+    f(*node);
+  } else {
+    f(s.transport());
+  }
+}
+
+/// `on_transport` with algorithm `a` of collective `C` as its object
+/// (`tcoll::visit_algorithm`, the library's one dispatch): `f(communicator, algorithm)`, the
+/// first of `knobs` of the algorithm's type carrying its knobs. A hierarchy runs its own form
+/// whatever it is given: it gets the table's first algorithm of `C`.
+template <collective C, class F, class... Knobs>
+void on_transport_as(coll c, comm_state& s, algorithm_id a, F&& f, const Knobs&... knobs) {
+  on_transport(c, s, a, [&](auto& t) {
+    tcoll::visit_algorithm<C>(
+        a == algorithm_id::hierarchical ? tcoll::describe(C).algorithms[0] : a,
+        [&](const auto& algo) { f(t, algo); }, knobs...);
+  });
 }
 
 /// `ruled` (a rule's choice, or the built-in choice over MPI), or, where no rule covers

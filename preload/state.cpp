@@ -33,7 +33,10 @@ const char* coll_name(coll c) noexcept {
                                                 "MPI_Reduce_scatter", "MPI_Allgatherv",
                                                 "MPI_Alltoall",       "MPI_Gather",
                                                 "MPI_Scatter",        "MPI_Alltoallv",
-                                                "MPI_Gatherv",        "MPI_Scatterv"};
+                                                "MPI_Gatherv",        "MPI_Scatterv",
+                                                "MPI_Ibcast",         "MPI_Ireduce",
+                                                "MPI_Iallgather",     "MPI_Ireduce_scatter_block",
+                                                "MPI_Ialltoall"};
   return names[static_cast<int>(c)];
 }
 
@@ -98,6 +101,13 @@ settings read_settings() {
     s.rules[static_cast<int>(coll::reduce_scatter)] =
         s.rules[static_cast<int>(coll::reduce_scatter_block)];
     s.rules[static_cast<int>(coll::allgatherv)] = s.rules[static_cast<int>(coll::allgather)];
+    // the non-blocking forms share their blocking form's
+    for (auto [nonblocking, blocking] :
+         {std::pair{coll::ibcast, coll::bcast}, std::pair{coll::ireduce, coll::reduce},
+          std::pair{coll::iallgather, coll::allgather},
+          std::pair{coll::ireduce_scatter_block, coll::reduce_scatter_block},
+          std::pair{coll::ialltoall, coll::alltoall}})
+      s.rules[static_cast<int>(nonblocking)] = s.rules[static_cast<int>(blocking)];
     if (const char* v = std::getenv("TCOLL_DEBUG"); v && *v) {
       const std::string_view d(v);
       if (d == "0")

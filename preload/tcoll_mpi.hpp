@@ -106,8 +106,14 @@ enum class coll : int {
   alltoallv,      ///< MPI_Alltoallv: a count and a displacement per peer, on both sides
   gatherv,        ///< MPI_Gatherv
   scatterv,       ///< MPI_Scatterv
+  // the non-blocking forms of the others (preload/nonblocking.cpp), decided like iallreduce
+  ibcast,                ///< MPI_Ibcast
+  ireduce,               ///< MPI_Ireduce
+  iallgather,            ///< MPI_Iallgather
+  ireduce_scatter_block, ///< MPI_Ireduce_scatter_block
+  ialltoall,             ///< MPI_Ialltoall
 };
-inline constexpr int coll_count = 16;
+inline constexpr int coll_count = 21;
 /// "MPI_Allreduce", ...
 const char* coll_name(coll c) noexcept;
 
@@ -148,17 +154,22 @@ constexpr collective collective_of(coll c) noexcept {
     return collective::allreduce;
   case coll::reduce_scatter_block:
   case coll::reduce_scatter:
+  case coll::ireduce_scatter_block:
     return collective::reduce_scatter;
   case coll::allgather:
   case coll::allgatherv:
+  case coll::iallgather:
     return collective::allgather;
   case coll::bcast:
+  case coll::ibcast:
     return collective::broadcast;
   case coll::reduce:
+  case coll::ireduce:
     return collective::reduce;
   case coll::barrier:
     return collective::barrier;
   case coll::alltoall:
+  case coll::ialltoall:
     return collective::alltoall;
   case coll::gather:
     return collective::gather;
@@ -357,6 +368,14 @@ void count_fallback_debug(coll c, fallback why);
     return count_empty_call_debug(c, comm);
   return MPI_SUCCESS;
 }
+/// The rank of this process in `comm` and its size, as the wrappers ask them (once per
+/// process on the world, from `facts_of` elsewhere).
+int comm_rank(MPI_Comm comm);
+int comm_size(MPI_Comm comm);
+/// The built-in choice for a blocking call of collective `c` (not allreduce) moving `bytes`
+/// on `P` ranks that share one node (collectives.cpp).
+algorithm_id shm_collective_choice(coll c, std::size_t bytes, int P);
+
 /// Counts a call of collective `c` that ran over the shared-memory transport.
 void count_shared_memory(coll c);
 /// Counts a call that fell back to `PMPI_*` and, at TCOLL_DEBUG=2, prints it.

@@ -1470,6 +1470,154 @@ static int local_start(int barrier) {
   return errors ? 1 : 0;
 }
 
+/* A fractional value of rank r at element i, exact in double: sums of a few are exact in any
+ * order, so a reduction's result has one right bit pattern. */
+static double frac(int r, int i) {
+  return 0.5 + r + (double)i / 1024.0;
+}
+
+/* Compares n doubles at got (every `stride`-th) with want(i); one error per mismatching call. */
+static void expect_values(const double* got, int n, int stride, double (*want)(int, int), int a,
+                          const char* what) {
+  ++checks;
+  for (int i = 0; i < n; ++i)
+    if (got[(size_t)i * stride] != want(a, i)) {
+      fprintf(stderr, "rank %d: %s: element %d is %.17g, want %.17g\n", world_rank, what, i,
+              got[(size_t)i * stride], want(a, i));
+      ++errors;
+      return;
+    }
+}
+
+/* Mode "nonblocking_others": MPI_Ibcast, MPI_Ireduce, MPI_Iallgather,
+ * MPI_Ireduce_scatter_block and MPI_Ialltoall on the world (8 KiB per block), started together
+ * with a blocking MPI_Allreduce among the starts, every result checked against values computed
+ * here from fractional inputs. Round 0 finds the communicator's tcoll state missing (a start
+ * is local: MPI runs it, and the next blocking call creates the state); round 1 runs where the
+ * environment's rules say. On odd ranks MPI_Ibcast receives into a strided vector type and
+ * MPI_Iallgather into one contiguous type per block, both freed right after the start (the
+ * preload packs and unpacks around tcoll's collective, with its own duplicate). */
+static int nonblocking_others(void) {
+  enum { N = 1024 };
+  int P, r;
+  MPI_Comm_size(MPI_COMM_WORLD, &P);
+  MPI_Comm_rank(MPI_COMM_WORLD, &r);
+  const int odd = r % 2 == 1;
+  double* bc = xmalloc(sizeof(double) * 2 * N);  /* strided on odd ranks */
+  double* rd = xmalloc(sizeof(double) * N);
+  double* rd_out = xmalloc(sizeof(double) * N);
+  double* ag_in = xmalloc(sizeof(double) * N);
+  double* ag = xmalloc(sizeof(double) * N * P);
+  double* rs_in = xmalloc(sizeof(double) * N * P);
+  double* rs = xmalloc(sizeof(double) * N);
+  double* a2a_in = xmalloc(sizeof(double) * N * P);
+  double* a2a = xmalloc(sizeof(double) * N * P);
+  for (int round = 0; round < 2; ++round) {
+    const int root = round == 0 ? 0 : P - 1;
+    for (int i = 0; i < 2 * N; ++i) bc[i] = -1.0;
+    if (r == root)
+      for (int i = 0; i < N; ++i) bc[i] = frac(root, i);
+    for (int i = 0; i < N; ++i) {
+      rd[i] = frac(r, i);
+      rd_out[i] = -1.0;
+      ag_in[i] = frac(r, i);
+      rs[i] = -1.0;
+    }
+    for (int i = 0; i < N * P; ++i) {
+      ag[i] = -1.0;
+      rs_in[i] = frac(r, i);
+      a2a_in[i] = frac(r, i) + 0.25 * (i / N); /* block q: for rank q */
+      a2a[i] = -1.0;
+    }
+    MPI_Datatype strided = MPI_DATATYPE_NULL, block = MPI_DATATYPE_NULL;
+    MPI_Request q[5];
+    const int odd_receiver = odd && r != root;
+    if (odd_receiver) {
+      MPI_Type_vector(N, 1, 2, MPI_DOUBLE, &strided);
+      MPI_Type_commit(&strided);
+      check_call(MPI_Ibcast(bc, 1, strided, root, MPI_COMM_WORLD, &q[0]), "MPI_Ibcast");
+      MPI_Type_free(&strided);
+    } else {
+      check_call(MPI_Ibcast(bc, N, MPI_DOUBLE, root, MPI_COMM_WORLD, &q[0]), "MPI_Ibcast");
+    }
+    check_call(MPI_Ireduce(rd, r == root ? rd_out : NULL, N, MPI_DOUBLE, MPI_SUM, root,
+                           MPI_COMM_WORLD, &q[1]),
+               "MPI_Ireduce");
+    if (odd) {
+      MPI_Type_contiguous(N, MPI_DOUBLE, &block);
+      MPI_Type_commit(&block);
+      check_call(MPI_Iallgather(ag_in, N, MPI_DOUBLE, ag, 1, block, MPI_COMM_WORLD, &q[2]),
+                 "MPI_Iallgather");
+      MPI_Type_free(&block);
+    } else {
+      check_call(MPI_Iallgather(ag_in, N, MPI_DOUBLE, ag, N, MPI_DOUBLE, MPI_COMM_WORLD, &q[2]),
+                 "MPI_Iallgather");
+    }
+    /* a blocking collective among the starts: every rank reaches it in the same order */
+    int one = 1, sum = 0;
+    check_call(MPI_Allreduce(&one, &sum, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD), "MPI_Allreduce");
+    if (sum != P) ++errors;
+    check_call(MPI_Ireduce_scatter_block(rs_in, rs, N, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD, &q[3]),
+               "MPI_Ireduce_scatter_block");
+    check_call(MPI_Ialltoall(a2a_in, N, MPI_DOUBLE, a2a, N, MPI_DOUBLE, MPI_COMM_WORLD, &q[4]),
+               "MPI_Ialltoall");
+    check_call(MPI_Waitall(5, q, MPI_STATUSES_IGNORE), "MPI_Waitall");
+    expect_values(bc, N, odd_receiver ? 2 : 1, frac, root, "MPI_Ibcast");
+    if (odd_receiver) /* the gaps of the strided type stay unwritten */
+      for (int i = 0; i < N; ++i)
+        if (bc[2 * i + 1] != -1.0) {
+          fprintf(stderr, "rank %d: MPI_Ibcast wrote the gap at %d\n", r, 2 * i + 1);
+          ++errors;
+          break;
+        }
+    if (r == root)
+      for (int i = 0; i < N; ++i) {
+        double want = 0;
+        for (int k = 0; k < P; ++k) want += frac(k, i);
+        if (rd_out[i] != want) {
+          fprintf(stderr, "rank %d: MPI_Ireduce: element %d is %.17g, want %.17g\n", r, i,
+                  rd_out[i], want);
+          ++errors;
+          break;
+        }
+      }
+    for (int k = 0; k < P; ++k) {
+      expect_values(ag + (size_t)k * N, N, 1, frac, k, "MPI_Iallgather");
+      for (int i = 0; i < N; ++i)
+        if (a2a[(size_t)k * N + i] != frac(k, r * N + i) + 0.25 * r) {
+          fprintf(stderr, "rank %d: MPI_Ialltoall: block %d element %d is %.17g\n", r, k, i,
+                  a2a[(size_t)k * N + i]);
+          ++errors;
+          break;
+        }
+    }
+    for (int i = 0; i < N; ++i) {
+      double want = 0;
+      for (int k = 0; k < P; ++k) want += frac(k, r * N + i);
+      if (rs[i] != want) {
+        fprintf(stderr, "rank %d: MPI_Ireduce_scatter_block: element %d is %.17g, want %.17g\n",
+                r, i, rs[i], want);
+        ++errors;
+        break;
+      }
+    }
+    checks += 4;
+    if (round == 0) check_call(MPI_Barrier(MPI_COMM_WORLD), "MPI_Barrier"); /* sets up */
+  }
+  free(bc);
+  free(rd);
+  free(rd_out);
+  free(ag_in);
+  free(ag);
+  free(rs_in);
+  free(rs);
+  free(a2a_in);
+  free(a2a);
+  if (r == 0) fprintf(stderr, "nonblocking_others: %s\n", errors ? "FAILED" : "completed");
+  MPI_Finalize();
+  return errors ? 1 : 0;
+}
+
 /* Mode "free_pending": MPI_Comm_free while MPI_Iallreduce calls on the communicator are
  * still pending; MPI lets pending operations complete normally. Each round: a blocking
  * MPI_Allreduce on a new communicator (tcoll's state is created there), three 64 KiB
@@ -1823,7 +1971,7 @@ int main(int argc, char** argv) {
   if (strcmp(mode, "stall_nonblocking") == 0 || strcmp(mode, "comm_cycles") == 0 ||
       strcmp(mode, "free_pending") == 0 || strcmp(mode, "local_start") == 0 ||
       strcmp(mode, "stall_persistent") == 0 || strcmp(mode, "handle_reuse") == 0 ||
-      strcmp(mode, "handle_reuse_v") == 0) {
+      strcmp(mode, "handle_reuse_v") == 0 || strcmp(mode, "nonblocking_others") == 0) {
     int provided = MPI_THREAD_SINGLE;
     MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &provided);
     MPI_Comm_rank(MPI_COMM_WORLD, &world_rank);
@@ -1841,6 +1989,7 @@ int main(int argc, char** argv) {
     if (strcmp(mode, "free_pending") == 0) return free_pending();
     if (strcmp(mode, "handle_reuse") == 0) return handle_reuse();
     if (strcmp(mode, "handle_reuse_v") == 0) return handle_reuse_v();
+    if (strcmp(mode, "nonblocking_others") == 0) return nonblocking_others();
     return local_start(argc > 2 && strcmp(argv[2], "barrier") == 0);
   }
   if (strcmp(mode, "announce_serialized") == 0) {

@@ -1,0 +1,495 @@
+/// \file
+/// libtcoll_mpi.so: MPI_Ibcast, MPI_Ireduce, MPI_Iallgather, MPI_Ireduce_scatter_block and
+/// MPI_Ialltoall (and their `_c` forms) through tcoll's engine thread, under MPI_Iallreduce's
+/// rules (preload/nonblocking.hpp): the start is local, its path is decided from what every
+/// rank shares (the signature bytes, the rules, the state blocking calls created), MPI runs
+/// everything else. The engine completes a generalized request when the data is in place.
+/// A rank whose datatypes are derived or not contiguous packs its send side at the start (a
+/// start may read the send buffer) and unpacks its receive side on the engine thread, before
+/// the request completes, through a duplicate of its datatype (the user may free theirs).
+#include "nonblocking.hpp"
+#include "prologue.hpp"
+#include "tcoll_mpi.hpp"
+
+#include <cstring>
+#include <memory>
+#include <optional>
+#include <vector>
+
+#include <tcoll/algorithm/visit.hpp>
+
+#undef MPI_Ibcast
+#undef MPI_Ireduce
+#undef MPI_Iallgather
+#undef MPI_Ireduce_scatter_block
+#undef MPI_Ialltoall
+
+using namespace tcoll::preload;
+
+namespace {
+
+using byte = unsigned char;
+
+/// Queues `body(communicator, tags, algorithm)` of collective `C` with algorithm `a` (not
+/// passthrough) on the engine of `s`: over its two-level machine for `hierarchical` (which
+/// runs its own form whatever object it gets: the table's first), else over its
+/// shared-memory transport where it has one, else over MPI; `done(error)` runs on the engine
+/// thread once it is over. Throws where nothing was queued.
+template <collective C, class Body, class Done>
+void queue_on_path(coll c, comm_state& s, algorithm_id a, Body body, Done done) {
+  const algorithm_id id =
+      a == algorithm_id::hierarchical ? tcoll::describe(C).algorithms.front() : a;
+  auto queue = [&](auto& on) {
+    tcoll::queue_collective(
+        on,
+        [&on, id, body](const auto& tags) {
+          tcoll::visit_algorithm<C>(id, [&](const auto& algo) { body(on, tags, algo); });
+        },
+        done);
+  };
+  if (a == algorithm_id::hierarchical) {
+    if (s.on_hierarchy(queue)) count_shared_memory(c);
+  } else if (tcoll::shm_transport* node = s.shared_memory()) {
+    count_shared_memory(c);
+    queue(*node);
+  } else {
+    queue(s.transport());
+  }
+}
+
+/// A private duplicate of a user's datatype, for the engine thread to unpack with after the
+/// user may have freed theirs; freed with the last copy of the holder.
+struct datatype_copy {
+  MPI_Datatype type = MPI_DATATYPE_NULL;
+  explicit datatype_copy(MPI_Datatype user) {
+    if (PMPI_Type_dup(user, &type) != MPI_SUCCESS)
+      throw tcoll::invalid_argument("PMPI_Type_dup of the receive datatype failed");
+  }
+  datatype_copy(const datatype_copy&) = delete;
+  datatype_copy& operator=(const datatype_copy&) = delete;
+  ~datatype_copy() {
+    if (type != MPI_DATATYPE_NULL) PMPI_Type_free(&type);
+  }
+};
+
+/// Contiguous bytes that stand in for a derived or non-contiguous buffer of a call in flight,
+/// and the datatype to unpack them with; shared by the queued body and nothing else.
+struct staging {
+  std::vector<std::byte> bytes;
+  std::unique_ptr<datatype_copy> unpack_as;
+};
+
+/// The common end of the wrappers: counts a decided call, hands a passthrough to MPI, and
+/// starts the request that `queue(done)` queues.
+template <class Count, class Pmpi, class Queue>
+int start(coll c, MPI_Comm comm, MPI_Request* request, const local_start& d, std::size_t bytes,
+          Pmpi& pmpi, Queue&& queue) {
+  if (d.error >= 0) return d.error;
+  if (d.decided) {
+    count_call(c, d.a, bytes, comm);
+    count_entry_point<Count>(c, d.a);
+  }
+  if (d.to_mpi) return pmpi();
+  return start_request(c, comm, request, queue);
+}
+
+/// MPI_Ibcast and MPI_Ibcast_c (`Count` int or MPI_Count); `pmpi()` hands the call to MPI.
+template <class Count, class Pmpi>
+int ibcast_call(void* buffer, Count count, MPI_Datatype datatype, int root, MPI_Comm comm,
+                MPI_Request* request, Pmpi pmpi) {
+  constexpr coll c = coll::ibcast;
+  std::optional<fallback> why;
+  std::size_t size = 0, bytes = 0;
+  if (mpi_active()) {
+    why = communicator_fallback(comm, count_fits(count) && buffer != nullptr && request != nullptr);
+    if (!why) {
+      size = contiguous_size(datatype);
+      const long long signature =
+          size ? static_cast<long long>(size) * count : signature_bytes(count, datatype);
+      if (root < 0 || root >= comm_size(comm) || signature < 0)
+        why = fallback::arguments;
+      else
+        bytes = static_cast<std::size_t>(signature);
+    }
+  }
+  const local_start d =
+      decide_nonblocking(c, comm, why, bytes, config().shm, [bytes](const comm_state& s) {
+        return shm_collective_choice(coll::bcast, bytes, s.size);
+      });
+  return start<Count>(c, comm, request, d, bytes, pmpi, [&](complete_ireq done) {
+    std::shared_ptr<staging> stage;
+    byte* data = static_cast<byte*>(buffer);
+    const bool is_root = d.state->rank == root;
+    if (size == 0) { // the root packs now; the others unpack once the bytes have arrived
+      count_packed(c);
+      stage = std::make_shared<staging>();
+      stage->bytes.resize(bytes);
+      data = reinterpret_cast<byte*>(stage->bytes.data());
+      if (is_root)
+        pack_local(buffer, count, datatype, stage->bytes.data(), bytes);
+      else
+        stage->unpack_as = std::make_unique<datatype_copy>(datatype);
+    }
+    const long long n = count;
+    queue_on_path<collective::broadcast>(
+        c, *d.state, d.a,
+        [=](auto& on, const auto& tags, const auto& algo) {
+          tcoll::cpu_reducer red;
+          tcoll::broadcast_in(on, tags, data, bytes, root, algo, red);
+          if (stage && stage->unpack_as)
+            unpack_local(stage->bytes.data(), bytes, buffer, n, stage->unpack_as->type);
+        },
+        done);
+  });
+}
+
+/// MPI_Ireduce and MPI_Ireduce_c: the reductions MPI_Reduce runs (predefined types and ops).
+template <class Count, class Pmpi>
+int ireduce_call(const void* sendbuf, void* recvbuf, Count count, MPI_Datatype datatype, MPI_Op op,
+                 int root, MPI_Comm comm, MPI_Request* request, Pmpi pmpi) {
+  constexpr coll c = coll::ireduce;
+  std::optional<fallback> why;
+  reduction r;
+  bool is_root = false;
+  std::size_t bytes = 0;
+  if (mpi_active()) {
+    why =
+        communicator_fallback(comm, count_fits(count) && sendbuf != nullptr && request != nullptr);
+    if (!why) {
+      is_root = comm_rank(comm) == root;
+      r = classify_reduction(datatype, op);
+      if (root < 0 || root >= comm_size(comm) || (is_root && recvbuf == nullptr) ||
+          (!is_root && sendbuf == MPI_IN_PLACE))
+        why = fallback::arguments;
+      else if (!r.ok())
+        why = r.why;
+      else
+        bytes = static_cast<std::size_t>(count) * r.size;
+    }
+  }
+  const local_start d =
+      decide_nonblocking(c, comm, why, bytes, config().shm, [bytes](const comm_state& s) {
+        return shm_collective_choice(coll::reduce, bytes, s.size);
+      });
+  return start<Count>(c, comm, request, d, bytes, pmpi, [&](complete_ireq done) {
+    const std::size_t n = static_cast<std::size_t>(count);
+    queue_on_path<collective::reduce>(
+        c, *d.state, d.a,
+        [=](auto& on, const auto& tags, const auto& algo) {
+          dispatch(r, [&]<class T>(const auto& o) {
+            tcoll::cpu_reducer red;
+            T* out = is_root ? static_cast<T*>(recvbuf) : nullptr;
+            const T* in = sendbuf == MPI_IN_PLACE ? out : static_cast<const T*>(sendbuf);
+            tcoll::reduce_in(on, tags, in, out, n, root, o, algo, red);
+          });
+        },
+        done);
+  });
+}
+
+/// MPI_Ireduce_scatter_block and its `_c` form: the reductions of MPI_Reduce_scatter_block. In
+/// place, the input (recvbuf's P blocks) is copied at the start.
+template <class Count, class Pmpi>
+int ireduce_scatter_block_call(const void* sendbuf, void* recvbuf, Count recvcount,
+                               MPI_Datatype datatype, MPI_Op op, MPI_Comm comm,
+                               MPI_Request* request, Pmpi pmpi) {
+  constexpr coll c = coll::ireduce_scatter_block;
+  std::optional<fallback> why;
+  reduction r;
+  std::size_t bytes = 0;
+  if (mpi_active()) {
+    why = communicator_fallback(comm, count_fits(recvcount) && sendbuf != nullptr &&
+                                          recvbuf != nullptr && request != nullptr);
+    if (!why) {
+      r = classify_reduction(datatype, op);
+      if (!r.ok())
+        why = r.why;
+      else if (!count_fits(recvcount, comm_size(comm)))
+        why = fallback::arguments;
+      else
+        bytes = static_cast<std::size_t>(recvcount) * static_cast<std::size_t>(comm_size(comm)) *
+                r.size;
+    }
+  }
+  const local_start d =
+      decide_nonblocking(c, comm, why, bytes, config().shm, [bytes](const comm_state& s) {
+        return shm_collective_choice(coll::reduce_scatter_block, bytes, s.size);
+      });
+  return start<Count>(c, comm, request, d, bytes, pmpi, [&](complete_ireq done) {
+    std::shared_ptr<staging> stage;
+    const void* in = sendbuf;
+    if (sendbuf == MPI_IN_PLACE) { // the input is recvbuf's P blocks; the result its first
+      stage = std::make_shared<staging>();
+      stage->bytes.resize(bytes);
+      std::memcpy(stage->bytes.data(), recvbuf, bytes);
+      in = stage->bytes.data();
+    }
+    const std::size_t n = static_cast<std::size_t>(recvcount);
+    queue_on_path<collective::reduce_scatter>(
+        c, *d.state, d.a,
+        [=](auto& on, const auto& tags, const auto& algo) {
+          dispatch(r, [&]<class T>(const auto& o) {
+            tcoll::cpu_reducer red;
+            tcoll::reduce_scatter_in(on, tags, static_cast<const T*>(in), static_cast<T*>(recvbuf),
+                                     n, o, algo, red);
+          });
+          (void)stage; // the copied input lives as long as the body
+        },
+        done);
+  });
+}
+
+/// The signature bytes of one block of a call with a send and a receive side (allgather,
+/// alltoall), checked as the blocking wrappers check them: `why` set where MPI judges.
+template <class Count>
+std::size_t block_signature(const void* sendbuf, Count sendcount, MPI_Datatype sendtype,
+                            Count recvcount, MPI_Datatype recvtype, std::size_t& ssize,
+                            std::size_t& rsize, std::optional<fallback>& why) {
+  const bool in_place = sendbuf == MPI_IN_PLACE;
+  rsize = contiguous_size(recvtype);
+  ssize = in_place ? rsize : contiguous_size(sendtype);
+  const long long block =
+      rsize ? static_cast<long long>(rsize) * recvcount : signature_bytes(recvcount, recvtype);
+  const long long send = in_place ? block
+                         : ssize  ? static_cast<long long>(ssize) * sendcount
+                                  : signature_bytes(sendcount, sendtype);
+  if (block < 0 || send != block) {
+    why = fallback::arguments; // MPI reports the bad type or the mismatch
+    return 0;
+  }
+  return static_cast<std::size_t>(block);
+}
+
+/// The address of block `q` of a typed buffer (`count` elements of `type` per block).
+template <class Count>
+char* block_of(const void* buf, Count count, MPI_Datatype type, int q) {
+  MPI_Aint lb = 0, extent = 0;
+  PMPI_Type_get_extent(type, &lb, &extent);
+  return static_cast<char*>(const_cast<void*>(buf)) +
+         static_cast<MPI_Aint>(q) * static_cast<MPI_Aint>(count) * extent;
+}
+
+/// MPI_Iallgather and MPI_Iallgather_c, moved as bytes (as MPI_Allgather).
+template <class Count, class Pmpi>
+int iallgather_call(const void* sendbuf, Count sendcount, MPI_Datatype sendtype, void* recvbuf,
+                    Count recvcount, MPI_Datatype recvtype, MPI_Comm comm, MPI_Request* request,
+                    Pmpi pmpi) {
+  constexpr coll c = coll::iallgather;
+  const bool in_place = sendbuf == MPI_IN_PLACE;
+  std::optional<fallback> why;
+  std::size_t ssize = 0, rsize = 0, block = 0, bytes = 0;
+  int P = 0;
+  if (mpi_active()) {
+    why = communicator_fallback(comm, recvcount >= 0 && recvbuf && sendbuf && request &&
+                                          (in_place || sendcount >= 0));
+    if (!why)
+      block = block_signature(sendbuf, sendcount, sendtype, recvcount, recvtype, ssize, rsize, why);
+    if (!why) {
+      P = comm_size(comm);
+      if (!count_fits(static_cast<long long>(block), P))
+        why = fallback::arguments;
+      else
+        bytes = block * static_cast<std::size_t>(P);
+    }
+  }
+  const local_start d =
+      decide_nonblocking(c, comm, why, bytes, config().shm, [bytes](const comm_state& s) {
+        return shm_collective_choice(coll::allgather, bytes, s.size);
+      });
+  return start<Count>(c, comm, request, d, bytes, pmpi, [&](complete_ireq done) {
+    const bool recv_direct = rsize != 0, send_direct = in_place || ssize != 0;
+    if (!recv_direct || !send_direct) count_packed(c);
+    std::shared_ptr<staging> stage;
+    byte* out = static_cast<byte*>(recvbuf);
+    if (!recv_direct) { // gathered in staging, unpacked block by block on the engine
+      stage = std::make_shared<staging>();
+      stage->bytes.resize(bytes);
+      stage->unpack_as = std::make_unique<datatype_copy>(recvtype);
+      out = reinterpret_cast<byte*>(stage->bytes.data());
+    }
+    const int rank = d.state->rank;
+    byte* own = out + static_cast<std::size_t>(rank) * block;
+    const byte* in = own;
+    if (in_place) {
+      if (!recv_direct) // this rank's block sits in recvbuf at its place, as recvtype
+        pack_local(block_of(recvbuf, recvcount, recvtype, rank), recvcount, recvtype,
+                   reinterpret_cast<std::byte*>(own), block);
+    } else if (send_direct) {
+      in = static_cast<const byte*>(sendbuf);
+    } else { // packed straight into its place among the gathered blocks
+      pack_local(sendbuf, sendcount, sendtype, reinterpret_cast<std::byte*>(own), block);
+    }
+    const long long rcount = recvcount;
+    queue_on_path<collective::allgather>(
+        c, *d.state, d.a,
+        [=](auto& on, const auto& tags, const auto& algo) {
+          tcoll::cpu_reducer red;
+          tcoll::allgather_in(on, tags, in, out, block, algo, red);
+          if (stage)
+            for (int q = 0; q < P; ++q)
+              unpack_local(stage->bytes.data() + static_cast<std::size_t>(q) * block, block,
+                           block_of(recvbuf, rcount, stage->unpack_as->type, q), rcount,
+                           stage->unpack_as->type);
+        },
+        done);
+  });
+}
+
+/// MPI_Ialltoall and MPI_Ialltoall_c, moved as bytes (as MPI_Alltoall).
+template <class Count, class Pmpi>
+int ialltoall_call(const void* sendbuf, Count sendcount, MPI_Datatype sendtype, void* recvbuf,
+                   Count recvcount, MPI_Datatype recvtype, MPI_Comm comm, MPI_Request* request,
+                   Pmpi pmpi) {
+  constexpr coll c = coll::ialltoall;
+  const bool in_place = sendbuf == MPI_IN_PLACE;
+  std::optional<fallback> why;
+  std::size_t ssize = 0, rsize = 0, block = 0, bytes = 0;
+  int P = 0;
+  if (mpi_active()) {
+    why = communicator_fallback(comm, recvcount >= 0 && recvbuf && sendbuf && request &&
+                                          (in_place || sendcount >= 0));
+    if (!why)
+      block = block_signature(sendbuf, sendcount, sendtype, recvcount, recvtype, ssize, rsize, why);
+    if (!why) {
+      P = comm_size(comm);
+      if (!count_fits(static_cast<long long>(block), P))
+        why = fallback::arguments;
+      else
+        bytes = block * static_cast<std::size_t>(P);
+    }
+  }
+  const local_start d =
+      decide_nonblocking(c, comm, why, bytes, config().shm, [bytes](const comm_state& s) {
+        return shm_collective_choice(coll::alltoall, bytes, s.size);
+      });
+  return start<Count>(c, comm, request, d, bytes, pmpi, [&](complete_ireq done) {
+    const bool recv_direct = rsize != 0, send_direct = in_place || ssize != 0;
+    if (!recv_direct || !send_direct) count_packed(c);
+    std::shared_ptr<staging> stage;
+    byte* out = static_cast<byte*>(recvbuf);
+    if (!recv_direct) {
+      stage = std::make_shared<staging>();
+      stage->bytes.resize(bytes);
+      stage->unpack_as = std::make_unique<datatype_copy>(recvtype);
+      out = reinterpret_cast<byte*>(stage->bytes.data());
+    }
+    const byte* in = in_place ? out : static_cast<const byte*>(sendbuf);
+    if (in_place && !recv_direct) { // the blocks sit in recvbuf as recvtype
+      for (int q = 0; q < P; ++q)
+        pack_local(block_of(recvbuf, recvcount, recvtype, q), recvcount, recvtype,
+                   reinterpret_cast<std::byte*>(out) + static_cast<std::size_t>(q) * block, block);
+    } else if (!send_direct) { // packed into out, then exchanged in place there
+      for (int q = 0; q < P; ++q)
+        pack_local(block_of(sendbuf, sendcount, sendtype, q), sendcount, sendtype,
+                   reinterpret_cast<std::byte*>(out) + static_cast<std::size_t>(q) * block, block);
+      in = out;
+    }
+    const long long rcount = recvcount;
+    queue_on_path<collective::alltoall>(
+        c, *d.state, d.a,
+        [=](auto& on, const auto& tags, const auto& algo) {
+          tcoll::alltoall_in(on, tags, in, out, block, in == out, algo);
+          if (stage)
+            for (int q = 0; q < P; ++q)
+              unpack_local(stage->bytes.data() + static_cast<std::size_t>(q) * block, block,
+                           block_of(recvbuf, rcount, stage->unpack_as->type, q), rcount,
+                           stage->unpack_as->type);
+        },
+        done);
+  });
+}
+
+} // namespace
+
+/// MPI_Ibcast through tcoll's engine thread (binomial tree, the collective area, the
+/// two-level machine) where MPI runs at MPI_THREAD_MULTIPLE and a rule of TCOLL_BCAST_ALGO,
+/// or the built-in choice with a spare core, picks tcoll; PMPI_Ibcast otherwise.
+TCOLL_PRELOAD_EXPORT int MPI_Ibcast(void* buffer, int count, MPI_Datatype datatype, int root,
+                                    MPI_Comm comm, MPI_Request* request) {
+  return ibcast_call(buffer, count, datatype, root, comm, request,
+                     [&] { return PMPI_Ibcast(buffer, count, datatype, root, comm, request); });
+}
+
+/// MPI_Ireduce as MPI_Ibcast does (TCOLL_REDUCE_ALGO; MPI_Reduce's types and ops).
+TCOLL_PRELOAD_EXPORT int MPI_Ireduce(const void* sendbuf, void* recvbuf, int count,
+                                     MPI_Datatype datatype, MPI_Op op, int root, MPI_Comm comm,
+                                     MPI_Request* request) {
+  return ireduce_call(sendbuf, recvbuf, count, datatype, op, root, comm, request, [&] {
+    return PMPI_Ireduce(sendbuf, recvbuf, count, datatype, op, root, comm, request);
+  });
+}
+
+/// MPI_Iallgather as MPI_Ibcast does (TCOLL_ALLGATHER_ALGO).
+TCOLL_PRELOAD_EXPORT int MPI_Iallgather(const void* sendbuf, int sendcount, MPI_Datatype sendtype,
+                                        void* recvbuf, int recvcount, MPI_Datatype recvtype,
+                                        MPI_Comm comm, MPI_Request* request) {
+  return iallgather_call(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, comm, request,
+                         [&] {
+                           return PMPI_Iallgather(sendbuf, sendcount, sendtype, recvbuf, recvcount,
+                                                  recvtype, comm, request);
+                         });
+}
+
+/// MPI_Ireduce_scatter_block as MPI_Ibcast does (TCOLL_REDUCE_SCATTER_ALGO).
+TCOLL_PRELOAD_EXPORT int MPI_Ireduce_scatter_block(const void* sendbuf, void* recvbuf,
+                                                   int recvcount, MPI_Datatype datatype, MPI_Op op,
+                                                   MPI_Comm comm, MPI_Request* request) {
+  return ireduce_scatter_block_call(sendbuf, recvbuf, recvcount, datatype, op, comm, request, [&] {
+    return PMPI_Ireduce_scatter_block(sendbuf, recvbuf, recvcount, datatype, op, comm, request);
+  });
+}
+
+/// MPI_Ialltoall as MPI_Ibcast does (TCOLL_ALLTOALL_ALGO).
+TCOLL_PRELOAD_EXPORT int MPI_Ialltoall(const void* sendbuf, int sendcount, MPI_Datatype sendtype,
+                                       void* recvbuf, int recvcount, MPI_Datatype recvtype,
+                                       MPI_Comm comm, MPI_Request* request) {
+  return ialltoall_call(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, comm, request,
+                        [&] {
+                          return PMPI_Ialltoall(sendbuf, sendcount, sendtype, recvbuf, recvcount,
+                                                recvtype, comm, request);
+                        });
+}
+
+#if TCOLL_PRELOAD_LARGE_COUNT
+/// MPI-4's large-count forms: the same paths.
+TCOLL_PRELOAD_EXPORT int MPI_Ibcast_c(void* buffer, MPI_Count count, MPI_Datatype datatype,
+                                      int root, MPI_Comm comm, MPI_Request* request) {
+  return ibcast_call(buffer, count, datatype, root, comm, request,
+                     [&] { return PMPI_Ibcast_c(buffer, count, datatype, root, comm, request); });
+}
+TCOLL_PRELOAD_EXPORT int MPI_Ireduce_c(const void* sendbuf, void* recvbuf, MPI_Count count,
+                                       MPI_Datatype datatype, MPI_Op op, int root, MPI_Comm comm,
+                                       MPI_Request* request) {
+  return ireduce_call(sendbuf, recvbuf, count, datatype, op, root, comm, request, [&] {
+    return PMPI_Ireduce_c(sendbuf, recvbuf, count, datatype, op, root, comm, request);
+  });
+}
+TCOLL_PRELOAD_EXPORT int MPI_Iallgather_c(const void* sendbuf, MPI_Count sendcount,
+                                          MPI_Datatype sendtype, void* recvbuf, MPI_Count recvcount,
+                                          MPI_Datatype recvtype, MPI_Comm comm,
+                                          MPI_Request* request) {
+  return iallgather_call(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, comm, request,
+                         [&] {
+                           return PMPI_Iallgather_c(sendbuf, sendcount, sendtype, recvbuf,
+                                                    recvcount, recvtype, comm, request);
+                         });
+}
+TCOLL_PRELOAD_EXPORT int MPI_Ireduce_scatter_block_c(const void* sendbuf, void* recvbuf,
+                                                     MPI_Count recvcount, MPI_Datatype datatype,
+                                                     MPI_Op op, MPI_Comm comm,
+                                                     MPI_Request* request) {
+  return ireduce_scatter_block_call(sendbuf, recvbuf, recvcount, datatype, op, comm, request, [&] {
+    return PMPI_Ireduce_scatter_block_c(sendbuf, recvbuf, recvcount, datatype, op, comm, request);
+  });
+}
+TCOLL_PRELOAD_EXPORT int MPI_Ialltoall_c(const void* sendbuf, MPI_Count sendcount,
+                                         MPI_Datatype sendtype, void* recvbuf, MPI_Count recvcount,
+                                         MPI_Datatype recvtype, MPI_Comm comm,
+                                         MPI_Request* request) {
+  return ialltoall_call(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, comm, request,
+                        [&] {
+                          return PMPI_Ialltoall_c(sendbuf, sendcount, sendtype, recvbuf, recvcount,
+                                                  recvtype, comm, request);
+                        });
+}
+#endif
