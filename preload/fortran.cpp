@@ -28,6 +28,17 @@
 #undef MPI_Reduce
 #undef MPI_Barrier
 #undef MPI_Finalize
+#undef MPI_Alltoall
+#undef MPI_Alltoallv
+#undef MPI_Gather
+#undef MPI_Gatherv
+#undef MPI_Scatter
+#undef MPI_Scatterv
+#undef MPI_Ibcast
+#undef MPI_Ireduce
+#undef MPI_Iallgather
+#undef MPI_Ireduce_scatter_block
+#undef MPI_Ialltoall
 
 namespace {
 
@@ -148,6 +159,142 @@ TCOLL_PRELOAD_EXPORT void ompi_reduce_f(char* sendbuf, char* recvbuf, MPI_Fint* 
                             PMPI_Op_f2c(*op), *root, PMPI_Comm_f2c(*comm)));
 }
 TCOLL_FORTRAN_ALIASES(reduce, REDUCE)
+
+/// Fortran MPI_ALLTOALL.
+TCOLL_PRELOAD_EXPORT void ompi_alltoall_f(char* sendbuf, MPI_Fint* sendcount, MPI_Fint* sendtype,
+                                          char* recvbuf, MPI_Fint* recvcount, MPI_Fint* recvtype,
+                                          MPI_Fint* comm, MPI_Fint* ierr) {
+  set_ierr(ierr,
+           MPI_Alltoall(c_buffer(sendbuf), *sendcount, PMPI_Type_f2c(*sendtype), c_buffer(recvbuf),
+                        *recvcount, PMPI_Type_f2c(*recvtype), PMPI_Comm_f2c(*comm)));
+}
+TCOLL_FORTRAN_ALIASES(alltoall, ALLTOALL)
+
+/// Fortran MPI_ALLTOALLV.
+TCOLL_PRELOAD_EXPORT void ompi_alltoallv_f(char* sendbuf, MPI_Fint* sendcounts, MPI_Fint* sdispls,
+                                           MPI_Fint* sendtype, char* recvbuf, MPI_Fint* recvcounts,
+                                           MPI_Fint* rdispls, MPI_Fint* recvtype, MPI_Fint* comm,
+                                           MPI_Fint* ierr) {
+  set_ierr(ierr, MPI_Alltoallv(c_buffer(sendbuf), reinterpret_cast<const int*>(sendcounts),
+                               reinterpret_cast<const int*>(sdispls), PMPI_Type_f2c(*sendtype),
+                               c_buffer(recvbuf), reinterpret_cast<const int*>(recvcounts),
+                               reinterpret_cast<const int*>(rdispls), PMPI_Type_f2c(*recvtype),
+                               PMPI_Comm_f2c(*comm)));
+}
+TCOLL_FORTRAN_ALIASES(alltoallv, ALLTOALLV)
+
+/// Fortran MPI_GATHER.
+TCOLL_PRELOAD_EXPORT void ompi_gather_f(char* sendbuf, MPI_Fint* sendcount, MPI_Fint* sendtype,
+                                        char* recvbuf, MPI_Fint* recvcount, MPI_Fint* recvtype,
+                                        MPI_Fint* root, MPI_Fint* comm, MPI_Fint* ierr) {
+  set_ierr(ierr,
+           MPI_Gather(c_buffer(sendbuf), *sendcount, PMPI_Type_f2c(*sendtype), c_buffer(recvbuf),
+                      *recvcount, PMPI_Type_f2c(*recvtype), *root, PMPI_Comm_f2c(*comm)));
+}
+TCOLL_FORTRAN_ALIASES(gather, GATHER)
+
+/// Fortran MPI_GATHERV.
+TCOLL_PRELOAD_EXPORT void ompi_gatherv_f(char* sendbuf, MPI_Fint* sendcount, MPI_Fint* sendtype,
+                                         char* recvbuf, MPI_Fint* recvcounts, MPI_Fint* displs,
+                                         MPI_Fint* recvtype, MPI_Fint* root, MPI_Fint* comm,
+                                         MPI_Fint* ierr) {
+  set_ierr(ierr, MPI_Gatherv(c_buffer(sendbuf), *sendcount, PMPI_Type_f2c(*sendtype),
+                             c_buffer(recvbuf), reinterpret_cast<const int*>(recvcounts),
+                             reinterpret_cast<const int*>(displs), PMPI_Type_f2c(*recvtype), *root,
+                             PMPI_Comm_f2c(*comm)));
+}
+TCOLL_FORTRAN_ALIASES(gatherv, GATHERV)
+
+/// Fortran MPI_SCATTER.
+TCOLL_PRELOAD_EXPORT void ompi_scatter_f(char* sendbuf, MPI_Fint* sendcount, MPI_Fint* sendtype,
+                                         char* recvbuf, MPI_Fint* recvcount, MPI_Fint* recvtype,
+                                         MPI_Fint* root, MPI_Fint* comm, MPI_Fint* ierr) {
+  set_ierr(ierr,
+           MPI_Scatter(c_buffer(sendbuf), *sendcount, PMPI_Type_f2c(*sendtype), c_buffer(recvbuf),
+                       *recvcount, PMPI_Type_f2c(*recvtype), *root, PMPI_Comm_f2c(*comm)));
+}
+TCOLL_FORTRAN_ALIASES(scatter, SCATTER)
+
+/// Fortran MPI_SCATTERV.
+TCOLL_PRELOAD_EXPORT void ompi_scatterv_f(char* sendbuf, MPI_Fint* sendcounts, MPI_Fint* displs,
+                                          MPI_Fint* sendtype, char* recvbuf, MPI_Fint* recvcount,
+                                          MPI_Fint* recvtype, MPI_Fint* root, MPI_Fint* comm,
+                                          MPI_Fint* ierr) {
+  set_ierr(ierr, MPI_Scatterv(c_buffer(sendbuf), reinterpret_cast<const int*>(sendcounts),
+                              reinterpret_cast<const int*>(displs), PMPI_Type_f2c(*sendtype),
+                              c_buffer(recvbuf), *recvcount, PMPI_Type_f2c(*recvtype), *root,
+                              PMPI_Comm_f2c(*comm)));
+}
+TCOLL_FORTRAN_ALIASES(scatterv, SCATTERV)
+
+/// Hands the C request of a non-blocking start back as Fortran's, where it started.
+static void set_request(MPI_Fint* request, MPI_Request r, int rc) {
+  if (rc == MPI_SUCCESS) *request = PMPI_Request_c2f(r);
+}
+
+/// Fortran MPI_IBCAST.
+TCOLL_PRELOAD_EXPORT void ompi_ibcast_f(char* buffer, MPI_Fint* count, MPI_Fint* datatype,
+                                        MPI_Fint* root, MPI_Fint* comm, MPI_Fint* request,
+                                        MPI_Fint* ierr) {
+  MPI_Request r = MPI_REQUEST_NULL;
+  const int rc = MPI_Ibcast(c_buffer(buffer), *count, PMPI_Type_f2c(*datatype), *root,
+                            PMPI_Comm_f2c(*comm), &r);
+  set_request(request, r, rc);
+  set_ierr(ierr, rc);
+}
+TCOLL_FORTRAN_ALIASES(ibcast, IBCAST)
+
+/// Fortran MPI_IREDUCE.
+TCOLL_PRELOAD_EXPORT void ompi_ireduce_f(char* sendbuf, char* recvbuf, MPI_Fint* count,
+                                         MPI_Fint* datatype, MPI_Fint* op, MPI_Fint* root,
+                                         MPI_Fint* comm, MPI_Fint* request, MPI_Fint* ierr) {
+  MPI_Request r = MPI_REQUEST_NULL;
+  const int rc = MPI_Ireduce(c_buffer(sendbuf), c_buffer(recvbuf), *count, PMPI_Type_f2c(*datatype),
+                             PMPI_Op_f2c(*op), *root, PMPI_Comm_f2c(*comm), &r);
+  set_request(request, r, rc);
+  set_ierr(ierr, rc);
+}
+TCOLL_FORTRAN_ALIASES(ireduce, IREDUCE)
+
+/// Fortran MPI_IALLGATHER.
+TCOLL_PRELOAD_EXPORT void ompi_iallgather_f(char* sendbuf, MPI_Fint* sendcount, MPI_Fint* sendtype,
+                                            char* recvbuf, MPI_Fint* recvcount, MPI_Fint* recvtype,
+                                            MPI_Fint* comm, MPI_Fint* request, MPI_Fint* ierr) {
+  MPI_Request r = MPI_REQUEST_NULL;
+  const int rc =
+      MPI_Iallgather(c_buffer(sendbuf), *sendcount, PMPI_Type_f2c(*sendtype), c_buffer(recvbuf),
+                     *recvcount, PMPI_Type_f2c(*recvtype), PMPI_Comm_f2c(*comm), &r);
+  set_request(request, r, rc);
+  set_ierr(ierr, rc);
+}
+TCOLL_FORTRAN_ALIASES(iallgather, IALLGATHER)
+
+/// Fortran MPI_IREDUCE_SCATTER_BLOCK.
+TCOLL_PRELOAD_EXPORT void ompi_ireduce_scatter_block_f(char* sendbuf, char* recvbuf,
+                                                       MPI_Fint* recvcount, MPI_Fint* datatype,
+                                                       MPI_Fint* op, MPI_Fint* comm,
+                                                       MPI_Fint* request, MPI_Fint* ierr) {
+  MPI_Request r = MPI_REQUEST_NULL;
+  const int rc = MPI_Ireduce_scatter_block(c_buffer(sendbuf), c_buffer(recvbuf), *recvcount,
+                                           PMPI_Type_f2c(*datatype), PMPI_Op_f2c(*op),
+                                           PMPI_Comm_f2c(*comm), &r);
+  set_request(request, r, rc);
+  set_ierr(ierr, rc);
+}
+TCOLL_FORTRAN_ALIASES(ireduce_scatter_block, IREDUCE_SCATTER_BLOCK)
+
+/// Fortran MPI_IALLTOALL.
+TCOLL_PRELOAD_EXPORT void ompi_ialltoall_f(char* sendbuf, MPI_Fint* sendcount, MPI_Fint* sendtype,
+                                           char* recvbuf, MPI_Fint* recvcount, MPI_Fint* recvtype,
+                                           MPI_Fint* comm, MPI_Fint* request, MPI_Fint* ierr) {
+  MPI_Request r = MPI_REQUEST_NULL;
+  const int rc =
+      MPI_Ialltoall(c_buffer(sendbuf), *sendcount, PMPI_Type_f2c(*sendtype), c_buffer(recvbuf),
+                    *recvcount, PMPI_Type_f2c(*recvtype), PMPI_Comm_f2c(*comm), &r);
+  set_request(request, r, rc);
+  set_ierr(ierr, rc);
+}
+TCOLL_FORTRAN_ALIASES(ialltoall, IALLTOALL)
 
 /// Fortran MPI_BARRIER (MPI's own barrier; a pending set-up is created first, as for C).
 TCOLL_PRELOAD_EXPORT void ompi_barrier_f(MPI_Fint* comm, MPI_Fint* ierr) {

@@ -31,6 +31,11 @@
 #define MPI_Request_free PMPI_Request_free
 #define MPI_Start PMPI_Start
 #define MPI_Startall PMPI_Startall
+#define MPI_Ibcast PMPI_Ibcast
+#define MPI_Ireduce PMPI_Ireduce
+#define MPI_Iallgather PMPI_Iallgather
+#define MPI_Ireduce_scatter_block PMPI_Ireduce_scatter_block
+#define MPI_Ialltoall PMPI_Ialltoall
 
 #include <atomic>
 #include <chrono>

@@ -1,7 +1,8 @@
 ! A Fortran 2008 MPI program (`use mpi_f08`, calls only MPI) for the preload's tests: its
 ! calls reach libtcoll_mpi.so through Open MPI's f08 bindings (which call ompi_<name>_f) or
 ! MPICH's (which call the C entry points). Fortran's own datatypes, MPI_IN_PLACE, a
-! non-blocking allreduce; every result is checked against the value computed here (inputs
+! non-blocking allreduce, all-to-all, gather, scatter, a non-blocking broadcast and all-to-all
+! (at MPI_THREAD_MULTIPLE, which tcoll's engine thread needs); every result is checked against the value computed here (inputs
 ! are multiples of 1/4: every sum is exact); any mismatch stops it with a non-zero exit.
 program preload_fortran_f08
   use mpi_f08
@@ -10,9 +11,11 @@ program preload_fortran_f08
   integer :: rank, np, i, q, errors
   double precision :: d_in(n), d_out(n), d_want(n), d_io(n)
   integer :: i_in(n * max_ranks), i_out(n), i_want(n)
+  integer :: a2a_in(4 * max_ranks), a2a_out(4 * max_ranks), provided
+  double precision :: part(4), parts(4 * max_ranks)
   type(MPI_Request) :: request
 
-  call MPI_Init()
+  call MPI_Init_thread(MPI_THREAD_MULTIPLE, provided)
   call MPI_Comm_rank(MPI_COMM_WORLD, rank)
   call MPI_Comm_size(MPI_COMM_WORLD, np)
   errors = 0
@@ -52,6 +55,60 @@ program preload_fortran_f08
   end do
   call MPI_Reduce_scatter_block(i_in, i_out, n, MPI_INTEGER, MPI_SUM, MPI_COMM_WORLD)
   if (any(i_out /= i_want)) errors = errors + 1
+  ! all-to-all, blocking then non-blocking: block q of rank r's input is r * 1000 + q * 10 + i
+  do q = 0, np - 1
+    do i = 1, 4
+      a2a_in(q * 4 + i) = rank * 1000 + q * 10 + i
+    end do
+  end do
+  a2a_out = -1
+  call MPI_Alltoall(a2a_in, 4, MPI_INTEGER, a2a_out, 4, MPI_INTEGER, MPI_COMM_WORLD)
+  do q = 0, np - 1
+    do i = 1, 4
+      if (a2a_out(q * 4 + i) /= q * 1000 + rank * 10 + i) errors = errors + 1
+    end do
+  end do
+  a2a_out = -1
+  call MPI_Ialltoall(a2a_in, 4, MPI_INTEGER, a2a_out, 4, MPI_INTEGER, MPI_COMM_WORLD, request)
+  call MPI_Wait(request, MPI_STATUS_IGNORE)
+  do q = 0, np - 1
+    do i = 1, 4
+      if (a2a_out(q * 4 + i) /= q * 1000 + rank * 10 + i) errors = errors + 1
+    end do
+  end do
+  ! gather to the last rank, scatter from rank 0: rank q's part is q + i / 4
+  do i = 1, 4
+    part(i) = rank + i * 0.25d0
+  end do
+  parts = -1
+  call MPI_Gather(part, 4, MPI_DOUBLE_PRECISION, parts, 4, MPI_DOUBLE_PRECISION, np - 1, &
+                  MPI_COMM_WORLD)
+  if (rank == np - 1) then
+    do q = 0, np - 1
+      do i = 1, 4
+        if (parts(q * 4 + i) /= q + i * 0.25d0) errors = errors + 1
+      end do
+    end do
+  end if
+  if (rank == 0) then
+    do q = 0, np - 1
+      do i = 1, 4
+        parts(q * 4 + i) = q + i * 0.25d0
+      end do
+    end do
+  end if
+  part = -1
+  call MPI_Scatter(parts, 4, MPI_DOUBLE_PRECISION, part, 4, MPI_DOUBLE_PRECISION, 0, &
+                   MPI_COMM_WORLD)
+  do i = 1, 4
+    if (part(i) /= rank + i * 0.25d0) errors = errors + 1
+  end do
+  ! a non-blocking broadcast from the last rank
+  if (rank /= np - 1) d_out = 0
+  if (rank == np - 1) d_out = d_want
+  call MPI_Ibcast(d_out, n, MPI_DOUBLE_PRECISION, np - 1, MPI_COMM_WORLD, request)
+  call MPI_Wait(request, MPI_STATUS_IGNORE)
+  if (any(d_out /= d_want)) errors = errors + 1
 
   if (errors /= 0) then
     print *, 'rank', rank, ':', errors, 'wrong results'
