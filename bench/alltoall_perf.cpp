@@ -39,24 +39,24 @@ namespace {
 using namespace tcoll;
 using namespace tcoll::bench;
 
-struct alltoall_options {
-  std::size_t min_bytes = 64, max_bytes = std::size_t{16} << 20;
-  double step_factor = 2;
-  int iters = 20, warmup = 5, reps = 1, nranks = 2, timeout_s = 120;
-  bool check = true;
-  std::size_t all_posted = pairwise_exchange{}.all_posted_max_bytes; ///< --all-posted
-  std::vector<std::string> algorithms = all_algorithms();
-  std::string transport = "auto", json;
-};
-
 /// `automatic`, the table's flat alltoall algorithms, then passthrough.
-std::vector<std::string> all_algorithms() {
+std::vector<std::string> alltoall_algorithm_names() {
   std::vector<std::string> names{"automatic"};
   for (algorithm_id a : describe(collective::alltoall).algorithms)
     if (a != algorithm_id::hierarchical) names.emplace_back(to_string(a));
   names.emplace_back("passthrough");
   return names;
 }
+
+struct alltoall_options {
+  std::size_t min_bytes = 64, max_bytes = std::size_t{16} << 20;
+  double step_factor = 2;
+  int iters = 20, warmup = 5, reps = 1, nranks = 2, timeout_s = 120;
+  bool check = true;
+  std::size_t all_posted = pairwise_exchange{}.all_posted_max_bytes; ///< --all-posted
+  std::vector<std::string> algorithms = alltoall_algorithm_names();
+  std::string transport = "auto", json;
+};
 
 const char* usage_text =
     "usage: alltoall_perf [options]\n"
@@ -118,7 +118,7 @@ alltoall_options parse(int argc, char** argv) {
       for (;;) {
         const std::size_t comma = value.find(',', start);
         const std::string name = value.substr(start, comma - start);
-        const std::vector<std::string> known = all_algorithms();
+        const std::vector<std::string> known = alltoall_algorithm_names();
         if (name == "all")
           o.algorithms = known;
         else if (std::find(known.begin(), known.end(), name) != known.end())

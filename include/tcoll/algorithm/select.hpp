@@ -288,11 +288,12 @@ struct alltoall_by_size {
 /// Is `A` an algorithm object of collective `C`: one the table lists for `C`
 /// (`implements`, core/collective_table.hpp)? The entry points' algorithm concepts below
 /// are this, so an algorithm added to a collective's line is accepted where the line says.
-template <class A, collective C>
-concept algorithm_of = requires {
+template <class A>
+concept has_algorithm_id = requires {
   { A::id } -> std::convertible_to<algorithm_id>;
-}
-&&implements(C, A::id);
+};
+template <class A, collective C>
+concept algorithm_of = has_algorithm_id<A> && implements(C, A::id);
 
 /// The algorithms `broadcast` takes on a transport: the table's (the binomial tree, or the
 /// collective area: `in_segment`, which runs the tree where the transport has none). A
