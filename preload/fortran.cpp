@@ -65,6 +65,16 @@ void set_ierr(MPI_Fint* ierr, int code) {
   if (ierr != nullptr) *ierr = static_cast<MPI_Fint>(code);
 }
 
+/// Runs the non-blocking start `start(&c_request)` of a Fortran call: its request handed back as
+/// Fortran's where it started, its code in `ierr`.
+template <class Start>
+void start_fortran(MPI_Fint* request, MPI_Fint* ierr, Start&& start) {
+  MPI_Request r = MPI_REQUEST_NULL;
+  const int rc = start(&r);
+  if (rc == MPI_SUCCESS) *request = PMPI_Request_c2f(r);
+  set_ierr(ierr, rc);
+}
+
 } // namespace
 
 /// Defines `ompi_<lower>_f` (called by the f08 bindings) and the Fortran manglings
@@ -90,12 +100,10 @@ TCOLL_FORTRAN_ALIASES(allreduce, ALLREDUCE)
 TCOLL_PRELOAD_EXPORT void ompi_iallreduce_f(char* sendbuf, char* recvbuf, MPI_Fint* count,
                                             MPI_Fint* datatype, MPI_Fint* op, MPI_Fint* comm,
                                             MPI_Fint* request, MPI_Fint* ierr) {
-  MPI_Request r = MPI_REQUEST_NULL;
-  const int rc =
-      MPI_Iallreduce(c_buffer(sendbuf), c_buffer(recvbuf), *count, PMPI_Type_f2c(*datatype),
-                     PMPI_Op_f2c(*op), PMPI_Comm_f2c(*comm), &r);
-  if (rc == MPI_SUCCESS) *request = PMPI_Request_c2f(r);
-  set_ierr(ierr, rc);
+  start_fortran(request, ierr, [&](MPI_Request* r) {
+    return MPI_Iallreduce(c_buffer(sendbuf), c_buffer(recvbuf), *count, PMPI_Type_f2c(*datatype),
+                          PMPI_Op_f2c(*op), PMPI_Comm_f2c(*comm), r);
+  });
 }
 TCOLL_FORTRAN_ALIASES(iallreduce, IALLREDUCE)
 
@@ -227,20 +235,14 @@ TCOLL_PRELOAD_EXPORT void ompi_scatterv_f(char* sendbuf, MPI_Fint* sendcounts, M
 }
 TCOLL_FORTRAN_ALIASES(scatterv, SCATTERV)
 
-/// Hands the C request of a non-blocking start back as Fortran's, where it started.
-static void set_request(MPI_Fint* request, MPI_Request r, int rc) {
-  if (rc == MPI_SUCCESS) *request = PMPI_Request_c2f(r);
-}
-
 /// Fortran MPI_IBCAST.
 TCOLL_PRELOAD_EXPORT void ompi_ibcast_f(char* buffer, MPI_Fint* count, MPI_Fint* datatype,
                                         MPI_Fint* root, MPI_Fint* comm, MPI_Fint* request,
                                         MPI_Fint* ierr) {
-  MPI_Request r = MPI_REQUEST_NULL;
-  const int rc = MPI_Ibcast(c_buffer(buffer), *count, PMPI_Type_f2c(*datatype), *root,
-                            PMPI_Comm_f2c(*comm), &r);
-  set_request(request, r, rc);
-  set_ierr(ierr, rc);
+  start_fortran(request, ierr, [&](MPI_Request* r) {
+    return MPI_Ibcast(c_buffer(buffer), *count, PMPI_Type_f2c(*datatype), *root,
+                      PMPI_Comm_f2c(*comm), r);
+  });
 }
 TCOLL_FORTRAN_ALIASES(ibcast, IBCAST)
 
@@ -248,11 +250,10 @@ TCOLL_FORTRAN_ALIASES(ibcast, IBCAST)
 TCOLL_PRELOAD_EXPORT void ompi_ireduce_f(char* sendbuf, char* recvbuf, MPI_Fint* count,
                                          MPI_Fint* datatype, MPI_Fint* op, MPI_Fint* root,
                                          MPI_Fint* comm, MPI_Fint* request, MPI_Fint* ierr) {
-  MPI_Request r = MPI_REQUEST_NULL;
-  const int rc = MPI_Ireduce(c_buffer(sendbuf), c_buffer(recvbuf), *count, PMPI_Type_f2c(*datatype),
-                             PMPI_Op_f2c(*op), *root, PMPI_Comm_f2c(*comm), &r);
-  set_request(request, r, rc);
-  set_ierr(ierr, rc);
+  start_fortran(request, ierr, [&](MPI_Request* r) {
+    return MPI_Ireduce(c_buffer(sendbuf), c_buffer(recvbuf), *count, PMPI_Type_f2c(*datatype),
+                       PMPI_Op_f2c(*op), *root, PMPI_Comm_f2c(*comm), r);
+  });
 }
 TCOLL_FORTRAN_ALIASES(ireduce, IREDUCE)
 
@@ -260,12 +261,11 @@ TCOLL_FORTRAN_ALIASES(ireduce, IREDUCE)
 TCOLL_PRELOAD_EXPORT void ompi_iallgather_f(char* sendbuf, MPI_Fint* sendcount, MPI_Fint* sendtype,
                                             char* recvbuf, MPI_Fint* recvcount, MPI_Fint* recvtype,
                                             MPI_Fint* comm, MPI_Fint* request, MPI_Fint* ierr) {
-  MPI_Request r = MPI_REQUEST_NULL;
-  const int rc =
-      MPI_Iallgather(c_buffer(sendbuf), *sendcount, PMPI_Type_f2c(*sendtype), c_buffer(recvbuf),
-                     *recvcount, PMPI_Type_f2c(*recvtype), PMPI_Comm_f2c(*comm), &r);
-  set_request(request, r, rc);
-  set_ierr(ierr, rc);
+  start_fortran(request, ierr, [&](MPI_Request* r) {
+    return MPI_Iallgather(c_buffer(sendbuf), *sendcount, PMPI_Type_f2c(*sendtype),
+                          c_buffer(recvbuf), *recvcount, PMPI_Type_f2c(*recvtype),
+                          PMPI_Comm_f2c(*comm), r);
+  });
 }
 TCOLL_FORTRAN_ALIASES(iallgather, IALLGATHER)
 
@@ -274,12 +274,11 @@ TCOLL_PRELOAD_EXPORT void ompi_ireduce_scatter_block_f(char* sendbuf, char* recv
                                                        MPI_Fint* recvcount, MPI_Fint* datatype,
                                                        MPI_Fint* op, MPI_Fint* comm,
                                                        MPI_Fint* request, MPI_Fint* ierr) {
-  MPI_Request r = MPI_REQUEST_NULL;
-  const int rc = MPI_Ireduce_scatter_block(c_buffer(sendbuf), c_buffer(recvbuf), *recvcount,
-                                           PMPI_Type_f2c(*datatype), PMPI_Op_f2c(*op),
-                                           PMPI_Comm_f2c(*comm), &r);
-  set_request(request, r, rc);
-  set_ierr(ierr, rc);
+  start_fortran(request, ierr, [&](MPI_Request* r) {
+    return MPI_Ireduce_scatter_block(c_buffer(sendbuf), c_buffer(recvbuf), *recvcount,
+                                     PMPI_Type_f2c(*datatype), PMPI_Op_f2c(*op),
+                                     PMPI_Comm_f2c(*comm), r);
+  });
 }
 TCOLL_FORTRAN_ALIASES(ireduce_scatter_block, IREDUCE_SCATTER_BLOCK)
 
@@ -287,12 +286,10 @@ TCOLL_FORTRAN_ALIASES(ireduce_scatter_block, IREDUCE_SCATTER_BLOCK)
 TCOLL_PRELOAD_EXPORT void ompi_ialltoall_f(char* sendbuf, MPI_Fint* sendcount, MPI_Fint* sendtype,
                                            char* recvbuf, MPI_Fint* recvcount, MPI_Fint* recvtype,
                                            MPI_Fint* comm, MPI_Fint* request, MPI_Fint* ierr) {
-  MPI_Request r = MPI_REQUEST_NULL;
-  const int rc =
-      MPI_Ialltoall(c_buffer(sendbuf), *sendcount, PMPI_Type_f2c(*sendtype), c_buffer(recvbuf),
-                    *recvcount, PMPI_Type_f2c(*recvtype), PMPI_Comm_f2c(*comm), &r);
-  set_request(request, r, rc);
-  set_ierr(ierr, rc);
+  start_fortran(request, ierr, [&](MPI_Request* r) {
+    return MPI_Ialltoall(c_buffer(sendbuf), *sendcount, PMPI_Type_f2c(*sendtype), c_buffer(recvbuf),
+                         *recvcount, PMPI_Type_f2c(*recvtype), PMPI_Comm_f2c(*comm), r);
+  });
 }
 TCOLL_FORTRAN_ALIASES(ialltoall, IALLTOALL)
 

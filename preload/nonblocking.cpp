@@ -239,25 +239,52 @@ int ireduce_scatter_block_call(const void* sendbuf, void* recvbuf, Count recvcou
   });
 }
 
-/// The signature bytes of one block of a call with a send and a receive side (allgather,
-/// alltoall), checked as the blocking wrappers check them: `why` set where MPI judges.
+/// The checks and sizes of a call with a send and a receive side of P blocks (allgather,
+/// alltoall), as the blocking wrappers make them: `why` set where MPI judges the call.
+struct block_call {
+  std::optional<fallback> why;
+  std::size_t ssize = 0, rsize = 0; ///< bytes per element of a predefined contiguous type, or 0
+  std::size_t block = 0, bytes = 0; ///< one block's signature bytes, and P blocks'
+  int P = 0;
+};
 template <class Count>
-std::size_t block_signature(const void* sendbuf, Count sendcount, MPI_Datatype sendtype,
-                            Count recvcount, MPI_Datatype recvtype, std::size_t& ssize,
-                            std::size_t& rsize, std::optional<fallback>& why) {
+block_call measure_block_call(const void* sendbuf, Count sendcount, MPI_Datatype sendtype,
+                              const void* recvbuf, Count recvcount, MPI_Datatype recvtype,
+                              MPI_Comm comm, MPI_Request* request) {
+  block_call m;
+  if (!mpi_active()) return m; // decide_nonblocking counts it
   const bool in_place = sendbuf == MPI_IN_PLACE;
-  rsize = contiguous_size(recvtype);
-  ssize = in_place ? rsize : contiguous_size(sendtype);
+  m.why = communicator_fallback(comm, recvcount >= 0 && recvbuf && sendbuf && request &&
+                                          (in_place || sendcount >= 0));
+  if (m.why) return m;
+  m.rsize = contiguous_size(recvtype);
+  m.ssize = in_place ? m.rsize : contiguous_size(sendtype);
   const long long block =
-      rsize ? static_cast<long long>(rsize) * recvcount : signature_bytes(recvcount, recvtype);
-  const long long send = in_place ? block
-                         : ssize  ? static_cast<long long>(ssize) * sendcount
-                                  : signature_bytes(sendcount, sendtype);
-  if (block < 0 || send != block) {
-    why = fallback::arguments; // MPI reports the bad type or the mismatch
-    return 0;
+      m.rsize ? static_cast<long long>(m.rsize) * recvcount : signature_bytes(recvcount, recvtype);
+  const long long send = in_place  ? block
+                         : m.ssize ? static_cast<long long>(m.ssize) * sendcount
+                                   : signature_bytes(sendcount, sendtype);
+  m.P = comm_size(comm);
+  if (block < 0 || send != block || !count_fits(block, m.P)) {
+    m.why = fallback::arguments; // MPI reports the bad type, the mismatch or the overflow
+    return m;
   }
-  return static_cast<std::size_t>(block);
+  m.block = static_cast<std::size_t>(block);
+  m.bytes = m.block * static_cast<std::size_t>(m.P);
+  return m;
+}
+
+/// Where a call's P received blocks land: `out` stays the user's buffer where its type is
+/// predefined and contiguous (`recv_direct`); else staging of `bytes`, unpacked on the engine
+/// (`unpack_blocks`) through a duplicate of `recvtype`, which `out` then points into.
+std::shared_ptr<staging> receive_staging(bool recv_direct, std::size_t bytes, MPI_Datatype recvtype,
+                                         byte*& out) {
+  if (recv_direct) return nullptr;
+  auto stage = std::make_shared<staging>();
+  stage->bytes.resize(bytes);
+  stage->unpack_as = std::make_unique<datatype_copy>(recvtype);
+  out = reinterpret_cast<byte*>(stage->bytes.data());
+  return stage;
 }
 
 /// The address of block `q` of a typed buffer (`count` elements of `type` per block).
@@ -269,6 +296,14 @@ char* block_of(const void* buf, Count count, MPI_Datatype type, int q) {
          static_cast<MPI_Aint>(q) * static_cast<MPI_Aint>(count) * extent;
 }
 
+/// The P staged blocks of `stage` (`block` bytes each) unpacked into `recvbuf`, `count`
+/// elements of the duplicated receive type per block.
+void unpack_blocks(const staging& stage, int P, std::size_t block, void* recvbuf, long long count) {
+  for (int q = 0; q < P; ++q)
+    unpack_local(stage.bytes.data() + static_cast<std::size_t>(q) * block, block,
+                 block_of(recvbuf, count, stage.unpack_as->type, q), count, stage.unpack_as->type);
+}
+
 /// MPI_Iallgather and MPI_Iallgather_c, moved as bytes (as MPI_Allgather).
 template <class Count, class Pmpi>
 int iallgather_call(const void* sendbuf, Count sendcount, MPI_Datatype sendtype, void* recvbuf,
@@ -276,37 +311,19 @@ int iallgather_call(const void* sendbuf, Count sendcount, MPI_Datatype sendtype,
                     Pmpi pmpi) {
   constexpr coll c = coll::iallgather;
   const bool in_place = sendbuf == MPI_IN_PLACE;
-  std::optional<fallback> why;
-  std::size_t ssize = 0, rsize = 0, block = 0, bytes = 0;
-  int P = 0;
-  if (mpi_active()) {
-    why = communicator_fallback(comm, recvcount >= 0 && recvbuf && sendbuf && request &&
-                                          (in_place || sendcount >= 0));
-    if (!why)
-      block = block_signature(sendbuf, sendcount, sendtype, recvcount, recvtype, ssize, rsize, why);
-    if (!why) {
-      P = comm_size(comm);
-      if (!count_fits(static_cast<long long>(block), P))
-        why = fallback::arguments;
-      else
-        bytes = block * static_cast<std::size_t>(P);
-    }
-  }
+  const block_call m =
+      measure_block_call(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, comm, request);
+  const std::size_t block = m.block, bytes = m.bytes;
+  const int P = m.P;
   const local_start d =
-      decide_nonblocking(c, comm, why, bytes, config().shm, [bytes](const comm_state& s) {
+      decide_nonblocking(c, comm, m.why, bytes, config().shm, [bytes](const comm_state& s) {
         return shm_collective_choice(coll::allgather, bytes, s.size);
       });
   return start<Count>(c, comm, request, d, bytes, pmpi, [&](complete_ireq done) {
-    const bool recv_direct = rsize != 0, send_direct = in_place || ssize != 0;
+    const bool recv_direct = m.rsize != 0, send_direct = in_place || m.ssize != 0;
     if (!recv_direct || !send_direct) count_packed(c);
-    std::shared_ptr<staging> stage;
     byte* out = static_cast<byte*>(recvbuf);
-    if (!recv_direct) { // gathered in staging, unpacked block by block on the engine
-      stage = std::make_shared<staging>();
-      stage->bytes.resize(bytes);
-      stage->unpack_as = std::make_unique<datatype_copy>(recvtype);
-      out = reinterpret_cast<byte*>(stage->bytes.data());
-    }
+    const std::shared_ptr<staging> stage = receive_staging(recv_direct, bytes, recvtype, out);
     const int rank = d.state->rank;
     byte* own = out + static_cast<std::size_t>(rank) * block;
     const byte* in = own;
@@ -325,11 +342,7 @@ int iallgather_call(const void* sendbuf, Count sendcount, MPI_Datatype sendtype,
         [=](auto& on, const auto& tags, const auto& algo) {
           tcoll::cpu_reducer red;
           tcoll::allgather_in(on, tags, in, out, block, algo, red);
-          if (stage)
-            for (int q = 0; q < P; ++q)
-              unpack_local(stage->bytes.data() + static_cast<std::size_t>(q) * block, block,
-                           block_of(recvbuf, rcount, stage->unpack_as->type, q), rcount,
-                           stage->unpack_as->type);
+          if (stage) unpack_blocks(*stage, P, block, recvbuf, rcount);
         },
         done);
   });
@@ -342,37 +355,19 @@ int ialltoall_call(const void* sendbuf, Count sendcount, MPI_Datatype sendtype, 
                    Pmpi pmpi) {
   constexpr coll c = coll::ialltoall;
   const bool in_place = sendbuf == MPI_IN_PLACE;
-  std::optional<fallback> why;
-  std::size_t ssize = 0, rsize = 0, block = 0, bytes = 0;
-  int P = 0;
-  if (mpi_active()) {
-    why = communicator_fallback(comm, recvcount >= 0 && recvbuf && sendbuf && request &&
-                                          (in_place || sendcount >= 0));
-    if (!why)
-      block = block_signature(sendbuf, sendcount, sendtype, recvcount, recvtype, ssize, rsize, why);
-    if (!why) {
-      P = comm_size(comm);
-      if (!count_fits(static_cast<long long>(block), P))
-        why = fallback::arguments;
-      else
-        bytes = block * static_cast<std::size_t>(P);
-    }
-  }
+  const block_call m =
+      measure_block_call(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, comm, request);
+  const std::size_t block = m.block, bytes = m.bytes;
+  const int P = m.P;
   const local_start d =
-      decide_nonblocking(c, comm, why, bytes, config().shm, [bytes](const comm_state& s) {
+      decide_nonblocking(c, comm, m.why, bytes, config().shm, [bytes](const comm_state& s) {
         return shm_collective_choice(coll::alltoall, bytes, s.size);
       });
   return start<Count>(c, comm, request, d, bytes, pmpi, [&](complete_ireq done) {
-    const bool recv_direct = rsize != 0, send_direct = in_place || ssize != 0;
+    const bool recv_direct = m.rsize != 0, send_direct = in_place || m.ssize != 0;
     if (!recv_direct || !send_direct) count_packed(c);
-    std::shared_ptr<staging> stage;
     byte* out = static_cast<byte*>(recvbuf);
-    if (!recv_direct) {
-      stage = std::make_shared<staging>();
-      stage->bytes.resize(bytes);
-      stage->unpack_as = std::make_unique<datatype_copy>(recvtype);
-      out = reinterpret_cast<byte*>(stage->bytes.data());
-    }
+    const std::shared_ptr<staging> stage = receive_staging(recv_direct, bytes, recvtype, out);
     const byte* in = in_place ? out : static_cast<const byte*>(sendbuf);
     if (in_place && !recv_direct) { // the blocks sit in recvbuf as recvtype
       for (int q = 0; q < P; ++q)
@@ -389,11 +384,7 @@ int ialltoall_call(const void* sendbuf, Count sendcount, MPI_Datatype sendtype, 
         c, *d.state, d.a,
         [=](auto& on, const auto& tags, const auto& algo) {
           tcoll::alltoall_in(on, tags, in, out, block, in == out, algo);
-          if (stage)
-            for (int q = 0; q < P; ++q)
-              unpack_local(stage->bytes.data() + static_cast<std::size_t>(q) * block, block,
-                           block_of(recvbuf, rcount, stage->unpack_as->type, q), rcount,
-                           stage->unpack_as->type);
+          if (stage) unpack_blocks(*stage, P, block, recvbuf, rcount);
         },
         done);
   });
