@@ -13,11 +13,11 @@ namespace tcoll::testing {
 // type_tag<T> is tcoll's own (core/scalar_type.hpp).
 
 /// Calls f(type_tag<T>{}) for every element type whose name is in `names` (all if empty).
-/// The sanitizer builds (scripts/test.sh defines TCOLL_TEST_FEW_TYPES) compile seven of the
-/// twelve types, every width and kind once (uint8, int32, int64, float, double, half,
-/// bfloat16): there the typed matrices look for memory and thread errors, not arithmetic
-/// ones, and the other five cost about a third of those builds' compile time. A name that
-/// is not compiled runs nothing.
+/// The sanitizer builds (scripts/test.sh defines TCOLL_TEST_FEW_TYPES) and the CUDA compile
+/// check (meson.build's cuda_check_args) compile seven of the twelve types, every width and
+/// kind once (uint8, int32, int64, float, double, half, bfloat16): there the typed matrices
+/// look for memory and thread errors, or only have to compile, and the other five cost about
+/// a third of those builds' compile time. A name that is not compiled runs nothing.
 template <class F>
 void for_each_type(const std::vector<std::string>& names, F&& f) {
   auto one = [&]<class T>(type_tag<T> tag) {
