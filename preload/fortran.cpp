@@ -39,6 +39,8 @@
 #undef MPI_Iallgather
 #undef MPI_Ireduce_scatter_block
 #undef MPI_Ialltoall
+#undef MPI_Igather
+#undef MPI_Iscatter
 
 namespace {
 
@@ -292,6 +294,30 @@ TCOLL_PRELOAD_EXPORT void ompi_ialltoall_f(char* sendbuf, MPI_Fint* sendcount, M
   });
 }
 TCOLL_FORTRAN_ALIASES(ialltoall, IALLTOALL)
+
+/// Fortran MPI_IGATHER.
+TCOLL_PRELOAD_EXPORT void ompi_igather_f(char* sendbuf, MPI_Fint* sendcount, MPI_Fint* sendtype,
+                                         char* recvbuf, MPI_Fint* recvcount, MPI_Fint* recvtype,
+                                         MPI_Fint* root, MPI_Fint* comm, MPI_Fint* request,
+                                         MPI_Fint* ierr) {
+  start_fortran(request, ierr, [&](MPI_Request* r) {
+    return MPI_Igather(c_buffer(sendbuf), *sendcount, PMPI_Type_f2c(*sendtype), c_buffer(recvbuf),
+                       *recvcount, PMPI_Type_f2c(*recvtype), *root, PMPI_Comm_f2c(*comm), r);
+  });
+}
+TCOLL_FORTRAN_ALIASES(igather, IGATHER)
+
+/// Fortran MPI_ISCATTER.
+TCOLL_PRELOAD_EXPORT void ompi_iscatter_f(char* sendbuf, MPI_Fint* sendcount, MPI_Fint* sendtype,
+                                          char* recvbuf, MPI_Fint* recvcount, MPI_Fint* recvtype,
+                                          MPI_Fint* root, MPI_Fint* comm, MPI_Fint* request,
+                                          MPI_Fint* ierr) {
+  start_fortran(request, ierr, [&](MPI_Request* r) {
+    return MPI_Iscatter(c_buffer(sendbuf), *sendcount, PMPI_Type_f2c(*sendtype), c_buffer(recvbuf),
+                        *recvcount, PMPI_Type_f2c(*recvtype), *root, PMPI_Comm_f2c(*comm), r);
+  });
+}
+TCOLL_FORTRAN_ALIASES(iscatter, ISCATTER)
 
 /// Fortran MPI_BARRIER (MPI's own barrier; a pending set-up is created first, as for C).
 TCOLL_PRELOAD_EXPORT void ompi_barrier_f(MPI_Fint* comm, MPI_Fint* ierr) {

@@ -1,6 +1,7 @@
 /// \file
-/// libtcoll_mpi.so: MPI_Ibcast, MPI_Ireduce, MPI_Iallgather, MPI_Ireduce_scatter_block and
-/// MPI_Ialltoall (and their `_c` forms) through tcoll's engine thread, under MPI_Iallreduce's
+/// libtcoll_mpi.so: MPI_Ibcast, MPI_Ireduce, MPI_Iallgather, MPI_Ireduce_scatter_block,
+/// MPI_Ialltoall, MPI_Igather and MPI_Iscatter (and their `_c` forms) through tcoll's engine
+/// thread, under MPI_Iallreduce's
 /// rules (preload/nonblocking.hpp): the start is local, its path is decided from what every
 /// rank shares (the signature bytes, the rules, the state blocking calls created), MPI runs
 /// everything else. The engine completes a generalized request when the data is in place.
@@ -23,6 +24,8 @@
 #undef MPI_Iallgather
 #undef MPI_Ireduce_scatter_block
 #undef MPI_Ialltoall
+#undef MPI_Igather
+#undef MPI_Iscatter
 
 using namespace tcoll::preload;
 
@@ -390,6 +393,173 @@ int ialltoall_call(const void* sendbuf, Count sendcount, MPI_Datatype sendtype, 
   });
 }
 
+/// The checks and sizes of a rooted call with `count` elements of `type` per rank on every
+/// rank and P blocks at the root (gather, scatter), as the blocking wrappers make them: the
+/// root's `root_count` x `root_type` (its receive side for a gather, its send side for a
+/// scatter) must carry the same signature bytes; `in_place` at the root only. `why` set
+/// where MPI judges the call.
+struct rooted_call {
+  std::optional<fallback> why;
+  std::size_t size = 0, root_size = 0; ///< element sizes of predefined contiguous types, or 0
+  std::size_t block = 0, bytes = 0;    ///< one block's signature bytes, and P blocks'
+  int P = 0;
+  bool is_root = false;
+};
+template <class Count>
+rooted_call measure_rooted_call(const void* buf, Count count, MPI_Datatype type,
+                                const void* root_buf, Count root_count, MPI_Datatype root_type,
+                                bool in_place, int root, MPI_Comm comm, MPI_Request* request) {
+  rooted_call m;
+  if (!mpi_active()) return m; // decide_nonblocking counts it
+  m.why = communicator_fallback(comm, request != nullptr);
+  if (m.why) return m;
+  m.P = comm_size(comm);
+  if (root < 0 || root >= m.P) {
+    m.why = fallback::arguments;
+    return m;
+  }
+  m.is_root = comm_rank(comm) == root;
+  if (in_place && !m.is_root) {
+    m.why = fallback::arguments;
+    return m;
+  }
+  long long signature = 0; // of this rank's block
+  if (!in_place) {
+    m.size = contiguous_size(type);
+    signature = m.size ? static_cast<long long>(m.size) * count : signature_bytes(count, type);
+  }
+  if (m.is_root) { // the root's P-block arguments are significant there only
+    m.root_size = contiguous_size(root_type);
+    const long long root_signature = m.root_size ? static_cast<long long>(m.root_size) * root_count
+                                                 : signature_bytes(root_count, root_type);
+    if (root_signature < 0 || (!in_place && root_signature != signature)) {
+      m.why = fallback::arguments; // MPI reports the bad type or the mismatch
+      return m;
+    }
+    signature = root_signature;
+  }
+  if (signature < 0 || !count_fits(signature, m.P)) {
+    m.why = fallback::arguments;
+    return m;
+  }
+  m.block = static_cast<std::size_t>(signature);
+  if (m.block != 0 && ((!in_place && buf == nullptr) || (m.is_root && root_buf == nullptr))) {
+    m.why = fallback::arguments;
+    return m;
+  }
+  m.bytes = m.block * static_cast<std::size_t>(m.P);
+  return m;
+}
+
+/// MPI_Igather and MPI_Igather_c, moved as bytes (as MPI_Gather). recvbuf, recvcount and
+/// recvtype are read at the root only.
+template <class Count, class Pmpi>
+int igather_call(const void* sendbuf, Count sendcount, MPI_Datatype sendtype, void* recvbuf,
+                 Count recvcount, MPI_Datatype recvtype, int root, MPI_Comm comm,
+                 MPI_Request* request, Pmpi pmpi) {
+  constexpr coll c = coll::igather;
+  const bool in_place = sendbuf == MPI_IN_PLACE; // at the root only
+  const rooted_call m = measure_rooted_call(sendbuf, sendcount, sendtype, recvbuf, recvcount,
+                                            recvtype, in_place, root, comm, request);
+  const std::size_t block = m.block, bytes = m.bytes;
+  const int P = m.P;
+  const local_start d =
+      decide_nonblocking(c, comm, m.why, bytes, config().shm, [bytes](const comm_state& s) {
+        return shm_collective_choice(coll::gather, bytes, s.size);
+      });
+  return start<Count>(c, comm, request, d, bytes, pmpi, [&](complete_ireq done) {
+    const bool send_direct = in_place || m.size != 0;
+    const bool recv_direct = !m.is_root || m.root_size != 0;
+    if (!send_direct || !recv_direct) count_packed(c);
+    byte* out = nullptr; // the root's P blocks, contiguous: recvbuf or staging
+    std::shared_ptr<staging> stage;
+    const byte* in = static_cast<const byte*>(sendbuf);
+    if (m.is_root) {
+      out = static_cast<byte*>(recvbuf);
+      stage = receive_staging(recv_direct, bytes, recvtype, out);
+      byte* own = out + static_cast<std::size_t>(root) * block;
+      if (in_place) { // the root's block sits in recvbuf at its place, as recvtype
+        if (!recv_direct)
+          pack_local(block_of(recvbuf, recvcount, recvtype, root), recvcount, recvtype,
+                     reinterpret_cast<std::byte*>(own), block);
+        in = own;
+      } else if (!send_direct) { // packed straight into its place: tcoll's in-place form
+        pack_local(sendbuf, sendcount, sendtype, reinterpret_cast<std::byte*>(own), block);
+        in = own;
+      }
+    } else if (!send_direct) { // a start may read the send buffer: packed now
+      stage = std::make_shared<staging>();
+      stage->bytes.resize(block);
+      pack_local(sendbuf, sendcount, sendtype, stage->bytes.data(), block);
+      in = reinterpret_cast<const byte*>(stage->bytes.data());
+    }
+    auto blocks = tcoll::check_gather_arguments(in, out, block, root, d.state->rank, P);
+    const long long rcount = recvcount;
+    queue_on_path<collective::gather>(
+        c, *d.state, d.a,
+        [=, blocks = std::move(blocks)](auto& on, const auto& tags, const auto& algo) {
+          tcoll::gather_in(on, tags, in, out, block, root, blocks, algo);
+          if (stage && stage->unpack_as) unpack_blocks(*stage, P, block, recvbuf, rcount);
+        },
+        done);
+  });
+}
+
+/// MPI_Iscatter and MPI_Iscatter_c, moved as bytes (as MPI_Scatter). sendbuf, sendcount and
+/// sendtype are read at the root only.
+template <class Count, class Pmpi>
+int iscatter_call(const void* sendbuf, Count sendcount, MPI_Datatype sendtype, void* recvbuf,
+                  Count recvcount, MPI_Datatype recvtype, int root, MPI_Comm comm,
+                  MPI_Request* request, Pmpi pmpi) {
+  constexpr coll c = coll::iscatter;
+  const bool in_place = recvbuf == MPI_IN_PLACE; // at the root only
+  const rooted_call m = measure_rooted_call(recvbuf, recvcount, recvtype, sendbuf, sendcount,
+                                            sendtype, in_place, root, comm, request);
+  const std::size_t block = m.block, bytes = m.bytes;
+  const int P = m.P;
+  const local_start d =
+      decide_nonblocking(c, comm, m.why, bytes, config().shm, [bytes](const comm_state& s) {
+        return shm_collective_choice(coll::scatter, bytes, s.size);
+      });
+  return start<Count>(c, comm, request, d, bytes, pmpi, [&](complete_ireq done) {
+    const bool send_direct = !m.is_root || m.root_size != 0;
+    const bool recv_direct = in_place || m.size != 0;
+    if (!send_direct || !recv_direct) count_packed(c);
+    auto stage = std::make_shared<staging>(); // packed send blocks, the receive type's copy
+    const byte* in = nullptr;                 // the root's P blocks, contiguous
+    byte* out = static_cast<byte*>(recvbuf);
+    if (m.is_root) {
+      in = static_cast<const byte*>(sendbuf);
+      if (!send_direct) { // block q of sendbuf at q sendcount extent, packed in rank order
+        stage->bytes.resize(bytes);
+        for (int q = 0; q < P; ++q)
+          pack_local(block_of(sendbuf, sendcount, sendtype, q), sendcount, sendtype,
+                     stage->bytes.data() + static_cast<std::size_t>(q) * block, block);
+        in = reinterpret_cast<const byte*>(stage->bytes.data());
+      }
+      // in place, or a receive type to unpack into: tcoll's in-place form (the root's
+      // block stays where it is; linear and the group leaders only read it)
+      if (in_place || !recv_direct)
+        out = const_cast<byte*>(in) + static_cast<std::size_t>(root) * block;
+    } else if (!recv_direct) {
+      stage->bytes.resize(block);
+      out = reinterpret_cast<byte*>(stage->bytes.data());
+    }
+    if (!recv_direct) stage->unpack_as = std::make_unique<datatype_copy>(recvtype);
+    auto blocks = tcoll::check_scatter_arguments(in, out, block, root, d.state->rank, P);
+    const long long rcount = recvcount;
+    queue_on_path<collective::scatter>(
+        c, *d.state, d.a,
+        [=, blocks = std::move(blocks)](auto& on, const auto& tags, const auto& algo) {
+          tcoll::scatter_in(on, tags, in, out, block, root, blocks, algo);
+          if (stage->unpack_as)
+            unpack_local(reinterpret_cast<const std::byte*>(out), block, recvbuf, rcount,
+                         stage->unpack_as->type);
+        },
+        done);
+  });
+}
+
 } // namespace
 
 /// MPI_Ibcast through tcoll's engine thread (binomial tree, the collective area, the
@@ -441,6 +611,28 @@ TCOLL_PRELOAD_EXPORT int MPI_Ialltoall(const void* sendbuf, int sendcount, MPI_D
                         });
 }
 
+/// MPI_Igather as MPI_Ibcast does (TCOLL_GATHER_ALGO).
+TCOLL_PRELOAD_EXPORT int MPI_Igather(const void* sendbuf, int sendcount, MPI_Datatype sendtype,
+                                     void* recvbuf, int recvcount, MPI_Datatype recvtype, int root,
+                                     MPI_Comm comm, MPI_Request* request) {
+  return igather_call(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, root, comm,
+                      request, [&] {
+                        return PMPI_Igather(sendbuf, sendcount, sendtype, recvbuf, recvcount,
+                                            recvtype, root, comm, request);
+                      });
+}
+
+/// MPI_Iscatter as MPI_Ibcast does (TCOLL_SCATTER_ALGO).
+TCOLL_PRELOAD_EXPORT int MPI_Iscatter(const void* sendbuf, int sendcount, MPI_Datatype sendtype,
+                                      void* recvbuf, int recvcount, MPI_Datatype recvtype, int root,
+                                      MPI_Comm comm, MPI_Request* request) {
+  return iscatter_call(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, root, comm,
+                       request, [&] {
+                         return PMPI_Iscatter(sendbuf, sendcount, sendtype, recvbuf, recvcount,
+                                              recvtype, root, comm, request);
+                       });
+}
+
 #if TCOLL_PRELOAD_LARGE_COUNT
 /// MPI-4's large-count forms: the same paths.
 TCOLL_PRELOAD_EXPORT int MPI_Ibcast_c(void* buffer, MPI_Count count, MPI_Datatype datatype,
@@ -482,5 +674,25 @@ TCOLL_PRELOAD_EXPORT int MPI_Ialltoall_c(const void* sendbuf, MPI_Count sendcoun
                           return PMPI_Ialltoall_c(sendbuf, sendcount, sendtype, recvbuf, recvcount,
                                                   recvtype, comm, request);
                         });
+}
+TCOLL_PRELOAD_EXPORT int MPI_Igather_c(const void* sendbuf, MPI_Count sendcount,
+                                       MPI_Datatype sendtype, void* recvbuf, MPI_Count recvcount,
+                                       MPI_Datatype recvtype, int root, MPI_Comm comm,
+                                       MPI_Request* request) {
+  return igather_call(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, root, comm,
+                      request, [&] {
+                        return PMPI_Igather_c(sendbuf, sendcount, sendtype, recvbuf, recvcount,
+                                              recvtype, root, comm, request);
+                      });
+}
+TCOLL_PRELOAD_EXPORT int MPI_Iscatter_c(const void* sendbuf, MPI_Count sendcount,
+                                        MPI_Datatype sendtype, void* recvbuf, MPI_Count recvcount,
+                                        MPI_Datatype recvtype, int root, MPI_Comm comm,
+                                        MPI_Request* request) {
+  return iscatter_call(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, root, comm,
+                       request, [&] {
+                         return PMPI_Iscatter_c(sendbuf, sendcount, sendtype, recvbuf, recvcount,
+                                                recvtype, root, comm, request);
+                       });
 }
 #endif

@@ -36,7 +36,8 @@ const char* coll_name(coll c) noexcept {
                                                 "MPI_Gatherv",        "MPI_Scatterv",
                                                 "MPI_Ibcast",         "MPI_Ireduce",
                                                 "MPI_Iallgather",     "MPI_Ireduce_scatter_block",
-                                                "MPI_Ialltoall"};
+                                                "MPI_Ialltoall",      "MPI_Igather",
+                                                "MPI_Iscatter"};
   return names[static_cast<int>(c)];
 }
 
@@ -106,7 +107,8 @@ settings read_settings() {
          {std::pair{coll::ibcast, coll::bcast}, std::pair{coll::ireduce, coll::reduce},
           std::pair{coll::iallgather, coll::allgather},
           std::pair{coll::ireduce_scatter_block, coll::reduce_scatter_block},
-          std::pair{coll::ialltoall, coll::alltoall}})
+          std::pair{coll::ialltoall, coll::alltoall}, std::pair{coll::igather, coll::gather},
+          std::pair{coll::iscatter, coll::scatter}})
       s.rules[static_cast<int>(nonblocking)] = s.rules[static_cast<int>(blocking)];
     if (const char* v = std::getenv("TCOLL_DEBUG"); v && *v) {
       const std::string_view d(v);

@@ -36,6 +36,8 @@
 #define MPI_Iallgather PMPI_Iallgather
 #define MPI_Ireduce_scatter_block PMPI_Ireduce_scatter_block
 #define MPI_Ialltoall PMPI_Ialltoall
+#define MPI_Igather PMPI_Igather
+#define MPI_Iscatter PMPI_Iscatter
 
 #include <atomic>
 #include <chrono>
@@ -117,8 +119,10 @@ enum class coll : int {
   iallgather,            ///< MPI_Iallgather
   ireduce_scatter_block, ///< MPI_Ireduce_scatter_block
   ialltoall,             ///< MPI_Ialltoall
+  igather,               ///< MPI_Igather
+  iscatter,              ///< MPI_Iscatter
 };
-inline constexpr int coll_count = 21;
+inline constexpr int coll_count = 23;
 /// "MPI_Allreduce", ...
 const char* coll_name(coll c) noexcept;
 
@@ -177,8 +181,10 @@ constexpr collective collective_of(coll c) noexcept {
   case coll::ialltoall:
     return collective::alltoall;
   case coll::gather:
+  case coll::igather:
     return collective::gather;
   case coll::scatter:
+  case coll::iscatter:
     return collective::scatter;
   case coll::alltoallv:
     return collective::alltoallv;

@@ -1490,14 +1490,17 @@ static void expect_values(const double* got, int n, int stride, double (*want)(i
 }
 
 /* Mode "nonblocking_others": MPI_Ibcast, MPI_Ireduce, MPI_Iallgather,
- * MPI_Ireduce_scatter_block and MPI_Ialltoall on the world (8 KiB per block), started together
+ * MPI_Ireduce_scatter_block, MPI_Ialltoall, MPI_Igather and MPI_Iscatter on the world (8 KiB per
+ * block), started together
  * with a blocking MPI_Allreduce among the starts, every result checked against values computed
  * here from fractional inputs. Round 0 finds the communicator's tcoll state missing (a start
  * is local: MPI runs it, and the next blocking call creates the state); rounds 1 and 2 run
  * where the environment's rules say, round 2 through the large-count forms where MPI has them. On
  * odd ranks MPI_Ibcast receives into a strided vector type and MPI_Iallgather into one contiguous
  * type per block, both freed right after the start (the preload packs and unpacks around tcoll's
- * collective, with its own duplicate). */
+ * collective, with its own duplicate); odd ranks also send their MPI_Igather block and receive
+ * their MPI_Iscatter block through the strided type, and an odd root gathers into and scatters
+ * from one contiguous type per block. */
 static int nonblocking_others(void) {
   enum { N = 1024 };
   int P, r;
@@ -1513,6 +1516,10 @@ static int nonblocking_others(void) {
   double* rs = xmalloc(sizeof(double) * N);
   double* a2a_in = xmalloc(sizeof(double) * N * P);
   double* a2a = xmalloc(sizeof(double) * N * P);
+  double* ga_in = xmalloc(sizeof(double) * 2 * N); /* strided on odd ranks */
+  double* ga = xmalloc(sizeof(double) * N * P);
+  double* sc_in = xmalloc(sizeof(double) * N * P);
+  double* sc = xmalloc(sizeof(double) * 2 * N); /* strided on odd ranks */
   for (int round = 0; round < 3; ++round) {
 #if MPI_VERSION >= 4
     large_count = round == 2; /* the _c forms */
@@ -1532,9 +1539,16 @@ static int nonblocking_others(void) {
       rs_in[i] = frac(r, i);
       a2a_in[i] = frac(r, i) + 0.25 * (i / N); /* block q: for rank q */
       a2a[i] = -1.0;
+      ga[i] = -1.0;
+      sc_in[i] = frac(root, i) + 0.5;
     }
+    for (int i = 0; i < 2 * N; ++i) {
+      ga_in[i] = -1.0;
+      sc[i] = -1.0;
+    }
+    for (int i = 0; i < N; ++i) ga_in[odd ? 2 * i : i] = frac(r, i) + 0.75;
     MPI_Datatype strided = MPI_DATATYPE_NULL, block = MPI_DATATYPE_NULL;
-    MPI_Request q[5];
+    MPI_Request q[7];
     const int odd_receiver = odd && r != root;
     if (odd_receiver) {
       MPI_Type_vector(N, 1, 2, MPI_DOUBLE, &strided);
@@ -1568,7 +1582,48 @@ static int nonblocking_others(void) {
     check_call(
         COLL(MPI_Ialltoall, a2a_in, N, MPI_DOUBLE, a2a, N, MPI_DOUBLE, MPI_COMM_WORLD, &q[4]),
         "MPI_Ialltoall");
-    check_call(MPI_Waitall(5, q, MPI_STATUSES_IGNORE), "MPI_Waitall");
+    /* gather and scatter: an odd rank's own block through the strided type, an odd root's P
+     * blocks through one contiguous type per block, every type freed right after the start */
+    MPI_Datatype own = MPI_DOUBLE, blocks = MPI_DOUBLE;
+    int own_count = N, blocks_count = N;
+    if (odd) {
+      MPI_Type_vector(N, 1, 2, MPI_DOUBLE, &own);
+      MPI_Type_commit(&own);
+      own_count = 1;
+      if (r == root) {
+        MPI_Type_contiguous(N, MPI_DOUBLE, &blocks);
+        MPI_Type_commit(&blocks);
+        blocks_count = 1;
+      }
+    }
+    check_call(COLL(MPI_Igather, ga_in, own_count, own, ga, blocks_count, blocks, root,
+                    MPI_COMM_WORLD, &q[5]),
+               "MPI_Igather");
+    check_call(COLL(MPI_Iscatter, sc_in, blocks_count, blocks, sc, own_count, own, root,
+                    MPI_COMM_WORLD, &q[6]),
+               "MPI_Iscatter");
+    if (own != MPI_DOUBLE) MPI_Type_free(&own);
+    if (blocks != MPI_DOUBLE) MPI_Type_free(&blocks);
+    check_call(MPI_Waitall(7, q, MPI_STATUSES_IGNORE), "MPI_Waitall");
+    if (r == root)
+      for (int k = 0; k < P; ++k)
+        for (int i = 0; i < N; ++i)
+          if (ga[(size_t)k * N + i] != frac(k, i) + 0.75) {
+            fprintf(stderr, "rank %d: MPI_Igather: block %d element %d is %.17g\n", r, k, i,
+                    ga[(size_t)k * N + i]);
+            ++errors;
+            k = P;
+            break;
+          }
+    for (int i = 0; i < N; ++i) {
+      const double want = frac(root, r * N + i) + 0.5;
+      if (sc[odd ? 2 * i : i] != want || (odd && sc[2 * i + 1] != -1.0)) {
+        fprintf(stderr, "rank %d: MPI_Iscatter: element %d is %.17g (gap %.17g), want %.17g\n", r,
+                i, sc[odd ? 2 * i : i], odd ? sc[2 * i + 1] : 0.0, want);
+        ++errors;
+        break;
+      }
+    }
     expect_values(bc, N, odd_receiver ? 2 : 1, frac, root, "MPI_Ibcast");
     if (odd_receiver) /* the gaps of the strided type stay unwritten */
       for (int i = 0; i < N; ++i)
@@ -1608,7 +1663,7 @@ static int nonblocking_others(void) {
         break;
       }
     }
-    checks += 4;
+    checks += 6;
     if (round == 0) check_call(MPI_Barrier(MPI_COMM_WORLD), "MPI_Barrier"); /* sets up */
   }
 #if MPI_VERSION >= 4
@@ -1623,6 +1678,10 @@ static int nonblocking_others(void) {
   free(rs);
   free(a2a_in);
   free(a2a);
+  free(ga_in);
+  free(ga);
+  free(sc_in);
+  free(sc);
   if (r == 0) fprintf(stderr, "nonblocking_others: %s\n", errors ? "FAILED" : "completed");
   MPI_Finalize();
   return errors ? 1 : 0;

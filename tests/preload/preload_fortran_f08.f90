@@ -1,9 +1,10 @@
 ! A Fortran 2008 MPI program (`use mpi_f08`, calls only MPI) for the preload's tests: its
 ! calls reach libtcoll_mpi.so through Open MPI's f08 bindings (which call ompi_<name>_f) or
-! MPICH's (which call the C entry points). Fortran's own datatypes, MPI_IN_PLACE, a
-! non-blocking allreduce, all-to-all, gather, scatter, a non-blocking broadcast and all-to-all
-! (at MPI_THREAD_MULTIPLE, which tcoll's engine thread needs); every result is checked against the value computed here (inputs
-! are multiples of 1/4: every sum is exact); any mismatch stops it with a non-zero exit.
+! MPICH's (which call the C entry points). Fortran's own datatypes, MPI_IN_PLACE, all-to-all,
+! gather, scatter, and the non-blocking allreduce, broadcast, all-to-all, gather and scatter
+! (at MPI_THREAD_MULTIPLE, which tcoll's engine thread needs); every result is checked against
+! the value computed here (inputs are multiples of 1/8: every sum is exact); any mismatch
+! stops it with a non-zero exit.
 program preload_fortran_f08
   use mpi_f08
   implicit none
@@ -109,6 +110,35 @@ program preload_fortran_f08
   call MPI_Ibcast(d_out, n, MPI_DOUBLE_PRECISION, np - 1, MPI_COMM_WORLD, request)
   call MPI_Wait(request, MPI_STATUS_IGNORE)
   if (any(d_out /= d_want)) errors = errors + 1
+  ! a non-blocking gather to rank 0 and a non-blocking scatter from the last rank
+  do i = 1, 4
+    part(i) = rank + i * 0.5d0
+  end do
+  parts = -1
+  call MPI_Igather(part, 4, MPI_DOUBLE_PRECISION, parts, 4, MPI_DOUBLE_PRECISION, 0, &
+                   MPI_COMM_WORLD, request)
+  call MPI_Wait(request, MPI_STATUS_IGNORE)
+  if (rank == 0) then
+    do q = 0, np - 1
+      do i = 1, 4
+        if (parts(q * 4 + i) /= q + i * 0.5d0) errors = errors + 1
+      end do
+    end do
+  end if
+  if (rank == np - 1) then
+    do q = 0, np - 1
+      do i = 1, 4
+        parts(q * 4 + i) = q + i * 0.125d0
+      end do
+    end do
+  end if
+  part = -1
+  call MPI_Iscatter(parts, 4, MPI_DOUBLE_PRECISION, part, 4, MPI_DOUBLE_PRECISION, np - 1, &
+                    MPI_COMM_WORLD, request)
+  call MPI_Wait(request, MPI_STATUS_IGNORE)
+  do i = 1, 4
+    if (part(i) /= rank + i * 0.125d0) errors = errors + 1
+  end do
 
   if (errors /= 0) then
     print *, 'rank', rank, ':', errors, 'wrong results'

@@ -14,6 +14,7 @@
 #include <cstddef>
 #include <span>
 #include <utility>
+#include <vector>
 
 #include "../collectives.hpp"
 #include "../communicator.hpp"
@@ -135,10 +136,40 @@ void alltoall_in(C& c, const collective_tags<C>& tags, const T* sendbuf, T* recv
   detail::alltoall_on(c, tags, sendbuf, recvbuf, count, in_place, algo);
 }
 
+/// `gather` in `tags` (`count` elements per rank); `blocks` are the root's, from
+/// `check_gather_arguments` (empty elsewhere).
+template <communicator C, class T>
+void gather_in(C& c, const collective_tags<C>& tags, const T* sendbuf, T* recvbuf,
+               std::size_t count, int root, const std::vector<root_block>& blocks,
+               const linear& algo) {
+  detail::gather_on(c, tags, sendbuf, recvbuf, count, root, blocks, algo);
+}
+/// `scatter` in `tags` (`count` elements per rank); `blocks` are the root's, from
+/// `check_scatter_arguments` (empty elsewhere).
+template <communicator C, class T>
+void scatter_in(C& c, const collective_tags<C>& tags, const T* sendbuf, T* recvbuf,
+                std::size_t count, int root, const std::vector<root_block>& blocks,
+                const linear& algo) {
+  detail::scatter_on(c, tags, sendbuf, recvbuf, count, root, blocks, algo);
+}
+
 /// The argument checks of `allreduce` (they name the argument and `rank`).
 template <class T>
 void check_allreduce_arguments(const T* sendbuf, T* recvbuf, std::size_t count, int rank) {
   detail::check_allreduce_args(sendbuf, recvbuf, count, rank);
+}
+/// The argument checks of `gather` on rank `rank` of `size` (they name the argument and
+/// `rank`); returns the root's blocks for `gather_in` (empty elsewhere).
+template <class T>
+std::vector<root_block> check_gather_arguments(const T* sendbuf, T* recvbuf, std::size_t count,
+                                               int root, int rank, int size) {
+  return detail::check_gather_args(sendbuf, recvbuf, count, root, rank, size);
+}
+/// The argument checks of `scatter`, as `check_gather_arguments`.
+template <class T>
+std::vector<root_block> check_scatter_arguments(const T* sendbuf, T* recvbuf, std::size_t count,
+                                                int root, int rank, int size) {
+  return detail::check_scatter_args(sendbuf, recvbuf, count, root, rank, size);
 }
 
 } // namespace tcoll
