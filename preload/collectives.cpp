@@ -5,6 +5,7 @@
 /// communicator's ranks share one node.
 #include "prologue.hpp"
 #include "tcoll_mpi.hpp"
+#include "v_blocks.hpp"
 
 #include <algorithm>
 #include <cstring>
@@ -893,118 +894,6 @@ TCOLL_PRELOAD_EXPORT int MPI_Scatter_c(const void* sendbuf, MPI_Count sendcount,
 #endif
 
 namespace {
-
-/// One side of an uneven collective's blocks (MPI_Alltoallv's send or receive side, the
-/// root's side of MPI_Gatherv and MPI_Scatterv), as bytes: block q is `sizes[q]` bytes at
-/// `data + at[q]`. Where the datatype is predefined and contiguous the blocks are the user's
-/// own, where its displacements put them (`data` is the buffer from its lowest non-empty
-/// block; gaps between blocks are left alone); else (a derived or non-contiguous datatype, or
-/// MPI_BOTTOM) they are packed in rank order into `packed` by `pack_side`, and `unpack_side`
-/// moves them back.
-struct v_side {
-  std::vector<std::size_t> sizes, at;
-  std::size_t total = 0; ///< bytes of every block together: this rank's part of the call
-  bool direct = false;
-  unsigned char* data = nullptr;
-  std::vector<std::byte> packed;
-};
-
-/// Sizes `side` from `counts[0..P)` elements of `type` at `buf`, block q at `displs[q]`
-/// extents of `type` (rank-local: no other rank sees these). False where a count is
-/// negative, the datatype invalid or the bytes overflow: MPI judges such a call itself.
-template <class Count, class Displ>
-bool measure_side(v_side& side, const void* buf, const Count* counts, const Displ* displs,
-                  MPI_Datatype type, int P) {
-  const std::size_t contiguous = contiguous_size(type);
-  const long long element =
-      contiguous ? static_cast<long long>(contiguous) : signature_bytes(1, type);
-  if (element < 0 || counts == nullptr || displs == nullptr) return false;
-  const auto n = static_cast<std::size_t>(P);
-  side.sizes.assign(n, 0);
-  side.at.assign(n, 0);
-  long long total = 0;
-  for (std::size_t q = 0; q < n; ++q) {
-    long long b = 0;
-    if (counts[q] < 0 || __builtin_mul_overflow(static_cast<long long>(counts[q]), element, &b) ||
-        __builtin_add_overflow(total, b, &total))
-      return false;
-    side.sizes[q] = static_cast<std::size_t>(b);
-  }
-  if (!count_fits(total)) return false;
-  side.total = static_cast<std::size_t>(total);
-  side.direct = contiguous != 0 && buf != nullptr; // MPI_BOTTOM: through MPI's datatype engine
-  if (!side.direct) {                              // packed in rank order
-    std::size_t next = 0;
-    for (std::size_t q = 0; q < n; ++q) {
-      side.at[q] = next;
-      next += side.sizes[q];
-    }
-    return true;
-  }
-  long long lowest = 0; // the lowest displacement of a non-empty block (extents)
-  bool any = false;
-  for (std::size_t q = 0; q < n; ++q)
-    if (side.sizes[q] != 0) {
-      lowest = any ? std::min(lowest, static_cast<long long>(displs[q]))
-                   : static_cast<long long>(displs[q]);
-      any = true;
-    }
-  const auto step = static_cast<long long>(contiguous);
-  long long base = 0;
-  if (__builtin_mul_overflow(lowest, step, &base)) return false;
-  for (std::size_t q = 0; q < n; ++q) {
-    long long off = 0;
-    if (side.sizes[q] == 0) continue; // an empty block's displacement is never used
-    if (__builtin_sub_overflow(static_cast<long long>(displs[q]), lowest, &off) ||
-        __builtin_mul_overflow(off, step, &off) || !count_fits(off))
-      return false;
-    side.at[q] = static_cast<std::size_t>(off);
-  }
-  side.data = static_cast<unsigned char*>(const_cast<void*>(buf)) + base;
-  return true;
-}
-
-/// Where `side` is packed: makes room for its blocks and, from `buf` (as `measure_side` was
-/// given it), packs every block (or only block `only`).
-template <class Count, class Displ>
-void pack_side(v_side& side, const void* buf, const Count* counts, const Displ* displs,
-               MPI_Datatype type, int P, bool fill, int only = -1) {
-  if (side.direct) return;
-  side.packed.resize(side.total);
-  side.data = reinterpret_cast<unsigned char*>(side.packed.data());
-  if (!fill) return;
-  MPI_Aint lb = 0, extent = 0;
-  PMPI_Type_get_extent(type, &lb, &extent);
-  for (int q = 0; q < P; ++q) {
-    const auto k = static_cast<std::size_t>(q);
-    if (side.sizes[k] == 0 || (only >= 0 && q != only)) continue;
-    pack_local(static_cast<const char*>(buf) + static_cast<MPI_Aint>(displs[q]) * extent, counts[q],
-               type, side.packed.data() + side.at[k], side.sizes[k]);
-  }
-}
-
-/// Where `side` is packed: unpacks its blocks (but block `skip`) into `buf`.
-template <class Count, class Displ>
-void unpack_side(const v_side& side, void* buf, const Count* counts, const Displ* displs,
-                 MPI_Datatype type, int P, int skip = -1) {
-  if (side.direct) return;
-  MPI_Aint lb = 0, extent = 0;
-  PMPI_Type_get_extent(type, &lb, &extent);
-  for (int q = 0; q < P; ++q) {
-    const auto k = static_cast<std::size_t>(q);
-    if (side.sizes[k] == 0 || q == skip) continue;
-    unpack_local(side.packed.data() + side.at[k], side.sizes[k],
-                 static_cast<char*>(buf) + static_cast<MPI_Aint>(displs[q]) * extent, counts[q],
-                 type);
-  }
-}
-
-std::span<const std::size_t> sizes_of(const v_side& side) {
-  return side.sizes;
-}
-std::span<const std::size_t> places_of(const v_side& side) {
-  return side.at;
-}
 
 /// MPI_Alltoallv and MPI_Alltoallv_c (`Count` int or MPI_Count, `Displ` int or MPI_Aint);
 /// `pmpi()` hands the call to MPI. Each rank knows only its own blocks, so the route is

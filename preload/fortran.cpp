@@ -41,6 +41,7 @@
 #undef MPI_Ialltoall
 #undef MPI_Igather
 #undef MPI_Iscatter
+#undef MPI_Ialltoallv
 
 namespace {
 
@@ -318,6 +319,21 @@ TCOLL_PRELOAD_EXPORT void ompi_iscatter_f(char* sendbuf, MPI_Fint* sendcount, MP
   });
 }
 TCOLL_FORTRAN_ALIASES(iscatter, ISCATTER)
+
+/// Fortran MPI_IALLTOALLV.
+TCOLL_PRELOAD_EXPORT void ompi_ialltoallv_f(char* sendbuf, MPI_Fint* sendcounts, MPI_Fint* sdispls,
+                                            MPI_Fint* sendtype, char* recvbuf, MPI_Fint* recvcounts,
+                                            MPI_Fint* rdispls, MPI_Fint* recvtype, MPI_Fint* comm,
+                                            MPI_Fint* request, MPI_Fint* ierr) {
+  start_fortran(request, ierr, [&](MPI_Request* r) {
+    return MPI_Ialltoallv(c_buffer(sendbuf), reinterpret_cast<const int*>(sendcounts),
+                          reinterpret_cast<const int*>(sdispls), PMPI_Type_f2c(*sendtype),
+                          c_buffer(recvbuf), reinterpret_cast<const int*>(recvcounts),
+                          reinterpret_cast<const int*>(rdispls), PMPI_Type_f2c(*recvtype),
+                          PMPI_Comm_f2c(*comm), r);
+  });
+}
+TCOLL_FORTRAN_ALIASES(ialltoallv, IALLTOALLV)
 
 /// Fortran MPI_BARRIER (MPI's own barrier; a pending set-up is created first, as for C).
 TCOLL_PRELOAD_EXPORT void ompi_barrier_f(MPI_Fint* comm, MPI_Fint* ierr) {

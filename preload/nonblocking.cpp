@@ -1,7 +1,7 @@
 /// \file
 /// libtcoll_mpi.so: MPI_Ibcast, MPI_Ireduce, MPI_Iallgather, MPI_Ireduce_scatter_block,
-/// MPI_Ialltoall, MPI_Igather and MPI_Iscatter (and their `_c` forms) through tcoll's engine
-/// thread, under MPI_Iallreduce's
+/// MPI_Ialltoall, MPI_Igather, MPI_Iscatter and MPI_Ialltoallv (and their `_c` forms) through
+/// tcoll's engine thread, under MPI_Iallreduce's
 /// rules (preload/nonblocking.hpp): the start is local, its path is decided from what every
 /// rank shares (the signature bytes, the rules, the state blocking calls created), MPI runs
 /// everything else. The engine completes a generalized request when the data is in place.
@@ -11,6 +11,7 @@
 #include "nonblocking.hpp"
 #include "prologue.hpp"
 #include "tcoll_mpi.hpp"
+#include "v_blocks.hpp"
 
 #include <cstring>
 #include <memory>
@@ -26,6 +27,7 @@
 #undef MPI_Ialltoall
 #undef MPI_Igather
 #undef MPI_Iscatter
+#undef MPI_Ialltoallv
 
 using namespace tcoll::preload;
 
@@ -560,6 +562,74 @@ int iscatter_call(const void* sendbuf, Count sendcount, MPI_Datatype sendtype, v
   });
 }
 
+/// MPI_Ialltoallv and MPI_Ialltoallv_c (`Count` int or MPI_Count, `Displ` int or MPI_Aint),
+/// moved as bytes (as MPI_Alltoallv): each rank knows only its own blocks, so the route is
+/// chosen without a size (`per_rank_size`: a TCOLL_ALLTOALLV_ALGO rule, 0-max, or the
+/// built-in choice), and a rank whose counts are all zero still takes part. A derived or
+/// non-contiguous side is packed at the start and the receive side unpacked on the engine,
+/// through copies of the receive counts and displacements and a duplicate of the type.
+template <class Count, class Displ, class Pmpi>
+int ialltoallv_call(const void* sendbuf, const Count sendcounts[], const Displ sdispls[],
+                    MPI_Datatype sendtype, void* recvbuf, const Count recvcounts[],
+                    const Displ rdispls[], MPI_Datatype recvtype, MPI_Comm comm,
+                    MPI_Request* request, Pmpi pmpi) {
+  constexpr coll c = coll::ialltoallv;
+  const bool in_place = sendbuf == MPI_IN_PLACE; // the send side is the receive side
+  struct sides {                                 // what the queued body keeps alive
+    v_side send, recv;
+    std::vector<Count> recv_counts;
+    std::vector<Displ> recv_displs;
+    std::unique_ptr<datatype_copy> unpack_as;
+  };
+  auto v = std::make_shared<sides>();
+  std::optional<fallback> why;
+  int P = 0;
+  if (mpi_active()) {
+    why = communicator_fallback(comm, request != nullptr);
+    if (!why) {
+      P = comm_size(comm);
+      const auto rank = static_cast<std::size_t>(comm_rank(comm));
+      if (!measure_side(v->recv, recvbuf, recvcounts, rdispls, recvtype, P))
+        why = fallback::arguments; // MPI reports the bad count or type
+      else if (!in_place && (!measure_side(v->send, sendbuf, sendcounts, sdispls, sendtype, P) ||
+                             v->send.sizes[rank] != v->recv.sizes[rank]))
+        why = fallback::arguments; // ... or the mismatch of the block to itself
+    }
+  }
+  const std::size_t bytes = why ? 0 : in_place ? v->recv.total : v->send.total;
+  const local_start d =
+      decide_nonblocking(c, comm, why, bytes, config().shm, [](const comm_state& s) {
+        return shm_collective_choice(coll::alltoallv, 0, s.size);
+      });
+  return start<Count>(c, comm, request, d, bytes, pmpi, [&](complete_ireq done) {
+    if (!v->recv.direct || (!in_place && !v->send.direct)) count_packed(c);
+    // in place, the blocks to send sit in recvbuf as the receive side describes them
+    pack_side(v->recv, recvbuf, recvcounts, rdispls, recvtype, P, in_place);
+    if (!in_place) pack_side(v->send, sendbuf, sendcounts, sdispls, sendtype, P, true);
+    if (!v->recv.direct) {
+      v->recv_counts.assign(recvcounts, recvcounts + P);
+      v->recv_displs.assign(rdispls, rdispls + P);
+      v->unpack_as = std::make_unique<datatype_copy>(recvtype);
+    }
+    const v_side& from = in_place ? v->recv : v->send;
+    const bool same = tcoll::check_alltoallv_arguments(
+        static_cast<const byte*>(from.data), sizes_of(from), places_of(from), v->recv.data,
+        sizes_of(v->recv), places_of(v->recv), d.state->rank, P);
+    queue_on_path<collective::alltoallv>(
+        c, *d.state, d.a,
+        [=](auto& on, const auto& tags, const auto& algo) {
+          const v_side& src = in_place ? v->recv : v->send;
+          tcoll::alltoallv_in(on, tags, static_cast<const byte*>(src.data), sizes_of(src),
+                              places_of(src), v->recv.data, sizes_of(v->recv), places_of(v->recv),
+                              same, algo);
+          if (v->unpack_as)
+            unpack_side(v->recv, recvbuf, v->recv_counts.data(), v->recv_displs.data(),
+                        v->unpack_as->type, P);
+        },
+        done);
+  });
+}
+
 } // namespace
 
 /// MPI_Ibcast through tcoll's engine thread (binomial tree, the collective area, the
@@ -633,6 +703,19 @@ TCOLL_PRELOAD_EXPORT int MPI_Iscatter(const void* sendbuf, int sendcount, MPI_Da
                        });
 }
 
+/// MPI_Ialltoallv as MPI_Ibcast does (TCOLL_ALLTOALLV_ALGO: a rule covers every size).
+TCOLL_PRELOAD_EXPORT int MPI_Ialltoallv(const void* sendbuf, const int sendcounts[],
+                                        const int sdispls[], MPI_Datatype sendtype, void* recvbuf,
+                                        const int recvcounts[], const int rdispls[],
+                                        MPI_Datatype recvtype, MPI_Comm comm,
+                                        MPI_Request* request) {
+  return ialltoallv_call(sendbuf, sendcounts, sdispls, sendtype, recvbuf, recvcounts, rdispls,
+                         recvtype, comm, request, [&] {
+                           return PMPI_Ialltoallv(sendbuf, sendcounts, sdispls, sendtype, recvbuf,
+                                                  recvcounts, rdispls, recvtype, comm, request);
+                         });
+}
+
 #if TCOLL_PRELOAD_LARGE_COUNT
 /// MPI-4's large-count forms: the same paths.
 TCOLL_PRELOAD_EXPORT int MPI_Ibcast_c(void* buffer, MPI_Count count, MPI_Datatype datatype,
@@ -674,6 +757,17 @@ TCOLL_PRELOAD_EXPORT int MPI_Ialltoall_c(const void* sendbuf, MPI_Count sendcoun
                           return PMPI_Ialltoall_c(sendbuf, sendcount, sendtype, recvbuf, recvcount,
                                                   recvtype, comm, request);
                         });
+}
+TCOLL_PRELOAD_EXPORT int MPI_Ialltoallv_c(const void* sendbuf, const MPI_Count sendcounts[],
+                                          const MPI_Aint sdispls[], MPI_Datatype sendtype,
+                                          void* recvbuf, const MPI_Count recvcounts[],
+                                          const MPI_Aint rdispls[], MPI_Datatype recvtype,
+                                          MPI_Comm comm, MPI_Request* request) {
+  return ialltoallv_call(sendbuf, sendcounts, sdispls, sendtype, recvbuf, recvcounts, rdispls,
+                         recvtype, comm, request, [&] {
+                           return PMPI_Ialltoallv_c(sendbuf, sendcounts, sdispls, sendtype, recvbuf,
+                                                    recvcounts, rdispls, recvtype, comm, request);
+                         });
 }
 TCOLL_PRELOAD_EXPORT int MPI_Igather_c(const void* sendbuf, MPI_Count sendcount,
                                        MPI_Datatype sendtype, void* recvbuf, MPI_Count recvcount,

@@ -21,11 +21,14 @@ namespace tcoll::preload {
 /// must stay local (a rank may start a non-blocking collective and then wait for a message
 /// its peer sends before starting its own). A one-rank communicator needs nothing: its
 /// set-up is local.
+/// `per_rank`: a collective whose ranks move sizes of their own (`per_rank_size`), routed
+/// without a size, where an empty part on one rank says nothing of the others'.
 template <class NodeChoice>
 algorithm_id nonblocking_path(const comm_state& s, std::size_t bytes, algorithm_id a,
-                              bool consults_node, NodeChoice&& node_choice, unsigned& missing) {
+                              bool consults_node, NodeChoice&& node_choice, unsigned& missing,
+                              bool per_rank = false) {
   missing = 0;
-  if (s.size == 1 || bytes == 0) return a;
+  if (s.size == 1 || (bytes == 0 && !per_rank)) return a;
   if (consults_node && !s.node_checked) {
     missing = comm_state::setup_flat;
     return a;
@@ -52,11 +55,12 @@ struct local_start {
 };
 
 /// The decision of a non-blocking start of collective `c` on `comm` moving `bytes` (its
-/// selection rules' size) whose checks found `why` (nullopt: tcoll may run it). Counts the
-/// fallbacks; the caller counts a decided call. Local: no communication. `consults_node`
-/// and `node_choice` as for `nonblocking_path`. Needs MPI_THREAD_MULTIPLE (tcoll's engine
-/// is a thread that calls MPI), a communicator whose tcoll state blocking calls have set up,
-/// and, for tcoll's built-in choice, a spare core for the engine thread.
+/// selection rules' size; for a `per_rank_size` collective this rank's part, which decides
+/// nothing) whose checks found `why` (nullopt: tcoll may run it). Counts the fallbacks; the
+/// caller counts a decided call. Local: no communication. `consults_node` and `node_choice`
+/// as for `nonblocking_path`. Needs MPI_THREAD_MULTIPLE (tcoll's engine is a thread that
+/// calls MPI), a communicator whose tcoll state blocking calls have set up, and, for tcoll's
+/// built-in choice, a spare core for the engine thread.
 template <class NodeChoice>
 local_start decide_nonblocking(coll c, MPI_Comm comm, std::optional<fallback> why,
                                std::size_t bytes, bool consults_node, NodeChoice&& node_choice) {
@@ -82,7 +86,8 @@ local_start decide_nonblocking(coll c, MPI_Comm comm, std::optional<fallback> wh
     d.error = report_settings_error(c, comm);
     return d;
   }
-  d.a = bytes == 0 ? algorithm_id::passthrough : choose(c, bytes);
+  const bool per_rank = per_rank_size(c);
+  d.a = bytes == 0 && !per_rank ? algorithm_id::passthrough : choose(c, bytes);
   try {
     d.state = &state_of(comm); // local: an attribute, no communication
   } catch (const std::exception& e) {
@@ -91,7 +96,7 @@ local_start decide_nonblocking(coll c, MPI_Comm comm, std::optional<fallback> wh
   }
   unsigned missing = 0;
   d.a = nonblocking_path(*d.state, bytes, d.a, consults_node && !chosen_by_rule(c, bytes),
-                         node_choice, missing);
+                         node_choice, missing, per_rank);
   if (missing) { // MPI starts a non-blocking collective locally: no set-up here
     d.state->want_setup(missing);
     count_fallback(c, fallback::not_set_up);
@@ -103,8 +108,8 @@ local_start decide_nonblocking(coll c, MPI_Comm comm, std::optional<fallback> wh
   // slice (4-100x slower than MPI's own: docs/benchmarks.md, "The persistent allreduce under
   // the preload"), so the built-in choice leaves the call to MPI there; a rule of the
   // collective's selection variable still sends it to tcoll
-  if (d.a != algorithm_id::passthrough && !d.state->engine_core && bytes > 0 && d.state->size > 1 &&
-      !chosen_by_rule(c, bytes)) {
+  if (d.a != algorithm_id::passthrough && !d.state->engine_core && (bytes > 0 || per_rank) &&
+      d.state->size > 1 && !chosen_by_rule(c, bytes)) {
     count_fallback(c, fallback::no_spare_core);
     d.to_mpi = true;
     return d;

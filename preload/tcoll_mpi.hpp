@@ -38,6 +38,7 @@
 #define MPI_Ialltoall PMPI_Ialltoall
 #define MPI_Igather PMPI_Igather
 #define MPI_Iscatter PMPI_Iscatter
+#define MPI_Ialltoallv PMPI_Ialltoallv
 
 #include <atomic>
 #include <chrono>
@@ -121,8 +122,9 @@ enum class coll : int {
   ialltoall,             ///< MPI_Ialltoall
   igather,               ///< MPI_Igather
   iscatter,              ///< MPI_Iscatter
+  ialltoallv,            ///< MPI_Ialltoallv
 };
-inline constexpr int coll_count = 23;
+inline constexpr int coll_count = 24;
 /// "MPI_Allreduce", ...
 const char* coll_name(coll c) noexcept;
 
@@ -187,6 +189,7 @@ constexpr collective collective_of(coll c) noexcept {
   case coll::iscatter:
     return collective::scatter;
   case coll::alltoallv:
+  case coll::ialltoallv:
     return collective::alltoallv;
   case coll::gatherv:
     return collective::gatherv;
@@ -329,7 +332,7 @@ inline const settings& config() {
 /// selection variable covers 0-max (checked when the settings are read), and the built-in
 /// choice is one for every size.
 constexpr bool per_rank_size(coll c) noexcept {
-  return c == coll::alltoallv || c == coll::gatherv || c == coll::scatterv;
+  return c == coll::alltoallv || c == coll::gatherv || c == coll::scatterv || c == coll::ialltoallv;
 }
 
 /// The algorithm for a call of collective `c` moving `bytes` (more than none; see

@@ -1491,7 +1491,7 @@ static void expect_values(const double* got, int n, int stride, double (*want)(i
 
 /* Mode "nonblocking_others": MPI_Ibcast, MPI_Ireduce, MPI_Iallgather,
  * MPI_Ireduce_scatter_block, MPI_Ialltoall, MPI_Igather and MPI_Iscatter on the world (8 KiB per
- * block), started together
+ * block), and MPI_Ialltoallv (uneven blocks, some empty, with gaps), started together
  * with a blocking MPI_Allreduce among the starts, every result checked against values computed
  * here from fractional inputs. Round 0 finds the communicator's tcoll state missing (a start
  * is local: MPI runs it, and the next blocking call creates the state); rounds 1 and 2 run
@@ -1500,7 +1500,8 @@ static void expect_values(const double* got, int n, int stride, double (*want)(i
  * type per block, both freed right after the start (the preload packs and unpacks around tcoll's
  * collective, with its own duplicate); odd ranks also send their MPI_Igather block and receive
  * their MPI_Iscatter block through the strided type, and an odd root gathers into and scatters
- * from one contiguous type per block. */
+ * from one contiguous type per block; odd ranks send and receive their MPI_Ialltoallv blocks
+ * as pairs of doubles (a derived type, freed at once). */
 static int nonblocking_others(void) {
   enum { N = 1024 };
   int P, r;
@@ -1520,6 +1521,21 @@ static int nonblocking_others(void) {
   double* ga = xmalloc(sizeof(double) * N * P);
   double* sc_in = xmalloc(sizeof(double) * N * P);
   double* sc = xmalloc(sizeof(double) * 2 * N); /* strided on odd ranks */
+  /* MPI_Ialltoallv: rank r sends rank q ((r + 2q) % 3) * 64 doubles (none for some pairs),
+   * block q at 200 q; odd ranks send and receive pairs of doubles (a derived type) */
+  enum { V = 200 };
+  double* av_in = xmalloc(sizeof(double) * V * P);
+  double* av = xmalloc(sizeof(double) * V * P);
+  int* av_sc = xmalloc(sizeof(int) * P);
+  int* av_sd = xmalloc(sizeof(int) * P);
+  int* av_rc = xmalloc(sizeof(int) * P);
+  int* av_rd = xmalloc(sizeof(int) * P);
+#if MPI_VERSION >= 4
+  MPI_Count* av_sc_c = xmalloc(sizeof(MPI_Count) * P);
+  MPI_Count* av_rc_c = xmalloc(sizeof(MPI_Count) * P);
+  MPI_Aint* av_sd_c = xmalloc(sizeof(MPI_Aint) * P);
+  MPI_Aint* av_rd_c = xmalloc(sizeof(MPI_Aint) * P);
+#endif
   for (int round = 0; round < 3; ++round) {
 #if MPI_VERSION >= 4
     large_count = round == 2; /* the _c forms */
@@ -1547,8 +1563,24 @@ static int nonblocking_others(void) {
       sc[i] = -1.0;
     }
     for (int i = 0; i < N; ++i) ga_in[odd ? 2 * i : i] = frac(r, i) + 0.75;
+    const int unit = odd ? 2 : 1; /* doubles per element of this rank's type */
+    for (int k = 0; k < P; ++k) {
+      av_sc[k] = ((r + 2 * k) % 3) * 64 / unit;
+      av_rc[k] = ((k + 2 * r) % 3) * 64 / unit;
+      av_sd[k] = av_rd[k] = k * V / unit;
+#if MPI_VERSION >= 4
+      av_sc_c[k] = av_sc[k];
+      av_rc_c[k] = av_rc[k];
+      av_sd_c[k] = av_sd[k];
+      av_rd_c[k] = av_rd[k];
+#endif
+    }
+    for (int i = 0; i < V * P; ++i) {
+      av_in[i] = frac(r, (i / V) * 1000 + i % V) + 0.125;
+      av[i] = -1.0;
+    }
     MPI_Datatype strided = MPI_DATATYPE_NULL, block = MPI_DATATYPE_NULL;
-    MPI_Request q[7];
+    MPI_Request q[8];
     const int odd_receiver = odd && r != root;
     if (odd_receiver) {
       MPI_Type_vector(N, 1, 2, MPI_DOUBLE, &strided);
@@ -1604,7 +1636,36 @@ static int nonblocking_others(void) {
                "MPI_Iscatter");
     if (own != MPI_DOUBLE) MPI_Type_free(&own);
     if (blocks != MPI_DOUBLE) MPI_Type_free(&blocks);
-    check_call(MPI_Waitall(7, q, MPI_STATUSES_IGNORE), "MPI_Waitall");
+    MPI_Datatype pair = MPI_DOUBLE;
+    if (odd) {
+      MPI_Type_contiguous(2, MPI_DOUBLE, &pair);
+      MPI_Type_commit(&pair);
+    }
+#if MPI_VERSION >= 4
+    if (large_count)
+      check_call(MPI_Ialltoallv_c(av_in, av_sc_c, av_sd_c, pair, av, av_rc_c, av_rd_c, pair,
+                                  MPI_COMM_WORLD, &q[7]),
+                 "MPI_Ialltoallv_c");
+    else
+#endif
+      check_call(MPI_Ialltoallv(av_in, av_sc, av_sd, pair, av, av_rc, av_rd, pair, MPI_COMM_WORLD,
+                                &q[7]),
+                 "MPI_Ialltoallv");
+    if (pair != MPI_DOUBLE) MPI_Type_free(&pair);
+    check_call(MPI_Waitall(8, q, MPI_STATUSES_IGNORE), "MPI_Waitall");
+    for (int k = 0; k < P; ++k) {
+      const int n = ((k + 2 * r) % 3) * 64;
+      for (int i = 0; i < V; ++i) {
+        const double want = i < n ? frac(k, r * 1000 + i) + 0.125 : -1.0; /* gaps unwritten */
+        if (av[(size_t)k * V + i] != want) {
+          fprintf(stderr, "rank %d: MPI_Ialltoallv: block %d element %d is %.17g, want %.17g\n",
+                  r, k, i, av[(size_t)k * V + i], want);
+          ++errors;
+          k = P;
+          break;
+        }
+      }
+    }
     if (r == root)
       for (int k = 0; k < P; ++k)
         for (int i = 0; i < N; ++i)
@@ -1663,7 +1724,7 @@ static int nonblocking_others(void) {
         break;
       }
     }
-    checks += 6;
+    checks += 7;
     if (round == 0) check_call(MPI_Barrier(MPI_COMM_WORLD), "MPI_Barrier"); /* sets up */
   }
 #if MPI_VERSION >= 4
@@ -1682,6 +1743,18 @@ static int nonblocking_others(void) {
   free(ga);
   free(sc_in);
   free(sc);
+  free(av_in);
+  free(av);
+  free(av_sc);
+  free(av_sd);
+  free(av_rc);
+  free(av_rd);
+#if MPI_VERSION >= 4
+  free(av_sc_c);
+  free(av_rc_c);
+  free(av_sd_c);
+  free(av_rd_c);
+#endif
   if (r == 0) fprintf(stderr, "nonblocking_others: %s\n", errors ? "FAILED" : "completed");
   MPI_Finalize();
   return errors ? 1 : 0;

@@ -136,6 +136,17 @@ void alltoall_in(C& c, const collective_tags<C>& tags, const T* sendbuf, T* recv
   detail::alltoall_on(c, tags, sendbuf, recvbuf, count, in_place, algo);
 }
 
+/// `alltoallv` in `tags` (`in_place` as `check_alltoallv_arguments` says).
+template <communicator C, class T>
+void alltoallv_in(C& c, const collective_tags<C>& tags, const T* sendbuf,
+                  std::span<const std::size_t> send_counts,
+                  std::span<const std::size_t> send_displs, T* recvbuf,
+                  std::span<const std::size_t> recv_counts,
+                  std::span<const std::size_t> recv_displs, bool in_place,
+                  const pairwise_exchange& algo) {
+  detail::alltoallv_on(c, tags, sendbuf, send_counts, send_displs, recvbuf, recv_counts,
+                       recv_displs, in_place, algo);
+}
 /// `gather` in `tags` (`count` elements per rank); `blocks` are the root's, from
 /// `check_gather_arguments` (empty elsewhere).
 template <communicator C, class T>
@@ -157,6 +168,16 @@ void scatter_in(C& c, const collective_tags<C>& tags, const T* sendbuf, T* recvb
 template <class T>
 void check_allreduce_arguments(const T* sendbuf, T* recvbuf, std::size_t count, int rank) {
   detail::check_allreduce_args(sendbuf, recvbuf, count, rank);
+}
+/// The argument checks of `alltoallv` on rank `rank` of `size` (they name the argument and
+/// `rank`); returns whether the call is in place.
+template <class T>
+bool check_alltoallv_arguments(const T* sendbuf, std::span<const std::size_t> send_counts,
+                               std::span<const std::size_t> send_displs, T* recvbuf,
+                               std::span<const std::size_t> recv_counts,
+                               std::span<const std::size_t> recv_displs, int rank, int size) {
+  return detail::check_alltoallv_args(sendbuf, send_counts, send_displs, recvbuf, recv_counts,
+                                      recv_displs, rank, size);
 }
 /// The argument checks of `gather` on rank `rank` of `size` (they name the argument and
 /// `rank`); returns the root's blocks for `gather_in` (empty elsewhere).
