@@ -1,10 +1,9 @@
 /// \file
 /// libtcoll_mpi.so: MPI_Ibcast, MPI_Ireduce, MPI_Iallgather, MPI_Ireduce_scatter_block,
 /// MPI_Ialltoall, MPI_Igather, MPI_Iscatter and MPI_Ialltoallv (and their `_c` forms) through
-/// tcoll's engine thread, under MPI_Iallreduce's
-/// rules (preload/nonblocking.hpp): the start is local, its path is decided from what every
-/// rank shares (the signature bytes, the rules, the state blocking calls created), MPI runs
-/// everything else. The engine completes a generalized request when the data is in place.
+/// tcoll's engine thread, under MPI_Iallreduce's rules (preload/nonblocking.hpp): the start
+/// is local, its path is decided from what every rank shares (the signature bytes, the rules,
+/// the state blocking calls created; no size for MPI_Ialltoallv), MPI runs everything else. The engine completes a generalized request when the data is in place.
 /// A rank whose datatypes are derived or not contiguous packs its send side at the start (a
 /// start may read the send buffer) and unpacks its receive side on the engine thread, before
 /// the request completes, through a duplicate of its datatype (the user may free theirs).
