@@ -42,6 +42,8 @@
 #undef MPI_Igather
 #undef MPI_Iscatter
 #undef MPI_Ialltoallv
+#undef MPI_Igatherv
+#undef MPI_Iscatterv
 
 namespace {
 
@@ -334,6 +336,34 @@ TCOLL_PRELOAD_EXPORT void ompi_ialltoallv_f(char* sendbuf, MPI_Fint* sendcounts,
   });
 }
 TCOLL_FORTRAN_ALIASES(ialltoallv, IALLTOALLV)
+
+/// Fortran MPI_IGATHERV.
+TCOLL_PRELOAD_EXPORT void ompi_igatherv_f(char* sendbuf, MPI_Fint* sendcount, MPI_Fint* sendtype,
+                                          char* recvbuf, MPI_Fint* recvcounts, MPI_Fint* displs,
+                                          MPI_Fint* recvtype, MPI_Fint* root, MPI_Fint* comm,
+                                          MPI_Fint* request, MPI_Fint* ierr) {
+  start_fortran(request, ierr, [&](MPI_Request* r) {
+    return MPI_Igatherv(c_buffer(sendbuf), *sendcount, PMPI_Type_f2c(*sendtype), c_buffer(recvbuf),
+                        reinterpret_cast<const int*>(recvcounts),
+                        reinterpret_cast<const int*>(displs), PMPI_Type_f2c(*recvtype), *root,
+                        PMPI_Comm_f2c(*comm), r);
+  });
+}
+TCOLL_FORTRAN_ALIASES(igatherv, IGATHERV)
+
+/// Fortran MPI_ISCATTERV.
+TCOLL_PRELOAD_EXPORT void ompi_iscatterv_f(char* sendbuf, MPI_Fint* sendcounts, MPI_Fint* displs,
+                                           MPI_Fint* sendtype, char* recvbuf, MPI_Fint* recvcount,
+                                           MPI_Fint* recvtype, MPI_Fint* root, MPI_Fint* comm,
+                                           MPI_Fint* request, MPI_Fint* ierr) {
+  start_fortran(request, ierr, [&](MPI_Request* r) {
+    return MPI_Iscatterv(c_buffer(sendbuf), reinterpret_cast<const int*>(sendcounts),
+                         reinterpret_cast<const int*>(displs), PMPI_Type_f2c(*sendtype),
+                         c_buffer(recvbuf), *recvcount, PMPI_Type_f2c(*recvtype), *root,
+                         PMPI_Comm_f2c(*comm), r);
+  });
+}
+TCOLL_FORTRAN_ALIASES(iscatterv, ISCATTERV)
 
 /// Fortran MPI_BARRIER (MPI's own barrier; a pending set-up is created first, as for C).
 TCOLL_PRELOAD_EXPORT void ompi_barrier_f(MPI_Fint* comm, MPI_Fint* ierr) {

@@ -1,12 +1,13 @@
 /// \file
 /// libtcoll_mpi.so: MPI_Ibcast, MPI_Ireduce, MPI_Iallgather, MPI_Ireduce_scatter_block,
-/// MPI_Ialltoall, MPI_Igather, MPI_Iscatter and MPI_Ialltoallv (and their `_c` forms) through
-/// tcoll's engine thread, under MPI_Iallreduce's rules (preload/nonblocking.hpp): the start
-/// is local, its path is decided from what every rank shares (the signature bytes, the rules,
-/// the state blocking calls created; no size for MPI_Ialltoallv), MPI runs everything else. The engine completes a generalized request when the data is in place.
-/// A rank whose datatypes are derived or not contiguous packs its send side at the start (a
-/// start may read the send buffer) and unpacks its receive side on the engine thread, before
-/// the request completes, through a duplicate of its datatype (the user may free theirs).
+/// MPI_Ialltoall, MPI_Igather, MPI_Iscatter, MPI_Ialltoallv, MPI_Igatherv and MPI_Iscatterv
+/// (and their `_c` forms) through tcoll's engine thread, under MPI_Iallreduce's rules
+/// (preload/nonblocking.hpp): the start is local, its path is decided from what every rank
+/// shares (the signature bytes, the rules, the state blocking calls created; no size for the
+/// uneven forms), MPI runs everything else. The engine completes a generalized request when the
+/// data is in place. A rank whose datatypes are derived or not contiguous packs its send side at
+/// the start (a start may read the send buffer) and unpacks its receive side on the engine thread,
+/// before the request completes, through a duplicate of its datatype (the user may free theirs).
 #include "nonblocking.hpp"
 #include "prologue.hpp"
 #include "tcoll_mpi.hpp"
@@ -27,6 +28,8 @@
 #undef MPI_Igather
 #undef MPI_Iscatter
 #undef MPI_Ialltoallv
+#undef MPI_Igatherv
+#undef MPI_Iscatterv
 
 using namespace tcoll::preload;
 
@@ -394,6 +397,11 @@ int ialltoall_call(const void* sendbuf, Count sendcount, MPI_Datatype sendtype, 
   });
 }
 
+/// The counts (or displacements) a rank that is not the root passes: none.
+std::span<const std::size_t> no_counts() {
+  return {};
+}
+
 /// The checks and sizes of a rooted call with `count` elements of `type` per rank on every
 /// rank and P blocks at the root (gather, scatter), as the blocking wrappers make them: the
 /// root's `root_count` x `root_type` (its receive side for a gather, its send side for a
@@ -629,6 +637,176 @@ int ialltoallv_call(const void* sendbuf, const Count sendcounts[], const Displ s
   });
 }
 
+/// MPI_Igatherv and MPI_Igatherv_c, moved as bytes (as MPI_Gatherv): routed from the root and
+/// the settings only (`per_rank_size`: only the root knows every count); a rank with an empty
+/// block still takes part. recvbuf, recvcounts, displs and recvtype are read at the root only,
+/// at the start (the root's counts and displacements are copied for an unpack on the engine).
+template <class Count, class Displ, class Pmpi>
+int igatherv_call(const void* sendbuf, Count sendcount, MPI_Datatype sendtype, void* recvbuf,
+                  const Count recvcounts[], const Displ displs[], MPI_Datatype recvtype, int root,
+                  MPI_Comm comm, MPI_Request* request, Pmpi pmpi) {
+  constexpr coll c = coll::igatherv;
+  const bool in_place = sendbuf == MPI_IN_PLACE; // at the root only
+  struct sides {                                 // what the queued body keeps alive
+    v_side recv;                                 // the root's
+    std::vector<Count> counts;
+    std::vector<Displ> displs;
+    std::unique_ptr<datatype_copy> unpack_as;
+    std::vector<std::byte> send_packed;
+  };
+  auto v = std::make_shared<sides>();
+  std::optional<fallback> why;
+  int P = 0;
+  bool is_root = false;
+  std::size_t ssize = 0, block = 0; // this rank's send type (0: packed), its block's bytes
+  if (mpi_active()) {
+    why = communicator_fallback(comm, request != nullptr);
+    if (!why) {
+      P = comm_size(comm);
+      is_root = root >= 0 && root < P && comm_rank(comm) == root;
+      if (root < 0 || root >= P || (in_place && !is_root)) why = fallback::arguments;
+    }
+    if (!why && !in_place) {
+      ssize = contiguous_size(sendtype);
+      const long long signature =
+          ssize ? static_cast<long long>(ssize) * sendcount : signature_bytes(sendcount, sendtype);
+      if (signature < 0 || !count_fits(signature))
+        why = fallback::arguments;
+      else
+        block = static_cast<std::size_t>(signature);
+    }
+    if (!why && is_root) {
+      if (!measure_side(v->recv, recvbuf, recvcounts, displs, recvtype, P)) {
+        why = fallback::arguments;
+      } else {
+        const std::size_t own = v->recv.sizes[static_cast<std::size_t>(root)];
+        if (!in_place && own != block) why = fallback::arguments; // the mismatch
+        block = own;
+      }
+    }
+  }
+  const std::size_t bytes = why ? 0 : is_root ? v->recv.total : block;
+  const local_start d =
+      decide_nonblocking(c, comm, why, bytes, config().shm, [](const comm_state& s) {
+        return shm_collective_choice(coll::gatherv, 0, s.size);
+      });
+  return start<Count>(c, comm, request, d, bytes, pmpi, [&](complete_ireq done) {
+    const bool send_direct = in_place || (ssize != 0 && sendbuf != nullptr);
+    if (!send_direct || (is_root && !v->recv.direct)) count_packed(c);
+    const byte* in = static_cast<const byte*>(sendbuf);
+    if (is_root) { // in place: the root's block, packed where recvtype is
+      pack_side(v->recv, recvbuf, recvcounts, displs, recvtype, P, in_place, root);
+      if (in_place) in = v->recv.data + v->recv.at[static_cast<std::size_t>(root)];
+      if (!v->recv.direct) {
+        v->counts.assign(recvcounts, recvcounts + P);
+        v->displs.assign(displs, displs + P);
+        v->unpack_as = std::make_unique<datatype_copy>(recvtype);
+      }
+    }
+    if (!send_direct) {
+      v->send_packed.resize(block);
+      pack_local(sendbuf, sendcount, sendtype, v->send_packed.data(), block);
+      in = reinterpret_cast<const byte*>(v->send_packed.data());
+    }
+    auto blocks = tcoll::check_gatherv_arguments(
+        in, block, is_root ? v->recv.data : nullptr, is_root ? sizes_of(v->recv) : no_counts(),
+        is_root ? places_of(v->recv) : no_counts(), root, d.state->rank, P);
+    queue_on_path<collective::gatherv>(
+        c, *d.state, d.a,
+        [=, blocks = std::move(blocks)](auto& on, const auto& tags, const auto& algo) {
+          tcoll::gatherv_in(on, tags, in, block, is_root ? v->recv.data : nullptr,
+                            is_root ? sizes_of(v->recv) : no_counts(),
+                            is_root ? places_of(v->recv) : no_counts(), root, blocks, algo);
+          if (v->unpack_as)
+            unpack_side(v->recv, recvbuf, v->counts.data(), v->displs.data(), v->unpack_as->type, P,
+                        in_place ? root : -1);
+        },
+        done);
+  });
+}
+
+/// MPI_Iscatterv and MPI_Iscatterv_c, moved as bytes (as MPI_Scatterv): routed as
+/// MPI_Igatherv; sendbuf, sendcounts, displs and sendtype are read at the root only, at the
+/// start (the root's blocks are packed then where its type is derived).
+template <class Count, class Displ, class Pmpi>
+int iscatterv_call(const void* sendbuf, const Count sendcounts[], const Displ displs[],
+                   MPI_Datatype sendtype, void* recvbuf, Count recvcount, MPI_Datatype recvtype,
+                   int root, MPI_Comm comm, MPI_Request* request, Pmpi pmpi) {
+  constexpr coll c = coll::iscatterv;
+  const bool in_place = recvbuf == MPI_IN_PLACE; // at the root only
+  struct sides {                                 // what the queued body keeps alive
+    v_side send;                                 // the root's
+    std::vector<std::byte> recv_packed;
+    std::unique_ptr<datatype_copy> unpack_as;
+  };
+  auto v = std::make_shared<sides>();
+  std::optional<fallback> why;
+  int P = 0;
+  bool is_root = false;
+  std::size_t rsize = 0, block = 0; // this rank's receive type (0: packed), its block's bytes
+  if (mpi_active()) {
+    why = communicator_fallback(comm, request != nullptr);
+    if (!why) {
+      P = comm_size(comm);
+      is_root = root >= 0 && root < P && comm_rank(comm) == root;
+      if (root < 0 || root >= P || (in_place && !is_root)) why = fallback::arguments;
+    }
+    if (!why && !in_place) {
+      rsize = contiguous_size(recvtype);
+      const long long signature =
+          rsize ? static_cast<long long>(rsize) * recvcount : signature_bytes(recvcount, recvtype);
+      if (signature < 0 || !count_fits(signature))
+        why = fallback::arguments;
+      else
+        block = static_cast<std::size_t>(signature);
+    }
+    if (!why && is_root) {
+      if (!measure_side(v->send, sendbuf, sendcounts, displs, sendtype, P)) {
+        why = fallback::arguments;
+      } else {
+        const std::size_t own = v->send.sizes[static_cast<std::size_t>(root)];
+        if (!in_place && own != block) why = fallback::arguments; // the mismatch
+        block = own;
+      }
+    }
+  }
+  const std::size_t bytes = why ? 0 : is_root ? v->send.total : block;
+  const local_start d =
+      decide_nonblocking(c, comm, why, bytes, config().shm, [](const comm_state& s) {
+        return shm_collective_choice(coll::scatterv, 0, s.size);
+      });
+  return start<Count>(c, comm, request, d, bytes, pmpi, [&](complete_ireq done) {
+    const bool recv_direct = in_place || (rsize != 0 && recvbuf != nullptr);
+    if (!recv_direct || (is_root && !v->send.direct)) count_packed(c);
+    byte* out = static_cast<byte*>(recvbuf);
+    if (is_root) {
+      pack_side(v->send, sendbuf, sendcounts, displs, sendtype, P, true);
+      // in place: tcoll's in-place form, the root's block where it is (only read)
+      if (in_place) out = v->send.data + v->send.at[static_cast<std::size_t>(root)];
+    }
+    if (!recv_direct) {
+      v->recv_packed.resize(block);
+      out = reinterpret_cast<byte*>(v->recv_packed.data());
+      v->unpack_as = std::make_unique<datatype_copy>(recvtype);
+    }
+    const byte* in = is_root ? static_cast<const byte*>(v->send.data) : nullptr;
+    auto blocks = tcoll::check_scatterv_arguments(in, is_root ? sizes_of(v->send) : no_counts(),
+                                                  is_root ? places_of(v->send) : no_counts(), out,
+                                                  block, root, d.state->rank, P);
+    const long long rcount = recvcount;
+    queue_on_path<collective::scatterv>(
+        c, *d.state, d.a,
+        [=, blocks = std::move(blocks)](auto& on, const auto& tags, const auto& algo) {
+          tcoll::scatterv_in(on, tags, in, is_root ? sizes_of(v->send) : no_counts(),
+                             is_root ? places_of(v->send) : no_counts(), out, block, root, blocks,
+                             algo);
+          if (v->unpack_as)
+            unpack_local(v->recv_packed.data(), block, recvbuf, rcount, v->unpack_as->type);
+        },
+        done);
+  });
+}
+
 } // namespace
 
 /// MPI_Ibcast through tcoll's engine thread (binomial tree, the collective area, the
@@ -715,6 +893,30 @@ TCOLL_PRELOAD_EXPORT int MPI_Ialltoallv(const void* sendbuf, const int sendcount
                          });
 }
 
+/// MPI_Igatherv as MPI_Ibcast does (TCOLL_GATHERV_ALGO: a rule covers every size).
+TCOLL_PRELOAD_EXPORT int MPI_Igatherv(const void* sendbuf, int sendcount, MPI_Datatype sendtype,
+                                      void* recvbuf, const int recvcounts[], const int displs[],
+                                      MPI_Datatype recvtype, int root, MPI_Comm comm,
+                                      MPI_Request* request) {
+  return igatherv_call(sendbuf, sendcount, sendtype, recvbuf, recvcounts, displs, recvtype, root,
+                       comm, request, [&] {
+                         return PMPI_Igatherv(sendbuf, sendcount, sendtype, recvbuf, recvcounts,
+                                              displs, recvtype, root, comm, request);
+                       });
+}
+
+/// MPI_Iscatterv as MPI_Ibcast does (TCOLL_SCATTERV_ALGO: a rule covers every size).
+TCOLL_PRELOAD_EXPORT int MPI_Iscatterv(const void* sendbuf, const int sendcounts[],
+                                       const int displs[], MPI_Datatype sendtype, void* recvbuf,
+                                       int recvcount, MPI_Datatype recvtype, int root,
+                                       MPI_Comm comm, MPI_Request* request) {
+  return iscatterv_call(sendbuf, sendcounts, displs, sendtype, recvbuf, recvcount, recvtype, root,
+                        comm, request, [&] {
+                          return PMPI_Iscatterv(sendbuf, sendcounts, displs, sendtype, recvbuf,
+                                                recvcount, recvtype, root, comm, request);
+                        });
+}
+
 #if TCOLL_PRELOAD_LARGE_COUNT
 /// MPI-4's large-count forms: the same paths.
 TCOLL_PRELOAD_EXPORT int MPI_Ibcast_c(void* buffer, MPI_Count count, MPI_Datatype datatype,
@@ -767,6 +969,27 @@ TCOLL_PRELOAD_EXPORT int MPI_Ialltoallv_c(const void* sendbuf, const MPI_Count s
                            return PMPI_Ialltoallv_c(sendbuf, sendcounts, sdispls, sendtype, recvbuf,
                                                     recvcounts, rdispls, recvtype, comm, request);
                          });
+}
+TCOLL_PRELOAD_EXPORT int MPI_Igatherv_c(const void* sendbuf, MPI_Count sendcount,
+                                        MPI_Datatype sendtype, void* recvbuf,
+                                        const MPI_Count recvcounts[], const MPI_Aint displs[],
+                                        MPI_Datatype recvtype, int root, MPI_Comm comm,
+                                        MPI_Request* request) {
+  return igatherv_call(sendbuf, sendcount, sendtype, recvbuf, recvcounts, displs, recvtype, root,
+                       comm, request, [&] {
+                         return PMPI_Igatherv_c(sendbuf, sendcount, sendtype, recvbuf, recvcounts,
+                                                displs, recvtype, root, comm, request);
+                       });
+}
+TCOLL_PRELOAD_EXPORT int MPI_Iscatterv_c(const void* sendbuf, const MPI_Count sendcounts[],
+                                         const MPI_Aint displs[], MPI_Datatype sendtype,
+                                         void* recvbuf, MPI_Count recvcount, MPI_Datatype recvtype,
+                                         int root, MPI_Comm comm, MPI_Request* request) {
+  return iscatterv_call(sendbuf, sendcounts, displs, sendtype, recvbuf, recvcount, recvtype, root,
+                        comm, request, [&] {
+                          return PMPI_Iscatterv_c(sendbuf, sendcounts, displs, sendtype, recvbuf,
+                                                  recvcount, recvtype, root, comm, request);
+                        });
 }
 TCOLL_PRELOAD_EXPORT int MPI_Igather_c(const void* sendbuf, MPI_Count sendcount,
                                        MPI_Datatype sendtype, void* recvbuf, MPI_Count recvcount,

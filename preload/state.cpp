@@ -37,7 +37,8 @@ const char* coll_name(coll c) noexcept {
                                                 "MPI_Ibcast",         "MPI_Ireduce",
                                                 "MPI_Iallgather",     "MPI_Ireduce_scatter_block",
                                                 "MPI_Ialltoall",      "MPI_Igather",
-                                                "MPI_Iscatter",       "MPI_Ialltoallv"};
+                                                "MPI_Iscatter",       "MPI_Ialltoallv",
+                                                "MPI_Igatherv",       "MPI_Iscatterv"};
   return names[static_cast<int>(c)];
 }
 
@@ -108,7 +109,8 @@ settings read_settings() {
           std::pair{coll::iallgather, coll::allgather},
           std::pair{coll::ireduce_scatter_block, coll::reduce_scatter_block},
           std::pair{coll::ialltoall, coll::alltoall}, std::pair{coll::igather, coll::gather},
-          std::pair{coll::iscatter, coll::scatter}, std::pair{coll::ialltoallv, coll::alltoallv}})
+          std::pair{coll::iscatter, coll::scatter}, std::pair{coll::ialltoallv, coll::alltoallv},
+          std::pair{coll::igatherv, coll::gatherv}, std::pair{coll::iscatterv, coll::scatterv}})
       s.rules[static_cast<int>(nonblocking)] = s.rules[static_cast<int>(blocking)];
     if (const char* v = std::getenv("TCOLL_DEBUG"); v && *v) {
       const std::string_view d(v);

@@ -39,6 +39,8 @@
 #define MPI_Igather PMPI_Igather
 #define MPI_Iscatter PMPI_Iscatter
 #define MPI_Ialltoallv PMPI_Ialltoallv
+#define MPI_Igatherv PMPI_Igatherv
+#define MPI_Iscatterv PMPI_Iscatterv
 
 #include <atomic>
 #include <chrono>
@@ -123,8 +125,10 @@ enum class coll : int {
   igather,               ///< MPI_Igather
   iscatter,              ///< MPI_Iscatter
   ialltoallv,            ///< MPI_Ialltoallv
+  igatherv,              ///< MPI_Igatherv
+  iscatterv,             ///< MPI_Iscatterv
 };
-inline constexpr int coll_count = 24;
+inline constexpr int coll_count = 26;
 /// "MPI_Allreduce", ...
 const char* coll_name(coll c) noexcept;
 
@@ -192,8 +196,10 @@ constexpr collective collective_of(coll c) noexcept {
   case coll::ialltoallv:
     return collective::alltoallv;
   case coll::gatherv:
+  case coll::igatherv:
     return collective::gatherv;
   case coll::scatterv:
+  case coll::iscatterv:
     return collective::scatterv;
   }
   return collective::allreduce;
@@ -332,7 +338,8 @@ inline const settings& config() {
 /// selection variable covers 0-max (checked when the settings are read), and the built-in
 /// choice is one for every size.
 constexpr bool per_rank_size(coll c) noexcept {
-  return c == coll::alltoallv || c == coll::gatherv || c == coll::scatterv || c == coll::ialltoallv;
+  return c == coll::alltoallv || c == coll::gatherv || c == coll::scatterv ||
+         c == coll::ialltoallv || c == coll::igatherv || c == coll::iscatterv;
 }
 
 /// The algorithm for a call of collective `c` moving `bytes` (more than none; see

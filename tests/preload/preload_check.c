@@ -1491,7 +1491,8 @@ static void expect_values(const double* got, int n, int stride, double (*want)(i
 
 /* Mode "nonblocking_others": MPI_Ibcast, MPI_Ireduce, MPI_Iallgather,
  * MPI_Ireduce_scatter_block, MPI_Ialltoall, MPI_Igather and MPI_Iscatter on the world (8 KiB per
- * block), and MPI_Ialltoallv (uneven blocks, some empty, with gaps), started together
+ * block), and MPI_Ialltoallv, MPI_Igatherv and MPI_Iscatterv (uneven blocks, some empty, with
+ * gaps), started together
  * with a blocking MPI_Allreduce among the starts, every result checked against values computed
  * here from fractional inputs. Round 0 finds the communicator's tcoll state missing (a start
  * is local: MPI runs it, and the next blocking call creates the state); rounds 1 and 2 run
@@ -1500,8 +1501,8 @@ static void expect_values(const double* got, int n, int stride, double (*want)(i
  * type per block, both freed right after the start (the preload packs and unpacks around tcoll's
  * collective, with its own duplicate); odd ranks also send their MPI_Igather block and receive
  * their MPI_Iscatter block through the strided type, and an odd root gathers into and scatters
- * from one contiguous type per block; odd ranks send and receive their MPI_Ialltoallv blocks
- * as pairs of doubles (a derived type, freed at once). */
+ * from one contiguous type per block; odd ranks send and receive their MPI_Ialltoallv,
+ * MPI_Igatherv and MPI_Iscatterv blocks as pairs of doubles (a derived type, freed at once). */
 static int nonblocking_others(void) {
   enum { N = 1024 };
   int P, r;
@@ -1530,7 +1531,17 @@ static int nonblocking_others(void) {
   int* av_sd = xmalloc(sizeof(int) * P);
   int* av_rc = xmalloc(sizeof(int) * P);
   int* av_rd = xmalloc(sizeof(int) * P);
+  /* MPI_Igatherv and MPI_Iscatterv: rank k's block is (k % 3) * 64 doubles (rank 0's empty),
+   * at k V of the root's buffer; odd ranks (and an odd root) use pairs of doubles */
+  double* gv_in = xmalloc(sizeof(double) * V);
+  double* gv = xmalloc(sizeof(double) * V * P);
+  double* sv_in = xmalloc(sizeof(double) * V * P);
+  double* sv = xmalloc(sizeof(double) * V);
+  int* v_counts = xmalloc(sizeof(int) * P);
+  int* v_displs = xmalloc(sizeof(int) * P);
 #if MPI_VERSION >= 4
+  MPI_Count* v_counts_c = xmalloc(sizeof(MPI_Count) * P);
+  MPI_Aint* v_displs_c = xmalloc(sizeof(MPI_Aint) * P);
   MPI_Count* av_sc_c = xmalloc(sizeof(MPI_Count) * P);
   MPI_Count* av_rc_c = xmalloc(sizeof(MPI_Count) * P);
   MPI_Aint* av_sd_c = xmalloc(sizeof(MPI_Aint) * P);
@@ -1578,9 +1589,25 @@ static int nonblocking_others(void) {
     for (int i = 0; i < V * P; ++i) {
       av_in[i] = frac(r, (i / V) * 1000 + i % V) + 0.125;
       av[i] = -1.0;
+      gv[i] = -1.0;
+      sv_in[i] = frac(root, 7000 + i) + 0.625;
     }
+    const int root_unit = root % 2 == 1 ? 2 : 1;
+    for (int k = 0; k < P; ++k) {
+      v_counts[k] = (k % 3) * 64 / root_unit;
+      v_displs[k] = k * V / root_unit;
+#if MPI_VERSION >= 4
+      v_counts_c[k] = v_counts[k];
+      v_displs_c[k] = v_displs[k];
+#endif
+    }
+    for (int i = 0; i < V; ++i) {
+      gv_in[i] = frac(r, 5000 + i) + 0.375;
+      sv[i] = -1.0;
+    }
+    const int own_v = (r % 3) * 64 / unit; /* this rank's block, in its own type */
     MPI_Datatype strided = MPI_DATATYPE_NULL, block = MPI_DATATYPE_NULL;
-    MPI_Request q[8];
+    MPI_Request q[10];
     const int odd_receiver = odd && r != root;
     if (odd_receiver) {
       MPI_Type_vector(N, 1, 2, MPI_DOUBLE, &strided);
@@ -1651,8 +1678,47 @@ static int nonblocking_others(void) {
       check_call(MPI_Ialltoallv(av_in, av_sc, av_sd, pair, av, av_rc, av_rd, pair, MPI_COMM_WORLD,
                                 &q[7]),
                  "MPI_Ialltoallv");
+#if MPI_VERSION >= 4
+    if (large_count) {
+      check_call(MPI_Igatherv_c(gv_in, own_v, pair, gv, v_counts_c, v_displs_c, pair, root,
+                                MPI_COMM_WORLD, &q[8]),
+                 "MPI_Igatherv_c");
+      check_call(MPI_Iscatterv_c(sv_in, v_counts_c, v_displs_c, pair, sv, own_v, pair, root,
+                                 MPI_COMM_WORLD, &q[9]),
+                 "MPI_Iscatterv_c");
+    } else
+#endif
+    {
+      check_call(MPI_Igatherv(gv_in, own_v, pair, gv, v_counts, v_displs, pair, root,
+                              MPI_COMM_WORLD, &q[8]),
+                 "MPI_Igatherv");
+      check_call(MPI_Iscatterv(sv_in, v_counts, v_displs, pair, sv, own_v, pair, root,
+                               MPI_COMM_WORLD, &q[9]),
+                 "MPI_Iscatterv");
+    }
     if (pair != MPI_DOUBLE) MPI_Type_free(&pair);
-    check_call(MPI_Waitall(8, q, MPI_STATUSES_IGNORE), "MPI_Waitall");
+    check_call(MPI_Waitall(10, q, MPI_STATUSES_IGNORE), "MPI_Waitall");
+    if (r == root)
+      for (int k = 0; k < P; ++k)
+        for (int i = 0; i < V; ++i) {
+          const double want = i < (k % 3) * 64 ? frac(k, 5000 + i) + 0.375 : -1.0;
+          if (gv[(size_t)k * V + i] != want) {
+            fprintf(stderr, "rank %d: MPI_Igatherv: block %d element %d is %.17g, want %.17g\n",
+                    r, k, i, gv[(size_t)k * V + i], want);
+            ++errors;
+            k = P;
+            break;
+          }
+        }
+    for (int i = 0; i < V; ++i) {
+      const double want = i < (r % 3) * 64 ? frac(root, 7000 + r * V + i) + 0.625 : -1.0;
+      if (sv[i] != want) {
+        fprintf(stderr, "rank %d: MPI_Iscatterv: element %d is %.17g, want %.17g\n", r, i, sv[i],
+                want);
+        ++errors;
+        break;
+      }
+    }
     for (int k = 0; k < P; ++k) {
       const int n = ((k + 2 * r) % 3) * 64;
       for (int i = 0; i < V; ++i) {
@@ -1724,7 +1790,7 @@ static int nonblocking_others(void) {
         break;
       }
     }
-    checks += 7;
+    checks += 9;
     if (round == 0) check_call(MPI_Barrier(MPI_COMM_WORLD), "MPI_Barrier"); /* sets up */
   }
 #if MPI_VERSION >= 4
@@ -1749,7 +1815,15 @@ static int nonblocking_others(void) {
   free(av_sd);
   free(av_rc);
   free(av_rd);
+  free(gv_in);
+  free(gv);
+  free(sv_in);
+  free(sv);
+  free(v_counts);
+  free(v_displs);
 #if MPI_VERSION >= 4
+  free(v_counts_c);
+  free(v_displs_c);
   free(av_sc_c);
   free(av_rc_c);
   free(av_sd_c);

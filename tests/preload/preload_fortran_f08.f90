@@ -1,10 +1,10 @@
 ! A Fortran 2008 MPI program (`use mpi_f08`, calls only MPI) for the preload's tests: its
 ! calls reach libtcoll_mpi.so through Open MPI's f08 bindings (which call ompi_<name>_f) or
 ! MPICH's (which call the C entry points). Fortran's own datatypes, MPI_IN_PLACE, all-to-all,
-! gather, scatter, and the non-blocking allreduce, broadcast, all-to-all, gather and scatter
-! (at MPI_THREAD_MULTIPLE, which tcoll's engine thread needs); every result is checked against
-! the value computed here (inputs are multiples of 1/8: every sum is exact); any mismatch
-! stops it with a non-zero exit.
+! gather, scatter, and the non-blocking allreduce, broadcast, all-to-all, gather, scatter,
+! gatherv, scatterv and all-to-all-v (at MPI_THREAD_MULTIPLE, which tcoll's engine thread
+! needs); every result is checked against the value computed here (inputs are multiples of
+! 1/8: every sum is exact); any mismatch stops it with a non-zero exit.
 program preload_fortran_f08
   use mpi_f08
   implicit none
@@ -14,6 +14,7 @@ program preload_fortran_f08
   integer :: i_in(n * max_ranks), i_out(n), i_want(n)
   integer :: a2a_in(4 * max_ranks), a2a_out(4 * max_ranks), provided
   double precision :: part(4), parts(4 * max_ranks)
+  integer :: counts(max_ranks), displs(max_ranks), rcounts(max_ranks)
   type(MPI_Request) :: request
 
   call MPI_Init_thread(MPI_THREAD_MULTIPLE, provided)
@@ -138,6 +139,58 @@ program preload_fortran_f08
   call MPI_Wait(request, MPI_STATUS_IGNORE)
   do i = 1, 4
     if (part(i) /= rank + i * 0.125d0) errors = errors + 1
+  end do
+  ! the uneven forms: rank q's block is q mod 3 elements (rank 0's empty), 4 q apart
+  do q = 0, np - 1
+    counts(q + 1) = mod(q, 3)
+    displs(q + 1) = 4 * q
+  end do
+  do i = 1, 4
+    part(i) = rank + i * 0.375d0
+  end do
+  parts = -1
+  call MPI_Igatherv(part, mod(rank, 3), MPI_DOUBLE_PRECISION, parts, counts, displs, &
+                    MPI_DOUBLE_PRECISION, np - 1, MPI_COMM_WORLD, request)
+  call MPI_Wait(request, MPI_STATUS_IGNORE)
+  if (rank == np - 1) then
+    do q = 0, np - 1
+      do i = 1, 4
+        if (i <= mod(q, 3) .and. parts(q * 4 + i) /= q + i * 0.375d0) errors = errors + 1
+        if (i > mod(q, 3) .and. parts(q * 4 + i) /= -1) errors = errors + 1
+      end do
+    end do
+  end if
+  if (rank == 0) then
+    do q = 0, np - 1
+      do i = 1, 4
+        parts(q * 4 + i) = q + i * 0.625d0
+      end do
+    end do
+  end if
+  part = -1
+  call MPI_Iscatterv(parts, counts, displs, MPI_DOUBLE_PRECISION, part, mod(rank, 3), &
+                     MPI_DOUBLE_PRECISION, 0, MPI_COMM_WORLD, request)
+  call MPI_Wait(request, MPI_STATUS_IGNORE)
+  do i = 1, 4
+    if (i <= mod(rank, 3) .and. part(i) /= rank + i * 0.625d0) errors = errors + 1
+    if (i > mod(rank, 3) .and. part(i) /= -1) errors = errors + 1
+  end do
+  ! every rank sends rank q the q mod 3 integers rank * 100 + q * 10 + i, 4 q apart
+  do q = 0, np - 1
+    do i = 1, 4
+      a2a_in(q * 4 + i) = rank * 100 + q * 10 + i
+    end do
+  end do
+  a2a_out = -1
+  rcounts = mod(rank, 3) ! from every rank: the count rank q sends to this one
+  call MPI_Ialltoallv(a2a_in, counts, displs, MPI_INTEGER, a2a_out, rcounts, displs, &
+                      MPI_INTEGER, MPI_COMM_WORLD, request)
+  call MPI_Wait(request, MPI_STATUS_IGNORE)
+  do q = 0, np - 1
+    do i = 1, 4
+      if (i <= mod(rank, 3) .and. a2a_out(q * 4 + i) /= q * 100 + rank * 10 + i) errors = errors + 1
+      if (i > mod(rank, 3) .and. a2a_out(q * 4 + i) /= -1) errors = errors + 1
+    end do
   end do
 
   if (errors /= 0) then

@@ -164,6 +164,26 @@ void scatter_in(C& c, const collective_tags<C>& tags, const T* sendbuf, T* recvb
   detail::scatter_on(c, tags, sendbuf, recvbuf, count, root, blocks, algo);
 }
 
+/// `gatherv` in `tags`; `blocks` are the root's, from `check_gatherv_arguments` (empty
+/// elsewhere, where `recv_counts` and `recv_displs` may be empty too).
+template <communicator C, class T>
+void gatherv_in(C& c, const collective_tags<C>& tags, const T* sendbuf, std::size_t send_count,
+                T* recvbuf, std::span<const std::size_t> recv_counts,
+                std::span<const std::size_t> recv_displs, int root,
+                const std::vector<root_block>& blocks, const linear& algo) {
+  detail::gatherv_on(c, tags, sendbuf, send_count, recvbuf, recv_counts, recv_displs, root, blocks,
+                     algo);
+}
+/// `scatterv` in `tags`; `blocks` as for `gatherv_in` (`check_scatterv_arguments`).
+template <communicator C, class T>
+void scatterv_in(C& c, const collective_tags<C>& tags, const T* sendbuf,
+                 std::span<const std::size_t> send_counts, std::span<const std::size_t> send_displs,
+                 T* recvbuf, std::size_t recv_count, int root,
+                 const std::vector<root_block>& blocks, const linear& algo) {
+  detail::scatterv_on(c, tags, sendbuf, send_counts, send_displs, recvbuf, recv_count, root, blocks,
+                      algo);
+}
+
 /// The argument checks of `allreduce` (they name the argument and `rank`).
 template <class T>
 void check_allreduce_arguments(const T* sendbuf, T* recvbuf, std::size_t count, int rank) {
@@ -185,6 +205,24 @@ template <class T>
 std::vector<root_block> check_gather_arguments(const T* sendbuf, T* recvbuf, std::size_t count,
                                                int root, int rank, int size) {
   return detail::check_gather_args(sendbuf, recvbuf, count, root, rank, size);
+}
+/// The argument checks of `gatherv`, as `check_gather_arguments`.
+template <class T>
+std::vector<root_block>
+check_gatherv_arguments(const T* sendbuf, std::size_t send_count, T* recvbuf,
+                        std::span<const std::size_t> recv_counts,
+                        std::span<const std::size_t> recv_displs, int root, int rank, int size) {
+  return detail::check_gatherv_args(sendbuf, send_count, recvbuf, recv_counts, recv_displs, root,
+                                    rank, size);
+}
+/// The argument checks of `scatterv`, as `check_gather_arguments`.
+template <class T>
+std::vector<root_block>
+check_scatterv_arguments(const T* sendbuf, std::span<const std::size_t> send_counts,
+                         std::span<const std::size_t> send_displs, T* recvbuf,
+                         std::size_t recv_count, int root, int rank, int size) {
+  return detail::check_scatterv_args(sendbuf, send_counts, send_displs, recvbuf, recv_count, root,
+                                     rank, size);
 }
 /// The argument checks of `scatter`, as `check_gather_arguments`.
 template <class T>
