@@ -637,6 +637,60 @@ int ialltoallv_call(const void* sendbuf, const Count sendcounts[], const Displ s
   });
 }
 
+/// The checks and sizes of a rooted call with uneven blocks (gatherv, scatterv), as the
+/// blocking wrappers make them: this rank's block is `count` x `type` (unless `in_place`, at
+/// the root only); the root's side (`root_counts`, `displs`, `root_type` at `root_buf`) is
+/// measured into `root_side` and must hold a block of the same size for the root. `why` set
+/// where MPI judges the call.
+struct rooted_v_call {
+  std::optional<fallback> why;
+  std::size_t size = 0;  ///< element size of this rank's predefined contiguous type, or 0
+  std::size_t block = 0; ///< this rank's block's signature bytes
+  std::size_t bytes = 0; ///< this rank's part of the call: its block, at the root every block
+  int P = 0;
+  bool is_root = false;
+};
+template <class Count, class Displ>
+rooted_v_call measure_rooted_v_call(Count count, MPI_Datatype type, v_side& root_side,
+                                    const void* root_buf, const Count root_counts[],
+                                    const Displ displs[], MPI_Datatype root_type, bool in_place,
+                                    int root, MPI_Comm comm, MPI_Request* request) {
+  rooted_v_call m;
+  if (!mpi_active()) return m; // decide_nonblocking counts it
+  m.why = communicator_fallback(comm, request != nullptr);
+  if (m.why) return m;
+  m.P = comm_size(comm);
+  m.is_root = root >= 0 && root < m.P && comm_rank(comm) == root;
+  if (root < 0 || root >= m.P || (in_place && !m.is_root)) {
+    m.why = fallback::arguments;
+    return m;
+  }
+  if (!in_place) {
+    m.size = contiguous_size(type);
+    const long long signature =
+        m.size ? static_cast<long long>(m.size) * count : signature_bytes(count, type);
+    if (signature < 0 || !count_fits(signature)) {
+      m.why = fallback::arguments;
+      return m;
+    }
+    m.block = static_cast<std::size_t>(signature);
+  }
+  m.bytes = m.block;
+  if (!m.is_root) return m;
+  if (!measure_side(root_side, root_buf, root_counts, displs, root_type, m.P)) {
+    m.why = fallback::arguments;
+    return m;
+  }
+  const std::size_t own = root_side.sizes[static_cast<std::size_t>(root)];
+  if (!in_place && own != m.block) {
+    m.why = fallback::arguments; // the mismatch
+    return m;
+  }
+  m.block = own;
+  m.bytes = root_side.total;
+  return m;
+}
+
 /// MPI_Igatherv and MPI_Igatherv_c, moved as bytes (as MPI_Gatherv): routed from the root and
 /// the settings only (`per_rank_size`: only the root knows every count); a rank with an empty
 /// block still takes part. recvbuf, recvcounts, displs and recvtype are read at the root only,
@@ -655,39 +709,13 @@ int igatherv_call(const void* sendbuf, Count sendcount, MPI_Datatype sendtype, v
     std::vector<std::byte> send_packed;
   };
   auto v = std::make_shared<sides>();
-  std::optional<fallback> why;
-  int P = 0;
-  bool is_root = false;
-  std::size_t ssize = 0, block = 0; // this rank's send type (0: packed), its block's bytes
-  if (mpi_active()) {
-    why = communicator_fallback(comm, request != nullptr);
-    if (!why) {
-      P = comm_size(comm);
-      is_root = root >= 0 && root < P && comm_rank(comm) == root;
-      if (root < 0 || root >= P || (in_place && !is_root)) why = fallback::arguments;
-    }
-    if (!why && !in_place) {
-      ssize = contiguous_size(sendtype);
-      const long long signature =
-          ssize ? static_cast<long long>(ssize) * sendcount : signature_bytes(sendcount, sendtype);
-      if (signature < 0 || !count_fits(signature))
-        why = fallback::arguments;
-      else
-        block = static_cast<std::size_t>(signature);
-    }
-    if (!why && is_root) {
-      if (!measure_side(v->recv, recvbuf, recvcounts, displs, recvtype, P)) {
-        why = fallback::arguments;
-      } else {
-        const std::size_t own = v->recv.sizes[static_cast<std::size_t>(root)];
-        if (!in_place && own != block) why = fallback::arguments; // the mismatch
-        block = own;
-      }
-    }
-  }
-  const std::size_t bytes = why ? 0 : is_root ? v->recv.total : block;
+  const rooted_v_call m = measure_rooted_v_call(sendcount, sendtype, v->recv, recvbuf, recvcounts,
+                                                displs, recvtype, in_place, root, comm, request);
+  const std::size_t ssize = m.size, block = m.block, bytes = m.why ? 0 : m.bytes;
+  const int P = m.P;
+  const bool is_root = m.is_root;
   const local_start d =
-      decide_nonblocking(c, comm, why, bytes, config().shm, [](const comm_state& s) {
+      decide_nonblocking(c, comm, m.why, bytes, config().shm, [](const comm_state& s) {
         return shm_collective_choice(coll::gatherv, 0, s.size);
       });
   return start<Count>(c, comm, request, d, bytes, pmpi, [&](complete_ireq done) {
@@ -740,39 +768,13 @@ int iscatterv_call(const void* sendbuf, const Count sendcounts[], const Displ di
     std::unique_ptr<datatype_copy> unpack_as;
   };
   auto v = std::make_shared<sides>();
-  std::optional<fallback> why;
-  int P = 0;
-  bool is_root = false;
-  std::size_t rsize = 0, block = 0; // this rank's receive type (0: packed), its block's bytes
-  if (mpi_active()) {
-    why = communicator_fallback(comm, request != nullptr);
-    if (!why) {
-      P = comm_size(comm);
-      is_root = root >= 0 && root < P && comm_rank(comm) == root;
-      if (root < 0 || root >= P || (in_place && !is_root)) why = fallback::arguments;
-    }
-    if (!why && !in_place) {
-      rsize = contiguous_size(recvtype);
-      const long long signature =
-          rsize ? static_cast<long long>(rsize) * recvcount : signature_bytes(recvcount, recvtype);
-      if (signature < 0 || !count_fits(signature))
-        why = fallback::arguments;
-      else
-        block = static_cast<std::size_t>(signature);
-    }
-    if (!why && is_root) {
-      if (!measure_side(v->send, sendbuf, sendcounts, displs, sendtype, P)) {
-        why = fallback::arguments;
-      } else {
-        const std::size_t own = v->send.sizes[static_cast<std::size_t>(root)];
-        if (!in_place && own != block) why = fallback::arguments; // the mismatch
-        block = own;
-      }
-    }
-  }
-  const std::size_t bytes = why ? 0 : is_root ? v->send.total : block;
+  const rooted_v_call m = measure_rooted_v_call(recvcount, recvtype, v->send, sendbuf, sendcounts,
+                                                displs, sendtype, in_place, root, comm, request);
+  const std::size_t rsize = m.size, block = m.block, bytes = m.why ? 0 : m.bytes;
+  const int P = m.P;
+  const bool is_root = m.is_root;
   const local_start d =
-      decide_nonblocking(c, comm, why, bytes, config().shm, [](const comm_state& s) {
+      decide_nonblocking(c, comm, m.why, bytes, config().shm, [](const comm_state& s) {
         return shm_collective_choice(coll::scatterv, 0, s.size);
       });
   return start<Count>(c, comm, request, d, bytes, pmpi, [&](complete_ireq done) {
