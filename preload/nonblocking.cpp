@@ -390,7 +390,8 @@ int ialltoall_call(const void* sendbuf, Count sendcount, MPI_Datatype sendtype, 
     queue_on_path<collective::alltoall>(
         c, *d.state, d.a,
         [=](auto& on, const auto& tags, const auto& algo) {
-          tcoll::alltoall_in(on, tags, in, out, block, in == out, algo);
+          tcoll::cpu_reducer red;
+          tcoll::alltoall_in(on, tags, in, out, block, in == out, algo, red);
           if (stage) unpack_blocks(*stage, P, block, recvbuf, rcount);
         },
         done);
@@ -507,7 +508,8 @@ int igather_call(const void* sendbuf, Count sendcount, MPI_Datatype sendtype, vo
     queue_on_path<collective::gather>(
         c, *d.state, d.a,
         [=, blocks = std::move(blocks)](auto& on, const auto& tags, const auto& algo) {
-          tcoll::gather_in(on, tags, in, out, block, root, blocks, algo);
+          tcoll::cpu_reducer red;
+          tcoll::gather_in(on, tags, in, out, block, root, blocks, algo, red);
           if (stage && stage->unpack_as) unpack_blocks(*stage, P, block, recvbuf, rcount);
         },
         done);
@@ -560,7 +562,8 @@ int iscatter_call(const void* sendbuf, Count sendcount, MPI_Datatype sendtype, v
     queue_on_path<collective::scatter>(
         c, *d.state, d.a,
         [=, blocks = std::move(blocks)](auto& on, const auto& tags, const auto& algo) {
-          tcoll::scatter_in(on, tags, in, out, block, root, blocks, algo);
+          tcoll::cpu_reducer red;
+          tcoll::scatter_in(on, tags, in, out, block, root, blocks, algo, red);
           if (stage->unpack_as)
             unpack_local(reinterpret_cast<const std::byte*>(out), block, recvbuf, rcount,
                          stage->unpack_as->type);
@@ -626,9 +629,10 @@ int ialltoallv_call(const void* sendbuf, const Count sendcounts[], const Displ s
         c, *d.state, d.a,
         [=](auto& on, const auto& tags, const auto& algo) {
           const v_side& src = in_place ? v->recv : v->send;
+          tcoll::cpu_reducer red;
           tcoll::alltoallv_in(on, tags, static_cast<const byte*>(src.data), sizes_of(src),
                               places_of(src), v->recv.data, sizes_of(v->recv), places_of(v->recv),
-                              same, algo);
+                              same, algo, red);
           if (v->unpack_as)
             unpack_side(v->recv, recvbuf, v->recv_counts.data(), v->recv_displs.data(),
                         v->unpack_as->type, P);
@@ -742,9 +746,10 @@ int igatherv_call(const void* sendbuf, Count sendcount, MPI_Datatype sendtype, v
     queue_on_path<collective::gatherv>(
         c, *d.state, d.a,
         [=, blocks = std::move(blocks)](auto& on, const auto& tags, const auto& algo) {
+          tcoll::cpu_reducer red;
           tcoll::gatherv_in(on, tags, in, block, is_root ? v->recv.data : nullptr,
                             is_root ? sizes_of(v->recv) : no_counts(),
-                            is_root ? places_of(v->recv) : no_counts(), root, blocks, algo);
+                            is_root ? places_of(v->recv) : no_counts(), root, blocks, algo, red);
           if (v->unpack_as)
             unpack_side(v->recv, recvbuf, v->counts.data(), v->displs.data(), v->unpack_as->type, P,
                         in_place ? root : -1);
@@ -799,9 +804,10 @@ int iscatterv_call(const void* sendbuf, const Count sendcounts[], const Displ di
     queue_on_path<collective::scatterv>(
         c, *d.state, d.a,
         [=, blocks = std::move(blocks)](auto& on, const auto& tags, const auto& algo) {
+          tcoll::cpu_reducer red;
           tcoll::scatterv_in(on, tags, in, is_root ? sizes_of(v->send) : no_counts(),
                              is_root ? places_of(v->send) : no_counts(), out, block, root, blocks,
-                             algo);
+                             algo, red);
           if (v->unpack_as)
             unpack_local(v->recv_packed.data(), block, recvbuf, rcount, v->unpack_as->type);
         },

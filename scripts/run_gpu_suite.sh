@@ -96,7 +96,7 @@ if has_stage tests; then
   run gpu_mixed_precision_cpu test_mixed_precision_cpu.log 60 "$bin/gpu_mixed_precision_cpu"
   # the graph-capture case runs in a process of its own: a device fault there leaves the
   # CUDA context unusable, and every later case of the same process would fail with it
-  run tcoll_gpu_tests test_gpu.log 120 "$bin/tcoll_gpu_tests" --duration=true -tce='*CUDA graph*'
+  run tcoll_gpu_tests test_gpu.log 180 "$bin/tcoll_gpu_tests" --duration=true -tce='*CUDA graph*'
   run "tcoll_gpu_tests (graph capture)" test_gpu_capture.log 60 "$bin/tcoll_gpu_tests" \
     --duration=true -tc='*CUDA graph*'
   run tcoll_gpu_sparse_tests test_sparse_cuda.log 60 "$bin/tcoll_gpu_sparse_tests" --duration=true
@@ -155,6 +155,11 @@ if has_stage sanitize; then
         "$sanitizer" --tool "$tool" --error-exitcode 9 "$bin/tcoll_gpu_sparse_tests" \
         -tc='cuda_chunk_ops*'
     done
+    # the data-movement collectives of the table on device memory (own-block copies,
+    # in-place scratch, Bruck's staging, the barrier's device tokens), cuda reducer
+    run "memcheck tcoll_gpu_tests (alltoall, gather, scatter, barrier)" sanitize_memcheck.log 120 \
+      "$sanitizer" --tool memcheck --error-exitcode 9 "$bin/tcoll_gpu_tests" \
+      -tc='device_team+cuda: alltoall(v)*'
     run "memcheck tcoll_gpu_schedule_tests" sanitize_memcheck.log 60 \
       "$sanitizer" --tool memcheck --error-exitcode 9 "$bin/tcoll_gpu_schedule_tests"
     run "memcheck tcoll_gpu_tests (graph capture)" sanitize_memcheck.log 60 \

@@ -443,105 +443,111 @@ void reduce(C& c, const T* sendbuf, T* recvbuf, std::size_t count, int root, con
 /// [recv_displs[r], + recv_counts[r]) of its `recvbuf` (r this rank); the two sides' counts
 /// of a pair must agree (a mismatch fails in the transport, naming the peer). Elements of
 /// `recvbuf` outside every block are not written. `sendbuf == recvbuf` is the in-place
-/// form (the send side is read from a copy); other overlap is an error. Host memory.
-/// Pairwise exchange on a transport; through the group leaders on a hierarchical machine
-/// (the counts travel with the data there, and a mismatch throws `invalid_argument` naming
-/// the peer).
-template <communicator C, class T>
+/// form (the send side is read from a copy); other overlap is an error. Memory: see
+/// `alltoall`. Pairwise exchange on a transport; through the group leaders on a
+/// hierarchical machine (the counts travel with the data there, and a mismatch throws
+/// `invalid_argument` naming the peer).
+template <communicator C, class T, reducer R = cpu_reducer>
 void alltoallv(C& c, const T* sendbuf, std::span<const std::size_t> send_counts,
                std::span<const std::size_t> send_displs, T* recvbuf,
                std::span<const std::size_t> recv_counts, std::span<const std::size_t> recv_displs,
-               const pairwise_exchange& algo = {}) {
+               const pairwise_exchange& algo = {}, R red = {}) {
   const bool in_place = detail::check_alltoallv_args(sendbuf, send_counts, send_displs, recvbuf,
                                                      recv_counts, recv_displs, c.rank(), c.size());
   const auto tags = detail::begin_on(c);
   detail::guarded_on(c, [&] {
     detail::alltoallv_on(c, tags, sendbuf, send_counts, send_displs, recvbuf, recv_counts,
-                         recv_displs, in_place, algo);
+                         recv_displs, in_place, algo, red);
   });
 }
 
 /// All-to-all (MPI_Alltoall): block q of `sendbuf` (`count` elements) goes to rank q, which
 /// receives it as block r of its `recvbuf` (r this rank; size() * count elements each).
-/// `sendbuf == recvbuf` is the in-place form; other overlap is an error. Host memory.
+/// `sendbuf == recvbuf` is the in-place form; other overlap is an error.
 /// On a transport `algo` runs: by default `alltoall_by_size` (Bruck for short blocks on
 /// many ranks, the pairwise exchange otherwise; `TCOLL_ALLTOALL_ALGO`), or `bruck` or
 /// `pairwise_exchange` by name. On a hierarchical machine through the group leaders, which
 /// exchange uneven group blocks pairwise.
-template <communicator C, class T, alltoall_algorithm A = alltoall_by_size>
-void alltoall(C& c, const T* sendbuf, T* recvbuf, std::size_t count, const A& algo = {}) {
+/// Memory: `red` makes the local copies and scratch, as for allgather: host memory with the
+/// CPU reducer; device memory on a stream-ordered transport (NCCL, device_team) with a
+/// device reducer on the transport's stream (`cuda_reducer{t.stream()}`), where the call
+/// enqueues its work and returns. A hierarchical machine stages blocks in host memory and
+/// takes a host reducer only (a compile-time error otherwise).
+template <communicator C, class T, alltoall_algorithm A = alltoall_by_size, reducer R = cpu_reducer>
+void alltoall(C& c, const T* sendbuf, T* recvbuf, std::size_t count, const A& algo = {},
+              R red = {}) {
   const bool in_place = detail::check_alltoall_args(sendbuf, recvbuf, count, c.rank(), c.size());
   const auto tags = detail::begin_on(c);
   detail::guarded_on(
-      c, [&] { detail::alltoall_on(c, tags, sendbuf, recvbuf, count, in_place, algo); });
+      c, [&] { detail::alltoall_on(c, tags, sendbuf, recvbuf, count, in_place, algo, red); });
 }
 
 /// Gather with a block of its own size per rank (MPI_Gatherv): every rank's `send_count`
 /// elements of `sendbuf` land at [recv_displs[q], + recv_counts[q]) of the root's `recvbuf`
 /// (rank q's, recv_counts[q] == q's send_count; a mismatch fails in the transport). The
 /// receive arguments are read at the root only. In place at the root when `sendbuf ==
-/// recvbuf + recv_displs[root]`. Host memory. Linear on a transport; through the group
-/// leaders on a hierarchical machine (the counts travel with the data there; the root
-/// checks them, naming the peer of a mismatch).
-template <communicator C, class T>
+/// recvbuf + recv_displs[root]`. Memory: see `alltoall`. Linear on a transport; through
+/// the group leaders on a hierarchical machine (the counts travel with the data there; the
+/// root checks them, naming the peer of a mismatch).
+template <communicator C, class T, reducer R = cpu_reducer>
 void gatherv(C& c, const T* sendbuf, std::size_t send_count, T* recvbuf,
              std::span<const std::size_t> recv_counts, std::span<const std::size_t> recv_displs,
-             int root, const linear& algo = {}) {
+             int root, const linear& algo = {}, R red = {}) {
   const std::vector<root_block> blocks = detail::check_gatherv_args(
       sendbuf, send_count, recvbuf, recv_counts, recv_displs, root, c.rank(), c.size());
   const auto tags = detail::begin_on(c);
   detail::guarded_on(c, [&] {
     detail::gatherv_on(c, tags, sendbuf, send_count, recvbuf, recv_counts, recv_displs, root,
-                       blocks, algo);
+                       blocks, algo, red);
   });
 }
 
 /// Gather (MPI_Gather): every rank's `count` elements land in block r of the root's
 /// `recvbuf` (size() * count; read at the root only). In place at the root when `sendbuf ==
-/// recvbuf + root * count`. Host memory. Linear on a transport; through the group leaders
-/// on a hierarchical machine.
-template <communicator C, class T>
+/// recvbuf + root * count`. Memory: see `alltoall`. Linear on a transport; through the
+/// group leaders on a hierarchical machine.
+template <communicator C, class T, reducer R = cpu_reducer>
 void gather(C& c, const T* sendbuf, T* recvbuf, std::size_t count, int root,
-            const linear& algo = {}) {
+            const linear& algo = {}, R red = {}) {
   const std::vector<root_block> blocks =
       detail::check_gather_args(sendbuf, recvbuf, count, root, c.rank(), c.size());
   const auto tags = detail::begin_on(c);
   detail::guarded_on(
-      c, [&] { detail::gather_on(c, tags, sendbuf, recvbuf, count, root, blocks, algo); });
+      c, [&] { detail::gather_on(c, tags, sendbuf, recvbuf, count, root, blocks, algo, red); });
 }
 
 /// Scatter with a block of its own size per rank (MPI_Scatterv): the root sends
 /// [send_displs[q], + send_counts[q]) of its `sendbuf` to rank q, which receives
 /// `recv_count` elements into `recvbuf` (send_counts[q] == q's recv_count; a mismatch fails
 /// in the transport). The send arguments are read at the root only. In place at the root
-/// when `recvbuf == sendbuf + send_displs[root]`. Host memory. Linear on a transport;
-/// through the group leaders on a hierarchical machine (the counts travel with the data
-/// there; each rank checks its own, naming the root on a mismatch).
-template <communicator C, class T>
+/// when `recvbuf == sendbuf + send_displs[root]`. Memory: see `alltoall`. Linear on a
+/// transport; through the group leaders on a hierarchical machine (the counts travel with
+/// the data there; each rank checks its own, naming the root on a mismatch).
+template <communicator C, class T, reducer R = cpu_reducer>
 void scatterv(C& c, const T* sendbuf, std::span<const std::size_t> send_counts,
               std::span<const std::size_t> send_displs, T* recvbuf, std::size_t recv_count,
-              int root, const linear& algo = {}) {
+              int root, const linear& algo = {}, R red = {}) {
   const std::vector<root_block> blocks = detail::check_scatterv_args(
       sendbuf, send_counts, send_displs, recvbuf, recv_count, root, c.rank(), c.size());
   const auto tags = detail::begin_on(c);
   detail::guarded_on(c, [&] {
     detail::scatterv_on(c, tags, sendbuf, send_counts, send_displs, recvbuf, recv_count, root,
-                        blocks, algo);
+                        blocks, algo, red);
   });
 }
 
 /// Scatter (MPI_Scatter): block q (`count` elements) of the root's `sendbuf` (size() *
 /// count; read at the root only) goes to rank q's `recvbuf`. In place at the root when
-/// `recvbuf == sendbuf + root * count`. Host memory. Linear on a transport; through the
-/// group leaders on a hierarchical machine.
-template <communicator C, class T>
+/// `recvbuf == sendbuf + root * count`. Memory: see `alltoall`. Linear on a transport;
+/// through the group leaders on a hierarchical machine.
+template <communicator C, class T, reducer R = cpu_reducer>
 void scatter(C& c, const T* sendbuf, T* recvbuf, std::size_t count, int root,
-             const linear& algo = {}) {
+             const linear& algo = {}, R red = {}) {
   const std::vector<root_block> blocks =
       detail::check_scatter_args(sendbuf, recvbuf, count, root, c.rank(), c.size());
   const auto tags = detail::begin_on(c);
   detail::guarded_on(
-      c, [&] { detail::scatter_on(c, tags, sendbuf, recvbuf, count, root, blocks, algo); });
+      c, [&] { detail::scatter_on(c, tags, sendbuf, recvbuf, count, root, blocks, algo, red); });
 }
 
 /// Barrier (MPI_Barrier): returns on a rank only after every rank of `c` has called it.
@@ -549,10 +555,14 @@ void scatter(C& c, const T* sendbuf, T* recvbuf, std::size_t count, int root,
 /// with them. Dissemination (ceil(log2 P) rounds of one-byte messages), or `in_segment`
 /// (one flag per rank in the collective area; dissemination where the transport has none);
 /// on a hierarchical machine inside the groups, among the leaders, inside the groups again.
-template <communicator C, barrier_algorithm Algo = dissemination>
-void barrier(C& c, const Algo& algo = {}) {
+/// The one-byte tokens live where `red` keeps memory: on NCCL pass the device reducer
+/// (`cuda_reducer{t.stream()}`), as for every collective there. On a stream-ordered
+/// transport the barrier ends by synchronizing `red`'s stream, so it also waits for the
+/// work this rank enqueued before it.
+template <communicator C, barrier_algorithm Algo = dissemination, reducer R = cpu_reducer>
+void barrier(C& c, const Algo& algo = {}, R red = {}) {
   const auto tags = detail::begin_on(c);
-  detail::guarded_on(c, [&] { detail::barrier_on(c, tags, algo); });
+  detail::guarded_on(c, [&] { detail::barrier_on(c, tags, algo, red); });
 }
 
 // Runtime-typed entry points: the element type and the reduction are values (NCCL's

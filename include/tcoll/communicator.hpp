@@ -211,107 +211,112 @@ void reduce_on(C& c, const collective_tags_t<C>& tags, const T* sendbuf, T* recv
   c.reduce_tagged(tags, sendbuf, recvbuf, count, root, op, binomial_tree{}, red);
 }
 
-/// All-to-all of `count` elements per pair (host memory); `in_place` when sendbuf == recvbuf.
-/// A hierarchy's leaders exchange uneven group blocks: the pairwise exchange there.
-template <transport Tr, class T, alltoall_algorithm A>
+/// All-to-all of `count` elements per pair; `in_place` when sendbuf == recvbuf. `red` makes
+/// the local copies and scratch (where the memory lives). A hierarchy's leaders exchange
+/// uneven group blocks: the pairwise exchange there.
+template <transport Tr, class T, alltoall_algorithm A, reducer R>
 void alltoall_on(Tr& t, int tag, const T* sendbuf, T* recvbuf, std::size_t count, bool in_place,
-                 const A& algo) {
-  alltoall_tagged(t, tag, sendbuf, recvbuf, count, in_place, algo);
+                 const A& algo, R& red) {
+  alltoall_tagged(t, tag, sendbuf, recvbuf, count, in_place, algo, red);
 }
-template <composite_communicator C, class T, alltoall_algorithm A>
+template <composite_communicator C, class T, alltoall_algorithm A, reducer R>
 void alltoall_on(C& c, const collective_tags_t<C>& tags, const T* sendbuf, T* recvbuf,
-                 std::size_t count, bool in_place, const A& algo) {
-  c.alltoall_tagged(tags, sendbuf, recvbuf, count, in_place, uneven_exchange_of(algo));
+                 std::size_t count, bool in_place, const A& algo, R& red) {
+  c.alltoall_tagged(tags, sendbuf, recvbuf, count, in_place, uneven_exchange_of(algo), red);
 }
 
-/// All-to-all with a block of its own size for every pair (host memory; see `alltoallv`).
-template <transport Tr, class T>
+/// All-to-all with a block of its own size for every pair (see `alltoallv`).
+template <transport Tr, class T, reducer R>
 void alltoallv_on(Tr& t, int tag, const T* sendbuf, std::span<const std::size_t> send_counts,
                   std::span<const std::size_t> send_displs, T* recvbuf,
                   std::span<const std::size_t> recv_counts,
                   std::span<const std::size_t> recv_displs, bool in_place,
-                  const pairwise_exchange& algo) {
+                  const pairwise_exchange& algo, R& red) {
   alltoallv_tagged(t, tag, sendbuf, send_counts, send_displs, recvbuf, recv_counts, recv_displs,
-                   in_place, algo);
+                   in_place, algo, red);
 }
-template <composite_communicator C, class T>
+template <composite_communicator C, class T, reducer R>
 void alltoallv_on(C& c, const collective_tags_t<C>& tags, const T* sendbuf,
                   std::span<const std::size_t> send_counts,
                   std::span<const std::size_t> send_displs, T* recvbuf,
                   std::span<const std::size_t> recv_counts,
                   std::span<const std::size_t> recv_displs, bool in_place,
-                  const pairwise_exchange& algo) {
+                  const pairwise_exchange& algo, R& red) {
   c.alltoallv_tagged(tags, sendbuf, send_counts, send_displs, recvbuf, recv_counts, recv_displs,
-                     in_place, algo);
+                     in_place, algo, red);
 }
 
-/// Gather of `count` elements per rank to `root` (host memory). `blocks`: the root's
-/// blocks, checked by the entry point (empty elsewhere).
-template <transport Tr, class T>
+/// Gather of `count` elements per rank to `root`. `blocks`: the root's blocks, checked by
+/// the entry point (empty elsewhere).
+template <transport Tr, class T, reducer R>
 void gather_on(Tr& t, int tag, const T* sendbuf, T*, std::size_t count, int root,
-               const std::vector<root_block>& blocks, const linear& algo) {
-  algo.gather(t, tag, root, sendbuf, count * sizeof(T), std::span<const root_block>(blocks));
+               const std::vector<root_block>& blocks, const linear& algo, R& red) {
+  algo.gather(t, tag, root, sendbuf, count * sizeof(T), std::span<const root_block>(blocks), red);
 }
-template <composite_communicator C, class T>
+template <composite_communicator C, class T, reducer R>
 void gather_on(C& c, const collective_tags_t<C>& tags, const T* sendbuf, T* recvbuf,
-               std::size_t count, int root, const std::vector<root_block>&, const linear& algo) {
-  c.gather_tagged(tags, sendbuf, recvbuf, count, root, algo);
+               std::size_t count, int root, const std::vector<root_block>&, const linear& algo,
+               R& red) {
+  c.gather_tagged(tags, sendbuf, recvbuf, count, root, algo, red);
 }
 
-/// Scatter of `count` elements per rank from `root` (host memory; `blocks` as for gather).
-template <transport Tr, class T>
+/// Scatter of `count` elements per rank from `root` (`blocks` as for gather).
+template <transport Tr, class T, reducer R>
 void scatter_on(Tr& t, int tag, const T*, T* recvbuf, std::size_t count, int root,
-                const std::vector<root_block>& blocks, const linear& algo) {
-  algo.scatter(t, tag, root, recvbuf, count * sizeof(T), std::span<const root_block>(blocks));
+                const std::vector<root_block>& blocks, const linear& algo, R& red) {
+  algo.scatter(t, tag, root, recvbuf, count * sizeof(T), std::span<const root_block>(blocks), red);
 }
-template <composite_communicator C, class T>
+template <composite_communicator C, class T, reducer R>
 void scatter_on(C& c, const collective_tags_t<C>& tags, const T* sendbuf, T* recvbuf,
-                std::size_t count, int root, const std::vector<root_block>&, const linear& algo) {
-  c.scatter_tagged(tags, sendbuf, recvbuf, count, root, algo);
+                std::size_t count, int root, const std::vector<root_block>&, const linear& algo,
+                R& red) {
+  c.scatter_tagged(tags, sendbuf, recvbuf, count, root, algo, red);
 }
 
-/// Gather with a block of its own size per rank (host memory; see `gatherv`). `blocks`:
-/// the root's blocks, checked (empty elsewhere).
-template <transport Tr, class T>
+/// Gather with a block of its own size per rank (see `gatherv`). `blocks`: the root's
+/// blocks, checked (empty elsewhere).
+template <transport Tr, class T, reducer R>
 void gatherv_on(Tr& t, int tag, const T* sendbuf, std::size_t send_count, T*,
                 std::span<const std::size_t>, std::span<const std::size_t>, int root,
-                const std::vector<root_block>& blocks, const linear& algo) {
-  algo.gather(t, tag, root, sendbuf, send_count * sizeof(T), std::span<const root_block>(blocks));
+                const std::vector<root_block>& blocks, const linear& algo, R& red) {
+  algo.gather(t, tag, root, sendbuf, send_count * sizeof(T), std::span<const root_block>(blocks),
+              red);
 }
-template <composite_communicator C, class T>
+template <composite_communicator C, class T, reducer R>
 void gatherv_on(C& c, const collective_tags_t<C>& tags, const T* sendbuf, std::size_t send_count,
                 T* recvbuf, std::span<const std::size_t> recv_counts,
                 std::span<const std::size_t> recv_displs, int root, const std::vector<root_block>&,
-                const linear& algo) {
-  c.gatherv_tagged(tags, sendbuf, send_count, recvbuf, recv_counts, recv_displs, root, algo);
+                const linear& algo, R& red) {
+  c.gatherv_tagged(tags, sendbuf, send_count, recvbuf, recv_counts, recv_displs, root, algo, red);
 }
 
-/// Scatter with a block of its own size per rank (host memory; see `scatterv`).
-template <transport Tr, class T>
+/// Scatter with a block of its own size per rank (see `scatterv`).
+template <transport Tr, class T, reducer R>
 void scatterv_on(Tr& t, int tag, const T*, std::span<const std::size_t>,
                  std::span<const std::size_t>, T* recvbuf, std::size_t recv_count, int root,
-                 const std::vector<root_block>& blocks, const linear& algo) {
-  algo.scatter(t, tag, root, recvbuf, recv_count * sizeof(T), std::span<const root_block>(blocks));
+                 const std::vector<root_block>& blocks, const linear& algo, R& red) {
+  algo.scatter(t, tag, root, recvbuf, recv_count * sizeof(T), std::span<const root_block>(blocks),
+               red);
 }
-template <composite_communicator C, class T>
+template <composite_communicator C, class T, reducer R>
 void scatterv_on(C& c, const collective_tags_t<C>& tags, const T* sendbuf,
                  std::span<const std::size_t> send_counts, std::span<const std::size_t> send_displs,
                  T* recvbuf, std::size_t recv_count, int root, const std::vector<root_block>&,
-                 const linear& algo) {
-  c.scatterv_tagged(tags, sendbuf, send_counts, send_displs, recvbuf, recv_count, root, algo);
+                 const linear& algo, R& red) {
+  c.scatterv_tagged(tags, sendbuf, send_counts, send_displs, recvbuf, recv_count, root, algo, red);
 }
 
-template <transport Tr>
-void barrier_on(Tr& t, int tag, const dissemination& algo) {
-  algo.barrier(t, tag);
+template <transport Tr, reducer R>
+void barrier_on(Tr& t, int tag, const dissemination& algo, R& red) {
+  algo.barrier(t, tag, red);
 }
-template <transport Tr>
-void barrier_on(Tr& t, int tag, const in_segment& algo) {
-  if (!try_in_segment_barrier(t, algo)) dissemination{}.barrier(t, tag);
+template <transport Tr, reducer R>
+void barrier_on(Tr& t, int tag, const in_segment& algo, R& red) {
+  if (!try_in_segment_barrier(t, algo)) dissemination{}.barrier(t, tag, red);
 }
-template <composite_communicator C, barrier_algorithm Algo>
-void barrier_on(C& c, const collective_tags_t<C>& tags, const Algo&) {
-  c.barrier_tagged(tags, dissemination{});
+template <composite_communicator C, barrier_algorithm Algo, reducer R>
+void barrier_on(C& c, const collective_tags_t<C>& tags, const Algo&, R& red) {
+  c.barrier_tagged(tags, dissemination{}, red);
 }
 
 } // namespace detail

@@ -67,6 +67,18 @@ inline std::vector<std::size_t> gpu_counts(int P) {
       });                                                                                          \
     }                                                                                              \
   }                                                                                                \
+  TEST_CASE(NAME ": alltoall(v), gather(v), scatter(v), reduce_scatterv, allgatherv and barrier "  \
+                 "on device memory, P = 1..8") {                                                   \
+    for (int P : {1, 2, 3, 5, 8}) {                                                                \
+      CAPTURE(P);                                                                                  \
+      on_device_team<RED>(P, [&](auto& t, auto& b) {                                               \
+        alltoall_values(t, {0, 1, std::size_t(P + 1), 1000}, b);                                   \
+        gather_scatter_values(t, {1, 1000}, b);                                                    \
+        uneven_block_values(t, {0, 1, 1000}, b);                                                   \
+        barrier_waits_for_every_rank(t, dissemination{}, b);                                       \
+      });                                                                                          \
+    }                                                                                              \
+  }                                                                                                \
   TEST_CASE(NAME ": bad input throws invalid_argument; an absent peer times out") {                \
     on_device_team<RED>(3, [&](auto& t, auto& b) { bad_input_cases(t, b); });                      \
     on_device_team<RED>(                                                                           \

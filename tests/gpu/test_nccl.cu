@@ -1,6 +1,8 @@
 // The nccl transport: the foundation's allreduce bodies through ncclSend/ncclRecv groups with
-// the cuda reducer, and passthrough (ncclAllReduce, including ncclAvg), on one communicator
-// per visible GPU (one rank on a single-GPU machine). Bodies run on rank threads, one GPU each.
+// the cuda reducer, passthrough (ncclAllReduce, including ncclAvg), and the data-movement
+// collectives of the table on device memory, on one communicator per visible GPU (one rank
+// on a single-GPU machine: NCCL refuses two ranks on one GPU). Bodies run on rank threads,
+// one GPU each.
 #include <doctest/doctest.h>
 
 #include <thread>
@@ -79,6 +81,16 @@ TEST_CASE("nccl passthrough: ncclAllReduce for sum, prod, min, max and avg (nccl
                     if constexpr (detail::nccl::data_type<T>().has_value())
                       for_each_op<false>({}, [&](const auto& op, op_kind k) { one(tag, op, k); });
                   });
+  });
+}
+
+TEST_CASE("nccl transport: alltoall(v), gather(v), scatter(v), reduce_scatterv, allgatherv and "
+          "barrier on device memory") {
+  on_nccl([](nccl_transport& t, device_buffers<cuda_reducer>& b) {
+    alltoall_values(t, {0, 1, 1000}, b);
+    gather_scatter_values(t, {1, 1000}, b);
+    uneven_block_values(t, {0, 1, 1000}, b);
+    barrier_waits_for_every_rank(t, dissemination{}, b);
   });
 }
 

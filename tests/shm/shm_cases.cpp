@@ -13,8 +13,14 @@ template void reduced_precision_rounding<shm_transport, host_buffers>(
 template void collectives_values<shm_transport, host_buffers>(shm_transport&,
                                                               const std::vector<std::size_t>&,
                                                               std::size_t, const host_buffers&);
-template void alltoall_values<shm_transport>(shm_transport&, const std::vector<std::size_t>&);
-template void gather_scatter_values<shm_transport>(shm_transport&, const std::vector<std::size_t>&);
-template void uneven_block_values<shm_transport>(shm_transport&, const std::vector<std::size_t>&);
+template void alltoall_values<shm_transport, host_buffers>(shm_transport&,
+                                                           const std::vector<std::size_t>&,
+                                                           const host_buffers&);
+template void gather_scatter_values<shm_transport, host_buffers>(shm_transport&,
+                                                                 const std::vector<std::size_t>&,
+                                                                 const host_buffers&);
+template void uneven_block_values<shm_transport, host_buffers>(shm_transport&,
+                                                               const std::vector<std::size_t>&,
+                                                               const host_buffers&);
 
 } // namespace tcoll::testing

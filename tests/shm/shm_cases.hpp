@@ -19,11 +19,14 @@ extern template void reduced_precision_rounding<shm_transport, host_buffers>(
 extern template void
 collectives_values<shm_transport, host_buffers>(shm_transport&, const std::vector<std::size_t>&,
                                                 std::size_t, const host_buffers&);
-extern template void alltoall_values<shm_transport>(shm_transport&,
-                                                    const std::vector<std::size_t>&);
-extern template void gather_scatter_values<shm_transport>(shm_transport&,
-                                                          const std::vector<std::size_t>&);
-extern template void uneven_block_values<shm_transport>(shm_transport&,
-                                                        const std::vector<std::size_t>&);
+extern template void alltoall_values<shm_transport, host_buffers>(shm_transport&,
+                                                                  const std::vector<std::size_t>&,
+                                                                  const host_buffers&);
+extern template void
+gather_scatter_values<shm_transport, host_buffers>(shm_transport&, const std::vector<std::size_t>&,
+                                                   const host_buffers&);
+extern template void
+uneven_block_values<shm_transport, host_buffers>(shm_transport&, const std::vector<std::size_t>&,
+                                                 const host_buffers&);
 
 } // namespace tcoll::testing

@@ -13,13 +13,13 @@
 /// Every step sends about P/2 blocks: ceil(log2 P) alpha + about (P/2) log2 P block-bytes
 /// beta per rank, against (P - 1) alpha + (P - 1) block-bytes beta for the pairwise
 /// exchange, so it pays for short blocks on many ranks only (`alltoall_by_size`,
-/// algorithm/select.hpp). Any P; host memory.
+/// algorithm/select.hpp). Any P. The staging buffers and every local move come from the
+/// reducer (`allocate`, `copy`): host memory with the CPU reducer, device memory with a
+/// device reducer on a stream-ordered transport (one small copy per block and step there).
 #include <algorithm>
 #include <cstddef>
-#include <cstring>
 #include <string>
 #include <string_view>
-#include <vector>
 
 #include "../core/collective_table.hpp"
 #include "../core/concepts.hpp"
@@ -46,31 +46,33 @@ struct bruck {
   /// goes to rank q, rank q's block for this rank lands as block q of `recv` (P blocks
   /// each). `send == recv` (in place) is allowed: every block is read before any is
   /// written. Every wait is bounded by the transport's timeout.
-  template <transport Tr>
-  void exchange(Tr& t, int tag, const void* send, void* recv, std::size_t block_bytes) const {
+  template <transport Tr, reducer R>
+  void exchange(Tr& t, int tag, const void* send, void* recv, std::size_t block_bytes,
+                R& red) const {
     const int P = t.size(), r = t.rank();
     if (block_bytes == 0) return;
     const auto p = static_cast<std::size_t>(P);
     const auto* in = static_cast<const std::byte*>(send);
     auto* out = static_cast<std::byte*>(recv);
+    const auto move = [&](std::byte* to, const std::byte* from) {
+      red.copy(to, from, block_bytes);
+    };
     if (P == 1) {
-      if (in != out) std::memmove(out, in, block_bytes);
+      if (in != out) move(out, in);
       return;
     }
     // the staging slots, then one packed buffer for each direction of a step
     const std::size_t packed_bytes = max_packed(P) * block_bytes;
-    std::vector<std::byte> storage(p * block_bytes + 2 * packed_bytes);
+    auto storage = red.template allocate<std::byte>(p * block_bytes + 2 * packed_bytes);
     std::byte* slots = storage.data();
     std::byte* outgoing = slots + p * block_bytes;
     std::byte* incoming = outgoing + packed_bytes;
     for (std::size_t i = 0; i < p; ++i)
-      std::memcpy(slots + i * block_bytes, in + ((r + i) % p) * block_bytes, block_bytes);
+      move(slots + i * block_bytes, in + ((r + i) % p) * block_bytes);
     for (int k = 1; k < P; k *= 2) {
       std::size_t n = 0;
       for (int i = 1; i < P; ++i)
-        if (i & k)
-          std::memcpy(outgoing + n++ * block_bytes, slots + std::size_t(i) * block_bytes,
-                      block_bytes);
+        if (i & k) move(outgoing + n++ * block_bytes, slots + std::size_t(i) * block_bytes);
       auto rr = t.irecv((r - k + P) % P, incoming, n * block_bytes, tag);
       auto sr = t.isend((r + k) % P, outgoing, n * block_bytes, tag);
       // the receive first, as in the pairwise exchange: on a transport whose receiver
@@ -80,12 +82,10 @@ struct bruck {
       t.wait(sr, until);
       n = 0;
       for (int i = 1; i < P; ++i)
-        if (i & k)
-          std::memcpy(slots + std::size_t(i) * block_bytes, incoming + n++ * block_bytes,
-                      block_bytes);
+        if (i & k) move(slots + std::size_t(i) * block_bytes, incoming + n++ * block_bytes);
     }
     for (std::size_t i = 0; i < p; ++i)
-      std::memcpy(out + ((r + p - i) % p) * block_bytes, slots + i * block_bytes, block_bytes);
+      move(out + ((r + p - i) % p) * block_bytes, slots + i * block_bytes);
   }
 
   /// The most slots any step moves (the size of a packed buffer, in blocks).

@@ -10,6 +10,7 @@
 #include "../core/collective_table.hpp"
 #include "../core/concepts.hpp"
 #include "../core/error.hpp"
+#include "../detail/executor.hpp"
 
 namespace tcoll {
 
@@ -21,17 +22,28 @@ struct dissemination {
 
   /// The barrier in the message space `tag`; every wait is bounded by the transport's
   /// timeout (a rank that never arrives is a `timeout_error` naming the peer waited for).
-  template <transport Tr>
-  void barrier(Tr& t, int tag) const {
+  /// The tokens live where `red` keeps its memory (`allocate`: device memory for a device
+  /// reducer, which a transport such as NCCL needs). On a stream-ordered transport a
+  /// completed request means enqueued, not arrived, so the barrier ends with
+  /// `red.synchronize()`: it returns once the tokens have crossed, which also waits for the
+  /// work this rank enqueued before (as PyTorch's NCCL barrier does).
+  template <transport Tr, reducer R>
+  void barrier(Tr& t, int tag, R& red) const {
     const int P = t.size(), r = t.rank();
-    unsigned char out = 1, in = 0;
+    if (P == 1) return;
+    // the token's value is never read; host memory needs no allocation
+    unsigned char host_tokens[2] = {0, 1};
+    constexpr bool host = detail::reducer_uses_host_memory<R>();
+    auto device_tokens = red.template allocate<unsigned char>(host ? 0 : 2);
+    unsigned char* tokens = host ? host_tokens : device_tokens.data();
     for (int k = 1; k < P; k *= 2) {
-      auto rr = t.irecv((r - k + P) % P, &in, 1, tag);
-      auto sr = t.isend((r + k) % P, &out, 1, tag);
+      auto rr = t.irecv((r - k + P) % P, tokens, 1, tag);
+      auto sr = t.isend((r + k) % P, tokens + 1, 1, tag);
       const auto until = clock::now() + t.timeout();
       t.wait(rr, until);
       t.wait(sr, until);
     }
+    if constexpr (transport_is_stream_ordered<Tr>()) red.synchronize();
   }
 };
 

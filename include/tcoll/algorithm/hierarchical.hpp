@@ -198,48 +198,50 @@ public:
                      int root, const Op& op, const binomial_tree& tree, R& red) {
     via_leaders{}.reduce(*this, tags, sendbuf, recvbuf, count, root, op, tree, red);
   }
-  template <class T>
+  template <class T, reducer R>
   void alltoall_tagged(std::pair<int, int> tags, const T* sendbuf, T* recvbuf, std::size_t count,
-                       bool in_place, const pairwise_exchange& exchange) {
-    via_leaders{}.alltoall(*this, tags, sendbuf, recvbuf, count, in_place, exchange);
+                       bool in_place, const pairwise_exchange& exchange, R& red) {
+    via_leaders{}.alltoall(*this, tags, sendbuf, recvbuf, count, in_place, exchange, red);
   }
-  template <class T>
+  template <class T, reducer R>
   void alltoallv_tagged(std::pair<int, int> tags, const T* sendbuf,
                         std::span<const std::size_t> send_counts,
                         std::span<const std::size_t> send_displs, T* recvbuf,
                         std::span<const std::size_t> recv_counts,
                         std::span<const std::size_t> recv_displs, bool,
-                        const pairwise_exchange& exchange) {
+                        const pairwise_exchange& exchange, R& red) {
     via_leaders{}.alltoallv(*this, tags, sendbuf, send_counts, send_displs, recvbuf, recv_counts,
-                            recv_displs, exchange);
+                            recv_displs, exchange, red);
   }
-  template <class T>
+  template <class T, reducer R>
   void gather_tagged(std::pair<int, int> tags, const T* sendbuf, T* recvbuf, std::size_t count,
-                     int root, const linear& algo) {
-    via_leaders{}.gather(*this, tags, sendbuf, recvbuf, count, root, algo);
+                     int root, const linear& algo, R& red) {
+    via_leaders{}.gather(*this, tags, sendbuf, recvbuf, count, root, algo, red);
   }
-  template <class T>
+  template <class T, reducer R>
   void scatter_tagged(std::pair<int, int> tags, const T* sendbuf, T* recvbuf, std::size_t count,
-                      int root, const linear& algo) {
-    via_leaders{}.scatter(*this, tags, sendbuf, recvbuf, count, root, algo);
+                      int root, const linear& algo, R& red) {
+    via_leaders{}.scatter(*this, tags, sendbuf, recvbuf, count, root, algo, red);
   }
-  template <class T>
+  template <class T, reducer R>
   void gatherv_tagged(std::pair<int, int> tags, const T* sendbuf, std::size_t send_count,
                       T* recvbuf, std::span<const std::size_t> recv_counts,
-                      std::span<const std::size_t> recv_displs, int root, const linear& algo) {
+                      std::span<const std::size_t> recv_displs, int root, const linear& algo,
+                      R& red) {
     via_leaders{}.gatherv(*this, tags, sendbuf, send_count, recvbuf, recv_counts, recv_displs, root,
-                          algo);
+                          algo, red);
   }
-  template <class T>
+  template <class T, reducer R>
   void scatterv_tagged(std::pair<int, int> tags, const T* sendbuf,
                        std::span<const std::size_t> send_counts,
                        std::span<const std::size_t> send_displs, T* recvbuf, std::size_t recv_count,
-                       int root, const linear& algo) {
+                       int root, const linear& algo, R& red) {
     via_leaders{}.scatterv(*this, tags, sendbuf, send_counts, send_displs, recvbuf, recv_count,
-                           root, algo);
+                           root, algo, red);
   }
-  void barrier_tagged(std::pair<int, int> tags, const dissemination& algo) {
-    via_leaders{}.barrier(*this, tags, algo);
+  template <reducer R>
+  void barrier_tagged(std::pair<int, int> tags, const dissemination& algo, R& red) {
+    via_leaders{}.barrier(*this, tags, algo, red);
   }
 
   /// What a prepared allreduce (schedule/prepared.hpp) runs on this machine: its phases

@@ -6,7 +6,6 @@
 /// which the root's link bounds; no rank but the root forwards anything, so a block of its
 /// own size for every rank (gatherv, scatterv) costs nothing extra.
 #include <cstddef>
-#include <cstring>
 #include <span>
 #include <string>
 #include <string_view>
@@ -32,10 +31,10 @@ struct linear {
 
   /// Gather in the message space `tag`: every rank but `root` sends `mine` (`bytes`); the
   /// root receives rank q's into `blocks[q]` (one per rank; its own block is copied from
-  /// `mine` unless it is already there). `blocks` is read at the root only.
-  template <transport Tr>
+  /// `mine` unless it is already there, by `red`). `blocks` is read at the root only.
+  template <transport Tr, reducer R>
   void gather(Tr& t, int tag, int root, const void* mine, std::size_t bytes,
-              std::span<const root_block> blocks) const {
+              std::span<const root_block> blocks, R& red) const {
     const int P = t.size(), r = t.rank();
     const auto until = clock::now() + t.timeout();
     if (r != root) {
@@ -49,16 +48,17 @@ struct linear {
     for (int q = 0; q < P; ++q)
       if (q != r) pending.push_back(t.irecv(q, blocks[q].data, blocks[q].bytes, tag));
     const root_block& own = blocks[static_cast<std::size_t>(r)];
-    if (own.bytes && own.data != mine) std::memmove(own.data, mine, own.bytes);
+    if (own.bytes && own.data != mine)
+      red.copy(static_cast<std::byte*>(own.data), static_cast<const std::byte*>(mine), own.bytes);
     for (auto& p : pending) t.wait(p, until);
   }
 
   /// Scatter in the message space `tag`: the root sends `blocks[q]` to rank q (its own
-  /// block copied into `mine` unless already there); every other rank receives its block
-  /// into `mine` (`bytes`).
-  template <transport Tr>
+  /// block copied into `mine` unless already there, by `red`); every other rank receives its
+  /// block into `mine` (`bytes`).
+  template <transport Tr, reducer R>
   void scatter(Tr& t, int tag, int root, void* mine, std::size_t bytes,
-               std::span<const root_block> blocks) const {
+               std::span<const root_block> blocks, R& red) const {
     const int P = t.size(), r = t.rank();
     const auto until = clock::now() + t.timeout();
     if (r != root) {
@@ -72,7 +72,8 @@ struct linear {
     for (int q = 0; q < P; ++q)
       if (q != r) pending.push_back(t.isend(q, blocks[q].data, blocks[q].bytes, tag));
     const root_block& own = blocks[static_cast<std::size_t>(r)];
-    if (own.bytes && own.data != mine) std::memmove(mine, own.data, own.bytes);
+    if (own.bytes && own.data != mine)
+      red.copy(static_cast<std::byte*>(mine), static_cast<const std::byte*>(own.data), own.bytes);
     for (auto& p : pending) t.wait(p, until);
   }
 

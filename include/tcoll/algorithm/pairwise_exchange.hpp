@@ -13,7 +13,6 @@
 /// (uneven blocks) still match.
 #include <algorithm>
 #include <cstddef>
-#include <cstring>
 #include <span>
 #include <string>
 #include <string_view>
@@ -33,7 +32,8 @@ struct exchange_block {
   std::size_t recv_bytes = 0;
 };
 
-/// See the file comment. Host memory (the own block is copied with memcpy).
+/// See the file comment. The own block is copied with the reducer's `copy` (host memory with
+/// the CPU reducer, device memory with a device reducer on a stream-ordered transport).
 struct pairwise_exchange {
   /// Its line in the table of collectives (core/collective_table.hpp).
   static constexpr algorithm_id id = algorithm_id::pairwise_exchange;
@@ -46,9 +46,10 @@ struct pairwise_exchange {
   /// `blocks[q].recv`. The sizes of a pair must agree on both sides (the transport reports
   /// a mismatch); this rank's own send and receive sizes must be equal (`invalid_argument`).
   /// Send and receive memory must not overlap, except that a block may be its own (the
-  /// own block in place). Every wait is bounded by the transport's timeout.
-  template <transport Tr>
-  void exchange(Tr& t, int tag, std::span<const exchange_block> blocks) const {
+  /// own block in place). `red` copies the own block. Every wait is bounded by the
+  /// transport's timeout.
+  template <transport Tr, reducer R>
+  void exchange(Tr& t, int tag, std::span<const exchange_block> blocks, R& red) const {
     const int P = t.size(), r = t.rank();
     if (static_cast<int>(blocks.size()) != P)
       throw invalid_argument("pairwise_exchange: " + std::to_string(blocks.size()) +
@@ -63,17 +64,18 @@ struct pairwise_exchange {
     std::size_t largest = 0;
     for (const exchange_block& b : blocks)
       largest = std::max({largest, b.send_bytes, b.recv_bytes});
-    exchange_each(t, tag, largest, [&](int q) { return blocks[static_cast<std::size_t>(q)]; });
+    exchange_each(t, tag, largest, red, [&](int q) { return blocks[static_cast<std::size_t>(q)]; });
   }
 
   /// All-to-all of `block_bytes` per pair (MPI_Alltoall's blocks): block q of `send` goes
   /// to rank q, rank q's block lands as block q of `recv` (P blocks each), with no
   /// allocation on the step-by-step path. `send` and `recv` must not overlap.
-  template <transport Tr>
-  void exchange_equal(Tr& t, int tag, const void* send, void* recv, std::size_t block_bytes) const {
+  template <transport Tr, reducer R>
+  void exchange_equal(Tr& t, int tag, const void* send, void* recv, std::size_t block_bytes,
+                      R& red) const {
     const auto* in = static_cast<const std::byte*>(send);
     auto* out = static_cast<std::byte*>(recv);
-    exchange_each(t, tag, block_bytes, [&](int q) {
+    exchange_each(t, tag, block_bytes, red, [&](int q) {
       const std::size_t at = static_cast<std::size_t>(q) * block_bytes;
       return exchange_block{in + at, block_bytes, out + at, block_bytes};
     });
@@ -82,11 +84,13 @@ struct pairwise_exchange {
 private:
   /// The exchange of `block_of(q)` for every rank q, `largest` the largest of this rank's
   /// blocks (which decides between the two ways of the file comment).
-  template <transport Tr, class BlockOf>
-  void exchange_each(Tr& t, int tag, std::size_t largest, const BlockOf& block_of) const {
+  template <transport Tr, reducer R, class BlockOf>
+  void exchange_each(Tr& t, int tag, std::size_t largest, R& red, const BlockOf& block_of) const {
     const int P = t.size(), r = t.rank();
     const exchange_block own = block_of(r);
-    if (own.send_bytes && own.send != own.recv) std::memmove(own.recv, own.send, own.send_bytes);
+    if (own.send_bytes && own.send != own.recv)
+      red.copy(static_cast<std::byte*>(own.recv), static_cast<const std::byte*>(own.send),
+               own.send_bytes);
     if (P > 2 && largest <= all_posted_max_bytes) {
       std::vector<typename Tr::request> recvs, sends;
       recvs.reserve(static_cast<std::size_t>(P));

@@ -247,28 +247,28 @@ equal_blocks(int P, std::size_t count) {
 }
 
 /// The exchange of alltoall (`count` elements per pair), arguments checked, in the message
-/// space `tag`, by `algo` (`alltoall_by_size` chooses by the block's size). In place, the
-/// pairwise exchange reads the send side from a copy; Bruck stages every block anyway.
-template <transport Tr, class T, alltoall_algorithm A>
+/// space `tag`, by `algo` (`alltoall_by_size` chooses by the block's size), its local copies
+/// and scratch from `red`. In place, the pairwise exchange reads the send side from a copy;
+/// Bruck stages every block anyway.
+template <transport Tr, class T, alltoall_algorithm A, reducer R>
 void alltoall_tagged(Tr& t, int tag, const T* sendbuf, T* recvbuf, std::size_t count, bool in_place,
-                     const A& algo) {
+                     const A& algo, R& red) {
   const std::size_t block_bytes = count * sizeof(T);
   if constexpr (std::is_same_v<A, alltoall_by_size>) {
     if (algo.choose(block_bytes, t.size()) == algorithm_id::bruck)
-      alltoall_tagged(t, tag, sendbuf, recvbuf, count, in_place, algo.bruck_knobs);
+      alltoall_tagged(t, tag, sendbuf, recvbuf, count, in_place, algo.bruck_knobs, red);
     else
-      alltoall_tagged(t, tag, sendbuf, recvbuf, count, in_place, algo.exchange);
+      alltoall_tagged(t, tag, sendbuf, recvbuf, count, in_place, algo.exchange, red);
   } else if constexpr (std::is_same_v<A, bruck>) {
-    algo.exchange(t, tag, sendbuf, recvbuf, block_bytes);
+    algo.exchange(t, tag, sendbuf, recvbuf, block_bytes, red);
   } else {
-    std::unique_ptr<T[]> copy;
+    const std::size_t all = static_cast<std::size_t>(t.size()) * count;
+    auto copy = red.template allocate<T>(in_place ? all : 0);
     if (in_place) {
-      const std::size_t all = static_cast<std::size_t>(t.size()) * count;
-      copy.reset(new T[all]);
-      std::memcpy(copy.get(), sendbuf, all * sizeof(T));
-      sendbuf = copy.get();
+      red.copy(copy.data(), sendbuf, all);
+      sendbuf = copy.data();
     }
-    algo.exchange_equal(t, tag, sendbuf, recvbuf, block_bytes);
+    algo.exchange_equal(t, tag, sendbuf, recvbuf, block_bytes, red);
   }
 }
 
@@ -284,29 +284,30 @@ pairwise_exchange uneven_exchange_of(const A& algo) {
     return {};
 }
 
-/// The exchange of alltoallv, arguments checked, in the message space `tag`. In place, the
-/// send side is read from a copy of the buffer's extent.
-template <transport Tr, class T>
+/// The exchange of alltoallv, arguments checked, in the message space `tag`, its local
+/// copies and scratch from `red`. In place, the send side is read from a copy of the
+/// buffer's extent.
+template <transport Tr, class T, reducer R>
 void alltoallv_tagged(Tr& t, int tag, const T* sendbuf, std::span<const std::size_t> send_counts,
                       std::span<const std::size_t> send_displs, T* recvbuf,
                       std::span<const std::size_t> recv_counts,
                       std::span<const std::size_t> recv_displs, bool in_place,
-                      const pairwise_exchange& algo) {
+                      const pairwise_exchange& algo, R& red) {
   const int P = t.size();
-  std::unique_ptr<T[]> copy;
-  if (in_place) {
-    std::size_t extent = 0;
+  std::size_t extent = 0;
+  if (in_place)
     for (int q = 0; q < P; ++q)
       if (send_counts[q]) extent = std::max(extent, send_displs[q] + send_counts[q]);
-    copy.reset(new T[extent]);
-    std::memcpy(copy.get(), sendbuf, extent * sizeof(T));
-    sendbuf = copy.get();
+  auto copy = red.template allocate<T>(extent);
+  if (in_place) {
+    red.copy(copy.data(), sendbuf, extent);
+    sendbuf = copy.data();
   }
   std::vector<exchange_block> blocks(static_cast<std::size_t>(P));
   for (int q = 0; q < P; ++q)
     blocks[q] = {sendbuf + send_displs[q], send_counts[q] * sizeof(T), recvbuf + recv_displs[q],
                  recv_counts[q] * sizeof(T)};
-  algo.exchange(t, tag, std::span<const exchange_block>(blocks));
+  algo.exchange(t, tag, std::span<const exchange_block>(blocks), red);
 }
 } // namespace detail
 

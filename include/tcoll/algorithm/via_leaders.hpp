@@ -22,8 +22,9 @@
 ///
 /// Reductions need a commutative op (groups reorder operands); finalizing ops (avg) only
 /// accumulate in the phases and are finalized once with the total rank count. All-to-all,
-/// gather and scatter move host memory (as on a transport); the others run the generic
-/// executor and so work on any memory the reducer handles.
+/// gather and scatter stage blocks in host vectors, so they take host memory and a host
+/// reducer (checked at compile time); the others run the generic executor and so work on
+/// any memory the reducer handles.
 ///
 /// The machine `M` (hierarchical.hpp) provides `intra()`, `inter()` (null on ranks that never
 /// talk across groups), `rank()`, `size()`, `group_map(what)` (where every world rank sits,
@@ -66,13 +67,13 @@ struct hierarchy_map {
 struct via_leaders {
   static constexpr std::string_view name = "via_leaders";
 
-  template <class M>
-  void barrier(M& m, std::pair<int, int> tags, const dissemination& algo) const {
+  template <class M, reducer R>
+  void barrier(M& m, std::pair<int, int> tags, const dissemination& algo, R& red) const {
     auto& intra = m.intra();
-    m.in_group([&] { algo.barrier(intra, tags.first); });
+    m.in_group([&] { algo.barrier(intra, tags.first, red); });
     if (intra.rank() == 0 && m.inter() && m.inter()->size() > 1)
-      m.across_groups([&] { algo.barrier(*m.inter(), tags.second); });
-    m.in_group([&] { algo.barrier(intra, tags.first); });
+      m.across_groups([&] { algo.barrier(*m.inter(), tags.second, red); });
+    m.in_group([&] { algo.barrier(intra, tags.first, red); });
   }
 
   template <class M, class T, reducer R>
@@ -293,9 +294,10 @@ struct via_leaders {
 
   /// All-to-all of `count` elements per pair (host memory); the send side of an in-place
   /// call is read from a copy.
-  template <class M, class T>
+  template <class M, class T, reducer R>
   void alltoall(M& m, std::pair<int, int> tags, const T* sendbuf, T* recvbuf, std::size_t count,
-                bool in_place, const pairwise_exchange& exchange) const {
+                bool in_place, const pairwise_exchange& exchange, R& red) const {
+    host_memory_only<R>();
     auto& intra = m.intra();
     const auto [map, l, me, a, g, rg, rl] = seat_of(m, "alltoall");
     const auto G = map.groups.size();
@@ -309,7 +311,7 @@ struct via_leaders {
     std::vector<T> rows(l == 0 ? g * row : 0), columns(l == 0 ? g * row : 0);
     m.in_group([&] {
       linear{}.gather(intra, tags.first, 0, sendbuf, row * sizeof(T),
-                      blocks_of(rows.data(), g, row));
+                      blocks_of(rows.data(), g, row), red);
     });
     if (l == 0) {
       // packed[c]: this group's blocks for group c, [sender j][receiver k]; unpacked[c]:
@@ -328,7 +330,7 @@ struct via_leaders {
         blocks[c] = {packed.data() + offset[c] * count, bytes, unpacked.data() + offset[c] * count,
                      bytes};
       }
-      across_or_here(m, exchange, tags.second, blocks);
+      across_or_here(m, exchange, tags.second, blocks, red);
       for (std::size_t c = 0; c < G; ++c)
         for (std::size_t j = 0; j < map.groups[c].size(); ++j)
           for (std::size_t k = 0; k < g; ++k)
@@ -337,7 +339,7 @@ struct via_leaders {
     }
     m.in_group([&] {
       linear{}.scatter(intra, tags.first, 0, recvbuf, row * sizeof(T),
-                       blocks_of(columns.data(), g, row));
+                       blocks_of(columns.data(), g, row), red);
     });
   }
 
@@ -345,12 +347,13 @@ struct via_leaders {
   /// displacements in elements, already checked on this rank). The counts travel with the
   /// data (the leaders pack by them), and each rank checks the counts that reach it
   /// against its own `recv_counts`, naming the peer of a mismatch.
-  template <class M, class T>
+  template <class M, class T, reducer R>
   void alltoallv(M& m, std::pair<int, int> tags, const T* sendbuf,
                  std::span<const std::size_t> send_counts, std::span<const std::size_t> send_displs,
                  T* recvbuf, std::span<const std::size_t> recv_counts,
-                 std::span<const std::size_t> recv_displs,
-                 const pairwise_exchange& exchange) const {
+                 std::span<const std::size_t> recv_displs, const pairwise_exchange& exchange,
+                 R& red) const {
+    host_memory_only<R>();
     using count_t = std::uint64_t;
     auto& intra = m.intra();
     const auto [map, l, me, a, g, rg, rl] = seat_of(m, "alltoallv");
@@ -366,7 +369,7 @@ struct via_leaders {
     std::vector<count_t> counts(l == 0 ? g * P : 0);
     m.in_group([&] {
       linear{}.gather(intra, tags.first, 0, my_counts.data(), P * sizeof(count_t),
-                      blocks_of(counts.data(), g, P));
+                      blocks_of(counts.data(), g, P), red);
     });
     // start[j * (P + 1) + y]: where member j's block for world rank y begins in `rows`
     std::vector<std::size_t> start(l == 0 ? g * (P + 1) : 0);
@@ -385,7 +388,7 @@ struct via_leaders {
         blocks.push_back({rows.data() + start[j * (P + 1)],
                           (start[j * (P + 1) + P] - start[j * (P + 1)]) * sizeof(T)});
       linear{}.gather(intra, tags.first, 0, my_row.data(), my_row.size() * sizeof(T),
-                      std::span<const root_block>(blocks));
+                      std::span<const root_block>(blocks), red);
     });
     // 2: the leaders exchange, per pair of groups, the counts [sender][receiver] and then
     // the blocks in that order; 3: each member's column (counts, then blocks in world order)
@@ -413,7 +416,7 @@ struct via_leaders {
       for (std::size_t c = 0; c < G; ++c)
         blocks[c] = {out_counts.data() + offset[c], (offset[c + 1] - offset[c]) * sizeof(count_t),
                      in_counts.data() + offset[c], (offset[c + 1] - offset[c]) * sizeof(count_t)};
-      across_or_here(m, exchange, tags.second, blocks);
+      across_or_here(m, exchange, tags.second, blocks, red);
       // in_counts of group c: [sender jx in c][receiver k in this group]
       std::vector<std::size_t> in_start(offset[G] + 1, 0);
       for (std::size_t i = 0; i < offset[G]; ++i) in_start[i + 1] = in_start[i] + in_counts[i];
@@ -422,7 +425,7 @@ struct via_leaders {
         blocks[c] = {out_data.data() + out_start[c], (out_start[c + 1] - out_start[c]) * sizeof(T),
                      in_data.data() + in_start[offset[c]],
                      (in_start[offset[c + 1]] - in_start[offset[c]]) * sizeof(T)};
-      across_or_here(m, exchange, tags.second, blocks);
+      across_or_here(m, exchange, tags.second, blocks, red);
       for (std::size_t k = 0; k < g; ++k) {
         column_start[k] = columns.size();
         for (std::size_t x = 0; x < P; ++x) {
@@ -439,7 +442,7 @@ struct via_leaders {
     std::vector<count_t> arrived(P);
     m.in_group([&] {
       linear{}.scatter(intra, tags.first, 0, arrived.data(), P * sizeof(count_t),
-                       blocks_of(column_counts.data(), g, P));
+                       blocks_of(column_counts.data(), g, P), red);
     });
     std::size_t total = 0;
     for (std::size_t x = 0; x < P; ++x) {
@@ -457,7 +460,7 @@ struct via_leaders {
         blocks.push_back({columns.data() + column_start[k],
                           (column_start[k + 1] - column_start[k]) * sizeof(T)});
       linear{}.scatter(intra, tags.first, 0, column.data(), total * sizeof(T),
-                       std::span<const root_block>(blocks));
+                       std::span<const root_block>(blocks), red);
     });
     std::size_t from = 0;
     for (std::size_t x = 0; x < P; ++x) {
@@ -467,9 +470,10 @@ struct via_leaders {
   }
 
   /// Gather of `count` elements per rank to `root` (host memory).
-  template <class M, class T>
+  template <class M, class T, reducer R>
   void gather(M& m, std::pair<int, int> tags, const T* sendbuf, T* recvbuf, std::size_t count,
-              int root, const linear& algo) const {
+              int root, const linear& algo, R& red) const {
+    host_memory_only<R>();
     auto& intra = m.intra();
     const auto [map, l, me, a, g, rg, rl] = seat_of(m, "gather", root);
     const auto all = static_cast<std::size_t>(m.size()) * count;
@@ -477,13 +481,14 @@ struct via_leaders {
     std::vector<T> world((l == 0 && a == rg) || me == root ? all : 0);
     m.in_group([&] {
       algo.gather(intra, tags.first, 0, sendbuf, count * sizeof(T),
-                  blocks_of(group.data(), g, count));
+                  blocks_of(group.data(), g, count), red);
     });
     if (l == 0) {
       if (map.groups.size() > 1)
         m.across_groups([&] {
           algo.gather(*m.inter(), tags.second, rg, group.data(), g * count * sizeof(T),
-                      a == rg ? group_blocks(map, world.data(), count) : std::vector<root_block>{});
+                      a == rg ? group_blocks(map, world.data(), count) : std::vector<root_block>{},
+                      red);
         });
       else
         world = group;
@@ -501,9 +506,10 @@ struct via_leaders {
   }
 
   /// Scatter of `count` elements per rank from `root` (host memory).
-  template <class M, class T>
+  template <class M, class T, reducer R>
   void scatter(M& m, std::pair<int, int> tags, const T* sendbuf, T* recvbuf, std::size_t count,
-               int root, const linear& algo) const {
+               int root, const linear& algo, R& red) const {
+    host_memory_only<R>();
     auto& intra = m.intra();
     const auto [map, l, me, a, g, rg, rl] = seat_of(m, "scatter", root);
     const auto all = static_cast<std::size_t>(m.size()) * count;
@@ -523,25 +529,26 @@ struct via_leaders {
       if (map.groups.size() > 1)
         m.across_groups([&] {
           algo.scatter(*m.inter(), tags.second, rg, group.data(), g * count * sizeof(T),
-                       a == rg ? group_blocks(map, world.data(), count)
-                               : std::vector<root_block>{});
+                       a == rg ? group_blocks(map, world.data(), count) : std::vector<root_block>{},
+                       red);
         });
       else
         group = world;
     }
     m.in_group([&] {
       algo.scatter(intra, tags.first, 0, recvbuf, count * sizeof(T),
-                   blocks_of(group.data(), g, count));
+                   blocks_of(group.data(), g, count), red);
     });
   }
 
   /// Gather with a block of its own size per rank (host memory; the receive arguments are
   /// read at the root only). The counts travel with the data; the root checks them against
   /// its `recv_counts`, naming the peer of a mismatch.
-  template <class M, class T>
+  template <class M, class T, reducer R>
   void gatherv(M& m, std::pair<int, int> tags, const T* sendbuf, std::size_t send_count, T* recvbuf,
                std::span<const std::size_t> recv_counts, std::span<const std::size_t> recv_displs,
-               int root, const linear& algo) const {
+               int root, const linear& algo, R& red) const {
+    host_memory_only<R>();
     using count_t = std::uint64_t;
     auto& intra = m.intra();
     const auto [map, l, me, a, g, rg, rl] = seat_of(m, "gatherv", root);
@@ -551,12 +558,13 @@ struct via_leaders {
     count_t mine = send_count;
     std::vector<count_t> counts(l == 0 ? g : 0);
     m.in_group([&] {
-      algo.gather(intra, tags.first, 0, &mine, sizeof(count_t), blocks_of(counts.data(), g, 1));
+      algo.gather(intra, tags.first, 0, &mine, sizeof(count_t), blocks_of(counts.data(), g, 1),
+                  red);
     });
     std::vector<T> group(sum(counts));
     m.in_group([&] {
       algo.gather(intra, tags.first, 0, sendbuf, send_count * sizeof(T),
-                  sized_blocks(group.data(), counts));
+                  sized_blocks(group.data(), counts), red);
     });
     // 2: counts (one per rank, group order), then blocks, to the root's leader
     std::vector<count_t> world_counts(holder ? P : 0);
@@ -567,7 +575,8 @@ struct via_leaders {
           [&](auto& inter) {
             algo.gather(inter, tags.second, rg, counts.data(), g * sizeof(count_t),
                         a == rg ? group_blocks(map, world_counts.data(), 1)
-                                : std::vector<root_block>{});
+                                : std::vector<root_block>{},
+                        red);
           },
           world_counts, counts);
       if (a == rg) world.resize(sum(world_counts));
@@ -576,7 +585,8 @@ struct via_leaders {
           [&](auto& inter) {
             algo.gather(inter, tags.second, rg, group.data(), group.size() * sizeof(T),
                         a == rg ? per_group_blocks(map, world.data(), world_counts)
-                                : std::vector<root_block>{});
+                                : std::vector<root_block>{},
+                        red);
           },
           world, group);
     }
@@ -605,10 +615,11 @@ struct via_leaders {
   /// Scatter with a block of its own size per rank (host memory; the send arguments are
   /// read at the root only). The counts travel with the data; each rank checks its count
   /// against its `recv_count`, naming the root on a mismatch.
-  template <class M, class T>
+  template <class M, class T, reducer R>
   void scatterv(M& m, std::pair<int, int> tags, const T* sendbuf,
                 std::span<const std::size_t> send_counts, std::span<const std::size_t> send_displs,
-                T* recvbuf, std::size_t recv_count, int root, const linear& algo) const {
+                T* recvbuf, std::size_t recv_count, int root, const linear& algo, R& red) const {
+    host_memory_only<R>();
     using count_t = std::uint64_t;
     auto& intra = m.intra();
     const auto [map, l, me, a, g, rg, rl] = seat_of(m, "scatterv", root);
@@ -647,7 +658,8 @@ struct via_leaders {
           [&](auto& inter) {
             algo.scatter(inter, tags.second, rg, counts.data(), g * sizeof(count_t),
                          a == rg ? group_blocks(map, world_counts.data(), 1)
-                                 : std::vector<root_block>{});
+                                 : std::vector<root_block>{},
+                         red);
           },
           counts, world_counts);
       group.resize(sum(counts));
@@ -656,23 +668,32 @@ struct via_leaders {
           [&](auto& inter) {
             algo.scatter(inter, tags.second, rg, group.data(), group.size() * sizeof(T),
                          a == rg ? per_group_blocks(map, world.data(), world_counts)
-                                 : std::vector<root_block>{});
+                                 : std::vector<root_block>{},
+                         red);
           },
           group, world);
     }
     // 3: inside the group: this rank's count, then its block
     count_t arrived = 0;
     m.in_group([&] {
-      algo.scatter(intra, tags.first, 0, &arrived, sizeof(count_t), blocks_of(counts.data(), g, 1));
+      algo.scatter(intra, tags.first, 0, &arrived, sizeof(count_t), blocks_of(counts.data(), g, 1),
+                   red);
     });
     check_count("scatterv", me, root, arrived, recv_count, "recv_count");
     m.in_group([&] {
       algo.scatter(intra, tags.first, 0, recvbuf, recv_count * sizeof(T),
-                   sized_blocks(group.data(), counts));
+                   sized_blocks(group.data(), counts), red);
     });
   }
 
 private:
+  /// All-to-all, gather and scatter stage their blocks in host vectors.
+  template <class R>
+  static constexpr void host_memory_only() {
+    static_assert(detail::reducer_uses_host_memory<R>(),
+                  "tcoll: all-to-all, gather and scatter on a hierarchical machine move host "
+                  "memory: pass a host reducer (cpu_reducer)");
+  }
   /// Where this rank and the root of a collective sit.
   struct seat {
     const hierarchy_map& map;
@@ -794,12 +815,13 @@ private:
   }
   /// The leaders' exchange of `blocks` (one per group), or this group's own block when
   /// there is one group.
-  template <class M>
+  template <class M, reducer R>
   static void across_or_here(M& m, const pairwise_exchange& exchange, int tag,
-                             const std::vector<exchange_block>& blocks) {
+                             const std::vector<exchange_block>& blocks, R& red) {
     if (blocks.size() > 1)
-      m.across_groups(
-          [&] { exchange.exchange(*m.inter(), tag, std::span<const exchange_block>(blocks)); });
+      m.across_groups([&] {
+        exchange.exchange(*m.inter(), tag, std::span<const exchange_block>(blocks), red);
+      });
     else if (blocks[0].send_bytes)
       std::memcpy(blocks[0].recv, blocks[0].send, blocks[0].send_bytes);
   }

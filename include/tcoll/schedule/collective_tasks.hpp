@@ -130,58 +130,58 @@ void reduce_in(C& c, const collective_tags<C>& tags, const T* sendbuf, T* recvbu
   detail::reduce_on(c, tags, sendbuf, recvbuf, count, root, op, algo, red);
 }
 /// `alltoall` in `tags` (`count` elements per pair; `in_place` when sendbuf == recvbuf).
-template <communicator C, class T, alltoall_algorithm A>
+template <communicator C, class T, alltoall_algorithm A, reducer R>
 void alltoall_in(C& c, const collective_tags<C>& tags, const T* sendbuf, T* recvbuf,
-                 std::size_t count, bool in_place, const A& algo) {
-  detail::alltoall_on(c, tags, sendbuf, recvbuf, count, in_place, algo);
+                 std::size_t count, bool in_place, const A& algo, R& red) {
+  detail::alltoall_on(c, tags, sendbuf, recvbuf, count, in_place, algo, red);
 }
 
 /// `alltoallv` in `tags` (`in_place` as `check_alltoallv_arguments` says).
-template <communicator C, class T>
+template <communicator C, class T, reducer R>
 void alltoallv_in(C& c, const collective_tags<C>& tags, const T* sendbuf,
                   std::span<const std::size_t> send_counts,
                   std::span<const std::size_t> send_displs, T* recvbuf,
                   std::span<const std::size_t> recv_counts,
                   std::span<const std::size_t> recv_displs, bool in_place,
-                  const pairwise_exchange& algo) {
+                  const pairwise_exchange& algo, R& red) {
   detail::alltoallv_on(c, tags, sendbuf, send_counts, send_displs, recvbuf, recv_counts,
-                       recv_displs, in_place, algo);
+                       recv_displs, in_place, algo, red);
 }
 /// `gather` in `tags` (`count` elements per rank); `blocks` are the root's, from
 /// `check_gather_arguments` (empty elsewhere).
-template <communicator C, class T>
+template <communicator C, class T, reducer R>
 void gather_in(C& c, const collective_tags<C>& tags, const T* sendbuf, T* recvbuf,
                std::size_t count, int root, const std::vector<root_block>& blocks,
-               const linear& algo) {
-  detail::gather_on(c, tags, sendbuf, recvbuf, count, root, blocks, algo);
+               const linear& algo, R& red) {
+  detail::gather_on(c, tags, sendbuf, recvbuf, count, root, blocks, algo, red);
 }
 /// `scatter` in `tags` (`count` elements per rank); `blocks` are the root's, from
 /// `check_scatter_arguments` (empty elsewhere).
-template <communicator C, class T>
+template <communicator C, class T, reducer R>
 void scatter_in(C& c, const collective_tags<C>& tags, const T* sendbuf, T* recvbuf,
                 std::size_t count, int root, const std::vector<root_block>& blocks,
-                const linear& algo) {
-  detail::scatter_on(c, tags, sendbuf, recvbuf, count, root, blocks, algo);
+                const linear& algo, R& red) {
+  detail::scatter_on(c, tags, sendbuf, recvbuf, count, root, blocks, algo, red);
 }
 
 /// `gatherv` in `tags`; `blocks` are the root's, from `check_gatherv_arguments` (empty
 /// elsewhere, where `recv_counts` and `recv_displs` may be empty too).
-template <communicator C, class T>
+template <communicator C, class T, reducer R>
 void gatherv_in(C& c, const collective_tags<C>& tags, const T* sendbuf, std::size_t send_count,
                 T* recvbuf, std::span<const std::size_t> recv_counts,
                 std::span<const std::size_t> recv_displs, int root,
-                const std::vector<root_block>& blocks, const linear& algo) {
+                const std::vector<root_block>& blocks, const linear& algo, R& red) {
   detail::gatherv_on(c, tags, sendbuf, send_count, recvbuf, recv_counts, recv_displs, root, blocks,
-                     algo);
+                     algo, red);
 }
 /// `scatterv` in `tags`; `blocks` as for `gatherv_in` (`check_scatterv_arguments`).
-template <communicator C, class T>
+template <communicator C, class T, reducer R>
 void scatterv_in(C& c, const collective_tags<C>& tags, const T* sendbuf,
                  std::span<const std::size_t> send_counts, std::span<const std::size_t> send_displs,
                  T* recvbuf, std::size_t recv_count, int root,
-                 const std::vector<root_block>& blocks, const linear& algo) {
+                 const std::vector<root_block>& blocks, const linear& algo, R& red) {
   detail::scatterv_on(c, tags, sendbuf, send_counts, send_displs, recvbuf, recv_count, root, blocks,
-                      algo);
+                      algo, red);
 }
 
 /// The argument checks of `allreduce` (they name the argument and `rank`).

@@ -113,98 +113,102 @@ template <communicator C, class T, reducer R = cpu_reducer>
 }
 
 /// Non-blocking `alltoall` (`alltoall_by_size` by default) on any communicator.
-template <communicator C, class T, alltoall_algorithm A = alltoall_by_size>
+template <communicator C, class T, alltoall_algorithm A = alltoall_by_size, reducer R = cpu_reducer>
 [[nodiscard]] request ialltoall(C& comm, const T* sendbuf, T* recvbuf, std::size_t count,
-                                const A& algo = {}) {
+                                const A& algo = {}, R red = {}) {
   const bool in_place =
       detail::check_alltoall_args(sendbuf, recvbuf, count, comm.rank(), comm.size());
   return request(detail::submit_collective(
-      comm, [&comm, sendbuf, recvbuf, count, in_place, algo](const auto& tags) {
-        detail::alltoall_on(comm, tags, sendbuf, recvbuf, count, in_place, algo);
+      comm, [&comm, sendbuf, recvbuf, count, in_place, algo, red](const auto& tags) mutable {
+        detail::alltoall_on(comm, tags, sendbuf, recvbuf, count, in_place, algo, red);
       }));
 }
 
 /// Non-blocking `alltoallv` (pairwise exchange on a transport) on any communicator.
-template <communicator C, class T>
+template <communicator C, class T, reducer R = cpu_reducer>
 [[nodiscard]] request
 ialltoallv(C& comm, const T* sendbuf, std::span<const std::size_t> send_counts,
            std::span<const std::size_t> send_displs, T* recvbuf,
            std::span<const std::size_t> recv_counts, std::span<const std::size_t> recv_displs,
-           const pairwise_exchange& algo = {}) {
+           const pairwise_exchange& algo = {}, R red = {}) {
   const bool in_place =
       detail::check_alltoallv_args(sendbuf, send_counts, send_displs, recvbuf, recv_counts,
                                    recv_displs, comm.rank(), comm.size());
   return request(detail::submit_collective(
-      comm, [&comm, sendbuf, recvbuf, in_place, algo,
+      comm, [&comm, sendbuf, recvbuf, in_place, algo, red,
              sc = detail::owned_counts(send_counts.begin(), send_counts.end()),
              sd = detail::owned_counts(send_displs.begin(), send_displs.end()),
              rc = detail::owned_counts(recv_counts.begin(), recv_counts.end()),
-             rd = detail::owned_counts(recv_displs.begin(), recv_displs.end())](const auto& tags) {
+             rd = detail::owned_counts(recv_displs.begin(), recv_displs.end())](
+                const auto& tags) mutable {
         detail::alltoallv_on(comm, tags, sendbuf, std::span<const std::size_t>(sc),
                              std::span<const std::size_t>(sd), recvbuf,
                              std::span<const std::size_t>(rc), std::span<const std::size_t>(rd),
-                             in_place, algo);
+                             in_place, algo, red);
       }));
 }
 
 /// Non-blocking `gather` (linear on a transport) on any communicator.
-template <communicator C, class T>
+template <communicator C, class T, reducer R = cpu_reducer>
 [[nodiscard]] request igather(C& comm, const T* sendbuf, T* recvbuf, std::size_t count, int root,
-                              const linear& algo = {}) {
+                              const linear& algo = {}, R red = {}) {
   std::vector<root_block> blocks =
       detail::check_gather_args(sendbuf, recvbuf, count, root, comm.rank(), comm.size());
-  return request(detail::submit_collective(comm, [&comm, sendbuf, recvbuf, count, root, algo,
-                                                  blocks = std::move(blocks)](const auto& tags) {
-    detail::gather_on(comm, tags, sendbuf, recvbuf, count, root, blocks, algo);
-  }));
+  return request(
+      detail::submit_collective(comm, [&comm, sendbuf, recvbuf, count, root, algo, red,
+                                       blocks = std::move(blocks)](const auto& tags) mutable {
+        detail::gather_on(comm, tags, sendbuf, recvbuf, count, root, blocks, algo, red);
+      }));
 }
 
 /// Non-blocking `gatherv` (linear on a transport) on any communicator.
-template <communicator C, class T>
+template <communicator C, class T, reducer R = cpu_reducer>
 [[nodiscard]] request igatherv(C& comm, const T* sendbuf, std::size_t send_count, T* recvbuf,
                                std::span<const std::size_t> recv_counts,
                                std::span<const std::size_t> recv_displs, int root,
-                               const linear& algo = {}) {
+                               const linear& algo = {}, R red = {}) {
   std::vector<root_block> blocks = detail::check_gatherv_args(
       sendbuf, send_count, recvbuf, recv_counts, recv_displs, root, comm.rank(), comm.size());
   return request(detail::submit_collective(
-      comm,
-      [&comm, sendbuf, send_count, recvbuf, root, algo, blocks = std::move(blocks),
-       counts = detail::owned_counts(recv_counts.begin(), recv_counts.end()),
-       displs = detail::owned_counts(recv_displs.begin(), recv_displs.end())](const auto& tags) {
+      comm, [&comm, sendbuf, send_count, recvbuf, root, algo, red, blocks = std::move(blocks),
+             counts = detail::owned_counts(recv_counts.begin(), recv_counts.end()),
+             displs = detail::owned_counts(recv_displs.begin(), recv_displs.end())](
+                const auto& tags) mutable {
         detail::gatherv_on(comm, tags, sendbuf, send_count, recvbuf,
                            std::span<const std::size_t>(counts),
-                           std::span<const std::size_t>(displs), root, blocks, algo);
+                           std::span<const std::size_t>(displs), root, blocks, algo, red);
       }));
 }
 
 /// Non-blocking `scatter` (linear on a transport) on any communicator.
-template <communicator C, class T>
+template <communicator C, class T, reducer R = cpu_reducer>
 [[nodiscard]] request iscatter(C& comm, const T* sendbuf, T* recvbuf, std::size_t count, int root,
-                               const linear& algo = {}) {
+                               const linear& algo = {}, R red = {}) {
   std::vector<root_block> blocks =
       detail::check_scatter_args(sendbuf, recvbuf, count, root, comm.rank(), comm.size());
-  return request(detail::submit_collective(comm, [&comm, sendbuf, recvbuf, count, root, algo,
-                                                  blocks = std::move(blocks)](const auto& tags) {
-    detail::scatter_on(comm, tags, sendbuf, recvbuf, count, root, blocks, algo);
-  }));
+  return request(
+      detail::submit_collective(comm, [&comm, sendbuf, recvbuf, count, root, algo, red,
+                                       blocks = std::move(blocks)](const auto& tags) mutable {
+        detail::scatter_on(comm, tags, sendbuf, recvbuf, count, root, blocks, algo, red);
+      }));
 }
 
 /// Non-blocking `scatterv` (linear on a transport) on any communicator.
-template <communicator C, class T>
+template <communicator C, class T, reducer R = cpu_reducer>
 [[nodiscard]] request iscatterv(C& comm, const T* sendbuf, std::span<const std::size_t> send_counts,
                                 std::span<const std::size_t> send_displs, T* recvbuf,
-                                std::size_t recv_count, int root, const linear& algo = {}) {
+                                std::size_t recv_count, int root, const linear& algo = {},
+                                R red = {}) {
   std::vector<root_block> blocks = detail::check_scatterv_args(
       sendbuf, send_counts, send_displs, recvbuf, recv_count, root, comm.rank(), comm.size());
   return request(detail::submit_collective(
-      comm,
-      [&comm, sendbuf, recvbuf, recv_count, root, algo, blocks = std::move(blocks),
-       counts = detail::owned_counts(send_counts.begin(), send_counts.end()),
-       displs = detail::owned_counts(send_displs.begin(), send_displs.end())](const auto& tags) {
+      comm, [&comm, sendbuf, recvbuf, recv_count, root, algo, red, blocks = std::move(blocks),
+             counts = detail::owned_counts(send_counts.begin(), send_counts.end()),
+             displs = detail::owned_counts(send_displs.begin(), send_displs.end())](
+                const auto& tags) mutable {
         detail::scatterv_on(comm, tags, sendbuf, std::span<const std::size_t>(counts),
                             std::span<const std::size_t>(displs), recvbuf, recv_count, root, blocks,
-                            algo);
+                            algo, red);
       }));
 }
 
@@ -237,10 +241,11 @@ template <communicator C, class T, class Op = sum_op, reduce_algorithm Algo = bi
 
 /// Non-blocking `barrier` on any communicator: completes once every rank has started it;
 /// ordered with the collectives queued before it on the same communicator.
-template <communicator C, barrier_algorithm Algo = dissemination>
-[[nodiscard]] request ibarrier(C& comm, const Algo& algo = {}) {
-  return request(detail::submit_collective(
-      comm, [&comm, algo](const auto& tags) { detail::barrier_on(comm, tags, algo); }));
+template <communicator C, barrier_algorithm Algo = dissemination, reducer R = cpu_reducer>
+[[nodiscard]] request ibarrier(C& comm, const Algo& algo = {}, R red = {}) {
+  return request(detail::submit_collective(comm, [&comm, algo, red](const auto& tags) mutable {
+    detail::barrier_on(comm, tags, algo, red);
+  }));
 }
 
 } // namespace tcoll

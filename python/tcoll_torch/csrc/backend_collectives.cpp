@@ -593,9 +593,11 @@ c10::intrusive_ptr<c10d::Work> backend::alltoall_base(at::Tensor& output, at::Te
   at::Tensor in = dense(input), out = dense(output);
   return enqueue(OpType::ALLTOALL_BASE, {output}, {input}, "all_to_all_single",
                  std::max(in.nbytes(), out.nbytes()), [=, this](auto& t, int tag) {
+                   tcoll::cpu_reducer red;
                    if (equal) {
                      tcoll::visit_algorithm<tcoll::collective::alltoall>(a, [&](const auto& algo) {
-                       tcoll::alltoall_in(t, tag, bytes_of(in), bytes_of(out), block, false, algo);
+                       tcoll::alltoall_in(t, tag, bytes_of(in), bytes_of(out), block, false, algo,
+                                          red);
                      });
                    } else {
                      std::vector<tcoll::exchange_block> blocks(size_);
@@ -607,7 +609,7 @@ c10::intrusive_ptr<c10d::Work> backend::alltoall_base(at::Tensor& output, at::Te
                        received += recv_bytes[q];
                      }
                      tcoll::pairwise_exchange{}.exchange(
-                         t, tag, std::span<const tcoll::exchange_block>(blocks));
+                         t, tag, std::span<const tcoll::exchange_block>(blocks), red);
                    }
                    copy_back(output, out);
                  });
@@ -638,7 +640,9 @@ c10::intrusive_ptr<c10d::Work> backend::alltoall(std::vector<at::Tensor>& output
     std::vector<tcoll::exchange_block> blocks;
     for (int q = 0; q < size_; ++q)
       blocks.push_back({bytes_of(ins[q]), ins[q].nbytes(), bytes_of(outs[q]), outs[q].nbytes()});
-    tcoll::pairwise_exchange{}.exchange(t, tag, std::span<const tcoll::exchange_block>(blocks));
+    tcoll::cpu_reducer red;
+    tcoll::pairwise_exchange{}.exchange(t, tag, std::span<const tcoll::exchange_block>(blocks),
+                                        red);
     for (int q = 0; q < size_; ++q) copy_back(outputs[q], outs[q]);
   });
 }
@@ -671,8 +675,9 @@ c10::intrusive_ptr<c10d::Work> backend::gather(std::vector<std::vector<at::Tenso
                      dense_list.push_back(dense(o));
                      blocks.push_back({bytes_of(dense_list.back()), dense_list.back().nbytes()});
                    }
+                   tcoll::cpu_reducer red;
                    tcoll::linear{}.gather(t, tag, root, bytes_of(in), in.nbytes(),
-                                          std::span<const tcoll::root_block>(blocks));
+                                          std::span<const tcoll::root_block>(blocks), red);
                    for (std::size_t q = 0; q < list.size(); ++q) copy_back(list[q], dense_list[q]);
                  });
 }
@@ -698,8 +703,9 @@ c10::intrusive_ptr<c10d::Work> backend::scatter(std::vector<at::Tensor>& outputs
                  [=, this](auto& t, int tag) {
                    std::vector<tcoll::root_block> blocks;
                    for (const auto& i : list) blocks.push_back({bytes_of(i), i.nbytes()});
+                   tcoll::cpu_reducer red;
                    tcoll::linear{}.scatter(t, tag, root, bytes_of(out), out.nbytes(),
-                                           std::span<const tcoll::root_block>(blocks));
+                                           std::span<const tcoll::root_block>(blocks), red);
                    copy_back(outputs[0], out);
                  });
 }

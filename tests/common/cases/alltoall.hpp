@@ -1,7 +1,8 @@
 #pragma once
 /// \file
-/// Shared rank-level test bodies, topic: alltoall and alltoallv (host memory), fractional
-/// values, uneven blocks with gaps, in place, and bad input that fails before any message.
+/// Shared rank-level test bodies, topic: alltoall and alltoallv on the memory of a `Buffers`
+/// policy: fractional values, uneven blocks with gaps, in place, and bad input that fails
+/// before any message.
 /// (one of the topics of tests/common/collective_cases.hpp; see that file for the rules every
 /// body follows).
 #include "collectives.hpp"
@@ -14,10 +15,21 @@ inline double exchanged_value(int from, int to, std::size_t k) {
   return 0.5 + from + 0.25 * to + static_cast<double>(k) / 1024.0;
 }
 
-template <transport Tr>
-void alltoall_values(Tr& t, const std::vector<std::size_t>& counts) {
+/// `host` copied into a new buffer of `b` (device memory for the GPU suite).
+template <class Buffers, class T>
+auto placed(const Buffers& b, const std::vector<T>& host) {
+  auto buf = b.template allocate<T>(host.size());
+  b.upload(buf, host);
+  return buf;
+}
+
+/// alltoall by every algorithm and alltoallv with uneven blocks and gaps, out of place and
+/// in place, on the memory of `b` with its reducer (host memory by default).
+template <transport Tr, class Buffers = host_buffers>
+void alltoall_values(Tr& t, const std::vector<std::size_t>& counts, const Buffers& b = {}) {
   const int P = t.size(), rank = t.rank();
   const auto p = static_cast<std::size_t>(P);
+  auto red = b.reducer();
   for (std::size_t n : counts) {
     // alltoall: out of place and in place, by every algorithm (the default chooses by size)
     auto alltoall_by = [&](const auto& algo, std::string_view name) {
@@ -30,15 +42,15 @@ void alltoall_values(Tr& t, const std::vector<std::size_t>& counts) {
           }
         const case_id id{"alltoall " + std::string(name), "double", "-", n, P, rank, ip == 1};
         if (ip == 1) {
-          std::vector<double> buf = send;
-          alltoall(t, buf.data(), buf.data(), n, algo);
-          check_equal(buf, want, id.str());
+          auto buf = placed(b, send);
+          alltoall(t, static_cast<const double*>(buf.data()), buf.data(), n, algo, red);
+          check_equal(b.download(buf, n * p), want, id.str());
         } else {
-          const std::vector<double> input = send;
-          std::vector<double> recv(n * p, -1.0);
-          alltoall(t, static_cast<const double*>(send.data()), recv.data(), n, algo);
-          check_equal(recv, want, id.str());
-          check_equal(send, input, id.str() + " (input must stay untouched)");
+          auto in = placed(b, send);
+          auto recv = placed(b, std::vector<double>(n * p, -1.0));
+          alltoall(t, static_cast<const double*>(in.data()), recv.data(), n, algo, red);
+          check_equal(b.download(recv, n * p), want, id.str());
+          check_equal(b.download(in, n * p), send, id.str() + " (input must stay untouched)");
         }
       }
     };
@@ -81,50 +93,60 @@ void alltoall_values(Tr& t, const std::vector<std::size_t>& counts) {
           recv_displs[q] = at;
           at += recv_counts[q];
         }
-        std::vector<double> buf(at, -2.0), want(at, -2.0);
+        std::vector<double> host(at, -2.0), want(at, -2.0);
         for (int q = 0; q < P; ++q)
           for (std::size_t k = 0; k < recv_counts[q]; ++k) {
-            buf[recv_displs[q] + k] = exchanged_value(rank, q, k);
+            host[recv_displs[q] + k] = exchanged_value(rank, q, k);
             want[recv_displs[q] + k] = exchanged_value(q, rank, k);
           }
-        alltoallv(t, buf.data(), recv_counts, recv_displs, buf.data(), recv_counts, recv_displs);
-        check_equal(buf, want, id.str());
+        auto buf = placed(b, host);
+        alltoallv(t, static_cast<const double*>(buf.data()), recv_counts, recv_displs, buf.data(),
+                  recv_counts, recv_displs, pairwise_exchange{}, red);
+        check_equal(b.download(buf, at), want, id.str());
       } else {
-        std::vector<double> send(send_extent, -3.0), recv(recv_extent, -2.0),
-            want(recv_extent, -2.0);
+        std::vector<double> send(send_extent, -3.0), want(recv_extent, -2.0);
         for (int q = 0; q < P; ++q) {
           for (std::size_t k = 0; k < send_counts[q]; ++k)
             send[send_displs[q] + k] = exchanged_value(rank, q, k);
           for (std::size_t k = 0; k < recv_counts[q]; ++k)
             want[recv_displs[q] + k] = exchanged_value(q, rank, k);
         }
-        const std::vector<double> input = send;
-        alltoallv(t, static_cast<const double*>(send.data()), send_counts, send_displs, recv.data(),
-                  recv_counts, recv_displs);
-        check_equal(recv, want, id.str());
-        check_equal(send, input, id.str() + " (input must stay untouched)");
+        auto in = placed(b, send);
+        auto recv = placed(b, std::vector<double>(recv_extent, -2.0));
+        alltoallv(t, static_cast<const double*>(in.data()), send_counts, send_displs, recv.data(),
+                  recv_counts, recv_displs, pairwise_exchange{}, red);
+        check_equal(b.download(recv, recv_extent), want, id.str());
+        check_equal(b.download(in, send_extent), send, id.str() + " (input must stay untouched)");
       }
     }
   }
   // bad input, alike on every rank: it fails before any message, naming the argument, and
   // leaves the transport working
-  std::vector<double> a(4 * p), b(4 * p);
+  auto a = b.template allocate<double>(4 * p);
+  auto out = b.template allocate<double>(4 * p);
+  const double* from = a.data();
   std::vector<std::size_t> ones(p, 1), displs(p);
   for (int q = 0; q < P; ++q) displs[q] = static_cast<std::size_t>(q);
   const std::vector<std::size_t> short_counts(p + 1, 1);
   CHECK(error_of([&] {
-          alltoallv(t, static_cast<const double*>(a.data()), short_counts, displs, b.data(), ones,
-                    displs);
+          alltoallv(t, from, short_counts, displs, out.data(), ones, displs, {}, red);
         }).find("send_counts") != std::string::npos);
   std::vector<std::size_t> more = ones;
   more[static_cast<std::size_t>(rank)] = 2;
   CHECK(error_of([&] {
-          alltoallv(t, static_cast<const double*>(a.data()), more, displs, b.data(), ones, displs);
+          alltoallv(t, from, more, displs, out.data(), ones, displs, {}, red);
         }).find("this rank's block to itself") != std::string::npos);
   CHECK(error_of([&] {
-          alltoall(t, static_cast<const double*>(a.data()), a.data() + 1, 2);
+          alltoall(t, from, a.data() + 1, 2, alltoall_by_size{}, red);
         }).find("overlap") != std::string::npos);
-  alltoall(t, static_cast<const double*>(a.data()), b.data(), 1); // still working
+  std::vector<double> host(p);
+  for (int q = 0; q < P; ++q) host[q] = exchanged_value(rank, q, 0);
+  b.upload(a, host);
+  alltoall(t, from, out.data(), 1, alltoall_by_size{}, red); // still working
+  const std::vector<double> got = b.download(out, p);
+  for (int q = 0; q < P; ++q)
+    CHECK_MESSAGE(got[q] == exchanged_value(q, rank, 0),
+                  "alltoall after bad input: rank " << rank << " block " << q);
 }
 
 } // namespace tcoll::testing

@@ -10,9 +10,10 @@
 
 namespace tcoll::testing {
 
-template <transport Tr, class Algo = dissemination>
-void barrier_waits_for_every_rank(Tr& t, const Algo& algo = {}) {
+template <transport Tr, class Algo = dissemination, class Buffers = host_buffers>
+void barrier_waits_for_every_rank(Tr& t, const Algo& algo = {}, const Buffers& b = {}) {
   const int P = t.size(), rank = t.rank();
+  auto red = b.reducer();
   // steady_clock is CLOCK_MONOTONIC: one clock for every thread and process of the machine
   auto now_us = [] {
     return std::chrono::duration<double, std::micro>(
@@ -22,10 +23,13 @@ void barrier_waits_for_every_rank(Tr& t, const Algo& algo = {}) {
   for (int late = 0; late < P; ++late) {
     if (rank == late) std::this_thread::sleep_for(std::chrono::milliseconds(10));
     const double enter = now_us();
-    barrier(t, algo);
+    barrier(t, algo, red);
     const double leave = now_us();
-    std::vector<double> enters(static_cast<std::size_t>(P));
-    allgather(t, &enter, enters.data(), 1);
+    // every rank's arrival, gathered in the memory of `b` (the barrier's own memory)
+    auto mine = placed(b, std::vector<double>{enter});
+    auto all = b.template allocate<double>(static_cast<std::size_t>(P));
+    allgather(t, static_cast<const double*>(mine.data()), all.data(), 1, ring{}, red);
+    const std::vector<double> enters = b.download(all, static_cast<std::size_t>(P));
     const double last = *std::max_element(enters.begin(), enters.end());
     CHECK_MESSAGE(leave >= last, "barrier: rank " << rank << " of " << P << " left at " << leave
                                                   << " us, before rank " << late << " arrived at "
