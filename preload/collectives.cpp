@@ -386,15 +386,6 @@ TCOLL_PRELOAD_EXPORT int MPI_Allgather_c(const void* sendbuf, MPI_Count sendcoun
 
 namespace {
 
-/// The common block size of `counts[0..P)`, or -1 where they differ (or `counts` is null).
-template <class Count>
-long long common_count(const Count* counts, int P) {
-  if (counts == nullptr || P < 1) return -1;
-  for (int q = 1; q < P; ++q)
-    if (counts[q] != counts[0]) return -1;
-  return counts[0];
-}
-
 /// MPI_Reduce_scatter and MPI_Reduce_scatter_c: every rank's block of the same size (the
 /// counts are an argument all ranks share) runs as MPI_Reduce_scatter_block, uneven blocks
 /// as tcoll's reduce_scatterv.

@@ -44,6 +44,8 @@
 #undef MPI_Ialltoallv
 #undef MPI_Igatherv
 #undef MPI_Iscatterv
+#undef MPI_Ireduce_scatter
+#undef MPI_Iallgatherv
 
 namespace {
 
@@ -364,6 +366,32 @@ TCOLL_PRELOAD_EXPORT void ompi_iscatterv_f(char* sendbuf, MPI_Fint* sendcounts, 
   });
 }
 TCOLL_FORTRAN_ALIASES(iscatterv, ISCATTERV)
+
+/// Fortran MPI_IREDUCE_SCATTER.
+TCOLL_PRELOAD_EXPORT void ompi_ireduce_scatter_f(char* sendbuf, char* recvbuf, MPI_Fint* recvcounts,
+                                                 MPI_Fint* datatype, MPI_Fint* op, MPI_Fint* comm,
+                                                 MPI_Fint* request, MPI_Fint* ierr) {
+  start_fortran(request, ierr, [&](MPI_Request* r) {
+    return MPI_Ireduce_scatter(c_buffer(sendbuf), c_buffer(recvbuf),
+                               reinterpret_cast<const int*>(recvcounts), PMPI_Type_f2c(*datatype),
+                               PMPI_Op_f2c(*op), PMPI_Comm_f2c(*comm), r);
+  });
+}
+TCOLL_FORTRAN_ALIASES(ireduce_scatter, IREDUCE_SCATTER)
+
+/// Fortran MPI_IALLGATHERV.
+TCOLL_PRELOAD_EXPORT void ompi_iallgatherv_f(char* sendbuf, MPI_Fint* sendcount, MPI_Fint* sendtype,
+                                             char* recvbuf, MPI_Fint* recvcounts, MPI_Fint* displs,
+                                             MPI_Fint* recvtype, MPI_Fint* comm, MPI_Fint* request,
+                                             MPI_Fint* ierr) {
+  start_fortran(request, ierr, [&](MPI_Request* r) {
+    return MPI_Iallgatherv(c_buffer(sendbuf), *sendcount, PMPI_Type_f2c(*sendtype),
+                           c_buffer(recvbuf), reinterpret_cast<const int*>(recvcounts),
+                           reinterpret_cast<const int*>(displs), PMPI_Type_f2c(*recvtype),
+                           PMPI_Comm_f2c(*comm), r);
+  });
+}
+TCOLL_FORTRAN_ALIASES(iallgatherv, IALLGATHERV)
 
 /// Fortran MPI_BARRIER (MPI's own barrier; a pending set-up is created first, as for C).
 TCOLL_PRELOAD_EXPORT void ompi_barrier_f(MPI_Fint* comm, MPI_Fint* ierr) {

@@ -1,13 +1,14 @@
 /// \file
 /// libtcoll_mpi.so: MPI_Ibcast, MPI_Ireduce, MPI_Iallgather, MPI_Ireduce_scatter_block,
-/// MPI_Ialltoall, MPI_Igather, MPI_Iscatter, MPI_Ialltoallv, MPI_Igatherv and MPI_Iscatterv
-/// (and their `_c` forms) through tcoll's engine thread, under MPI_Iallreduce's rules
-/// (preload/nonblocking.hpp): the start is local, its path is decided from what every rank
-/// shares (the signature bytes, the rules, the state blocking calls created; no size for the
-/// uneven forms), MPI runs everything else. The engine completes a generalized request when the
-/// data is in place. A rank whose datatypes are derived or not contiguous packs its send side at
-/// the start (a start may read the send buffer) and unpacks its receive side on the engine thread,
-/// before the request completes, through a duplicate of its datatype (the user may free theirs).
+/// MPI_Ialltoall, MPI_Igather, MPI_Iscatter, MPI_Ialltoallv, MPI_Igatherv, MPI_Iscatterv,
+/// MPI_Ireduce_scatter and MPI_Iallgatherv (and their `_c` forms) through tcoll's engine thread,
+/// under MPI_Iallreduce's rules (preload/nonblocking.hpp): the start is local, its path is decided
+/// from what every rank shares (the signature bytes, the rules, the state blocking calls created;
+/// no size for the uneven forms), MPI runs everything else. The engine completes a generalized
+/// request when the data is in place. A rank whose datatypes are derived or not contiguous packs
+/// its send side at the start (a start may read the send buffer) and unpacks its receive side on
+/// the engine thread, before the request completes, through a duplicate of its datatype (the user
+/// may free theirs).
 #include "nonblocking.hpp"
 #include "prologue.hpp"
 #include "tcoll_mpi.hpp"
@@ -30,6 +31,8 @@
 #undef MPI_Ialltoallv
 #undef MPI_Igatherv
 #undef MPI_Iscatterv
+#undef MPI_Ireduce_scatter
+#undef MPI_Iallgatherv
 
 using namespace tcoll::preload;
 
@@ -195,12 +198,13 @@ int ireduce_call(const void* sendbuf, void* recvbuf, Count count, MPI_Datatype d
 }
 
 /// MPI_Ireduce_scatter_block and its `_c` form: the reductions of MPI_Reduce_scatter_block. In
-/// place, the input (recvbuf's P blocks) is copied at the start.
+/// place, the input (recvbuf's P blocks) is copied at the start. Also MPI_Ireduce_scatter
+/// with equal blocks (`c`).
 template <class Count, class Pmpi>
 int ireduce_scatter_block_call(const void* sendbuf, void* recvbuf, Count recvcount,
                                MPI_Datatype datatype, MPI_Op op, MPI_Comm comm,
-                               MPI_Request* request, Pmpi pmpi) {
-  constexpr coll c = coll::ireduce_scatter_block;
+                               MPI_Request* request, Pmpi pmpi,
+                               coll c = coll::ireduce_scatter_block) {
   std::optional<fallback> why;
   reduction r;
   std::size_t bytes = 0;
@@ -311,12 +315,12 @@ void unpack_blocks(const staging& stage, int P, std::size_t block, void* recvbuf
                  block_of(recvbuf, count, stage.unpack_as->type, q), count, stage.unpack_as->type);
 }
 
-/// MPI_Iallgather and MPI_Iallgather_c, moved as bytes (as MPI_Allgather).
+/// MPI_Iallgather and MPI_Iallgather_c, moved as bytes (as MPI_Allgather); also
+/// MPI_Iallgatherv with equal blocks in rank order (`c`).
 template <class Count, class Pmpi>
 int iallgather_call(const void* sendbuf, Count sendcount, MPI_Datatype sendtype, void* recvbuf,
                     Count recvcount, MPI_Datatype recvtype, MPI_Comm comm, MPI_Request* request,
-                    Pmpi pmpi) {
-  constexpr coll c = coll::iallgather;
+                    Pmpi pmpi, coll c = coll::iallgather) {
   const bool in_place = sendbuf == MPI_IN_PLACE;
   const block_call m =
       measure_block_call(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, comm, request);
@@ -815,6 +819,175 @@ int iscatterv_call(const void* sendbuf, const Count sendcounts[], const Displ di
   });
 }
 
+/// The algorithm an uneven call (MPI_Ireduce_scatter, MPI_Iallgatherv) runs for the rule or
+/// choice `d.a` of its equal-block collective: the ring (the uneven forms' one algorithm, as in
+/// their blocking wrappers), the two-level machine, or MPI's.
+local_start uneven_form(local_start d) {
+  if (d.a != algorithm_id::passthrough && d.a != algorithm_id::hierarchical)
+    d.a = algorithm_id::ring;
+  return d;
+}
+
+/// MPI_Ireduce_scatter and MPI_Ireduce_scatter_c: equal blocks as MPI_Ireduce_scatter_block,
+/// uneven ones through tcoll's reduce_scatterv. recvcounts is an argument every rank shares,
+/// so the route is chosen from the size (every block together), as the blocking form's. In
+/// place, the input (recvbuf's blocks) is copied at the start.
+template <class Count, class Pmpi>
+int ireduce_scatter_call(const void* sendbuf, void* recvbuf, const Count recvcounts[],
+                         MPI_Datatype datatype, MPI_Op op, MPI_Comm comm, MPI_Request* request,
+                         Pmpi pmpi) {
+  constexpr coll c = coll::ireduce_scatter;
+  std::optional<fallback> why;
+  reduction r;
+  int P = 0;
+  std::vector<std::size_t> counts; // elements of each block
+  std::size_t bytes = 0;
+  if (mpi_active()) {
+    why = communicator_fallback(comm, recvcounts != nullptr && sendbuf != nullptr &&
+                                          recvbuf != nullptr && request != nullptr);
+    if (!why) {
+      P = comm_size(comm);
+      if (const long long block = common_count(recvcounts, P); block >= 0)
+        return ireduce_scatter_block_call(sendbuf, recvbuf, static_cast<Count>(block), datatype, op,
+                                          comm, request, pmpi, c);
+      r = classify_reduction(datatype, op);
+      long long total = 0;
+      bool fits = r.ok();
+      for (int q = 0; q < P && fits; ++q) {
+        fits = recvcounts[q] >= 0 &&
+               !__builtin_add_overflow(total, static_cast<long long>(recvcounts[q]), &total);
+        if (fits) counts.push_back(static_cast<std::size_t>(recvcounts[q]));
+      }
+      if (!r.ok())
+        why = r.why;
+      else if (!fits || !count_fits(total))
+        why = fallback::arguments; // MPI reports the bad count
+      else
+        bytes = static_cast<std::size_t>(total) * r.size;
+    }
+  }
+  const local_start d = uneven_form(
+      decide_nonblocking(c, comm, why, bytes, config().shm, [bytes](const comm_state& s) {
+        return shm_collective_choice(coll::reduce_scatter, bytes, s.size);
+      }));
+  return start<Count>(c, comm, request, d, bytes, pmpi, [&](complete_ireq done) {
+    std::shared_ptr<staging> stage;
+    const void* in = sendbuf;
+    if (sendbuf == MPI_IN_PLACE) { // the input is recvbuf's blocks; the result its first
+      stage = std::make_shared<staging>();
+      stage->bytes.resize(bytes);
+      std::memcpy(stage->bytes.data(), recvbuf, bytes);
+      in = stage->bytes.data();
+    }
+    auto sizes = std::make_shared<const std::vector<std::size_t>>(std::move(counts));
+    const int rank = d.state->rank;
+    auto offsets =
+        std::make_shared<const std::vector<std::size_t>>(dispatch(r, [&]<class T>(const auto&) {
+          return tcoll::check_reduce_scatterv_arguments(static_cast<const T*>(in),
+                                                        static_cast<T*>(recvbuf), *sizes, rank, P);
+        }));
+    queue_on_path<collective::reduce_scatterv>(
+        c, *d.state, d.a,
+        [=](auto& on, const auto& tags, const auto& algo) {
+          dispatch(r, [&]<class T>(const auto& o) {
+            tcoll::cpu_reducer red;
+            tcoll::reduce_scatterv_in(on, tags, static_cast<const T*>(in), static_cast<T*>(recvbuf),
+                                      *sizes, *offsets, o, algo, red);
+          });
+          (void)stage; // the copied input lives as long as the body
+        },
+        done);
+  });
+}
+
+/// MPI_Iallgatherv and MPI_Iallgatherv_c: equal blocks in rank order as MPI_Iallgather, any
+/// other layout through tcoll's allgatherv on bytes. recvcounts is shared by every rank, so
+/// the route is chosen from the blocks' signature bytes together, as the blocking form's;
+/// each rank's displacements are its own (both forms run the ring on the same blocks in the
+/// same order, so ranks that pick different forms still match). A derived or non-contiguous
+/// receive datatype gathers into staging, unpacked on the engine through a duplicate of the
+/// type; a derived send datatype is packed at the start.
+template <class Count, class Displ, class Pmpi>
+int iallgatherv_call(const void* sendbuf, Count sendcount, MPI_Datatype sendtype, void* recvbuf,
+                     const Count recvcounts[], const Displ displs[], MPI_Datatype recvtype,
+                     MPI_Comm comm, MPI_Request* request, Pmpi pmpi) {
+  constexpr coll c = coll::iallgatherv;
+  const bool in_place = sendbuf == MPI_IN_PLACE;
+  struct sides { // what the queued body keeps alive
+    v_side recv;
+    std::vector<Count> counts;
+    std::vector<Displ> displs;
+    std::unique_ptr<datatype_copy> unpack_as;
+    std::vector<std::byte> send_packed;
+  };
+  auto v = std::make_shared<sides>();
+  std::optional<fallback> why;
+  int P = 0;
+  std::size_t ssize = 0;
+  if (mpi_active()) {
+    why = communicator_fallback(comm, recvcounts != nullptr && displs != nullptr &&
+                                          recvbuf != nullptr && sendbuf != nullptr &&
+                                          request != nullptr && (in_place || sendcount >= 0));
+    if (!why) {
+      P = comm_size(comm);
+      const long long block = common_count(recvcounts, P);
+      bool in_order = block >= 0;
+      for (int q = 0; in_order && q < P; ++q)
+        in_order = static_cast<long long>(displs[q]) == q * block;
+      if (in_order)
+        return iallgather_call(sendbuf, sendcount, sendtype, recvbuf, static_cast<Count>(block),
+                               recvtype, comm, request, pmpi, c);
+      const auto own = static_cast<std::size_t>(comm_rank(comm));
+      ssize = in_place ? 0 : contiguous_size(sendtype);
+      const long long send_signature = in_place ? 0
+                                       : ssize  ? static_cast<long long>(ssize) * sendcount
+                                                : signature_bytes(sendcount, sendtype);
+      if (!measure_side(v->recv, recvbuf, recvcounts, displs, recvtype, P) ||
+          (!in_place && send_signature != static_cast<long long>(v->recv.sizes[own])))
+        why = fallback::arguments; // MPI reports the bad count or type, or the mismatch
+    }
+  }
+  const std::size_t bytes = why ? 0 : v->recv.total;
+  const local_start d = uneven_form(
+      decide_nonblocking(c, comm, why, bytes, config().shm, [bytes](const comm_state& s) {
+        return shm_collective_choice(coll::allgatherv, bytes, s.size);
+      }));
+  return start<Count>(c, comm, request, d, bytes, pmpi, [&](complete_ireq done) {
+    const int rank = d.state->rank;
+    const auto own = static_cast<std::size_t>(rank);
+    const bool send_direct = in_place || (ssize != 0 && sendbuf != nullptr);
+    if (!send_direct || !v->recv.direct) count_packed(c);
+    // in place: this rank's block, packed where recvtype is (the others are only written)
+    pack_side(v->recv, recvbuf, recvcounts, displs, recvtype, P, in_place, rank);
+    if (!v->recv.direct) {
+      v->counts.assign(recvcounts, recvcounts + P);
+      v->displs.assign(displs, displs + P);
+      v->unpack_as = std::make_unique<datatype_copy>(recvtype);
+    }
+    const byte* in = v->recv.data + v->recv.at[own];
+    if (!in_place && send_direct) {
+      in = static_cast<const byte*>(sendbuf);
+    } else if (!send_direct) {
+      v->send_packed.resize(v->recv.sizes[own]);
+      pack_local(sendbuf, sendcount, sendtype, v->send_packed.data(), v->send_packed.size());
+      in = reinterpret_cast<const byte*>(v->send_packed.data());
+    }
+    const std::size_t extent = tcoll::check_allgatherv_arguments(
+        in, v->recv.sizes[own], v->recv.data, sizes_of(v->recv), places_of(v->recv), rank, P);
+    queue_on_path<collective::allgatherv>(
+        c, *d.state, d.a,
+        [=](auto& on, const auto& tags, const auto& algo) {
+          tcoll::cpu_reducer red;
+          tcoll::allgatherv_in(on, tags, in, v->recv.data, sizes_of(v->recv), places_of(v->recv),
+                               extent, algo, red);
+          if (v->unpack_as)
+            unpack_side(v->recv, recvbuf, v->counts.data(), v->displs.data(), v->unpack_as->type, P,
+                        in_place ? rank : -1);
+        },
+        done);
+  });
+}
+
 } // namespace
 
 /// MPI_Ibcast through tcoll's engine thread (binomial tree, the collective area, the
@@ -925,6 +1098,28 @@ TCOLL_PRELOAD_EXPORT int MPI_Iscatterv(const void* sendbuf, const int sendcounts
                         });
 }
 
+/// MPI_Ireduce_scatter through tcoll's engine: equal blocks as MPI_Ireduce_scatter_block,
+/// uneven ones by tcoll's reduce_scatterv, under the same rules (TCOLL_REDUCE_SCATTER_ALGO).
+TCOLL_PRELOAD_EXPORT int MPI_Ireduce_scatter(const void* sendbuf, void* recvbuf,
+                                             const int recvcounts[], MPI_Datatype datatype,
+                                             MPI_Op op, MPI_Comm comm, MPI_Request* request) {
+  return ireduce_scatter_call(sendbuf, recvbuf, recvcounts, datatype, op, comm, request, [&] {
+    return PMPI_Ireduce_scatter(sendbuf, recvbuf, recvcounts, datatype, op, comm, request);
+  });
+}
+/// MPI_Iallgatherv through tcoll's engine: equal blocks in rank order as MPI_Iallgather, any
+/// other layout by tcoll's allgatherv, under the same rules (TCOLL_ALLGATHER_ALGO).
+TCOLL_PRELOAD_EXPORT int MPI_Iallgatherv(const void* sendbuf, int sendcount, MPI_Datatype sendtype,
+                                         void* recvbuf, const int recvcounts[], const int displs[],
+                                         MPI_Datatype recvtype, MPI_Comm comm,
+                                         MPI_Request* request) {
+  return iallgatherv_call(sendbuf, sendcount, sendtype, recvbuf, recvcounts, displs, recvtype, comm,
+                          request, [&] {
+                            return PMPI_Iallgatherv(sendbuf, sendcount, sendtype, recvbuf,
+                                                    recvcounts, displs, recvtype, comm, request);
+                          });
+}
+
 #if TCOLL_PRELOAD_LARGE_COUNT
 /// MPI-4's large-count forms: the same paths.
 TCOLL_PRELOAD_EXPORT int MPI_Ibcast_c(void* buffer, MPI_Count count, MPI_Datatype datatype,
@@ -1018,5 +1213,23 @@ TCOLL_PRELOAD_EXPORT int MPI_Iscatter_c(const void* sendbuf, MPI_Count sendcount
                          return PMPI_Iscatter_c(sendbuf, sendcount, sendtype, recvbuf, recvcount,
                                                 recvtype, root, comm, request);
                        });
+}
+TCOLL_PRELOAD_EXPORT int MPI_Ireduce_scatter_c(const void* sendbuf, void* recvbuf,
+                                               const MPI_Count recvcounts[], MPI_Datatype datatype,
+                                               MPI_Op op, MPI_Comm comm, MPI_Request* request) {
+  return ireduce_scatter_call(sendbuf, recvbuf, recvcounts, datatype, op, comm, request, [&] {
+    return PMPI_Ireduce_scatter_c(sendbuf, recvbuf, recvcounts, datatype, op, comm, request);
+  });
+}
+TCOLL_PRELOAD_EXPORT int MPI_Iallgatherv_c(const void* sendbuf, MPI_Count sendcount,
+                                           MPI_Datatype sendtype, void* recvbuf,
+                                           const MPI_Count recvcounts[], const MPI_Aint displs[],
+                                           MPI_Datatype recvtype, MPI_Comm comm,
+                                           MPI_Request* request) {
+  return iallgatherv_call(sendbuf, sendcount, sendtype, recvbuf, recvcounts, displs, recvtype, comm,
+                          request, [&] {
+                            return PMPI_Iallgatherv_c(sendbuf, sendcount, sendtype, recvbuf,
+                                                      recvcounts, displs, recvtype, comm, request);
+                          });
 }
 #endif

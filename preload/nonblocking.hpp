@@ -1,9 +1,8 @@
 #pragma once
 /// \file
 /// What every non-blocking start the preload runs through tcoll shares (MPI_Iallreduce in
-/// allreduce.cpp, MPI_Ibcast, MPI_Ireduce, MPI_Iallgather, MPI_Ireduce_scatter_block,
-/// MPI_Ialltoall, MPI_Igather, MPI_Iscatter and MPI_Ialltoallv in nonblocking.cpp): the local decision of its path, and the generalized
-/// request that tcoll's engine thread completes.
+/// allreduce.cpp, the other non-blocking collectives in nonblocking.cpp): the local decision of
+/// its path, and the generalized request that tcoll's engine thread completes.
 #include "tcoll_mpi.hpp"
 
 #include <atomic>

@@ -26,19 +26,20 @@
 namespace tcoll::preload {
 
 const char* coll_name(coll c) noexcept {
-  static const char* const names[coll_count] = {"MPI_Allreduce",      "MPI_Reduce_scatter_block",
-                                                "MPI_Allgather",      "MPI_Bcast",
-                                                "MPI_Reduce",         "MPI_Iallreduce",
-                                                "MPI_Barrier",        "MPI_Allreduce_init",
-                                                "MPI_Reduce_scatter", "MPI_Allgatherv",
-                                                "MPI_Alltoall",       "MPI_Gather",
-                                                "MPI_Scatter",        "MPI_Alltoallv",
-                                                "MPI_Gatherv",        "MPI_Scatterv",
-                                                "MPI_Ibcast",         "MPI_Ireduce",
-                                                "MPI_Iallgather",     "MPI_Ireduce_scatter_block",
-                                                "MPI_Ialltoall",      "MPI_Igather",
-                                                "MPI_Iscatter",       "MPI_Ialltoallv",
-                                                "MPI_Igatherv",       "MPI_Iscatterv"};
+  static const char* const names[coll_count] = {"MPI_Allreduce",       "MPI_Reduce_scatter_block",
+                                                "MPI_Allgather",       "MPI_Bcast",
+                                                "MPI_Reduce",          "MPI_Iallreduce",
+                                                "MPI_Barrier",         "MPI_Allreduce_init",
+                                                "MPI_Reduce_scatter",  "MPI_Allgatherv",
+                                                "MPI_Alltoall",        "MPI_Gather",
+                                                "MPI_Scatter",         "MPI_Alltoallv",
+                                                "MPI_Gatherv",         "MPI_Scatterv",
+                                                "MPI_Ibcast",          "MPI_Ireduce",
+                                                "MPI_Iallgather",      "MPI_Ireduce_scatter_block",
+                                                "MPI_Ialltoall",       "MPI_Igather",
+                                                "MPI_Iscatter",        "MPI_Ialltoallv",
+                                                "MPI_Igatherv",        "MPI_Iscatterv",
+                                                "MPI_Ireduce_scatter", "MPI_Iallgatherv"};
   return names[static_cast<int>(c)];
 }
 
@@ -110,7 +111,9 @@ settings read_settings() {
           std::pair{coll::ireduce_scatter_block, coll::reduce_scatter_block},
           std::pair{coll::ialltoall, coll::alltoall}, std::pair{coll::igather, coll::gather},
           std::pair{coll::iscatter, coll::scatter}, std::pair{coll::ialltoallv, coll::alltoallv},
-          std::pair{coll::igatherv, coll::gatherv}, std::pair{coll::iscatterv, coll::scatterv}})
+          std::pair{coll::igatherv, coll::gatherv}, std::pair{coll::iscatterv, coll::scatterv},
+          std::pair{coll::ireduce_scatter, coll::reduce_scatter_block},
+          std::pair{coll::iallgatherv, coll::allgather}})
       s.rules[static_cast<int>(nonblocking)] = s.rules[static_cast<int>(blocking)];
     if (const char* v = std::getenv("TCOLL_DEBUG"); v && *v) {
       const std::string_view d(v);

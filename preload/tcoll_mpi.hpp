@@ -41,6 +41,8 @@
 #define MPI_Ialltoallv PMPI_Ialltoallv
 #define MPI_Igatherv PMPI_Igatherv
 #define MPI_Iscatterv PMPI_Iscatterv
+#define MPI_Ireduce_scatter PMPI_Ireduce_scatter
+#define MPI_Iallgatherv PMPI_Iallgatherv
 
 #include <atomic>
 #include <chrono>
@@ -127,8 +129,10 @@ enum class coll : int {
   ialltoallv,            ///< MPI_Ialltoallv
   igatherv,              ///< MPI_Igatherv
   iscatterv,             ///< MPI_Iscatterv
+  ireduce_scatter,       ///< MPI_Ireduce_scatter: as ireduce_scatter_block where blocks are equal
+  iallgatherv,           ///< MPI_Iallgatherv: as iallgather where blocks are equal and in order
 };
-inline constexpr int coll_count = 26;
+inline constexpr int coll_count = 28;
 /// "MPI_Allreduce", ...
 const char* coll_name(coll c) noexcept;
 
@@ -170,10 +174,12 @@ constexpr collective collective_of(coll c) noexcept {
   case coll::reduce_scatter_block:
   case coll::reduce_scatter:
   case coll::ireduce_scatter_block:
+  case coll::ireduce_scatter:
     return collective::reduce_scatter;
   case coll::allgather:
   case coll::allgatherv:
   case coll::iallgather:
+  case coll::iallgatherv:
     return collective::allgather;
   case coll::bcast:
   case coll::ibcast:

@@ -1,8 +1,8 @@
 #pragma once
 /// \file
 /// The uneven collectives' blocks as bytes (MPI_Alltoallv's two sides, the root's side of
-/// MPI_Gatherv and MPI_Scatterv), for their blocking wrappers (collectives.cpp) and
-/// MPI_Ialltoallv (nonblocking.cpp).
+/// MPI_Gatherv and MPI_Scatterv, MPI_Iallgatherv's receive side), for their blocking wrappers
+/// (collectives.cpp) and their non-blocking ones (nonblocking.cpp).
 #include "tcoll_mpi.hpp"
 
 #include <algorithm>
@@ -11,6 +11,17 @@
 #include <vector>
 
 namespace tcoll::preload {
+
+/// The common block size of `counts[0..P)`, or -1 where they differ (or `counts` is null):
+/// MPI_Reduce_scatter and MPI_Allgatherv (and their non-blocking forms) with equal blocks run
+/// as their equal-block collectives.
+template <class Count>
+long long common_count(const Count* counts, int P) {
+  if (counts == nullptr || P < 1) return -1;
+  for (int q = 1; q < P; ++q)
+    if (counts[q] != counts[0]) return -1;
+  return counts[0];
+}
 
 /// One side of an uneven collective's blocks (MPI_Alltoallv's send or receive side, the
 /// root's side of MPI_Gatherv and MPI_Scatterv), as bytes: block q is `sizes[q]` bytes at

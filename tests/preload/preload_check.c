@@ -1491,8 +1491,9 @@ static void expect_values(const double* got, int n, int stride, double (*want)(i
 
 /* Mode "nonblocking_others": MPI_Ibcast, MPI_Ireduce, MPI_Iallgather,
  * MPI_Ireduce_scatter_block, MPI_Ialltoall, MPI_Igather and MPI_Iscatter on the world (8 KiB per
- * block), and MPI_Ialltoallv, MPI_Igatherv and MPI_Iscatterv (uneven blocks, some empty, with
- * gaps), started together
+ * block), and MPI_Ialltoallv, MPI_Igatherv, MPI_Iscatterv, MPI_Ireduce_scatter and
+ * MPI_Iallgatherv (uneven blocks, some empty, with gaps; the last two in place in round 1),
+ * started together
  * with a blocking MPI_Allreduce among the starts, every result checked against values computed
  * here from fractional inputs. Round 0 finds the communicator's tcoll state missing (a start
  * is local: MPI runs it, and the next blocking call creates the state); rounds 1 and 2 run
@@ -1539,7 +1540,21 @@ static int nonblocking_others(void) {
   double* sv = xmalloc(sizeof(double) * V);
   int* v_counts = xmalloc(sizeof(int) * P);
   int* v_displs = xmalloc(sizeof(int) * P);
+  /* MPI_Ireduce_scatter: rank k's block has (k % 3) * 64 doubles (rank 0's empty), in place
+   * in round 1 (on every rank, as MPI asks); MPI_Iallgatherv: rank k's block (k % 3) * 64
+   * doubles at (P - 1 - k) V (reverse rank order, gaps between), in place in round 1, odd
+   * ranks send and receive pairs of doubles */
+  double* rv_in = xmalloc(sizeof(double) * V * P);
+  double* rv = xmalloc(sizeof(double) * V * P);
+  double* gav_in = xmalloc(sizeof(double) * V);
+  double* gav = xmalloc(sizeof(double) * V * P);
+  int* rv_counts = xmalloc(sizeof(int) * P);
+  int* gav_counts = xmalloc(sizeof(int) * P);
+  int* gav_displs = xmalloc(sizeof(int) * P);
 #if MPI_VERSION >= 4
+  MPI_Count* rv_counts_c = xmalloc(sizeof(MPI_Count) * P);
+  MPI_Count* gav_counts_c = xmalloc(sizeof(MPI_Count) * P);
+  MPI_Aint* gav_displs_c = xmalloc(sizeof(MPI_Aint) * P);
   MPI_Count* v_counts_c = xmalloc(sizeof(MPI_Count) * P);
   MPI_Aint* v_displs_c = xmalloc(sizeof(MPI_Aint) * P);
   MPI_Count* av_sc_c = xmalloc(sizeof(MPI_Count) * P);
@@ -1605,9 +1620,33 @@ static int nonblocking_others(void) {
       gv_in[i] = frac(r, 5000 + i) + 0.375;
       sv[i] = -1.0;
     }
+    const int in_place_v = round == 1;
+    int rv_total = 0, rv_mine = 0; /* MPI_Ireduce_scatter's blocks, and where this rank's starts */
+    for (int k = 0; k < P; ++k) {
+      rv_counts[k] = (k % 3) * 64;
+      if (k < r) rv_mine += rv_counts[k];
+      rv_total += rv_counts[k];
+    }
+    for (int i = 0; i < V * P; ++i) {
+      rv_in[i] = i < rv_total ? frac(r, 9000 + i) + 0.25 : -3.0;
+      rv[i] = in_place_v ? rv_in[i] : -1.0;
+      gav[i] = -1.0;
+    }
+    for (int k = 0; k < P; ++k) {
+      gav_counts[k] = (k % 3) * 64 / unit;
+      gav_displs[k] = (P - 1 - k) * V / unit;
+#if MPI_VERSION >= 4
+      rv_counts_c[k] = rv_counts[k];
+      gav_counts_c[k] = gav_counts[k];
+      gav_displs_c[k] = gav_displs[k];
+#endif
+    }
+    for (int i = 0; i < V; ++i) gav_in[i] = frac(r, 11000 + i) + 0.875;
+    if (in_place_v) /* this rank's block where it lands */
+      for (int i = 0; i < (r % 3) * 64; ++i) gav[(size_t)(P - 1 - r) * V + i] = gav_in[i];
     const int own_v = (r % 3) * 64 / unit; /* this rank's block, in its own type */
     MPI_Datatype strided = MPI_DATATYPE_NULL, block = MPI_DATATYPE_NULL;
-    MPI_Request q[10];
+    MPI_Request q[12];
     const int odd_receiver = odd && r != root;
     if (odd_receiver) {
       MPI_Type_vector(N, 1, 2, MPI_DOUBLE, &strided);
@@ -1696,8 +1735,53 @@ static int nonblocking_others(void) {
                                MPI_COMM_WORLD, &q[9]),
                  "MPI_Iscatterv");
     }
+    const void* rv_send = in_place_v ? MPI_IN_PLACE : (const void*)rv_in;
+    const void* gav_send = in_place_v ? MPI_IN_PLACE : (const void*)gav_in;
+#if MPI_VERSION >= 4
+    if (large_count) {
+      check_call(MPI_Ireduce_scatter_c(rv_send, rv, rv_counts_c, MPI_DOUBLE, MPI_SUM,
+                                       MPI_COMM_WORLD, &q[10]),
+                 "MPI_Ireduce_scatter_c");
+      check_call(MPI_Iallgatherv_c(gav_send, own_v, pair, gav, gav_counts_c, gav_displs_c, pair,
+                                   MPI_COMM_WORLD, &q[11]),
+                 "MPI_Iallgatherv_c");
+    } else
+#endif
+    {
+      check_call(
+          MPI_Ireduce_scatter(rv_send, rv, rv_counts, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD, &q[10]),
+          "MPI_Ireduce_scatter");
+      check_call(MPI_Iallgatherv(gav_send, own_v, pair, gav, gav_counts, gav_displs, pair,
+                                 MPI_COMM_WORLD, &q[11]),
+                 "MPI_Iallgatherv");
+    }
     if (pair != MPI_DOUBLE) MPI_Type_free(&pair);
-    check_call(MPI_Waitall(10, q, MPI_STATUSES_IGNORE), "MPI_Waitall");
+    check_call(MPI_Waitall(12, q, MPI_STATUSES_IGNORE), "MPI_Waitall");
+    for (int i = 0; i < rv_counts[r]; ++i) {
+      double want = 0;
+      for (int k = 0; k < P; ++k) want += frac(k, 9000 + rv_mine + i) + 0.25;
+      if (rv[i] != want) {
+        fprintf(stderr, "rank %d: MPI_Ireduce_scatter: element %d is %.17g, want %.17g\n", r, i,
+                rv[i], want);
+        ++errors;
+        break;
+      }
+    }
+    if (!in_place_v && rv[rv_counts[r]] != -1.0) {
+      fprintf(stderr, "rank %d: MPI_Ireduce_scatter wrote past its block\n", r);
+      ++errors;
+    }
+    for (int k = 0; k < P; ++k)
+      for (int i = 0; i < V; ++i) {
+        const double want = i < (k % 3) * 64 ? frac(k, 11000 + i) + 0.875 : -1.0; /* gaps */
+        if (gav[(size_t)(P - 1 - k) * V + i] != want) {
+          fprintf(stderr, "rank %d: MPI_Iallgatherv: block %d element %d is %.17g, want %.17g\n",
+                  r, k, i, gav[(size_t)(P - 1 - k) * V + i], want);
+          ++errors;
+          k = P;
+          break;
+        }
+      }
     if (r == root)
       for (int k = 0; k < P; ++k)
         for (int i = 0; i < V; ++i) {
@@ -1790,7 +1874,7 @@ static int nonblocking_others(void) {
         break;
       }
     }
-    checks += 9;
+    checks += 11;
     if (round == 0) check_call(MPI_Barrier(MPI_COMM_WORLD), "MPI_Barrier"); /* sets up */
   }
 #if MPI_VERSION >= 4
@@ -1821,7 +1905,17 @@ static int nonblocking_others(void) {
   free(sv);
   free(v_counts);
   free(v_displs);
+  free(rv_in);
+  free(rv);
+  free(gav_in);
+  free(gav);
+  free(rv_counts);
+  free(gav_counts);
+  free(gav_displs);
 #if MPI_VERSION >= 4
+  free(rv_counts_c);
+  free(gav_counts_c);
+  free(gav_displs_c);
   free(v_counts_c);
   free(v_displs_c);
   free(av_sc_c);

@@ -192,6 +192,38 @@ program preload_fortran_f08
       if (i > mod(rank, 3) .and. a2a_out(q * 4 + i) /= -1) errors = errors + 1
     end do
   end do
+  ! MPI_Iallgatherv: every rank q's q mod 3 elements land 4 q apart on every rank
+  do i = 1, 4
+    part(i) = rank + i * 0.875d0
+  end do
+  parts = -1
+  call MPI_Iallgatherv(part, mod(rank, 3), MPI_DOUBLE_PRECISION, parts, counts, displs, &
+                       MPI_DOUBLE_PRECISION, MPI_COMM_WORLD, request)
+  call MPI_Wait(request, MPI_STATUS_IGNORE)
+  do q = 0, np - 1
+    do i = 1, 4
+      if (i <= mod(q, 3) .and. parts(q * 4 + i) /= q + i * 0.875d0) errors = errors + 1
+      if (i > mod(q, 3) .and. parts(q * 4 + i) /= -1) errors = errors + 1
+    end do
+  end do
+  ! MPI_Ireduce_scatter: rank q's block has q mod 3 elements; input element j is rank + j / 4
+  rcounts = 0
+  do q = 0, np - 1
+    rcounts(q + 1) = mod(q, 3)
+  end do
+  do i = 1, 4 * np
+    parts(i) = rank + i * 0.25d0
+  end do
+  part = -1
+  call MPI_Ireduce_scatter(parts, part, rcounts, MPI_DOUBLE_PRECISION, MPI_SUM, MPI_COMM_WORLD, &
+                           request)
+  call MPI_Wait(request, MPI_STATUS_IGNORE)
+  q = sum(rcounts(1:rank)) ! elements before this rank's block
+  do i = 1, 4
+    if (i <= mod(rank, 3) .and. part(i) /= np * (np - 1) / 2 + np * (q + i) * 0.25d0) &
+      errors = errors + 1
+    if (i > mod(rank, 3) .and. part(i) /= -1) errors = errors + 1
+  end do
 
   if (errors /= 0) then
     print *, 'rank', rank, ':', errors, 'wrong results'

@@ -199,6 +199,24 @@ bool check_alltoallv_arguments(const T* sendbuf, std::span<const std::size_t> se
   return detail::check_alltoallv_args(sendbuf, send_counts, send_displs, recvbuf, recv_counts,
                                       recv_displs, rank, size);
 }
+/// The argument checks of `reduce_scatterv` on rank `rank` of `size` (they name the argument
+/// and `rank`); returns where each block begins in `sendbuf`, for `reduce_scatterv_in`.
+template <class T>
+std::vector<std::size_t> check_reduce_scatterv_arguments(const T* sendbuf, T* recvbuf,
+                                                         std::span<const std::size_t> recv_counts,
+                                                         int rank, int size) {
+  return detail::check_reduce_scatterv_args(sendbuf, recvbuf, recv_counts, rank, size);
+}
+/// The argument checks of `allgatherv` on rank `rank` of `size` (they name the argument and
+/// `rank`); returns the end of the last block of `recvbuf`, for `allgatherv_in`.
+template <class T>
+std::size_t check_allgatherv_arguments(const T* sendbuf, std::size_t send_count, T* recvbuf,
+                                       std::span<const std::size_t> recv_counts,
+                                       std::span<const std::size_t> recv_displs, int rank,
+                                       int size) {
+  return detail::check_allgatherv_args(sendbuf, send_count, recvbuf, recv_counts, recv_displs, rank,
+                                       size);
+}
 /// The argument checks of `gather` on rank `rank` of `size` (they name the argument and
 /// `rank`); returns the root's blocks for `gather_in` (empty elsewhere).
 template <class T>
