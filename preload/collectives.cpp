@@ -1281,11 +1281,12 @@ TCOLL_PRELOAD_EXPORT int MPI_Reduce_c(const void* sendbuf, void* recvbuf, MPI_Co
 }
 #endif
 
-/// MPI_Barrier: on a communicator whose ranks share one node, tcoll's in-segment barrier
-/// (one flag per rank in the shared segment's collective area; `settings::shm_barrier`);
-/// MPI's own elsewhere. Like every blocking wrapper it first creates the tcoll state that an
-/// earlier MPI_Iallreduce on the communicator found missing, so a program that synchronises
-/// with barriers only still gets tcoll's MPI_Iallreduce after the first.
+/// MPI_Barrier: where a TCOLL_BARRIER_ALGO rule (0-max) says, its algorithm; else on a
+/// communicator whose ranks share one node, tcoll's in-segment barrier (one flag per rank in
+/// the shared segment's collective area; `settings::shm_barrier`); MPI's own elsewhere. Like every
+/// blocking wrapper it first creates the tcoll state that an earlier MPI_Iallreduce on the
+/// communicator found missing, so a program that synchronises with barriers only still gets tcoll's
+/// MPI_Iallreduce after the first.
 TCOLL_PRELOAD_EXPORT int MPI_Barrier(MPI_Comm comm) {
   constexpr coll c = coll::barrier;
   int P = 0;

@@ -46,6 +46,7 @@
 #undef MPI_Iscatterv
 #undef MPI_Ireduce_scatter
 #undef MPI_Iallgatherv
+#undef MPI_Ibarrier
 
 namespace {
 
@@ -392,6 +393,13 @@ TCOLL_PRELOAD_EXPORT void ompi_iallgatherv_f(char* sendbuf, MPI_Fint* sendcount,
   });
 }
 TCOLL_FORTRAN_ALIASES(iallgatherv, IALLGATHERV)
+
+/// Fortran MPI_IBARRIER.
+TCOLL_PRELOAD_EXPORT void ompi_ibarrier_f(MPI_Fint* comm, MPI_Fint* request, MPI_Fint* ierr) {
+  start_fortran(request, ierr,
+                [&](MPI_Request* r) { return MPI_Ibarrier(PMPI_Comm_f2c(*comm), r); });
+}
+TCOLL_FORTRAN_ALIASES(ibarrier, IBARRIER)
 
 /// Fortran MPI_BARRIER (MPI's own barrier; a pending set-up is created first, as for C).
 TCOLL_PRELOAD_EXPORT void ompi_barrier_f(MPI_Fint* comm, MPI_Fint* ierr) {

@@ -1,14 +1,14 @@
 /// \file
 /// libtcoll_mpi.so: MPI_Ibcast, MPI_Ireduce, MPI_Iallgather, MPI_Ireduce_scatter_block,
 /// MPI_Ialltoall, MPI_Igather, MPI_Iscatter, MPI_Ialltoallv, MPI_Igatherv, MPI_Iscatterv,
-/// MPI_Ireduce_scatter and MPI_Iallgatherv (and their `_c` forms) through tcoll's engine thread,
-/// under MPI_Iallreduce's rules (preload/nonblocking.hpp): the start is local, its path is decided
-/// from what every rank shares (the signature bytes, the rules, the state blocking calls created;
-/// no size for the uneven forms), MPI runs everything else. The engine completes a generalized
-/// request when the data is in place. A rank whose datatypes are derived or not contiguous packs
-/// its send side at the start (a start may read the send buffer) and unpacks its receive side on
-/// the engine thread, before the request completes, through a duplicate of its datatype (the user
-/// may free theirs).
+/// MPI_Ireduce_scatter, MPI_Iallgatherv (and their `_c` forms) and MPI_Ibarrier through tcoll's
+/// engine thread, under MPI_Iallreduce's rules (preload/nonblocking.hpp): the start is local,
+/// its path is decided from what every rank shares (the signature bytes, the rules, the state
+/// blocking calls created; no size for the uneven forms and the barrier), MPI runs everything
+/// else. The engine completes a generalized request when the data is in place. A rank whose
+/// datatypes are derived or not contiguous packs its send side at the start (a start may read
+/// the send buffer) and unpacks its receive side on the engine thread, before the request
+/// completes, through a duplicate of its datatype (the user may free theirs).
 #include "nonblocking.hpp"
 #include "prologue.hpp"
 #include "tcoll_mpi.hpp"
@@ -33,6 +33,7 @@
 #undef MPI_Iscatterv
 #undef MPI_Ireduce_scatter
 #undef MPI_Iallgatherv
+#undef MPI_Ibarrier
 
 using namespace tcoll::preload;
 
@@ -988,6 +989,29 @@ int iallgatherv_call(const void* sendbuf, Count sendcount, MPI_Datatype sendtype
   });
 }
 
+/// MPI_Ibarrier: routed without a size (a TCOLL_BARRIER_ALGO rule, 0-max, or the built-in
+/// choice: on one node the blocking barrier's, the collective area with a spare core; MPI's
+/// elsewhere). On tcoll's engine it is ordered behind the communicator's earlier non-blocking
+/// collectives there; its request completes once every rank has started it.
+template <class Pmpi>
+int ibarrier_call(MPI_Comm comm, MPI_Request* request, Pmpi pmpi) {
+  constexpr coll c = coll::ibarrier;
+  std::optional<fallback> why;
+  if (mpi_active()) why = communicator_fallback(comm, request != nullptr);
+  const local_start d = decide_nonblocking(c, comm, why, 0, config().shm, [](const comm_state& s) {
+    return shm_collective_choice(coll::barrier, 0, s.size);
+  });
+  return start<int>(c, comm, request, d, 0, pmpi, [&](complete_ireq done) {
+    queue_on_path<collective::barrier>(
+        c, *d.state, d.a,
+        [](auto& on, const auto& tags, const auto& algo) {
+          tcoll::cpu_reducer red;
+          tcoll::barrier_in(on, tags, algo, red);
+        },
+        done);
+  });
+}
+
 } // namespace
 
 /// MPI_Ibcast through tcoll's engine thread (binomial tree, the collective area, the
@@ -1098,6 +1122,11 @@ TCOLL_PRELOAD_EXPORT int MPI_Iscatterv(const void* sendbuf, const int sendcounts
                         });
 }
 
+/// MPI_Ibarrier through tcoll's engine where TCOLL_BARRIER_ALGO, or the one-node built-in
+/// choice with a spare core, picks tcoll; PMPI_Ibarrier otherwise.
+TCOLL_PRELOAD_EXPORT int MPI_Ibarrier(MPI_Comm comm, MPI_Request* request) {
+  return ibarrier_call(comm, request, [&] { return PMPI_Ibarrier(comm, request); });
+}
 /// MPI_Ireduce_scatter through tcoll's engine: equal blocks as MPI_Ireduce_scatter_block,
 /// uneven ones by tcoll's reduce_scatterv, under the same rules (TCOLL_REDUCE_SCATTER_ALGO).
 TCOLL_PRELOAD_EXPORT int MPI_Ireduce_scatter(const void* sendbuf, void* recvbuf,

@@ -39,7 +39,8 @@ const char* coll_name(coll c) noexcept {
                                                 "MPI_Ialltoall",       "MPI_Igather",
                                                 "MPI_Iscatter",        "MPI_Ialltoallv",
                                                 "MPI_Igatherv",        "MPI_Iscatterv",
-                                                "MPI_Ireduce_scatter", "MPI_Iallgatherv"};
+                                                "MPI_Ireduce_scatter", "MPI_Iallgatherv",
+                                                "MPI_Ibarrier"};
   return names[static_cast<int>(c)];
 }
 
@@ -65,7 +66,7 @@ constexpr coll ruled_collectives[] = {coll::allreduce, coll::reduce_scatter_bloc
                                       coll::reduce,    coll::alltoall,
                                       coll::gather,    coll::scatter,
                                       coll::alltoallv, coll::gatherv,
-                                      coll::scatterv};
+                                      coll::scatterv,  coll::barrier};
 
 /// Parses the selection string `text` of collective `c` (read from `var`) with tcoll's
 /// parser and the table's names (every one the table lists for `c` runs here). Throws
@@ -84,8 +85,8 @@ std::vector<size_rule> parse_rules(coll c, std::string_view var, std::string_vie
     for (const size_rule& r : rules)
       if (r.min_bytes != 0 || r.max_bytes != std::numeric_limits<std::size_t>::max())
         throw invalid_argument(std::string(var) + "='" + std::string(text) +
-                               "': the ranks of one call move sizes of their own, so a rule must "
-                               "cover every size (" +
+                               "': the ranks of one call move sizes of their own (or none), so a "
+                               "rule must cover every size (" +
                                std::string(to_string(r.algorithm)) + ":0-max)");
   return rules;
 }
@@ -113,7 +114,7 @@ settings read_settings() {
           std::pair{coll::iscatter, coll::scatter}, std::pair{coll::ialltoallv, coll::alltoallv},
           std::pair{coll::igatherv, coll::gatherv}, std::pair{coll::iscatterv, coll::scatterv},
           std::pair{coll::ireduce_scatter, coll::reduce_scatter_block},
-          std::pair{coll::iallgatherv, coll::allgather}})
+          std::pair{coll::iallgatherv, coll::allgather}, std::pair{coll::ibarrier, coll::barrier}})
       s.rules[static_cast<int>(nonblocking)] = s.rules[static_cast<int>(blocking)];
     if (const char* v = std::getenv("TCOLL_DEBUG"); v && *v) {
       const std::string_view d(v);

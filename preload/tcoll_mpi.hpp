@@ -43,6 +43,7 @@
 #define MPI_Iscatterv PMPI_Iscatterv
 #define MPI_Ireduce_scatter PMPI_Ireduce_scatter
 #define MPI_Iallgatherv PMPI_Iallgatherv
+#define MPI_Ibarrier PMPI_Ibarrier
 
 #include <atomic>
 #include <chrono>
@@ -131,8 +132,9 @@ enum class coll : int {
   iscatterv,             ///< MPI_Iscatterv
   ireduce_scatter,       ///< MPI_Ireduce_scatter: as ireduce_scatter_block where blocks are equal
   iallgatherv,           ///< MPI_Iallgatherv: as iallgather where blocks are equal and in order
+  ibarrier,              ///< MPI_Ibarrier
 };
-inline constexpr int coll_count = 28;
+inline constexpr int coll_count = 29;
 /// "MPI_Allreduce", ...
 const char* coll_name(coll c) noexcept;
 
@@ -188,6 +190,7 @@ constexpr collective collective_of(coll c) noexcept {
   case coll::ireduce:
     return collective::reduce;
   case coll::barrier:
+  case coll::ibarrier:
     return collective::barrier;
   case coll::alltoall:
   case coll::ialltoall:
@@ -340,12 +343,13 @@ inline const settings& config() {
 
 /// Are the sizes of collective `c`'s calls per rank, not shared (MPI_Alltoallv,
 /// MPI_Gatherv, MPI_Scatterv: each rank knows its own blocks only, and at the root of a
-/// gatherv or scatterv every block)? Its route is then chosen without a size: a rule of its
-/// selection variable covers 0-max (checked when the settings are read), and the built-in
-/// choice is one for every size.
+/// gatherv or scatterv every block), or is there no size at all (MPI_Barrier, MPI_Ibarrier)?
+/// Its route is then chosen without a size: a rule of its selection variable covers 0-max
+/// (checked when the settings are read), and the built-in choice is one for every size.
 constexpr bool per_rank_size(coll c) noexcept {
   return c == coll::alltoallv || c == coll::gatherv || c == coll::scatterv ||
-         c == coll::ialltoallv || c == coll::igatherv || c == coll::iscatterv;
+         c == coll::ialltoallv || c == coll::igatherv || c == coll::iscatterv ||
+         c == coll::barrier || c == coll::ibarrier;
 }
 
 /// The algorithm for a call of collective `c` moving `bytes` (more than none; see

@@ -1472,6 +1472,17 @@ static int local_start(int barrier) {
 
 /* A fractional value of rank r at element i, exact in double: sums of a few are exact in any
  * order, so a reduction's result has one right bit pattern. */
+/* CLOCK_MONOTONIC: one clock for every process of the node. */
+static double now_seconds(void) {
+  struct timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
+static void sleep_ms(long ms) {
+  nanosleep(&(struct timespec){ms / 1000, (ms % 1000) * 1000 * 1000}, NULL);
+}
+
 static double frac(int r, int i) {
   return 0.5 + r + (double)i / 1024.0;
 }
@@ -1489,7 +1500,8 @@ static void expect_values(const double* got, int n, int stride, double (*want)(i
     }
 }
 
-/* Mode "nonblocking_others": MPI_Ibcast, MPI_Ireduce, MPI_Iallgather,
+/* Mode "nonblocking_others": MPI_Ibarrier (after a late rank's sleep), MPI_Ibcast, MPI_Ireduce,
+ * MPI_Iallgather,
  * MPI_Ireduce_scatter_block, MPI_Ialltoall, MPI_Igather and MPI_Iscatter on the world (8 KiB per
  * block), and MPI_Ialltoallv, MPI_Igatherv, MPI_Iscatterv, MPI_Ireduce_scatter and
  * MPI_Iallgatherv (uneven blocks, some empty, with gaps; the last two in place in round 1),
@@ -1646,7 +1658,7 @@ static int nonblocking_others(void) {
       for (int i = 0; i < (r % 3) * 64; ++i) gav[(size_t)(P - 1 - r) * V + i] = gav_in[i];
     const int own_v = (r % 3) * 64 / unit; /* this rank's block, in its own type */
     MPI_Datatype strided = MPI_DATATYPE_NULL, block = MPI_DATATYPE_NULL;
-    MPI_Request q[12];
+    MPI_Request q[13];
     const int odd_receiver = odd && r != root;
     if (odd_receiver) {
       MPI_Type_vector(N, 1, 2, MPI_DOUBLE, &strided);
@@ -1756,7 +1768,24 @@ static int nonblocking_others(void) {
                  "MPI_Iallgatherv");
     }
     if (pair != MPI_DOUBLE) MPI_Type_free(&pair);
-    check_call(MPI_Waitall(12, q, MPI_STATUSES_IGNORE), "MPI_Waitall");
+    /* MPI_Ibarrier last, after a late rank's sleep: no other start follows it, so only the
+     * barrier keeps a rank's MPI_Waitall from returning before the late rank arrives */
+    if (r == round % P) sleep_ms(20);
+    const double enter = now_seconds();
+    check_call(MPI_Ibarrier(MPI_COMM_WORLD, &q[12]), "MPI_Ibarrier");
+    check_call(MPI_Waitall(13, q, MPI_STATUSES_IGNORE), "MPI_Waitall");
+    const double left = now_seconds();
+    double* enters = xmalloc(sizeof(double) * P);
+    check_call(MPI_Allgather(&enter, 1, MPI_DOUBLE, enters, 1, MPI_DOUBLE, MPI_COMM_WORLD),
+               "MPI_Allgather");
+    for (int k = 0; k < P; ++k)
+      if (left < enters[k]) {
+        fprintf(stderr, "rank %d: MPI_Ibarrier completed at %.6f s, before rank %d started it at "
+                        "%.6f s\n", r, left, k, enters[k]);
+        ++errors;
+        break;
+      }
+    free(enters);
     for (int i = 0; i < rv_counts[r]; ++i) {
       double want = 0;
       for (int k = 0; k < P; ++k) want += frac(k, 9000 + rv_mine + i) + 0.25;
@@ -1874,7 +1903,7 @@ static int nonblocking_others(void) {
         break;
       }
     }
-    checks += 11;
+    checks += 12;
     if (round == 0) check_call(MPI_Barrier(MPI_COMM_WORLD), "MPI_Barrier"); /* sets up */
   }
 #if MPI_VERSION >= 4

@@ -245,8 +245,8 @@ inline constexpr std::array<collective_description, all_collectives.size()> coll
     {collective::scatterv, "scatterv", "MPI_Scatterv", "TCOLL_SCATTERV_ALGO", false, true,
      count_rule::per_peer, in_place_rule::own_block, "the root's blocks together",
      detail::linear_algorithms},
-    {collective::barrier, "barrier", "MPI_Barrier", "", false, false, count_rule::none,
-     in_place_rule::no_buffer, "none", detail::barrier_algorithms},
+    {collective::barrier, "barrier", "MPI_Barrier", "TCOLL_BARRIER_ALGO", false, false,
+     count_rule::none, in_place_rule::no_buffer, "none", detail::barrier_algorithms},
 }};
 
 /// The description of `c`.

@@ -129,6 +129,11 @@ void reduce_in(C& c, const collective_tags<C>& tags, const T* sendbuf, T* recvbu
                std::size_t count, int root, const Op& op, const Algo& algo, R& red) {
   detail::reduce_on(c, tags, sendbuf, recvbuf, count, root, op, algo, red);
 }
+/// `barrier` in `tags` (its tokens from `red`, see `barrier`).
+template <communicator C, barrier_algorithm Algo, reducer R>
+void barrier_in(C& c, const collective_tags<C>& tags, const Algo& algo, R& red) {
+  detail::barrier_on(c, tags, algo, red);
+}
 /// `alltoall` in `tags` (`count` elements per pair; `in_place` when sendbuf == recvbuf).
 template <communicator C, class T, alltoall_algorithm A, reducer R>
 void alltoall_in(C& c, const collective_tags<C>& tags, const T* sendbuf, T* recvbuf,
