@@ -8,8 +8,8 @@
 /// mangling, and `ompi_*_f` for the f08 bindings), convert its handles and MPI_IN_PLACE /
 /// MPI_BOTTOM sentinels the way Open MPI's own bindings do, and call the C wrapper of this
 /// library, which decides between tcoll and `PMPI_*` as for a C program. MPICH's Fortran
-/// bindings call the C entry points themselves, all but the f08 binding of MPI_Finalize
-/// (`mpi_finalize_f08_`, which calls PMPI_Finalize): only that one is taken on MPICH.
+/// bindings call the C entry points themselves, all but the f08 bindings of MPI_Finalize,
+/// MPI_Barrier and MPI_Ibarrier (which call PMPI_*): only those are taken on MPICH.
 #include "tcoll_mpi.hpp"
 
 #if defined(OPEN_MPI) && !defined(MPICH_VERSION)
@@ -422,6 +422,25 @@ TCOLL_FORTRAN_ALIASES(finalize, FINALIZE)
 /// TCOLL_DEBUG summary, as for C (MPICH's own binding calls PMPI_Finalize).
 TCOLL_PRELOAD_EXPORT void mpi_finalize_f08_(MPI_Fint* ierr) {
   const int rc = MPI_Finalize();
+  if (ierr != nullptr) *ierr = static_cast<MPI_Fint>(rc);
+}
+
+#undef MPI_Barrier
+#undef MPI_Ibarrier
+
+/// MPICH's f08 MPI_BARRIER and MPI_IBARRIER: their bindings (no buffer to describe) call
+/// PMPI_Barrier and PMPI_Ibarrier themselves (seen in MPICH 4.0.2's libmpichfort), so they
+/// would skip the C wrappers; these take the C wrappers' paths. `comm` points to the
+/// handle inside `type(MPI_Comm)`, `request` to the one inside `type(MPI_Request)`, and
+/// `ierr` may be null (an absent optional argument).
+TCOLL_PRELOAD_EXPORT void mpi_barrier_f08_(MPI_Fint* comm, MPI_Fint* ierr) {
+  const int rc = MPI_Barrier(PMPI_Comm_f2c(*comm));
+  if (ierr != nullptr) *ierr = static_cast<MPI_Fint>(rc);
+}
+TCOLL_PRELOAD_EXPORT void mpi_ibarrier_f08_(MPI_Fint* comm, MPI_Fint* request, MPI_Fint* ierr) {
+  MPI_Request r = MPI_REQUEST_NULL;
+  const int rc = MPI_Ibarrier(PMPI_Comm_f2c(*comm), &r);
+  *request = PMPI_Request_c2f(r);
   if (ierr != nullptr) *ierr = static_cast<MPI_Fint>(rc);
 }
 
