@@ -90,6 +90,37 @@ struct staging {
   std::unique_ptr<datatype_copy> unpack_as;
 };
 
+/// What the engine thread unpacks a packed receive side of an uneven call with, after the
+/// start has returned: copies of the counts and displacements and a duplicate of the datatype
+/// (the user may reuse or free theirs). Empty where the side is the user's buffer itself.
+template <class Count, class Displ>
+struct unpack_plan {
+  std::vector<Count> counts;
+  std::vector<Displ> displs;
+  std::unique_ptr<datatype_copy> as;
+  /// Keeps `counts`, `displs` and `type` of `P` blocks where `side` is packed.
+  void keep(const v_side& side, const Count* c, const Displ* d, MPI_Datatype type, int P) {
+    if (side.direct) return;
+    counts.assign(c, c + P);
+    displs.assign(d, d + P);
+    as = std::make_unique<datatype_copy>(type);
+  }
+  /// Unpacks `side` into `buf` (but block `skip`) where it is packed.
+  void apply(const v_side& side, void* buf, int P, int skip = -1) const {
+    if (as) unpack_side(side, buf, counts.data(), displs.data(), as->type, P, skip);
+  }
+};
+
+/// A reduce-scatter's input where it is given in place (`sendbuf` MPI_IN_PLACE): a copy of
+/// `bytes` of `recvbuf`, taken at the start, since the result overwrites them; null otherwise.
+std::shared_ptr<staging> input_copy(const void* sendbuf, const void* recvbuf, std::size_t bytes) {
+  if (sendbuf != MPI_IN_PLACE) return nullptr;
+  auto stage = std::make_shared<staging>();
+  stage->bytes.resize(bytes);
+  std::memcpy(stage->bytes.data(), recvbuf, bytes);
+  return stage;
+}
+
 /// The common end of the wrappers: counts a decided call, hands a passthrough to MPI, and
 /// starts the request that `queue(done)` queues.
 template <class Count, class Pmpi, class Queue>
@@ -228,14 +259,9 @@ int ireduce_scatter_block_call(const void* sendbuf, void* recvbuf, Count recvcou
         return shm_collective_choice(coll::reduce_scatter_block, bytes, s.size);
       });
   return start<Count>(c, comm, request, d, bytes, pmpi, [&](complete_ireq done) {
-    std::shared_ptr<staging> stage;
-    const void* in = sendbuf;
-    if (sendbuf == MPI_IN_PLACE) { // the input is recvbuf's P blocks; the result its first
-      stage = std::make_shared<staging>();
-      stage->bytes.resize(bytes);
-      std::memcpy(stage->bytes.data(), recvbuf, bytes);
-      in = stage->bytes.data();
-    }
+    // in place, the input is recvbuf's blocks (the result its first): copied at the start
+    const std::shared_ptr<staging> stage = input_copy(sendbuf, recvbuf, bytes);
+    const void* in = stage ? stage->bytes.data() : sendbuf;
     const std::size_t n = static_cast<std::size_t>(recvcount);
     queue_on_path<collective::reduce_scatter>(
         c, *d.state, d.a,
@@ -592,9 +618,7 @@ int ialltoallv_call(const void* sendbuf, const Count sendcounts[], const Displ s
   const bool in_place = sendbuf == MPI_IN_PLACE; // the send side is the receive side
   struct sides {                                 // what the queued body keeps alive
     v_side send, recv;
-    std::vector<Count> recv_counts;
-    std::vector<Displ> recv_displs;
-    std::unique_ptr<datatype_copy> unpack_as;
+    unpack_plan<Count, Displ> unpack;
   };
   auto v = std::make_shared<sides>();
   std::optional<fallback> why;
@@ -621,11 +645,7 @@ int ialltoallv_call(const void* sendbuf, const Count sendcounts[], const Displ s
     // in place, the blocks to send sit in recvbuf as the receive side describes them
     pack_side(v->recv, recvbuf, recvcounts, rdispls, recvtype, P, in_place);
     if (!in_place) pack_side(v->send, sendbuf, sendcounts, sdispls, sendtype, P, true);
-    if (!v->recv.direct) {
-      v->recv_counts.assign(recvcounts, recvcounts + P);
-      v->recv_displs.assign(rdispls, rdispls + P);
-      v->unpack_as = std::make_unique<datatype_copy>(recvtype);
-    }
+    v->unpack.keep(v->recv, recvcounts, rdispls, recvtype, P);
     const v_side& from = in_place ? v->recv : v->send;
     const bool same = tcoll::check_alltoallv_arguments(
         static_cast<const byte*>(from.data), sizes_of(from), places_of(from), v->recv.data,
@@ -638,9 +658,7 @@ int ialltoallv_call(const void* sendbuf, const Count sendcounts[], const Displ s
           tcoll::alltoallv_in(on, tags, static_cast<const byte*>(src.data), sizes_of(src),
                               places_of(src), v->recv.data, sizes_of(v->recv), places_of(v->recv),
                               same, algo, red);
-          if (v->unpack_as)
-            unpack_side(v->recv, recvbuf, v->recv_counts.data(), v->recv_displs.data(),
-                        v->unpack_as->type, P);
+          v->unpack.apply(v->recv, recvbuf, P);
         },
         done);
   });
@@ -712,9 +730,7 @@ int igatherv_call(const void* sendbuf, Count sendcount, MPI_Datatype sendtype, v
   const bool in_place = sendbuf == MPI_IN_PLACE; // at the root only
   struct sides {                                 // what the queued body keeps alive
     v_side recv;                                 // the root's
-    std::vector<Count> counts;
-    std::vector<Displ> displs;
-    std::unique_ptr<datatype_copy> unpack_as;
+    unpack_plan<Count, Displ> unpack;
     std::vector<std::byte> send_packed;
   };
   auto v = std::make_shared<sides>();
@@ -734,11 +750,7 @@ int igatherv_call(const void* sendbuf, Count sendcount, MPI_Datatype sendtype, v
     if (is_root) { // in place: the root's block, packed where recvtype is
       pack_side(v->recv, recvbuf, recvcounts, displs, recvtype, P, in_place, root);
       if (in_place) in = v->recv.data + v->recv.at[static_cast<std::size_t>(root)];
-      if (!v->recv.direct) {
-        v->counts.assign(recvcounts, recvcounts + P);
-        v->displs.assign(displs, displs + P);
-        v->unpack_as = std::make_unique<datatype_copy>(recvtype);
-      }
+      v->unpack.keep(v->recv, recvcounts, displs, recvtype, P);
     }
     if (!send_direct) {
       v->send_packed.resize(block);
@@ -755,9 +767,7 @@ int igatherv_call(const void* sendbuf, Count sendcount, MPI_Datatype sendtype, v
           tcoll::gatherv_in(on, tags, in, block, is_root ? v->recv.data : nullptr,
                             is_root ? sizes_of(v->recv) : no_counts(),
                             is_root ? places_of(v->recv) : no_counts(), root, blocks, algo, red);
-          if (v->unpack_as)
-            unpack_side(v->recv, recvbuf, v->counts.data(), v->displs.data(), v->unpack_as->type, P,
-                        in_place ? root : -1);
+          v->unpack.apply(v->recv, recvbuf, P, in_place ? root : -1);
         },
         done);
   });
@@ -872,14 +882,9 @@ int ireduce_scatter_call(const void* sendbuf, void* recvbuf, const Count recvcou
         return shm_collective_choice(coll::reduce_scatter, bytes, s.size);
       }));
   return start<Count>(c, comm, request, d, bytes, pmpi, [&](complete_ireq done) {
-    std::shared_ptr<staging> stage;
-    const void* in = sendbuf;
-    if (sendbuf == MPI_IN_PLACE) { // the input is recvbuf's blocks; the result its first
-      stage = std::make_shared<staging>();
-      stage->bytes.resize(bytes);
-      std::memcpy(stage->bytes.data(), recvbuf, bytes);
-      in = stage->bytes.data();
-    }
+    // in place, the input is recvbuf's blocks (the result its first): copied at the start
+    const std::shared_ptr<staging> stage = input_copy(sendbuf, recvbuf, bytes);
+    const void* in = stage ? stage->bytes.data() : sendbuf;
     auto sizes = std::make_shared<const std::vector<std::size_t>>(std::move(counts));
     const int rank = d.state->rank;
     auto offsets =
@@ -916,9 +921,7 @@ int iallgatherv_call(const void* sendbuf, Count sendcount, MPI_Datatype sendtype
   const bool in_place = sendbuf == MPI_IN_PLACE;
   struct sides { // what the queued body keeps alive
     v_side recv;
-    std::vector<Count> counts;
-    std::vector<Displ> displs;
-    std::unique_ptr<datatype_copy> unpack_as;
+    unpack_plan<Count, Displ> unpack;
     std::vector<std::byte> send_packed;
   };
   auto v = std::make_shared<sides>();
@@ -960,11 +963,7 @@ int iallgatherv_call(const void* sendbuf, Count sendcount, MPI_Datatype sendtype
     if (!send_direct || !v->recv.direct) count_packed(c);
     // in place: this rank's block, packed where recvtype is (the others are only written)
     pack_side(v->recv, recvbuf, recvcounts, displs, recvtype, P, in_place, rank);
-    if (!v->recv.direct) {
-      v->counts.assign(recvcounts, recvcounts + P);
-      v->displs.assign(displs, displs + P);
-      v->unpack_as = std::make_unique<datatype_copy>(recvtype);
-    }
+    v->unpack.keep(v->recv, recvcounts, displs, recvtype, P);
     const byte* in = v->recv.data + v->recv.at[own];
     if (!in_place && send_direct) {
       in = static_cast<const byte*>(sendbuf);
@@ -981,9 +980,7 @@ int iallgatherv_call(const void* sendbuf, Count sendcount, MPI_Datatype sendtype
           tcoll::cpu_reducer red;
           tcoll::allgatherv_in(on, tags, in, v->recv.data, sizes_of(v->recv), places_of(v->recv),
                                extent, algo, red);
-          if (v->unpack_as)
-            unpack_side(v->recv, recvbuf, v->counts.data(), v->displs.data(), v->unpack_as->type, P,
-                        in_place ? rank : -1);
+          v->unpack.apply(v->recv, recvbuf, P, in_place ? rank : -1);
         },
         done);
   });
