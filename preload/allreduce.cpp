@@ -105,23 +105,6 @@ void queue_allreduce(coll c, comm_state& s, algorithm_id a, const reduction& r, 
   });
 }
 
-/// Completes one run of a persistent allreduce (see `finish_persistent`).
-struct complete_persistent {
-  persistent_collective* p;
-  void operator()(std::exception_ptr error) const noexcept {
-    if (error) {
-      try {
-        std::rethrow_exception(error);
-      } catch (const std::exception& e) {
-        print_error(p->c, e.what());
-      } catch (...) {
-        print_error(p->c, "unknown error");
-      }
-    }
-    finish_persistent(*p, error != nullptr);
-  }
-};
-
 /// What MPI_Iallreduce and MPI_Allreduce_init decided, locally: the path
 /// (`decide_nonblocking`), the reduction and the count.
 struct allreduce_start : local_start {
@@ -286,18 +269,10 @@ int allreduce_init_call(const void* sendbuf, void* recvbuf, Count count, MPI_Dat
     if (d.decided) count_call(c, d.a, d.n * d.r.size, comm); // passthrough: counted once
     return pmpi();
   }
-  auto p = std::make_unique<persistent_collective>();
-  p->c = c;
-  p->comm = comm;
-  p->state = d.state;
-  p->algorithm = d.a;
-  p->bytes = d.n * d.r.size;
-  p->run = [a = d.a, r = d.r, sendbuf, recvbuf, n = d.n](persistent_collective& self) {
-    queue_allreduce(self.c, *self.state, a, r, sendbuf, recvbuf, n, complete_persistent{&self});
-  };
-  if (const int rc = make_persistent(std::move(p), request); rc != MPI_SUCCESS)
-    return report_error(c, comm, rc, "PMPI_Recv_init (the persistent request) failed");
-  return MPI_SUCCESS;
+  return init_persistent(c, comm, d, d.n * d.r.size, request,
+                         [a = d.a, r = d.r, sendbuf, recvbuf, n = d.n, state = d.state](auto done) {
+                           queue_allreduce(c, *state, a, r, sendbuf, recvbuf, n, done);
+                         });
 }
 
 } // namespace

@@ -121,25 +121,76 @@ std::shared_ptr<staging> input_copy(const void* sendbuf, const void* recvbuf, st
   return stage;
 }
 
-/// The common end of the wrappers: counts a decided call, hands a passthrough to MPI, and
-/// starts the request that `queue(done)` queues.
+/// How a wrapper starts the collective it decided on: once, as a non-blocking call whose
+/// generalized request the engine completes, or as the initialisation of a persistent request
+/// whose every MPI_Start queues it again (`persistent_collective`). A persistent request's runs
+/// read copies of the count and displacement arrays and duplicates of the derived datatypes
+/// (`keep`), made at the init call: the user may change or free theirs once it has returned.
+struct start_form {
+  coll c;
+  bool persistent = false;
+  /// What `keep` made, held by the persistent request (null for a non-blocking call).
+  std::shared_ptr<std::vector<std::shared_ptr<const void>>> kept = nullptr;
+
+  /// Does the wrapper keep copies of its arguments, for a persistent request tcoll runs (`d`)?
+  bool keeps(const local_start& d) const { return persistent && d.error < 0 && !d.to_mpi; }
+  /// A copy of the `P` elements of `array`, alive as long as the request.
+  template <class T>
+  const T* keep(const T* array, int P) const {
+    if (array == nullptr || P <= 0) return array;
+    auto copy = std::make_shared<const std::vector<T>>(array, array + P);
+    kept->push_back(copy);
+    return copy->data();
+  }
+  /// `type` where it is predefined and contiguous (no run reads it), else a duplicate of it,
+  /// freed with the request (the type itself where MPI refuses to duplicate it: MPI has
+  /// measured it already).
+  MPI_Datatype keep(MPI_Datatype type) const {
+    if (type == MPI_DATATYPE_NULL || contiguous_size(type) != 0) return type;
+    MPI_Datatype copy = MPI_DATATYPE_NULL;
+    if (PMPI_Type_dup(type, &copy) != MPI_SUCCESS) return type;
+    kept->push_back(std::shared_ptr<const void>(
+        nullptr, [copy](const void*) mutable { PMPI_Type_free(&copy); }));
+    return copy;
+  }
+};
+
+/// A non-blocking call of collective `c`.
+start_form nonblocking(coll c) {
+  return {.c = c};
+}
+/// The initialisation of a persistent request of collective `c`.
+start_form persistent(coll c) {
+  return {.c = c,
+          .persistent = true,
+          .kept = std::make_shared<std::vector<std::shared_ptr<const void>>>()};
+}
+
+/// The common end of the wrappers: counts a decided call (a persistent request's runs count
+/// at each MPI_Start), hands a passthrough to MPI, and starts the request that `queue(done)`
+/// queues: once for a non-blocking call, at every MPI_Start for a persistent one (`queue` is
+/// then copied into the request and must hold everything a run reads).
 template <class Count, class Pmpi, class Queue>
-int start(coll c, MPI_Comm comm, MPI_Request* request, const local_start& d, std::size_t bytes,
-          Pmpi& pmpi, Queue&& queue) {
+int start(const start_form& form, MPI_Comm comm, MPI_Request* request, const local_start& d,
+          std::size_t bytes, Pmpi& pmpi, Queue&& queue) {
+  const coll c = form.c;
   if (d.error >= 0) return d.error;
   if (d.decided) {
-    count_call(c, d.a, bytes, comm);
+    if (!form.persistent || d.to_mpi) count_call(c, d.a, bytes, comm);
     count_entry_point<Count>(c, d.a);
   }
   if (d.to_mpi) return pmpi();
-  return start_request(c, comm, request, queue);
+  if (!form.persistent) return start_request(c, comm, request, queue);
+  return init_persistent(
+      c, comm, d, bytes, request,
+      [queue = std::forward<Queue>(queue), kept = form.kept](auto done) { queue(done); });
 }
 
 /// MPI_Ibcast and MPI_Ibcast_c (`Count` int or MPI_Count); `pmpi()` hands the call to MPI.
 template <class Count, class Pmpi>
 int ibcast_call(void* buffer, Count count, MPI_Datatype datatype, int root, MPI_Comm comm,
-                MPI_Request* request, Pmpi pmpi) {
-  constexpr coll c = coll::ibcast;
+                MPI_Request* request, Pmpi pmpi, start_form form = nonblocking(coll::ibcast)) {
+  const coll c = form.c;
   std::optional<fallback> why;
   std::size_t size = 0, bytes = 0;
   if (mpi_active()) {
@@ -158,7 +209,8 @@ int ibcast_call(void* buffer, Count count, MPI_Datatype datatype, int root, MPI_
       decide_nonblocking(c, comm, why, bytes, config().shm, [bytes](const comm_state& s) {
         return shm_collective_choice(coll::bcast, bytes, s.size);
       });
-  return start<Count>(c, comm, request, d, bytes, pmpi, [&](complete_ireq done) {
+  if (form.keeps(d)) datatype = form.keep(datatype); // what a persistent request's runs read
+  return start<Count>(form, comm, request, d, bytes, pmpi, [=](auto done) {
     std::shared_ptr<staging> stage;
     byte* data = static_cast<byte*>(buffer);
     const bool is_root = d.state->rank == root;
@@ -188,8 +240,9 @@ int ibcast_call(void* buffer, Count count, MPI_Datatype datatype, int root, MPI_
 /// MPI_Ireduce and MPI_Ireduce_c: the reductions MPI_Reduce runs (predefined types and ops).
 template <class Count, class Pmpi>
 int ireduce_call(const void* sendbuf, void* recvbuf, Count count, MPI_Datatype datatype, MPI_Op op,
-                 int root, MPI_Comm comm, MPI_Request* request, Pmpi pmpi) {
-  constexpr coll c = coll::ireduce;
+                 int root, MPI_Comm comm, MPI_Request* request, Pmpi pmpi,
+                 start_form form = nonblocking(coll::ireduce)) {
+  const coll c = form.c;
   std::optional<fallback> why;
   reduction r;
   bool is_root = false;
@@ -213,7 +266,7 @@ int ireduce_call(const void* sendbuf, void* recvbuf, Count count, MPI_Datatype d
       decide_nonblocking(c, comm, why, bytes, config().shm, [bytes](const comm_state& s) {
         return shm_collective_choice(coll::reduce, bytes, s.size);
       });
-  return start<Count>(c, comm, request, d, bytes, pmpi, [&](complete_ireq done) {
+  return start<Count>(form, comm, request, d, bytes, pmpi, [=](auto done) {
     const std::size_t n = static_cast<std::size_t>(count);
     queue_on_path<collective::reduce>(
         c, *d.state, d.a,
@@ -236,7 +289,8 @@ template <class Count, class Pmpi>
 int ireduce_scatter_block_call(const void* sendbuf, void* recvbuf, Count recvcount,
                                MPI_Datatype datatype, MPI_Op op, MPI_Comm comm,
                                MPI_Request* request, Pmpi pmpi,
-                               coll c = coll::ireduce_scatter_block) {
+                               start_form form = nonblocking(coll::ireduce_scatter_block)) {
+  const coll c = form.c;
   std::optional<fallback> why;
   reduction r;
   std::size_t bytes = 0;
@@ -258,7 +312,7 @@ int ireduce_scatter_block_call(const void* sendbuf, void* recvbuf, Count recvcou
       decide_nonblocking(c, comm, why, bytes, config().shm, [bytes](const comm_state& s) {
         return shm_collective_choice(coll::reduce_scatter_block, bytes, s.size);
       });
-  return start<Count>(c, comm, request, d, bytes, pmpi, [&](complete_ireq done) {
+  return start<Count>(form, comm, request, d, bytes, pmpi, [=](auto done) {
     // in place, the input is recvbuf's blocks (the result its first): copied at the start
     const std::shared_ptr<staging> stage = input_copy(sendbuf, recvbuf, bytes);
     const void* in = stage ? stage->bytes.data() : sendbuf;
@@ -347,7 +401,8 @@ void unpack_blocks(const staging& stage, int P, std::size_t block, void* recvbuf
 template <class Count, class Pmpi>
 int iallgather_call(const void* sendbuf, Count sendcount, MPI_Datatype sendtype, void* recvbuf,
                     Count recvcount, MPI_Datatype recvtype, MPI_Comm comm, MPI_Request* request,
-                    Pmpi pmpi, coll c = coll::iallgather) {
+                    Pmpi pmpi, start_form form = nonblocking(coll::iallgather)) {
+  const coll c = form.c;
   const bool in_place = sendbuf == MPI_IN_PLACE;
   const block_call m =
       measure_block_call(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, comm, request);
@@ -357,7 +412,11 @@ int iallgather_call(const void* sendbuf, Count sendcount, MPI_Datatype sendtype,
       decide_nonblocking(c, comm, m.why, bytes, config().shm, [bytes](const comm_state& s) {
         return shm_collective_choice(coll::allgather, bytes, s.size);
       });
-  return start<Count>(c, comm, request, d, bytes, pmpi, [&](complete_ireq done) {
+  if (form.keeps(d)) { // what a persistent request's runs read
+    recvtype = form.keep(recvtype);
+    if (!in_place) sendtype = form.keep(sendtype);
+  }
+  return start<Count>(form, comm, request, d, bytes, pmpi, [=](auto done) {
     const bool recv_direct = m.rsize != 0, send_direct = in_place || m.ssize != 0;
     if (!recv_direct || !send_direct) count_packed(c);
     byte* out = static_cast<byte*>(recvbuf);
@@ -390,8 +449,8 @@ int iallgather_call(const void* sendbuf, Count sendcount, MPI_Datatype sendtype,
 template <class Count, class Pmpi>
 int ialltoall_call(const void* sendbuf, Count sendcount, MPI_Datatype sendtype, void* recvbuf,
                    Count recvcount, MPI_Datatype recvtype, MPI_Comm comm, MPI_Request* request,
-                   Pmpi pmpi) {
-  constexpr coll c = coll::ialltoall;
+                   Pmpi pmpi, start_form form = nonblocking(coll::ialltoall)) {
+  const coll c = form.c;
   const bool in_place = sendbuf == MPI_IN_PLACE;
   const block_call m =
       measure_block_call(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, comm, request);
@@ -401,7 +460,11 @@ int ialltoall_call(const void* sendbuf, Count sendcount, MPI_Datatype sendtype, 
       decide_nonblocking(c, comm, m.why, bytes, config().shm, [bytes](const comm_state& s) {
         return shm_collective_choice(coll::alltoall, bytes, s.size);
       });
-  return start<Count>(c, comm, request, d, bytes, pmpi, [&](complete_ireq done) {
+  if (form.keeps(d)) { // what a persistent request's runs read
+    recvtype = form.keep(recvtype);
+    if (!in_place) sendtype = form.keep(sendtype);
+  }
+  return start<Count>(form, comm, request, d, bytes, pmpi, [=](auto done) {
     const bool recv_direct = m.rsize != 0, send_direct = in_place || m.ssize != 0;
     if (!recv_direct || !send_direct) count_packed(c);
     byte* out = static_cast<byte*>(recvbuf);
@@ -497,8 +560,8 @@ rooted_call measure_rooted_call(const void* buf, Count count, MPI_Datatype type,
 template <class Count, class Pmpi>
 int igather_call(const void* sendbuf, Count sendcount, MPI_Datatype sendtype, void* recvbuf,
                  Count recvcount, MPI_Datatype recvtype, int root, MPI_Comm comm,
-                 MPI_Request* request, Pmpi pmpi) {
-  constexpr coll c = coll::igather;
+                 MPI_Request* request, Pmpi pmpi, start_form form = nonblocking(coll::igather)) {
+  const coll c = form.c;
   const bool in_place = sendbuf == MPI_IN_PLACE; // at the root only
   const rooted_call m = measure_rooted_call(sendbuf, sendcount, sendtype, recvbuf, recvcount,
                                             recvtype, in_place, root, comm, request);
@@ -508,7 +571,11 @@ int igather_call(const void* sendbuf, Count sendcount, MPI_Datatype sendtype, vo
       decide_nonblocking(c, comm, m.why, bytes, config().shm, [bytes](const comm_state& s) {
         return shm_collective_choice(coll::gather, bytes, s.size);
       });
-  return start<Count>(c, comm, request, d, bytes, pmpi, [&](complete_ireq done) {
+  if (form.keeps(d)) { // what a persistent request's runs read
+    if (m.is_root) recvtype = form.keep(recvtype);
+    if (!in_place) sendtype = form.keep(sendtype);
+  }
+  return start<Count>(form, comm, request, d, bytes, pmpi, [=](auto done) {
     const bool send_direct = in_place || m.size != 0;
     const bool recv_direct = !m.is_root || m.root_size != 0;
     if (!send_direct || !recv_direct) count_packed(c);
@@ -552,8 +619,8 @@ int igather_call(const void* sendbuf, Count sendcount, MPI_Datatype sendtype, vo
 template <class Count, class Pmpi>
 int iscatter_call(const void* sendbuf, Count sendcount, MPI_Datatype sendtype, void* recvbuf,
                   Count recvcount, MPI_Datatype recvtype, int root, MPI_Comm comm,
-                  MPI_Request* request, Pmpi pmpi) {
-  constexpr coll c = coll::iscatter;
+                  MPI_Request* request, Pmpi pmpi, start_form form = nonblocking(coll::iscatter)) {
+  const coll c = form.c;
   const bool in_place = recvbuf == MPI_IN_PLACE; // at the root only
   const rooted_call m = measure_rooted_call(recvbuf, recvcount, recvtype, sendbuf, sendcount,
                                             sendtype, in_place, root, comm, request);
@@ -563,7 +630,11 @@ int iscatter_call(const void* sendbuf, Count sendcount, MPI_Datatype sendtype, v
       decide_nonblocking(c, comm, m.why, bytes, config().shm, [bytes](const comm_state& s) {
         return shm_collective_choice(coll::scatter, bytes, s.size);
       });
-  return start<Count>(c, comm, request, d, bytes, pmpi, [&](complete_ireq done) {
+  if (form.keeps(d)) { // what a persistent request's runs read
+    if (m.is_root) sendtype = form.keep(sendtype);
+    if (!in_place) recvtype = form.keep(recvtype);
+  }
+  return start<Count>(form, comm, request, d, bytes, pmpi, [=](auto done) {
     const bool send_direct = !m.is_root || m.root_size != 0;
     const bool recv_direct = in_place || m.size != 0;
     if (!send_direct || !recv_direct) count_packed(c);
@@ -613,8 +684,9 @@ template <class Count, class Displ, class Pmpi>
 int ialltoallv_call(const void* sendbuf, const Count sendcounts[], const Displ sdispls[],
                     MPI_Datatype sendtype, void* recvbuf, const Count recvcounts[],
                     const Displ rdispls[], MPI_Datatype recvtype, MPI_Comm comm,
-                    MPI_Request* request, Pmpi pmpi) {
-  constexpr coll c = coll::ialltoallv;
+                    MPI_Request* request, Pmpi pmpi,
+                    start_form form = nonblocking(coll::ialltoallv)) {
+  const coll c = form.c;
   const bool in_place = sendbuf == MPI_IN_PLACE; // the send side is the receive side
   struct sides {                                 // what the queued body keeps alive
     v_side send, recv;
@@ -640,7 +712,17 @@ int ialltoallv_call(const void* sendbuf, const Count sendcounts[], const Displ s
       decide_nonblocking(c, comm, why, bytes, config().shm, [](const comm_state& s) {
         return shm_collective_choice(coll::alltoallv, 0, s.size);
       });
-  return start<Count>(c, comm, request, d, bytes, pmpi, [&](complete_ireq done) {
+  if (form.keeps(d)) { // what a persistent request's runs read
+    recvcounts = form.keep(recvcounts, P);
+    rdispls = form.keep(rdispls, P);
+    recvtype = form.keep(recvtype);
+    if (!in_place) {
+      sendcounts = form.keep(sendcounts, P);
+      sdispls = form.keep(sdispls, P);
+      sendtype = form.keep(sendtype);
+    }
+  }
+  return start<Count>(form, comm, request, d, bytes, pmpi, [=](auto done) {
     if (!v->recv.direct || (!in_place && !v->send.direct)) count_packed(c);
     // in place, the blocks to send sit in recvbuf as the receive side describes them
     pack_side(v->recv, recvbuf, recvcounts, rdispls, recvtype, P, in_place);
@@ -725,8 +807,9 @@ rooted_v_call measure_rooted_v_call(Count count, MPI_Datatype type, v_side& root
 template <class Count, class Displ, class Pmpi>
 int igatherv_call(const void* sendbuf, Count sendcount, MPI_Datatype sendtype, void* recvbuf,
                   const Count recvcounts[], const Displ displs[], MPI_Datatype recvtype, int root,
-                  MPI_Comm comm, MPI_Request* request, Pmpi pmpi) {
-  constexpr coll c = coll::igatherv;
+                  MPI_Comm comm, MPI_Request* request, Pmpi pmpi,
+                  start_form form = nonblocking(coll::igatherv)) {
+  const coll c = form.c;
   const bool in_place = sendbuf == MPI_IN_PLACE; // at the root only
   struct sides {                                 // what the queued body keeps alive
     v_side recv;                                 // the root's
@@ -743,7 +826,15 @@ int igatherv_call(const void* sendbuf, Count sendcount, MPI_Datatype sendtype, v
       decide_nonblocking(c, comm, m.why, bytes, config().shm, [](const comm_state& s) {
         return shm_collective_choice(coll::gatherv, 0, s.size);
       });
-  return start<Count>(c, comm, request, d, bytes, pmpi, [&](complete_ireq done) {
+  if (form.keeps(d)) { // what a persistent request's runs read
+    if (is_root) {
+      recvcounts = form.keep(recvcounts, P);
+      displs = form.keep(displs, P);
+      recvtype = form.keep(recvtype);
+    }
+    if (!in_place) sendtype = form.keep(sendtype);
+  }
+  return start<Count>(form, comm, request, d, bytes, pmpi, [=](auto done) {
     const bool send_direct = in_place || (ssize != 0 && sendbuf != nullptr);
     if (!send_direct || (is_root && !v->recv.direct)) count_packed(c);
     const byte* in = static_cast<const byte*>(sendbuf);
@@ -779,8 +870,9 @@ int igatherv_call(const void* sendbuf, Count sendcount, MPI_Datatype sendtype, v
 template <class Count, class Displ, class Pmpi>
 int iscatterv_call(const void* sendbuf, const Count sendcounts[], const Displ displs[],
                    MPI_Datatype sendtype, void* recvbuf, Count recvcount, MPI_Datatype recvtype,
-                   int root, MPI_Comm comm, MPI_Request* request, Pmpi pmpi) {
-  constexpr coll c = coll::iscatterv;
+                   int root, MPI_Comm comm, MPI_Request* request, Pmpi pmpi,
+                   start_form form = nonblocking(coll::iscatterv)) {
+  const coll c = form.c;
   const bool in_place = recvbuf == MPI_IN_PLACE; // at the root only
   struct sides {                                 // what the queued body keeps alive
     v_side send;                                 // the root's
@@ -797,7 +889,15 @@ int iscatterv_call(const void* sendbuf, const Count sendcounts[], const Displ di
       decide_nonblocking(c, comm, m.why, bytes, config().shm, [](const comm_state& s) {
         return shm_collective_choice(coll::scatterv, 0, s.size);
       });
-  return start<Count>(c, comm, request, d, bytes, pmpi, [&](complete_ireq done) {
+  if (form.keeps(d)) { // what a persistent request's runs read
+    if (is_root) {
+      sendcounts = form.keep(sendcounts, P);
+      displs = form.keep(displs, P);
+      sendtype = form.keep(sendtype);
+    }
+    if (!in_place) recvtype = form.keep(recvtype);
+  }
+  return start<Count>(form, comm, request, d, bytes, pmpi, [=](auto done) {
     const bool recv_direct = in_place || (rsize != 0 && recvbuf != nullptr);
     if (!recv_direct || (is_root && !v->send.direct)) count_packed(c);
     byte* out = static_cast<byte*>(recvbuf);
@@ -846,8 +946,8 @@ local_start uneven_form(local_start d) {
 template <class Count, class Pmpi>
 int ireduce_scatter_call(const void* sendbuf, void* recvbuf, const Count recvcounts[],
                          MPI_Datatype datatype, MPI_Op op, MPI_Comm comm, MPI_Request* request,
-                         Pmpi pmpi) {
-  constexpr coll c = coll::ireduce_scatter;
+                         Pmpi pmpi, start_form form = nonblocking(coll::ireduce_scatter)) {
+  const coll c = form.c;
   std::optional<fallback> why;
   reduction r;
   int P = 0;
@@ -860,7 +960,7 @@ int ireduce_scatter_call(const void* sendbuf, void* recvbuf, const Count recvcou
       P = comm_size(comm);
       if (const long long block = common_count(recvcounts, P); block >= 0)
         return ireduce_scatter_block_call(sendbuf, recvbuf, static_cast<Count>(block), datatype, op,
-                                          comm, request, pmpi, c);
+                                          comm, request, pmpi, form);
       r = classify_reduction(datatype, op);
       long long total = 0;
       bool fits = r.ok();
@@ -881,7 +981,7 @@ int ireduce_scatter_call(const void* sendbuf, void* recvbuf, const Count recvcou
       decide_nonblocking(c, comm, why, bytes, config().shm, [bytes](const comm_state& s) {
         return shm_collective_choice(coll::reduce_scatter, bytes, s.size);
       }));
-  return start<Count>(c, comm, request, d, bytes, pmpi, [&](complete_ireq done) {
+  return start<Count>(form, comm, request, d, bytes, pmpi, [=](auto done) {
     // in place, the input is recvbuf's blocks (the result its first): copied at the start
     const std::shared_ptr<staging> stage = input_copy(sendbuf, recvbuf, bytes);
     const void* in = stage ? stage->bytes.data() : sendbuf;
@@ -916,8 +1016,9 @@ int ireduce_scatter_call(const void* sendbuf, void* recvbuf, const Count recvcou
 template <class Count, class Displ, class Pmpi>
 int iallgatherv_call(const void* sendbuf, Count sendcount, MPI_Datatype sendtype, void* recvbuf,
                      const Count recvcounts[], const Displ displs[], MPI_Datatype recvtype,
-                     MPI_Comm comm, MPI_Request* request, Pmpi pmpi) {
-  constexpr coll c = coll::iallgatherv;
+                     MPI_Comm comm, MPI_Request* request, Pmpi pmpi,
+                     start_form form = nonblocking(coll::iallgatherv)) {
+  const coll c = form.c;
   const bool in_place = sendbuf == MPI_IN_PLACE;
   struct sides { // what the queued body keeps alive
     v_side recv;
@@ -940,7 +1041,7 @@ int iallgatherv_call(const void* sendbuf, Count sendcount, MPI_Datatype sendtype
         in_order = static_cast<long long>(displs[q]) == q * block;
       if (in_order)
         return iallgather_call(sendbuf, sendcount, sendtype, recvbuf, static_cast<Count>(block),
-                               recvtype, comm, request, pmpi, c);
+                               recvtype, comm, request, pmpi, form);
       const auto own = static_cast<std::size_t>(comm_rank(comm));
       ssize = in_place ? 0 : contiguous_size(sendtype);
       const long long send_signature = in_place ? 0
@@ -956,7 +1057,13 @@ int iallgatherv_call(const void* sendbuf, Count sendcount, MPI_Datatype sendtype
       decide_nonblocking(c, comm, why, bytes, config().shm, [bytes](const comm_state& s) {
         return shm_collective_choice(coll::allgatherv, bytes, s.size);
       }));
-  return start<Count>(c, comm, request, d, bytes, pmpi, [&](complete_ireq done) {
+  if (form.keeps(d)) { // what a persistent request's runs read
+    recvcounts = form.keep(recvcounts, P);
+    displs = form.keep(displs, P);
+    recvtype = form.keep(recvtype);
+    if (!in_place) sendtype = form.keep(sendtype);
+  }
+  return start<Count>(form, comm, request, d, bytes, pmpi, [=](auto done) {
     const int rank = d.state->rank;
     const auto own = static_cast<std::size_t>(rank);
     const bool send_direct = in_place || (ssize != 0 && sendbuf != nullptr);
@@ -991,14 +1098,15 @@ int iallgatherv_call(const void* sendbuf, Count sendcount, MPI_Datatype sendtype
 /// elsewhere). On tcoll's engine it is ordered behind the communicator's earlier non-blocking
 /// collectives there; its request completes once every rank has started it.
 template <class Pmpi>
-int ibarrier_call(MPI_Comm comm, MPI_Request* request, Pmpi pmpi) {
-  constexpr coll c = coll::ibarrier;
+int ibarrier_call(MPI_Comm comm, MPI_Request* request, Pmpi pmpi,
+                  start_form form = nonblocking(coll::ibarrier)) {
+  const coll c = form.c;
   std::optional<fallback> why;
   if (mpi_active()) why = communicator_fallback(comm, request != nullptr);
   const local_start d = decide_nonblocking(c, comm, why, 0, config().shm, [](const comm_state& s) {
     return shm_collective_choice(coll::barrier, 0, s.size);
   });
-  return start<int>(c, comm, request, d, 0, pmpi, [&](complete_ireq done) {
+  return start<int>(form, comm, request, d, 0, pmpi, [=](auto done) {
     queue_on_path<collective::barrier>(
         c, *d.state, d.a,
         [](auto& on, const auto& tags, const auto& algo) {
@@ -1258,4 +1366,313 @@ TCOLL_PRELOAD_EXPORT int MPI_Iallgatherv_c(const void* sendbuf, MPI_Count sendco
                                                       recvcounts, displs, recvtype, comm, request);
                           });
 }
+#endif
+
+#if TCOLL_PRELOAD_PERSISTENT
+/// The persistent collectives: MPI-4's `MPI_<name>_init`, or Open MPI 4's `MPIX_<name>_init`
+/// from its `pcollreq` extension. Each decides once, at the init call, as its non-blocking
+/// form does (locally, the same rules and fallbacks); where tcoll runs it, every MPI_Start
+/// queues it on the communicator's engine (`persistent_collective`), and reads the buffers
+/// then.
+#if TCOLL_PRELOAD_PERSISTENT == 1
+#define TCOLL_INIT(name) MPI_##name##_init
+#define TCOLL_PMPI_INIT(name) PMPI_##name##_init
+#else
+#define TCOLL_INIT(name) MPIX_##name##_init
+#define TCOLL_PMPI_INIT(name) PMPIX_##name##_init
+#endif
+
+TCOLL_PRELOAD_EXPORT int TCOLL_INIT(Bcast)(void* buffer, int count, MPI_Datatype datatype, int root,
+                                           MPI_Comm comm, MPI_Info info, MPI_Request* request) {
+  return ibcast_call(
+      buffer, count, datatype, root, comm, request,
+      [&] { return TCOLL_PMPI_INIT(Bcast)(buffer, count, datatype, root, comm, info, request); },
+      persistent(coll::bcast_init));
+}
+TCOLL_PRELOAD_EXPORT int TCOLL_INIT(Reduce)(const void* sendbuf, void* recvbuf, int count,
+                                            MPI_Datatype datatype, MPI_Op op, int root,
+                                            MPI_Comm comm, MPI_Info info, MPI_Request* request) {
+  return ireduce_call(
+      sendbuf, recvbuf, count, datatype, op, root, comm, request,
+      [&] {
+        return TCOLL_PMPI_INIT(Reduce)(sendbuf, recvbuf, count, datatype, op, root, comm, info,
+                                       request);
+      },
+      persistent(coll::reduce_init));
+}
+TCOLL_PRELOAD_EXPORT int TCOLL_INIT(Allgather)(const void* sendbuf, int sendcount,
+                                               MPI_Datatype sendtype, void* recvbuf, int recvcount,
+                                               MPI_Datatype recvtype, MPI_Comm comm, MPI_Info info,
+                                               MPI_Request* request) {
+  return iallgather_call(
+      sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, comm, request,
+      [&] {
+        return TCOLL_PMPI_INIT(Allgather)(sendbuf, sendcount, sendtype, recvbuf, recvcount,
+                                          recvtype, comm, info, request);
+      },
+      persistent(coll::allgather_init));
+}
+TCOLL_PRELOAD_EXPORT int TCOLL_INIT(Reduce_scatter_block)(const void* sendbuf, void* recvbuf,
+                                                          int recvcount, MPI_Datatype datatype,
+                                                          MPI_Op op, MPI_Comm comm, MPI_Info info,
+                                                          MPI_Request* request) {
+  return ireduce_scatter_block_call(
+      sendbuf, recvbuf, recvcount, datatype, op, comm, request,
+      [&] {
+        return TCOLL_PMPI_INIT(Reduce_scatter_block)(sendbuf, recvbuf, recvcount, datatype, op,
+                                                     comm, info, request);
+      },
+      persistent(coll::reduce_scatter_block_init));
+}
+TCOLL_PRELOAD_EXPORT int TCOLL_INIT(Alltoall)(const void* sendbuf, int sendcount,
+                                              MPI_Datatype sendtype, void* recvbuf, int recvcount,
+                                              MPI_Datatype recvtype, MPI_Comm comm, MPI_Info info,
+                                              MPI_Request* request) {
+  return ialltoall_call(
+      sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, comm, request,
+      [&] {
+        return TCOLL_PMPI_INIT(Alltoall)(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype,
+                                         comm, info, request);
+      },
+      persistent(coll::alltoall_init));
+}
+TCOLL_PRELOAD_EXPORT int TCOLL_INIT(Gather)(const void* sendbuf, int sendcount,
+                                            MPI_Datatype sendtype, void* recvbuf, int recvcount,
+                                            MPI_Datatype recvtype, int root, MPI_Comm comm,
+                                            MPI_Info info, MPI_Request* request) {
+  return igather_call(
+      sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, root, comm, request,
+      [&] {
+        return TCOLL_PMPI_INIT(Gather)(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype,
+                                       root, comm, info, request);
+      },
+      persistent(coll::gather_init));
+}
+TCOLL_PRELOAD_EXPORT int TCOLL_INIT(Scatter)(const void* sendbuf, int sendcount,
+                                             MPI_Datatype sendtype, void* recvbuf, int recvcount,
+                                             MPI_Datatype recvtype, int root, MPI_Comm comm,
+                                             MPI_Info info, MPI_Request* request) {
+  return iscatter_call(
+      sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, root, comm, request,
+      [&] {
+        return TCOLL_PMPI_INIT(Scatter)(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype,
+                                        root, comm, info, request);
+      },
+      persistent(coll::scatter_init));
+}
+TCOLL_PRELOAD_EXPORT int TCOLL_INIT(Alltoallv)(const void* sendbuf, const int sendcounts[],
+                                               const int sdispls[], MPI_Datatype sendtype,
+                                               void* recvbuf, const int recvcounts[],
+                                               const int rdispls[], MPI_Datatype recvtype,
+                                               MPI_Comm comm, MPI_Info info, MPI_Request* request) {
+  return ialltoallv_call(
+      sendbuf, sendcounts, sdispls, sendtype, recvbuf, recvcounts, rdispls, recvtype, comm, request,
+      [&] {
+        return TCOLL_PMPI_INIT(Alltoallv)(sendbuf, sendcounts, sdispls, sendtype, recvbuf,
+                                          recvcounts, rdispls, recvtype, comm, info, request);
+      },
+      persistent(coll::alltoallv_init));
+}
+TCOLL_PRELOAD_EXPORT int TCOLL_INIT(Gatherv)(const void* sendbuf, int sendcount,
+                                             MPI_Datatype sendtype, void* recvbuf,
+                                             const int recvcounts[], const int displs[],
+                                             MPI_Datatype recvtype, int root, MPI_Comm comm,
+                                             MPI_Info info, MPI_Request* request) {
+  return igatherv_call(
+      sendbuf, sendcount, sendtype, recvbuf, recvcounts, displs, recvtype, root, comm, request,
+      [&] {
+        return TCOLL_PMPI_INIT(Gatherv)(sendbuf, sendcount, sendtype, recvbuf, recvcounts, displs,
+                                        recvtype, root, comm, info, request);
+      },
+      persistent(coll::gatherv_init));
+}
+TCOLL_PRELOAD_EXPORT int TCOLL_INIT(Scatterv)(const void* sendbuf, const int sendcounts[],
+                                              const int displs[], MPI_Datatype sendtype,
+                                              void* recvbuf, int recvcount, MPI_Datatype recvtype,
+                                              int root, MPI_Comm comm, MPI_Info info,
+                                              MPI_Request* request) {
+  return iscatterv_call(
+      sendbuf, sendcounts, displs, sendtype, recvbuf, recvcount, recvtype, root, comm, request,
+      [&] {
+        return TCOLL_PMPI_INIT(Scatterv)(sendbuf, sendcounts, displs, sendtype, recvbuf, recvcount,
+                                         recvtype, root, comm, info, request);
+      },
+      persistent(coll::scatterv_init));
+}
+TCOLL_PRELOAD_EXPORT int TCOLL_INIT(Reduce_scatter)(const void* sendbuf, void* recvbuf,
+                                                    const int recvcounts[], MPI_Datatype datatype,
+                                                    MPI_Op op, MPI_Comm comm, MPI_Info info,
+                                                    MPI_Request* request) {
+  return ireduce_scatter_call(
+      sendbuf, recvbuf, recvcounts, datatype, op, comm, request,
+      [&] {
+        return TCOLL_PMPI_INIT(Reduce_scatter)(sendbuf, recvbuf, recvcounts, datatype, op, comm,
+                                               info, request);
+      },
+      persistent(coll::reduce_scatter_init));
+}
+TCOLL_PRELOAD_EXPORT int TCOLL_INIT(Allgatherv)(const void* sendbuf, int sendcount,
+                                                MPI_Datatype sendtype, void* recvbuf,
+                                                const int recvcounts[], const int displs[],
+                                                MPI_Datatype recvtype, MPI_Comm comm, MPI_Info info,
+                                                MPI_Request* request) {
+  return iallgatherv_call(
+      sendbuf, sendcount, sendtype, recvbuf, recvcounts, displs, recvtype, comm, request,
+      [&] {
+        return TCOLL_PMPI_INIT(Allgatherv)(sendbuf, sendcount, sendtype, recvbuf, recvcounts,
+                                           displs, recvtype, comm, info, request);
+      },
+      persistent(coll::allgatherv_init));
+}
+TCOLL_PRELOAD_EXPORT int TCOLL_INIT(Barrier)(MPI_Comm comm, MPI_Info info, MPI_Request* request) {
+  return ibarrier_call(
+      comm, request, [&] { return TCOLL_PMPI_INIT(Barrier)(comm, info, request); },
+      persistent(coll::barrier_init));
+}
+
+#if TCOLL_PRELOAD_PERSISTENT == 1 && TCOLL_PRELOAD_LARGE_COUNT
+/// MPI-4's large-count persistent forms (not in Open MPI 5): the same paths.
+TCOLL_PRELOAD_EXPORT int MPI_Bcast_init_c(void* buffer, MPI_Count count, MPI_Datatype datatype,
+                                          int root, MPI_Comm comm, MPI_Info info,
+                                          MPI_Request* request) {
+  return ibcast_call(
+      buffer, count, datatype, root, comm, request,
+      [&] { return PMPI_Bcast_init_c(buffer, count, datatype, root, comm, info, request); },
+      persistent(coll::bcast_init));
+}
+TCOLL_PRELOAD_EXPORT int MPI_Reduce_init_c(const void* sendbuf, void* recvbuf, MPI_Count count,
+                                           MPI_Datatype datatype, MPI_Op op, int root,
+                                           MPI_Comm comm, MPI_Info info, MPI_Request* request) {
+  return ireduce_call(
+      sendbuf, recvbuf, count, datatype, op, root, comm, request,
+      [&] {
+        return PMPI_Reduce_init_c(sendbuf, recvbuf, count, datatype, op, root, comm, info, request);
+      },
+      persistent(coll::reduce_init));
+}
+TCOLL_PRELOAD_EXPORT int MPI_Allgather_init_c(const void* sendbuf, MPI_Count sendcount,
+                                              MPI_Datatype sendtype, void* recvbuf,
+                                              MPI_Count recvcount, MPI_Datatype recvtype,
+                                              MPI_Comm comm, MPI_Info info, MPI_Request* request) {
+  return iallgather_call(
+      sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, comm, request,
+      [&] {
+        return PMPI_Allgather_init_c(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype,
+                                     comm, info, request);
+      },
+      persistent(coll::allgather_init));
+}
+TCOLL_PRELOAD_EXPORT int MPI_Reduce_scatter_block_init_c(const void* sendbuf, void* recvbuf,
+                                                         MPI_Count recvcount, MPI_Datatype datatype,
+                                                         MPI_Op op, MPI_Comm comm, MPI_Info info,
+                                                         MPI_Request* request) {
+  return ireduce_scatter_block_call(
+      sendbuf, recvbuf, recvcount, datatype, op, comm, request,
+      [&] {
+        return PMPI_Reduce_scatter_block_init_c(sendbuf, recvbuf, recvcount, datatype, op, comm,
+                                                info, request);
+      },
+      persistent(coll::reduce_scatter_block_init));
+}
+TCOLL_PRELOAD_EXPORT int MPI_Alltoall_init_c(const void* sendbuf, MPI_Count sendcount,
+                                             MPI_Datatype sendtype, void* recvbuf,
+                                             MPI_Count recvcount, MPI_Datatype recvtype,
+                                             MPI_Comm comm, MPI_Info info, MPI_Request* request) {
+  return ialltoall_call(
+      sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, comm, request,
+      [&] {
+        return PMPI_Alltoall_init_c(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype,
+                                    comm, info, request);
+      },
+      persistent(coll::alltoall_init));
+}
+TCOLL_PRELOAD_EXPORT int MPI_Gather_init_c(const void* sendbuf, MPI_Count sendcount,
+                                           MPI_Datatype sendtype, void* recvbuf,
+                                           MPI_Count recvcount, MPI_Datatype recvtype, int root,
+                                           MPI_Comm comm, MPI_Info info, MPI_Request* request) {
+  return igather_call(
+      sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, root, comm, request,
+      [&] {
+        return PMPI_Gather_init_c(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, root,
+                                  comm, info, request);
+      },
+      persistent(coll::gather_init));
+}
+TCOLL_PRELOAD_EXPORT int MPI_Scatter_init_c(const void* sendbuf, MPI_Count sendcount,
+                                            MPI_Datatype sendtype, void* recvbuf,
+                                            MPI_Count recvcount, MPI_Datatype recvtype, int root,
+                                            MPI_Comm comm, MPI_Info info, MPI_Request* request) {
+  return iscatter_call(
+      sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, root, comm, request,
+      [&] {
+        return PMPI_Scatter_init_c(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, root,
+                                   comm, info, request);
+      },
+      persistent(coll::scatter_init));
+}
+TCOLL_PRELOAD_EXPORT int MPI_Alltoallv_init_c(const void* sendbuf, const MPI_Count sendcounts[],
+                                              const MPI_Aint sdispls[], MPI_Datatype sendtype,
+                                              void* recvbuf, const MPI_Count recvcounts[],
+                                              const MPI_Aint rdispls[], MPI_Datatype recvtype,
+                                              MPI_Comm comm, MPI_Info info, MPI_Request* request) {
+  return ialltoallv_call(
+      sendbuf, sendcounts, sdispls, sendtype, recvbuf, recvcounts, rdispls, recvtype, comm, request,
+      [&] {
+        return PMPI_Alltoallv_init_c(sendbuf, sendcounts, sdispls, sendtype, recvbuf, recvcounts,
+                                     rdispls, recvtype, comm, info, request);
+      },
+      persistent(coll::alltoallv_init));
+}
+TCOLL_PRELOAD_EXPORT int MPI_Gatherv_init_c(const void* sendbuf, MPI_Count sendcount,
+                                            MPI_Datatype sendtype, void* recvbuf,
+                                            const MPI_Count recvcounts[], const MPI_Aint displs[],
+                                            MPI_Datatype recvtype, int root, MPI_Comm comm,
+                                            MPI_Info info, MPI_Request* request) {
+  return igatherv_call(
+      sendbuf, sendcount, sendtype, recvbuf, recvcounts, displs, recvtype, root, comm, request,
+      [&] {
+        return PMPI_Gatherv_init_c(sendbuf, sendcount, sendtype, recvbuf, recvcounts, displs,
+                                   recvtype, root, comm, info, request);
+      },
+      persistent(coll::gatherv_init));
+}
+TCOLL_PRELOAD_EXPORT int MPI_Scatterv_init_c(const void* sendbuf, const MPI_Count sendcounts[],
+                                             const MPI_Aint displs[], MPI_Datatype sendtype,
+                                             void* recvbuf, MPI_Count recvcount,
+                                             MPI_Datatype recvtype, int root, MPI_Comm comm,
+                                             MPI_Info info, MPI_Request* request) {
+  return iscatterv_call(
+      sendbuf, sendcounts, displs, sendtype, recvbuf, recvcount, recvtype, root, comm, request,
+      [&] {
+        return PMPI_Scatterv_init_c(sendbuf, sendcounts, displs, sendtype, recvbuf, recvcount,
+                                    recvtype, root, comm, info, request);
+      },
+      persistent(coll::scatterv_init));
+}
+TCOLL_PRELOAD_EXPORT int MPI_Reduce_scatter_init_c(const void* sendbuf, void* recvbuf,
+                                                   const MPI_Count recvcounts[],
+                                                   MPI_Datatype datatype, MPI_Op op, MPI_Comm comm,
+                                                   MPI_Info info, MPI_Request* request) {
+  return ireduce_scatter_call(
+      sendbuf, recvbuf, recvcounts, datatype, op, comm, request,
+      [&] {
+        return PMPI_Reduce_scatter_init_c(sendbuf, recvbuf, recvcounts, datatype, op, comm, info,
+                                          request);
+      },
+      persistent(coll::reduce_scatter_init));
+}
+TCOLL_PRELOAD_EXPORT int MPI_Allgatherv_init_c(const void* sendbuf, MPI_Count sendcount,
+                                               MPI_Datatype sendtype, void* recvbuf,
+                                               const MPI_Count recvcounts[],
+                                               const MPI_Aint displs[], MPI_Datatype recvtype,
+                                               MPI_Comm comm, MPI_Info info, MPI_Request* request) {
+  return iallgatherv_call(
+      sendbuf, sendcount, sendtype, recvbuf, recvcounts, displs, recvtype, comm, request,
+      [&] {
+        return PMPI_Allgatherv_init_c(sendbuf, sendcount, sendtype, recvbuf, recvcounts, displs,
+                                      recvtype, comm, info, request);
+      },
+      persistent(coll::allgatherv_init));
+}
+#endif
 #endif

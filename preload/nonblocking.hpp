@@ -194,4 +194,43 @@ int start_request(coll c, MPI_Comm comm, MPI_Request* request, Queue&& queue) {
   return MPI_SUCCESS;
 }
 
+/// Completes one run of a persistent collective (see `finish_persistent`) with its outcome,
+/// on the engine thread.
+struct complete_persistent {
+  persistent_collective* p;
+  void operator()(std::exception_ptr error) const noexcept {
+    if (error) {
+      try {
+        std::rethrow_exception(error);
+      } catch (const std::exception& e) {
+        print_error(p->c, e.what());
+      } catch (...) {
+        print_error(p->c, "unknown error");
+      }
+    }
+    finish_persistent(*p, error != nullptr);
+  }
+};
+
+/// Makes the persistent request of collective `c` on `comm` that `d` decided tcoll runs
+/// (`bytes` per run, counted at every MPI_Start): each MPI_Start calls `queue(done)`, which
+/// queues one run, `done` (a `complete_persistent`) completing it on the engine thread.
+/// `queue` is copied into the request and must hold everything a run reads.
+template <class Queue>
+int init_persistent(coll c, MPI_Comm comm, const local_start& d, std::size_t bytes,
+                    MPI_Request* request, Queue queue) {
+  auto p = std::make_unique<persistent_collective>();
+  p->c = c;
+  p->comm = comm;
+  p->state = d.state;
+  p->algorithm = d.a;
+  p->bytes = bytes;
+  p->run = [queue = std::move(queue)](persistent_collective& self) {
+    queue(complete_persistent{&self});
+  };
+  if (const int rc = make_persistent(std::move(p), request); rc != MPI_SUCCESS)
+    return report_error(c, comm, rc, "PMPI_Recv_init (the persistent request) failed");
+  return MPI_SUCCESS;
+}
+
 } // namespace tcoll::preload

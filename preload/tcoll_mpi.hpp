@@ -133,8 +133,24 @@ enum class coll : int {
   ireduce_scatter,       ///< MPI_Ireduce_scatter: as ireduce_scatter_block where blocks are equal
   iallgatherv,           ///< MPI_Iallgatherv: as iallgather where blocks are equal and in order
   ibarrier,              ///< MPI_Ibarrier
+  // the persistent forms of the others (MPI-4's MPI_<name>_init, MPIX_ on Open MPI 4), decided
+  // at the init call like their non-blocking form and counted per MPI_Start
+  bcast_init,                ///< MPI_Bcast_init
+  reduce_init,               ///< MPI_Reduce_init
+  allgather_init,            ///< MPI_Allgather_init
+  reduce_scatter_block_init, ///< MPI_Reduce_scatter_block_init
+  alltoall_init,             ///< MPI_Alltoall_init
+  gather_init,               ///< MPI_Gather_init
+  scatter_init,              ///< MPI_Scatter_init
+  alltoallv_init,            ///< MPI_Alltoallv_init
+  gatherv_init,              ///< MPI_Gatherv_init
+  scatterv_init,             ///< MPI_Scatterv_init
+  reduce_scatter_init, ///< MPI_Reduce_scatter_init: as reduce_scatter_block_init where blocks are
+                       ///< equal
+  allgatherv_init, ///< MPI_Allgatherv_init: as allgather_init where blocks are equal and in order
+  barrier_init,    ///< MPI_Barrier_init
 };
-inline constexpr int coll_count = 29;
+inline constexpr int coll_count = 42;
 /// "MPI_Allreduce", ...
 const char* coll_name(coll c) noexcept;
 
@@ -177,38 +193,51 @@ constexpr collective collective_of(coll c) noexcept {
   case coll::reduce_scatter:
   case coll::ireduce_scatter_block:
   case coll::ireduce_scatter:
+  case coll::reduce_scatter_block_init:
+  case coll::reduce_scatter_init:
     return collective::reduce_scatter;
   case coll::allgather:
   case coll::allgatherv:
   case coll::iallgather:
   case coll::iallgatherv:
+  case coll::allgather_init:
+  case coll::allgatherv_init:
     return collective::allgather;
   case coll::bcast:
   case coll::ibcast:
+  case coll::bcast_init:
     return collective::broadcast;
   case coll::reduce:
   case coll::ireduce:
+  case coll::reduce_init:
     return collective::reduce;
   case coll::barrier:
   case coll::ibarrier:
+  case coll::barrier_init:
     return collective::barrier;
   case coll::alltoall:
   case coll::ialltoall:
+  case coll::alltoall_init:
     return collective::alltoall;
   case coll::gather:
   case coll::igather:
+  case coll::gather_init:
     return collective::gather;
   case coll::scatter:
   case coll::iscatter:
+  case coll::scatter_init:
     return collective::scatter;
   case coll::alltoallv:
   case coll::ialltoallv:
+  case coll::alltoallv_init:
     return collective::alltoallv;
   case coll::gatherv:
   case coll::igatherv:
+  case coll::gatherv_init:
     return collective::gatherv;
   case coll::scatterv:
   case coll::iscatterv:
+  case coll::scatterv_init:
     return collective::scatterv;
   }
   return collective::allreduce;
@@ -349,7 +378,8 @@ inline const settings& config() {
 constexpr bool per_rank_size(coll c) noexcept {
   return c == coll::alltoallv || c == coll::gatherv || c == coll::scatterv ||
          c == coll::ialltoallv || c == coll::igatherv || c == coll::iscatterv ||
-         c == coll::barrier || c == coll::ibarrier;
+         c == coll::barrier || c == coll::ibarrier || c == coll::alltoallv_init ||
+         c == coll::gatherv_init || c == coll::scatterv_init || c == coll::barrier_init;
 }
 
 /// The algorithm for a call of collective `c` moving `bytes` (more than none; see

@@ -1483,9 +1483,61 @@ static void sleep_ms(long ms) {
   nanosleep(&(struct timespec){ms / 1000, (ms % 1000) * 1000 * 1000}, NULL);
 }
 
+/* Added to every value of nonblocking_others: a persistent request's second run gets new
+ * inputs (a multiple of 1/16 keeps every sum exact). */
+static double frac_shift = 0.0;
+
 static double frac(int r, int i) {
-  return 0.5 + r + (double)i / 1024.0;
+  return 0.5 + r + (double)i / 1024.0 + frac_shift;
 }
+
+/* Mode "persistent_others" makes every start of nonblocking_others a persistent request's
+ * init (MPI-4's MPI_<name>_init, Open MPI 4's MPIX_<name>_init), run twice with MPI_Startall.
+ * START(MPI_Ibcast, Bcast, (arguments), request) starts either, through the large-count form
+ * where `large_count` asks for it; START_AS names both functions. */
+static int persistent_mode = 0;
+
+/* A derived type of nonblocking_others, freed by the user right after a non-blocking start
+ * (the preload keeps its own duplicate), or, for a persistent request, once the request is
+ * freed: MPI's own persistent collectives read it at every start (Open MPI 4.1's report
+ * MPI_ERR_TRUNCATE when it was freed after the init), and MPI does not promise that a type
+ * may go before the persistent requests that use it. With PRELOAD_CHECK_FREE_EARLY=1 a
+ * persistent request's types are freed right after the init too, from round 1 on, where
+ * rules send every call to tcoll (which duplicates them): that checks the duplicates. */
+static MPI_Datatype deferred_types[8];
+static int deferred_count = 0;
+static int free_early = 0;
+static void release_type(MPI_Datatype* type) {
+  if (!persistent_mode || free_early) {
+    MPI_Type_free(type);
+    return;
+  }
+  deferred_types[deferred_count++] = *type;
+  *type = MPI_DATATYPE_NULL;
+}
+#define UNPAREN(...) __VA_ARGS__
+#if MPI_VERSION >= 4
+#define INIT_CALL(Name, ...)                                                                       \
+  (large_count ? MPI_##Name##_init_c(__VA_ARGS__) : MPI_##Name##_init(__VA_ARGS__))
+#define INIT_NAME(Name) MPI_##Name##_init
+#elif HAVE_MPI4_PERSISTENT
+#define INIT_CALL(Name, ...) MPI_##Name##_init(__VA_ARGS__)
+#define INIT_NAME(Name) MPI_##Name##_init
+#elif HAVE_PERSISTENT
+#define INIT_CALL(Name, ...) MPIX_##Name##_init(__VA_ARGS__)
+#define INIT_NAME(Name) MPIX_##Name##_init
+#endif
+#if HAVE_PERSISTENT
+#define START(Iname, Name, args, request)                                                          \
+  (persistent_mode ? INIT_CALL(Name, UNPAREN args, MPI_INFO_NULL, request)                         \
+                   : COLL(Iname, UNPAREN args, request))
+#define START_AS(nonblocking, init, args, request)                                                 \
+  (persistent_mode ? init(UNPAREN args, MPI_INFO_NULL, request)                                    \
+                   : nonblocking(UNPAREN args, request))
+#else
+#define START(Iname, Name, args, request) COLL(Iname, UNPAREN args, request)
+#define START_AS(nonblocking, init, args, request) nonblocking(UNPAREN args, request)
+#endif
 
 /* Compares n doubles at got (every `stride`-th) with want(i); one error per mismatching call. */
 static void expect_values(const double* got, int n, int stride, double (*want)(int, int), int a,
@@ -1515,7 +1567,11 @@ static void expect_values(const double* got, int n, int stride, double (*want)(i
  * collective, with its own duplicate); odd ranks also send their MPI_Igather block and receive
  * their MPI_Iscatter block through the strided type, and an odd root gathers into and scatters
  * from one contiguous type per block; odd ranks send and receive their MPI_Ialltoallv,
- * MPI_Igatherv and MPI_Iscatterv blocks as pairs of doubles (a derived type, freed at once). */
+ * MPI_Igatherv and MPI_Iscatterv blocks as pairs of doubles (a derived type, freed at once).
+ * Mode "persistent_others" makes the same calls through their persistent forms (`START`):
+ * every round's requests are made once (the derived types freed right after their init, the
+ * barrier's init after the late rank's sleep), started twice with MPI_Startall, on new inputs
+ * and cleared outputs the second time (`frac_shift`), checked after each run, and freed. */
 static int nonblocking_others(void) {
   enum { N = 1024 };
   int P, r;
@@ -1579,331 +1635,373 @@ static int nonblocking_others(void) {
     large_count = round == 2; /* the _c forms */
 #endif
     const int root = round == 0 ? 0 : P - 1;
-    for (int i = 0; i < 2 * N; ++i) bc[i] = -1.0;
-    if (r == root)
-      for (int i = 0; i < N; ++i) bc[i] = frac(root, i);
-    for (int i = 0; i < N; ++i) {
-      rd[i] = frac(r, i);
-      rd_out[i] = -1.0;
-      ag_in[i] = frac(r, i);
-      rs[i] = -1.0;
-    }
-    for (int i = 0; i < N * P; ++i) {
-      ag[i] = -1.0;
-      rs_in[i] = frac(r, i);
-      a2a_in[i] = frac(r, i) + 0.25 * (i / N); /* block q: for rank q */
-      a2a[i] = -1.0;
-      ga[i] = -1.0;
-      sc_in[i] = frac(root, i) + 0.5;
-    }
-    for (int i = 0; i < 2 * N; ++i) {
-      ga_in[i] = -1.0;
-      sc[i] = -1.0;
-    }
-    for (int i = 0; i < N; ++i) ga_in[odd ? 2 * i : i] = frac(r, i) + 0.75;
-    const int unit = odd ? 2 : 1; /* doubles per element of this rank's type */
-    for (int k = 0; k < P; ++k) {
-      av_sc[k] = ((r + 2 * k) % 3) * 64 / unit;
-      av_rc[k] = ((k + 2 * r) % 3) * 64 / unit;
-      av_sd[k] = av_rd[k] = k * V / unit;
-#if MPI_VERSION >= 4
-      av_sc_c[k] = av_sc[k];
-      av_rc_c[k] = av_rc[k];
-      av_sd_c[k] = av_sd[k];
-      av_rd_c[k] = av_rd[k];
-#endif
-    }
-    for (int i = 0; i < V * P; ++i) {
-      av_in[i] = frac(r, (i / V) * 1000 + i % V) + 0.125;
-      av[i] = -1.0;
-      gv[i] = -1.0;
-      sv_in[i] = frac(root, 7000 + i) + 0.625;
-    }
-    const int root_unit = root % 2 == 1 ? 2 : 1;
-    for (int k = 0; k < P; ++k) {
-      v_counts[k] = (k % 3) * 64 / root_unit;
-      v_displs[k] = k * V / root_unit;
-#if MPI_VERSION >= 4
-      v_counts_c[k] = v_counts[k];
-      v_displs_c[k] = v_displs[k];
-#endif
-    }
-    for (int i = 0; i < V; ++i) {
-      gv_in[i] = frac(r, 5000 + i) + 0.375;
-      sv[i] = -1.0;
-    }
-    const int in_place_v = round == 1;
-    int rv_total = 0, rv_mine = 0; /* MPI_Ireduce_scatter's blocks, and where this rank's starts */
-    for (int k = 0; k < P; ++k) {
-      rv_counts[k] = (k % 3) * 64;
-      if (k < r) rv_mine += rv_counts[k];
-      rv_total += rv_counts[k];
-    }
-    for (int i = 0; i < V * P; ++i) {
-      rv_in[i] = i < rv_total ? frac(r, 9000 + i) + 0.25 : -3.0;
-      rv[i] = in_place_v ? rv_in[i] : -1.0;
-      gav[i] = -1.0;
-    }
-    for (int k = 0; k < P; ++k) {
-      gav_counts[k] = (k % 3) * 64 / unit;
-      gav_displs[k] = (P - 1 - k) * V / unit;
-#if MPI_VERSION >= 4
-      rv_counts_c[k] = rv_counts[k];
-      gav_counts_c[k] = gav_counts[k];
-      gav_displs_c[k] = gav_displs[k];
-#endif
-    }
-    for (int i = 0; i < V; ++i) gav_in[i] = frac(r, 11000 + i) + 0.875;
-    if (in_place_v) /* this rank's block where it lands */
-      for (int i = 0; i < (r % 3) * 64; ++i) gav[(size_t)(P - 1 - r) * V + i] = gav_in[i];
-    const int own_v = (r % 3) * 64 / unit; /* this rank's block, in its own type */
-    MPI_Datatype strided = MPI_DATATYPE_NULL, block = MPI_DATATYPE_NULL;
+    const char* early = getenv("PRELOAD_CHECK_FREE_EARLY");
+    free_early = persistent_mode && round > 0 && early != NULL && strcmp(early, "1") == 0;
     MPI_Request q[13];
-    const int odd_receiver = odd && r != root;
-    if (odd_receiver) {
-      MPI_Type_vector(N, 1, 2, MPI_DOUBLE, &strided);
-      MPI_Type_commit(&strided);
-      check_call(COLL(MPI_Ibcast, bc, 1, strided, root, MPI_COMM_WORLD, &q[0]), "MPI_Ibcast");
-      MPI_Type_free(&strided);
-    } else {
-      check_call(COLL(MPI_Ibcast, bc, N, MPI_DOUBLE, root, MPI_COMM_WORLD, &q[0]), "MPI_Ibcast");
-    }
-    check_call(COLL(MPI_Ireduce, rd, r == root ? rd_out : NULL, N, MPI_DOUBLE, MPI_SUM, root,
-                    MPI_COMM_WORLD, &q[1]),
-               "MPI_Ireduce");
-    if (odd) {
-      MPI_Type_contiguous(N, MPI_DOUBLE, &block);
-      MPI_Type_commit(&block);
-      check_call(COLL(MPI_Iallgather, ag_in, N, MPI_DOUBLE, ag, 1, block, MPI_COMM_WORLD, &q[2]),
-                 "MPI_Iallgather");
-      MPI_Type_free(&block);
-    } else {
-      check_call(
-          COLL(MPI_Iallgather, ag_in, N, MPI_DOUBLE, ag, N, MPI_DOUBLE, MPI_COMM_WORLD, &q[2]),
-          "MPI_Iallgather");
-    }
-    /* a blocking collective among the starts: every rank reaches it in the same order */
-    int one = 1, sum = 0;
-    check_call(MPI_Allreduce(&one, &sum, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD), "MPI_Allreduce");
-    if (sum != P) ++errors;
-    check_call(
-        COLL(MPI_Ireduce_scatter_block, rs_in, rs, N, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD, &q[3]),
-        "MPI_Ireduce_scatter_block");
-    check_call(
-        COLL(MPI_Ialltoall, a2a_in, N, MPI_DOUBLE, a2a, N, MPI_DOUBLE, MPI_COMM_WORLD, &q[4]),
-        "MPI_Ialltoall");
-    /* gather and scatter: an odd rank's own block through the strided type, an odd root's P
-     * blocks through one contiguous type per block, every type freed right after the start */
-    MPI_Datatype own = MPI_DOUBLE, blocks = MPI_DOUBLE;
-    int own_count = N, blocks_count = N;
-    if (odd) {
-      MPI_Type_vector(N, 1, 2, MPI_DOUBLE, &own);
-      MPI_Type_commit(&own);
-      own_count = 1;
-      if (r == root) {
-        MPI_Type_contiguous(N, MPI_DOUBLE, &blocks);
-        MPI_Type_commit(&blocks);
-        blocks_count = 1;
+    /* a persistent request runs twice, on new inputs the second time */
+    for (int run = 0; run < (persistent_mode ? 2 : 1); ++run) {
+      frac_shift = 0.0625 * run;
+      for (int i = 0; i < 2 * N; ++i) bc[i] = -1.0;
+      if (r == root)
+        for (int i = 0; i < N; ++i) bc[i] = frac(root, i);
+      for (int i = 0; i < N; ++i) {
+        rd[i] = frac(r, i);
+        rd_out[i] = -1.0;
+        ag_in[i] = frac(r, i);
+        rs[i] = -1.0;
       }
-    }
-    check_call(COLL(MPI_Igather, ga_in, own_count, own, ga, blocks_count, blocks, root,
-                    MPI_COMM_WORLD, &q[5]),
-               "MPI_Igather");
-    check_call(COLL(MPI_Iscatter, sc_in, blocks_count, blocks, sc, own_count, own, root,
-                    MPI_COMM_WORLD, &q[6]),
-               "MPI_Iscatter");
-    if (own != MPI_DOUBLE) MPI_Type_free(&own);
-    if (blocks != MPI_DOUBLE) MPI_Type_free(&blocks);
-    MPI_Datatype pair = MPI_DOUBLE;
-    if (odd) {
-      MPI_Type_contiguous(2, MPI_DOUBLE, &pair);
-      MPI_Type_commit(&pair);
-    }
-#if MPI_VERSION >= 4
-    if (large_count)
-      check_call(MPI_Ialltoallv_c(av_in, av_sc_c, av_sd_c, pair, av, av_rc_c, av_rd_c, pair,
-                                  MPI_COMM_WORLD, &q[7]),
-                 "MPI_Ialltoallv_c");
-    else
-#endif
-      check_call(MPI_Ialltoallv(av_in, av_sc, av_sd, pair, av, av_rc, av_rd, pair, MPI_COMM_WORLD,
-                                &q[7]),
-                 "MPI_Ialltoallv");
-#if MPI_VERSION >= 4
-    if (large_count) {
-      check_call(MPI_Igatherv_c(gv_in, own_v, pair, gv, v_counts_c, v_displs_c, pair, root,
-                                MPI_COMM_WORLD, &q[8]),
-                 "MPI_Igatherv_c");
-      check_call(MPI_Iscatterv_c(sv_in, v_counts_c, v_displs_c, pair, sv, own_v, pair, root,
-                                 MPI_COMM_WORLD, &q[9]),
-                 "MPI_Iscatterv_c");
-    } else
-#endif
-    {
-      check_call(MPI_Igatherv(gv_in, own_v, pair, gv, v_counts, v_displs, pair, root,
-                              MPI_COMM_WORLD, &q[8]),
-                 "MPI_Igatherv");
-      check_call(MPI_Iscatterv(sv_in, v_counts, v_displs, pair, sv, own_v, pair, root,
-                               MPI_COMM_WORLD, &q[9]),
-                 "MPI_Iscatterv");
-    }
-    const void* rv_send = in_place_v ? MPI_IN_PLACE : (const void*)rv_in;
-    const void* gav_send = in_place_v ? MPI_IN_PLACE : (const void*)gav_in;
-#if MPI_VERSION >= 4
-    if (large_count) {
-      check_call(MPI_Ireduce_scatter_c(rv_send, rv, rv_counts_c, MPI_DOUBLE, MPI_SUM,
-                                       MPI_COMM_WORLD, &q[10]),
-                 "MPI_Ireduce_scatter_c");
-      check_call(MPI_Iallgatherv_c(gav_send, own_v, pair, gav, gav_counts_c, gav_displs_c, pair,
-                                   MPI_COMM_WORLD, &q[11]),
-                 "MPI_Iallgatherv_c");
-    } else
-#endif
-    {
-      check_call(
-          MPI_Ireduce_scatter(rv_send, rv, rv_counts, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD, &q[10]),
-          "MPI_Ireduce_scatter");
-      check_call(MPI_Iallgatherv(gav_send, own_v, pair, gav, gav_counts, gav_displs, pair,
-                                 MPI_COMM_WORLD, &q[11]),
-                 "MPI_Iallgatherv");
-    }
-    if (pair != MPI_DOUBLE) MPI_Type_free(&pair);
-    /* MPI_Ibarrier last, after a late rank's sleep: no other start follows it, so only the
-     * barrier keeps a rank's MPI_Waitall from returning before the late rank arrives */
-    if (r == round % P) sleep_ms(20);
-    const double enter = now_seconds();
-    check_call(MPI_Ibarrier(MPI_COMM_WORLD, &q[12]), "MPI_Ibarrier");
-    check_call(MPI_Waitall(13, q, MPI_STATUSES_IGNORE), "MPI_Waitall");
-    const double left = now_seconds();
-    double* enters = xmalloc(sizeof(double) * P);
-    check_call(MPI_Allgather(&enter, 1, MPI_DOUBLE, enters, 1, MPI_DOUBLE, MPI_COMM_WORLD),
-               "MPI_Allgather");
-    for (int k = 0; k < P; ++k)
-      if (left < enters[k]) {
-        fprintf(stderr, "rank %d: MPI_Ibarrier completed at %.6f s, before rank %d started it at "
-                        "%.6f s\n", r, left, k, enters[k]);
-        ++errors;
-        break;
+      for (int i = 0; i < N * P; ++i) {
+        ag[i] = -1.0;
+        rs_in[i] = frac(r, i);
+        a2a_in[i] = frac(r, i) + 0.25 * (i / N); /* block q: for rank q */
+        a2a[i] = -1.0;
+        ga[i] = -1.0;
+        sc_in[i] = frac(root, i) + 0.5;
       }
-    free(enters);
-    for (int i = 0; i < rv_counts[r]; ++i) {
-      double want = 0;
-      for (int k = 0; k < P; ++k) want += frac(k, 9000 + rv_mine + i) + 0.25;
-      if (rv[i] != want) {
-        fprintf(stderr, "rank %d: MPI_Ireduce_scatter: element %d is %.17g, want %.17g\n", r, i,
-                rv[i], want);
-        ++errors;
-        break;
+      for (int i = 0; i < 2 * N; ++i) {
+        ga_in[i] = -1.0;
+        sc[i] = -1.0;
       }
-    }
-    if (!in_place_v && rv[rv_counts[r]] != -1.0) {
-      fprintf(stderr, "rank %d: MPI_Ireduce_scatter wrote past its block\n", r);
-      ++errors;
-    }
-    for (int k = 0; k < P; ++k)
+      for (int i = 0; i < N; ++i) ga_in[odd ? 2 * i : i] = frac(r, i) + 0.75;
+      const int unit = odd ? 2 : 1; /* doubles per element of this rank's type */
+      for (int k = 0; k < P; ++k) {
+        av_sc[k] = ((r + 2 * k) % 3) * 64 / unit;
+        av_rc[k] = ((k + 2 * r) % 3) * 64 / unit;
+        av_sd[k] = av_rd[k] = k * V / unit;
+#if MPI_VERSION >= 4
+        av_sc_c[k] = av_sc[k];
+        av_rc_c[k] = av_rc[k];
+        av_sd_c[k] = av_sd[k];
+        av_rd_c[k] = av_rd[k];
+#endif
+      }
+      for (int i = 0; i < V * P; ++i) {
+        av_in[i] = frac(r, (i / V) * 1000 + i % V) + 0.125;
+        av[i] = -1.0;
+        gv[i] = -1.0;
+        sv_in[i] = frac(root, 7000 + i) + 0.625;
+      }
+      const int root_unit = root % 2 == 1 ? 2 : 1;
+      for (int k = 0; k < P; ++k) {
+        v_counts[k] = (k % 3) * 64 / root_unit;
+        v_displs[k] = k * V / root_unit;
+#if MPI_VERSION >= 4
+        v_counts_c[k] = v_counts[k];
+        v_displs_c[k] = v_displs[k];
+#endif
+      }
       for (int i = 0; i < V; ++i) {
-        const double want = i < (k % 3) * 64 ? frac(k, 11000 + i) + 0.875 : -1.0; /* gaps */
-        if (gav[(size_t)(P - 1 - k) * V + i] != want) {
-          fprintf(stderr, "rank %d: MPI_Iallgatherv: block %d element %d is %.17g, want %.17g\n",
-                  r, k, i, gav[(size_t)(P - 1 - k) * V + i], want);
+        gv_in[i] = frac(r, 5000 + i) + 0.375;
+        sv[i] = -1.0;
+      }
+      const int in_place_v = round == 1;
+      int rv_total = 0,
+          rv_mine = 0; /* MPI_Ireduce_scatter's blocks, and where this rank's starts */
+      for (int k = 0; k < P; ++k) {
+        rv_counts[k] = (k % 3) * 64;
+        if (k < r) rv_mine += rv_counts[k];
+        rv_total += rv_counts[k];
+      }
+      for (int i = 0; i < V * P; ++i) {
+        rv_in[i] = i < rv_total ? frac(r, 9000 + i) + 0.25 : -3.0;
+        rv[i] = in_place_v ? rv_in[i] : -1.0;
+        gav[i] = -1.0;
+      }
+      for (int k = 0; k < P; ++k) {
+        gav_counts[k] = (k % 3) * 64 / unit;
+        gav_displs[k] = (P - 1 - k) * V / unit;
+#if MPI_VERSION >= 4
+        rv_counts_c[k] = rv_counts[k];
+        gav_counts_c[k] = gav_counts[k];
+        gav_displs_c[k] = gav_displs[k];
+#endif
+      }
+      for (int i = 0; i < V; ++i) gav_in[i] = frac(r, 11000 + i) + 0.875;
+      if (in_place_v) /* this rank's block where it lands */
+        for (int i = 0; i < (r % 3) * 64; ++i) gav[(size_t)(P - 1 - r) * V + i] = gav_in[i];
+      const int own_v = (r % 3) * 64 / unit; /* this rank's block, in its own type */
+      MPI_Datatype strided = MPI_DATATYPE_NULL, block = MPI_DATATYPE_NULL;
+      const int odd_receiver = odd && r != root;
+      if (run == 0) { /* the starts, or the persistent requests' inits */
+        if (odd_receiver) {
+          MPI_Type_vector(N, 1, 2, MPI_DOUBLE, &strided);
+          MPI_Type_commit(&strided);
+          check_call(START(MPI_Ibcast, Bcast, (bc, 1, strided, root, MPI_COMM_WORLD), &q[0]),
+                     "MPI_Ibcast");
+          release_type(&strided);
+        } else {
+          check_call(START(MPI_Ibcast, Bcast, (bc, N, MPI_DOUBLE, root, MPI_COMM_WORLD), &q[0]),
+                     "MPI_Ibcast");
+        }
+        check_call(
+            START(MPI_Ireduce, Reduce,
+                  (rd, r == root ? rd_out : NULL, N, MPI_DOUBLE, MPI_SUM, root, MPI_COMM_WORLD),
+                  &q[1]),
+            "MPI_Ireduce");
+        if (odd) {
+          MPI_Type_contiguous(N, MPI_DOUBLE, &block);
+          MPI_Type_commit(&block);
+          check_call(START(MPI_Iallgather, Allgather,
+                           (ag_in, N, MPI_DOUBLE, ag, 1, block, MPI_COMM_WORLD), &q[2]),
+                     "MPI_Iallgather");
+          release_type(&block);
+        } else {
+          check_call(START(MPI_Iallgather, Allgather,
+                           (ag_in, N, MPI_DOUBLE, ag, N, MPI_DOUBLE, MPI_COMM_WORLD), &q[2]),
+                     "MPI_Iallgather");
+        }
+        /* a blocking collective among the starts: every rank reaches it in the same order */
+        int one = 1, sum = 0;
+        check_call(MPI_Allreduce(&one, &sum, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD), "MPI_Allreduce");
+        if (sum != P) ++errors;
+        check_call(START(MPI_Ireduce_scatter_block, Reduce_scatter_block,
+                         (rs_in, rs, N, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD), &q[3]),
+                   "MPI_Ireduce_scatter_block");
+        check_call(START(MPI_Ialltoall, Alltoall,
+                         (a2a_in, N, MPI_DOUBLE, a2a, N, MPI_DOUBLE, MPI_COMM_WORLD), &q[4]),
+                   "MPI_Ialltoall");
+        /* gather and scatter: an odd rank's own block through the strided type, an odd root's P
+         * blocks through one contiguous type per block, every type freed right after the start */
+        MPI_Datatype own = MPI_DOUBLE, blocks = MPI_DOUBLE;
+        int own_count = N, blocks_count = N;
+        if (odd) {
+          MPI_Type_vector(N, 1, 2, MPI_DOUBLE, &own);
+          MPI_Type_commit(&own);
+          own_count = 1;
+          if (r == root) {
+            MPI_Type_contiguous(N, MPI_DOUBLE, &blocks);
+            MPI_Type_commit(&blocks);
+            blocks_count = 1;
+          }
+        }
+        check_call(START(MPI_Igather, Gather,
+                         (ga_in, own_count, own, ga, blocks_count, blocks, root, MPI_COMM_WORLD),
+                         &q[5]),
+                   "MPI_Igather");
+        check_call(START(MPI_Iscatter, Scatter,
+                         (sc_in, blocks_count, blocks, sc, own_count, own, root, MPI_COMM_WORLD),
+                         &q[6]),
+                   "MPI_Iscatter");
+        if (own != MPI_DOUBLE) release_type(&own);
+        if (blocks != MPI_DOUBLE) release_type(&blocks);
+        MPI_Datatype pair = MPI_DOUBLE;
+        if (odd) {
+          MPI_Type_contiguous(2, MPI_DOUBLE, &pair);
+          MPI_Type_commit(&pair);
+        }
+#if MPI_VERSION >= 4
+        if (large_count)
+          check_call(
+              START_AS(MPI_Ialltoallv_c, MPI_Alltoallv_init_c,
+                       (av_in, av_sc_c, av_sd_c, pair, av, av_rc_c, av_rd_c, pair, MPI_COMM_WORLD),
+                       &q[7]),
+              "MPI_Ialltoallv_c");
+        else
+#endif
+          check_call(START_AS(MPI_Ialltoallv, INIT_NAME(Alltoallv),
+                              (av_in, av_sc, av_sd, pair, av, av_rc, av_rd, pair, MPI_COMM_WORLD),
+                              &q[7]),
+                     "MPI_Ialltoallv");
+#if MPI_VERSION >= 4
+        if (large_count) {
+          check_call(
+              START_AS(MPI_Igatherv_c, MPI_Gatherv_init_c,
+                       (gv_in, own_v, pair, gv, v_counts_c, v_displs_c, pair, root, MPI_COMM_WORLD),
+                       &q[8]),
+              "MPI_Igatherv_c");
+          check_call(
+              START_AS(MPI_Iscatterv_c, MPI_Scatterv_init_c,
+                       (sv_in, v_counts_c, v_displs_c, pair, sv, own_v, pair, root, MPI_COMM_WORLD),
+                       &q[9]),
+              "MPI_Iscatterv_c");
+        } else
+#endif
+        {
+          check_call(
+              START_AS(MPI_Igatherv, INIT_NAME(Gatherv),
+                       (gv_in, own_v, pair, gv, v_counts, v_displs, pair, root, MPI_COMM_WORLD),
+                       &q[8]),
+              "MPI_Igatherv");
+          check_call(
+              START_AS(MPI_Iscatterv, INIT_NAME(Scatterv),
+                       (sv_in, v_counts, v_displs, pair, sv, own_v, pair, root, MPI_COMM_WORLD),
+                       &q[9]),
+              "MPI_Iscatterv");
+        }
+        const void* rv_send = in_place_v ? MPI_IN_PLACE : (const void*)rv_in;
+        const void* gav_send = in_place_v ? MPI_IN_PLACE : (const void*)gav_in;
+#if MPI_VERSION >= 4
+        if (large_count) {
+          check_call(START_AS(MPI_Ireduce_scatter_c, MPI_Reduce_scatter_init_c,
+                              (rv_send, rv, rv_counts_c, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD),
+                              &q[10]),
+                     "MPI_Ireduce_scatter_c");
+          check_call(START_AS(MPI_Iallgatherv_c, MPI_Allgatherv_init_c,
+                              (gav_send, own_v, pair, gav, gav_counts_c, gav_displs_c, pair,
+                               MPI_COMM_WORLD),
+                              &q[11]),
+                     "MPI_Iallgatherv_c");
+        } else
+#endif
+        {
+          check_call(START_AS(MPI_Ireduce_scatter, INIT_NAME(Reduce_scatter),
+                              (rv_send, rv, rv_counts, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD),
+                              &q[10]),
+                     "MPI_Ireduce_scatter");
+          check_call(
+              START_AS(MPI_Iallgatherv, INIT_NAME(Allgatherv),
+                       (gav_send, own_v, pair, gav, gav_counts, gav_displs, pair, MPI_COMM_WORLD),
+                       &q[11]),
+              "MPI_Iallgatherv");
+        }
+        if (pair != MPI_DOUBLE) release_type(&pair);
+      }
+      /* MPI_Ibarrier last, after a late rank's sleep: no other start follows it, so only the
+       * barrier keeps a rank's MPI_Waitall from returning before the late rank arrives */
+      if (r == round % P) sleep_ms(20);
+      const double enter = now_seconds();
+      if (run == 0)
+        check_call(START_AS(MPI_Ibarrier, INIT_NAME(Barrier), (MPI_COMM_WORLD), &q[12]),
+                   "MPI_Ibarrier");
+      if (persistent_mode) check_call(MPI_Startall(13, q), "MPI_Startall");
+      check_call(MPI_Waitall(13, q, MPI_STATUSES_IGNORE), "MPI_Waitall");
+      const double left = now_seconds();
+      double* enters = xmalloc(sizeof(double) * P);
+      check_call(MPI_Allgather(&enter, 1, MPI_DOUBLE, enters, 1, MPI_DOUBLE, MPI_COMM_WORLD),
+                 "MPI_Allgather");
+      for (int k = 0; k < P; ++k)
+        if (left < enters[k]) {
+          fprintf(stderr,
+                  "rank %d: MPI_Ibarrier completed at %.6f s, before rank %d started it at "
+                  "%.6f s\n",
+                  r, left, k, enters[k]);
           ++errors;
-          k = P;
+          break;
+        }
+      free(enters);
+      for (int i = 0; i < rv_counts[r]; ++i) {
+        double want = 0;
+        for (int k = 0; k < P; ++k) want += frac(k, 9000 + rv_mine + i) + 0.25;
+        if (rv[i] != want) {
+          fprintf(stderr, "rank %d: MPI_Ireduce_scatter: element %d is %.17g, want %.17g\n", r, i,
+                  rv[i], want);
+          ++errors;
           break;
         }
       }
-    if (r == root)
+      if (!in_place_v && rv[rv_counts[r]] != -1.0) {
+        fprintf(stderr, "rank %d: MPI_Ireduce_scatter wrote past its block\n", r);
+        ++errors;
+      }
       for (int k = 0; k < P; ++k)
         for (int i = 0; i < V; ++i) {
-          const double want = i < (k % 3) * 64 ? frac(k, 5000 + i) + 0.375 : -1.0;
-          if (gv[(size_t)k * V + i] != want) {
-            fprintf(stderr, "rank %d: MPI_Igatherv: block %d element %d is %.17g, want %.17g\n",
-                    r, k, i, gv[(size_t)k * V + i], want);
+          const double want = i < (k % 3) * 64 ? frac(k, 11000 + i) + 0.875 : -1.0; /* gaps */
+          if (gav[(size_t)(P - 1 - k) * V + i] != want) {
+            fprintf(stderr, "rank %d: MPI_Iallgatherv: block %d element %d is %.17g, want %.17g\n",
+                    r, k, i, gav[(size_t)(P - 1 - k) * V + i], want);
             ++errors;
             k = P;
             break;
           }
         }
-    for (int i = 0; i < V; ++i) {
-      const double want = i < (r % 3) * 64 ? frac(root, 7000 + r * V + i) + 0.625 : -1.0;
-      if (sv[i] != want) {
-        fprintf(stderr, "rank %d: MPI_Iscatterv: element %d is %.17g, want %.17g\n", r, i, sv[i],
-                want);
-        ++errors;
-        break;
-      }
-    }
-    for (int k = 0; k < P; ++k) {
-      const int n = ((k + 2 * r) % 3) * 64;
+      if (r == root)
+        for (int k = 0; k < P; ++k)
+          for (int i = 0; i < V; ++i) {
+            const double want = i < (k % 3) * 64 ? frac(k, 5000 + i) + 0.375 : -1.0;
+            if (gv[(size_t)k * V + i] != want) {
+              fprintf(stderr, "rank %d: MPI_Igatherv: block %d element %d is %.17g, want %.17g\n",
+                      r, k, i, gv[(size_t)k * V + i], want);
+              ++errors;
+              k = P;
+              break;
+            }
+          }
       for (int i = 0; i < V; ++i) {
-        const double want = i < n ? frac(k, r * 1000 + i) + 0.125 : -1.0; /* gaps unwritten */
-        if (av[(size_t)k * V + i] != want) {
-          fprintf(stderr, "rank %d: MPI_Ialltoallv: block %d element %d is %.17g, want %.17g\n",
-                  r, k, i, av[(size_t)k * V + i], want);
+        const double want = i < (r % 3) * 64 ? frac(root, 7000 + r * V + i) + 0.625 : -1.0;
+        if (sv[i] != want) {
+          fprintf(stderr, "rank %d: MPI_Iscatterv: element %d is %.17g, want %.17g\n", r, i, sv[i],
+                  want);
           ++errors;
-          k = P;
           break;
         }
       }
-    }
-    if (r == root)
-      for (int k = 0; k < P; ++k)
-        for (int i = 0; i < N; ++i)
-          if (ga[(size_t)k * N + i] != frac(k, i) + 0.75) {
-            fprintf(stderr, "rank %d: MPI_Igather: block %d element %d is %.17g\n", r, k, i,
-                    ga[(size_t)k * N + i]);
+      for (int k = 0; k < P; ++k) {
+        const int n = ((k + 2 * r) % 3) * 64;
+        for (int i = 0; i < V; ++i) {
+          const double want = i < n ? frac(k, r * 1000 + i) + 0.125 : -1.0; /* gaps unwritten */
+          if (av[(size_t)k * V + i] != want) {
+            fprintf(stderr, "rank %d: MPI_Ialltoallv: block %d element %d is %.17g, want %.17g\n",
+                    r, k, i, av[(size_t)k * V + i], want);
             ++errors;
             k = P;
             break;
           }
-    for (int i = 0; i < N; ++i) {
-      const double want = frac(root, r * N + i) + 0.5;
-      if (sc[odd ? 2 * i : i] != want || (odd && sc[2 * i + 1] != -1.0)) {
-        fprintf(stderr, "rank %d: MPI_Iscatter: element %d is %.17g (gap %.17g), want %.17g\n", r,
-                i, sc[odd ? 2 * i : i], odd ? sc[2 * i + 1] : 0.0, want);
-        ++errors;
-        break;
+        }
       }
-    }
-    expect_values(bc, N, odd_receiver ? 2 : 1, frac, root, "MPI_Ibcast");
-    if (odd_receiver) /* the gaps of the strided type stay unwritten */
-      for (int i = 0; i < N; ++i)
-        if (bc[2 * i + 1] != -1.0) {
-          fprintf(stderr, "rank %d: MPI_Ibcast wrote the gap at %d\n", r, 2 * i + 1);
+      if (r == root)
+        for (int k = 0; k < P; ++k)
+          for (int i = 0; i < N; ++i)
+            if (ga[(size_t)k * N + i] != frac(k, i) + 0.75) {
+              fprintf(stderr, "rank %d: MPI_Igather: block %d element %d is %.17g\n", r, k, i,
+                      ga[(size_t)k * N + i]);
+              ++errors;
+              k = P;
+              break;
+            }
+      for (int i = 0; i < N; ++i) {
+        const double want = frac(root, r * N + i) + 0.5;
+        if (sc[odd ? 2 * i : i] != want || (odd && sc[2 * i + 1] != -1.0)) {
+          fprintf(stderr, "rank %d: MPI_Iscatter: element %d is %.17g (gap %.17g), want %.17g\n", r,
+                  i, sc[odd ? 2 * i : i], odd ? sc[2 * i + 1] : 0.0, want);
           ++errors;
           break;
         }
-    if (r == root)
+      }
+      expect_values(bc, N, odd_receiver ? 2 : 1, frac, root, "MPI_Ibcast");
+      if (odd_receiver) /* the gaps of the strided type stay unwritten */
+        for (int i = 0; i < N; ++i)
+          if (bc[2 * i + 1] != -1.0) {
+            fprintf(stderr, "rank %d: MPI_Ibcast wrote the gap at %d\n", r, 2 * i + 1);
+            ++errors;
+            break;
+          }
+      if (r == root)
+        for (int i = 0; i < N; ++i) {
+          double want = 0;
+          for (int k = 0; k < P; ++k) want += frac(k, i);
+          if (rd_out[i] != want) {
+            fprintf(stderr, "rank %d: MPI_Ireduce: element %d is %.17g, want %.17g\n", r, i,
+                    rd_out[i], want);
+            ++errors;
+            break;
+          }
+        }
+      for (int k = 0; k < P; ++k) {
+        expect_values(ag + (size_t)k * N, N, 1, frac, k, "MPI_Iallgather");
+        for (int i = 0; i < N; ++i)
+          if (a2a[(size_t)k * N + i] != frac(k, r * N + i) + 0.25 * r) {
+            fprintf(stderr, "rank %d: MPI_Ialltoall: block %d element %d is %.17g\n", r, k, i,
+                    a2a[(size_t)k * N + i]);
+            ++errors;
+            break;
+          }
+      }
       for (int i = 0; i < N; ++i) {
         double want = 0;
-        for (int k = 0; k < P; ++k) want += frac(k, i);
-        if (rd_out[i] != want) {
-          fprintf(stderr, "rank %d: MPI_Ireduce: element %d is %.17g, want %.17g\n", r, i,
-                  rd_out[i], want);
+        for (int k = 0; k < P; ++k) want += frac(k, r * N + i);
+        if (rs[i] != want) {
+          fprintf(stderr, "rank %d: MPI_Ireduce_scatter_block: element %d is %.17g, want %.17g\n",
+                  r, i, rs[i], want);
           ++errors;
           break;
         }
       }
-    for (int k = 0; k < P; ++k) {
-      expect_values(ag + (size_t)k * N, N, 1, frac, k, "MPI_Iallgather");
-      for (int i = 0; i < N; ++i)
-        if (a2a[(size_t)k * N + i] != frac(k, r * N + i) + 0.25 * r) {
-          fprintf(stderr, "rank %d: MPI_Ialltoall: block %d element %d is %.17g\n", r, k, i,
-                  a2a[(size_t)k * N + i]);
-          ++errors;
-          break;
-        }
+      checks += 12;
     }
-    for (int i = 0; i < N; ++i) {
-      double want = 0;
-      for (int k = 0; k < P; ++k) want += frac(k, r * N + i);
-      if (rs[i] != want) {
-        fprintf(stderr, "rank %d: MPI_Ireduce_scatter_block: element %d is %.17g, want %.17g\n", r,
-                i, rs[i], want);
-        ++errors;
-        break;
-      }
-    }
-    checks += 12;
+    if (persistent_mode)
+      for (int k = 0; k < 13; ++k) check_call(MPI_Request_free(&q[k]), "MPI_Request_free");
+    while (deferred_count > 0) MPI_Type_free(&deferred_types[--deferred_count]);
+    frac_shift = 0.0;
     if (round == 0) check_call(MPI_Barrier(MPI_COMM_WORLD), "MPI_Barrier"); /* sets up */
   }
 #if MPI_VERSION >= 4
@@ -1952,7 +2050,9 @@ static int nonblocking_others(void) {
   free(av_sd_c);
   free(av_rd_c);
 #endif
-  if (r == 0) fprintf(stderr, "nonblocking_others: %s\n", errors ? "FAILED" : "completed");
+  if (r == 0)
+    fprintf(stderr, "%s: %s\n", persistent_mode ? "persistent_others" : "nonblocking_others",
+            errors ? "FAILED" : "completed");
   MPI_Finalize();
   return errors ? 1 : 0;
 }
@@ -2310,7 +2410,8 @@ int main(int argc, char** argv) {
   if (strcmp(mode, "stall_nonblocking") == 0 || strcmp(mode, "comm_cycles") == 0 ||
       strcmp(mode, "free_pending") == 0 || strcmp(mode, "local_start") == 0 ||
       strcmp(mode, "stall_persistent") == 0 || strcmp(mode, "handle_reuse") == 0 ||
-      strcmp(mode, "handle_reuse_v") == 0 || strcmp(mode, "nonblocking_others") == 0) {
+      strcmp(mode, "handle_reuse_v") == 0 || strcmp(mode, "nonblocking_others") == 0 ||
+      strcmp(mode, "persistent_others") == 0) {
     int provided = MPI_THREAD_SINGLE;
     MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &provided);
     MPI_Comm_rank(MPI_COMM_WORLD, &world_rank);
@@ -2329,6 +2430,16 @@ int main(int argc, char** argv) {
     if (strcmp(mode, "handle_reuse") == 0) return handle_reuse();
     if (strcmp(mode, "handle_reuse_v") == 0) return handle_reuse_v();
     if (strcmp(mode, "nonblocking_others") == 0) return nonblocking_others();
+    if (strcmp(mode, "persistent_others") == 0) {
+#if HAVE_PERSISTENT
+      persistent_mode = 1;
+      return nonblocking_others();
+#else
+      fprintf(stderr, "this MPI has no persistent collectives\n");
+      MPI_Finalize();
+      return 1;
+#endif
+    }
     return local_start(argc > 2 && strcmp(argv[2], "barrier") == 0);
   }
   if (strcmp(mode, "announce_serialized") == 0) {
