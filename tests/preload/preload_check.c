@@ -2057,6 +2057,99 @@ static int nonblocking_others(void) {
   return errors ? 1 : 0;
 }
 
+/* Mode "pack_race [calls]": two threads, each on its own duplicate of the world, start
+ * `calls` (3000) MPI_Iallgather of 64 KiB blocks with derived types on both sides, up to 8 in
+ * flight: their starts pack send sides while each communicator's engine thread unpacks earlier
+ * calls' receive sides. The local copies of all four threads once shared one communicator and one
+ * tag and could take each other's messages (a truncation error, or another call's bytes).
+ * Every result is checked. Run with a TCOLL_ALLGATHER_ALGO rule, so that tcoll runs every
+ * call. */
+static double race_value(int call, int r, int i) {
+  return (double)(call * 7 + r) + (double)i / 1024.0;
+}
+
+static int race_calls = 3000; /* per thread; the mode's argument */
+
+static void* pack_race_thread(void* arg) {
+  enum { N = 8192, K = 8 };
+  const MPI_Comm comm = *(MPI_Comm*)arg;
+  const int CALLS = race_calls;
+  int P;
+  MPI_Comm_size(comm, &P);
+  MPI_Datatype strided, block; /* every other double of the send buffer; one block received */
+  MPI_Type_vector(N, 1, 2, MPI_DOUBLE, &strided);
+  MPI_Type_commit(&strided);
+  MPI_Type_contiguous(N, MPI_DOUBLE, &block);
+  MPI_Type_commit(&block);
+  double* in[K];
+  double* out[K];
+  int call_of[K];
+  MPI_Request q[K];
+  for (int k = 0; k < K; ++k) {
+    in[k] = xmalloc(sizeof(double) * 2 * N);
+    out[k] = xmalloc(sizeof(double) * N * P);
+    q[k] = MPI_REQUEST_NULL;
+    call_of[k] = -1;
+  }
+  int wrong = 0;
+  for (int call = 0; call < CALLS + K; ++call) {
+    const int k = call % K;
+    if (call_of[k] >= 0) {
+      if (MPI_Wait(&q[k], MPI_STATUS_IGNORE) != MPI_SUCCESS) { /* (errors is the main thread's) */
+        fprintf(stderr, "rank %d: MPI_Wait of call %d failed\n", world_rank, call_of[k]);
+        ++wrong;
+      }
+      for (int b = 0; b < P; ++b)
+        for (int i = 0; i < N; ++i)
+          if (out[k][(size_t)b * N + i] != race_value(call_of[k], b, i)) {
+            fprintf(stderr, "rank %d: call %d: block %d element %d is %.17g, want %.17g\n",
+                    world_rank, call_of[k], b, i, out[k][(size_t)b * N + i],
+                    race_value(call_of[k], b, i));
+            ++wrong;
+            b = P;
+            break;
+          }
+      call_of[k] = -1;
+    }
+    if (call >= CALLS) continue;
+    for (int i = 0; i < N; ++i) {
+      in[k][2 * i] = race_value(call, world_rank, i);
+      in[k][2 * i + 1] = -1.0;
+    }
+    for (int i = 0; i < N * P; ++i) out[k][i] = -2.0;
+    check_call(MPI_Iallgather(in[k], 1, strided, out[k], 1, block, comm, &q[k]), "MPI_Iallgather");
+    call_of[k] = call;
+  }
+  for (int k = 0; k < K; ++k) {
+    free(in[k]);
+    free(out[k]);
+  }
+  MPI_Type_free(&strided);
+  MPI_Type_free(&block);
+  return (void*)(intptr_t)wrong;
+}
+
+static int pack_race(void) {
+  MPI_Comm comms[2];
+  pthread_t threads[2];
+  for (int t = 0; t < 2; ++t) {
+    MPI_Comm_dup(MPI_COMM_WORLD, &comms[t]);
+    int one = 1, sum = 0; /* a blocking call creates tcoll's state of the communicator */
+    check_call(MPI_Allreduce(&one, &sum, 1, MPI_INT, MPI_SUM, comms[t]), "MPI_Allreduce");
+  }
+  for (int t = 0; t < 2; ++t) pthread_create(&threads[t], NULL, pack_race_thread, &comms[t]);
+  for (int t = 0; t < 2; ++t) {
+    void* wrong = NULL;
+    pthread_join(threads[t], &wrong);
+    errors += (int)(intptr_t)wrong;
+    checks += race_calls;
+    MPI_Comm_free(&comms[t]);
+  }
+  if (world_rank == 0) fprintf(stderr, "pack_race: %s\n", errors ? "FAILED" : "completed");
+  MPI_Finalize();
+  return errors ? 1 : 0;
+}
+
 /* Mode "free_pending": MPI_Comm_free while MPI_Iallreduce calls on the communicator are
  * still pending; MPI lets pending operations complete normally. Each round: a blocking
  * MPI_Allreduce on a new communicator (tcoll's state is created there), three 64 KiB
@@ -2411,7 +2504,7 @@ int main(int argc, char** argv) {
       strcmp(mode, "free_pending") == 0 || strcmp(mode, "local_start") == 0 ||
       strcmp(mode, "stall_persistent") == 0 || strcmp(mode, "handle_reuse") == 0 ||
       strcmp(mode, "handle_reuse_v") == 0 || strcmp(mode, "nonblocking_others") == 0 ||
-      strcmp(mode, "persistent_others") == 0) {
+      strcmp(mode, "persistent_others") == 0 || strcmp(mode, "pack_race") == 0) {
     int provided = MPI_THREAD_SINGLE;
     MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &provided);
     MPI_Comm_rank(MPI_COMM_WORLD, &world_rank);
@@ -2430,6 +2523,10 @@ int main(int argc, char** argv) {
     if (strcmp(mode, "handle_reuse") == 0) return handle_reuse();
     if (strcmp(mode, "handle_reuse_v") == 0) return handle_reuse_v();
     if (strcmp(mode, "nonblocking_others") == 0) return nonblocking_others();
+    if (strcmp(mode, "pack_race") == 0) {
+      if (argc > 2) race_calls = atoi(argv[2]);
+      return pack_race();
+    }
     if (strcmp(mode, "persistent_others") == 0) {
 #if HAVE_PERSISTENT
       persistent_mode = 1;
