@@ -16,6 +16,9 @@
 
 #include <dlfcn.h>
 
+#include <algorithm>
+#include <vector>
+
 // the C wrappers of this library, not MPI's entry points (tcoll_mpi.hpp renames them for
 // tcoll's own headers)
 #undef MPI_Allreduce
@@ -413,6 +416,240 @@ TCOLL_PRELOAD_EXPORT void ompi_finalize_f(MPI_Fint* ierr) {
   set_ierr(ierr, MPI_Finalize());
 }
 TCOLL_FORTRAN_ALIASES(finalize, FINALIZE)
+
+#undef MPI_Start
+#undef MPI_Startall
+#undef MPI_Request_free
+
+/// Fortran MPI_START, MPI_STARTALL and MPI_REQUEST_FREE: Open MPI's bindings call PMPI_*,
+/// which would activate a persistent collective of tcoll's (MPI's own persistent receive)
+/// without queuing its run, and then wait forever; these take the C wrappers' paths, which
+/// hand every other request to MPI.
+TCOLL_PRELOAD_EXPORT void ompi_start_f(MPI_Fint* request, MPI_Fint* ierr) {
+  MPI_Request r = PMPI_Request_f2c(*request);
+  set_ierr(ierr, MPI_Start(&r));
+}
+TCOLL_FORTRAN_ALIASES(start, START)
+
+TCOLL_PRELOAD_EXPORT void ompi_startall_f(MPI_Fint* count, MPI_Fint* requests, MPI_Fint* ierr) {
+  std::vector<MPI_Request> c(static_cast<std::size_t>(std::max(*count, MPI_Fint{0})));
+  for (std::size_t i = 0; i < c.size(); ++i) c[i] = PMPI_Request_f2c(requests[i]);
+  const int rc = MPI_Startall(*count, c.data());
+  if (rc == MPI_SUCCESS)
+    for (std::size_t i = 0; i < c.size(); ++i) requests[i] = PMPI_Request_c2f(c[i]);
+  set_ierr(ierr, rc);
+}
+TCOLL_FORTRAN_ALIASES(startall, STARTALL)
+
+TCOLL_PRELOAD_EXPORT void ompi_request_free_f(MPI_Fint* request, MPI_Fint* ierr) {
+  MPI_Request r = PMPI_Request_f2c(*request);
+  const int rc = MPI_Request_free(&r);
+  if (rc == MPI_SUCCESS) *request = PMPI_Request_c2f(MPI_REQUEST_NULL);
+  set_ierr(ierr, rc);
+}
+TCOLL_FORTRAN_ALIASES(request_free, REQUEST_FREE)
+
+#if TCOLL_PRELOAD_PERSISTENT
+/// The persistent collectives from Fortran: Open MPI's bindings call PMPI_<name>_init (Open
+/// MPI 5, MPI-4's names: `ompi_<name>_init_f` and the manglings of `mpi_<name>_init`) or
+/// PMPIX_<name>_init (Open MPI 4's pcollreq extension, `use mpi_f08_ext`:
+/// `ompix_<name>_init_f` and the manglings of `mpix_<name>_init`) directly; these call the C
+/// wrappers, as for a C program.
+#if TCOLL_PRELOAD_PERSISTENT == 1
+#define TCOLL_C_INIT(Name) MPI_##Name##_init
+#define TCOLL_FORTRAN_INIT(lower) ompi_##lower##_init_f
+#define TCOLL_FORTRAN_INIT_ALIASES(lower, upper) TCOLL_FORTRAN_ALIASES(lower##_init, upper##_INIT)
+#else
+#define TCOLL_C_INIT(Name) MPIX_##Name##_init
+#define TCOLL_FORTRAN_INIT(lower) ompix_##lower##_init_f
+#define TCOLL_FORTRAN_INIT_ALIASES(lower, upper)                                                   \
+  TCOLL_FORTRAN_ALIAS(mpix_##lower##_init, ompix_##lower##_init_f)                                 \
+  TCOLL_FORTRAN_ALIAS(mpix_##lower##_init_, ompix_##lower##_init_f)                                \
+  TCOLL_FORTRAN_ALIAS(mpix_##lower##_init__, ompix_##lower##_init_f)                               \
+  TCOLL_FORTRAN_ALIAS(MPIX_##upper##_INIT, ompix_##lower##_init_f)
+#endif
+
+TCOLL_PRELOAD_EXPORT void TCOLL_FORTRAN_INIT(allreduce)(char* sendbuf, char* recvbuf,
+                                                        MPI_Fint* count, MPI_Fint* datatype,
+                                                        MPI_Fint* op, MPI_Fint* comm,
+                                                        MPI_Fint* info, MPI_Fint* request,
+                                                        MPI_Fint* ierr) {
+  start_fortran(request, ierr, [&](MPI_Request* r) {
+    return TCOLL_C_INIT(Allreduce)(c_buffer(sendbuf), c_buffer(recvbuf), *count,
+                                   PMPI_Type_f2c(*datatype), PMPI_Op_f2c(*op), PMPI_Comm_f2c(*comm),
+                                   PMPI_Info_f2c(*info), r);
+  });
+}
+TCOLL_FORTRAN_INIT_ALIASES(allreduce, ALLREDUCE)
+
+TCOLL_PRELOAD_EXPORT void TCOLL_FORTRAN_INIT(bcast)(char* buffer, MPI_Fint* count,
+                                                    MPI_Fint* datatype, MPI_Fint* root,
+                                                    MPI_Fint* comm, MPI_Fint* info,
+                                                    MPI_Fint* request, MPI_Fint* ierr) {
+  start_fortran(request, ierr, [&](MPI_Request* r) {
+    return TCOLL_C_INIT(Bcast)(c_buffer(buffer), *count, PMPI_Type_f2c(*datatype), *root,
+                               PMPI_Comm_f2c(*comm), PMPI_Info_f2c(*info), r);
+  });
+}
+TCOLL_FORTRAN_INIT_ALIASES(bcast, BCAST)
+
+TCOLL_PRELOAD_EXPORT void TCOLL_FORTRAN_INIT(reduce)(char* sendbuf, char* recvbuf, MPI_Fint* count,
+                                                     MPI_Fint* datatype, MPI_Fint* op,
+                                                     MPI_Fint* root, MPI_Fint* comm, MPI_Fint* info,
+                                                     MPI_Fint* request, MPI_Fint* ierr) {
+  start_fortran(request, ierr, [&](MPI_Request* r) {
+    return TCOLL_C_INIT(Reduce)(c_buffer(sendbuf), c_buffer(recvbuf), *count,
+                                PMPI_Type_f2c(*datatype), PMPI_Op_f2c(*op), *root,
+                                PMPI_Comm_f2c(*comm), PMPI_Info_f2c(*info), r);
+  });
+}
+TCOLL_FORTRAN_INIT_ALIASES(reduce, REDUCE)
+
+TCOLL_PRELOAD_EXPORT void TCOLL_FORTRAN_INIT(allgather)(char* sendbuf, MPI_Fint* sendcount,
+                                                        MPI_Fint* sendtype, char* recvbuf,
+                                                        MPI_Fint* recvcount, MPI_Fint* recvtype,
+                                                        MPI_Fint* comm, MPI_Fint* info,
+                                                        MPI_Fint* request, MPI_Fint* ierr) {
+  start_fortran(request, ierr, [&](MPI_Request* r) {
+    return TCOLL_C_INIT(Allgather)(c_buffer(sendbuf), *sendcount, PMPI_Type_f2c(*sendtype),
+                                   c_buffer(recvbuf), *recvcount, PMPI_Type_f2c(*recvtype),
+                                   PMPI_Comm_f2c(*comm), PMPI_Info_f2c(*info), r);
+  });
+}
+TCOLL_FORTRAN_INIT_ALIASES(allgather, ALLGATHER)
+
+TCOLL_PRELOAD_EXPORT void
+TCOLL_FORTRAN_INIT(reduce_scatter_block)(char* sendbuf, char* recvbuf, MPI_Fint* recvcount,
+                                         MPI_Fint* datatype, MPI_Fint* op, MPI_Fint* comm,
+                                         MPI_Fint* info, MPI_Fint* request, MPI_Fint* ierr) {
+  start_fortran(request, ierr, [&](MPI_Request* r) {
+    return TCOLL_C_INIT(Reduce_scatter_block)(c_buffer(sendbuf), c_buffer(recvbuf), *recvcount,
+                                              PMPI_Type_f2c(*datatype), PMPI_Op_f2c(*op),
+                                              PMPI_Comm_f2c(*comm), PMPI_Info_f2c(*info), r);
+  });
+}
+TCOLL_FORTRAN_INIT_ALIASES(reduce_scatter_block, REDUCE_SCATTER_BLOCK)
+
+TCOLL_PRELOAD_EXPORT void TCOLL_FORTRAN_INIT(alltoall)(char* sendbuf, MPI_Fint* sendcount,
+                                                       MPI_Fint* sendtype, char* recvbuf,
+                                                       MPI_Fint* recvcount, MPI_Fint* recvtype,
+                                                       MPI_Fint* comm, MPI_Fint* info,
+                                                       MPI_Fint* request, MPI_Fint* ierr) {
+  start_fortran(request, ierr, [&](MPI_Request* r) {
+    return TCOLL_C_INIT(Alltoall)(c_buffer(sendbuf), *sendcount, PMPI_Type_f2c(*sendtype),
+                                  c_buffer(recvbuf), *recvcount, PMPI_Type_f2c(*recvtype),
+                                  PMPI_Comm_f2c(*comm), PMPI_Info_f2c(*info), r);
+  });
+}
+TCOLL_FORTRAN_INIT_ALIASES(alltoall, ALLTOALL)
+
+TCOLL_PRELOAD_EXPORT void TCOLL_FORTRAN_INIT(gather)(char* sendbuf, MPI_Fint* sendcount,
+                                                     MPI_Fint* sendtype, char* recvbuf,
+                                                     MPI_Fint* recvcount, MPI_Fint* recvtype,
+                                                     MPI_Fint* root, MPI_Fint* comm, MPI_Fint* info,
+                                                     MPI_Fint* request, MPI_Fint* ierr) {
+  start_fortran(request, ierr, [&](MPI_Request* r) {
+    return TCOLL_C_INIT(Gather)(c_buffer(sendbuf), *sendcount, PMPI_Type_f2c(*sendtype),
+                                c_buffer(recvbuf), *recvcount, PMPI_Type_f2c(*recvtype), *root,
+                                PMPI_Comm_f2c(*comm), PMPI_Info_f2c(*info), r);
+  });
+}
+TCOLL_FORTRAN_INIT_ALIASES(gather, GATHER)
+
+TCOLL_PRELOAD_EXPORT void
+TCOLL_FORTRAN_INIT(scatter)(char* sendbuf, MPI_Fint* sendcount, MPI_Fint* sendtype, char* recvbuf,
+                            MPI_Fint* recvcount, MPI_Fint* recvtype, MPI_Fint* root, MPI_Fint* comm,
+                            MPI_Fint* info, MPI_Fint* request, MPI_Fint* ierr) {
+  start_fortran(request, ierr, [&](MPI_Request* r) {
+    return TCOLL_C_INIT(Scatter)(c_buffer(sendbuf), *sendcount, PMPI_Type_f2c(*sendtype),
+                                 c_buffer(recvbuf), *recvcount, PMPI_Type_f2c(*recvtype), *root,
+                                 PMPI_Comm_f2c(*comm), PMPI_Info_f2c(*info), r);
+  });
+}
+TCOLL_FORTRAN_INIT_ALIASES(scatter, SCATTER)
+
+TCOLL_PRELOAD_EXPORT void TCOLL_FORTRAN_INIT(alltoallv)(char* sendbuf, MPI_Fint* sendcounts,
+                                                        MPI_Fint* sdispls, MPI_Fint* sendtype,
+                                                        char* recvbuf, MPI_Fint* recvcounts,
+                                                        MPI_Fint* rdispls, MPI_Fint* recvtype,
+                                                        MPI_Fint* comm, MPI_Fint* info,
+                                                        MPI_Fint* request, MPI_Fint* ierr) {
+  start_fortran(request, ierr, [&](MPI_Request* r) {
+    return TCOLL_C_INIT(Alltoallv)(c_buffer(sendbuf), reinterpret_cast<const int*>(sendcounts),
+                                   reinterpret_cast<const int*>(sdispls), PMPI_Type_f2c(*sendtype),
+                                   c_buffer(recvbuf), reinterpret_cast<const int*>(recvcounts),
+                                   reinterpret_cast<const int*>(rdispls), PMPI_Type_f2c(*recvtype),
+                                   PMPI_Comm_f2c(*comm), PMPI_Info_f2c(*info), r);
+  });
+}
+TCOLL_FORTRAN_INIT_ALIASES(alltoallv, ALLTOALLV)
+
+TCOLL_PRELOAD_EXPORT void TCOLL_FORTRAN_INIT(gatherv)(char* sendbuf, MPI_Fint* sendcount,
+                                                      MPI_Fint* sendtype, char* recvbuf,
+                                                      MPI_Fint* recvcounts, MPI_Fint* displs,
+                                                      MPI_Fint* recvtype, MPI_Fint* root,
+                                                      MPI_Fint* comm, MPI_Fint* info,
+                                                      MPI_Fint* request, MPI_Fint* ierr) {
+  start_fortran(request, ierr, [&](MPI_Request* r) {
+    return TCOLL_C_INIT(Gatherv)(c_buffer(sendbuf), *sendcount, PMPI_Type_f2c(*sendtype),
+                                 c_buffer(recvbuf), reinterpret_cast<const int*>(recvcounts),
+                                 reinterpret_cast<const int*>(displs), PMPI_Type_f2c(*recvtype),
+                                 *root, PMPI_Comm_f2c(*comm), PMPI_Info_f2c(*info), r);
+  });
+}
+TCOLL_FORTRAN_INIT_ALIASES(gatherv, GATHERV)
+
+TCOLL_PRELOAD_EXPORT void TCOLL_FORTRAN_INIT(scatterv)(char* sendbuf, MPI_Fint* sendcounts,
+                                                       MPI_Fint* displs, MPI_Fint* sendtype,
+                                                       char* recvbuf, MPI_Fint* recvcount,
+                                                       MPI_Fint* recvtype, MPI_Fint* root,
+                                                       MPI_Fint* comm, MPI_Fint* info,
+                                                       MPI_Fint* request, MPI_Fint* ierr) {
+  start_fortran(request, ierr, [&](MPI_Request* r) {
+    return TCOLL_C_INIT(Scatterv)(c_buffer(sendbuf), reinterpret_cast<const int*>(sendcounts),
+                                  reinterpret_cast<const int*>(displs), PMPI_Type_f2c(*sendtype),
+                                  c_buffer(recvbuf), *recvcount, PMPI_Type_f2c(*recvtype), *root,
+                                  PMPI_Comm_f2c(*comm), PMPI_Info_f2c(*info), r);
+  });
+}
+TCOLL_FORTRAN_INIT_ALIASES(scatterv, SCATTERV)
+
+TCOLL_PRELOAD_EXPORT void TCOLL_FORTRAN_INIT(reduce_scatter)(char* sendbuf, char* recvbuf,
+                                                             MPI_Fint* recvcounts,
+                                                             MPI_Fint* datatype, MPI_Fint* op,
+                                                             MPI_Fint* comm, MPI_Fint* info,
+                                                             MPI_Fint* request, MPI_Fint* ierr) {
+  start_fortran(request, ierr, [&](MPI_Request* r) {
+    return TCOLL_C_INIT(Reduce_scatter)(
+        c_buffer(sendbuf), c_buffer(recvbuf), reinterpret_cast<const int*>(recvcounts),
+        PMPI_Type_f2c(*datatype), PMPI_Op_f2c(*op), PMPI_Comm_f2c(*comm), PMPI_Info_f2c(*info), r);
+  });
+}
+TCOLL_FORTRAN_INIT_ALIASES(reduce_scatter, REDUCE_SCATTER)
+
+TCOLL_PRELOAD_EXPORT void TCOLL_FORTRAN_INIT(allgatherv)(char* sendbuf, MPI_Fint* sendcount,
+                                                         MPI_Fint* sendtype, char* recvbuf,
+                                                         MPI_Fint* recvcounts, MPI_Fint* displs,
+                                                         MPI_Fint* recvtype, MPI_Fint* comm,
+                                                         MPI_Fint* info, MPI_Fint* request,
+                                                         MPI_Fint* ierr) {
+  start_fortran(request, ierr, [&](MPI_Request* r) {
+    return TCOLL_C_INIT(Allgatherv)(c_buffer(sendbuf), *sendcount, PMPI_Type_f2c(*sendtype),
+                                    c_buffer(recvbuf), reinterpret_cast<const int*>(recvcounts),
+                                    reinterpret_cast<const int*>(displs), PMPI_Type_f2c(*recvtype),
+                                    PMPI_Comm_f2c(*comm), PMPI_Info_f2c(*info), r);
+  });
+}
+TCOLL_FORTRAN_INIT_ALIASES(allgatherv, ALLGATHERV)
+
+TCOLL_PRELOAD_EXPORT void TCOLL_FORTRAN_INIT(barrier)(MPI_Fint* comm, MPI_Fint* info,
+                                                      MPI_Fint* request, MPI_Fint* ierr) {
+  start_fortran(request, ierr, [&](MPI_Request* r) {
+    return TCOLL_C_INIT(Barrier)(PMPI_Comm_f2c(*comm), PMPI_Info_f2c(*info), r);
+  });
+}
+TCOLL_FORTRAN_INIT_ALIASES(barrier, BARRIER)
+#endif
 
 #elif defined(MPICH_VERSION)
 
