@@ -9,15 +9,16 @@
 /// MPI_BOTTOM sentinels the way Open MPI's own bindings do, and call the C wrapper of this
 /// library, which decides between tcoll and `PMPI_*` as for a C program. MPICH's Fortran
 /// bindings call the C entry points themselves, all but the f08 bindings of MPI_Finalize,
-/// MPI_Barrier and MPI_Ibarrier (which call PMPI_*): only those are taken on MPICH.
+/// MPI_Barrier, MPI_Ibarrier, MPI_Start, MPI_Startall and MPI_Request_free (which call
+/// PMPI_*): only those are taken on MPICH.
 #include "tcoll_mpi.hpp"
+
+#include <algorithm>
+#include <vector>
 
 #if defined(OPEN_MPI) && !defined(MPICH_VERSION)
 
 #include <dlfcn.h>
-
-#include <algorithm>
-#include <vector>
 
 // the C wrappers of this library, not MPI's entry points (tcoll_mpi.hpp renames them for
 // tcoll's own headers)
@@ -677,6 +678,35 @@ TCOLL_PRELOAD_EXPORT void mpi_barrier_f08_(MPI_Fint* comm, MPI_Fint* ierr) {
 TCOLL_PRELOAD_EXPORT void mpi_ibarrier_f08_(MPI_Fint* comm, MPI_Fint* request, MPI_Fint* ierr) {
   MPI_Request r = MPI_REQUEST_NULL;
   const int rc = MPI_Ibarrier(PMPI_Comm_f2c(*comm), &r);
+  *request = PMPI_Request_c2f(r);
+  if (ierr != nullptr) *ierr = static_cast<MPI_Fint>(rc);
+}
+
+#undef MPI_Start
+#undef MPI_Startall
+#undef MPI_Request_free
+
+/// MPICH's f08 MPI_START, MPI_STARTALL and MPI_REQUEST_FREE call PMPI_* themselves too (seen
+/// in MPICH 4.0.2's libmpichfort): a persistent collective of tcoll's (MPICH from 5) would be
+/// activated without its run being queued, and wait forever. These take the C wrappers,
+/// which hand every other request to MPI. `request(s)` point to the handles inside
+/// `type(MPI_Request)`; `ierr` may be null.
+TCOLL_PRELOAD_EXPORT void mpi_start_f08_(MPI_Fint* request, MPI_Fint* ierr) {
+  MPI_Request r = PMPI_Request_f2c(*request);
+  const int rc = MPI_Start(&r);
+  *request = PMPI_Request_c2f(r);
+  if (ierr != nullptr) *ierr = static_cast<MPI_Fint>(rc);
+}
+TCOLL_PRELOAD_EXPORT void mpi_startall_f08_(MPI_Fint* count, MPI_Fint* requests, MPI_Fint* ierr) {
+  std::vector<MPI_Request> c(static_cast<std::size_t>(std::max(*count, MPI_Fint{0})));
+  for (std::size_t i = 0; i < c.size(); ++i) c[i] = PMPI_Request_f2c(requests[i]);
+  const int rc = MPI_Startall(*count, c.data());
+  for (std::size_t i = 0; i < c.size(); ++i) requests[i] = PMPI_Request_c2f(c[i]);
+  if (ierr != nullptr) *ierr = static_cast<MPI_Fint>(rc);
+}
+TCOLL_PRELOAD_EXPORT void mpi_request_free_f08_(MPI_Fint* request, MPI_Fint* ierr) {
+  MPI_Request r = PMPI_Request_f2c(*request);
+  const int rc = MPI_Request_free(&r);
   *request = PMPI_Request_c2f(r);
   if (ierr != nullptr) *ierr = static_cast<MPI_Fint>(rc);
 }

@@ -15,7 +15,8 @@ program preload_fortran_f08
   integer :: a2a_in(4 * max_ranks), a2a_out(4 * max_ranks), provided
   double precision :: part(4), parts(4 * max_ranks)
   integer :: counts(max_ranks), displs(max_ranks), rcounts(max_ranks)
-  type(MPI_Request) :: request
+  type(MPI_Request) :: request, ring(2)
+  integer, asynchronous :: token_in, token_out ! read and written by MPI after the calls return
 
   call MPI_Init_thread(MPI_THREAD_MULTIPLE, provided)
   call MPI_Comm_rank(MPI_COMM_WORLD, rank)
@@ -227,6 +228,26 @@ program preload_fortran_f08
   ! MPI_Ibarrier: completes (through tcoll under the test's rule; the C test checks its timing)
   call MPI_Ibarrier(MPI_COMM_WORLD, request)
   call MPI_Wait(request, MPI_STATUS_IGNORE)
+  ! persistent point-to-point requests (a ring), started with MPI_Startall and MPI_Start and
+  ! freed: the preload takes Fortran's MPI_START, MPI_STARTALL and MPI_REQUEST_FREE (Open
+  ! MPI's bindings and MPICH's f08 ones call PMPI_* directly) and hands these to MPI
+  call MPI_Send_init(token_out, 1, MPI_INTEGER, mod(rank + 1, np), 7, MPI_COMM_WORLD, ring(1))
+  call MPI_Recv_init(token_in, 1, MPI_INTEGER, mod(rank + np - 1, np), 7, MPI_COMM_WORLD, ring(2))
+  do q = 1, 2
+    token_out = rank * 10 + q
+    token_in = -1
+    if (q == 1) then
+      call MPI_Startall(2, ring)
+    else
+      call MPI_Start(ring(2))
+      call MPI_Start(ring(1))
+    end if
+    call MPI_Waitall(2, ring, MPI_STATUSES_IGNORE)
+    if (token_in /= mod(rank + np - 1, np) * 10 + q) errors = errors + 1
+  end do
+  call MPI_Request_free(ring(1))
+  call MPI_Request_free(ring(2))
+  if (ring(1) /= MPI_REQUEST_NULL .or. ring(2) /= MPI_REQUEST_NULL) errors = errors + 1
 
   if (errors /= 0) then
     print *, 'rank', rank, ':', errors, 'wrong results'
