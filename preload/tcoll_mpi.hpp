@@ -75,13 +75,13 @@
 #define TCOLL_PRELOAD_LARGE_COUNT 0
 #endif
 
-/// Persistent collectives: MPI-4's `MPI_Allreduce_init` (Open MPI from 5.0, which has it while
+/// Persistent collectives: MPI-4's `MPI_<name>_init` (Open MPI from 5.0, which has them while
 /// it still reports MPI_VERSION 3 and has no large-count functions), or Open MPI 4's
-/// `MPIX_Allreduce_init` from its `pcollreq` extension where only that exists. Not on MPICH:
+/// `MPIX_<name>_init` from its `pcollreq` extension where only that exists. Not on MPICH 4:
 /// its MPI_Wait (4.0.2, ch4:ucx, MPI_THREAD_MULTIPLE) never returns for a receive that
 /// another thread's message to the same process completes (MPI_Test sees it), which is how
-/// tcoll's engine thread completes a persistent request (`persistent_collective`), so MPICH
-/// runs its own.
+/// tcoll's engine thread completes a persistent request (`persistent_collective`), so MPICH 4
+/// runs its own; MPICH 5 fixed it.
 #if (MPI_VERSION >= 4 || (defined(OMPI_MAJOR_VERSION) && OMPI_MAJOR_VERSION >= 5)) &&              \
     (!defined(MPICH_NUMVERSION) || MPICH_NUMVERSION >= 50000000)
 #define TCOLL_PRELOAD_PERSISTENT 1
@@ -272,8 +272,8 @@ inline bool builtin_for_mpich() {
 /// The settings read from the environment once per process (see docs/preload.md).
 struct settings {
   /// The selection variable of each collective (`collective_description::selection_variable`,
-  /// parsed by `parse_selection`); iallreduce and allreduce_init share allreduce's, the
-  /// uneven-count forms their even-count collective's.
+  /// parsed by `parse_selection`); the non-blocking and persistent forms share their
+  /// blocking form's, the uneven-count forms their even-count collective's.
   std::vector<size_rule> rules[coll_count];
   int debug = 0; ///< TCOLL_DEBUG: 0, 1 (rank 0's summary) or 2 (every rank's, every call)
   std::chrono::milliseconds timeout{}; ///< TCOLL_TIMEOUT (seconds)
@@ -626,12 +626,13 @@ void unpack_local(const std::byte* in, std::size_t bytes, void* buf, long long c
 /// Is `comm` an intercommunicator? (false for MPI_COMM_NULL: MPI reports that itself)
 bool is_intercomm(MPI_Comm comm);
 
-/// One persistent collective that tcoll runs (`MPI_Allreduce_init`). The request the user
-/// holds is MPI's own: a persistent zero-byte receive on a private duplicate of
-/// MPI_COMM_SELF. `MPI_Start` activates that receive and queues `run` on the communicator's
-/// engine; the engine thread completes it with a message to itself when the collective has
-/// finished (`finish_persistent`). So MPI_Wait, MPI_Test and their array forms, mixed with
-/// any other requests, and MPI_Start again all behave as MPI's, with no wrapper on them.
+/// One persistent collective that tcoll runs (`MPI_Allreduce_init`, `MPI_Bcast_init`, ...; made
+/// by `init_persistent`, preload/nonblocking.hpp). The request the user holds is MPI's own: a
+/// persistent zero-byte receive on a private duplicate of MPI_COMM_SELF. `MPI_Start` activates that
+/// receive and queues `run` on the communicator's engine; the engine thread completes it with a
+/// message to itself when the collective has finished (`finish_persistent`). So MPI_Wait, MPI_Test
+/// and their array forms, mixed with any other requests, and MPI_Start again all behave as MPI's,
+/// with no wrapper on them.
 struct persistent_collective {
   coll c = coll::allreduce_init;
   MPI_Comm comm = MPI_COMM_NULL;
