@@ -16,6 +16,49 @@
 #include <algorithm>
 #include <vector>
 
+// (the standard ABI's build has no Fortran entry points: the ABI defines no Fortran handles)
+#if defined(OPEN_MPI) || defined(MPICH_VERSION)
+
+// the C wrappers of this library (persistent.cpp), not MPI's entry points
+#undef MPI_Start
+#undef MPI_Startall
+#undef MPI_Request_free
+
+namespace {
+
+void set_ierr(MPI_Fint* ierr, int code) {
+  if (ierr != nullptr) *ierr = static_cast<MPI_Fint>(code);
+}
+
+/// Fortran's MPI_START, MPI_STARTALL and MPI_REQUEST_FREE through the C wrappers, which hand
+/// every request but tcoll's persistent collectives to MPI. Taken where an MPI's Fortran
+/// bindings call PMPI_* directly (Open MPI's, MPICH's f08): that would activate a persistent
+/// collective of tcoll's (MPI's own persistent receive) without queuing its run, and the
+/// program would wait forever. Each returns the C call's code and writes the handles back.
+int fortran_start(MPI_Fint* request) {
+  MPI_Request r = PMPI_Request_f2c(*request);
+  const int rc = MPI_Start(&r);
+  *request = PMPI_Request_c2f(r);
+  return rc;
+}
+int fortran_startall(MPI_Fint count, MPI_Fint* requests) {
+  std::vector<MPI_Request> c(static_cast<std::size_t>(std::max(count, MPI_Fint{0})));
+  for (std::size_t i = 0; i < c.size(); ++i) c[i] = PMPI_Request_f2c(requests[i]);
+  const int rc = MPI_Startall(count, c.data());
+  for (std::size_t i = 0; i < c.size(); ++i) requests[i] = PMPI_Request_c2f(c[i]);
+  return rc;
+}
+int fortran_request_free(MPI_Fint* request) {
+  MPI_Request r = PMPI_Request_f2c(*request);
+  const int rc = MPI_Request_free(&r);
+  *request = PMPI_Request_c2f(r); // MPI_REQUEST_NULL where it was freed
+  return rc;
+}
+
+} // namespace
+
+#endif
+
 #if defined(OPEN_MPI) && !defined(MPICH_VERSION)
 
 #include <dlfcn.h>
@@ -71,10 +114,6 @@ const void* c_buffer(const void* fortran) {
 }
 void* c_buffer(void* fortran) {
   return const_cast<void*>(c_buffer(static_cast<const void*>(fortran)));
-}
-
-void set_ierr(MPI_Fint* ierr, int code) {
-  if (ierr != nullptr) *ierr = static_cast<MPI_Fint>(code);
 }
 
 /// Runs the non-blocking start `start(&c_request)` of a Fortran call: its request handed back as
@@ -418,35 +457,20 @@ TCOLL_PRELOAD_EXPORT void ompi_finalize_f(MPI_Fint* ierr) {
 }
 TCOLL_FORTRAN_ALIASES(finalize, FINALIZE)
 
-#undef MPI_Start
-#undef MPI_Startall
-#undef MPI_Request_free
-
-/// Fortran MPI_START, MPI_STARTALL and MPI_REQUEST_FREE: Open MPI's bindings call PMPI_*,
-/// which would activate a persistent collective of tcoll's (MPI's own persistent receive)
-/// without queuing its run, and then wait forever; these take the C wrappers' paths, which
-/// hand every other request to MPI.
+/// Fortran MPI_START, MPI_STARTALL and MPI_REQUEST_FREE: Open MPI's bindings call PMPI_*
+/// (see `fortran_start`).
 TCOLL_PRELOAD_EXPORT void ompi_start_f(MPI_Fint* request, MPI_Fint* ierr) {
-  MPI_Request r = PMPI_Request_f2c(*request);
-  set_ierr(ierr, MPI_Start(&r));
+  set_ierr(ierr, fortran_start(request));
 }
 TCOLL_FORTRAN_ALIASES(start, START)
 
 TCOLL_PRELOAD_EXPORT void ompi_startall_f(MPI_Fint* count, MPI_Fint* requests, MPI_Fint* ierr) {
-  std::vector<MPI_Request> c(static_cast<std::size_t>(std::max(*count, MPI_Fint{0})));
-  for (std::size_t i = 0; i < c.size(); ++i) c[i] = PMPI_Request_f2c(requests[i]);
-  const int rc = MPI_Startall(*count, c.data());
-  if (rc == MPI_SUCCESS)
-    for (std::size_t i = 0; i < c.size(); ++i) requests[i] = PMPI_Request_c2f(c[i]);
-  set_ierr(ierr, rc);
+  set_ierr(ierr, fortran_startall(*count, requests));
 }
 TCOLL_FORTRAN_ALIASES(startall, STARTALL)
 
 TCOLL_PRELOAD_EXPORT void ompi_request_free_f(MPI_Fint* request, MPI_Fint* ierr) {
-  MPI_Request r = PMPI_Request_f2c(*request);
-  const int rc = MPI_Request_free(&r);
-  if (rc == MPI_SUCCESS) *request = PMPI_Request_c2f(MPI_REQUEST_NULL);
-  set_ierr(ierr, rc);
+  set_ierr(ierr, fortran_request_free(request));
 }
 TCOLL_FORTRAN_ALIASES(request_free, REQUEST_FREE)
 
@@ -659,8 +683,7 @@ TCOLL_FORTRAN_INIT_ALIASES(barrier, BARRIER)
 /// MPICH's f08 MPI_FINALIZE: frees tcoll's state while MPI still works and prints the
 /// TCOLL_DEBUG summary, as for C (MPICH's own binding calls PMPI_Finalize).
 TCOLL_PRELOAD_EXPORT void mpi_finalize_f08_(MPI_Fint* ierr) {
-  const int rc = MPI_Finalize();
-  if (ierr != nullptr) *ierr = static_cast<MPI_Fint>(rc);
+  set_ierr(ierr, MPI_Finalize());
 }
 
 #undef MPI_Barrier
@@ -672,43 +695,26 @@ TCOLL_PRELOAD_EXPORT void mpi_finalize_f08_(MPI_Fint* ierr) {
 /// handle inside `type(MPI_Comm)`, `request` to the one inside `type(MPI_Request)`, and
 /// `ierr` may be null (an absent optional argument).
 TCOLL_PRELOAD_EXPORT void mpi_barrier_f08_(MPI_Fint* comm, MPI_Fint* ierr) {
-  const int rc = MPI_Barrier(PMPI_Comm_f2c(*comm));
-  if (ierr != nullptr) *ierr = static_cast<MPI_Fint>(rc);
+  set_ierr(ierr, MPI_Barrier(PMPI_Comm_f2c(*comm)));
 }
 TCOLL_PRELOAD_EXPORT void mpi_ibarrier_f08_(MPI_Fint* comm, MPI_Fint* request, MPI_Fint* ierr) {
   MPI_Request r = MPI_REQUEST_NULL;
   const int rc = MPI_Ibarrier(PMPI_Comm_f2c(*comm), &r);
   *request = PMPI_Request_c2f(r);
-  if (ierr != nullptr) *ierr = static_cast<MPI_Fint>(rc);
+  set_ierr(ierr, rc);
 }
-
-#undef MPI_Start
-#undef MPI_Startall
-#undef MPI_Request_free
 
 /// MPICH's f08 MPI_START, MPI_STARTALL and MPI_REQUEST_FREE call PMPI_* themselves too (seen
-/// in MPICH 4.0.2's libmpichfort): a persistent collective of tcoll's (MPICH from 5) would be
-/// activated without its run being queued, and wait forever. These take the C wrappers,
-/// which hand every other request to MPI. `request(s)` point to the handles inside
-/// `type(MPI_Request)`; `ierr` may be null.
+/// in MPICH 4.0.2's libmpichfort; see `fortran_start`). `request(s)` point to the handles
+/// inside `type(MPI_Request)`; `ierr` may be null.
 TCOLL_PRELOAD_EXPORT void mpi_start_f08_(MPI_Fint* request, MPI_Fint* ierr) {
-  MPI_Request r = PMPI_Request_f2c(*request);
-  const int rc = MPI_Start(&r);
-  *request = PMPI_Request_c2f(r);
-  if (ierr != nullptr) *ierr = static_cast<MPI_Fint>(rc);
+  set_ierr(ierr, fortran_start(request));
 }
 TCOLL_PRELOAD_EXPORT void mpi_startall_f08_(MPI_Fint* count, MPI_Fint* requests, MPI_Fint* ierr) {
-  std::vector<MPI_Request> c(static_cast<std::size_t>(std::max(*count, MPI_Fint{0})));
-  for (std::size_t i = 0; i < c.size(); ++i) c[i] = PMPI_Request_f2c(requests[i]);
-  const int rc = MPI_Startall(*count, c.data());
-  for (std::size_t i = 0; i < c.size(); ++i) requests[i] = PMPI_Request_c2f(c[i]);
-  if (ierr != nullptr) *ierr = static_cast<MPI_Fint>(rc);
+  set_ierr(ierr, fortran_startall(*count, requests));
 }
 TCOLL_PRELOAD_EXPORT void mpi_request_free_f08_(MPI_Fint* request, MPI_Fint* ierr) {
-  MPI_Request r = PMPI_Request_f2c(*request);
-  const int rc = MPI_Request_free(&r);
-  *request = PMPI_Request_c2f(r);
-  if (ierr != nullptr) *ierr = static_cast<MPI_Fint>(rc);
+  set_ierr(ierr, fortran_request_free(request));
 }
 
 #endif

@@ -159,12 +159,14 @@ struct start_form {
 start_form nonblocking(coll c) {
   return {.c = c};
 }
+#if TCOLL_PRELOAD_PERSISTENT
 /// The initialisation of a persistent request of collective `c`.
 start_form persistent(coll c) {
   return {.c = c,
           .persistent = true,
           .kept = std::make_shared<std::vector<std::shared_ptr<const void>>>()};
 }
+#endif
 
 /// The common end of the wrappers: counts a decided call (a persistent request's runs count
 /// at each MPI_Start), hands a passthrough to MPI, and starts the request that `queue(done)`
@@ -981,11 +983,12 @@ int ireduce_scatter_call(const void* sendbuf, void* recvbuf, const Count recvcou
       decide_nonblocking(c, comm, why, bytes, config().shm, [bytes](const comm_state& s) {
         return shm_collective_choice(coll::reduce_scatter, bytes, s.size);
       }));
+  // made once: a persistent request's runs share it
+  const auto sizes = std::make_shared<const std::vector<std::size_t>>(std::move(counts));
   return start<Count>(form, comm, request, d, bytes, pmpi, [=](auto done) {
     // in place, the input is recvbuf's blocks (the result its first): copied at the start
     const std::shared_ptr<staging> stage = input_copy(sendbuf, recvbuf, bytes);
     const void* in = stage ? stage->bytes.data() : sendbuf;
-    auto sizes = std::make_shared<const std::vector<std::size_t>>(std::move(counts));
     const int rank = d.state->rank;
     auto offsets =
         std::make_shared<const std::vector<std::size_t>>(dispatch(r, [&]<class T>(const auto&) {
