@@ -30,6 +30,7 @@
 extern char** environ;
 
 #include <tcoll/core/error.hpp>
+#include <tcoll/reduce/runtime.hpp>
 #include <tcoll/transport/threads.hpp>
 
 #ifdef TCOLL_HAVE_MPI
@@ -42,6 +43,9 @@ extern char** environ;
 #include "common/perf_entry.hpp"
 #include "common/perf_options.hpp"
 #include "common/perf_report.hpp"
+
+// the runtime kernels of every transport's file, compiled here only (bench/meson.build)
+TCOLL_RUNTIME_KERNELS_INSTANCE
 
 namespace {
 

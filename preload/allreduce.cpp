@@ -218,7 +218,7 @@ int iallreduce_call(const void* sendbuf, void* recvbuf, Count count, MPI_Datatyp
     count_entry_point<Count>(c, d.a);
   }
   if (d.to_mpi) return pmpi();
-  return start_request(c, comm, request, [&](complete_ireq done) {
+  return start_request(c, comm, request, [&](completion done) {
     queue_allreduce(c, *d.state, d.a, d.r, sendbuf, recvbuf, d.n, done);
   });
 }
@@ -269,10 +269,11 @@ int allreduce_init_call(const void* sendbuf, void* recvbuf, Count count, MPI_Dat
     if (d.decided) count_call(c, d.a, d.n * d.r.size, comm); // passthrough: counted once
     return pmpi();
   }
-  return init_persistent(c, comm, d, d.n * d.r.size, request,
-                         [a = d.a, r = d.r, sendbuf, recvbuf, n = d.n, state = d.state](auto done) {
-                           queue_allreduce(c, *state, a, r, sendbuf, recvbuf, n, done);
-                         });
+  return init_persistent(
+      c, comm, d, d.n * d.r.size, request,
+      [a = d.a, r = d.r, sendbuf, recvbuf, n = d.n, state = d.state](completion done) {
+        queue_allreduce(c, *state, a, r, sendbuf, recvbuf, n, done);
+      });
 }
 
 } // namespace

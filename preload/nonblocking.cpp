@@ -172,9 +172,9 @@ start_form persistent(coll c) {
 /// at each MPI_Start), hands a passthrough to MPI, and starts the request that `queue(done)`
 /// queues: once for a non-blocking call, at every MPI_Start for a persistent one (`queue` is
 /// then copied into the request and must hold everything a run reads).
-template <class Count, class Pmpi, class Queue>
+template <class Count, class Queue>
 int start(const start_form& form, MPI_Comm comm, MPI_Request* request, const local_start& d,
-          std::size_t bytes, Pmpi& pmpi, Queue&& queue) {
+          std::size_t bytes, pmpi_call pmpi, Queue&& queue) {
   const coll c = form.c;
   if (d.error >= 0) return d.error;
   if (d.decided) {
@@ -185,13 +185,13 @@ int start(const start_form& form, MPI_Comm comm, MPI_Request* request, const loc
   if (!form.persistent) return start_request(c, comm, request, queue);
   return init_persistent(
       c, comm, d, bytes, request,
-      [queue = std::forward<Queue>(queue), kept = form.kept](auto done) { queue(done); });
+      [queue = std::forward<Queue>(queue), kept = form.kept](completion done) { queue(done); });
 }
 
 /// MPI_Ibcast and MPI_Ibcast_c (`Count` int or MPI_Count); `pmpi()` hands the call to MPI.
-template <class Count, class Pmpi>
+template <class Count>
 int ibcast_call(void* buffer, Count count, MPI_Datatype datatype, int root, MPI_Comm comm,
-                MPI_Request* request, Pmpi pmpi, start_form form = nonblocking(coll::ibcast)) {
+                MPI_Request* request, pmpi_call pmpi, start_form form = nonblocking(coll::ibcast)) {
   const coll c = form.c;
   std::optional<fallback> why;
   std::size_t size = 0, bytes = 0;
@@ -212,7 +212,7 @@ int ibcast_call(void* buffer, Count count, MPI_Datatype datatype, int root, MPI_
         return shm_collective_choice(coll::bcast, bytes, s.size);
       });
   if (form.keeps(d)) datatype = form.keep(datatype); // what a persistent request's runs read
-  return start<Count>(form, comm, request, d, bytes, pmpi, [=](auto done) {
+  return start<Count>(form, comm, request, d, bytes, pmpi, [=](completion done) {
     std::shared_ptr<staging> stage;
     byte* data = static_cast<byte*>(buffer);
     const bool is_root = d.state->rank == root;
@@ -240,9 +240,9 @@ int ibcast_call(void* buffer, Count count, MPI_Datatype datatype, int root, MPI_
 }
 
 /// MPI_Ireduce and MPI_Ireduce_c: the reductions MPI_Reduce runs (predefined types and ops).
-template <class Count, class Pmpi>
+template <class Count>
 int ireduce_call(const void* sendbuf, void* recvbuf, Count count, MPI_Datatype datatype, MPI_Op op,
-                 int root, MPI_Comm comm, MPI_Request* request, Pmpi pmpi,
+                 int root, MPI_Comm comm, MPI_Request* request, pmpi_call pmpi,
                  start_form form = nonblocking(coll::ireduce)) {
   const coll c = form.c;
   std::optional<fallback> why;
@@ -268,7 +268,7 @@ int ireduce_call(const void* sendbuf, void* recvbuf, Count count, MPI_Datatype d
       decide_nonblocking(c, comm, why, bytes, config().shm, [bytes](const comm_state& s) {
         return shm_collective_choice(coll::reduce, bytes, s.size);
       });
-  return start<Count>(form, comm, request, d, bytes, pmpi, [=](auto done) {
+  return start<Count>(form, comm, request, d, bytes, pmpi, [=](completion done) {
     const std::size_t n = static_cast<std::size_t>(count);
     queue_on_path<collective::reduce>(
         c, *d.state, d.a,
@@ -287,10 +287,10 @@ int ireduce_call(const void* sendbuf, void* recvbuf, Count count, MPI_Datatype d
 /// MPI_Ireduce_scatter_block and its `_c` form: the reductions of MPI_Reduce_scatter_block. In
 /// place, the input (recvbuf's P blocks) is copied at the start. Also MPI_Ireduce_scatter
 /// with equal blocks (`c`).
-template <class Count, class Pmpi>
+template <class Count>
 int ireduce_scatter_block_call(const void* sendbuf, void* recvbuf, Count recvcount,
                                MPI_Datatype datatype, MPI_Op op, MPI_Comm comm,
-                               MPI_Request* request, Pmpi pmpi,
+                               MPI_Request* request, pmpi_call pmpi,
                                start_form form = nonblocking(coll::ireduce_scatter_block)) {
   const coll c = form.c;
   std::optional<fallback> why;
@@ -314,7 +314,7 @@ int ireduce_scatter_block_call(const void* sendbuf, void* recvbuf, Count recvcou
       decide_nonblocking(c, comm, why, bytes, config().shm, [bytes](const comm_state& s) {
         return shm_collective_choice(coll::reduce_scatter_block, bytes, s.size);
       });
-  return start<Count>(form, comm, request, d, bytes, pmpi, [=](auto done) {
+  return start<Count>(form, comm, request, d, bytes, pmpi, [=](completion done) {
     // in place, the input is recvbuf's blocks (the result its first): copied at the start
     const std::shared_ptr<staging> stage = input_copy(sendbuf, recvbuf, bytes);
     const void* in = stage ? stage->bytes.data() : sendbuf;
@@ -400,10 +400,10 @@ void unpack_blocks(const staging& stage, int P, std::size_t block, void* recvbuf
 
 /// MPI_Iallgather and MPI_Iallgather_c, moved as bytes (as MPI_Allgather); also
 /// MPI_Iallgatherv with equal blocks in rank order (`c`).
-template <class Count, class Pmpi>
+template <class Count>
 int iallgather_call(const void* sendbuf, Count sendcount, MPI_Datatype sendtype, void* recvbuf,
                     Count recvcount, MPI_Datatype recvtype, MPI_Comm comm, MPI_Request* request,
-                    Pmpi pmpi, start_form form = nonblocking(coll::iallgather)) {
+                    pmpi_call pmpi, start_form form = nonblocking(coll::iallgather)) {
   const coll c = form.c;
   const bool in_place = sendbuf == MPI_IN_PLACE;
   const block_call m =
@@ -418,7 +418,7 @@ int iallgather_call(const void* sendbuf, Count sendcount, MPI_Datatype sendtype,
     recvtype = form.keep(recvtype);
     if (!in_place) sendtype = form.keep(sendtype);
   }
-  return start<Count>(form, comm, request, d, bytes, pmpi, [=](auto done) {
+  return start<Count>(form, comm, request, d, bytes, pmpi, [=](completion done) {
     const bool recv_direct = m.rsize != 0, send_direct = in_place || m.ssize != 0;
     if (!recv_direct || !send_direct) count_packed(c);
     byte* out = static_cast<byte*>(recvbuf);
@@ -448,10 +448,10 @@ int iallgather_call(const void* sendbuf, Count sendcount, MPI_Datatype sendtype,
 }
 
 /// MPI_Ialltoall and MPI_Ialltoall_c, moved as bytes (as MPI_Alltoall).
-template <class Count, class Pmpi>
+template <class Count>
 int ialltoall_call(const void* sendbuf, Count sendcount, MPI_Datatype sendtype, void* recvbuf,
                    Count recvcount, MPI_Datatype recvtype, MPI_Comm comm, MPI_Request* request,
-                   Pmpi pmpi, start_form form = nonblocking(coll::ialltoall)) {
+                   pmpi_call pmpi, start_form form = nonblocking(coll::ialltoall)) {
   const coll c = form.c;
   const bool in_place = sendbuf == MPI_IN_PLACE;
   const block_call m =
@@ -466,7 +466,7 @@ int ialltoall_call(const void* sendbuf, Count sendcount, MPI_Datatype sendtype, 
     recvtype = form.keep(recvtype);
     if (!in_place) sendtype = form.keep(sendtype);
   }
-  return start<Count>(form, comm, request, d, bytes, pmpi, [=](auto done) {
+  return start<Count>(form, comm, request, d, bytes, pmpi, [=](completion done) {
     const bool recv_direct = m.rsize != 0, send_direct = in_place || m.ssize != 0;
     if (!recv_direct || !send_direct) count_packed(c);
     byte* out = static_cast<byte*>(recvbuf);
@@ -559,10 +559,11 @@ rooted_call measure_rooted_call(const void* buf, Count count, MPI_Datatype type,
 
 /// MPI_Igather and MPI_Igather_c, moved as bytes (as MPI_Gather). recvbuf, recvcount and
 /// recvtype are read at the root only.
-template <class Count, class Pmpi>
+template <class Count>
 int igather_call(const void* sendbuf, Count sendcount, MPI_Datatype sendtype, void* recvbuf,
                  Count recvcount, MPI_Datatype recvtype, int root, MPI_Comm comm,
-                 MPI_Request* request, Pmpi pmpi, start_form form = nonblocking(coll::igather)) {
+                 MPI_Request* request, pmpi_call pmpi,
+                 start_form form = nonblocking(coll::igather)) {
   const coll c = form.c;
   const bool in_place = sendbuf == MPI_IN_PLACE; // at the root only
   const rooted_call m = measure_rooted_call(sendbuf, sendcount, sendtype, recvbuf, recvcount,
@@ -577,7 +578,7 @@ int igather_call(const void* sendbuf, Count sendcount, MPI_Datatype sendtype, vo
     if (m.is_root) recvtype = form.keep(recvtype);
     if (!in_place) sendtype = form.keep(sendtype);
   }
-  return start<Count>(form, comm, request, d, bytes, pmpi, [=](auto done) {
+  return start<Count>(form, comm, request, d, bytes, pmpi, [=](completion done) {
     const bool send_direct = in_place || m.size != 0;
     const bool recv_direct = !m.is_root || m.root_size != 0;
     if (!send_direct || !recv_direct) count_packed(c);
@@ -618,10 +619,11 @@ int igather_call(const void* sendbuf, Count sendcount, MPI_Datatype sendtype, vo
 
 /// MPI_Iscatter and MPI_Iscatter_c, moved as bytes (as MPI_Scatter). sendbuf, sendcount and
 /// sendtype are read at the root only.
-template <class Count, class Pmpi>
+template <class Count>
 int iscatter_call(const void* sendbuf, Count sendcount, MPI_Datatype sendtype, void* recvbuf,
                   Count recvcount, MPI_Datatype recvtype, int root, MPI_Comm comm,
-                  MPI_Request* request, Pmpi pmpi, start_form form = nonblocking(coll::iscatter)) {
+                  MPI_Request* request, pmpi_call pmpi,
+                  start_form form = nonblocking(coll::iscatter)) {
   const coll c = form.c;
   const bool in_place = recvbuf == MPI_IN_PLACE; // at the root only
   const rooted_call m = measure_rooted_call(recvbuf, recvcount, recvtype, sendbuf, sendcount,
@@ -636,7 +638,7 @@ int iscatter_call(const void* sendbuf, Count sendcount, MPI_Datatype sendtype, v
     if (m.is_root) sendtype = form.keep(sendtype);
     if (!in_place) recvtype = form.keep(recvtype);
   }
-  return start<Count>(form, comm, request, d, bytes, pmpi, [=](auto done) {
+  return start<Count>(form, comm, request, d, bytes, pmpi, [=](completion done) {
     const bool send_direct = !m.is_root || m.root_size != 0;
     const bool recv_direct = in_place || m.size != 0;
     if (!send_direct || !recv_direct) count_packed(c);
@@ -682,11 +684,11 @@ int iscatter_call(const void* sendbuf, Count sendcount, MPI_Datatype sendtype, v
 /// built-in choice), and a rank whose counts are all zero still takes part. A derived or
 /// non-contiguous side is packed at the start and the receive side unpacked on the engine,
 /// through copies of the receive counts and displacements and a duplicate of the type.
-template <class Count, class Displ, class Pmpi>
+template <class Count, class Displ>
 int ialltoallv_call(const void* sendbuf, const Count sendcounts[], const Displ sdispls[],
                     MPI_Datatype sendtype, void* recvbuf, const Count recvcounts[],
                     const Displ rdispls[], MPI_Datatype recvtype, MPI_Comm comm,
-                    MPI_Request* request, Pmpi pmpi,
+                    MPI_Request* request, pmpi_call pmpi,
                     start_form form = nonblocking(coll::ialltoallv)) {
   const coll c = form.c;
   const bool in_place = sendbuf == MPI_IN_PLACE; // the send side is the receive side
@@ -724,7 +726,7 @@ int ialltoallv_call(const void* sendbuf, const Count sendcounts[], const Displ s
       sendtype = form.keep(sendtype);
     }
   }
-  return start<Count>(form, comm, request, d, bytes, pmpi, [=](auto done) {
+  return start<Count>(form, comm, request, d, bytes, pmpi, [=](completion done) {
     if (!v->recv.direct || (!in_place && !v->send.direct)) count_packed(c);
     // in place, the blocks to send sit in recvbuf as the receive side describes them
     pack_side(v->recv, recvbuf, recvcounts, rdispls, recvtype, P, in_place);
@@ -806,10 +808,10 @@ rooted_v_call measure_rooted_v_call(Count count, MPI_Datatype type, v_side& root
 /// the settings only (`per_rank_size`: only the root knows every count); a rank with an empty
 /// block still takes part. recvbuf, recvcounts, displs and recvtype are read at the root only,
 /// at the start (the root's counts and displacements are copied for an unpack on the engine).
-template <class Count, class Displ, class Pmpi>
+template <class Count, class Displ>
 int igatherv_call(const void* sendbuf, Count sendcount, MPI_Datatype sendtype, void* recvbuf,
                   const Count recvcounts[], const Displ displs[], MPI_Datatype recvtype, int root,
-                  MPI_Comm comm, MPI_Request* request, Pmpi pmpi,
+                  MPI_Comm comm, MPI_Request* request, pmpi_call pmpi,
                   start_form form = nonblocking(coll::igatherv)) {
   const coll c = form.c;
   const bool in_place = sendbuf == MPI_IN_PLACE; // at the root only
@@ -836,7 +838,7 @@ int igatherv_call(const void* sendbuf, Count sendcount, MPI_Datatype sendtype, v
     }
     if (!in_place) sendtype = form.keep(sendtype);
   }
-  return start<Count>(form, comm, request, d, bytes, pmpi, [=](auto done) {
+  return start<Count>(form, comm, request, d, bytes, pmpi, [=](completion done) {
     const bool send_direct = in_place || (ssize != 0 && sendbuf != nullptr);
     if (!send_direct || (is_root && !v->recv.direct)) count_packed(c);
     const byte* in = static_cast<const byte*>(sendbuf);
@@ -869,10 +871,10 @@ int igatherv_call(const void* sendbuf, Count sendcount, MPI_Datatype sendtype, v
 /// MPI_Iscatterv and MPI_Iscatterv_c, moved as bytes (as MPI_Scatterv): routed as
 /// MPI_Igatherv; sendbuf, sendcounts, displs and sendtype are read at the root only, at the
 /// start (the root's blocks are packed then where its type is derived).
-template <class Count, class Displ, class Pmpi>
+template <class Count, class Displ>
 int iscatterv_call(const void* sendbuf, const Count sendcounts[], const Displ displs[],
                    MPI_Datatype sendtype, void* recvbuf, Count recvcount, MPI_Datatype recvtype,
-                   int root, MPI_Comm comm, MPI_Request* request, Pmpi pmpi,
+                   int root, MPI_Comm comm, MPI_Request* request, pmpi_call pmpi,
                    start_form form = nonblocking(coll::iscatterv)) {
   const coll c = form.c;
   const bool in_place = recvbuf == MPI_IN_PLACE; // at the root only
@@ -899,7 +901,7 @@ int iscatterv_call(const void* sendbuf, const Count sendcounts[], const Displ di
     }
     if (!in_place) recvtype = form.keep(recvtype);
   }
-  return start<Count>(form, comm, request, d, bytes, pmpi, [=](auto done) {
+  return start<Count>(form, comm, request, d, bytes, pmpi, [=](completion done) {
     const bool recv_direct = in_place || (rsize != 0 && recvbuf != nullptr);
     if (!recv_direct || (is_root && !v->send.direct)) count_packed(c);
     byte* out = static_cast<byte*>(recvbuf);
@@ -945,10 +947,10 @@ local_start uneven_form(local_start d) {
 /// uneven ones through tcoll's reduce_scatterv. recvcounts is an argument every rank shares,
 /// so the route is chosen from the size (every block together), as the blocking form's. In
 /// place, the input (recvbuf's blocks) is copied at the start.
-template <class Count, class Pmpi>
+template <class Count>
 int ireduce_scatter_call(const void* sendbuf, void* recvbuf, const Count recvcounts[],
                          MPI_Datatype datatype, MPI_Op op, MPI_Comm comm, MPI_Request* request,
-                         Pmpi pmpi, start_form form = nonblocking(coll::ireduce_scatter)) {
+                         pmpi_call pmpi, start_form form = nonblocking(coll::ireduce_scatter)) {
   const coll c = form.c;
   std::optional<fallback> why;
   reduction r;
@@ -985,7 +987,7 @@ int ireduce_scatter_call(const void* sendbuf, void* recvbuf, const Count recvcou
       }));
   // made once: a persistent request's runs share it
   const auto sizes = std::make_shared<const std::vector<std::size_t>>(std::move(counts));
-  return start<Count>(form, comm, request, d, bytes, pmpi, [=](auto done) {
+  return start<Count>(form, comm, request, d, bytes, pmpi, [=](completion done) {
     // in place, the input is recvbuf's blocks (the result its first): copied at the start
     const std::shared_ptr<staging> stage = input_copy(sendbuf, recvbuf, bytes);
     const void* in = stage ? stage->bytes.data() : sendbuf;
@@ -1016,10 +1018,10 @@ int ireduce_scatter_call(const void* sendbuf, void* recvbuf, const Count recvcou
 /// same order, so ranks that pick different forms still match). A derived or non-contiguous
 /// receive datatype gathers into staging, unpacked on the engine through a duplicate of the
 /// type; a derived send datatype is packed at the start.
-template <class Count, class Displ, class Pmpi>
+template <class Count, class Displ>
 int iallgatherv_call(const void* sendbuf, Count sendcount, MPI_Datatype sendtype, void* recvbuf,
                      const Count recvcounts[], const Displ displs[], MPI_Datatype recvtype,
-                     MPI_Comm comm, MPI_Request* request, Pmpi pmpi,
+                     MPI_Comm comm, MPI_Request* request, pmpi_call pmpi,
                      start_form form = nonblocking(coll::iallgatherv)) {
   const coll c = form.c;
   const bool in_place = sendbuf == MPI_IN_PLACE;
@@ -1066,7 +1068,7 @@ int iallgatherv_call(const void* sendbuf, Count sendcount, MPI_Datatype sendtype
     recvtype = form.keep(recvtype);
     if (!in_place) sendtype = form.keep(sendtype);
   }
-  return start<Count>(form, comm, request, d, bytes, pmpi, [=](auto done) {
+  return start<Count>(form, comm, request, d, bytes, pmpi, [=](completion done) {
     const int rank = d.state->rank;
     const auto own = static_cast<std::size_t>(rank);
     const bool send_direct = in_place || (ssize != 0 && sendbuf != nullptr);
@@ -1100,8 +1102,7 @@ int iallgatherv_call(const void* sendbuf, Count sendcount, MPI_Datatype sendtype
 /// choice: on one node the blocking barrier's, the collective area with a spare core; MPI's
 /// elsewhere). On tcoll's engine it is ordered behind the communicator's earlier non-blocking
 /// collectives there; its request completes once every rank has started it.
-template <class Pmpi>
-int ibarrier_call(MPI_Comm comm, MPI_Request* request, Pmpi pmpi,
+int ibarrier_call(MPI_Comm comm, MPI_Request* request, pmpi_call pmpi,
                   start_form form = nonblocking(coll::ibarrier)) {
   const coll c = form.c;
   std::optional<fallback> why;
@@ -1109,7 +1110,7 @@ int ibarrier_call(MPI_Comm comm, MPI_Request* request, Pmpi pmpi,
   const local_start d = decide_nonblocking(c, comm, why, 0, config().shm, [](const comm_state& s) {
     return shm_collective_choice(coll::barrier, 0, s.size);
   });
-  return start<int>(form, comm, request, d, 0, pmpi, [=](auto done) {
+  return start<int>(form, comm, request, d, 0, pmpi, [=](completion done) {
     queue_on_path<collective::barrier>(
         c, *d.state, d.a,
         [](auto& on, const auto& tags, const auto& algo) {

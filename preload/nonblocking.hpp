@@ -9,6 +9,7 @@
 #include <exception>
 #include <new>
 #include <optional>
+#include <type_traits>
 
 namespace tcoll::preload {
 
@@ -118,6 +119,23 @@ local_start decide_nonblocking(coll c, MPI_Comm comm, std::optional<fallback> wh
   return d;
 }
 
+/// MPI's own entry point for a call the wrapper hands to MPI (`pmpi()` calls it): a reference
+/// to the exported function's lambda, valid for the wrapper's call. Not a template parameter,
+/// so the wrapper bodies that MPI_Ibcast and MPI_Bcast_init share are compiled once.
+class pmpi_call {
+public:
+  template <class F>
+  requires(!std::is_same_v<std::remove_cvref_t<F>, pmpi_call>)
+      pmpi_call(F&& f) // NOLINT: implicit, from the lambda the exported function writes
+      : object_(&f),
+        call_([](void* object) { return (*static_cast<std::remove_reference_t<F>*>(object))(); }) {}
+  int operator()() const { return call_(object_); }
+
+private:
+  void* object_;
+  int (*call_)(void*);
+};
+
 /// State of one non-blocking collective run by tcoll: the generalized request's extra state.
 ///
 /// It holds no `tcoll::request`: MPI may call `free_fn` from inside `PMPI_Grequest_complete`
@@ -147,23 +165,35 @@ inline int ireq_cancel(void*, int) {
   return MPI_SUCCESS;
 } // a started collective runs to its end
 
-/// Completes the generalized request of `r` with the collective's outcome; runs on the
-/// engine thread in every outcome (also for a collective skipped because its transport had
-/// broken or was destroyed), so an MPI_Wait on it never hangs.
-struct complete_ireq {
-  ireq* r;
+/// Reports `error` (null: none) of a collective of `c` run on the engine thread.
+inline void print_outcome(coll c, std::exception_ptr error) noexcept {
+  if (!error) return;
+  try {
+    std::rethrow_exception(error);
+  } catch (const std::exception& e) {
+    print_error(c, e.what()); // MPI_Wait returns the code
+  } catch (...) {
+    print_error(c, "unknown error");
+  }
+}
+
+/// What the engine thread calls with a queued collective's outcome, in every outcome (also
+/// for a collective skipped because its transport had broken or was destroyed), so an
+/// MPI_Wait on it never hangs: it completes the generalized request of a non-blocking call
+/// (`call`) or one run of a persistent request (`run`, see `finish_persistent`). One type for
+/// both, so a wrapper's queued body, which the two forms share, is compiled once.
+struct completion {
+  ireq* call = nullptr;
+  persistent_collective* run = nullptr;
   void operator()(std::exception_ptr error) const noexcept {
-    if (error) {
-      r->code.store(MPI_ERR_OTHER);
-      try {
-        std::rethrow_exception(error);
-      } catch (const std::exception& e) {
-        print_error(r->c, e.what()); // MPI_Wait returns the code
-      } catch (...) {
-        print_error(r->c, "unknown error");
-      }
+    if (call) {
+      if (error) call->code.store(MPI_ERR_OTHER);
+      print_outcome(call->c, error);
+      PMPI_Grequest_complete(call->handle);
+    } else {
+      print_outcome(run->c, error);
+      finish_persistent(*run, error != nullptr);
     }
-    PMPI_Grequest_complete(r->handle);
   }
 };
 
@@ -183,7 +213,7 @@ int start_request(coll c, MPI_Comm comm, MPI_Request* request, Queue&& queue) {
     return report_error(c, comm, rc, "PMPI_Grequest_start failed");
   }
   try {
-    queue(complete_ireq{q});
+    queue(completion{.call = q});
   } catch (const std::exception& e) {
     q->code.store(MPI_ERR_OTHER);
     PMPI_Grequest_complete(q->handle);
@@ -194,27 +224,9 @@ int start_request(coll c, MPI_Comm comm, MPI_Request* request, Queue&& queue) {
   return MPI_SUCCESS;
 }
 
-/// Completes one run of a persistent collective (see `finish_persistent`) with its outcome,
-/// on the engine thread.
-struct complete_persistent {
-  persistent_collective* p;
-  void operator()(std::exception_ptr error) const noexcept {
-    if (error) {
-      try {
-        std::rethrow_exception(error);
-      } catch (const std::exception& e) {
-        print_error(p->c, e.what());
-      } catch (...) {
-        print_error(p->c, "unknown error");
-      }
-    }
-    finish_persistent(*p, error != nullptr);
-  }
-};
-
 /// Makes the persistent request of collective `c` on `comm` that `d` decided tcoll runs
 /// (`bytes` per run, counted at every MPI_Start): each MPI_Start calls `queue(done)`, which
-/// queues one run, `done` (a `complete_persistent`) completing it on the engine thread.
+/// queues one run, `done` (a `completion`) completing it on the engine thread.
 /// `queue` is copied into the request and must hold everything a run reads.
 template <class Queue>
 int init_persistent(coll c, MPI_Comm comm, const local_start& d, std::size_t bytes,
@@ -226,7 +238,7 @@ int init_persistent(coll c, MPI_Comm comm, const local_start& d, std::size_t byt
   p->algorithm = d.a;
   p->bytes = bytes;
   p->run = [queue = std::move(queue)](persistent_collective& self) {
-    queue(complete_persistent{&self});
+    queue(completion{.run = &self});
   };
   if (const int rc = make_persistent(std::move(p), request); rc != MPI_SUCCESS)
     return report_error(c, comm, rc, "PMPI_Recv_init (the persistent request) failed");

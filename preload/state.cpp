@@ -19,7 +19,11 @@
 #include <thread>
 #include <utility>
 
+#include <tcoll/reduce/runtime.hpp>
 #include <tcoll/schedule/engine.hpp>
+
+// the runtime kernels of the whole library, compiled here only (preload/meson.build)
+TCOLL_RUNTIME_KERNELS_INSTANCE
 
 #undef MPI_Finalize
 

@@ -47,12 +47,19 @@ array_kernel kernel_of(reduce_kind k) {
   });
 }
 
-/// Kernels of every (type, kind), and avg's division per type, built once.
+/// Kernels of every (type, kind), and avg's division per type.
 struct runtime_kernels {
   std::array<std::array<array_kernel, reduce_kind_count>, scalar_type_count> reduce{};
   std::array<average_kernel, scalar_type_count> average{};
 };
-inline const runtime_kernels& kernels() {
+
+/// The kernels, built once. A template only so that a program of several translation units
+/// can compile them in one of them: about a hundred vectorized loops, 3 s of an -O3 compile
+/// per translation unit that constructs a `runtime_op`. Such a program defines
+/// TCOLL_EXTERN_RUNTIME_KERNELS in every translation unit and writes
+/// TCOLL_RUNTIME_KERNELS_INSTANCE in one (the preload and allreduce_perf do).
+template <class = void>
+const runtime_kernels& kernel_table() {
   static const runtime_kernels table = [] {
     runtime_kernels k;
     for (int t = 0; t < scalar_type_count; ++t)
@@ -64,6 +71,13 @@ inline const runtime_kernels& kernels() {
     return k;
   }();
   return table;
+}
+#ifdef TCOLL_EXTERN_RUNTIME_KERNELS
+extern template const runtime_kernels& kernel_table<void>();
+#endif
+
+inline const runtime_kernels& kernels() {
+  return kernel_table();
 }
 
 } // namespace detail
@@ -110,3 +124,8 @@ inline void finalize_average(scalar_type type, void* data, std::size_t n, int nr
 }
 
 } // namespace tcoll
+
+/// Compiles the runtime kernel table in this translation unit: the one translation unit of a
+/// program built with TCOLL_EXTERN_RUNTIME_KERNELS that does (see `kernel_table`).
+#define TCOLL_RUNTIME_KERNELS_INSTANCE                                                             \
+  template const ::tcoll::detail::runtime_kernels& ::tcoll::detail::kernel_table<void>();
