@@ -2,7 +2,9 @@
 // (scalar_type, reduce_kind) that applies is the typed op's loop bit for bit (fractional
 // floats, random integer bits, every aliasing case); allreduce, reduce_scatter and reduce
 // with the type and op as values give the typed calls' results bit for bit on every rank
-// for every element size; kinds that do not apply are refused before any message.
+// for every element size, and so do typed calls with the CPU reducer, which run on the same
+// runtime-typed instantiations (communicator.hpp); kinds that do not apply are refused
+// before any message.
 #include <doctest/doctest.h>
 
 #include <cstdint>
@@ -149,16 +151,23 @@ TEST_CASE("runtime_op reduces every (type, kind) with the typed op's loop, bit f
 
 namespace {
 
-/// allreduce (ring), reduce_scatter and reduce of T under Op, typed and runtime-typed, on 5
-/// threads: the same bits on every rank, inputs untouched.
+/// The CPU reducer under a name of its own: a typed call with it is not lowered to the
+/// runtime-typed instantiations (communicator.hpp, `lowers_reduction`), so it runs the
+/// algorithms' typed instantiations, the reference of these tests.
+struct typed_reducer : tcoll::cpu_reducer {};
+
+/// allreduce (ring), reduce_scatter and reduce of T under Op, typed (the reference), typed with
+/// the CPU reducer (lowered to the runtime-typed path where T and Op allow) and runtime-typed,
+/// on 5 threads: the same bits on every rank, inputs untouched.
 template <class T, class Op>
 void check_against_typed(reduce_kind kind) {
   const scalar_type type = tcoll::scalar_type_of<T>();
   const Op op{};
   CAPTURE(std::string(tcoll::name_of(type)));
   CAPTURE(std::string(tcoll::name_of(kind)));
-  std::vector<std::vector<T>> typed(ranks), runtime(ranks), scattered(ranks), scattered_rt(ranks),
-      reduced(ranks), reduced_rt(ranks);
+  std::vector<std::vector<T>> typed(ranks), lowered(ranks), runtime(ranks), scattered(ranks),
+      scattered_lowered(ranks), scattered_rt(ranks), reduced(ranks), reduced_lowered(ranks),
+      reduced_rt(ranks);
   std::vector<int> input_kept(ranks, 0);
   tcoll::thread_team team(ranks);
   team.run([&](tcoll::thread_transport& t) {
@@ -166,18 +175,26 @@ void check_against_typed(reduce_kind kind) {
     const auto in = inputs<T>(n * ranks, r, kind);
     const auto copy = in;
     typed[r].resize(n);
+    lowered[r].resize(n);
     runtime[r].resize(n);
-    tcoll::allreduce(t, in.data(), typed[r].data(), n, op, tcoll::ring{});
+    tcoll::allreduce(t, in.data(), typed[r].data(), n, op, tcoll::ring{}, typed_reducer{});
+    tcoll::allreduce(t, in.data(), lowered[r].data(), n, op, tcoll::ring{});
     tcoll::allreduce(t, static_cast<const void*>(in.data()), runtime[r].data(), n, type, kind,
                      tcoll::ring{});
     scattered[r].resize(n / 4);
+    scattered_lowered[r].resize(n / 4);
     scattered_rt[r].resize(n / 4);
-    tcoll::reduce_scatter(t, in.data(), scattered[r].data(), n / 4, op);
+    tcoll::reduce_scatter(t, in.data(), scattered[r].data(), n / 4, op, tcoll::ring{},
+                          typed_reducer{});
+    tcoll::reduce_scatter(t, in.data(), scattered_lowered[r].data(), n / 4, op);
     tcoll::reduce_scatter(t, static_cast<const void*>(in.data()), scattered_rt[r].data(), n / 4,
                           type, kind);
     reduced[r].resize(n);
+    reduced_lowered[r].resize(n);
     reduced_rt[r].resize(n);
-    tcoll::reduce(t, in.data(), reduced[r].data(), n, 2, op);
+    tcoll::reduce(t, in.data(), reduced[r].data(), n, 2, op, tcoll::binomial_tree{},
+                  typed_reducer{});
+    tcoll::reduce(t, in.data(), reduced_lowered[r].data(), n, 2, op);
     tcoll::reduce(t, static_cast<const void*>(in.data()), reduced_rt[r].data(), n, 2, type, kind);
     input_kept[r] = in == copy;
   });
@@ -185,10 +202,13 @@ void check_against_typed(reduce_kind kind) {
     CAPTURE(r);
     CHECK(input_kept[r]);
     CHECK(same_values(runtime[r].data(), typed[r].data(), n));
+    CHECK(same_values(lowered[r].data(), typed[r].data(), n));
     CHECK(same_values(runtime[r].data(), runtime[0].data(), n));
     CHECK(same_values(scattered_rt[r].data(), scattered[r].data(), n / 4));
+    CHECK(same_values(scattered_lowered[r].data(), scattered[r].data(), n / 4));
   }
   CHECK(same_values(reduced_rt[2].data(), reduced[2].data(), n));
+  CHECK(same_values(reduced_lowered[2].data(), reduced[2].data(), n));
 }
 
 } // namespace
@@ -223,13 +243,14 @@ void check_float_in_place(reduce_kind kind) {
     const int r = t.rank();
     typed[r] = runtime[r] = inputs<float>(n, r, kind);
     tcoll::allreduce(t, typed[r].data(), typed[r].data(), n, Op{},
-                     tcoll::recursive_halving_doubling{});
+                     tcoll::recursive_halving_doubling{}, typed_reducer{});
     tcoll::allreduce(t, runtime[r].data(), runtime[r].data(), n, scalar_type::float32, kind,
                      tcoll::recursive_halving_doubling{});
     const std::vector<float> a = inputs<float>(n, r, kind);
     automatic[r].resize(n);
     automatic_rt[r].resize(n);
-    tcoll::allreduce(t, a.data(), automatic[r].data(), n, Op{});
+    tcoll::allreduce(t, a.data(), automatic[r].data(), n, Op{}, tcoll::automatic{},
+                     typed_reducer{});
     tcoll::allreduce(t, static_cast<const void*>(a.data()), automatic_rt[r].data(), n,
                      scalar_type::float32, kind);
   });

@@ -31,7 +31,10 @@
 #include "algorithm/select.hpp"
 #include "algorithm/tagged.hpp"
 #include "core/concepts.hpp"
+#include "core/scalar_type.hpp"
 #include "detail/collective_scope.hpp"
+#include "reduce/cpu.hpp"
+#include "reduce/runtime.hpp"
 
 namespace tcoll {
 
@@ -124,17 +127,69 @@ struct default_algorithm<C> {
 template <class C>
 using default_algorithm_t = typename default_algorithm<C>::type;
 
+// Host calls of scalar elements run on the runtime-typed instantiations: the algorithms see
+// `raw_element<sizeof(T)>` and, for a predefined op, a `runtime_op`, whose kernels are the
+// typed loops bit for bit (reduce/runtime.hpp). Every (type, op) of one element size then
+// shares one instantiation of each algorithm, as the runtime-typed entry points and the
+// integrations already did; a user op, another reducer or another element type runs typed.
+
+/// Does a reduction of `T` under `Op` with reducer `R` run on the runtime-typed path?
+template <class T, class Op, class R>
+constexpr bool lowers_reduction() {
+  if constexpr (std::is_same_v<R, cpu_reducer> && is_scalar_element<T> && is_predefined_op<Op>)
+    return reduces(scalar_type_of<T>(), reduce_kind_of<Op>());
+  else
+    return false;
+}
+
+/// Does a collective that moves `T` elements with reducer `R` run on the raw elements?
+template <class T, class R>
+inline constexpr bool lowers_elements = std::is_same_v<R, cpu_reducer>&& is_scalar_element<T>;
+
+/// `p` as the algorithms see it: the raw elements of its size where the call runs on them
+/// (`lowers_elements`), itself otherwise.
+template <class R, class T>
+auto lowered(T* p) {
+  using E = raw_element<sizeof(T)>;
+  if constexpr (lowers_elements<std::remove_const_t<T>, R>)
+    return reinterpret_cast<std::conditional_t<std::is_const_v<T>, const E, E>*>(p);
+  else
+    return p;
+}
+
+/// Runs `run(sendbuf, recvbuf, op)` as the algorithms see them: raw elements and the
+/// `runtime_op` of (`T`, `Op`) where the reduction is lowered, then avg's division of the
+/// `count` elements at `result` (null: no result on this rank) as the typed op finalizes;
+/// the call's own otherwise.
+template <class T, class Op, class R, class C, class Run>
+void reduce_lowered(C& c, const T* sendbuf, T* recvbuf, const Op& op, T* result, std::size_t count,
+                    Run&& run) {
+  if constexpr (lowers_reduction<T, Op, R>()) {
+    run(lowered<R>(sendbuf), lowered<R>(recvbuf), runtime_op::of<T, Op>());
+    if constexpr (finalizing_op<Op>)
+      if (result) cpu_reducer{}.finalize(op, result, count, c.size());
+  } else {
+    run(sendbuf, recvbuf, op);
+  }
+}
+
 /// An allreduce on `c` in the message spaces `tags` drawn by `begin_on`, arguments already
 /// checked (the caller runs it under `guarded_on`).
 template <transport Tr, class T, class Op, class Algo, reducer R>
 void allreduce_on(Tr& t, int tag, const T* sendbuf, T* recvbuf, std::size_t count, const Op& op,
                   const Algo& algo, R& red) {
-  allreduce_tagged(t, tag, sendbuf, recvbuf, count, op, algo, red);
+  reduce_lowered<T, Op, R>(t, sendbuf, recvbuf, op, recvbuf, count,
+                           [&](auto send, auto recv, const auto& o) {
+                             allreduce_tagged(t, tag, send, recv, count, o, algo, red);
+                           });
 }
 template <composite_communicator C, class T, class Op, class Algo, reducer R>
 void allreduce_on(C& c, const collective_tags_t<C>& tags, const T* sendbuf, T* recvbuf,
                   std::size_t count, const Op& op, const Algo& algo, R& red) {
-  c.allreduce_tagged(tags, sendbuf, recvbuf, count, op, algo, red);
+  reduce_lowered<T, Op, R>(c, sendbuf, recvbuf, op, recvbuf, count,
+                           [&](auto send, auto recv, const auto& o) {
+                             c.allreduce_tagged(tags, send, recv, count, o, algo, red);
+                           });
 }
 
 // Every other collective on `c` in the message spaces `tags`, arguments already checked:
@@ -144,71 +199,92 @@ void allreduce_on(C& c, const collective_tags_t<C>& tags, const T* sendbuf, T* r
 template <transport Tr, class T, class Op, block_algorithm Algo, reducer R>
 void reduce_scatter_on(Tr& t, int tag, const T* sendbuf, T* recvbuf, std::size_t count,
                        const Op& op, const Algo& algo, R& red) {
-  reduce_scatter_tagged(t, tag, sendbuf, recvbuf, count, op, algo, red);
+  reduce_lowered<T, Op, R>(t, sendbuf, recvbuf, op, recvbuf, count,
+                           [&](auto send, auto recv, const auto& o) {
+                             reduce_scatter_tagged(t, tag, send, recv, count, o, algo, red);
+                           });
 }
 template <composite_communicator C, class T, class Op, block_algorithm Algo, reducer R>
 void reduce_scatter_on(C& c, const collective_tags_t<C>& tags, const T* sendbuf, T* recvbuf,
                        std::size_t count, const Op& op, const Algo&, R& red) {
-  c.reduce_scatter_tagged(tags, sendbuf, recvbuf, count, op, ring{}, red);
+  reduce_lowered<T, Op, R>(c, sendbuf, recvbuf, op, recvbuf, count,
+                           [&](auto send, auto recv, const auto& o) {
+                             c.reduce_scatter_tagged(tags, send, recv, count, o, ring{}, red);
+                           });
 }
 
 template <transport Tr, class T, block_algorithm Algo, reducer R>
 void allgather_on(Tr& t, int tag, const T* sendbuf, T* recvbuf, std::size_t count, const Algo& algo,
                   R& red) {
-  allgather_tagged(t, tag, sendbuf, recvbuf, count, algo, red);
+  allgather_tagged(t, tag, lowered<R>(sendbuf), lowered<R>(recvbuf), count, algo, red);
 }
 template <composite_communicator C, class T, block_algorithm Algo, reducer R>
 void allgather_on(C& c, const collective_tags_t<C>& tags, const T* sendbuf, T* recvbuf,
                   std::size_t count, const Algo&, R& red) {
-  c.allgather_tagged(tags, sendbuf, recvbuf, count, ring{}, red);
+  c.allgather_tagged(tags, lowered<R>(sendbuf), lowered<R>(recvbuf), count, ring{}, red);
 }
 
 template <transport Tr, class T, class Op, reducer R>
 void reduce_scatterv_on(Tr& t, int tag, const T* sendbuf, T* recvbuf,
                         std::span<const std::size_t> counts, std::span<const std::size_t> offsets,
                         const Op& op, const ring& algo, R& red) {
-  reduce_scatterv_tagged(t, tag, sendbuf, recvbuf, counts, offsets, op, algo, red);
+  reduce_lowered<T, Op, R>(
+      t, sendbuf, recvbuf, op, recvbuf, counts[t.rank()], [&](auto send, auto recv, const auto& o) {
+        reduce_scatterv_tagged(t, tag, send, recv, counts, offsets, o, algo, red);
+      });
 }
 template <composite_communicator C, class T, class Op, reducer R>
 void reduce_scatterv_on(C& c, const collective_tags_t<C>& tags, const T* sendbuf, T* recvbuf,
                         std::span<const std::size_t> counts, std::span<const std::size_t> offsets,
                         const Op& op, const ring& algo, R& red) {
-  c.reduce_scatterv_tagged(tags, sendbuf, recvbuf, counts, offsets, op, algo, red);
+  reduce_lowered<T, Op, R>(
+      c, sendbuf, recvbuf, op, recvbuf, counts[c.rank()], [&](auto send, auto recv, const auto& o) {
+        c.reduce_scatterv_tagged(tags, send, recv, counts, offsets, o, algo, red);
+      });
 }
 
 template <transport Tr, class T, reducer R>
 void allgatherv_on(Tr& t, int tag, const T* sendbuf, T* recvbuf,
                    std::span<const std::size_t> counts, std::span<const std::size_t> displs,
                    std::size_t extent, const ring& algo, R& red) {
-  allgatherv_tagged(t, tag, sendbuf, recvbuf, counts, displs, extent, algo, red);
+  allgatherv_tagged(t, tag, lowered<R>(sendbuf), lowered<R>(recvbuf), counts, displs, extent, algo,
+                    red);
 }
 template <composite_communicator C, class T, reducer R>
 void allgatherv_on(C& c, const collective_tags_t<C>& tags, const T* sendbuf, T* recvbuf,
                    std::span<const std::size_t> counts, std::span<const std::size_t> displs,
                    std::size_t extent, const ring& algo, R& red) {
-  c.allgatherv_tagged(tags, sendbuf, recvbuf, counts, displs, extent, algo, red);
+  c.allgatherv_tagged(tags, lowered<R>(sendbuf), lowered<R>(recvbuf), counts, displs, extent, algo,
+                      red);
 }
 
 template <transport Tr, class T, broadcast_algorithm Algo, reducer R>
 void broadcast_on(Tr& t, int tag, T* buffer, std::size_t count, int root, const Algo& algo,
                   R& red) {
-  broadcast_tagged(t, tag, buffer, count, root, algo, red);
+  broadcast_tagged(t, tag, lowered<R>(buffer), count, root, algo, red);
 }
 template <composite_communicator C, class T, broadcast_algorithm Algo, reducer R>
 void broadcast_on(C& c, const collective_tags_t<C>& tags, T* buffer, std::size_t count, int root,
                   const Algo&, R& red) {
-  c.broadcast_tagged(tags, buffer, count, root, binomial_tree{}, red);
+  c.broadcast_tagged(tags, lowered<R>(buffer), count, root, binomial_tree{}, red);
 }
 
 template <transport Tr, class T, class Op, reduce_algorithm Algo, reducer R>
 void reduce_on(Tr& t, int tag, const T* sendbuf, T* recvbuf, std::size_t count, int root,
                const Op& op, const Algo& algo, R& red) {
-  reduce_tagged(t, tag, sendbuf, recvbuf, count, root, op, algo, red);
+  reduce_lowered<T, Op, R>(t, sendbuf, recvbuf, op, t.rank() == root ? recvbuf : nullptr, count,
+                           [&](auto send, auto recv, const auto& o) {
+                             reduce_tagged(t, tag, send, recv, count, root, o, algo, red);
+                           });
 }
 template <composite_communicator C, class T, class Op, reduce_algorithm Algo, reducer R>
 void reduce_on(C& c, const collective_tags_t<C>& tags, const T* sendbuf, T* recvbuf,
                std::size_t count, int root, const Op& op, const Algo&, R& red) {
-  c.reduce_tagged(tags, sendbuf, recvbuf, count, root, op, binomial_tree{}, red);
+  reduce_lowered<T, Op, R>(c, sendbuf, recvbuf, op, c.rank() == root ? recvbuf : nullptr, count,
+                           [&](auto send, auto recv, const auto& o) {
+                             c.reduce_tagged(tags, send, recv, count, root, o, binomial_tree{},
+                                             red);
+                           });
 }
 
 /// All-to-all of `count` elements per pair; `in_place` when sendbuf == recvbuf. `red` makes
@@ -217,12 +293,13 @@ void reduce_on(C& c, const collective_tags_t<C>& tags, const T* sendbuf, T* recv
 template <transport Tr, class T, alltoall_algorithm A, reducer R>
 void alltoall_on(Tr& t, int tag, const T* sendbuf, T* recvbuf, std::size_t count, bool in_place,
                  const A& algo, R& red) {
-  alltoall_tagged(t, tag, sendbuf, recvbuf, count, in_place, algo, red);
+  alltoall_tagged(t, tag, lowered<R>(sendbuf), lowered<R>(recvbuf), count, in_place, algo, red);
 }
 template <composite_communicator C, class T, alltoall_algorithm A, reducer R>
 void alltoall_on(C& c, const collective_tags_t<C>& tags, const T* sendbuf, T* recvbuf,
                  std::size_t count, bool in_place, const A& algo, R& red) {
-  c.alltoall_tagged(tags, sendbuf, recvbuf, count, in_place, uneven_exchange_of(algo), red);
+  c.alltoall_tagged(tags, lowered<R>(sendbuf), lowered<R>(recvbuf), count, in_place,
+                    uneven_exchange_of(algo), red);
 }
 
 /// All-to-all with a block of its own size for every pair (see `alltoallv`).
@@ -232,8 +309,8 @@ void alltoallv_on(Tr& t, int tag, const T* sendbuf, std::span<const std::size_t>
                   std::span<const std::size_t> recv_counts,
                   std::span<const std::size_t> recv_displs, bool in_place,
                   const pairwise_exchange& algo, R& red) {
-  alltoallv_tagged(t, tag, sendbuf, send_counts, send_displs, recvbuf, recv_counts, recv_displs,
-                   in_place, algo, red);
+  alltoallv_tagged(t, tag, lowered<R>(sendbuf), send_counts, send_displs, lowered<R>(recvbuf),
+                   recv_counts, recv_displs, in_place, algo, red);
 }
 template <composite_communicator C, class T, reducer R>
 void alltoallv_on(C& c, const collective_tags_t<C>& tags, const T* sendbuf,
@@ -242,8 +319,8 @@ void alltoallv_on(C& c, const collective_tags_t<C>& tags, const T* sendbuf,
                   std::span<const std::size_t> recv_counts,
                   std::span<const std::size_t> recv_displs, bool in_place,
                   const pairwise_exchange& algo, R& red) {
-  c.alltoallv_tagged(tags, sendbuf, send_counts, send_displs, recvbuf, recv_counts, recv_displs,
-                     in_place, algo, red);
+  c.alltoallv_tagged(tags, lowered<R>(sendbuf), send_counts, send_displs, lowered<R>(recvbuf),
+                     recv_counts, recv_displs, in_place, algo, red);
 }
 
 /// Gather of `count` elements per rank to `root`. `blocks`: the root's blocks, checked by
@@ -257,7 +334,7 @@ template <composite_communicator C, class T, reducer R>
 void gather_on(C& c, const collective_tags_t<C>& tags, const T* sendbuf, T* recvbuf,
                std::size_t count, int root, const std::vector<root_block>&, const linear& algo,
                R& red) {
-  c.gather_tagged(tags, sendbuf, recvbuf, count, root, algo, red);
+  c.gather_tagged(tags, lowered<R>(sendbuf), lowered<R>(recvbuf), count, root, algo, red);
 }
 
 /// Scatter of `count` elements per rank from `root` (`blocks` as for gather).
@@ -270,7 +347,7 @@ template <composite_communicator C, class T, reducer R>
 void scatter_on(C& c, const collective_tags_t<C>& tags, const T* sendbuf, T* recvbuf,
                 std::size_t count, int root, const std::vector<root_block>&, const linear& algo,
                 R& red) {
-  c.scatter_tagged(tags, sendbuf, recvbuf, count, root, algo, red);
+  c.scatter_tagged(tags, lowered<R>(sendbuf), lowered<R>(recvbuf), count, root, algo, red);
 }
 
 /// Gather with a block of its own size per rank (see `gatherv`). `blocks`: the root's
@@ -287,7 +364,8 @@ void gatherv_on(C& c, const collective_tags_t<C>& tags, const T* sendbuf, std::s
                 T* recvbuf, std::span<const std::size_t> recv_counts,
                 std::span<const std::size_t> recv_displs, int root, const std::vector<root_block>&,
                 const linear& algo, R& red) {
-  c.gatherv_tagged(tags, sendbuf, send_count, recvbuf, recv_counts, recv_displs, root, algo, red);
+  c.gatherv_tagged(tags, lowered<R>(sendbuf), send_count, lowered<R>(recvbuf), recv_counts,
+                   recv_displs, root, algo, red);
 }
 
 /// Scatter with a block of its own size per rank (see `scatterv`).
@@ -303,7 +381,8 @@ void scatterv_on(C& c, const collective_tags_t<C>& tags, const T* sendbuf,
                  std::span<const std::size_t> send_counts, std::span<const std::size_t> send_displs,
                  T* recvbuf, std::size_t recv_count, int root, const std::vector<root_block>&,
                  const linear& algo, R& red) {
-  c.scatterv_tagged(tags, sendbuf, send_counts, send_displs, recvbuf, recv_count, root, algo, red);
+  c.scatterv_tagged(tags, lowered<R>(sendbuf), send_counts, send_displs, lowered<R>(recvbuf),
+                    recv_count, root, algo, red);
 }
 
 template <transport Tr, reducer R>

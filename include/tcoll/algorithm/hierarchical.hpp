@@ -19,6 +19,7 @@
 #include "../core/concepts.hpp"
 #include "../core/error.hpp"
 #include "../core/ops.hpp"
+#include "../core/scalar_type.hpp"
 #include "../detail/collective_scope.hpp"
 #include "binomial_tree.hpp"
 #include "dissemination.hpp"
@@ -163,30 +164,38 @@ public:
     via_leaders{}.allgatherv(*this, tags, sendbuf, recvbuf, counts, displs, binomial_tree{}, red);
   }
   /// Without the group map (`hierarchy_shape::groups`), a sum allreduce of a table that is
-  /// zero but for this rank's block: twice the traffic, the same bits on every rank (a -0.0
-  /// element arrives as +0.0), what machines built before the map existed get.
+  /// zero but for this rank's block: twice the traffic, the same bits on every rank, what
+  /// machines built before the map existed get. Raw elements (the host calls of every
+  /// scalar type) are summed as unsigned integers of their width, which keeps every bit; a
+  /// float summed as itself turns -0.0 into +0.0.
   template <class T, reducer R>
   void allgather_tagged(std::pair<int, int> tags, const T* sendbuf, T* recvbuf, std::size_t count,
-                        const ring&, R& red) {
+                        const ring& algo, R& red) {
     if (!map_.groups.empty())
       return via_leaders{}.allgather(*this, tags, sendbuf, recvbuf, count, binomial_tree{}, red);
-    const std::size_t all = count * static_cast<std::size_t>(size());
-    const std::size_t own = count * static_cast<std::size_t>(rank());
-    // zeros around this rank's block, which in place already holds the input (zeroing the
-    // whole table first lost it: every block came back zero)
-    const std::vector<T> zeros(std::max(own, all - own - count), T(0));
-    const auto zero = [&](T* at, std::size_t n) {
-      if (n == 0) return;
-      if constexpr (host_device_copies<R>) // a device reducer's copy may not read host memory
-        red.copy_from_host(at, zeros.data(), n);
-      else
-        red.copy(at, zeros.data(), n);
-    };
-    zero(recvbuf, own);
-    zero(recvbuf + own + count, all - own - count);
-    if (sendbuf != recvbuf + own) red.copy(recvbuf + own, sendbuf, count);
-    red.synchronize();
-    allreduce_tagged(tags, recvbuf, recvbuf, all, sum_op{}, hierarchical_options<ring>{}, red);
+    using Bits = typename raw_bits<T>::type;
+    if constexpr (!std::is_same_v<Bits, T>) {
+      allgather_tagged(tags, reinterpret_cast<const Bits*>(sendbuf),
+                       reinterpret_cast<Bits*>(recvbuf), count, algo, red);
+    } else {
+      const std::size_t all = count * static_cast<std::size_t>(size());
+      const std::size_t own = count * static_cast<std::size_t>(rank());
+      // zeros around this rank's block, which in place already holds the input (zeroing the
+      // whole table first lost it: every block came back zero)
+      const std::vector<T> zeros(std::max(own, all - own - count), T(0));
+      const auto zero = [&](T* at, std::size_t n) {
+        if (n == 0) return;
+        if constexpr (host_device_copies<R>) // a device reducer's copy may not read host memory
+          red.copy_from_host(at, zeros.data(), n);
+        else
+          red.copy(at, zeros.data(), n);
+      };
+      zero(recvbuf, own);
+      zero(recvbuf + own + count, all - own - count);
+      if (sendbuf != recvbuf + own) red.copy(recvbuf + own, sendbuf, count);
+      red.synchronize();
+      allreduce_tagged(tags, recvbuf, recvbuf, all, sum_op{}, hierarchical_options<ring>{}, red);
+    }
   }
   template <class T, reducer R>
   void broadcast_tagged(std::pair<int, int> tags, T* buffer, std::size_t count, int root,

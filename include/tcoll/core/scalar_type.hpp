@@ -223,6 +223,27 @@ constexpr reduce_kind reduce_kind_of() {
   }
 }
 
+/// Is `Op` one of tcoll's predefined ops (`sum_op` ... `lxor_op`), the ones with a
+/// `reduce_kind`?
+template <class Op>
+inline constexpr bool is_predefined_op =
+    std::is_same_v<Op, sum_op> || std::is_same_v<Op, prod_op> || std::is_same_v<Op, min_op> ||
+    std::is_same_v<Op, max_op> || std::is_same_v<Op, avg_op> || std::is_same_v<Op, band_op> ||
+    std::is_same_v<Op, bor_op> || std::is_same_v<Op, bxor_op> || std::is_same_v<Op, land_op> ||
+    std::is_same_v<Op, lor_op> || std::is_same_v<Op, lxor_op>;
+
+/// Is `T` the C++ type of a `scalar_type` (the twelve of `visit_scalar_type` but long
+/// double, whose padding bytes no two copies need to agree on)? Exactly that type: `long
+/// long` beside a 64-bit `long` (std::int64_t) is not.
+template <class T>
+inline constexpr bool is_scalar_element =
+    std::is_same_v<T, std::int8_t> || std::is_same_v<T, std::uint8_t> ||
+    std::is_same_v<T, std::int16_t> || std::is_same_v<T, std::uint16_t> ||
+    std::is_same_v<T, std::int32_t> || std::is_same_v<T, std::uint32_t> ||
+    std::is_same_v<T, std::int64_t> || std::is_same_v<T, std::uint64_t> ||
+    std::is_same_v<T, half> || std::is_same_v<T, bfloat16> || std::is_same_v<T, float> ||
+    std::is_same_v<T, double>;
+
 /// An op that says its element type and kind at run time (`runtime_op`): a transport with a
 /// vendor collective maps them to its own (MPI_FLOAT and MPI_SUM, ncclFloat and ncclSum).
 template <class Op>
@@ -237,6 +258,29 @@ template <std::size_t N>
 struct raw_element {
   static_assert(N == 1 || N == 2 || N == 4 || N == 8 || N == 16, "tcoll: element size");
   alignas(N) std::byte bytes[N];
+};
+
+/// The unsigned integer as wide as `T` where `T` is a `raw_element` of 1-8 bytes (for code that
+/// needs arithmetic on the bits, such as adding zeros), `T` itself otherwise.
+template <class T>
+struct raw_bits {
+  using type = T;
+};
+template <>
+struct raw_bits<raw_element<1>> {
+  using type = std::uint8_t;
+};
+template <>
+struct raw_bits<raw_element<2>> {
+  using type = std::uint16_t;
+};
+template <>
+struct raw_bits<raw_element<4>> {
+  using type = std::uint32_t;
+};
+template <>
+struct raw_bits<raw_element<8>> {
+  using type = std::uint64_t;
 };
 
 /// Calls `f(type_tag<raw_element<N>>{})` for the element size `bytes` (1, 2, 4, 8 or 16).

@@ -9,6 +9,7 @@
 #include <cstddef>
 #include <string>
 #include <string_view>
+#include <type_traits>
 
 #include "../core/error.hpp"
 #include "../core/ops.hpp"
@@ -104,6 +105,16 @@ public:
                                  std::string(name_of(type)) + " elements",
                              rank);
   }
+  /// The op of the C++ element type `T` and predefined op `Op` (a kind that applies to `T`),
+  /// with its one kernel: no kernel table is built (what the typed calls that run on the
+  /// runtime-typed path take, communicator.hpp).
+  template <class T, class Op>
+  static runtime_op of() {
+    constexpr reduce_kind kind = reduce_kind_of<Op>();
+    static_assert(reduces(scalar_type_of<T>(), kind), "tcoll: the op does not apply to T");
+    using Kernel = std::conditional_t<kind == reduce_kind::avg, sum_op, Op>; // avg: a sum
+    return runtime_op(scalar_type_of<T>(), kind, &detail::reduce_array<T, Kernel>);
+  }
   scalar_type type() const noexcept { return type_; }
   reduce_kind kind() const noexcept { return kind_; }
   /// dst[i] = op(a[i], b[i]) over n elements; dst may be a or b (exactly), else no overlap.
@@ -112,6 +123,9 @@ public:
   }
 
 private:
+  runtime_op(scalar_type type, reduce_kind kind, detail::array_kernel kernel) noexcept
+      : type_(type), kind_(kind), kernel_(kernel) {}
+
   scalar_type type_;
   reduce_kind kind_;
   detail::array_kernel kernel_ = nullptr;

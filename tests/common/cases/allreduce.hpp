@@ -31,7 +31,8 @@ struct matrix_options {
 /// element type only through its size and the reducer's kernel, so one instantiation per
 /// element size covers them (tests/threads_runtime_types.cpp proves the runtime path equal
 /// to the typed one, kernel by kernel and size by size). float, the non-commutative user
-/// op and every other reducer run the typed call.
+/// op and every other reducer run the typed call (float's, on the CPU reducer, runs on the
+/// same runtime-typed instantiations: communicator.hpp, `lowers_reduction`).
 template <class T, class Op, class Buffers>
 constexpr bool runs_runtime_typed() {
   return std::is_same_v<decltype(std::declval<const Buffers&>().reducer()), cpu_reducer> &&
