@@ -232,9 +232,9 @@ inline constexpr bool is_predefined_op =
     std::is_same_v<Op, bor_op> || std::is_same_v<Op, bxor_op> || std::is_same_v<Op, land_op> ||
     std::is_same_v<Op, lor_op> || std::is_same_v<Op, lxor_op>;
 
-/// Is `T` the C++ type of a `scalar_type` (the twelve of `visit_scalar_type` but long
-/// double, whose padding bytes no two copies need to agree on)? Exactly that type: `long
-/// long` beside a 64-bit `long` (std::int64_t) is not.
+/// Is `T` the C++ type `visit_scalar_type` gives a `scalar_type` other than `long_double`
+/// (whose padding bytes no two copies need to agree on)? Exactly that type: `long long`
+/// beside a 64-bit `long` (std::int64_t) is not.
 template <class T>
 inline constexpr bool is_scalar_element =
     std::is_same_v<T, std::int8_t> || std::is_same_v<T, std::uint8_t> ||
