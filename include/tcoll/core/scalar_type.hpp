@@ -266,21 +266,12 @@ template <class T>
 struct raw_bits {
   using type = T;
 };
-template <>
-struct raw_bits<raw_element<1>> {
-  using type = std::uint8_t;
-};
-template <>
-struct raw_bits<raw_element<2>> {
-  using type = std::uint16_t;
-};
-template <>
-struct raw_bits<raw_element<4>> {
-  using type = std::uint32_t;
-};
-template <>
-struct raw_bits<raw_element<8>> {
-  using type = std::uint64_t;
+template <std::size_t N>
+requires(N <= 8) struct raw_bits<raw_element<N>> {
+  using type = std::conditional_t<
+      N == 1, std::uint8_t,
+      std::conditional_t<N == 2, std::uint16_t,
+                         std::conditional_t<N == 4, std::uint32_t, std::uint64_t>>>;
 };
 
 /// Calls `f(type_tag<raw_element<N>>{})` for the element size `bytes` (1, 2, 4, 8 or 16).
