@@ -8,6 +8,7 @@
 #include <string_view>
 
 #include "../core/collective_table.hpp"
+#include "../core/traffic.hpp"
 #include "../detail/schedule.hpp"
 
 namespace tcoll {
@@ -18,6 +19,19 @@ struct binomial_tree {
   static constexpr algorithm_id id = algorithm_id::binomial_tree;
   static constexpr std::string_view name = to_string(id);
   static constexpr bool keeps_operand_order = true;
+
+  /// The busiest rank's traffic (core/traffic.hpp) as `c` of `bytes` (the vector), ceil(lg
+  /// P) rounds for any P, nothing overlapped. broadcast: the root sends the vector ceil(lg P)
+  /// times, every other rank receives it once; reduce: the mirror image, the root reducing
+  /// what it receives; allreduce: the reduce, then the broadcast (the root's sums).
+  static constexpr rank_traffic traffic(collective c, double bytes, int ranks) noexcept {
+    if (ranks <= 1) return {};
+    const double rounds = detail::ceil_log2(static_cast<std::uint64_t>(ranks));
+    if (c == collective::broadcast) return {rounds, 1.0, rounds * bytes, bytes, 0.0, 0.0, 0.0};
+    if (c == collective::reduce)
+      return {1.0, rounds, bytes, rounds * bytes, rounds * bytes, 0.0, 0.0};
+    return {rounds, rounds, rounds * bytes, rounds * bytes, rounds * bytes, 0.0, 0.0};
+  }
 
   template <class Sink>
   void allreduce(Sink& s, const detail::layout& L) const {

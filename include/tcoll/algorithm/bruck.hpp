@@ -24,6 +24,7 @@
 #include "../core/collective_table.hpp"
 #include "../core/concepts.hpp"
 #include "../core/error.hpp"
+#include "../core/traffic.hpp"
 
 namespace tcoll {
 
@@ -40,6 +41,19 @@ struct bruck {
     for (int i = 1; i < ranks; ++i)
       if (i & k) ++n;
     return n;
+  }
+
+  /// The busiest rank's traffic (core/traffic.hpp) as an all-to-all of `bytes` (one rank's
+  /// P blocks): ceil(lg P) full-duplex rounds, round k moving `slots_moved(P, k)` blocks.
+  static constexpr rank_traffic traffic(collective, double bytes, int ranks) noexcept {
+    if (ranks <= 1) return {};
+    double rounds = 0, blocks = 0;
+    for (int k = 1; k < ranks; k *= 2) {
+      rounds += 1;
+      blocks += static_cast<double>(slots_moved(ranks, k));
+    }
+    const double moved = blocks * bytes / ranks;
+    return {rounds, rounds, moved, moved, 0.0, rounds, moved};
   }
 
   /// All-to-all of `block_bytes` per pair in the message space `tag`: block q of `send`

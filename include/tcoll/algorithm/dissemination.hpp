@@ -10,6 +10,7 @@
 #include "../core/collective_table.hpp"
 #include "../core/concepts.hpp"
 #include "../core/error.hpp"
+#include "../core/traffic.hpp"
 #include "../detail/executor.hpp"
 
 namespace tcoll {
@@ -19,6 +20,14 @@ struct dissemination {
   /// Its line in the table of collectives (core/collective_table.hpp).
   static constexpr algorithm_id id = algorithm_id::dissemination;
   static constexpr std::string_view name = to_string(id);
+
+  /// The busiest rank's traffic (core/traffic.hpp) as a barrier: ceil(lg P) full-duplex
+  /// rounds of one byte (`bytes` is not read).
+  static constexpr rank_traffic traffic(collective, double, int ranks) noexcept {
+    if (ranks <= 1) return {};
+    const double rounds = detail::ceil_log2(static_cast<std::uint64_t>(ranks));
+    return {rounds, rounds, rounds, rounds, 0.0, rounds, rounds};
+  }
 
   /// The barrier in the message space `tag`; every wait is bounded by the transport's
   /// timeout (a rank that never arrives is a `timeout_error` naming the peer waited for).

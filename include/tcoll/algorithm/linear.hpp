@@ -14,6 +14,7 @@
 #include "../core/collective_table.hpp"
 #include "../core/concepts.hpp"
 #include "../core/error.hpp"
+#include "../core/traffic.hpp"
 
 namespace tcoll {
 
@@ -28,6 +29,16 @@ struct linear {
   /// Its line in the table of collectives (core/collective_table.hpp).
   static constexpr algorithm_id id = algorithm_id::linear;
   static constexpr std::string_view name = to_string(id);
+
+  /// The busiest rank's traffic (core/traffic.hpp) as `c` of `bytes` (the root's P blocks,
+  /// equal): gather(v), the root receives P-1 blocks and every other rank sends one;
+  /// scatter(v) is its mirror image. Nothing overlaps.
+  static constexpr rank_traffic traffic(collective c, double bytes, int ranks) noexcept {
+    if (ranks <= 1) return {};
+    const double p = ranks;
+    const rank_traffic gather{1.0, p - 1, bytes / p, (p - 1) / p * bytes, 0.0, 0.0, 0.0};
+    return c == collective::gather || c == collective::gatherv ? gather : gather.mirrored();
+  }
 
   /// Gather in the message space `tag`: every rank but `root` sends `mine` (`bytes`); the
   /// root receives rank q's into `blocks[q]` (one per rank; its own block is copied from

@@ -21,6 +21,7 @@
 #include "../core/collective_table.hpp"
 #include "../core/concepts.hpp"
 #include "../core/error.hpp"
+#include "../core/traffic.hpp"
 
 namespace tcoll {
 
@@ -38,6 +39,14 @@ struct pairwise_exchange {
   /// Its line in the table of collectives (core/collective_table.hpp).
   static constexpr algorithm_id id = algorithm_id::pairwise_exchange;
   static constexpr std::string_view name = to_string(id);
+
+  /// The busiest rank's traffic (core/traffic.hpp) as an all-to-all of `bytes` (one rank's
+  /// P blocks, equal): P-1 full-duplex rounds of one block (the own block is a local copy).
+  static constexpr rank_traffic traffic(collective, double bytes, int ranks) noexcept {
+    if (ranks <= 1) return {};
+    const double p = ranks, moved = (p - 1) / p * bytes;
+    return {p - 1, p - 1, moved, moved, 0.0, p - 1, moved};
+  }
   /// Blocks up to this size are exchanged all at once (see the file comment); 0: never.
   std::size_t all_posted_max_bytes = 16384;
 

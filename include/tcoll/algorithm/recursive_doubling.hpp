@@ -10,6 +10,7 @@
 #include <string_view>
 
 #include "../core/collective_table.hpp"
+#include "../core/traffic.hpp"
 #include "../detail/schedule.hpp"
 #include "detail/fold.hpp"
 
@@ -21,6 +22,17 @@ struct recursive_doubling {
   static constexpr algorithm_id id = algorithm_id::recursive_doubling;
   static constexpr std::string_view name = to_string(id);
   static constexpr bool keeps_operand_order = true;
+
+  /// The busiest rank's traffic (core/traffic.hpp) as an allreduce of `bytes`: lg P'
+  /// full-duplex exchanges of the whole vector on the core P' = 2^floor(lg P), each reduced,
+  /// plus the fold (`detail::fold_traffic`).
+  static constexpr rank_traffic traffic(collective, double bytes, int ranks) noexcept {
+    if (ranks <= 1) return {};
+    const double rounds = detail::floor_log2(static_cast<std::uint64_t>(ranks));
+    const rank_traffic core{rounds,         rounds, rounds * bytes, rounds * bytes,
+                            rounds * bytes, rounds, rounds * bytes};
+    return core + detail::fold_traffic(bytes, ranks);
+  }
 
   template <class Sink>
   void allreduce(Sink& s, const detail::layout& L) const {

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "../core/collective_table.hpp"
+#include "../core/traffic.hpp"
 #include "../detail/schedule.hpp"
 #include "detail/fold.hpp"
 
@@ -21,6 +22,20 @@ struct recursive_halving_doubling {
   static constexpr algorithm_id id = algorithm_id::recursive_halving_doubling;
   static constexpr std::string_view name = to_string(id);
   static constexpr bool keeps_operand_order = true;
+
+  /// The busiest rank's traffic (core/traffic.hpp) as an allreduce of `bytes`: reduce-
+  /// scatter by recursive halving then allgather by recursive doubling on the core P' (2 lg
+  /// P' full-duplex exchanges moving (P'-1)/P' n each way per phase, the halving's reduced),
+  /// plus the fold (`detail::fold_traffic`).
+  static constexpr rank_traffic traffic(collective, double bytes, int ranks) noexcept {
+    if (ranks <= 1) return {};
+    const int core_ranks = detail::floor_pow2(ranks);
+    const double p = core_ranks;
+    const double rounds = 2.0 * detail::floor_log2(static_cast<std::uint64_t>(core_ranks));
+    const double half = (p - 1) / p * bytes;
+    const rank_traffic core{rounds, rounds, 2 * half, 2 * half, half, rounds, 2 * half};
+    return core + detail::fold_traffic(bytes, ranks);
+  }
 
   template <class Sink>
   void allreduce(Sink& s, const detail::layout& L) const {

@@ -13,6 +13,7 @@
 #include <string_view>
 
 #include "../core/collective_table.hpp"
+#include "../core/traffic.hpp"
 #include "../detail/schedule.hpp"
 
 namespace tcoll {
@@ -35,6 +36,21 @@ struct ring {
   static constexpr std::string_view name = to_string(id);
   /// Ring reorders operands (each chunk starts at a different rank): commutative ops only.
   static constexpr bool keeps_operand_order = false;
+
+  /// The busiest rank's traffic (core/traffic.hpp) as `c`, `bytes` its size measure.
+  /// allreduce: reduce-scatter ring + allgather ring, any P: 2(P-1) full-duplex rounds of a
+  /// chunk of n/P each way, P-1 of them reduced. reduce_scatter(v) and allgather(v): P-1
+  /// full-duplex rounds of one block of n/P, reduced for reduce_scatter.
+  static constexpr rank_traffic traffic(collective c, double bytes, int ranks) noexcept {
+    if (ranks <= 1) return {};
+    const double p = ranks, moved = (p - 1) / p * bytes;
+    if (c == collective::allreduce) {
+      const double both = 2.0 * (p - 1) / p * bytes;
+      return {2.0 * (p - 1), 2.0 * (p - 1), both, both, moved, 2.0 * (p - 1), both};
+    }
+    const bool reduces = c == collective::reduce_scatter || c == collective::reduce_scatterv;
+    return {p - 1, p - 1, moved, moved, reduces ? moved : 0.0, p - 1, moved};
+  }
 
   /// Largest message; a chunk larger than this is sent as several segments.
   std::size_t max_segment_bytes = std::size_t{256} << 10;

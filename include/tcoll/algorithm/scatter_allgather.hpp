@@ -13,6 +13,7 @@
 #include <string_view>
 
 #include "../core/collective_table.hpp"
+#include "../core/traffic.hpp"
 #include "../detail/schedule.hpp"
 
 namespace tcoll {
@@ -23,6 +24,21 @@ struct scatter_allgather {
   static constexpr algorithm_id id = algorithm_id::scatter_allgather;
   static constexpr std::string_view name = to_string(id);
   static constexpr bool keeps_operand_order = true; // reduces nothing
+
+  /// The busiest rank's traffic (core/traffic.hpp) as a broadcast of `bytes`: the root sends
+  /// ceil(lg P) scatter messages and P - 1 ring messages, (P - 1)/P n bytes each way; every
+  /// other rank receives its subtree's pieces once (the most: max over v of min(lowest bit
+  /// of v, P - v)) and P - 1 ring pieces. Exact when P divides the vector's elements.
+  static constexpr rank_traffic traffic(collective, double bytes, int ranks) noexcept {
+    if (ranks <= 1) return {};
+    const double p = ranks, piece = bytes / p;
+    const double rounds = detail::ceil_log2(static_cast<std::uint64_t>(ranks));
+    int most_pieces = 0; // of one rank's subtree, received in the scatter
+    for (int v = 1; v < ranks; ++v)
+      most_pieces = std::max(most_pieces, std::min(v & -v, ranks - v));
+    return {rounds + p - 1, p, 2.0 * (p - 1) * piece, (most_pieces + p - 1) * piece, 0.0, p - 1,
+            (p - 1) * piece};
+  }
 
   /// Broadcast of the output buffer from `L.root`.
   template <class Sink>

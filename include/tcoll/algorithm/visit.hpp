@@ -5,40 +5,19 @@
 /// (a selection rule, a built-in choice by size, a benchmark's `-a` name) calls
 /// `visit_algorithm<C>(id, f)` and gets the object of that id among the algorithms the table
 /// lists for `C`; allreduce's form (`visit_algorithm(id, automatic, f)`) also steps past what
-/// the op or the transport cannot take. A new algorithm is its header, its line in the table
-/// and its entry in `detail::algorithm_objects` below.
+/// the op or the transport cannot take. The objects are `detail::algorithm_objects`
+/// (objects.hpp).
 #include <string>
 #include <type_traits>
 
 #include "../core/collective_table.hpp"
 #include "../core/error.hpp"
-#include "binomial_tree.hpp"
-#include "bruck.hpp"
-#include "dissemination.hpp"
-#include "in_segment.hpp"
-#include "linear.hpp"
-#include "multi_ring.hpp"
-#include "pairwise_exchange.hpp"
-#include "passthrough.hpp"
-#include "recursive_doubling.hpp"
-#include "recursive_halving_doubling.hpp"
-#include "ring.hpp"
-#include "scatter_allgather.hpp"
+#include "objects.hpp"
 #include "select.hpp"
 
 namespace tcoll {
 
 namespace detail {
-template <class... A>
-struct algorithm_list {};
-
-/// The algorithm objects: one per value of `algorithm_id` except `hierarchical`, which is a
-/// communicator (`hierarchical<Intra, Inter>`), not an object a transport runs.
-using algorithm_objects =
-    algorithm_list<ring, recursive_doubling, recursive_halving_doubling, binomial_tree, passthrough,
-                   multi_ring, pairwise_exchange, linear, dissemination, bruck, in_segment,
-                   scatter_allgather>;
-
 /// The first of `knobs` of type `A`, else `A{}` (the default knobs).
 template <class A>
 A knobs_of() {

@@ -1,10 +1,11 @@
 #pragma once
 /// \file
-/// Communication cost models: the alpha-beta-gamma cost of each allreduce algorithm
-/// the library implements (MG-WFBP Table II, Thakur/Rabenseifner/Gropp 2005 for the
-/// non-power-of-two forms, GradientFlow Sec. 2.4 for the hierarchical forms), the
-/// linear model T(M) = a + b M (MG-WFBP Eq. 9) and the piecewise log/linear model of
-/// OSF Eq. 18. All times are microseconds, all sizes bytes.
+/// Communication cost models: the alpha-beta-gamma cost of each algorithm the library
+/// implements, priced from the traffic formula its object states (`A::traffic`,
+/// core/traffic.hpp: MG-WFBP Table II, Thakur/Rabenseifner/Gropp 2005 for the
+/// non-power-of-two forms), GradientFlow Sec. 2.4 for the hierarchical allreduce's two
+/// forms, the linear model T(M) = a + b M (MG-WFBP Eq. 9) and the piecewise log/linear
+/// model of OSF Eq. 18. All times are microseconds, all sizes bytes.
 
 #include <algorithm>
 #include <concepts>
@@ -13,48 +14,51 @@
 #include <string>
 #include <string_view>
 
+#include "tcoll/algorithm/objects.hpp"
 #include "tcoll/core/collective_table.hpp"
 #include "tcoll/core/error.hpp"
+#include "tcoll/core/traffic.hpp"
 #include "tcoll/plan/detail/math.hpp"
 #include "tcoll/plan/interface.hpp"
 
 namespace tcoll::plan {
 
-/// Point-to-point parameters of one link class (MG-WFBP Table I).
-struct link_params {
-  double alpha_us = 0.0;          ///< latency (startup time) of one message
-  double beta_us_per_byte = 0.0;  ///< transfer time per byte
-  double gamma_us_per_byte = 0.0; ///< time to reduce one byte of received data into a buffer
+/// Point-to-point parameters of one link class and the busiest rank's traffic of a flat
+/// algorithm, the one set of formulas the costs below are computed from (core/traffic.hpp:
+/// each algorithm's object states its own, `A::traffic`; tests/plan/test_cost_counts.cpp
+/// checks each field against what the counting transport and a counting reducer record for
+/// the real algorithm).
+using tcoll::link_params;
+using tcoll::rank_traffic;
+
+namespace detail {
+template <class A>
+concept has_traffic_formula = requires(collective c) {
+  { A::traffic(c, 1.0, 2) } -> std::same_as<rank_traffic>;
 };
 
-/// The traffic a flat algorithm's cost formula assumes on its busiest rank, the one set of
-/// formulas the costs below are computed from (tests/plan/test_cost_counts.cpp checks each
-/// field against what the counting transport and a counting reducer record for the real
-/// algorithm). A round in which the rank sends and receives at once (full duplex) costs
-/// one alpha and its received bytes once: `duplex_rounds` and `duplex_bytes` say how much
-/// of the traffic overlaps that way. Sizes in bytes; exact when the ring's chunks (p | n)
-/// and the halving's ranges (p' | n) divide evenly and every chunk is one segment.
-struct rank_traffic {
-  double messages_sent = 0, messages_received = 0;
-  double bytes_sent = 0, bytes_received = 0;
-  double bytes_reduced = 0; ///< received bytes combined into a buffer (the gamma term)
-  double duplex_rounds = 0; ///< rounds that send and receive at once
-  double duplex_bytes = 0;  ///< bytes received in those rounds
-
-  /// alpha (messages - duplex rounds) + beta (bytes - duplex bytes) + gamma reduced.
-  constexpr double us(link_params l) const noexcept {
-    return (messages_sent + messages_received - duplex_rounds) * l.alpha_us +
-           (bytes_sent + bytes_received - duplex_bytes) * l.beta_us_per_byte +
-           bytes_reduced * l.gamma_us_per_byte;
-  }
-};
+/// `A::traffic(c, bytes, ranks)` into `out` for the object of the list whose id is `a`, if
+/// it states a formula; false otherwise.
+constexpr bool flat_traffic(tcoll::detail::algorithm_list<>, collective, algorithm_id, double, int,
+                            rank_traffic&) {
+  return false;
+}
+template <class A, class... Rest>
+constexpr bool flat_traffic(tcoll::detail::algorithm_list<A, Rest...>, collective c, algorithm_id a,
+                            double bytes, int ranks, rank_traffic& out) {
+  if constexpr (has_traffic_formula<A>)
+    if (A::id == a) {
+      out = A::traffic(c, bytes, ranks);
+      return true;
+    }
+  return flat_traffic(tcoll::detail::algorithm_list<Rest...>{}, c, a, bytes, ranks, out);
+}
+} // namespace detail
 
 /// Ring (reduce-scatter ring + allgather ring), any p: every rank sends and receives
-/// 2(p-1) chunks of n/p, all in full-duplex rounds, and reduces p-1 of them.
+/// 2(p-1) chunks of n/p, all in full-duplex rounds, and reduces p-1 of them (`ring::traffic`).
 constexpr rank_traffic ring_allreduce_traffic(double bytes, int ranks) noexcept {
-  if (ranks <= 1) return {};
-  const double p = ranks, moved = 2.0 * (p - 1) / p * bytes;
-  return {2.0 * (p - 1), 2.0 * (p - 1), moved, moved, (p - 1) / p * bytes, 2.0 * (p - 1), moved};
+  return ring::traffic(collective::allreduce, bytes, ranks);
 }
 
 /// Ring allreduce: 2(p-1) alpha + 2(p-1)/p n beta + (p-1)/p n gamma.
@@ -64,15 +68,15 @@ constexpr double ring_allreduce_us(double bytes, int ranks, link_params l) noexc
 
 /// Largest power of two <= ranks: the core that folded algorithms run on.
 constexpr int power_of_two_core(int ranks) noexcept {
-  return ranks <= 1 ? 1 : 1 << detail::floor_log2(static_cast<std::uint64_t>(ranks));
+  return ranks <= 1 ? 1 : tcoll::detail::floor_pow2(ranks);
 }
 
 /// The MPICH non-power-of-two fold on its busiest rank (a core rank with an extra
 /// partner): it receives the partner's whole vector and reduces it before the core runs,
-/// and sends the whole result back afterwards; neither overlaps anything.
+/// and sends the whole result back afterwards; neither overlaps anything
+/// (algorithm/detail/fold.hpp).
 constexpr rank_traffic non_power_of_two_fold_traffic(double bytes, int ranks) noexcept {
-  if (ranks <= 1 || detail::is_power_of_two(static_cast<std::uint64_t>(ranks))) return {};
-  return {1.0, 1.0, bytes, bytes, bytes, 0.0, 0.0};
+  return tcoll::detail::fold_traffic(bytes, ranks);
 }
 
 /// The fold's cost: 2 alpha + 2 n beta + n gamma.
@@ -80,27 +84,10 @@ constexpr double non_power_of_two_fold_us(double bytes, int ranks, link_params l
   return non_power_of_two_fold_traffic(bytes, ranks).us(l);
 }
 
-namespace detail {
-constexpr rank_traffic operator+(rank_traffic a, const rank_traffic& b) noexcept {
-  a.messages_sent += b.messages_sent;
-  a.messages_received += b.messages_received;
-  a.bytes_sent += b.bytes_sent;
-  a.bytes_received += b.bytes_received;
-  a.bytes_reduced += b.bytes_reduced;
-  a.duplex_rounds += b.duplex_rounds;
-  a.duplex_bytes += b.duplex_bytes;
-  return a;
-}
-} // namespace detail
-
 /// Recursive doubling: lg p' full-duplex exchanges of the whole vector on the core
-/// p' = 2^floor(lg p), each reduced, plus the fold.
+/// p' = 2^floor(lg p), each reduced, plus the fold (`recursive_doubling::traffic`).
 constexpr rank_traffic recursive_doubling_allreduce_traffic(double bytes, int ranks) noexcept {
-  if (ranks <= 1) return {};
-  const double rounds = detail::floor_log2(static_cast<std::uint64_t>(power_of_two_core(ranks)));
-  const rank_traffic core{rounds,         rounds, rounds * bytes, rounds * bytes,
-                          rounds * bytes, rounds, rounds * bytes};
-  return detail::operator+(core, non_power_of_two_fold_traffic(bytes, ranks));
+  return recursive_doubling::traffic(collective::allreduce, bytes, ranks);
 }
 
 /// Recursive doubling: lg p' (alpha + n beta + n gamma) plus the fold.
@@ -110,16 +97,11 @@ constexpr double recursive_doubling_allreduce_us(double bytes, int ranks, link_p
 
 /// Recursive halving-doubling (Rabenseifner): reduce-scatter by recursive halving then
 /// allgather by recursive doubling on the core p' (2 lg p' full-duplex exchanges moving
-/// (p'-1)/p' n each way per phase, the halving's reduced), plus the fold.
+/// (p'-1)/p' n each way per phase, the halving's reduced), plus the fold
+/// (`recursive_halving_doubling::traffic`).
 constexpr rank_traffic recursive_halving_doubling_allreduce_traffic(double bytes,
                                                                     int ranks) noexcept {
-  if (ranks <= 1) return {};
-  const int core_ranks = power_of_two_core(ranks);
-  const double p = core_ranks;
-  const double rounds = 2.0 * detail::floor_log2(static_cast<std::uint64_t>(core_ranks));
-  const double half = (p - 1) / p * bytes;
-  const rank_traffic core{rounds, rounds, 2 * half, 2 * half, half, rounds, 2 * half};
-  return detail::operator+(core, non_power_of_two_fold_traffic(bytes, ranks));
+  return recursive_halving_doubling::traffic(collective::allreduce, bytes, ranks);
 }
 
 /// Recursive halving-doubling: 2 lg p' alpha + 2 (p'-1)/p' n beta + (p'-1)/p' n gamma,
@@ -138,11 +120,10 @@ halving_doubling_allreduce_us(double bytes, int ranks, link_params l) noexcept {
 
 /// Binomial tree reduce to a root followed by binomial tree broadcast; each has
 /// ceil(lg p) rounds for any p, so no fold is needed. The root receives (and reduces)
-/// ceil(lg p) whole vectors, then sends ceil(lg p); nothing overlaps.
+/// ceil(lg p) whole vectors, then sends ceil(lg p); nothing overlaps
+/// (`binomial_tree::traffic`).
 constexpr rank_traffic binomial_tree_allreduce_traffic(double bytes, int ranks) noexcept {
-  if (ranks <= 1) return {};
-  const double rounds = detail::ceil_log2(static_cast<std::uint64_t>(ranks));
-  return {rounds, rounds, rounds * bytes, rounds * bytes, rounds * bytes, 0.0, 0.0};
+  return binomial_tree::traffic(collective::allreduce, bytes, ranks);
 }
 
 /// Binomial tree: ceil(lg p) (alpha + n beta + n gamma) + ceil(lg p) (alpha + n beta).
@@ -193,8 +174,10 @@ constexpr double hierarchical_sharded_allreduce_us(double bytes, int ranks, hier
 /// allreduce has a formula on two link classes (`allreduce_us`); passthrough (the vendor's)
 /// and multi_ring have none.
 constexpr bool has_flat_allreduce_cost(algorithm_id a) noexcept {
-  return a == algorithm_id::ring || a == algorithm_id::recursive_doubling ||
-         a == algorithm_id::recursive_halving_doubling || a == algorithm_id::binomial_tree;
+  rank_traffic unused;
+  return implements(collective::allreduce, a) &&
+         detail::flat_traffic(tcoll::detail::algorithm_objects{}, collective::allreduce, a, 1.0, 2,
+                              unused);
 }
 
 /// The name of an allreduce cost as benchmarks print it: the table's name of `a`
@@ -229,18 +212,11 @@ constexpr std::string no_allreduce_formula(std::string_view who, algorithm_id a)
 /// the allreduce algorithms with no flat formula (hierarchical: two link classes;
 /// passthrough; multi_ring).
 constexpr rank_traffic allreduce_traffic(algorithm_id a, double bytes, int ranks) {
-  switch (a) {
-  case algorithm_id::ring:
-    return ring_allreduce_traffic(bytes, ranks);
-  case algorithm_id::recursive_doubling:
-    return recursive_doubling_allreduce_traffic(bytes, ranks);
-  case algorithm_id::recursive_halving_doubling:
-    return recursive_halving_doubling_allreduce_traffic(bytes, ranks);
-  case algorithm_id::binomial_tree:
-    return binomial_tree_allreduce_traffic(bytes, ranks);
-  default:
-    break;
-  }
+  rank_traffic t;
+  if (implements(collective::allreduce, a) &&
+      detail::flat_traffic(tcoll::detail::algorithm_objects{}, collective::allreduce, a, bytes,
+                           ranks, t))
+    return t;
   throw tcoll::invalid_argument(detail::no_allreduce_formula("allreduce_traffic", a));
 }
 
@@ -252,128 +228,31 @@ constexpr rank_traffic allreduce_traffic(algorithm_id a, double bytes, int ranks
 /// hierarchical one, when ranks is not a multiple of `h.group_size`.
 constexpr double allreduce_us(algorithm_id a, double bytes, int ranks, hierarchy_params h,
                               hierarchical_form form = hierarchical_form::sharded) {
-  switch (a) {
-  case algorithm_id::ring:
-    return ring_allreduce_us(bytes, ranks, h.inter);
-  case algorithm_id::recursive_doubling:
-    return recursive_doubling_allreduce_us(bytes, ranks, h.inter);
-  case algorithm_id::recursive_halving_doubling:
-    return recursive_halving_doubling_allreduce_us(bytes, ranks, h.inter);
-  case algorithm_id::binomial_tree:
-    return binomial_tree_allreduce_us(bytes, ranks, h.inter);
-  case algorithm_id::hierarchical:
+  if (a == algorithm_id::hierarchical)
     return form == hierarchical_form::leader ? hierarchical_leader_allreduce_us(bytes, ranks, h)
                                              : hierarchical_sharded_allreduce_us(bytes, ranks, h);
-  default:
-    break;
-  }
+  rank_traffic t;
+  if (implements(collective::allreduce, a) &&
+      detail::flat_traffic(tcoll::detail::algorithm_objects{}, collective::allreduce, a, bytes,
+                           ranks, t))
+    return t.us(h.inter);
   throw tcoll::invalid_argument(detail::no_allreduce_formula("allreduce_us", a));
 }
 
-/// The busiest rank's traffic of a collective other than allreduce on one link class, per
-/// field the maximum over the ranks (the root for the rooted ones), with equal blocks.
-/// `bytes` is the collective's size measure (`collective_description::size_measure`): the
-/// vector for broadcast and reduce, P blocks for reduce_scatter, allgather, alltoall,
-/// gather and scatter and their v forms (equal blocks). Block b = bytes / P.
-/// - ring reduce_scatter and allgather: P-1 full-duplex rounds of one block (each block
-///   one segment); reduce_scatter reduces each received block.
-/// - binomial broadcast: the root sends ceil(lg P) whole vectors, every other rank receives
-///   one; reduce is its mirror image (the root receives and reduces ceil(lg P)).
-/// - pairwise_exchange all-to-all: P-1 full-duplex rounds of one block (the own block is a
-///   local copy).
-/// - bruck all-to-all: ceil(lg P) full-duplex rounds; round k moves the slots whose index
-///   has bit k set, sum over k of |{i < P : i & k}| blocks in all.
-/// - linear gather: the root receives P-1 blocks, every other rank sends one; scatter is its
-///   mirror image.
-/// - dissemination barrier: ceil(lg P) full-duplex rounds of one byte.
-constexpr rank_traffic block_ring_traffic(double bytes, int ranks, bool reduces) noexcept {
-  if (ranks <= 1) return {};
-  const double p = ranks, moved = (p - 1) / p * bytes;
-  return {p - 1, p - 1, moved, moved, reduces ? moved : 0.0, p - 1, moved};
-}
-constexpr rank_traffic binomial_broadcast_traffic(double bytes, int ranks) noexcept {
-  if (ranks <= 1) return {};
-  const double rounds = detail::ceil_log2(static_cast<std::uint64_t>(ranks));
-  return {rounds, 1.0, rounds * bytes, bytes, 0.0, 0.0, 0.0};
-}
-/// Scatter-allgather broadcast: the root sends ceil(log2 P) scatter messages and P - 1 ring
-/// messages, (P - 1)/P n bytes each way; every other rank receives its subtree's pieces once
-/// (the most: max over v of min(lowest bit of v, P - v)) and P - 1 ring pieces. Exact when P
-/// divides the vector's elements (equal pieces).
-constexpr rank_traffic scatter_allgather_broadcast_traffic(double bytes, int ranks) noexcept {
-  if (ranks <= 1) return {};
-  const double p = ranks, piece = bytes / p;
-  const double rounds = detail::ceil_log2(static_cast<std::uint64_t>(ranks));
-  int most_pieces = 0; // of one rank's subtree, received in the scatter
-  for (int v = 1; v < ranks; ++v) most_pieces = std::max(most_pieces, std::min(v & -v, ranks - v));
-  return {rounds + p - 1, p, 2.0 * (p - 1) * piece, (most_pieces + p - 1) * piece, 0.0, p - 1,
-          (p - 1) * piece};
-}
-constexpr rank_traffic binomial_reduce_traffic(double bytes, int ranks) noexcept {
-  if (ranks <= 1) return {};
-  const double rounds = detail::ceil_log2(static_cast<std::uint64_t>(ranks));
-  return {1.0, rounds, bytes, rounds * bytes, rounds * bytes, 0.0, 0.0};
-}
-constexpr rank_traffic linear_gather_traffic(double bytes, int ranks) noexcept {
-  if (ranks <= 1) return {};
-  const double p = ranks;
-  return {1.0, p - 1, bytes / p, (p - 1) / p * bytes, 0.0, 0.0, 0.0};
-}
-constexpr rank_traffic bruck_alltoall_traffic(double bytes, int ranks) noexcept {
-  if (ranks <= 1) return {};
-  double rounds = 0, blocks = 0;
-  for (int k = 1; k < ranks; k *= 2) {
-    rounds += 1;
-    for (int i = 1; i < ranks; ++i)
-      if (i & k) blocks += 1;
-  }
-  const double moved = blocks * bytes / ranks;
-  return {rounds, rounds, moved, moved, 0.0, rounds, moved};
-}
-constexpr rank_traffic dissemination_barrier_traffic(int ranks) noexcept {
-  if (ranks <= 1) return {};
-  const double rounds = detail::ceil_log2(static_cast<std::uint64_t>(ranks));
-  return {rounds, rounds, rounds, rounds, 0.0, rounds, rounds};
-}
-
-/// The busiest rank's traffic of collective `c` run by the flat algorithm `a` (the table of
-/// collectives, core/collective_table.hpp: one cost formula per line and algorithm). The
-/// allreduce forms are `allreduce_traffic`'s. Throws `tcoll::invalid_argument` for an
-/// algorithm that does not implement `c` and for those with no flat formula (passthrough:
-/// the vendor's; multi_ring; hierarchical: two link classes).
+/// The busiest rank's traffic of collective `c` run by the flat algorithm `a` on one link
+/// class (the table of collectives, core/collective_table.hpp, lists the algorithms of `c`;
+/// each algorithm's object states its formula, `A::traffic`): per field the maximum over the
+/// ranks (the root for the rooted ones), with equal blocks. `bytes` is the collective's size
+/// measure (`collective_description::size_measure`): the vector for allreduce, broadcast
+/// and reduce, P blocks for reduce_scatter, allgather, alltoall, gather and scatter and their
+/// v forms (equal blocks). Throws `tcoll::invalid_argument` for an algorithm that does not
+/// implement `c` and for those with no flat formula (passthrough: the vendor's; multi_ring;
+/// in_segment: no messages; hierarchical: two link classes).
 constexpr rank_traffic collective_traffic(collective c, algorithm_id a, double bytes, int ranks) {
-  auto mirror = [](rank_traffic t) {
-    return rank_traffic{t.messages_received, t.messages_sent, t.bytes_received, t.bytes_sent,
-                        t.bytes_reduced,     t.duplex_rounds, t.duplex_bytes};
-  };
-  if (c == collective::allreduce) return allreduce_traffic(a, bytes, ranks);
-  if (implements(c, a)) switch (a) {
-    case algorithm_id::ring:
-      return block_ring_traffic(
-          bytes, ranks, c == collective::reduce_scatter || c == collective::reduce_scatterv);
-    case algorithm_id::binomial_tree:
-      return c == collective::broadcast ? binomial_broadcast_traffic(bytes, ranks)
-                                        : binomial_reduce_traffic(bytes, ranks);
-    case algorithm_id::pairwise_exchange:
-      return block_ring_traffic(bytes, ranks, false);
-    case algorithm_id::bruck:
-      return bruck_alltoall_traffic(bytes, ranks);
-    case algorithm_id::scatter_allgather:
-      return scatter_allgather_broadcast_traffic(bytes, ranks);
-    case algorithm_id::linear:
-      return c == collective::gather || c == collective::gatherv
-                 ? linear_gather_traffic(bytes, ranks)
-                 : mirror(linear_gather_traffic(bytes, ranks));
-    case algorithm_id::dissemination:
-      return dissemination_barrier_traffic(ranks);
-    case algorithm_id::recursive_doubling: // allreduce only
-    case algorithm_id::recursive_halving_doubling:
-    case algorithm_id::passthrough:
-    case algorithm_id::multi_ring:
-    case algorithm_id::hierarchical:
-    case algorithm_id::in_segment: // no messages
-      break;
-    }
+  rank_traffic t;
+  if (implements(c, a) &&
+      detail::flat_traffic(tcoll::detail::algorithm_objects{}, c, a, bytes, ranks, t))
+    return t;
   throw tcoll::invalid_argument("collective_traffic: no flat formula for " +
                                 std::string(to_string(a)) + " as " + std::string(to_string(c)));
 }

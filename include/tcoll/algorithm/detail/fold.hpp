@@ -4,9 +4,18 @@
 /// r = P - P', ranks 0..2r-1 pair up (2i, 2i+1); the even rank hands its data to the odd
 /// one and sits out; the survivors are renumbered 0..P'-1 in rank order, so contiguous
 /// blocks of new ranks are contiguous blocks of old ranks (operand order is kept).
+#include "../../core/traffic.hpp"
 #include "../../detail/schedule.hpp"
 
 namespace tcoll::detail {
+
+/// The fold's traffic on its busiest rank (a core rank with an extra partner): it receives
+/// the partner's whole vector and reduces it before the core runs, and sends the whole
+/// result back afterwards; neither overlaps anything. Nothing for a power of two.
+constexpr rank_traffic fold_traffic(double bytes, int ranks) noexcept {
+  if (ranks <= 1 || is_power_of_two(static_cast<std::uint64_t>(ranks))) return {};
+  return {1.0, 1.0, bytes, bytes, bytes, 0.0, 0.0};
+}
 
 class fold {
 public:

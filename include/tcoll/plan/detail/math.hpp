@@ -6,6 +6,8 @@
 #include <cstdint>
 #include <limits>
 
+#include "tcoll/core/traffic.hpp"
+
 namespace tcoll::plan::detail {
 
 /// Natural log of 2, to double precision.
@@ -55,25 +57,10 @@ constexpr double sqrt(double x) noexcept {
   return guess;
 }
 
-/// floor(log2(n)) for n >= 1.
-constexpr int floor_log2(std::uint64_t n) noexcept {
-  int result = 0;
-  while (n > 1) {
-    n >>= 1;
-    ++result;
-  }
-  return result;
-}
-
-/// ceil(log2(n)) for n >= 1: the number of rounds of a binomial tree over n ranks.
-constexpr int ceil_log2(std::uint64_t n) noexcept {
-  int result = floor_log2(n);
-  if ((std::uint64_t{1} << result) < n) ++result;
-  return result;
-}
-
-constexpr bool is_power_of_two(std::uint64_t n) noexcept {
-  return n != 0 && (n & (n - 1)) == 0;
-}
+// The integer logarithms the traffic formulas use (core/traffic.hpp), under this namespace's
+// name as well.
+using tcoll::detail::ceil_log2;
+using tcoll::detail::floor_log2;
+using tcoll::detail::is_power_of_two;
 
 } // namespace tcoll::plan::detail
