@@ -64,53 +64,48 @@ constexpr std::string_view to_string(hierarchical_form f) {
   return f == hierarchical_form::leader ? "leader" : "sharded";
 }
 
+/// One line per algorithm: its id and its name in selection strings, benchmarks and docs
+/// (its header's name), in the order of `algorithm_id`.
+struct algorithm_line {
+  algorithm_id id;
+  std::string_view name;
+};
+
+inline constexpr algorithm_line algorithm_table[] = {
+    {algorithm_id::ring, "ring"},
+    {algorithm_id::recursive_doubling, "recursive_doubling"},
+    {algorithm_id::recursive_halving_doubling, "recursive_halving_doubling"},
+    {algorithm_id::binomial_tree, "binomial_tree"},
+    {algorithm_id::passthrough, "passthrough"},
+    {algorithm_id::multi_ring, "multi_ring"},
+    {algorithm_id::hierarchical, "hierarchical"},
+    {algorithm_id::pairwise_exchange, "pairwise_exchange"},
+    {algorithm_id::linear, "linear"},
+    {algorithm_id::dissemination, "dissemination"},
+    {algorithm_id::bruck, "bruck"},
+    {algorithm_id::in_segment, "in_segment"},
+    {algorithm_id::scatter_allgather, "scatter_allgather"},
+};
+
 /// Every value of `algorithm_id`, in order.
-inline constexpr std::array<algorithm_id, 13> all_algorithm_ids{
-    algorithm_id::ring,
-    algorithm_id::recursive_doubling,
-    algorithm_id::recursive_halving_doubling,
-    algorithm_id::binomial_tree,
-    algorithm_id::passthrough,
-    algorithm_id::multi_ring,
-    algorithm_id::hierarchical,
-    algorithm_id::pairwise_exchange,
-    algorithm_id::linear,
-    algorithm_id::dissemination,
-    algorithm_id::bruck,
-    algorithm_id::in_segment,
-    algorithm_id::scatter_allgather};
+inline constexpr auto all_algorithm_ids = [] {
+  std::array<algorithm_id, std::size(algorithm_table)> ids{};
+  for (std::size_t i = 0; i < ids.size(); ++i) ids[i] = algorithm_table[i].id;
+  return ids;
+}();
+
+static_assert(
+    [] {
+      for (std::size_t i = 0; i < all_algorithm_ids.size(); ++i)
+        if (static_cast<std::size_t>(all_algorithm_ids[i]) != i) return false;
+      return true;
+    }(),
+    "tcoll: algorithm_table lists every algorithm_id once, in the enum's order");
 
 /// The name of `a` in selection strings, benchmarks and docs (its header's name).
 constexpr std::string_view to_string(algorithm_id a) {
-  switch (a) {
-  case algorithm_id::ring:
-    return "ring";
-  case algorithm_id::recursive_doubling:
-    return "recursive_doubling";
-  case algorithm_id::recursive_halving_doubling:
-    return "recursive_halving_doubling";
-  case algorithm_id::binomial_tree:
-    return "binomial_tree";
-  case algorithm_id::passthrough:
-    return "passthrough";
-  case algorithm_id::multi_ring:
-    return "multi_ring";
-  case algorithm_id::hierarchical:
-    return "hierarchical";
-  case algorithm_id::pairwise_exchange:
-    return "pairwise_exchange";
-  case algorithm_id::linear:
-    return "linear";
-  case algorithm_id::dissemination:
-    return "dissemination";
-  case algorithm_id::bruck:
-    return "bruck";
-  case algorithm_id::in_segment:
-    return "in_segment";
-  case algorithm_id::scatter_allgather:
-    return "scatter_allgather";
-  }
-  return "?";
+  const auto i = static_cast<std::size_t>(a);
+  return i < std::size(algorithm_table) ? algorithm_table[i].name : "?";
 }
 
 /// The collectives, by the names of their entry points (collectives.hpp).
