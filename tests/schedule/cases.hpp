@@ -22,6 +22,7 @@
 #include <random>
 #include <string>
 #include <thread>
+#include <tuple>
 #include <vector>
 
 #include <tcoll/compress/mixed_precision.hpp>
@@ -273,6 +274,121 @@ void other_nonblocking_collectives_case(Tr& t) {
   auto q = tcoll::ialltoall(t, a2a_in.data(), a2a.data(), n); // still working
   q.wait();
   CHECK(same_bits(a2a, a2a_want));
+}
+
+/// The prepared form of every collective of the table (`prepare_*`), on any communicator:
+/// each bound once to its buffers, then three rounds with new fractional inputs written into
+/// the bound buffers, the prepared calls run one by one (rounds 0 and 2) or all started and
+/// in flight together (round 1), every result compared bit for bit with the blocking call
+/// on copies of the same inputs. The counts and displacements given to the v forms are
+/// overwritten right after preparing: the prepared calls must have copied them.
+template <class C>
+void prepared_collectives_case(C& t) {
+  const int P = t.size(), r = t.rank(), root = P - 1;
+  const auto p = static_cast<std::size_t>(P);
+  const std::size_t n = 5;
+  std::vector<std::size_t> counts(p), displs(p); // rank q's block: n + q elements, packed
+  std::size_t total = 0;
+  for (std::size_t q = 0; q < p; ++q) {
+    counts[q] = n + q;
+    displs[q] = total;
+    total += counts[q];
+  }
+  const std::size_t mine = counts[std::size_t(r)];
+  std::vector<std::size_t> same(p, n); // alltoallv: n to and from every peer
+  // the bound buffers
+  std::vector<double> ar_in(n), ar_out(n), rs_in(n * p), rs_out(n), rsv_in(total), rsv_out(mine),
+      ag_in(n), ag_out(n * p), agv_in(mine), agv_out(total), bc(n), rd_in(n), rd_out(n),
+      a2a_in(n * p), a2a_out(n * p), a2av_in(total), a2av_out(total), g_in(n), g_out(n * p),
+      gv_in(mine), gv_out(total), s_in(n * p), s_out(n), sv_in(total), sv_out(mine);
+  auto prepared = std::make_tuple(
+      tcoll::prepare_allreduce(t, ar_in.data(), ar_out.data(), n),
+      tcoll::prepare_reduce_scatter(t, rs_in.data(), rs_out.data(), n),
+      tcoll::prepare_reduce_scatterv(t, rsv_in.data(), rsv_out.data(), counts),
+      tcoll::prepare_allgather(t, ag_in.data(), ag_out.data(), n),
+      tcoll::prepare_allgatherv(t, agv_in.data(), mine, agv_out.data(), counts, displs),
+      tcoll::prepare_broadcast(t, bc.data(), n, root),
+      tcoll::prepare_reduce(t, rd_in.data(), rd_out.data(), n, 0),
+      tcoll::prepare_alltoall(t, a2a_in.data(), a2a_out.data(), n),
+      tcoll::prepare_alltoallv(t, a2av_in.data(), same, displs, a2av_out.data(), same, displs),
+      tcoll::prepare_gather(t, g_in.data(), g_out.data(), n, root),
+      tcoll::prepare_gatherv(t, gv_in.data(), mine, gv_out.data(), counts, displs, root),
+      tcoll::prepare_scatter(t, s_in.data(), s_out.data(), n, root),
+      tcoll::prepare_scatterv(t, sv_in.data(), counts, displs, sv_out.data(), mine, root),
+      tcoll::prepare_barrier(t));
+  const auto kept_counts = counts, kept_displs = displs;
+  std::fill(counts.begin(), counts.end(), std::size_t{999999}); // copied when prepared
+  std::fill(displs.begin(), displs.end(), std::size_t{999999});
+  std::fill(same.begin(), same.end(), std::size_t{999999});
+  const std::vector<std::size_t> n_each(p, n);
+  for (int round = 0; round < 3; ++round) {
+    CAPTURE(round);
+    auto fill = [&](std::vector<double>& v, int stream) {
+      for (std::size_t i = 0; i < v.size(); ++i)
+        v[i] = double(fractional(r, 10 * round + stream, i));
+    };
+    int stream = 0;
+    for (auto* v : {&ar_in, &rs_in, &rsv_in, &ag_in, &agv_in, &bc, &rd_in, &a2a_in, &a2av_in, &g_in,
+                    &gv_in, &s_in, &sv_in})
+      fill(*v, stream++);
+    // the blocking references, on copies of the inputs
+    std::vector<double> ar(n), rs(n), rsv(mine), ag(n * p), agv(total),
+        b = bc, rd(n), a2a(n * p), a2av(total), g(n * p), gv(total), sc(n), sv(mine);
+    tcoll::allreduce(t, ar_in.data(), ar.data(), n);
+    tcoll::reduce_scatter(t, rs_in.data(), rs.data(), n);
+    tcoll::reduce_scatterv(t, rsv_in.data(), rsv.data(), kept_counts);
+    tcoll::allgather(t, ag_in.data(), ag.data(), n);
+    tcoll::allgatherv(t, agv_in.data(), mine, agv.data(), kept_counts, kept_displs);
+    tcoll::broadcast(t, b.data(), n, root);
+    tcoll::reduce(t, rd_in.data(), rd.data(), n, 0);
+    tcoll::alltoall(t, a2a_in.data(), a2a.data(), n);
+    tcoll::alltoallv(t, a2av_in.data(), n_each, kept_displs, a2av.data(), n_each, kept_displs);
+    tcoll::gather(t, g_in.data(), g.data(), n, root);
+    tcoll::gatherv(t, gv_in.data(), mine, gv.data(), kept_counts, kept_displs, root);
+    tcoll::scatter(t, s_in.data(), sc.data(), n, root);
+    tcoll::scatterv(t, sv_in.data(), kept_counts, kept_displs, sv.data(), mine, root);
+    // the prepared calls
+    if (round == 1) {
+      std::apply([](auto&... c) { (c.start(), ...); }, prepared);
+      std::apply([](auto&... c) { ([&] { CHECK(c.pending().wait_for(60s)); }(), ...); }, prepared);
+    } else {
+      std::apply([](auto&... c) { (c.run(), ...); }, prepared);
+    }
+    CHECK(same_bits(ar_out, ar));
+    CHECK(same_bits(rs_out, rs));
+    CHECK(same_bits(rsv_out, rsv));
+    CHECK(same_bits(ag_out, ag));
+    CHECK(same_bits(agv_out, agv));
+    CHECK(same_bits(bc, b));
+    CHECK(same_bits(a2a_out, a2a));
+    CHECK(same_bits(a2av_out, a2av));
+    CHECK(same_bits(s_out, sc));
+    CHECK(same_bits(sv_out, sv));
+    if (r == 0) CHECK(same_bits(rd_out, rd));
+    if (r == root) {
+      CHECK(same_bits(g_out, g));
+      CHECK(same_bits(gv_out, gv));
+    }
+    // the broadcast reached every rank (a reference that is itself wrong cannot hide it)
+    std::vector<double> from_root(n);
+    for (std::size_t i = 0; i < n; ++i) from_root[i] = double(fractional(root, 10 * round + 5, i));
+    CHECK(same_bits(bc, from_root));
+  }
+  // bad input (alike on every rank) throws when preparing, before anything is queued
+  CHECK_THROWS_AS((void)tcoll::prepare_scatterv(t, sv_in.data(), kept_counts, kept_displs,
+                                                sv_out.data(), mine, P),
+                  tcoll::invalid_argument);
+  CHECK_THROWS_AS((void)tcoll::prepare_alltoall(t, a2a_out.data(), a2a_out.data() + 1, n),
+                  tcoll::invalid_argument);
+  // a start whose request was moved out is still waited for by the next run (integer sums:
+  // the second allreduce must see the first one's result)
+  std::vector<double> twice(n, double(r + 1));
+  auto again = tcoll::prepare_allreduce(t, twice.data(), twice.data(), n);
+  tcoll::request moved = std::move(again.start());
+  again.run();
+  CHECK(moved.wait_for(60s));
+  const double ranks_sum = double(P) * double(P + 1) / 2;
+  for (double v : twice) CHECK(v == double(P) * ranks_sum);
 }
 
 /// A request destroyed before it completes waits for it: the data is final afterwards.

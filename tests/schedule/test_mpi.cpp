@@ -39,6 +39,7 @@ TEST_CASE("mpi: mixed non-blocking collectives, requests, argument errors") {
   auto t = make();
   mixed_collectives_case(t);
   other_nonblocking_collectives_case(t);
+  prepared_collectives_case(t);
   destroyed_request_waits_case(t);
   request_released_by_its_completion_case(t);
   wait_for_case(t);

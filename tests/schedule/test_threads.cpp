@@ -42,6 +42,23 @@ TEST_CASE("ialltoall(v), igather(v), iscatter(v), ireduce_scatterv, iallgatherv 
   }
 }
 
+TEST_CASE("prepared collectives: every collective of the table, run and started, bound once") {
+  for (int P : {1, 2, 3, 5, 8}) {
+    CAPTURE(P);
+    on_team(P, [](tcoll::thread_transport& t) { prepared_collectives_case(t); });
+  }
+}
+
+TEST_CASE("prepared collectives over a hierarchical machine (unequal groups, interleaved)") {
+  const std::vector<int> group_of{0, 1, 2, 0, 1, 2, 0};
+  on_team(7, [&](tcoll::thread_transport& t) {
+    auto v = tcoll::split_groups(t, std::span<const int>(group_of));
+    tcoll::hierarchical h(v.intra, v.inter_ptr(),
+                          {v.world_rank, v.world_size, v.shards, {}, {}, v.group_members});
+    prepared_collectives_case(h);
+  });
+}
+
 TEST_CASE("requests: destroyed unfinished waits, wait_for, argument errors at the call") {
   on_team(3, [](tcoll::thread_transport& t) {
     destroyed_request_waits_case(t);

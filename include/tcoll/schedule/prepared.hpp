@@ -1,11 +1,20 @@
 #pragma once
 /// \file
-/// Prepared (persistent) allreduce, in the manner of `MPI_Allreduce_init` and Gloo's
-/// algorithm objects: built once for (transport, count, type, op, algorithm, in-place or
-/// not), it records the algorithm's steps and owns the scratch and staging space they need,
-/// so a repeated call allocates nothing (the transport's own requests aside: an MPI message
-/// split into more than one piece allocates its request array). `automatic` is resolved
-/// once, for the prepared count. `passthrough` calls the vendor allreduce each time.
+/// Prepared (persistent) collectives, in the manner of MPI-4's `MPI_Bcast_init` ...
+/// `MPI_Start` and Gloo's algorithm objects.
+///
+/// - `prepare_allreduce`, `prepare_broadcast`, ... `prepare_barrier`, one for every
+///   collective of the table with the arguments of its non-blocking form: the arguments are
+///   checked and bound once, buffers included (as MPI's `*_init` binds them), and every
+///   `run()` or `start()` performs the same collective again with nothing checked, copied
+///   or allocated (the transport's own requests aside) after the first start: a
+///   `prepared_collective`.
+/// - `prepared_allreduce`: built once for (transport, count, type, op, algorithm, in-place or
+///   not) with the buffers given per call, it records the algorithm's steps and owns the
+///   scratch and staging space they need, so a repeated call allocates nothing (the
+///   transport's own requests aside: an MPI message split into more than one piece
+///   allocates its request array). `automatic` is resolved once, for the prepared count.
+///   `passthrough` calls the vendor allreduce each time.
 #include <cmath>
 #include <cstddef>
 #include <memory>
@@ -15,6 +24,7 @@
 
 #include "../collectives.hpp"
 #include "engine.hpp"
+#include "nonblocking.hpp"
 
 namespace tcoll {
 
@@ -256,5 +266,198 @@ private:
   std::shared_ptr<task> task_;
   request pending_;
 };
+
+/// A collective whose arguments were checked and bound once (`prepare_*`): `run()` performs
+/// it here, `start()` queues it on the communicator's engine, as often as wanted, each time
+/// in the next message space (every rank runs and starts its prepared collectives in the
+/// same order as its other collectives: MPI's rule). The bound buffers must stay valid while
+/// the object lives. One run or start at a time: either waits for a started run first
+/// (where MPI calls starting an active request erroneous). Moving the object is allowed
+/// while nothing is started. Destroying it waits for a started run.
+template <communicator C, class Body>
+class prepared_collective {
+public:
+  prepared_collective(C& comm, Body body)
+      : comm_(&comm), task_(std::make_shared<task>(comm, std::move(body))) {}
+  prepared_collective(prepared_collective&&) noexcept = default;
+  ~prepared_collective() { settle(); }
+
+  /// Runs the collective here, now (after a started run, which goes first: its message
+  /// space was drawn first). Throws what the collective throws; the communicator is then
+  /// broken.
+  void run() {
+    settle();
+    const auto tags = detail::begin_on(*comm_);
+    detail::guarded_on(*comm_, [&] { task_->body(tags); });
+  }
+
+  /// Queues the collective on the communicator's engine (its message space drawn now) and
+  /// returns its request, which the object keeps: the next `run`, `start` or the destructor
+  /// waits for it. The task is the same object every time: nothing is allocated.
+  request& start() {
+    settle();
+    task_->reset();
+    detail::engine& e = detail::engine_of(*comm_);
+    pending_ = request(e.submit([&] {
+      task_->tags = detail::begin_on(*comm_);
+      return std::static_pointer_cast<detail::task>(task_);
+    }));
+    started_ = true;
+    return pending_;
+  }
+
+  /// The request of the last start (complete when none is pending).
+  request& pending() noexcept { return pending_; }
+
+private:
+  /// Waits for a started run, also where its request was moved out of `pending()`.
+  void settle() {
+    pending_ = request();
+    if (started_ && task_ && !task_->finished()) task_->wait();
+  }
+
+  struct task final : detail::task {
+    task(C& c, Body b) : comm(&c), body(std::move(b)) {}
+    void run() override {
+      detail::throw_if_broken(*comm);
+      detail::guarded_on(*comm, [&] { body(tags); });
+    }
+    C* comm;
+    Body body;
+    detail::collective_tags_t<C> tags{};
+  };
+
+  C* comm_;
+  std::shared_ptr<task> task_;
+  request pending_;
+  bool started_ = false; ///< queued at least once (a never-queued task never finishes)
+};
+
+/// Prepared `allreduce` with its buffers bound (`MPI_Allreduce_init`); `prepared_allreduce`
+/// takes the buffers per call instead and records the algorithm's steps.
+template <communicator C, class T, class Op = sum_op, class Algo = detail::default_algorithm_t<C>,
+          reducer R = cpu_reducer>
+[[nodiscard]] auto prepare_allreduce(C& comm, const T* sendbuf, T* recvbuf, std::size_t count,
+                                     const Op& op = {}, const Algo& algo = {}, R red = {}) {
+  return prepared_collective(
+      comm, detail::checked_allreduce(comm, sendbuf, recvbuf, count, op, algo, red));
+}
+
+/// Prepared `reduce_scatter` (`MPI_Reduce_scatter_block_init`).
+template <communicator C, class T, class Op = sum_op, block_algorithm Algo = ring,
+          reducer R = cpu_reducer>
+[[nodiscard]] auto prepare_reduce_scatter(C& comm, const T* sendbuf, T* recvbuf, std::size_t count,
+                                          const Op& op = {}, const Algo& algo = {}, R red = {}) {
+  return prepared_collective(
+      comm, detail::checked_reduce_scatter(comm, sendbuf, recvbuf, count, op, algo, red));
+}
+
+/// Prepared `reduce_scatterv` (`MPI_Reduce_scatter_init`); the counts are copied.
+template <communicator C, class T, class Op = sum_op, reducer R = cpu_reducer>
+[[nodiscard]] auto prepare_reduce_scatterv(C& comm, const T* sendbuf, T* recvbuf,
+                                           std::span<const std::size_t> recv_counts,
+                                           const Op& op = {}, const ring& algo = {}, R red = {}) {
+  return prepared_collective(
+      comm, detail::checked_reduce_scatterv(comm, sendbuf, recvbuf, recv_counts, op, algo, red));
+}
+
+/// Prepared `allgather` (`MPI_Allgather_init`).
+template <communicator C, class T, block_algorithm Algo = ring, reducer R = cpu_reducer>
+[[nodiscard]] auto prepare_allgather(C& comm, const T* sendbuf, T* recvbuf, std::size_t count,
+                                     const Algo& algo = {}, R red = {}) {
+  return prepared_collective(comm,
+                             detail::checked_allgather(comm, sendbuf, recvbuf, count, algo, red));
+}
+
+/// Prepared `allgatherv` (`MPI_Allgatherv_init`); the counts and displacements are copied.
+template <communicator C, class T, reducer R = cpu_reducer>
+[[nodiscard]] auto prepare_allgatherv(C& comm, const T* sendbuf, std::size_t send_count, T* recvbuf,
+                                      std::span<const std::size_t> recv_counts,
+                                      std::span<const std::size_t> recv_displs,
+                                      const ring& algo = {}, R red = {}) {
+  return prepared_collective(comm, detail::checked_allgatherv(comm, sendbuf, send_count, recvbuf,
+                                                              recv_counts, recv_displs, algo, red));
+}
+
+/// Prepared `broadcast` (`MPI_Bcast_init`).
+template <communicator C, class T, broadcast_algorithm Algo = binomial_tree,
+          reducer R = cpu_reducer>
+[[nodiscard]] auto prepare_broadcast(C& comm, T* buffer, std::size_t count, int root,
+                                     const Algo& algo = {}, R red = {}) {
+  return prepared_collective(comm, detail::checked_broadcast(comm, buffer, count, root, algo, red));
+}
+
+/// Prepared `reduce` to `root` (`MPI_Reduce_init`); `recvbuf` is read at the root only.
+template <communicator C, class T, class Op = sum_op, reduce_algorithm Algo = binomial_tree,
+          reducer R = cpu_reducer>
+[[nodiscard]] auto prepare_reduce(C& comm, const T* sendbuf, T* recvbuf, std::size_t count,
+                                  int root, const Op& op = {}, const Algo& algo = {}, R red = {}) {
+  return prepared_collective(
+      comm, detail::checked_reduce(comm, sendbuf, recvbuf, count, root, op, algo, red));
+}
+
+/// Prepared `alltoall` (`MPI_Alltoall_init`); `alltoall_by_size` chooses at every run.
+template <communicator C, class T, alltoall_algorithm A = alltoall_by_size, reducer R = cpu_reducer>
+[[nodiscard]] auto prepare_alltoall(C& comm, const T* sendbuf, T* recvbuf, std::size_t count,
+                                    const A& algo = {}, R red = {}) {
+  return prepared_collective(comm,
+                             detail::checked_alltoall(comm, sendbuf, recvbuf, count, algo, red));
+}
+
+/// Prepared `alltoallv` (`MPI_Alltoallv_init`); the counts and displacements are copied.
+template <communicator C, class T, reducer R = cpu_reducer>
+[[nodiscard]] auto prepare_alltoallv(C& comm, const T* sendbuf,
+                                     std::span<const std::size_t> send_counts,
+                                     std::span<const std::size_t> send_displs, T* recvbuf,
+                                     std::span<const std::size_t> recv_counts,
+                                     std::span<const std::size_t> recv_displs,
+                                     const pairwise_exchange& algo = {}, R red = {}) {
+  return prepared_collective(comm, detail::checked_alltoallv(comm, sendbuf, send_counts,
+                                                             send_displs, recvbuf, recv_counts,
+                                                             recv_displs, algo, red));
+}
+
+/// Prepared `gather` (`MPI_Gather_init`).
+template <communicator C, class T, reducer R = cpu_reducer>
+[[nodiscard]] auto prepare_gather(C& comm, const T* sendbuf, T* recvbuf, std::size_t count,
+                                  int root, const linear& algo = {}, R red = {}) {
+  return prepared_collective(
+      comm, detail::checked_gather(comm, sendbuf, recvbuf, count, root, algo, red));
+}
+
+/// Prepared `gatherv` (`MPI_Gatherv_init`); the counts and displacements are copied.
+template <communicator C, class T, reducer R = cpu_reducer>
+[[nodiscard]] auto prepare_gatherv(C& comm, const T* sendbuf, std::size_t send_count, T* recvbuf,
+                                   std::span<const std::size_t> recv_counts,
+                                   std::span<const std::size_t> recv_displs, int root,
+                                   const linear& algo = {}, R red = {}) {
+  return prepared_collective(comm,
+                             detail::checked_gatherv(comm, sendbuf, send_count, recvbuf,
+                                                     recv_counts, recv_displs, root, algo, red));
+}
+
+/// Prepared `scatter` (`MPI_Scatter_init`).
+template <communicator C, class T, reducer R = cpu_reducer>
+[[nodiscard]] auto prepare_scatter(C& comm, const T* sendbuf, T* recvbuf, std::size_t count,
+                                   int root, const linear& algo = {}, R red = {}) {
+  return prepared_collective(
+      comm, detail::checked_scatter(comm, sendbuf, recvbuf, count, root, algo, red));
+}
+
+/// Prepared `scatterv` (`MPI_Scatterv_init`); the counts and displacements are copied.
+template <communicator C, class T, reducer R = cpu_reducer>
+[[nodiscard]] auto
+prepare_scatterv(C& comm, const T* sendbuf, std::span<const std::size_t> send_counts,
+                 std::span<const std::size_t> send_displs, T* recvbuf, std::size_t recv_count,
+                 int root, const linear& algo = {}, R red = {}) {
+  return prepared_collective(comm, detail::checked_scatterv(comm, sendbuf, send_counts, send_displs,
+                                                            recvbuf, recv_count, root, algo, red));
+}
+
+/// Prepared `barrier` (`MPI_Barrier_init`).
+template <communicator C, barrier_algorithm Algo = dissemination, reducer R = cpu_reducer>
+[[nodiscard]] auto prepare_barrier(C& comm, const Algo& algo = {}, R red = {}) {
+  return prepared_collective(comm, detail::checked_barrier(comm, algo, red));
+}
 
 } // namespace tcoll
