@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <string>
+#include <string_view>
 #include <tcoll/tcoll.hpp>
 #include <tcoll/transport/mpi.hpp>
 #include <type_traits>
@@ -88,21 +89,33 @@ void run_allreduce(tcoll::mpi_transport& t, const T* in, T* out, std::size_t cou
                      tcoll::scalar_type_of<T>(), tcoll::reduce_kind_of<Op>(), algo);
 }
 
+/// The allreduce of one algorithm as a plain function of the algorithm's address: the case
+/// body below is compiled once per (type, op), not once per algorithm too.
+template <class T>
+using allreduce_call = void (*)(tcoll::mpi_transport&, const T*, T*, std::size_t, const void*);
+
 template <class T, class Op, class Algo>
-void check_case(tcoll::mpi_transport& t, std::size_t count, bool in_place, const Algo& algo) {
+void call_allreduce(tcoll::mpi_transport& t, const T* in, T* out, std::size_t count,
+                    const void* algo) {
+  run_allreduce<T, Op>(t, in, out, count, *static_cast<const Algo*>(algo));
+}
+
+template <class T, class Op>
+void check_case_with(tcoll::mpi_transport& t, std::size_t count, bool in_place,
+                     allreduce_call<T> call, const void* algo, std::string_view algo_name) {
   const int P = t.size(), r = t.rank();
   std::vector<T> in(count), out(count, from_ll<T>(-3));
   for (std::size_t i = 0; i < count; ++i) in[i] = from_ll<T>(input_value<Op>(r, i));
   const std::vector<T> original = in;
   if (in_place)
-    run_allreduce<T, Op>(t, in.data(), in.data(), count, algo);
+    call(t, in.data(), in.data(), count, algo);
   else
-    run_allreduce<T, Op>(t, in.data(), out.data(), count, algo);
+    call(t, in.data(), out.data(), count, algo);
   const std::vector<T>& got = in_place ? in : out;
   std::size_t wrong = 0, first = count;
   for (std::size_t i = 0; i < count; ++i)
     if (!same_bits(got[i], expected<T, Op>(P, i)) && wrong++ == 0) first = i;
-  CAPTURE(std::string(Algo::name));
+  CAPTURE(std::string(algo_name));
   CAPTURE(std::string(tcoll::type_name<T>()));
   CAPTURE(std::string(Op::name));
   CAPTURE(count);
@@ -115,6 +128,11 @@ void check_case(tcoll::mpi_transport& t, std::size_t count, bool in_place, const
     CHECK(untouched);
   }
   CHECK(mpi_test::identical_on_all_ranks(got.data(), count * sizeof(T)));
+}
+
+template <class T, class Op, class Algo>
+void check_case(tcoll::mpi_transport& t, std::size_t count, bool in_place, const Algo& algo) {
+  check_case_with<T, Op>(t, count, in_place, &call_allreduce<T, Op, Algo>, &algo, Algo::name);
 }
 
 template <class T, class Op>

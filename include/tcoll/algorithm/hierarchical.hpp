@@ -31,6 +31,22 @@
 
 namespace tcoll {
 
+namespace detail {
+/// Rethrows `e`, raised by a transport of a two-level machine in its own ranks, named in
+/// world ranks: `world_of[r]` is the world rank of the transport's rank r. Not a template,
+/// so the machine's every call site shares it.
+[[noreturn]] inline void throw_in_world_ranks(const error& e, const std::vector<int>& world_of,
+                                              const char* where, int world_rank) {
+  const auto world = [&](int r) {
+    return r >= 0 && r < static_cast<int>(world_of.size()) ? world_of[static_cast<std::size_t>(r)]
+                                                           : -1;
+  };
+  std::string own = " (" + std::string(where) + ": rank " + std::to_string(e.rank());
+  if (e.peer() >= 0) own += ", peer " + std::to_string(e.peer());
+  throw_like(e, e.message() + own + ")", world_rank, world(e.peer()));
+}
+} // namespace detail
+
 /// `hierarchy_shape::groups` from every world rank's group leader and local rank
 /// (`leader_and_local[2 r]` and `[2 r + 1]` for world rank r, as one allgather of two ints
 /// gives them): the groups' world ranks in local order, groups ordered by their leader's
@@ -311,14 +327,7 @@ private:
       f();
     } catch (const error& e) {
       if (e.rank() != t.rank()) throw; // not raised in the transport's own ranks
-      const auto world = [&](int r) {
-        return r >= 0 && r < static_cast<int>(world_of.size())
-                   ? world_of[static_cast<std::size_t>(r)]
-                   : -1;
-      };
-      std::string own = " (" + std::string(where) + ": rank " + std::to_string(e.rank());
-      if (e.peer() >= 0) own += ", peer " + std::to_string(e.peer());
-      detail::throw_like(e, e.message() + own + ")", shape_.world_rank, world(e.peer()));
+      detail::throw_in_world_ranks(e, world_of, where, shape_.world_rank);
     }
   }
 

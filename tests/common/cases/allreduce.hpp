@@ -52,26 +52,65 @@ void matrix_allreduce(Tr& t, const T* send, T* recv, std::size_t n, const Op& op
     allreduce(t, send, recv, n, op, algo, b.reducer());
 }
 
-/// Runs one allreduce case and checks the result, the untouched input (out of place) and
-/// the cross-rank identity.
-template <transport Tr, class T, class Op, class Algo, class Buffers = host_buffers>
-void allreduce_case(Tr& t, const Algo& algo, const Op& op, op_kind k, std::size_t n, bool in_place,
-                    const case_id& id, std::uint64_t salt, bool identity, const Buffers& b = {}) {
+/// The allreduce of one algorithm, as a plain function of the algorithm's address: the one
+/// part of a case that depends on the algorithm. The case bodies below are compiled once per
+/// (type, op) and reach the algorithm through it, not once per (type, op, algorithm): the
+/// matrices' build time goes into what they test.
+template <transport Tr, class T, class Op, class Buffers>
+using allreduce_call = void (*)(Tr&, const T*, T*, std::size_t, const Op&, const void* algo,
+                                const Buffers&);
+
+template <transport Tr, class T, class Op, class Algo, class Buffers>
+void call_allreduce(Tr& t, const T* send, T* recv, std::size_t n, const Op& op, const void* algo,
+                    const Buffers& b) {
+  matrix_allreduce<T>(t, send, recv, n, op, *static_cast<const Algo*>(algo), b);
+}
+
+/// Runs one allreduce case (`call` with `algo`) and checks the result, the untouched input
+/// (out of place) and the cross-rank identity.
+template <transport Tr, class T, class Op, class Buffers>
+void allreduce_case_with(Tr& t, allreduce_call<Tr, T, Op, Buffers> call, const void* algo,
+                         const Op& op, op_kind k, std::size_t n, bool in_place, const case_id& id,
+                         std::uint64_t salt, bool identity, const Buffers& b) {
   const case_data<T> d = make_case<T>(k, t.size(), t.rank(), n, salt);
   auto out = b.template allocate<T>(n);
   const std::string what = id.str();
   if (in_place) {
     b.upload(out, d.input);
-    matrix_allreduce<T>(t, out.data(), out.data(), n, op, algo, b);
+    call(t, out.data(), out.data(), n, op, algo, b);
   } else {
     auto in = b.template allocate<T>(n);
     b.upload(in, d.input);
-    matrix_allreduce<T>(t, static_cast<const T*>(in.data()), out.data(), n, op, algo, b);
+    call(t, static_cast<const T*>(in.data()), out.data(), n, op, algo, b);
     check_equal(b.download(in, n), d.input, what + " (input must stay untouched)");
   }
   const std::vector<T> got = b.download(out, n);
   check_equal(got, d.expected, what);
   if (identity) check_identical_across_ranks(t, got.data(), n * sizeof(T), what);
+}
+
+/// Runs one allreduce case of algorithm `algo` (see `allreduce_case_with`).
+template <transport Tr, class T, class Op, class Algo, class Buffers = host_buffers>
+void allreduce_case(Tr& t, const Algo& algo, const Op& op, op_kind k, std::size_t n, bool in_place,
+                    const case_id& id, std::uint64_t salt, bool identity, const Buffers& b = {}) {
+  allreduce_case_with<Tr, T, Op, Buffers>(t, &call_allreduce<Tr, T, Op, Algo, Buffers>, &algo, op,
+                                          k, n, in_place, id, salt, identity, b);
+}
+
+/// Every count x {in place, out of place} of `opt` for one (type, op) and one algorithm
+/// (`call` with `algo`, printed as `label`).
+template <transport Tr, class T, class Op, class Buffers>
+void allreduce_counts(Tr& t, allreduce_call<Tr, T, Op, Buffers> call, const void* algo,
+                      const std::string& label, const Op& op, op_kind k, const matrix_options& opt,
+                      const Buffers& b) {
+  for (std::size_t n : opt.counts)
+    for (int ip = 0; ip < 2; ++ip) {
+      const bool in_place = ip == 1;
+      if ((in_place && !opt.in_place) || (!in_place && !opt.out_of_place)) continue;
+      const case_id id{label, type_name<T>(), op_name(k), n, t.size(), t.rank(), in_place};
+      allreduce_case_with<Tr, T, Op, Buffers>(t, call, algo, op, k, n, in_place, id, opt.salt + n,
+                                              opt.check_identity, b);
+    }
 }
 
 /// Every algorithm x type x op x count x {in place, out of place} of `opt` on transport `t`
@@ -81,25 +120,13 @@ template <transport Tr, class Buffers = host_buffers>
 void allreduce_matrix(Tr& t, const matrix_options& opt, const Buffers& b = {}) {
   for (const std::string& name : opt.algorithms)
     with_algorithm(name, opt.ring_segment_bytes, [&]<class Algo>(const Algo& algo) {
+      const std::string label = algorithm_label(algo, opt.ring_segment_bytes);
       for_each_type(opt.types, [&]<class T>(type_tag<T>) {
         constexpr bool nc = accepts_noncommutative<Algo>() && std::is_integral_v<T>;
         for_each_op<nc>(opt.ops, [&]<class Op>(const Op& op, op_kind k) {
-          if constexpr (commutative_op<Op> || accepts_noncommutative<Algo>()) {
-            for (std::size_t n : opt.counts)
-              for (int ip = 0; ip < 2; ++ip) {
-                const bool in_place = ip == 1;
-                if ((in_place && !opt.in_place) || (!in_place && !opt.out_of_place)) continue;
-                const case_id id{algorithm_label(algo, opt.ring_segment_bytes),
-                                 type_name<T>(),
-                                 op_name(k),
-                                 n,
-                                 t.size(),
-                                 t.rank(),
-                                 in_place};
-                allreduce_case<Tr, T>(t, algo, op, k, n, in_place, id, opt.salt + n,
-                                      opt.check_identity, b);
-              }
-          }
+          if constexpr (commutative_op<Op> || accepts_noncommutative<Algo>())
+            allreduce_counts<Tr, T, Op, Buffers>(t, &call_allreduce<Tr, T, Op, Algo, Buffers>,
+                                                 &algo, label, op, k, opt, b);
         });
       });
     });
