@@ -45,7 +45,7 @@ std::vector<T> values(std::size_t n, std::uint64_t seed, int r, int which, bool 
 }
 
 template <class T>
-tcoll::device_buffer<T> upload(const std::vector<T>& h, cudaStream_t s) {
+tcoll::device_buffer<T> upload_matrix(const std::vector<T>& h, cudaStream_t s) {
   tcoll::device_buffer<T> d(h.size(), s);
   tcoll::detail::cuda::check(
       cudaMemcpyAsync(d.data(), h.data(), h.size() * sizeof(T), cudaMemcpyDefault, s), "upload");
@@ -70,7 +70,7 @@ TEST_CASE("cublas_gemm: exact for integer factors, within gamma(rows) S of the e
     for (bool integral : {true, false}) {
       const auto U = values<float>(sh.rows * sh.M, sh.M, 0, 1, integral);
       const auto V = values<float>(sh.rows * sh.N, sh.N, 0, 2, integral);
-      auto dU = upload(U, s), dV = upload(V, s);
+      auto dU = upload_matrix(U, s), dV = upload_matrix(V, s);
       tcoll::device_buffer<float> dG(sh.M * sh.N, s);
       gemm.sum_outer_products(dU.data(), dV.data(), sh.rows, sh.M, sh.N, dG.data());
       const auto G = download_array(dG.data(), sh.M * sh.N, s);
@@ -108,8 +108,8 @@ TEST_CASE("sfb_allreduce on device_team + cuda_reducer + cublas_gemm: exact for 
         tcoll::cuda_reducer red;
         red.stream = t.stream();
         tcoll::hybrid::cublas_gemm gemm(t.stream());
-        auto dU = upload(values<float>(K * M, 5, r, 1, integral), t.stream());
-        auto dV = upload(values<float>(K * N, 5, r, 2, integral), t.stream());
+        auto dU = upload_matrix(values<float>(K * M, 5, r, 1, integral), t.stream());
+        auto dV = upload_matrix(values<float>(K * N, 5, r, 2, integral), t.stream());
         tcoll::device_buffer<float> dG(M * N, t.stream());
         tcoll::hybrid::sfb_allreduce(t, dU.data(), dV.data(), K, M, N, dG.data(), tcoll::sum_op{},
                                      gemm, {}, red);
@@ -159,9 +159,9 @@ TEST_CASE("hybrid_scheduler on device_team + cuda_reducer: factors given in devi
       const auto U = values<float>((K - 1) * M, 9, r, 1, false);
       const auto V = values<float>((K - 1) * N, 9, r, 2, false);
       const auto bias = values<float>(M, 9, r, 3, false);
-      auto dU = upload(U, t.stream());
-      auto dV = upload(V, t.stream());
-      auto dBias = upload(bias, t.stream());
+      auto dU = upload_matrix(U, t.stream());
+      auto dV = upload_matrix(V, t.stream());
+      auto dBias = upload_matrix(bias, t.stream());
       red.copy(pool.tensor(1).data(), dBias.data(), M);
       red.synchronize();
       sched.mark_factors_ready(0, dU.data(), dV.data(), K - 1);
@@ -171,8 +171,8 @@ TEST_CASE("hybrid_scheduler on device_team + cuda_reducer: factors given in devi
       std::vector<float> Upad(K * M, 0.0f), Vpad(K * N, 0.0f);
       std::copy(U.begin(), U.end(), Upad.begin());
       std::copy(V.begin(), V.end(), Vpad.begin());
-      auto dUpad = upload(Upad, t.stream());
-      auto dVpad = upload(Vpad, t.stream());
+      auto dUpad = upload_matrix(Upad, t.stream());
+      auto dVpad = upload_matrix(Vpad, t.stream());
       tcoll::device_buffer<float> want(M * N, t.stream());
       tcoll::hybrid::sfb_allreduce(t, dUpad.data(), dVpad.data(), K, M, N, want.data(),
                                    tcoll::sum_op{}, tcoll::hybrid::cublas_gemm(t.stream()), {},

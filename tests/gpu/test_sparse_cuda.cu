@@ -36,7 +36,7 @@ namespace {
 
 /// Fractional input of rank r, iteration s, element i (sums round differently in different
 /// orders; odd ranks negative, so sums cancel).
-float fractional(int r, int s, std::size_t i) {
+float sparse_fractional(int r, int s, std::size_t i) {
   const std::uint32_t h =
       static_cast<std::uint32_t>(i * 2654435761u) ^ static_cast<std::uint32_t>(r * 40503 + s * 977);
   return 0.1f + static_cast<float>(h % 100003) / 7919.0f * (r % 2 ? -1.0f : 1.0f) + 0.01f * r;
@@ -45,7 +45,7 @@ float fractional(int r, int s, std::size_t i) {
 template <class T>
 std::vector<T> values(std::size_t n, int seed) {
   std::vector<T> v(n);
-  for (std::size_t i = 0; i < n; ++i) v[i] = static_cast<T>(fractional(seed, seed + 1, i));
+  for (std::size_t i = 0; i < n; ++i) v[i] = static_cast<T>(sparse_fractional(seed, seed + 1, i));
   return v;
 }
 
@@ -247,7 +247,7 @@ void check_against_simulation(const std::vector<std::vector<rank_record>>& rec, 
       CHECK(rec[r][it].next == rec[0][it].next);
       CHECK(same_bits(rec[r][it].norms, rec[0][it].norms));
       for (std::size_t i = 0; i < n; ++i) {
-        const float x = fractional(r, it, i);
+        const float x = sparse_fractional(r, it, i);
         g[r][i] = x + res[r][i];
         res[r][i] = mask[L.chunk_of(i)] ? 0.0f : f * g[r][i];
       }
@@ -318,7 +318,7 @@ void end_to_end_case(int P, sp::csc_options o, int iterations, double wire_tol) 
     REQUIRE(a.pool().size() == n);
     for (int it = 0; it < iterations; ++it) {
       std::vector<float> in(n);
-      for (std::size_t i = 0; i < n; ++i) in[i] = fractional(r, it, i);
+      for (std::size_t i = 0; i < n; ++i) in[i] = sparse_fractional(r, it, i);
       upload_to(pool.data(), in, s);
       // backward order, rank 1 marks in reverse (the order must not matter)
       for (std::size_t j = 0; j < pool.tensor_count(); ++j)
@@ -334,8 +334,8 @@ void end_to_end_case(int P, sp::csc_options o, int iterations, double wire_tol) 
     // momentum step on the reduced important chunks of the last iteration
     std::vector<float> w0(n), u0(n);
     for (std::size_t i = 0; i < n; ++i) {
-      w0[i] = fractional(7, 7, i);
-      u0[i] = fractional(8, 8, i) * 0.01f;
+      w0[i] = sparse_fractional(7, 7, i);
+      u0[i] = sparse_fractional(8, 8, i) * 0.01f;
     }
     auto d_w = upload(w0, s), d_u = upload(u0, s);
     sp::csc_sgd_options so;
