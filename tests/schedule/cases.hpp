@@ -193,6 +193,21 @@ void mixed_collectives_case(Tr& t) {
     CHECK(v == (r == 0 ? static_cast<std::int64_t>(ranks_sum) << 33 : -1));
 }
 
+/// Uneven blocks of P ranks, packed in rank order: rank q's is n + q elements.
+struct packed_blocks {
+  std::vector<std::size_t> counts, displs;
+  std::size_t total = 0;
+};
+inline packed_blocks uneven_blocks(std::size_t p, std::size_t n) {
+  packed_blocks b{std::vector<std::size_t>(p), std::vector<std::size_t>(p), 0};
+  for (std::size_t q = 0; q < p; ++q) {
+    b.counts[q] = n + q;
+    b.displs[q] = b.total;
+    b.total += b.counts[q];
+  }
+  return b;
+}
+
 /// The non-blocking forms of the other collectives (ialltoall, ialltoallv, igather,
 /// igatherv, iscatter, iscatterv, ireduce_scatterv, iallgatherv) in flight together, every
 /// result compared bit for bit with the blocking call on the same fractional inputs. The
@@ -206,14 +221,7 @@ void other_nonblocking_collectives_case(Tr& t) {
   auto value = [](int from, int to, std::size_t k) {
     return 0.25 + from + 0.125 * to + static_cast<double>(k) / 512.0;
   };
-  // uneven blocks: rank q's is n + q elements, packed in rank order
-  std::vector<std::size_t> counts(p), displs(p);
-  std::size_t total = 0;
-  for (std::size_t q = 0; q < p; ++q) {
-    counts[q] = n + q;
-    displs[q] = total;
-    total += counts[q];
-  }
+  auto [counts, displs, total] = uneven_blocks(p, n);
   const std::size_t mine = counts[std::size_t(r)];
   std::vector<double> a2a_in(n * p), rs_in(total), mine_in(mine), all_in(n * p);
   for (std::size_t q = 0; q < p; ++q)
@@ -287,13 +295,7 @@ void prepared_collectives_case(C& t) {
   const int P = t.size(), r = t.rank(), root = P - 1;
   const auto p = static_cast<std::size_t>(P);
   const std::size_t n = 5;
-  std::vector<std::size_t> counts(p), displs(p); // rank q's block: n + q elements, packed
-  std::size_t total = 0;
-  for (std::size_t q = 0; q < p; ++q) {
-    counts[q] = n + q;
-    displs[q] = total;
-    total += counts[q];
-  }
+  auto [counts, displs, total] = uneven_blocks(p, n);
   const std::size_t mine = counts[std::size_t(r)];
   std::vector<std::size_t> same(p, n); // alltoallv: n to and from every peer
   // the bound buffers
