@@ -119,6 +119,62 @@ def test_the_analyzer_names_a_desynchronised_call_and_its_rank():
     assert 1 in failed[0].mismatch_collectives, failed[0]  # rank 1's call differs from rank 0's
 
 
+def body_wrapped(rank, size):
+    import torch.distributed as dist
+
+    peer = 1 - rank
+    dist.all_reduce(torch.full((3,), 0.1))
+    dist.broadcast(torch.zeros(5, dtype=torch.int64), 1)
+    dist.all_gather_into_tensor(torch.empty(2 * size, dtype=torch.float64),
+                                torch.zeros(2, dtype=torch.float64))
+    dist.reduce_scatter_tensor(torch.empty(1), torch.full((size,), 0.3))
+    if rank == 0:
+        dist.send(torch.zeros(4, dtype=torch.float16), peer)
+    else:
+        dist.recv(torch.zeros(4, dtype=torch.float16), peer)
+    dist.all_reduce(torch.full((2, 3), 0.2, dtype=torch.float64))
+    dist.broadcast(torch.zeros(7), 0)
+    # the last four, which the ring of four keeps
+    dist.all_reduce(torch.ones(1, dtype=torch.int32))
+    dist.all_gather_into_tensor(torch.empty(3 * size, dtype=torch.int16),
+                                torch.zeros(3, dtype=torch.int16))
+    if rank == 1:
+        dist.send(torch.zeros(6, dtype=torch.float64), peer)
+    else:
+        dist.recv(torch.zeros(6, dtype=torch.float64), peer)
+    dist.barrier()
+    return [{k: e.get(k) for k in ("profiling_name", "collective_seq_id", "p2p_seq_id", "op_id",
+                                    "input_sizes", "output_sizes", "input_dtypes",
+                                    "output_dtypes", "state", "is_p2p")} for e in _entries()]
+
+
+def test_a_full_ring_keeps_the_newest_calls_as_they_were_made():
+    # a ring of four entries (TORCH_FR_BUFFER_SIZE): each new entry replaces the oldest and
+    # reuses its storage, so each of the last four must read as its own call, not as the
+    # one it replaced (a longer name, more tensors, other dtypes)
+    results = run_ranks(body_wrapped, 2, env={"TORCH_FR_BUFFER_SIZE": "4"})
+    for rank, entries in enumerate(results):
+        p2p = "tcoll:recv 0<-1" if rank == 0 else "tcoll:send 1->0"
+        p2p_tensor = "output" if rank == 0 else "input"
+        p2p_other = "input" if rank == 0 else "output"
+        assert len(entries) == 4, entries
+        gather, p2p_entry, barrier = entries[1], entries[2], entries[3]
+        assert [e["profiling_name"] for e in entries] == [
+            "tcoll:all_reduce", "tcoll:_all_gather_base", p2p, "tcoll:barrier"], entries
+        assert [e["op_id"] for e in entries] == [7, 8, 9, 10]
+        assert [e["collective_seq_id"] for e in entries] == [7, 8, 8, 9]
+        assert [e["p2p_seq_id"] for e in entries] == [1, 1, 2, 2]
+        assert [e["is_p2p"] for e in entries] == [False, False, True, False]
+        assert entries[0]["input_sizes"] == [[1]] and entries[0]["input_dtypes"] == ["Int"]
+        assert gather["input_sizes"] == [[3]] and gather["output_sizes"] == [[6]]
+        assert gather["input_dtypes"] == ["Short"] and gather["output_dtypes"] == ["Short"]
+        assert p2p_entry[p2p_tensor + "_sizes"] == [[6]], p2p_entry
+        assert p2p_entry[p2p_tensor + "_dtypes"] == ["Double"], p2p_entry
+        assert p2p_entry[p2p_other + "_sizes"] == [] and p2p_entry[p2p_other + "_dtypes"] == []
+        assert barrier["input_sizes"] == [] and barrier["output_dtypes"] == [], barrier
+        assert all(e["state"] == "completed" for e in entries), entries
+
+
 def body_hooked(rank, size):
     import torch.distributed as dist
 

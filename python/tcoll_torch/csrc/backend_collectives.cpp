@@ -207,7 +207,7 @@ c10::intrusive_ptr<c10d::Work> backend::enqueue(OpType type, std::vector<at::Ten
                                                 const char* what, std::size_t bytes, Body body) {
   return with_flat([&](auto& t) {
     return enqueue_on(t, type, std::move(outputs), inputs, what, bytes,
-                      [&t, body](int tag) mutable { body(t, tag); });
+                      [&t, body = std::move(body)](int tag) mutable { body(t, tag); });
   });
 }
 
@@ -826,8 +826,11 @@ c10::intrusive_ptr<c10d::Work> backend::reduce_all(std::vector<at::Tensor>& tens
   for (auto& t : tensors) reductions.push_back(reduction_of(run_op, t.scalar_type(), rank_));
   // every tensor in turn: reduce_one(data, count, op) runs one allreduce in place. A
   // tensor that is not contiguous is copied when the call runs, not when it is made, so
-  // calls queued on one tensor see each other's results in call order.
-  auto each = [=, this](auto&& reduce_one) {
+  // calls queued on one tensor see each other's results in call order. The closures own
+  // one copy of the tensor list, moved on from here (each copy is an allocation and an
+  // atomic count per tensor, per call).
+  auto each = [tensors, factor = std::move(factor), reductions = std::move(reductions),
+               this](auto&& reduce_one) {
     for (std::size_t i = 0; i < tensors.size(); ++i) {
       const at::Tensor b = dense(tensors[i]);
       if (factor) b.mul_(*factor);
@@ -841,7 +844,7 @@ c10::intrusive_ptr<c10d::Work> backend::reduce_all(std::vector<at::Tensor>& tens
   };
   if (machine_) // across nodes: shared memory inside each node, MPI or Gloo between them
     return enqueue_on(*machine_, type, tensors, tensors, what, total_bytes(tensors),
-                      [=, this](const auto& tags) {
+                      [each = std::move(each), this](const auto& tags) {
                         each([&](auto* data, std::size_t n, const auto& o) {
                           tcoll::cpu_reducer red;
                           tcoll::allreduce_in(*machine_, tags, data, data, n, o,
@@ -849,19 +852,21 @@ c10::intrusive_ptr<c10d::Work> backend::reduce_all(std::vector<at::Tensor>& tens
                         });
                       });
   const tcoll::automatic* choice = &allreduce_choice(total_bytes(tensors));
-  return enqueue(type, tensors, tensors, what, total_bytes(tensors), [=, this](auto& t, int tag) {
-    each([&](auto* data, std::size_t n, const auto& o) {
-      using T = std::remove_pointer_t<decltype(data)>;
-      // small calls run in the segment's collective area (in_segment): staging them would
-      // only add a copy
-      if constexpr (std::is_same_v<std::remove_cvref_t<decltype(t)>, tcoll::shm_transport>)
-        if (staging_bytes_ && n * sizeof(T) <= staging_bytes_ &&
-            n * sizeof(T) > staged_choice_.shared_memory.in_segment_up_to_bytes)
-          return staged_allreduce(t, tag, data, n, o);
-      tcoll::cpu_reducer red;
-      tcoll::allreduce_in(t, tag, static_cast<const T*>(data), data, n, o, *choice, red);
-    });
-  });
+  return enqueue(
+      type, tensors, tensors, what, total_bytes(tensors),
+      [each = std::move(each), choice, this](auto& t, int tag) {
+        each([&](auto* data, std::size_t n, const auto& o) {
+          using T = std::remove_pointer_t<decltype(data)>;
+          // small calls run in the segment's collective area (in_segment): staging them would
+          // only add a copy
+          if constexpr (std::is_same_v<std::remove_cvref_t<decltype(t)>, tcoll::shm_transport>)
+            if (staging_bytes_ && n * sizeof(T) <= staging_bytes_ &&
+                n * sizeof(T) > staged_choice_.shared_memory.in_segment_up_to_bytes)
+              return staged_allreduce(t, tag, data, n, o);
+          tcoll::cpu_reducer red;
+          tcoll::allreduce_in(t, tag, static_cast<const T*>(data), data, n, o, *choice, red);
+        });
+      });
 }
 
 template <class T>

@@ -83,6 +83,28 @@ const std::string& this_thread_name() {
   return name;
 }
 
+/// The heap storage of the entry this thread records next: the strings and lists that the
+/// entry it replaced in the recorder's ring held, handed on to the next entry (filled by
+/// assignment, which keeps their capacity) instead of freed and allocated again. Once the
+/// ring is full, a call's entry allocates only its stack trace.
+struct spare_storage {
+  std::string name;
+  std::tuple<std::string, std::string> pg_name;
+  std::vector<c10::ScalarType> input_dtypes, output_dtypes;
+  /// Takes the storage of `e`, an entry taken out of the ring.
+  void take_from(flight_recorder::Entry& e) {
+    name = std::move(e.profiling_name_);
+    pg_name = std::move(e.pg_name_);
+    input_dtypes = std::move(e.input_dtypes_);
+    output_dtypes = std::move(e.output_dtypes_);
+  }
+};
+
+spare_storage& this_thread_spare() {
+  thread_local spare_storage spare;
+  return spare;
+}
+
 } // namespace
 
 group_trace::group_trace(int rank, int size, std::vector<std::uint64_t> global_ranks,
@@ -94,9 +116,10 @@ group_trace::group_trace(int rank, int size, std::vector<std::uint64_t> global_r
 }
 
 // What `recorder.recordWithResetEnabled(...)` (FlightRecorderDetail.hpp) does for a call
-// without device events, but for two things: the thread's name is read once per thread, not
-// at every call, and the group's counters and status change under the recorder's lock, the
-// one its dumps read them under, so one lock is taken per call, not three. Same entry, same
+// without device events, but for three things: the thread's name is read once per thread,
+// not at every call; the group's counters and status change under the recorder's lock, the
+// one its dumps read them under, so one lock is taken per call, not three; and the entry
+// reuses the storage of the one it replaces (`spare_storage`). Same entry, same
 // place. Its fields are named, so a torch whose entry differs fails to build here instead of
 // recording something else.
 trace_entry group_trace::record(const c10d::Backend& b, c10d::OpType type,
@@ -106,13 +129,21 @@ trace_entry group_trace::record(const c10d::Backend& b, c10d::OpType type,
   if (!records_natively.load(std::memory_order_relaxed) || !recorder_ || !recorder_->enabled_)
     return handle;
   const bool p2p = is_point_to_point(type);
-  std::string name = hook_name(type);
-  if (p2p) // as the hook names them: "send 0->1", "recv 1<-0", "recv 1<-?"
-    name += " " + std::to_string(rank_) + (type == c10d::OpType::SEND ? "->" : "<-") +
-            (peer >= 0 ? std::to_string(peer) : std::string("?"));
+  spare_storage& spare = this_thread_spare();
+  std::string& name = spare.name;
+  name.assign(hook_name(type));
+  if (p2p) { // as the hook names them: "send 0->1", "recv 1<-0", "recv 1<-?"
+    name.append(" ").append(std::to_string(rank_));
+    name.append(type == c10d::OpType::SEND ? "->" : "<-");
+    name.append(peer >= 0 ? std::to_string(peer) : std::string("?"));
+  }
   // the group's name and description are set after the backend is made (ProcessGroup's
   // setGroupUid), so they are read at the call
-  std::tuple<std::string, std::string> pg_name{b.getGroupUid(), b.getGroupDesc()};
+  std::tuple<std::string, std::string>& pg_name = spare.pg_name;
+  std::get<0>(pg_name).assign(b.getGroupUid());
+  std::get<1>(pg_name).assign(b.getGroupDesc());
+  spare.input_dtypes.clear();
+  spare.output_dtypes.clear();
   std::call_once(ranks_recorded_, [&] {
     // what the hook does when it is attached: the group's members, and this process's
     // world rank (it names the dump file)
@@ -127,7 +158,7 @@ trace_entry group_trace::record(const c10d::Backend& b, c10d::OpType type,
       .collective_seq_id_ = 0,
       .p2p_seq_id_ = 0,
       .op_id_ = 0,
-      .profiling_name_ = std::move(name),
+      .profiling_name_ = std::move(spare.name),
       .traceback_ = torch::CapturedTraceback::gather(true, true, recorder_->capture_cpp_stack_),
       .start_ = nullptr,
       .end_ = nullptr,
@@ -138,9 +169,9 @@ trace_entry group_trace::record(const c10d::Backend& b, c10d::OpType type,
       .time_discovered_started_ = std::nullopt,
       .time_discovered_completed_ = std::nullopt,
       .input_dims_ = {},
-      .input_dtypes_ = {},
+      .input_dtypes_ = std::move(spare.input_dtypes),
       .output_dims_ = {},
-      .output_dtypes_ = {},
+      .output_dtypes_ = std::move(spare.output_dtypes),
       .sizes_ = {},
       .thread_id_ = std::this_thread::get_id(),
       .thread_name_ = this_thread_name(),
@@ -160,31 +191,31 @@ trace_entry group_trace::record(const c10d::Backend& b, c10d::OpType type,
   };
   const std::size_t numel_in = note_tensors(inputs, e.input_dtypes_, e.input_dims_);
   const std::size_t numel_out = note_tensors(outputs, e.output_dtypes_, e.output_dims_);
-  flight_recorder::Entry replaced; // the ring's oldest entry, freed after the lock is let go
   flight_recorder& r = *recorder_;
-  std::lock_guard lock(r.mutex_);
-  (p2p ? point_to_point_ : collectives_) += 1;
-  e.collective_seq_id_ = collectives_;
-  e.p2p_seq_id_ = point_to_point_;
-  e.op_id_ = ops_++;
-  status_->lastEnqueuedSeq = static_cast<std::int64_t>(e.op_id_);
-  status_->lastEnqueuedWorkName = hook_name(type);
-  status_->lastEnqueuedNumelIn = numel_in;
-  status_->lastEnqueuedNumelOut = numel_out;
-  if (!r.all_pg_status_.contains(pg_id_)) r.all_pg_status_[pg_id_] = status_;
-  TORCH_CHECK(r.reset_epoch_start_idx_.contains(r.reset_epoch_));
-  e.id_ = r.id_++;
-  e.reset_epoch_ = r.reset_epoch_;
-  handle.id_ = {e.id_, e.reset_epoch_};
-  handle.op_id_ = static_cast<std::int64_t>(e.op_id_);
-  const std::size_t next = r.next_++;
-  if (r.entries_.size() < r.max_entries_) {
-    r.entries_.emplace_back(std::move(e));
-  } else {
-    replaced = std::move(r.entries_[next]);
-    r.entries_[next] = std::move(e);
+  {
+    std::lock_guard lock(r.mutex_);
+    (p2p ? point_to_point_ : collectives_) += 1;
+    e.collective_seq_id_ = collectives_;
+    e.p2p_seq_id_ = point_to_point_;
+    e.op_id_ = ops_++;
+    status_->lastEnqueuedSeq = static_cast<std::int64_t>(e.op_id_);
+    status_->lastEnqueuedWorkName = hook_name(type);
+    status_->lastEnqueuedNumelIn = numel_in;
+    status_->lastEnqueuedNumelOut = numel_out;
+    if (!r.all_pg_status_.contains(pg_id_)) r.all_pg_status_[pg_id_] = status_;
+    TORCH_CHECK(r.reset_epoch_start_idx_.contains(r.reset_epoch_));
+    e.id_ = r.id_++;
+    e.reset_epoch_ = r.reset_epoch_;
+    handle.id_ = {e.id_, e.reset_epoch_};
+    handle.op_id_ = static_cast<std::int64_t>(e.op_id_);
+    const std::size_t next = r.next_++;
+    if (r.entries_.size() < r.max_entries_)
+      r.entries_.emplace_back(std::move(e));
+    else // `e` becomes the ring's oldest entry, taken apart after the lock is let go
+      std::swap(r.entries_[next], e);
+    if (r.next_ == r.max_entries_) r.next_ = 0;
   }
-  if (r.next_ == r.max_entries_) r.next_ = 0;
+  spare.take_from(e); // its stack trace is freed with `e`, outside the lock
   handle.group_ = shared_from_this();
   return handle;
 }
