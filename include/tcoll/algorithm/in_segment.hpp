@@ -111,13 +111,19 @@ enum class segment_call : unsigned {
 };
 
 /// dst[0, n) = operand(0) op operand(1) op ... op operand(P - 1), each operand(q) the start
-/// of rank q's n elements (operand(0) may be dst itself), then finalized (avg): the fold of
-/// every in-segment reduction, in rank order.
+/// of rank q's n elements (operand(0) may be dst itself, no other may), then finalized
+/// (avg): the fold of every in-segment reduction, in rank order. The first step reads both
+/// operands and writes dst in one pass (on 2 ranks the whole fold is one pass, not a copy
+/// and a pass); the same operations in the same order, so the same bits.
 template <class T, class Op, reducer R, class Operand>
 void fold_in_rank_order(R& red, const Op& op, int P, T* dst, Operand&& operand, std::size_t n) {
   const T* first = operand(0);
-  if (first != dst) red.copy(dst, first, n);
-  for (int q = 1; q < P; ++q) red.reduce(op, dst, dst, operand(q), n);
+  if (P == 1) {
+    if (first != dst) red.copy(dst, first, n);
+  } else {
+    red.reduce(op, dst, first, operand(1), n);
+    for (int q = 2; q < P; ++q) red.reduce(op, dst, dst, operand(q), n);
+  }
   if constexpr (finalizing_op<Op>) red.finalize(op, dst, n, P);
 }
 
