@@ -3,6 +3,7 @@
 /// MPI_Alltoall, MPI_Gather, MPI_Scatter and the uneven MPI_Reduce_scatter, MPI_Allgatherv,
 /// MPI_Alltoallv, MPI_Gatherv and MPI_Scatterv through tcoll, over shared memory where a
 /// communicator's ranks share one node.
+#include "equal_blocks.hpp"
 #include "prologue.hpp"
 #include "tcoll_mpi.hpp"
 #include "v_blocks.hpp"
@@ -290,67 +291,50 @@ TCOLL_PRELOAD_EXPORT int MPI_Reduce_scatter_block_c(const void* sendbuf, void* r
 
 namespace {
 
-/// MPI_Allgather and MPI_Allgather_c (`Count` int or MPI_Count); `pmpi()` hands the call to MPI.
-template <class Count, class Pmpi>
-int allgather_call(const void* sendbuf, Count sendcount, MPI_Datatype sendtype, void* recvbuf,
-                   Count recvcount, MPI_Datatype recvtype, MPI_Comm comm, Pmpi pmpi,
-                   coll c = coll::allgather) {
-  const bool in_place = sendbuf == MPI_IN_PLACE;
-  int P = 0;
-  std::size_t rsize = 0, ssize = 0, block = 0;
+/// MPI_Allgather and MPI_Alltoall (`C`) and their `_c` forms (`Count` int or MPI_Count), and
+/// MPI_Allgatherv with equal blocks in rank order (`c`); `pmpi()` hands the call to MPI. The
+/// path is chosen from the block's signature bytes (recvcount x the size of recvtype), which
+/// every rank shares whatever datatypes it passes: blocks move as bytes, and a rank whose
+/// datatype is derived or not contiguous packs its send blocks (into its place among the
+/// received ones, or all of them for an all-to-all) and unpacks its receive blocks locally
+/// around the collective (equal_blocks.hpp). (Until 2026-12-03 such a rank handed its
+/// MPI_Alltoall to MPI while the others ran tcoll's: a signature-matching program with a
+/// derived type on one rank hung.)
+template <collective C, class Count, class Pmpi>
+int blocks_call(const void* sendbuf, Count sendcount, MPI_Datatype sendtype, void* recvbuf,
+                Count recvcount, MPI_Datatype recvtype, MPI_Comm comm, Pmpi pmpi,
+                coll c = C == collective::allgather ? coll::allgather : coll::alltoall) {
+  static_assert(C == collective::allgather || C == collective::alltoall);
+  constexpr bool gathers = C == collective::allgather;
+  block_call m;
   return intercept<Count>(
       c, comm, pmpi,
       [&]() -> measured_call {
-        if (auto why = communicator_fallback(comm, recvcount >= 0 && recvbuf && sendbuf &&
-                                                       (in_place || sendcount >= 0)))
-          return to_mpi(*why);
-        // a predefined contiguous type costs the same queries as before packing existed
-        rsize = contiguous_size(recvtype);
-        ssize = in_place ? rsize : contiguous_size(sendtype);
-        const long long block_signature = rsize ? static_cast<long long>(rsize) * recvcount
-                                                : signature_bytes(recvcount, recvtype);
-        const long long send_signature = in_place ? block_signature
-                                         : ssize  ? static_cast<long long>(ssize) * sendcount
-                                                  : signature_bytes(sendcount, sendtype);
-        if (block_signature < 0 || send_signature != block_signature)
-          return to_mpi(fallback::arguments); // MPI reports the bad type or the mismatch
-        P = comm_size(comm);
-        if (!count_fits(block_signature, P)) return to_mpi(fallback::arguments);
-        block = static_cast<std::size_t>(block_signature);
-        return {.bytes = block * P, .repeatable = rsize != 0 && ssize != 0};
+        m = measure_block_call(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, comm,
+                               true);
+        if (m.why) return to_mpi(*m.why);
+        return {.bytes = m.bytes, .repeatable = m.recv_direct() && m.send_direct()};
       },
-      node_choice_of(c, comm, P),
+      node_choice_of(c, comm, m.P),
       [&](algorithm_id a, std::size_t bytes) {
         comm_state& s = state_of(comm);
-        const bool recv_direct = rsize != 0;
-        MPI_Aint lb = 0, extent = 0; // of recvtype: block q starts at recvbuf + q recvcount extent
-        if (!recv_direct) PMPI_Type_get_extent(recvtype, &lb, &extent);
-        const auto block_at = [&](int q) {
-          return static_cast<char*>(recvbuf) + static_cast<MPI_Aint>(q) * recvcount * extent;
-        };
-        const bool send_direct = in_place || ssize != 0;
-        if (!recv_direct || !send_direct) count_packed(c);
-        // the gathered blocks, contiguous: the user's buffer itself or scratch to unpack from
-        auto* out = recv_direct ? static_cast<unsigned char*>(recvbuf)
-                                : reinterpret_cast<unsigned char*>(s.scratch_bytes(bytes));
-        unsigned char* own = out + static_cast<std::size_t>(s.rank) * block;
-        const unsigned char* in = own;
-        if (in_place) {
-          if (!recv_direct) // this rank's block sits in recvbuf at its place, as recvtype
-            pack_local(block_at(s.rank), recvcount, recvtype, reinterpret_cast<std::byte*>(own),
-                       block);
-        } else if (send_direct) {
-          in = static_cast<const unsigned char*>(sendbuf);
-        } else { // packed straight into its place among the gathered blocks
-          pack_local(sendbuf, sendcount, sendtype, reinterpret_cast<std::byte*>(own), block);
-        }
-        on_transport_as<collective::allgather>(
-            c, s, a, [&](auto& t, const auto& algo) { tcoll::allgather(t, in, out, block, algo); });
-        if (!recv_direct) // block by block: recvcount x P may exceed an int
-          for (int q = 0; q < P; ++q)
-            unpack_local(reinterpret_cast<const std::byte*>(out) +
-                             static_cast<std::size_t>(q) * block,
-                         block, block_at(q), recvcount, recvtype);
+        if (!m.recv_direct() || !m.send_direct()) count_packed(c);
+        // the received blocks, contiguous: the user's buffer itself or scratch to unpack from
+        auto* out = m.recv_direct() ? static_cast<unsigned char*>(recvbuf)
+                                    : reinterpret_cast<unsigned char*>(s.scratch_bytes(bytes));
+        const unsigned char* in = gathers ? allgather_input(sendbuf, sendcount, sendtype, recvbuf,
+                                                            recvcount, recvtype, m, s.rank, out)
+                                          : alltoall_input(sendbuf, sendcount, sendtype, recvbuf,
+                                                           recvcount, recvtype, m, out);
+        on_transport_as<C>(c, s, a, [&](auto& t, const auto& algo) {
+          if constexpr (gathers)
+            tcoll::allgather(t, in, out, m.block, algo);
+          else
+            tcoll::alltoall(t, in, out, m.block, algo);
+        });
+        if (!m.recv_direct())
+          unpack_blocks(reinterpret_cast<const std::byte*>(out), m.P, m.block, recvbuf, recvcount,
+                        recvtype);
       },
       send_recv_key(comm, sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype));
 }
@@ -366,9 +350,10 @@ TCOLL_PRELOAD_EXPORT int MPI_Allgather(const void* sendbuf, int sendcount, MPI_D
                                        MPI_Comm comm) {
   if (recvcount == 0 && empty_call_to_mpi(coll::allgather, comm))
     return PMPI_Allgather(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, comm);
-  return allgather_call(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, comm, [&] {
-    return PMPI_Allgather(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, comm);
-  });
+  return blocks_call<collective::allgather>(
+      sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, comm, [&] {
+        return PMPI_Allgather(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, comm);
+      });
 }
 
 #if TCOLL_PRELOAD_LARGE_COUNT
@@ -378,9 +363,10 @@ TCOLL_PRELOAD_EXPORT int MPI_Allgather_c(const void* sendbuf, MPI_Count sendcoun
                                          MPI_Datatype recvtype, MPI_Comm comm) {
   if (recvcount == 0 && empty_call_to_mpi(coll::allgather, comm))
     return PMPI_Allgather_c(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, comm);
-  return allgather_call(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, comm, [&] {
-    return PMPI_Allgather_c(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, comm);
-  });
+  return blocks_call<collective::allgather>(
+      sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, comm, [&] {
+        return PMPI_Allgather_c(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, comm);
+      });
 }
 #endif
 
@@ -517,8 +503,8 @@ int allgatherv_call(const void* sendbuf, Count sendcount, MPI_Datatype sendtype,
   if (!in_order)
     return allgatherv_blocks_call(sendbuf, sendcount, sendtype, recvbuf, recvcounts, displs,
                                   recvtype, comm, pmpi);
-  return allgather_call(sendbuf, sendcount, sendtype, recvbuf, static_cast<Count>(block), recvtype,
-                        comm, pmpi, c);
+  return blocks_call<collective::allgather>(sendbuf, sendcount, sendtype, recvbuf,
+                                            static_cast<Count>(block), recvtype, comm, pmpi, c);
 }
 
 } // namespace
@@ -567,89 +553,6 @@ TCOLL_PRELOAD_EXPORT int MPI_Allgatherv_c(const void* sendbuf, MPI_Count sendcou
 }
 #endif
 
-namespace {
-
-/// MPI_Alltoall and MPI_Alltoall_c (`Count` int or MPI_Count); `pmpi()` hands the call to
-/// MPI. The path is chosen from the block's signature bytes (recvcount x the size of
-/// recvtype), which every rank shares whatever datatypes it passes: blocks move as bytes, and
-/// a rank whose datatype is derived or not contiguous packs its send blocks (into recvbuf,
-/// or into scratch when its receive type is derived too) and unpacks its receive blocks
-/// locally around the collective, as MPI_Allgather's do. (Until 2026-12-03 such a rank
-/// handed its call to MPI while the others ran tcoll's: a signature-matching program with a
-/// derived type on one rank hung.)
-template <class Count, class Pmpi>
-int alltoall_call(const void* sendbuf, Count sendcount, MPI_Datatype sendtype, void* recvbuf,
-                  Count recvcount, MPI_Datatype recvtype, MPI_Comm comm, Pmpi pmpi) {
-  constexpr coll c = coll::alltoall;
-  using byte = unsigned char;
-  const bool in_place = sendbuf == MPI_IN_PLACE;
-  int P = 0;
-  std::size_t ssize = 0, rsize = 0, block = 0; // element sizes (0: packed), block bytes
-  return intercept<Count>(
-      c, comm, pmpi,
-      [&]() -> measured_call {
-        if (auto why = communicator_fallback(comm, recvcount >= 0 && recvbuf && sendbuf &&
-                                                       (in_place || sendcount >= 0)))
-          return to_mpi(*why);
-        rsize = contiguous_size(recvtype);
-        const long long block_signature = rsize ? static_cast<long long>(rsize) * recvcount
-                                                : signature_bytes(recvcount, recvtype);
-        if (block_signature < 0) return to_mpi(fallback::arguments); // MPI reports the type
-        if (!in_place) {
-          ssize = contiguous_size(sendtype);
-          const long long send_signature = ssize ? static_cast<long long>(ssize) * sendcount
-                                                 : signature_bytes(sendcount, sendtype);
-          if (send_signature != block_signature)
-            return to_mpi(fallback::arguments); // MPI reports the mismatch
-        }
-        P = comm_size(comm);
-        if (!count_fits(block_signature, P)) return to_mpi(fallback::arguments);
-        block = static_cast<std::size_t>(block_signature);
-        return {.bytes = block * static_cast<std::size_t>(P),
-                .repeatable = rsize != 0 && (in_place || ssize != 0)};
-      },
-      node_choice_of(c, comm, P),
-      [&](algorithm_id a, std::size_t bytes) {
-        comm_state& s = state_of(comm);
-        const bool send_direct = in_place || ssize != 0;
-        const bool recv_direct = rsize != 0;
-        if (!send_direct || !recv_direct) count_packed(c);
-        // block q of a typed buffer: at q count extent
-        const auto block_of = [](const void* buf, Count count, MPI_Datatype type, int q) {
-          MPI_Aint lb = 0, extent = 0;
-          PMPI_Type_get_extent(type, &lb, &extent);
-          return static_cast<char*>(const_cast<void*>(buf)) +
-                 static_cast<MPI_Aint>(q) * static_cast<MPI_Aint>(count) * extent;
-        };
-        // out: the P received blocks, contiguous (recvbuf, or scratch to unpack from)
-        byte* out = recv_direct ? static_cast<byte*>(recvbuf)
-                                : reinterpret_cast<byte*>(s.scratch_bytes(bytes));
-        const byte* in = in_place ? out : static_cast<const byte*>(sendbuf);
-        if (in_place && !recv_direct) { // the blocks sit in recvbuf as recvtype
-          for (int q = 0; q < P; ++q)
-            pack_local(block_of(recvbuf, recvcount, recvtype, q), recvcount, recvtype,
-                       reinterpret_cast<std::byte*>(out) + static_cast<std::size_t>(q) * block,
-                       block);
-        } else if (!send_direct) { // packed into out, then exchanged in place there
-          for (int q = 0; q < P; ++q)
-            pack_local(block_of(sendbuf, sendcount, sendtype, q), sendcount, sendtype,
-                       reinterpret_cast<std::byte*>(out) + static_cast<std::size_t>(q) * block,
-                       block);
-          in = out;
-        }
-        on_transport_as<collective::alltoall>(
-            c, s, a, [&](auto& t, const auto& algo) { tcoll::alltoall(t, in, out, block, algo); });
-        if (!recv_direct)
-          for (int q = 0; q < P; ++q)
-            unpack_local(reinterpret_cast<const std::byte*>(out) +
-                             static_cast<std::size_t>(q) * block,
-                         block, block_of(recvbuf, recvcount, recvtype, q), recvcount, recvtype);
-      },
-      send_recv_key(comm, sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype));
-}
-
-} // namespace
-
 /// MPI_Alltoall through tcoll's all-to-all (pairwise exchange, Bruck's for short blocks on
 /// many ranks) over shared memory where the ranks share one node, MPI's own elsewhere.
 TCOLL_PRELOAD_EXPORT int MPI_Alltoall(const void* sendbuf, int sendcount, MPI_Datatype sendtype,
@@ -657,9 +560,10 @@ TCOLL_PRELOAD_EXPORT int MPI_Alltoall(const void* sendbuf, int sendcount, MPI_Da
                                       MPI_Comm comm) {
   if (recvcount == 0 && empty_call_to_mpi(coll::alltoall, comm))
     return PMPI_Alltoall(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, comm);
-  return alltoall_call(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, comm, [&] {
-    return PMPI_Alltoall(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, comm);
-  });
+  return blocks_call<collective::alltoall>(
+      sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, comm, [&] {
+        return PMPI_Alltoall(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, comm);
+      });
 }
 
 #if TCOLL_PRELOAD_LARGE_COUNT
@@ -669,9 +573,10 @@ TCOLL_PRELOAD_EXPORT int MPI_Alltoall_c(const void* sendbuf, MPI_Count sendcount
                                         MPI_Datatype recvtype, MPI_Comm comm) {
   if (recvcount == 0 && empty_call_to_mpi(coll::alltoall, comm))
     return PMPI_Alltoall_c(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, comm);
-  return alltoall_call(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, comm, [&] {
-    return PMPI_Alltoall_c(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, comm);
-  });
+  return blocks_call<collective::alltoall>(
+      sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, comm, [&] {
+        return PMPI_Alltoall_c(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, comm);
+      });
 }
 #endif
 
@@ -688,77 +593,31 @@ template <class Count, class Pmpi>
 int gather_call(const void* sendbuf, Count sendcount, MPI_Datatype sendtype, void* recvbuf,
                 Count recvcount, MPI_Datatype recvtype, int root, MPI_Comm comm, Pmpi pmpi) {
   constexpr coll c = coll::gather;
-  using byte = unsigned char;
-  const bool in_place = sendbuf == MPI_IN_PLACE; // at the root only (MPI judges it elsewhere)
-  int P = 0;
-  bool is_root = false;
-  std::size_t ssize = 0, rsize = 0, block = 0; // element sizes (0: packed), block bytes
+  rooted_call m;
   return intercept<Count>(
       c, comm, pmpi,
       [&]() -> measured_call {
-        if (auto why = communicator_fallback(comm, true)) return to_mpi(*why);
-        P = comm_size(comm);
-        if (root < 0 || root >= P) return to_mpi(fallback::arguments);
-        is_root = comm_rank(comm) == root;
-        if (in_place && !is_root) return to_mpi(fallback::arguments);
-        long long signature = 0; // of this rank's block
-        if (!in_place) {
-          ssize = contiguous_size(sendtype);
-          signature = ssize ? static_cast<long long>(ssize) * sendcount
-                            : signature_bytes(sendcount, sendtype);
-        }
-        if (is_root) { // the receive arguments are significant here only
-          rsize = contiguous_size(recvtype);
-          const long long recv_signature = rsize ? static_cast<long long>(rsize) * recvcount
-                                                 : signature_bytes(recvcount, recvtype);
-          if (recv_signature < 0 || (!in_place && recv_signature != signature))
-            return to_mpi(fallback::arguments); // MPI reports the bad type or the mismatch
-          signature = recv_signature;
-        }
-        if (signature < 0 || !count_fits(signature, P)) return to_mpi(fallback::arguments);
-        block = static_cast<std::size_t>(signature);
-        if (block != 0 && ((!in_place && sendbuf == nullptr) || (is_root && recvbuf == nullptr)))
-          return to_mpi(fallback::arguments);
-        return {.bytes = block * static_cast<std::size_t>(P),
-                .repeatable = (in_place || ssize != 0) && (!is_root || rsize != 0)};
+        // in place at the root only (MPI judges it elsewhere)
+        m = measure_rooted_call(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype,
+                                sendbuf == MPI_IN_PLACE, root, comm, true);
+        if (m.why) return to_mpi(*m.why);
+        return {.bytes = m.bytes, .repeatable = m.rank_direct() && m.root_direct()};
       },
-      node_choice_of(c, comm, P),
+      node_choice_of(c, comm, m.P),
       [&](algorithm_id a, std::size_t bytes) {
         comm_state& s = state_of(comm);
-        const bool send_direct = in_place || ssize != 0;
-        const bool recv_direct = !is_root || rsize != 0;
-        if (!send_direct || !recv_direct) count_packed(c);
-        MPI_Aint lb = 0, extent = 0; // of recvtype: block q at recvbuf + q recvcount extent
-        if (!recv_direct) PMPI_Type_get_extent(recvtype, &lb, &extent);
-        const auto block_at = [&](int q) {
-          return static_cast<char*>(recvbuf) + static_cast<MPI_Aint>(q) * recvcount * extent;
-        };
-        byte* out = nullptr; // the root's P blocks, contiguous: recvbuf or scratch
-        const byte* in = static_cast<const byte*>(sendbuf);
-        if (is_root) {
-          out = recv_direct ? static_cast<byte*>(recvbuf)
-                            : reinterpret_cast<byte*>(s.scratch_bytes(bytes));
-          byte* own = out + static_cast<std::size_t>(root) * block;
-          if (in_place) { // the root's block sits in recvbuf at its place, as recvtype
-            if (!recv_direct)
-              pack_local(block_at(root), recvcount, recvtype, reinterpret_cast<std::byte*>(own),
-                         block);
-            in = own;
-          } else if (!send_direct) { // packed straight into its place: tcoll's in-place form
-            pack_local(sendbuf, sendcount, sendtype, reinterpret_cast<std::byte*>(own), block);
-            in = own;
-          }
-        } else if (!send_direct) {
-          std::byte* packed = s.scratch_bytes(block);
-          pack_local(sendbuf, sendcount, sendtype, packed, block);
-          in = reinterpret_cast<const byte*>(packed);
-        }
-        on_transport(c, s, a, [&](auto& t) { tcoll::gather(t, in, out, block, root); });
-        if (!recv_direct) // block by block: recvcount x P may exceed an int
-          for (int q = 0; q < P; ++q)
-            unpack_local(reinterpret_cast<const std::byte*>(out) +
-                             static_cast<std::size_t>(q) * block,
-                         block, block_at(q), recvcount, recvtype);
+        if (!m.rank_direct() || !m.root_direct()) count_packed(c);
+        auto* root_out = !m.is_root ? nullptr
+                         : m.root_direct()
+                             ? static_cast<unsigned char*>(recvbuf)
+                             : reinterpret_cast<unsigned char*>(s.scratch_bytes(bytes));
+        const rooted_bytes b =
+            gather_bytes(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, m, root,
+                         root_out, [&](std::size_t n) { return s.scratch_bytes(n); });
+        on_transport(c, s, a, [&](auto& t) { tcoll::gather(t, b.in, b.out, m.block, root); });
+        if (!m.root_direct())
+          unpack_blocks(reinterpret_cast<const std::byte*>(b.out), m.P, m.block, recvbuf, recvcount,
+                        recvtype);
       },
       send_recv_key(comm, sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, root));
 }
@@ -772,71 +631,25 @@ template <class Count, class Pmpi>
 int scatter_call(const void* sendbuf, Count sendcount, MPI_Datatype sendtype, void* recvbuf,
                  Count recvcount, MPI_Datatype recvtype, int root, MPI_Comm comm, Pmpi pmpi) {
   constexpr coll c = coll::scatter;
-  using byte = unsigned char;
-  const bool in_place = recvbuf == MPI_IN_PLACE; // at the root only (MPI judges it elsewhere)
-  int P = 0;
-  bool is_root = false;
-  std::size_t ssize = 0, rsize = 0, block = 0; // element sizes (0: packed), block bytes
+  rooted_call m;
   return intercept<Count>(
       c, comm, pmpi,
       [&]() -> measured_call {
-        if (auto why = communicator_fallback(comm, true)) return to_mpi(*why);
-        P = comm_size(comm);
-        if (root < 0 || root >= P) return to_mpi(fallback::arguments);
-        is_root = comm_rank(comm) == root;
-        if (in_place && !is_root) return to_mpi(fallback::arguments);
-        long long signature = 0; // of this rank's block
-        if (!in_place) {
-          rsize = contiguous_size(recvtype);
-          signature = rsize ? static_cast<long long>(rsize) * recvcount
-                            : signature_bytes(recvcount, recvtype);
-        }
-        if (is_root) { // the send arguments are significant here only
-          ssize = contiguous_size(sendtype);
-          const long long send_signature = ssize ? static_cast<long long>(ssize) * sendcount
-                                                 : signature_bytes(sendcount, sendtype);
-          if (send_signature < 0 || (!in_place && send_signature != signature))
-            return to_mpi(fallback::arguments); // MPI reports the bad type or the mismatch
-          signature = send_signature;
-        }
-        if (signature < 0 || !count_fits(signature, P)) return to_mpi(fallback::arguments);
-        block = static_cast<std::size_t>(signature);
-        if (block != 0 && ((!in_place && recvbuf == nullptr) || (is_root && sendbuf == nullptr)))
-          return to_mpi(fallback::arguments);
-        return {.bytes = block * static_cast<std::size_t>(P),
-                .repeatable = (in_place || rsize != 0) && (!is_root || ssize != 0)};
+        // in place at the root only (MPI judges it elsewhere)
+        m = measure_rooted_call(recvbuf, recvcount, recvtype, sendbuf, sendcount, sendtype,
+                                recvbuf == MPI_IN_PLACE, root, comm, true);
+        if (m.why) return to_mpi(*m.why);
+        return {.bytes = m.bytes, .repeatable = m.rank_direct() && m.root_direct()};
       },
-      node_choice_of(c, comm, P),
-      [&](algorithm_id a, std::size_t bytes) {
+      node_choice_of(c, comm, m.P),
+      [&](algorithm_id a, std::size_t) {
         comm_state& s = state_of(comm);
-        const bool send_direct = !is_root || ssize != 0;
-        const bool recv_direct = in_place || rsize != 0;
-        if (!send_direct || !recv_direct) count_packed(c);
-        const byte* in = nullptr; // the root's P blocks, contiguous: sendbuf or scratch
-        byte* out = static_cast<byte*>(recvbuf);
-        if (is_root) {
-          if (send_direct) {
-            in = static_cast<const byte*>(sendbuf);
-          } else { // block q of sendbuf at q sendcount extent, packed in rank order
-            MPI_Aint lb = 0, extent = 0;
-            PMPI_Type_get_extent(sendtype, &lb, &extent);
-            std::byte* packed = s.scratch_bytes(bytes);
-            for (int q = 0; q < P; ++q)
-              pack_local(static_cast<const char*>(sendbuf) +
-                             static_cast<MPI_Aint>(q) * sendcount * extent,
-                         sendcount, sendtype, packed + static_cast<std::size_t>(q) * block, block);
-            in = reinterpret_cast<const byte*>(packed);
-          }
-          // in place, or a receive type to unpack into: tcoll's in-place form (the root's
-          // block stays where it is; linear and the group leaders only read it)
-          if (in_place || !recv_direct)
-            out = const_cast<byte*>(in) + static_cast<std::size_t>(root) * block;
-        } else if (!recv_direct) {
-          out = reinterpret_cast<byte*>(s.scratch_bytes(block));
-        }
-        on_transport(c, s, a, [&](auto& t) { tcoll::scatter(t, in, out, block, root); });
-        if (!recv_direct)
-          unpack_local(reinterpret_cast<const std::byte*>(out), block, recvbuf, recvcount,
+        if (!m.rank_direct() || !m.root_direct()) count_packed(c);
+        const rooted_bytes b = scatter_bytes(sendbuf, sendcount, sendtype, recvbuf, m, root,
+                                             [&](std::size_t n) { return s.scratch_bytes(n); });
+        on_transport(c, s, a, [&](auto& t) { tcoll::scatter(t, b.in, b.out, m.block, root); });
+        if (!m.rank_direct())
+          unpack_local(reinterpret_cast<const std::byte*>(b.out), m.block, recvbuf, recvcount,
                        recvtype);
       },
       send_recv_key(comm, sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, root));
@@ -946,38 +759,24 @@ int gatherv_call(const void* sendbuf, Count sendcount, MPI_Datatype sendtype, vo
                  MPI_Comm comm, Pmpi pmpi) {
   constexpr coll c = coll::gatherv;
   const bool in_place = sendbuf == MPI_IN_PLACE; // at the root only (MPI judges it elsewhere)
-  int P = 0;
-  bool is_root = false;
-  std::size_t ssize = 0, block = 0; // this rank's send type (0: packed), its block's bytes
-  v_side recv;                      // the root's
+  rooted_v_call m;
+  v_side recv; // the root's
   return intercept<Count>(
       c, comm, pmpi,
       [&]() -> measured_call {
-        if (auto why = communicator_fallback(comm, true)) return to_mpi(*why);
-        P = comm_size(comm);
-        if (root < 0 || root >= P) return to_mpi(fallback::arguments);
-        is_root = comm_rank(comm) == root;
-        if (in_place && !is_root) return to_mpi(fallback::arguments);
-        if (!in_place) {
-          ssize = contiguous_size(sendtype);
-          const long long signature = ssize ? static_cast<long long>(ssize) * sendcount
-                                            : signature_bytes(sendcount, sendtype);
-          if (signature < 0 || !count_fits(signature)) return to_mpi(fallback::arguments);
-          block = static_cast<std::size_t>(signature);
-        }
-        if (!is_root) return per_rank_part(block);
-        if (!measure_side(recv, recvbuf, recvcounts, displs, recvtype, P))
-          return to_mpi(fallback::arguments);
-        const std::size_t own = recv.sizes[static_cast<std::size_t>(root)];
-        if (!in_place && own != block) return to_mpi(fallback::arguments); // the mismatch
-        block = own;
-        return per_rank_part(recv.total);
+        m = measure_rooted_v_call(sendcount, sendtype, recv, recvbuf, recvcounts, displs, recvtype,
+                                  in_place, root, comm, true);
+        if (m.why) return to_mpi(*m.why);
+        return per_rank_part(m.bytes);
       },
-      node_choice_of(c, comm, P),
+      node_choice_of(c, comm, m.P),
       [&](algorithm_id a, std::size_t) {
         comm_state& s = state_of(comm);
         using byte = unsigned char;
-        const bool send_direct = in_place || (ssize != 0 && sendbuf != nullptr);
+        const int P = m.P;
+        const bool is_root = m.is_root;
+        const std::size_t block = m.block;
+        const bool send_direct = in_place || (m.size != 0 && sendbuf != nullptr);
         if (!send_direct || (is_root && !recv.direct)) count_packed(c);
         const byte* in = static_cast<const byte*>(sendbuf);
         std::vector<std::byte> send_packed;
@@ -1012,38 +811,24 @@ int scatterv_call(const void* sendbuf, const Count sendcounts[], const Displ dis
                   int root, MPI_Comm comm, Pmpi pmpi) {
   constexpr coll c = coll::scatterv;
   const bool in_place = recvbuf == MPI_IN_PLACE; // at the root only (MPI judges it elsewhere)
-  int P = 0;
-  bool is_root = false;
-  std::size_t rsize = 0, block = 0; // this rank's receive type (0: packed), its block's bytes
-  v_side send;                      // the root's
+  rooted_v_call m;
+  v_side send; // the root's
   return intercept<Count>(
       c, comm, pmpi,
       [&]() -> measured_call {
-        if (auto why = communicator_fallback(comm, true)) return to_mpi(*why);
-        P = comm_size(comm);
-        if (root < 0 || root >= P) return to_mpi(fallback::arguments);
-        is_root = comm_rank(comm) == root;
-        if (in_place && !is_root) return to_mpi(fallback::arguments);
-        if (!in_place) {
-          rsize = contiguous_size(recvtype);
-          const long long signature = rsize ? static_cast<long long>(rsize) * recvcount
-                                            : signature_bytes(recvcount, recvtype);
-          if (signature < 0 || !count_fits(signature)) return to_mpi(fallback::arguments);
-          block = static_cast<std::size_t>(signature);
-        }
-        if (!is_root) return per_rank_part(block);
-        if (!measure_side(send, sendbuf, sendcounts, displs, sendtype, P))
-          return to_mpi(fallback::arguments);
-        const std::size_t own = send.sizes[static_cast<std::size_t>(root)];
-        if (!in_place && own != block) return to_mpi(fallback::arguments); // the mismatch
-        block = own;
-        return per_rank_part(send.total);
+        m = measure_rooted_v_call(recvcount, recvtype, send, sendbuf, sendcounts, displs, sendtype,
+                                  in_place, root, comm, true);
+        if (m.why) return to_mpi(*m.why);
+        return per_rank_part(m.bytes);
       },
-      node_choice_of(c, comm, P),
+      node_choice_of(c, comm, m.P),
       [&](algorithm_id a, std::size_t) {
         comm_state& s = state_of(comm);
         using byte = unsigned char;
-        const bool recv_direct = in_place || (rsize != 0 && recvbuf != nullptr);
+        const int P = m.P;
+        const bool is_root = m.is_root;
+        const std::size_t block = m.block;
+        const bool recv_direct = in_place || (m.size != 0 && recvbuf != nullptr);
         if (!recv_direct || (is_root && !send.direct)) count_packed(c);
         byte* out = static_cast<byte*>(recvbuf);
         std::vector<std::byte> recv_packed;

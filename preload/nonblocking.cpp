@@ -10,6 +10,7 @@
 /// the send buffer) and unpacks its receive side on the engine thread, before the request
 /// completes, through a duplicate of its datatype (the user may free theirs).
 #include "nonblocking.hpp"
+#include "equal_blocks.hpp"
 #include "prologue.hpp"
 #include "tcoll_mpi.hpp"
 #include "v_blocks.hpp"
@@ -168,6 +169,16 @@ start_form persistent(coll c) {
 }
 #endif
 
+/// `decide_nonblocking` for a call of collective `kind` (the shared-memory choice table's
+/// name) moving `bytes`, chosen on one node from `choice_bytes`: the size, or 0 for the
+/// uneven forms and the barrier, whose size no other rank knows.
+local_start decide_start(coll c, MPI_Comm comm, const std::optional<fallback>& why,
+                         std::size_t bytes, coll kind, std::size_t choice_bytes) {
+  return decide_nonblocking(c, comm, why, bytes, config().shm, [=](const comm_state& s) {
+    return shm_collective_choice(kind, choice_bytes, s.size);
+  });
+}
+
 /// The common end of the wrappers: counts a decided call (a persistent request's runs count
 /// at each MPI_Start), hands a passthrough to MPI, and starts the request that `queue(done)`
 /// queues: once for a non-blocking call, at every MPI_Start for a persistent one (`queue` is
@@ -207,10 +218,7 @@ int ibcast_call(void* buffer, Count count, MPI_Datatype datatype, int root, MPI_
         bytes = static_cast<std::size_t>(signature);
     }
   }
-  const local_start d =
-      decide_nonblocking(c, comm, why, bytes, config().shm, [bytes](const comm_state& s) {
-        return shm_collective_choice(coll::bcast, bytes, s.size);
-      });
+  const local_start d = decide_start(c, comm, why, bytes, coll::bcast, bytes);
   if (form.keeps(d)) datatype = form.keep(datatype); // what a persistent request's runs read
   return start<Count>(form, comm, request, d, bytes, pmpi, [=](completion done) {
     std::shared_ptr<staging> stage;
@@ -264,10 +272,7 @@ int ireduce_call(const void* sendbuf, void* recvbuf, Count count, MPI_Datatype d
         bytes = static_cast<std::size_t>(count) * r.size;
     }
   }
-  const local_start d =
-      decide_nonblocking(c, comm, why, bytes, config().shm, [bytes](const comm_state& s) {
-        return shm_collective_choice(coll::reduce, bytes, s.size);
-      });
+  const local_start d = decide_start(c, comm, why, bytes, coll::reduce, bytes);
   return start<Count>(form, comm, request, d, bytes, pmpi, [=](completion done) {
     const std::size_t n = static_cast<std::size_t>(count);
     queue_on_path<collective::reduce>(
@@ -310,10 +315,7 @@ int ireduce_scatter_block_call(const void* sendbuf, void* recvbuf, Count recvcou
                 r.size;
     }
   }
-  const local_start d =
-      decide_nonblocking(c, comm, why, bytes, config().shm, [bytes](const comm_state& s) {
-        return shm_collective_choice(coll::reduce_scatter_block, bytes, s.size);
-      });
+  const local_start d = decide_start(c, comm, why, bytes, coll::reduce_scatter_block, bytes);
   return start<Count>(form, comm, request, d, bytes, pmpi, [=](completion done) {
     // in place, the input is recvbuf's blocks (the result its first): copied at the start
     const std::shared_ptr<staging> stage = input_copy(sendbuf, recvbuf, bytes);
@@ -333,44 +335,9 @@ int ireduce_scatter_block_call(const void* sendbuf, void* recvbuf, Count recvcou
   });
 }
 
-/// The checks and sizes of a call with a send and a receive side of P blocks (allgather,
-/// alltoall), as the blocking wrappers make them: `why` set where MPI judges the call.
-struct block_call {
-  std::optional<fallback> why;
-  std::size_t ssize = 0, rsize = 0; ///< bytes per element of a predefined contiguous type, or 0
-  std::size_t block = 0, bytes = 0; ///< one block's signature bytes, and P blocks'
-  int P = 0;
-};
-template <class Count>
-block_call measure_block_call(const void* sendbuf, Count sendcount, MPI_Datatype sendtype,
-                              const void* recvbuf, Count recvcount, MPI_Datatype recvtype,
-                              MPI_Comm comm, MPI_Request* request) {
-  block_call m;
-  if (!mpi_active()) return m; // decide_nonblocking counts it
-  const bool in_place = sendbuf == MPI_IN_PLACE;
-  m.why = communicator_fallback(comm, recvcount >= 0 && recvbuf && sendbuf && request &&
-                                          (in_place || sendcount >= 0));
-  if (m.why) return m;
-  m.rsize = contiguous_size(recvtype);
-  m.ssize = in_place ? m.rsize : contiguous_size(sendtype);
-  const long long block =
-      m.rsize ? static_cast<long long>(m.rsize) * recvcount : signature_bytes(recvcount, recvtype);
-  const long long send = in_place  ? block
-                         : m.ssize ? static_cast<long long>(m.ssize) * sendcount
-                                   : signature_bytes(sendcount, sendtype);
-  m.P = comm_size(comm);
-  if (block < 0 || send != block || !count_fits(block, m.P)) {
-    m.why = fallback::arguments; // MPI reports the bad type, the mismatch or the overflow
-    return m;
-  }
-  m.block = static_cast<std::size_t>(block);
-  m.bytes = m.block * static_cast<std::size_t>(m.P);
-  return m;
-}
-
 /// Where a call's P received blocks land: `out` stays the user's buffer where its type is
 /// predefined and contiguous (`recv_direct`); else staging of `bytes`, unpacked on the engine
-/// (`unpack_blocks`) through a duplicate of `recvtype`, which `out` then points into.
+/// through a duplicate of `recvtype`, which `out` then points into.
 std::shared_ptr<staging> receive_staging(bool recv_direct, std::size_t bytes, MPI_Datatype recvtype,
                                          byte*& out) {
   if (recv_direct) return nullptr;
@@ -381,114 +348,46 @@ std::shared_ptr<staging> receive_staging(bool recv_direct, std::size_t bytes, MP
   return stage;
 }
 
-/// The address of block `q` of a typed buffer (`count` elements of `type` per block).
-template <class Count>
-char* block_of(const void* buf, Count count, MPI_Datatype type, int q) {
-  MPI_Aint lb = 0, extent = 0;
-  PMPI_Type_get_extent(type, &lb, &extent);
-  return static_cast<char*>(const_cast<void*>(buf)) +
-         static_cast<MPI_Aint>(q) * static_cast<MPI_Aint>(count) * extent;
-}
-
-/// The P staged blocks of `stage` (`block` bytes each) unpacked into `recvbuf`, `count`
-/// elements of the duplicated receive type per block.
-void unpack_blocks(const staging& stage, int P, std::size_t block, void* recvbuf, long long count) {
-  for (int q = 0; q < P; ++q)
-    unpack_local(stage.bytes.data() + static_cast<std::size_t>(q) * block, block,
-                 block_of(recvbuf, count, stage.unpack_as->type, q), count, stage.unpack_as->type);
-}
-
-/// MPI_Iallgather and MPI_Iallgather_c, moved as bytes (as MPI_Allgather); also
-/// MPI_Iallgatherv with equal blocks in rank order (`c`).
-template <class Count>
-int iallgather_call(const void* sendbuf, Count sendcount, MPI_Datatype sendtype, void* recvbuf,
-                    Count recvcount, MPI_Datatype recvtype, MPI_Comm comm, MPI_Request* request,
-                    pmpi_call pmpi, start_form form = nonblocking(coll::iallgather)) {
+/// MPI_Iallgather and MPI_Ialltoall (`C`) and their `_c` forms, moved as bytes (as their
+/// blocking wrappers: equal_blocks.hpp); also MPI_Iallgatherv with equal blocks in rank
+/// order (`form`).
+template <collective C, class Count>
+int iblocks_call(const void* sendbuf, Count sendcount, MPI_Datatype sendtype, void* recvbuf,
+                 Count recvcount, MPI_Datatype recvtype, MPI_Comm comm, MPI_Request* request,
+                 pmpi_call pmpi,
+                 start_form form = nonblocking(C == collective::allgather ? coll::iallgather
+                                                                          : coll::ialltoall)) {
+  static_assert(C == collective::allgather || C == collective::alltoall);
+  constexpr bool gathers = C == collective::allgather;
   const coll c = form.c;
-  const bool in_place = sendbuf == MPI_IN_PLACE;
-  const block_call m =
-      measure_block_call(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, comm, request);
-  const std::size_t block = m.block, bytes = m.bytes;
-  const int P = m.P;
+  const block_call m = measure_block_call(sendbuf, sendcount, sendtype, recvbuf, recvcount,
+                                          recvtype, comm, request != nullptr);
   const local_start d =
-      decide_nonblocking(c, comm, m.why, bytes, config().shm, [bytes](const comm_state& s) {
-        return shm_collective_choice(coll::allgather, bytes, s.size);
-      });
+      decide_start(c, comm, m.why, m.bytes, gathers ? coll::allgather : coll::alltoall, m.bytes);
   if (form.keeps(d)) { // what a persistent request's runs read
     recvtype = form.keep(recvtype);
-    if (!in_place) sendtype = form.keep(sendtype);
+    if (!m.in_place) sendtype = form.keep(sendtype);
   }
-  return start<Count>(form, comm, request, d, bytes, pmpi, [=](completion done) {
-    const bool recv_direct = m.rsize != 0, send_direct = in_place || m.ssize != 0;
-    if (!recv_direct || !send_direct) count_packed(c);
+  return start<Count>(form, comm, request, d, m.bytes, pmpi, [=](completion done) {
+    if (!m.recv_direct() || !m.send_direct()) count_packed(c);
     byte* out = static_cast<byte*>(recvbuf);
-    const std::shared_ptr<staging> stage = receive_staging(recv_direct, bytes, recvtype, out);
-    const int rank = d.state->rank;
-    byte* own = out + static_cast<std::size_t>(rank) * block;
-    const byte* in = own;
-    if (in_place) {
-      if (!recv_direct) // this rank's block sits in recvbuf at its place, as recvtype
-        pack_local(block_of(recvbuf, recvcount, recvtype, rank), recvcount, recvtype,
-                   reinterpret_cast<std::byte*>(own), block);
-    } else if (send_direct) {
-      in = static_cast<const byte*>(sendbuf);
-    } else { // packed straight into its place among the gathered blocks
-      pack_local(sendbuf, sendcount, sendtype, reinterpret_cast<std::byte*>(own), block);
-    }
+    const std::shared_ptr<staging> stage = receive_staging(m.recv_direct(), m.bytes, recvtype, out);
+    const byte* in = gathers ? allgather_input(sendbuf, sendcount, sendtype, recvbuf, recvcount,
+                                               recvtype, m, d.state->rank, out)
+                             : alltoall_input(sendbuf, sendcount, sendtype, recvbuf, recvcount,
+                                              recvtype, m, out);
     const long long rcount = recvcount;
-    queue_on_path<collective::allgather>(
+    queue_on_path<C>(
         c, *d.state, d.a,
         [=](auto& on, const auto& tags, const auto& algo) {
           tcoll::cpu_reducer red;
-          tcoll::allgather_in(on, tags, in, out, block, algo, red);
-          if (stage) unpack_blocks(*stage, P, block, recvbuf, rcount);
-        },
-        done);
-  });
-}
-
-/// MPI_Ialltoall and MPI_Ialltoall_c, moved as bytes (as MPI_Alltoall).
-template <class Count>
-int ialltoall_call(const void* sendbuf, Count sendcount, MPI_Datatype sendtype, void* recvbuf,
-                   Count recvcount, MPI_Datatype recvtype, MPI_Comm comm, MPI_Request* request,
-                   pmpi_call pmpi, start_form form = nonblocking(coll::ialltoall)) {
-  const coll c = form.c;
-  const bool in_place = sendbuf == MPI_IN_PLACE;
-  const block_call m =
-      measure_block_call(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, comm, request);
-  const std::size_t block = m.block, bytes = m.bytes;
-  const int P = m.P;
-  const local_start d =
-      decide_nonblocking(c, comm, m.why, bytes, config().shm, [bytes](const comm_state& s) {
-        return shm_collective_choice(coll::alltoall, bytes, s.size);
-      });
-  if (form.keeps(d)) { // what a persistent request's runs read
-    recvtype = form.keep(recvtype);
-    if (!in_place) sendtype = form.keep(sendtype);
-  }
-  return start<Count>(form, comm, request, d, bytes, pmpi, [=](completion done) {
-    const bool recv_direct = m.rsize != 0, send_direct = in_place || m.ssize != 0;
-    if (!recv_direct || !send_direct) count_packed(c);
-    byte* out = static_cast<byte*>(recvbuf);
-    const std::shared_ptr<staging> stage = receive_staging(recv_direct, bytes, recvtype, out);
-    const byte* in = in_place ? out : static_cast<const byte*>(sendbuf);
-    if (in_place && !recv_direct) { // the blocks sit in recvbuf as recvtype
-      for (int q = 0; q < P; ++q)
-        pack_local(block_of(recvbuf, recvcount, recvtype, q), recvcount, recvtype,
-                   reinterpret_cast<std::byte*>(out) + static_cast<std::size_t>(q) * block, block);
-    } else if (!send_direct) { // packed into out, then exchanged in place there
-      for (int q = 0; q < P; ++q)
-        pack_local(block_of(sendbuf, sendcount, sendtype, q), sendcount, sendtype,
-                   reinterpret_cast<std::byte*>(out) + static_cast<std::size_t>(q) * block, block);
-      in = out;
-    }
-    const long long rcount = recvcount;
-    queue_on_path<collective::alltoall>(
-        c, *d.state, d.a,
-        [=](auto& on, const auto& tags, const auto& algo) {
-          tcoll::cpu_reducer red;
-          tcoll::alltoall_in(on, tags, in, out, block, in == out, algo, red);
-          if (stage) unpack_blocks(*stage, P, block, recvbuf, rcount);
+          if constexpr (gathers)
+            tcoll::allgather_in(on, tags, in, out, m.block, algo, red);
+          else
+            tcoll::alltoall_in(on, tags, in, out, m.block, in == out, algo, red);
+          if (stage)
+            unpack_blocks(stage->bytes.data(), m.P, m.block, recvbuf, rcount,
+                          stage->unpack_as->type);
         },
         done);
   });
@@ -499,64 +398,6 @@ std::span<const std::size_t> no_counts() {
   return {};
 }
 
-/// The checks and sizes of a rooted call with `count` elements of `type` per rank on every
-/// rank and P blocks at the root (gather, scatter), as the blocking wrappers make them: the
-/// root's `root_count` x `root_type` (its receive side for a gather, its send side for a
-/// scatter) must carry the same signature bytes; `in_place` at the root only. `why` set
-/// where MPI judges the call.
-struct rooted_call {
-  std::optional<fallback> why;
-  std::size_t size = 0, root_size = 0; ///< element sizes of predefined contiguous types, or 0
-  std::size_t block = 0, bytes = 0;    ///< one block's signature bytes, and P blocks'
-  int P = 0;
-  bool is_root = false;
-};
-template <class Count>
-rooted_call measure_rooted_call(const void* buf, Count count, MPI_Datatype type,
-                                const void* root_buf, Count root_count, MPI_Datatype root_type,
-                                bool in_place, int root, MPI_Comm comm, MPI_Request* request) {
-  rooted_call m;
-  if (!mpi_active()) return m; // decide_nonblocking counts it
-  m.why = communicator_fallback(comm, request != nullptr);
-  if (m.why) return m;
-  m.P = comm_size(comm);
-  if (root < 0 || root >= m.P) {
-    m.why = fallback::arguments;
-    return m;
-  }
-  m.is_root = comm_rank(comm) == root;
-  if (in_place && !m.is_root) {
-    m.why = fallback::arguments;
-    return m;
-  }
-  long long signature = 0; // of this rank's block
-  if (!in_place) {
-    m.size = contiguous_size(type);
-    signature = m.size ? static_cast<long long>(m.size) * count : signature_bytes(count, type);
-  }
-  if (m.is_root) { // the root's P-block arguments are significant there only
-    m.root_size = contiguous_size(root_type);
-    const long long root_signature = m.root_size ? static_cast<long long>(m.root_size) * root_count
-                                                 : signature_bytes(root_count, root_type);
-    if (root_signature < 0 || (!in_place && root_signature != signature)) {
-      m.why = fallback::arguments; // MPI reports the bad type or the mismatch
-      return m;
-    }
-    signature = root_signature;
-  }
-  if (signature < 0 || !count_fits(signature, m.P)) {
-    m.why = fallback::arguments;
-    return m;
-  }
-  m.block = static_cast<std::size_t>(signature);
-  if (m.block != 0 && ((!in_place && buf == nullptr) || (m.is_root && root_buf == nullptr))) {
-    m.why = fallback::arguments;
-    return m;
-  }
-  m.bytes = m.block * static_cast<std::size_t>(m.P);
-  return m;
-}
-
 /// MPI_Igather and MPI_Igather_c, moved as bytes (as MPI_Gather). recvbuf, recvcount and
 /// recvtype are read at the root only.
 template <class Count>
@@ -565,53 +406,36 @@ int igather_call(const void* sendbuf, Count sendcount, MPI_Datatype sendtype, vo
                  MPI_Request* request, pmpi_call pmpi,
                  start_form form = nonblocking(coll::igather)) {
   const coll c = form.c;
-  const bool in_place = sendbuf == MPI_IN_PLACE; // at the root only
-  const rooted_call m = measure_rooted_call(sendbuf, sendcount, sendtype, recvbuf, recvcount,
-                                            recvtype, in_place, root, comm, request);
-  const std::size_t block = m.block, bytes = m.bytes;
-  const int P = m.P;
-  const local_start d =
-      decide_nonblocking(c, comm, m.why, bytes, config().shm, [bytes](const comm_state& s) {
-        return shm_collective_choice(coll::gather, bytes, s.size);
-      });
+  const rooted_call m =
+      measure_rooted_call(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype,
+                          sendbuf == MPI_IN_PLACE, root, comm, request != nullptr);
+  const local_start d = decide_start(c, comm, m.why, m.bytes, coll::gather, m.bytes);
   if (form.keeps(d)) { // what a persistent request's runs read
     if (m.is_root) recvtype = form.keep(recvtype);
-    if (!in_place) sendtype = form.keep(sendtype);
+    if (!m.in_place) sendtype = form.keep(sendtype);
   }
-  return start<Count>(form, comm, request, d, bytes, pmpi, [=](completion done) {
-    const bool send_direct = in_place || m.size != 0;
-    const bool recv_direct = !m.is_root || m.root_size != 0;
-    if (!send_direct || !recv_direct) count_packed(c);
-    byte* out = nullptr; // the root's P blocks, contiguous: recvbuf or staging
-    std::shared_ptr<staging> stage;
-    const byte* in = static_cast<const byte*>(sendbuf);
-    if (m.is_root) {
-      out = static_cast<byte*>(recvbuf);
-      stage = receive_staging(recv_direct, bytes, recvtype, out);
-      byte* own = out + static_cast<std::size_t>(root) * block;
-      if (in_place) { // the root's block sits in recvbuf at its place, as recvtype
-        if (!recv_direct)
-          pack_local(block_of(recvbuf, recvcount, recvtype, root), recvcount, recvtype,
-                     reinterpret_cast<std::byte*>(own), block);
-        in = own;
-      } else if (!send_direct) { // packed straight into its place: tcoll's in-place form
-        pack_local(sendbuf, sendcount, sendtype, reinterpret_cast<std::byte*>(own), block);
-        in = own;
-      }
-    } else if (!send_direct) { // a start may read the send buffer: packed now
-      stage = std::make_shared<staging>();
-      stage->bytes.resize(block);
-      pack_local(sendbuf, sendcount, sendtype, stage->bytes.data(), block);
-      in = reinterpret_cast<const byte*>(stage->bytes.data());
-    }
-    auto blocks = tcoll::check_gather_arguments(in, out, block, root, d.state->rank, P);
+  return start<Count>(form, comm, request, d, m.bytes, pmpi, [=](completion done) {
+    if (!m.rank_direct() || !m.root_direct()) count_packed(c);
+    std::shared_ptr<staging> stage; // the root's blocks to unpack, or a packed block to send
+    byte* root_out = m.is_root ? static_cast<byte*>(recvbuf) : nullptr;
+    if (m.is_root) stage = receive_staging(m.root_direct(), m.bytes, recvtype, root_out);
+    // a start may read the send buffer: a packed block is packed now
+    const rooted_bytes b = gather_bytes(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype,
+                                        m, root, root_out, [&](std::size_t n) {
+                                          stage = std::make_shared<staging>();
+                                          stage->bytes.resize(n);
+                                          return stage->bytes.data();
+                                        });
+    auto blocks = tcoll::check_gather_arguments(b.in, b.out, m.block, root, d.state->rank, m.P);
     const long long rcount = recvcount;
     queue_on_path<collective::gather>(
         c, *d.state, d.a,
         [=, blocks = std::move(blocks)](auto& on, const auto& tags, const auto& algo) {
           tcoll::cpu_reducer red;
-          tcoll::gather_in(on, tags, in, out, block, root, blocks, algo, red);
-          if (stage && stage->unpack_as) unpack_blocks(*stage, P, block, recvbuf, rcount);
+          tcoll::gather_in(on, tags, b.in, b.out, m.block, root, blocks, algo, red);
+          if (stage && stage->unpack_as)
+            unpack_blocks(stage->bytes.data(), m.P, m.block, recvbuf, rcount,
+                          stage->unpack_as->type);
         },
         done);
   });
@@ -625,53 +449,32 @@ int iscatter_call(const void* sendbuf, Count sendcount, MPI_Datatype sendtype, v
                   MPI_Request* request, pmpi_call pmpi,
                   start_form form = nonblocking(coll::iscatter)) {
   const coll c = form.c;
-  const bool in_place = recvbuf == MPI_IN_PLACE; // at the root only
-  const rooted_call m = measure_rooted_call(recvbuf, recvcount, recvtype, sendbuf, sendcount,
-                                            sendtype, in_place, root, comm, request);
-  const std::size_t block = m.block, bytes = m.bytes;
-  const int P = m.P;
-  const local_start d =
-      decide_nonblocking(c, comm, m.why, bytes, config().shm, [bytes](const comm_state& s) {
-        return shm_collective_choice(coll::scatter, bytes, s.size);
-      });
+  const rooted_call m =
+      measure_rooted_call(recvbuf, recvcount, recvtype, sendbuf, sendcount, sendtype,
+                          recvbuf == MPI_IN_PLACE, root, comm, request != nullptr);
+  const local_start d = decide_start(c, comm, m.why, m.bytes, coll::scatter, m.bytes);
   if (form.keeps(d)) { // what a persistent request's runs read
     if (m.is_root) sendtype = form.keep(sendtype);
-    if (!in_place) recvtype = form.keep(recvtype);
+    if (!m.in_place) recvtype = form.keep(recvtype);
   }
-  return start<Count>(form, comm, request, d, bytes, pmpi, [=](completion done) {
-    const bool send_direct = !m.is_root || m.root_size != 0;
-    const bool recv_direct = in_place || m.size != 0;
-    if (!send_direct || !recv_direct) count_packed(c);
+  return start<Count>(form, comm, request, d, m.bytes, pmpi, [=](completion done) {
+    if (!m.rank_direct() || !m.root_direct()) count_packed(c);
     auto stage = std::make_shared<staging>(); // packed send blocks, the receive type's copy
-    const byte* in = nullptr;                 // the root's P blocks, contiguous
-    byte* out = static_cast<byte*>(recvbuf);
-    if (m.is_root) {
-      in = static_cast<const byte*>(sendbuf);
-      if (!send_direct) { // block q of sendbuf at q sendcount extent, packed in rank order
-        stage->bytes.resize(bytes);
-        for (int q = 0; q < P; ++q)
-          pack_local(block_of(sendbuf, sendcount, sendtype, q), sendcount, sendtype,
-                     stage->bytes.data() + static_cast<std::size_t>(q) * block, block);
-        in = reinterpret_cast<const byte*>(stage->bytes.data());
-      }
-      // in place, or a receive type to unpack into: tcoll's in-place form (the root's
-      // block stays where it is; linear and the group leaders only read it)
-      if (in_place || !recv_direct)
-        out = const_cast<byte*>(in) + static_cast<std::size_t>(root) * block;
-    } else if (!recv_direct) {
-      stage->bytes.resize(block);
-      out = reinterpret_cast<byte*>(stage->bytes.data());
-    }
-    if (!recv_direct) stage->unpack_as = std::make_unique<datatype_copy>(recvtype);
-    auto blocks = tcoll::check_scatter_arguments(in, out, block, root, d.state->rank, P);
+    const rooted_bytes b =
+        scatter_bytes(sendbuf, sendcount, sendtype, recvbuf, m, root, [&](std::size_t n) {
+          stage->bytes.resize(n);
+          return stage->bytes.data();
+        });
+    if (!m.rank_direct()) stage->unpack_as = std::make_unique<datatype_copy>(recvtype);
+    auto blocks = tcoll::check_scatter_arguments(b.in, b.out, m.block, root, d.state->rank, m.P);
     const long long rcount = recvcount;
     queue_on_path<collective::scatter>(
         c, *d.state, d.a,
         [=, blocks = std::move(blocks)](auto& on, const auto& tags, const auto& algo) {
           tcoll::cpu_reducer red;
-          tcoll::scatter_in(on, tags, in, out, block, root, blocks, algo, red);
+          tcoll::scatter_in(on, tags, b.in, b.out, m.block, root, blocks, algo, red);
           if (stage->unpack_as)
-            unpack_local(reinterpret_cast<const std::byte*>(out), block, recvbuf, rcount,
+            unpack_local(reinterpret_cast<const std::byte*>(b.out), m.block, recvbuf, rcount,
                          stage->unpack_as->type);
         },
         done);
@@ -712,10 +515,7 @@ int ialltoallv_call(const void* sendbuf, const Count sendcounts[], const Displ s
     }
   }
   const std::size_t bytes = why ? 0 : in_place ? v->recv.total : v->send.total;
-  const local_start d =
-      decide_nonblocking(c, comm, why, bytes, config().shm, [](const comm_state& s) {
-        return shm_collective_choice(coll::alltoallv, 0, s.size);
-      });
+  const local_start d = decide_start(c, comm, why, bytes, coll::alltoallv, 0);
   if (form.keeps(d)) { // what a persistent request's runs read
     recvcounts = form.keep(recvcounts, P);
     rdispls = form.keep(rdispls, P);
@@ -750,60 +550,6 @@ int ialltoallv_call(const void* sendbuf, const Count sendcounts[], const Displ s
   });
 }
 
-/// The checks and sizes of a rooted call with uneven blocks (gatherv, scatterv), as the
-/// blocking wrappers make them: this rank's block is `count` x `type` (unless `in_place`, at
-/// the root only); the root's side (`root_counts`, `displs`, `root_type` at `root_buf`) is
-/// measured into `root_side` and must hold a block of the same size for the root. `why` set
-/// where MPI judges the call.
-struct rooted_v_call {
-  std::optional<fallback> why;
-  std::size_t size = 0;  ///< element size of this rank's predefined contiguous type, or 0
-  std::size_t block = 0; ///< this rank's block's signature bytes
-  std::size_t bytes = 0; ///< this rank's part of the call: its block, at the root every block
-  int P = 0;
-  bool is_root = false;
-};
-template <class Count, class Displ>
-rooted_v_call measure_rooted_v_call(Count count, MPI_Datatype type, v_side& root_side,
-                                    const void* root_buf, const Count root_counts[],
-                                    const Displ displs[], MPI_Datatype root_type, bool in_place,
-                                    int root, MPI_Comm comm, MPI_Request* request) {
-  rooted_v_call m;
-  if (!mpi_active()) return m; // decide_nonblocking counts it
-  m.why = communicator_fallback(comm, request != nullptr);
-  if (m.why) return m;
-  m.P = comm_size(comm);
-  m.is_root = root >= 0 && root < m.P && comm_rank(comm) == root;
-  if (root < 0 || root >= m.P || (in_place && !m.is_root)) {
-    m.why = fallback::arguments;
-    return m;
-  }
-  if (!in_place) {
-    m.size = contiguous_size(type);
-    const long long signature =
-        m.size ? static_cast<long long>(m.size) * count : signature_bytes(count, type);
-    if (signature < 0 || !count_fits(signature)) {
-      m.why = fallback::arguments;
-      return m;
-    }
-    m.block = static_cast<std::size_t>(signature);
-  }
-  m.bytes = m.block;
-  if (!m.is_root) return m;
-  if (!measure_side(root_side, root_buf, root_counts, displs, root_type, m.P)) {
-    m.why = fallback::arguments;
-    return m;
-  }
-  const std::size_t own = root_side.sizes[static_cast<std::size_t>(root)];
-  if (!in_place && own != m.block) {
-    m.why = fallback::arguments; // the mismatch
-    return m;
-  }
-  m.block = own;
-  m.bytes = root_side.total;
-  return m;
-}
-
 /// MPI_Igatherv and MPI_Igatherv_c, moved as bytes (as MPI_Gatherv): routed from the root and
 /// the settings only (`per_rank_size`: only the root knows every count); a rank with an empty
 /// block still takes part. recvbuf, recvcounts, displs and recvtype are read at the root only,
@@ -821,15 +567,13 @@ int igatherv_call(const void* sendbuf, Count sendcount, MPI_Datatype sendtype, v
     std::vector<std::byte> send_packed;
   };
   auto v = std::make_shared<sides>();
-  const rooted_v_call m = measure_rooted_v_call(sendcount, sendtype, v->recv, recvbuf, recvcounts,
-                                                displs, recvtype, in_place, root, comm, request);
+  const rooted_v_call m =
+      measure_rooted_v_call(sendcount, sendtype, v->recv, recvbuf, recvcounts, displs, recvtype,
+                            in_place, root, comm, request != nullptr);
   const std::size_t ssize = m.size, block = m.block, bytes = m.why ? 0 : m.bytes;
   const int P = m.P;
   const bool is_root = m.is_root;
-  const local_start d =
-      decide_nonblocking(c, comm, m.why, bytes, config().shm, [](const comm_state& s) {
-        return shm_collective_choice(coll::gatherv, 0, s.size);
-      });
+  const local_start d = decide_start(c, comm, m.why, bytes, coll::gatherv, 0);
   if (form.keeps(d)) { // what a persistent request's runs read
     if (is_root) {
       recvcounts = form.keep(recvcounts, P);
@@ -884,15 +628,13 @@ int iscatterv_call(const void* sendbuf, const Count sendcounts[], const Displ di
     std::unique_ptr<datatype_copy> unpack_as;
   };
   auto v = std::make_shared<sides>();
-  const rooted_v_call m = measure_rooted_v_call(recvcount, recvtype, v->send, sendbuf, sendcounts,
-                                                displs, sendtype, in_place, root, comm, request);
+  const rooted_v_call m =
+      measure_rooted_v_call(recvcount, recvtype, v->send, sendbuf, sendcounts, displs, sendtype,
+                            in_place, root, comm, request != nullptr);
   const std::size_t rsize = m.size, block = m.block, bytes = m.why ? 0 : m.bytes;
   const int P = m.P;
   const bool is_root = m.is_root;
-  const local_start d =
-      decide_nonblocking(c, comm, m.why, bytes, config().shm, [](const comm_state& s) {
-        return shm_collective_choice(coll::scatterv, 0, s.size);
-      });
+  const local_start d = decide_start(c, comm, m.why, bytes, coll::scatterv, 0);
   if (form.keeps(d)) { // what a persistent request's runs read
     if (is_root) {
       sendcounts = form.keep(sendcounts, P);
@@ -981,10 +723,7 @@ int ireduce_scatter_call(const void* sendbuf, void* recvbuf, const Count recvcou
         bytes = static_cast<std::size_t>(total) * r.size;
     }
   }
-  const local_start d = uneven_form(
-      decide_nonblocking(c, comm, why, bytes, config().shm, [bytes](const comm_state& s) {
-        return shm_collective_choice(coll::reduce_scatter, bytes, s.size);
-      }));
+  const local_start d = uneven_form(decide_start(c, comm, why, bytes, coll::reduce_scatter, bytes));
   // made once: a persistent request's runs share it
   const auto sizes = std::make_shared<const std::vector<std::size_t>>(std::move(counts));
   return start<Count>(form, comm, request, d, bytes, pmpi, [=](completion done) {
@@ -1045,8 +784,9 @@ int iallgatherv_call(const void* sendbuf, Count sendcount, MPI_Datatype sendtype
       for (int q = 0; in_order && q < P; ++q)
         in_order = static_cast<long long>(displs[q]) == q * block;
       if (in_order)
-        return iallgather_call(sendbuf, sendcount, sendtype, recvbuf, static_cast<Count>(block),
-                               recvtype, comm, request, pmpi, form);
+        return iblocks_call<collective::allgather>(sendbuf, sendcount, sendtype, recvbuf,
+                                                   static_cast<Count>(block), recvtype, comm,
+                                                   request, pmpi, form);
       const auto own = static_cast<std::size_t>(comm_rank(comm));
       ssize = in_place ? 0 : contiguous_size(sendtype);
       const long long send_signature = in_place ? 0
@@ -1058,10 +798,7 @@ int iallgatherv_call(const void* sendbuf, Count sendcount, MPI_Datatype sendtype
     }
   }
   const std::size_t bytes = why ? 0 : v->recv.total;
-  const local_start d = uneven_form(
-      decide_nonblocking(c, comm, why, bytes, config().shm, [bytes](const comm_state& s) {
-        return shm_collective_choice(coll::allgatherv, bytes, s.size);
-      }));
+  const local_start d = uneven_form(decide_start(c, comm, why, bytes, coll::allgatherv, bytes));
   if (form.keeps(d)) { // what a persistent request's runs read
     recvcounts = form.keep(recvcounts, P);
     displs = form.keep(displs, P);
@@ -1107,9 +844,7 @@ int ibarrier_call(MPI_Comm comm, MPI_Request* request, pmpi_call pmpi,
   const coll c = form.c;
   std::optional<fallback> why;
   if (mpi_active()) why = communicator_fallback(comm, request != nullptr);
-  const local_start d = decide_nonblocking(c, comm, why, 0, config().shm, [](const comm_state& s) {
-    return shm_collective_choice(coll::barrier, 0, s.size);
-  });
+  const local_start d = decide_start(c, comm, why, 0, coll::barrier, 0);
   return start<int>(form, comm, request, d, 0, pmpi, [=](completion done) {
     queue_on_path<collective::barrier>(
         c, *d.state, d.a,
@@ -1145,11 +880,11 @@ TCOLL_PRELOAD_EXPORT int MPI_Ireduce(const void* sendbuf, void* recvbuf, int cou
 TCOLL_PRELOAD_EXPORT int MPI_Iallgather(const void* sendbuf, int sendcount, MPI_Datatype sendtype,
                                         void* recvbuf, int recvcount, MPI_Datatype recvtype,
                                         MPI_Comm comm, MPI_Request* request) {
-  return iallgather_call(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, comm, request,
-                         [&] {
-                           return PMPI_Iallgather(sendbuf, sendcount, sendtype, recvbuf, recvcount,
-                                                  recvtype, comm, request);
-                         });
+  return iblocks_call<collective::allgather>(
+      sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, comm, request, [&] {
+        return PMPI_Iallgather(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, comm,
+                               request);
+      });
 }
 
 /// MPI_Ireduce_scatter_block as MPI_Ibcast does (TCOLL_REDUCE_SCATTER_ALGO).
@@ -1165,11 +900,11 @@ TCOLL_PRELOAD_EXPORT int MPI_Ireduce_scatter_block(const void* sendbuf, void* re
 TCOLL_PRELOAD_EXPORT int MPI_Ialltoall(const void* sendbuf, int sendcount, MPI_Datatype sendtype,
                                        void* recvbuf, int recvcount, MPI_Datatype recvtype,
                                        MPI_Comm comm, MPI_Request* request) {
-  return ialltoall_call(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, comm, request,
-                        [&] {
-                          return PMPI_Ialltoall(sendbuf, sendcount, sendtype, recvbuf, recvcount,
-                                                recvtype, comm, request);
-                        });
+  return iblocks_call<collective::alltoall>(
+      sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, comm, request, [&] {
+        return PMPI_Ialltoall(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, comm,
+                              request);
+      });
 }
 
 /// MPI_Igather as MPI_Ibcast does (TCOLL_GATHER_ALGO).
@@ -1276,11 +1011,11 @@ TCOLL_PRELOAD_EXPORT int MPI_Iallgather_c(const void* sendbuf, MPI_Count sendcou
                                           MPI_Datatype sendtype, void* recvbuf, MPI_Count recvcount,
                                           MPI_Datatype recvtype, MPI_Comm comm,
                                           MPI_Request* request) {
-  return iallgather_call(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, comm, request,
-                         [&] {
-                           return PMPI_Iallgather_c(sendbuf, sendcount, sendtype, recvbuf,
-                                                    recvcount, recvtype, comm, request);
-                         });
+  return iblocks_call<collective::allgather>(
+      sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, comm, request, [&] {
+        return PMPI_Iallgather_c(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, comm,
+                                 request);
+      });
 }
 TCOLL_PRELOAD_EXPORT int MPI_Ireduce_scatter_block_c(const void* sendbuf, void* recvbuf,
                                                      MPI_Count recvcount, MPI_Datatype datatype,
@@ -1294,11 +1029,11 @@ TCOLL_PRELOAD_EXPORT int MPI_Ialltoall_c(const void* sendbuf, MPI_Count sendcoun
                                          MPI_Datatype sendtype, void* recvbuf, MPI_Count recvcount,
                                          MPI_Datatype recvtype, MPI_Comm comm,
                                          MPI_Request* request) {
-  return ialltoall_call(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, comm, request,
-                        [&] {
-                          return PMPI_Ialltoall_c(sendbuf, sendcount, sendtype, recvbuf, recvcount,
-                                                  recvtype, comm, request);
-                        });
+  return iblocks_call<collective::alltoall>(
+      sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, comm, request, [&] {
+        return PMPI_Ialltoall_c(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, comm,
+                                request);
+      });
 }
 TCOLL_PRELOAD_EXPORT int MPI_Ialltoallv_c(const void* sendbuf, const MPI_Count sendcounts[],
                                           const MPI_Aint sdispls[], MPI_Datatype sendtype,
@@ -1408,7 +1143,7 @@ TCOLL_PRELOAD_EXPORT int TCOLL_INIT(Allgather)(const void* sendbuf, int sendcoun
                                                MPI_Datatype sendtype, void* recvbuf, int recvcount,
                                                MPI_Datatype recvtype, MPI_Comm comm, MPI_Info info,
                                                MPI_Request* request) {
-  return iallgather_call(
+  return iblocks_call<collective::allgather>(
       sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, comm, request,
       [&] {
         return TCOLL_PMPI_INIT(Allgather)(sendbuf, sendcount, sendtype, recvbuf, recvcount,
@@ -1432,7 +1167,7 @@ TCOLL_PRELOAD_EXPORT int TCOLL_INIT(Alltoall)(const void* sendbuf, int sendcount
                                               MPI_Datatype sendtype, void* recvbuf, int recvcount,
                                               MPI_Datatype recvtype, MPI_Comm comm, MPI_Info info,
                                               MPI_Request* request) {
-  return ialltoall_call(
+  return iblocks_call<collective::alltoall>(
       sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, comm, request,
       [&] {
         return TCOLL_PMPI_INIT(Alltoall)(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype,
@@ -1558,7 +1293,7 @@ TCOLL_PRELOAD_EXPORT int MPI_Allgather_init_c(const void* sendbuf, MPI_Count sen
                                               MPI_Datatype sendtype, void* recvbuf,
                                               MPI_Count recvcount, MPI_Datatype recvtype,
                                               MPI_Comm comm, MPI_Info info, MPI_Request* request) {
-  return iallgather_call(
+  return iblocks_call<collective::allgather>(
       sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, comm, request,
       [&] {
         return PMPI_Allgather_init_c(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype,
@@ -1582,7 +1317,7 @@ TCOLL_PRELOAD_EXPORT int MPI_Alltoall_init_c(const void* sendbuf, MPI_Count send
                                              MPI_Datatype sendtype, void* recvbuf,
                                              MPI_Count recvcount, MPI_Datatype recvtype,
                                              MPI_Comm comm, MPI_Info info, MPI_Request* request) {
-  return ialltoall_call(
+  return iblocks_call<collective::alltoall>(
       sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, comm, request,
       [&] {
         return PMPI_Alltoall_init_c(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype,

@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <cstddef>
+#include <optional>
 #include <span>
 #include <vector>
 
@@ -133,6 +134,60 @@ inline std::span<const std::size_t> sizes_of(const v_side& side) {
 }
 inline std::span<const std::size_t> places_of(const v_side& side) {
   return side.at;
+}
+
+/// The checks and sizes of a rooted call with uneven blocks (gatherv, scatterv), blocking or
+/// not (`args_ok`: what the wrapper checked of its own arguments): this rank's block is `count` x
+/// `type` (unless `in_place`, at the root only); the root's side (`root_counts`, `displs`,
+/// `root_type` at `root_buf`) is measured into `root_side` and must hold a block of the same size
+/// for the root. `why` set where MPI judges the call.
+struct rooted_v_call {
+  std::optional<fallback> why;
+  std::size_t size = 0;  ///< element size of this rank's predefined contiguous type, or 0
+  std::size_t block = 0; ///< this rank's block's signature bytes
+  std::size_t bytes = 0; ///< this rank's part of the call: its block, at the root every block
+  int P = 0;
+  bool is_root = false;
+};
+template <class Count, class Displ>
+rooted_v_call measure_rooted_v_call(Count count, MPI_Datatype type, v_side& root_side,
+                                    const void* root_buf, const Count root_counts[],
+                                    const Displ displs[], MPI_Datatype root_type, bool in_place,
+                                    int root, MPI_Comm comm, bool args_ok) {
+  rooted_v_call m;
+  if (!mpi_active()) return m; // the caller's prologue counts it
+  m.why = communicator_fallback(comm, args_ok);
+  if (m.why) return m;
+  m.P = comm_size(comm);
+  m.is_root = root >= 0 && root < m.P && comm_rank(comm) == root;
+  if (root < 0 || root >= m.P || (in_place && !m.is_root)) {
+    m.why = fallback::arguments;
+    return m;
+  }
+  if (!in_place) {
+    m.size = contiguous_size(type);
+    const long long signature =
+        m.size ? static_cast<long long>(m.size) * count : signature_bytes(count, type);
+    if (signature < 0 || !count_fits(signature)) {
+      m.why = fallback::arguments;
+      return m;
+    }
+    m.block = static_cast<std::size_t>(signature);
+  }
+  m.bytes = m.block;
+  if (!m.is_root) return m;
+  if (!measure_side(root_side, root_buf, root_counts, displs, root_type, m.P)) {
+    m.why = fallback::arguments;
+    return m;
+  }
+  const std::size_t own = root_side.sizes[static_cast<std::size_t>(root)];
+  if (!in_place && own != m.block) {
+    m.why = fallback::arguments; // the mismatch
+    return m;
+  }
+  m.block = own;
+  m.bytes = root_side.total;
+  return m;
 }
 
 } // namespace tcoll::preload

@@ -15,6 +15,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <functional>
 #include <future>
 #include <memory>
 #include <mutex>
@@ -391,6 +392,73 @@ void prepared_collectives_case(C& t) {
   CHECK(moved.wait_for(60s));
   const double ranks_sum = double(P) * double(P + 1) / 2;
   for (double v : twice) CHECK(v == double(P) * ranks_sum);
+}
+
+/// A prepared collective's completion (`prepared_collective(comm, body, done)`, what an
+/// integration completes its own request with): `done` runs once per started run, on the
+/// engine thread, after the data is in place, never for `run()`; and it may destroy the
+/// prepared object itself (a persistent MPI request freed while active goes when its run
+/// ends), which must neither wait for its own thread nor throw. Fractional inputs, checked
+/// bit for bit against the blocking allreduce.
+template <class Tr>
+void prepared_completion_case(Tr& t) {
+  const int r = t.rank();
+  const std::size_t n = 37;
+  std::vector<double> in(n), out(n), want(n);
+  struct seen {
+    std::atomic<int> calls{0}, off_engine{0}, errors{0};
+    std::vector<double> at_completion; // the result as `done` saw it
+  };
+  auto s = std::make_shared<seen>();
+  auto body = [&](const tcoll::collective_tags<Tr>& tags) {
+    tcoll::cpu_reducer red;
+    tcoll::allreduce_in(t, tags, in.data(), out.data(), n, tcoll::sum_op{},
+                        tcoll::default_algorithm_t<Tr>{}, red);
+  };
+  auto done = [&t, &out, s](std::exception_ptr e) noexcept {
+    if (!tcoll::called_from_engine(t)) ++s->off_engine;
+    if (e) ++s->errors;
+    s->at_completion = out;
+    ++s->calls;
+  };
+  tcoll::prepared_collective prepared(t, body, done);
+  for (int round = 0; round < 4; ++round) {
+    CAPTURE(round);
+    for (std::size_t i = 0; i < n; ++i) in[i] = double(fractional(r, 40 + round, i));
+    tcoll::allreduce(t, in.data(), want.data(), n);
+    std::fill(out.begin(), out.end(), -1.0);
+    if (round == 2) {
+      prepared.run(); // here: no completion
+      CHECK(s->calls.load() == 2);
+    } else {
+      CHECK(prepared.start().wait_for(60s));
+      CHECK(s->calls.load() == (round < 2 ? round + 1 : round));
+      CHECK(same_bits(s->at_completion, want));
+    }
+    CHECK(same_bits(out, want));
+  }
+  CHECK(s->off_engine.load() == 0);
+  CHECK(s->errors.load() == 0);
+
+  // destroyed by its own completion, on the engine thread
+  struct holder {
+    using completion = std::function<void(std::exception_ptr)>;
+    std::optional<tcoll::prepared_collective<Tr, decltype(body), completion>> p;
+    std::promise<void> gone;
+  };
+  auto h = std::make_shared<holder>();
+  std::future<void> gone = h->gone.get_future();
+  h->p.emplace(t, body, [h](std::exception_ptr) noexcept {
+    h->p.reset();
+    h->gone.set_value();
+  });
+  for (std::size_t i = 0; i < n; ++i) in[i] = double(fractional(r, 50, i));
+  tcoll::allreduce(t, in.data(), want.data(), n);
+  h->p->start();
+  REQUIRE_MESSAGE(gone.wait_for(30s) == std::future_status::ready,
+                  "the prepared collective destroyed by its own completion never let go");
+  tcoll::wait_engine_idle(t.collectives(), 30s);
+  CHECK(same_bits(out, want));
 }
 
 /// A request destroyed before it completes waits for it: the data is final afterwards.

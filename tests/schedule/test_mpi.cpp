@@ -42,6 +42,7 @@ TEST_CASE("mpi: mixed non-blocking collectives, requests, argument errors") {
   prepared_collectives_case(t);
   destroyed_request_waits_case(t);
   request_released_by_its_completion_case(t);
+  prepared_completion_case(t);
   wait_for_case(t);
   nonblocking_bad_arguments_case(t);
 }

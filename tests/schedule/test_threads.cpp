@@ -63,6 +63,7 @@ TEST_CASE("requests: destroyed unfinished waits, wait_for, argument errors at th
   on_team(3, [](tcoll::thread_transport& t) {
     destroyed_request_waits_case(t);
     request_released_by_its_completion_case(t);
+    prepared_completion_case(t);
     wait_for_case(t);
     nonblocking_bad_arguments_case(t);
   });

@@ -352,6 +352,34 @@ bool engine_idle(C& comm) {
   return !e || e->idle();
 }
 
+/// One collective on communicator `C` as a task of the engine: `body(tags)` runs in the
+/// message spaces drawn when it was queued, after a check that `C` is not broken, under
+/// `guarded_on` (a failure breaks every transport of `C`); `done(error)` runs when it
+/// finishes, in every outcome. The one task every queued collective is (a call of the
+/// non-blocking entry points, a prepared collective, a scheduler's bucket); the reusable
+/// ones are queued again with `submit_task`.
+template <class C, class Body, class Done = no_completion>
+class collective_task final : public task {
+public:
+  collective_task(C& comm, Body body, Done done = {})
+      : comm_(&comm), body_(std::move(body)), done_(std::move(done)) {}
+  void run() override {
+    throw_if_broken(*comm_);
+    guarded_on(*comm_, [&] { body_(tags_); });
+  }
+  /// Draws the message spaces of the next run (under the engine's lock: `submit_task`).
+  void draw_tags() { tags_ = begin_on(*comm_); }
+  /// The body, for its owner to update between runs or to run it here with tags of its own.
+  Body& body() noexcept { return body_; }
+
+private:
+  void on_finished(std::exception_ptr e) noexcept override { done_(e); }
+  C* comm_;
+  Body body_;
+  Done done_;
+  collective_tags_t<C> tags_{};
+};
+
 /// Queues `body(tags)` on the engine of communicator `comm`: draws the message spaces at
 /// once (throwing if `comm` is broken), so calls start in queue order on every transport
 /// of `comm`; on the engine thread it checks `comm` again and runs the body under
@@ -364,12 +392,24 @@ template <communicator C, class Body, class Done = no_completion>
 std::shared_ptr<task> submit_collective(C& comm, Body body, Done done = {}) {
   engine& e = engine_of(comm);
   return e.submit([&] {
-    auto tags = begin_on(comm);
-    auto run = [&comm, tags, body = std::move(body)]() mutable {
-      throw_if_broken(comm);
-      guarded_on(comm, [&] { body(tags); });
-    };
-    return std::make_shared<function_task<decltype(run), Done>>(std::move(run), std::move(done));
+    auto t =
+        std::make_shared<collective_task<C, Body, Done>>(comm, std::move(body), std::move(done));
+    t->draw_tags();
+    return t;
+  });
+}
+
+/// Queues the reusable collective task `t` again on engine `e` (the engine of its
+/// communicator): made queueable, its message spaces drawn under the engine's lock like
+/// every other collective's. Nothing is allocated. The caller makes sure the previous run
+/// has finished.
+template <class C, class Body, class Done>
+std::shared_ptr<task> submit_task(engine& e,
+                                  const std::shared_ptr<collective_task<C, Body, Done>>& t) {
+  t->reset();
+  return e.submit([&] {
+    t->draw_tags();
+    return std::static_pointer_cast<task>(t);
   });
 }
 

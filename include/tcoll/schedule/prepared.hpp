@@ -214,32 +214,25 @@ public:
   request& start(const T* sendbuf, T* recvbuf) {
     check(sendbuf, recvbuf);
     pending_ = request();
-    if (!task_) task_ = std::make_shared<task>(this);
-    task_->reset();
-    task_->send = sendbuf;
-    task_->recv = recvbuf;
-    detail::engine& e = detail::engine_of(*comm_);
-    pending_ = request(e.submit([&] {
-      task_->tags = detail::begin_on(*comm_);
-      return std::static_pointer_cast<detail::task>(task_);
-    }));
+    if (!task_) task_ = std::make_shared<task>(*comm_, call{this});
+    task_->body().send = sendbuf;
+    task_->body().recv = recvbuf;
+    pending_ = request(detail::submit_task(detail::engine_of(*comm_), task_));
     return pending_;
   }
   request& start(T* data) { return start(data, data); }
 
 private:
-  struct task final : detail::task {
-    explicit task(prepared_allreduce* o) : owner(o) {}
-    void run() override {
-      C& comm = *owner->comm_;
-      detail::throw_if_broken(comm);
-      detail::guarded_on(comm, [&] { owner->replay(tags, send, recv); });
-    }
+  /// One started call: the buffers of this start.
+  struct call {
     prepared_allreduce* owner;
-    detail::collective_tags_t<C> tags{};
     const T* send = nullptr;
     T* recv = nullptr;
+    void operator()(const detail::collective_tags_t<C>& tags) const {
+      owner->replay(tags, send, recv);
+    }
   };
+  using task = detail::collective_task<C, call>;
 
   void check(const T* sendbuf, T* recvbuf) const {
     const int rank = comm_->rank();
@@ -274,13 +267,21 @@ private:
 /// the object lives. One run or start at a time: either waits for a started run first
 /// (where MPI calls starting an active request erroneous). Moving the object is allowed
 /// while nothing is started. Destroying it waits for a started run.
-template <communicator C, class Body>
+template <communicator C, class Body, class Done = detail::no_completion>
 class prepared_collective {
 public:
-  prepared_collective(C& comm, Body body)
-      : comm_(&comm), task_(std::make_shared<task>(comm, std::move(body))) {}
+  /// `body(tags)` performs the collective in the message spaces `tags`; `done(error)`, where
+  /// given, runs on the engine thread when a started run finishes, in every outcome (a
+  /// completion for an integration such as an MPI request; `run()` does not call it).
+  prepared_collective(C& comm, Body body, Done done = {})
+      : comm_(&comm), task_(std::make_shared<task>(comm, std::move(body), std::move(done))) {}
   prepared_collective(prepared_collective&&) noexcept = default;
-  ~prepared_collective() { settle(); }
+  /// Waits for a started run, except from that run's own `done` (on the engine thread,
+  /// which keeps the task alive until it has finished).
+  ~prepared_collective() {
+    pending_ = request();
+    if (started_ && task_ && !task_->finished() && !task_->running_here()) task_->wait();
+  }
 
   /// Runs the collective here, now (after a started run, which goes first: its message
   /// space was drawn first). Throws what the collective throws; the communicator is then
@@ -288,7 +289,7 @@ public:
   void run() {
     settle();
     const auto tags = detail::begin_on(*comm_);
-    detail::guarded_on(*comm_, [&] { task_->body(tags); });
+    detail::guarded_on(*comm_, [&] { task_->body()(tags); });
   }
 
   /// Queues the collective on the communicator's engine (its message space drawn now) and
@@ -296,12 +297,7 @@ public:
   /// waits for it. The task is the same object every time: nothing is allocated.
   request& start() {
     settle();
-    task_->reset();
-    detail::engine& e = detail::engine_of(*comm_);
-    pending_ = request(e.submit([&] {
-      task_->tags = detail::begin_on(*comm_);
-      return std::static_pointer_cast<detail::task>(task_);
-    }));
+    pending_ = request(detail::submit_task(detail::engine_of(*comm_), task_));
     started_ = true;
     return pending_;
   }
@@ -316,16 +312,7 @@ private:
     if (started_ && task_ && !task_->finished()) task_->wait();
   }
 
-  struct task final : detail::task {
-    task(C& c, Body b) : comm(&c), body(std::move(b)) {}
-    void run() override {
-      detail::throw_if_broken(*comm);
-      detail::guarded_on(*comm, [&] { body(tags); });
-    }
-    C* comm;
-    Body body;
-    detail::collective_tags_t<C> tags{};
-  };
+  using task = detail::collective_task<C, Body, Done>;
 
   C* comm_;
   std::shared_ptr<task> task_;

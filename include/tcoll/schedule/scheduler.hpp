@@ -178,12 +178,15 @@ public:
   bool autotuned() const noexcept { return autotuned_; }
 
 private:
-  struct bucket_task final : detail::task {
-    void run() override { owner->run_bucket(index, tags); }
+  /// One bucket's allreduce, queued again every iteration.
+  struct bucket_call {
     overlap_scheduler* owner = nullptr;
     std::size_t index = 0;
-    detail::collective_tags_t<Comm> tags{};
+    void operator()(const detail::collective_tags_t<Comm>& tags) const {
+      owner->run_bucket(index, tags);
+    }
   };
+  using bucket_task = detail::collective_task<Comm, bucket_call>;
   struct bucket {
     std::size_t first = 0, end = 0, offset = 0, count = 0;
     detail::program_for_t<Comm, Wire, Op, Algo> program;
@@ -223,9 +226,7 @@ private:
       b.program = {*comm_, b.count, true, algo_};
       scratch = std::max(scratch, b.program.scratch_count());
       staging = std::max(staging, b.program.staging_count());
-      b.task = std::make_shared<bucket_task>();
-      b.task->owner = this;
-      b.task->index = k;
+      b.task = std::make_shared<bucket_task>(*comm_, bucket_call{this, k});
       jobs.push_back({b.first, b.end, b.count * sizeof(Wire), b.end - b.first, true});
       buckets_.push_back(std::move(b));
     }
@@ -250,14 +251,12 @@ private:
   void start(std::size_t k) {
     auto& b = buckets_[k];
     b.submitted = false;
-    b.task->reset();
-    engine_->submit([&] {
-      b.task->tags = detail::begin_on(*comm_);
-      return std::static_pointer_cast<detail::task>(b.task);
-    });
+    detail::submit_task(*engine_, b.task);
     b.submitted = true;
   }
 
+  /// Bucket `k`'s allreduce in `tags` (on the engine thread, under the task's
+  /// `guarded_on`: a failed conversion breaks the communicator too, as the peers wait).
   void run_bucket(std::size_t k, const detail::collective_tags_t<Comm>& tags) {
     auto& b = buckets_[k];
     T* const pool_data = pool_->data() + b.offset;
@@ -269,11 +268,8 @@ private:
     } else {
       data = pool_data;
     }
-    detail::throw_if_broken(*comm_);
-    detail::guarded_on(*comm_, [&] {
-      b.program.run(*comm_, tags, data, data, op_, red, scratch_.data(), scratch_count_,
-                    staging_.data(), staging_count_);
-    });
+    b.program.run(*comm_, tags, data, data, op_, red, scratch_.data(), scratch_count_,
+                  staging_.data(), staging_count_);
     if constexpr (mixed) {
       detail::convert(red, pool_data, data, b.count, 1.0f / options_.wire_scale);
       red.synchronize();
