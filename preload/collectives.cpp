@@ -776,19 +776,10 @@ int gatherv_call(const void* sendbuf, Count sendcount, MPI_Datatype sendtype, vo
         const int P = m.P;
         const bool is_root = m.is_root;
         const std::size_t block = m.block;
-        const bool send_direct = in_place || (m.size != 0 && sendbuf != nullptr);
-        if (!send_direct || (is_root && !recv.direct)) count_packed(c);
-        const byte* in = static_cast<const byte*>(sendbuf);
+        if (!m.rank_direct(sendbuf) || (is_root && !recv.direct)) count_packed(c);
         std::vector<std::byte> send_packed;
-        if (is_root) { // in place: the root's block, packed where recvtype is
-          pack_side(recv, recvbuf, recvcounts, displs, recvtype, P, in_place, root);
-          if (in_place) in = recv.data + recv.at[static_cast<std::size_t>(root)];
-        }
-        if (!send_direct) {
-          send_packed.resize(block);
-          pack_local(sendbuf, sendcount, sendtype, send_packed.data(), block);
-          in = reinterpret_cast<const byte*>(send_packed.data());
-        }
+        const byte* in = gatherv_input(sendbuf, sendcount, sendtype, recv, recvbuf, recvcounts,
+                                       displs, recvtype, m, root, send_packed);
         on_transport(c, s, a, [&](auto& t) {
           if (is_root)
             tcoll::gatherv(t, in, block, recv.data, sizes_of(recv), places_of(recv), root);
@@ -825,22 +816,13 @@ int scatterv_call(const void* sendbuf, const Count sendcounts[], const Displ dis
       [&](algorithm_id a, std::size_t) {
         comm_state& s = state_of(comm);
         using byte = unsigned char;
-        const int P = m.P;
         const bool is_root = m.is_root;
         const std::size_t block = m.block;
-        const bool recv_direct = in_place || (m.size != 0 && recvbuf != nullptr);
+        const bool recv_direct = m.rank_direct(recvbuf);
         if (!recv_direct || (is_root && !send.direct)) count_packed(c);
-        byte* out = static_cast<byte*>(recvbuf);
         std::vector<std::byte> recv_packed;
-        if (is_root) {
-          pack_side(send, sendbuf, sendcounts, displs, sendtype, P, true);
-          // in place: tcoll's in-place form, the root's block where it is (only read)
-          if (in_place) out = send.data + send.at[static_cast<std::size_t>(root)];
-        }
-        if (!recv_direct) {
-          recv_packed.resize(block);
-          out = reinterpret_cast<byte*>(recv_packed.data());
-        }
+        byte* out = scatterv_output(sendbuf, sendcounts, displs, sendtype, send, recvbuf, m, root,
+                                    recv_packed);
         on_transport(c, s, a, [&](auto& t) {
           if (is_root)
             tcoll::scatterv(t, static_cast<const byte*>(send.data), sizes_of(send), places_of(send),

@@ -570,7 +570,7 @@ int igatherv_call(const void* sendbuf, Count sendcount, MPI_Datatype sendtype, v
   const rooted_v_call m =
       measure_rooted_v_call(sendcount, sendtype, v->recv, recvbuf, recvcounts, displs, recvtype,
                             in_place, root, comm, request != nullptr);
-  const std::size_t ssize = m.size, block = m.block, bytes = m.why ? 0 : m.bytes;
+  const std::size_t block = m.block, bytes = m.why ? 0 : m.bytes;
   const int P = m.P;
   const bool is_root = m.is_root;
   const local_start d = decide_start(c, comm, m.why, bytes, coll::gatherv, 0);
@@ -583,19 +583,11 @@ int igatherv_call(const void* sendbuf, Count sendcount, MPI_Datatype sendtype, v
     if (!in_place) sendtype = form.keep(sendtype);
   }
   return start<Count>(form, comm, request, d, bytes, pmpi, [=](completion done) {
-    const bool send_direct = in_place || (ssize != 0 && sendbuf != nullptr);
-    if (!send_direct || (is_root && !v->recv.direct)) count_packed(c);
-    const byte* in = static_cast<const byte*>(sendbuf);
-    if (is_root) { // in place: the root's block, packed where recvtype is
-      pack_side(v->recv, recvbuf, recvcounts, displs, recvtype, P, in_place, root);
-      if (in_place) in = v->recv.data + v->recv.at[static_cast<std::size_t>(root)];
-      v->unpack.keep(v->recv, recvcounts, displs, recvtype, P);
-    }
-    if (!send_direct) {
-      v->send_packed.resize(block);
-      pack_local(sendbuf, sendcount, sendtype, v->send_packed.data(), block);
-      in = reinterpret_cast<const byte*>(v->send_packed.data());
-    }
+    if (!m.rank_direct(sendbuf) || (is_root && !v->recv.direct)) count_packed(c);
+    // in place: the root's block, packed where recvtype is
+    const byte* in = gatherv_input(sendbuf, sendcount, sendtype, v->recv, recvbuf, recvcounts,
+                                   displs, recvtype, m, root, v->send_packed);
+    if (is_root) v->unpack.keep(v->recv, recvcounts, displs, recvtype, P);
     auto blocks = tcoll::check_gatherv_arguments(
         in, block, is_root ? v->recv.data : nullptr, is_root ? sizes_of(v->recv) : no_counts(),
         is_root ? places_of(v->recv) : no_counts(), root, d.state->rank, P);
@@ -631,7 +623,7 @@ int iscatterv_call(const void* sendbuf, const Count sendcounts[], const Displ di
   const rooted_v_call m =
       measure_rooted_v_call(recvcount, recvtype, v->send, sendbuf, sendcounts, displs, sendtype,
                             in_place, root, comm, request != nullptr);
-  const std::size_t rsize = m.size, block = m.block, bytes = m.why ? 0 : m.bytes;
+  const std::size_t block = m.block, bytes = m.why ? 0 : m.bytes;
   const int P = m.P;
   const bool is_root = m.is_root;
   const local_start d = decide_start(c, comm, m.why, bytes, coll::scatterv, 0);
@@ -644,19 +636,11 @@ int iscatterv_call(const void* sendbuf, const Count sendcounts[], const Displ di
     if (!in_place) recvtype = form.keep(recvtype);
   }
   return start<Count>(form, comm, request, d, bytes, pmpi, [=](completion done) {
-    const bool recv_direct = in_place || (rsize != 0 && recvbuf != nullptr);
+    const bool recv_direct = m.rank_direct(recvbuf);
     if (!recv_direct || (is_root && !v->send.direct)) count_packed(c);
-    byte* out = static_cast<byte*>(recvbuf);
-    if (is_root) {
-      pack_side(v->send, sendbuf, sendcounts, displs, sendtype, P, true);
-      // in place: tcoll's in-place form, the root's block where it is (only read)
-      if (in_place) out = v->send.data + v->send.at[static_cast<std::size_t>(root)];
-    }
-    if (!recv_direct) {
-      v->recv_packed.resize(block);
-      out = reinterpret_cast<byte*>(v->recv_packed.data());
-      v->unpack_as = std::make_unique<datatype_copy>(recvtype);
-    }
+    byte* out = scatterv_output(sendbuf, sendcounts, displs, sendtype, v->send, recvbuf, m, root,
+                                v->recv_packed);
+    if (!recv_direct) v->unpack_as = std::make_unique<datatype_copy>(recvtype);
     const byte* in = is_root ? static_cast<const byte*>(v->send.data) : nullptr;
     auto blocks = tcoll::check_scatterv_arguments(in, is_root ? sizes_of(v->send) : no_counts(),
                                                   is_root ? places_of(v->send) : no_counts(), out,

@@ -148,6 +148,12 @@ struct rooted_v_call {
   std::size_t bytes = 0; ///< this rank's part of the call: its block, at the root every block
   int P = 0;
   bool is_root = false;
+  bool in_place = false;
+  /// Whether this rank's block is `buf` itself (given, of a predefined contiguous type), or
+  /// in place.
+  bool rank_direct(const void* buf) const noexcept {
+    return in_place || (size != 0 && buf != nullptr);
+  }
 };
 template <class Count, class Displ>
 rooted_v_call measure_rooted_v_call(Count count, MPI_Datatype type, v_side& root_side,
@@ -156,6 +162,7 @@ rooted_v_call measure_rooted_v_call(Count count, MPI_Datatype type, v_side& root
                                     int root, MPI_Comm comm, bool args_ok) {
   rooted_v_call m;
   if (!mpi_active()) return m; // the caller's prologue counts it
+  m.in_place = in_place;
   m.why = communicator_fallback(comm, args_ok);
   if (m.why) return m;
   m.P = comm_size(comm);
@@ -188,6 +195,49 @@ rooted_v_call measure_rooted_v_call(Count count, MPI_Datatype type, v_side& root
   m.block = own;
   m.bytes = root_side.total;
   return m;
+}
+
+/// A gatherv's input as bytes: this rank's block, or in place the root's own block at its
+/// place on the root's side; the root's side is packed where its type is (in place with the
+/// root's own block, which the others do not overwrite), and a packed send type is packed
+/// into `send_packed`. `recv` is the root's side measured by `measure_rooted_v_call`.
+template <class Count, class Displ>
+const unsigned char*
+gatherv_input(const void* sendbuf, Count sendcount, MPI_Datatype sendtype, v_side& recv,
+              void* recvbuf, const Count recvcounts[], const Displ displs[], MPI_Datatype recvtype,
+              const rooted_v_call& m, int root, std::vector<std::byte>& send_packed) {
+  const auto* in = static_cast<const unsigned char*>(sendbuf);
+  if (m.is_root) {
+    pack_side(recv, recvbuf, recvcounts, displs, recvtype, m.P, m.in_place, root);
+    if (m.in_place) in = recv.data + recv.at[static_cast<std::size_t>(root)];
+  }
+  if (!m.rank_direct(sendbuf)) {
+    send_packed.resize(m.block);
+    pack_local(sendbuf, sendcount, sendtype, send_packed.data(), m.block);
+    in = reinterpret_cast<const unsigned char*>(send_packed.data());
+  }
+  return in;
+}
+
+/// A scatterv's output as bytes: this rank's block, received into recvbuf, into
+/// `recv_packed` where the receive type is packed (to unpack from), or in place the root's
+/// own block where it is on the root's side (tcoll's in-place form: only read). The root's
+/// side `send` is packed where its type is.
+template <class Count, class Displ>
+unsigned char* scatterv_output(const void* sendbuf, const Count sendcounts[], const Displ displs[],
+                               MPI_Datatype sendtype, v_side& send, void* recvbuf,
+                               const rooted_v_call& m, int root,
+                               std::vector<std::byte>& recv_packed) {
+  auto* out = static_cast<unsigned char*>(recvbuf);
+  if (m.is_root) {
+    pack_side(send, sendbuf, sendcounts, displs, sendtype, m.P, true);
+    if (m.in_place) out = send.data + send.at[static_cast<std::size_t>(root)];
+  }
+  if (!m.rank_direct(recvbuf)) {
+    recv_packed.resize(m.block);
+    out = reinterpret_cast<unsigned char*>(recv_packed.data());
+  }
+  return out;
 }
 
 } // namespace tcoll::preload
