@@ -440,21 +440,30 @@ void prepared_completion_case(Tr& t) {
   CHECK(s->off_engine.load() == 0);
   CHECK(s->errors.load() == 0);
 
-  // destroyed by its own completion, on the engine thread
+  // destroyed by its own completion, on the engine thread, once the start that queued the
+  // run has returned (the body waits for that: MPI_Request_free comes after MPI_Start)
+  auto start_returned = std::make_shared<std::atomic<bool>>(false);
+  auto gated = [&body, start_returned](const tcoll::collective_tags<Tr>& tags) {
+    const auto until = std::chrono::steady_clock::now() + 10s;
+    while (!start_returned->load() && std::chrono::steady_clock::now() < until)
+      std::this_thread::yield();
+    body(tags);
+  };
   struct holder {
     using completion = std::function<void(std::exception_ptr)>;
-    std::optional<tcoll::prepared_collective<Tr, decltype(body), completion>> p;
+    std::optional<tcoll::prepared_collective<Tr, decltype(gated), completion>> p;
     std::promise<void> gone;
   };
   auto h = std::make_shared<holder>();
   std::future<void> gone = h->gone.get_future();
-  h->p.emplace(t, body, [h](std::exception_ptr) noexcept {
+  h->p.emplace(t, gated, [h](std::exception_ptr) noexcept {
     h->p.reset();
     h->gone.set_value();
   });
   for (std::size_t i = 0; i < n; ++i) in[i] = double(fractional(r, 50, i));
   tcoll::allreduce(t, in.data(), want.data(), n);
   h->p->start();
+  start_returned->store(true);
   REQUIRE_MESSAGE(gone.wait_for(30s) == std::future_status::ready,
                   "the prepared collective destroyed by its own completion never let go");
   tcoll::wait_engine_idle(t.collectives(), 30s);

@@ -277,7 +277,8 @@ public:
       : comm_(&comm), task_(std::make_shared<task>(comm, std::move(body), std::move(done))) {}
   prepared_collective(prepared_collective&&) noexcept = default;
   /// Waits for a started run, except from that run's own `done` (on the engine thread,
-  /// which keeps the task alive until it has finished).
+  /// which keeps the task alive until it has finished), which may destroy the object once
+  /// the `start()` that queued the run has returned.
   ~prepared_collective() {
     pending_ = request();
     if (started_ && task_ && !task_->finished() && !task_->running_here()) task_->wait();
