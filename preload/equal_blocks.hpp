@@ -57,17 +57,47 @@ block_call measure_block_call(const void* sendbuf, Count sendcount, MPI_Datatype
   return m;
 }
 
+/// What every rooted call (gather, scatter and their uneven forms) measures alike on its
+/// rank: the communicator's fallback, its size, the root's range, whether this rank is the
+/// root, `in_place` at the root only, and this rank's block (`count` x `type`, unless in
+/// place). `why` set where MPI judges the call.
+struct rooted_rank {
+  std::optional<fallback> why;
+  std::size_t size = 0;    ///< element size of this rank's predefined contiguous type, or 0
+  long long signature = 0; ///< this rank's block's signature bytes (negative: a bad type)
+  int P = 0;
+  bool is_root = false;
+  bool in_place = false;
+};
+/// Measures `m`'s part of a rooted call (`args_ok`: what the wrapper checked of its own
+/// arguments); true where the caller goes on measuring (MPI active, no fallback yet).
+template <class Count>
+bool measure_rooted_rank(rooted_rank& m, Count count, MPI_Datatype type, bool in_place, int root,
+                         MPI_Comm comm, bool args_ok) {
+  if (!mpi_active()) return false; // the caller's prologue counts it
+  m.in_place = in_place;
+  m.why = communicator_fallback(comm, args_ok);
+  if (m.why) return false;
+  m.P = comm_size(comm);
+  m.is_root = root >= 0 && root < m.P && comm_rank(comm) == root;
+  if (root < 0 || root >= m.P || (in_place && !m.is_root)) {
+    m.why = fallback::arguments;
+    return false;
+  }
+  if (!in_place) {
+    m.size = contiguous_size(type);
+    m.signature = m.size ? static_cast<long long>(m.size) * count : signature_bytes(count, type);
+  }
+  return true;
+}
+
 /// The checks and sizes of a rooted call with `count` elements of `type` per rank on every
 /// rank and P blocks at the root (gather, scatter): the root's `root_count` x `root_type`
 /// (its receive side for a gather, its send side for a scatter) must carry the same signature
 /// bytes; `in_place` at the root only. `why` set where MPI judges the call.
-struct rooted_call {
-  std::optional<fallback> why;
-  std::size_t size = 0, root_size = 0; ///< element sizes of predefined contiguous types, or 0
-  std::size_t block = 0, bytes = 0;    ///< one block's signature bytes, and P blocks'
-  int P = 0;
-  bool is_root = false;
-  bool in_place = false;
+struct rooted_call : rooted_rank {
+  std::size_t root_size = 0;        ///< element size of the root's predefined contiguous type
+  std::size_t block = 0, bytes = 0; ///< one block's signature bytes, and P blocks'
   /// Whether this rank's own block is the user's buffer itself, or in place.
   bool rank_direct() const noexcept { return in_place || size != 0; }
   /// Whether the root's P blocks are the user's buffer itself (true off the root).
@@ -80,26 +110,9 @@ rooted_call measure_rooted_call(const void* buf, Count count, MPI_Datatype type,
                                 const void* root_buf, Count root_count, MPI_Datatype root_type,
                                 bool in_place, int root, MPI_Comm comm, bool args_ok) {
   rooted_call m;
-  if (!mpi_active()) return m; // the caller's prologue counts it
-  m.in_place = in_place;
-  m.why = communicator_fallback(comm, args_ok);
-  if (m.why) return m;
-  m.P = comm_size(comm);
-  if (root < 0 || root >= m.P) {
-    m.why = fallback::arguments;
-    return m;
-  }
-  m.is_root = comm_rank(comm) == root;
-  if (in_place && !m.is_root) {
-    m.why = fallback::arguments;
-    return m;
-  }
-  long long signature = 0; // of this rank's block
-  if (!in_place) {
-    m.size = contiguous_size(type);
-    signature = m.size ? static_cast<long long>(m.size) * count : signature_bytes(count, type);
-  }
-  if (m.is_root) { // the root's P-block arguments are significant there only
+  if (!measure_rooted_rank(m, count, type, in_place, root, comm, args_ok)) return m;
+  long long signature = m.signature; // of the block every rank moves
+  if (m.is_root) {                   // the root's P-block arguments are significant there only
     m.root_size = contiguous_size(root_type);
     const long long root_signature = m.root_size ? static_cast<long long>(m.root_size) * root_count
                                                  : signature_bytes(root_count, root_type);

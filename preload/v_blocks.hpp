@@ -3,6 +3,7 @@
 /// The uneven collectives' blocks as bytes (MPI_Alltoallv's two sides, the root's side of
 /// MPI_Gatherv and MPI_Scatterv, MPI_Iallgatherv's receive side), for their blocking wrappers
 /// (collectives.cpp) and their non-blocking ones (nonblocking.cpp).
+#include "equal_blocks.hpp"
 #include "tcoll_mpi.hpp"
 
 #include <algorithm>
@@ -141,14 +142,9 @@ inline std::span<const std::size_t> places_of(const v_side& side) {
 /// `type` (unless `in_place`, at the root only); the root's side (`root_counts`, `displs`,
 /// `root_type` at `root_buf`) is measured into `root_side` and must hold a block of the same size
 /// for the root. `why` set where MPI judges the call.
-struct rooted_v_call {
-  std::optional<fallback> why;
-  std::size_t size = 0;  ///< element size of this rank's predefined contiguous type, or 0
+struct rooted_v_call : rooted_rank {
   std::size_t block = 0; ///< this rank's block's signature bytes
   std::size_t bytes = 0; ///< this rank's part of the call: its block, at the root every block
-  int P = 0;
-  bool is_root = false;
-  bool in_place = false;
   /// Whether this rank's block is `buf` itself (given, of a predefined contiguous type), or
   /// in place.
   bool rank_direct(const void* buf) const noexcept {
@@ -161,25 +157,13 @@ rooted_v_call measure_rooted_v_call(Count count, MPI_Datatype type, v_side& root
                                     const Displ displs[], MPI_Datatype root_type, bool in_place,
                                     int root, MPI_Comm comm, bool args_ok) {
   rooted_v_call m;
-  if (!mpi_active()) return m; // the caller's prologue counts it
-  m.in_place = in_place;
-  m.why = communicator_fallback(comm, args_ok);
-  if (m.why) return m;
-  m.P = comm_size(comm);
-  m.is_root = root >= 0 && root < m.P && comm_rank(comm) == root;
-  if (root < 0 || root >= m.P || (in_place && !m.is_root)) {
-    m.why = fallback::arguments;
-    return m;
-  }
+  if (!measure_rooted_rank(m, count, type, in_place, root, comm, args_ok)) return m;
   if (!in_place) {
-    m.size = contiguous_size(type);
-    const long long signature =
-        m.size ? static_cast<long long>(m.size) * count : signature_bytes(count, type);
-    if (signature < 0 || !count_fits(signature)) {
+    if (m.signature < 0 || !count_fits(m.signature)) {
       m.why = fallback::arguments;
       return m;
     }
-    m.block = static_cast<std::size_t>(signature);
+    m.block = static_cast<std::size_t>(m.signature);
   }
   m.bytes = m.block;
   if (!m.is_root) return m;
