@@ -327,7 +327,7 @@ struct settings {
   /// where tcoll's exchange is slower than Open MPI's collective (docs/benchmarks.md,
   /// "alltoall_perf" and "MPI_Alltoall under the preload").
   std::size_t shm_alltoall_from_bytes = 4 * 1024;
-  std::size_t shm_alltoall_two_up_to_bytes = 32 * 1024; ///< on 2 ranks
+  std::size_t shm_alltoall_two_up_to_bytes = 64 * 1024; ///< on 2 ranks
   std::size_t shm_alltoall_up_to_bytes = 64 * 1024;     ///< on more
   /// tcoll's linear gather and scatter from `shm_*_from_bytes` up to these, the root's whole
   /// buffer (P blocks); MPI's own elsewhere, and always over MPI point-to-point. Measured on
@@ -338,7 +338,7 @@ struct settings {
   std::size_t shm_gather_two_up_to_bytes = 32 * 1024; ///< on 2 ranks
   std::size_t shm_gather_up_to_bytes = 128 * 1024;    ///< on more
   std::size_t shm_scatter_from_bytes = 1024;
-  std::size_t shm_scatter_two_up_to_bytes = 16 * 1024; ///< on 2 ranks
+  std::size_t shm_scatter_two_up_to_bytes = 64 * 1024; ///< on 2 ranks
   std::size_t shm_scatter_up_to_bytes = 128 * 1024;    ///< on more
   /// The built-in choice of the uneven forms on such a communicator: tcoll's algorithm
   /// (linear for MPI_Gatherv and MPI_Scatterv) where true, MPI's own where false. One choice

@@ -590,6 +590,64 @@ TEST_CASE("shm: single copy is probed once, agreed by every rank, and off on req
       CHECK(in[k][i] == static_cast<unsigned char>(from * 13 + k * 5 + i));
 }
 
+TEST_CASE("shm: a send for a plain receive goes single copy from its own threshold on") {
+  // default slots (32 KiB) and thresholds: single copy from 64 KiB for a plain isend, from
+  // single_copy_irecv_min_bytes (8 KiB) for isend_for_irecv, received either way
+  tcoll::shm_transport t(MPI_COMM_WORLD);
+  const int P = t.size(), r = t.rank();
+  const std::size_t from_size = tcoll::shm_options{}.single_copy_irecv_min_bytes;
+  REQUIRE(from_size == 8192);
+  if (t.single_copy()) { // a consumer needs staging where a message may come single copy
+    std::vector<float> sink(1);
+    auto consume = [](void*, const void*, std::size_t) {};
+    CHECK_THROWS_AS(t.irecv_consume((r + 1) % P, 20000, 4, {consume, sink.data()}, nullptr),
+                    tcoll::invalid_argument);
+  }
+  if (P < 2) return;
+  const int to = (r + 1) % P, from = (r + P - 1) % P;
+  struct sent_case {
+    std::size_t bytes;
+    bool hinted, consumed;
+  };
+  const sent_case cases[] = {{33, true, false},     {8191, true, false},  {8192, true, false},
+                             {20000, true, false},  {32768, true, false}, {40000, true, true},
+                             {20000, false, false}, {20000, true, true},  {65536, false, false}};
+  for (const sent_case& c : cases) {
+    CAPTURE(c.bytes);
+    CAPTURE(c.hinted);
+    CAPTURE(c.consumed);
+    std::vector<unsigned char> out(c.bytes), got(c.bytes, 0xEE), staging(c.bytes);
+    for (std::size_t i = 0; i < c.bytes; ++i)
+      out[i] = static_cast<unsigned char>(i * 11 + static_cast<std::size_t>(r) * 3);
+    const std::uint64_t before = t.single_copy_messages();
+    struct copy_out {
+      unsigned char* dst;
+      static void whole(void* self, const void* data, std::size_t n) {
+        std::memcpy(static_cast<copy_out*>(self)->dst, data, n);
+      }
+      static void piece(void* self, std::size_t offset, const void* data, std::size_t n) {
+        std::memcpy(static_cast<copy_out*>(self)->dst + offset, data, n);
+      }
+    } sink{got.data()};
+    auto recv = c.consumed
+                    ? t.irecv_consume(from, c.bytes, 5, {&copy_out::whole, &sink, &copy_out::piece},
+                                      staging.data())
+                    : t.irecv(from, got.data(), c.bytes, 5);
+    auto send = c.hinted ? tcoll::isend_for_irecv(t, to, out.data(), c.bytes, 5)
+                         : t.isend(to, out.data(), c.bytes, 5);
+    const auto when = tcoll::clock::now() + t.timeout();
+    t.wait(recv, when);
+    t.wait(send, when);
+    const bool single = t.single_copy() && c.bytes >= (c.hinted ? from_size : 65536);
+    CHECK(t.single_copy_messages() == before + (single ? 1 : 0));
+    bool same = true;
+    for (std::size_t i = 0; i < c.bytes; ++i)
+      same =
+          same && got[i] == static_cast<unsigned char>(i * 11 + static_cast<std::size_t>(from) * 3);
+    CHECK(same);
+  }
+}
+
 TEST_CASE("shm: symbolic proof and traffic closed forms") {
   tcoll::shm_transport t(MPI_COMM_WORLD);
   const int P = t.size();
@@ -625,6 +683,10 @@ TEST_CASE("shm: bad options are invalid_argument") {
                   tcoll::invalid_argument);
   CHECK_THROWS_AS(tcoll::shm_transport(MPI_COMM_WORLD, with([](auto& o) { o.timeout = 0ms; })),
                   tcoll::invalid_argument);
+  CHECK_THROWS_WITH_AS(tcoll::shm_transport(MPI_COMM_WORLD, with([](auto& o) {
+                                              o.single_copy_irecv_min_bytes = 8;
+                                            })),
+                       doctest::Contains("single_copy_irecv_min_bytes"), tcoll::invalid_argument);
   if (world_size() < 2) return;
   // options that differ between ranks, or are invalid on one rank only, fail on every rank
   // (before, the others built a segment laid out differently, or waited for the one)

@@ -88,7 +88,7 @@ struct bruck {
       for (int i = 1; i < P; ++i)
         if (i & k) move(outgoing + n++ * block_bytes, slots + std::size_t(i) * block_bytes);
       auto rr = t.irecv((r - k + P) % P, incoming, n * block_bytes, tag);
-      auto sr = t.isend((r + k) % P, outgoing, n * block_bytes, tag);
+      auto sr = isend_for_irecv(t, (r + k) % P, outgoing, n * block_bytes, tag);
       // the receive first, as in the pairwise exchange: on a transport whose receiver
       // drives the copy, waiting for the send first would wait in a cycle
       const auto until = clock::now() + t.timeout();

@@ -49,7 +49,7 @@ struct linear {
     const int P = t.size(), r = t.rank();
     const auto until = clock::now() + t.timeout();
     if (r != root) {
-      auto s = t.isend(root, mine, bytes, tag);
+      auto s = isend_for_irecv(t, root, mine, bytes, tag);
       t.wait(s, until);
       return;
     }
@@ -81,7 +81,7 @@ struct linear {
     std::vector<typename Tr::request> pending;
     pending.reserve(static_cast<std::size_t>(P));
     for (int q = 0; q < P; ++q)
-      if (q != r) pending.push_back(t.isend(q, blocks[q].data, blocks[q].bytes, tag));
+      if (q != r) pending.push_back(isend_for_irecv(t, q, blocks[q].data, blocks[q].bytes, tag));
     const root_block& own = blocks[static_cast<std::size_t>(r)];
     if (own.bytes && own.data != mine)
       red.copy(static_cast<std::byte*>(mine), static_cast<const std::byte*>(own.data), own.bytes);

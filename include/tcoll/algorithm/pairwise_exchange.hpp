@@ -112,7 +112,7 @@ private:
       for (int s = 1; s < P; ++s) {
         const int to = (r + s) % P;
         const exchange_block out = block_of(to);
-        sends.push_back(t.isend(to, out.send, out.send_bytes, tag));
+        sends.push_back(isend_for_irecv(t, to, out.send, out.send_bytes, tag));
       }
       const auto until = clock::now() + t.timeout();
       for (auto& q : recvs) t.wait(q, until);
@@ -124,7 +124,7 @@ private:
       const exchange_block out = block_of(to);
       const exchange_block in = block_of(from);
       auto rr = t.irecv(from, in.recv, in.recv_bytes, tag);
-      auto sr = t.isend(to, out.send, out.send_bytes, tag);
+      auto sr = isend_for_irecv(t, to, out.send, out.send_bytes, tag);
       // the receive first: on a transport where a send completes only when its receiver
       // drives the copy (threads: the receiver reads the sender's memory), each rank waiting
       // for its own send would wait for a peer that waits for its send too

@@ -134,6 +134,28 @@ constexpr bool transport_is_stream_ordered() {
     return false;
 }
 
+/// Capability: transport `T` takes the hint that a message's receiver copies it out whole
+/// (posts `irecv`, not `irecv_consume`): `isend_for_irecv(peer, data, bytes, tag)`, otherwise
+/// `isend`. It may then move the message another way (`shm_transport`: the receiver reads
+/// the sender's buffer itself from a smaller size on, where a receiver that reduces is better
+/// served by the slots). Only the speed depends on the hint: either kind of receive takes a
+/// message sent either way.
+template <class T>
+concept takes_irecv_hint = requires(T& t, const void* p) {
+  { t.isend_for_irecv(0, p, std::size_t{}, 0) } -> std::same_as<typename T::request>;
+};
+
+/// Sends a message whose receiver posts `irecv` for it: `t.isend_for_irecv` where transport
+/// `T` takes the hint (`takes_irecv_hint`), `t.isend` elsewhere. The algorithms whose
+/// receivers only copy (all-to-all, gather, scatter) send through this.
+template <class T>
+typename T::request isend_for_irecv(T& t, int peer, const void* data, std::size_t bytes, int tag) {
+  if constexpr (takes_irecv_hint<T>)
+    return t.isend_for_irecv(peer, data, bytes, tag);
+  else
+    return t.isend(peer, data, bytes, tag);
+}
+
 /// static_asserts each transport requirement separately, naming the missing member.
 template <class T>
 constexpr bool check_transport() {

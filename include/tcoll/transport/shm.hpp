@@ -224,30 +224,26 @@ public:
     return registered_messages_;
   }
 
+  /// Messages this rank has sent single copy (read by the receiver from this process).
+  std::uint64_t single_copy_messages() const {
+    std::lock_guard lock(mutex_);
+    return single_copy_messages_;
+  }
+
   request isend(int peer, const void* data, std::size_t bytes, int tag) {
     check_peer(peer, "isend");
     check_buffer(data, bytes, "isend", peer);
-    request r = make();
-    std::lock_guard lock(mutex_);
-    send_state* s = acquire(send_states_);
-    s->peer = peer;
-    s->data = static_cast<const unsigned char*>(data);
-    s->bytes = bytes;
-    s->tag = tag;
-    if (bytes > detail::shm::inline_bytes && !own_regions_.empty())
-      if (const auto* g = detail::shm::find_region(own_regions_, s->data, bytes)) {
-        s->registered = true;
-        s->region = g->id;
-        s->region_offset = static_cast<std::uint64_t>(s->data - g->base);
-        ++registered_messages_;
-      }
-    s->single_copy = !s->registered && single_copy_ && bytes > options_.slot_bytes &&
-                     bytes >= options_.single_copy_min_bytes;
-    s->message = ++sent_count_[static_cast<std::size_t>(peer)];
-    sends_[static_cast<std::size_t>(peer)].push_back(s);
-    r.send_ = s;
-    progress_sends(peer);
-    return r;
+    return post_send(peer, data, bytes, tag,
+                     bytes > options_.slot_bytes && bytes >= options_.single_copy_min_bytes);
+  }
+  /// `isend` of a message whose receiver posts `irecv` for it (`takes_irecv_hint`): single
+  /// copy from `options.single_copy_irecv_min_bytes` on, where the team may use it.
+  request isend_for_irecv(int peer, const void* data, std::size_t bytes, int tag) {
+    check_peer(peer, "isend_for_irecv");
+    check_buffer(data, bytes, "isend_for_irecv", peer);
+    return post_send(peer, data, bytes, tag,
+                     bytes > detail::shm::inline_bytes &&
+                         bytes >= options_.single_copy_irecv_min_bytes);
   }
   request irecv(int peer, void* dst, std::size_t bytes, int tag) {
     check_peer(peer, "irecv");
@@ -256,7 +252,12 @@ public:
   }
   request irecv_consume(int peer, std::size_t bytes, int tag, consumer use, void* staging) {
     check_peer(peer, "irecv_consume");
-    if (bytes > options_.slot_bytes) check_buffer(staging, bytes, "irecv_consume staging", peer);
+    // staging is read into where the message may come single copy (from a slot otherwise)
+    const bool may_be_single_copy =
+        single_copy_ && bytes > detail::shm::inline_bytes &&
+        std::min(options_.single_copy_min_bytes, options_.single_copy_irecv_min_bytes) <= bytes;
+    if (bytes > options_.slot_bytes || may_be_single_copy)
+      check_buffer(staging, bytes, "irecv_consume staging", peer);
     return post_recv(peer, static_cast<unsigned char*>(staging), bytes, tag, use);
   }
 
@@ -420,6 +421,7 @@ private:
                                   options_.slots,
                                   options_.slot_bytes,
                                   options_.single_copy_min_bytes,
+                                  options_.single_copy_irecv_min_bytes,
                                   options_.single_copy_piece_bytes,
                                   options_.area_lines,
                                   options_.area_bulk_bytes};
@@ -428,6 +430,7 @@ private:
                                             "slots",
                                             "slot_bytes",
                                             "single_copy_min_bytes",
+                                            "single_copy_irecv_min_bytes",
                                             "single_copy_piece_bytes",
                                             "area_lines",
                                             "area_bulk_bytes"};
@@ -490,6 +493,32 @@ private:
     s->use = use;
     recvs_[static_cast<std::size_t>(peer)].push_back(s);
     r.recv_ = s;
+    return r;
+  }
+
+  /// Queues a send of `bytes` at `data` to `peer`, single copy where `single_copy_size` says
+  /// the size calls for it and the team may use it (registered buffers go in place).
+  request post_send(int peer, const void* data, std::size_t bytes, int tag, bool single_copy_size) {
+    request r = make();
+    std::lock_guard lock(mutex_);
+    send_state* s = acquire(send_states_);
+    s->peer = peer;
+    s->data = static_cast<const unsigned char*>(data);
+    s->bytes = bytes;
+    s->tag = tag;
+    if (bytes > detail::shm::inline_bytes && !own_regions_.empty())
+      if (const auto* g = detail::shm::find_region(own_regions_, s->data, bytes)) {
+        s->registered = true;
+        s->region = g->id;
+        s->region_offset = static_cast<std::uint64_t>(s->data - g->base);
+        ++registered_messages_;
+      }
+    s->single_copy = !s->registered && single_copy_ && single_copy_size;
+    if (s->single_copy) ++single_copy_messages_;
+    s->message = ++sent_count_[static_cast<std::size_t>(peer)];
+    sends_[static_cast<std::size_t>(peer)].push_back(s);
+    r.send_ = s;
+    progress_sends(peer);
     return r;
   }
 
@@ -890,6 +919,7 @@ private:
   std::vector<std::vector<std::shared_ptr<detail::shm::mapping>>> regions_;
   std::vector<detail::shm::own_region> own_regions_;
   std::uint64_t registered_messages_ = 0;
+  std::uint64_t single_copy_messages_ = 0;
   std::vector<std::uint64_t> sent_count_;       ///< per peer: messages posted so far
   std::vector<std::uint64_t> claimed_;          ///< per (peer, lane): message this rank claimed
   std::vector<std::uint64_t> observed_;         ///< per peer: messages 1..n all seen in a lane

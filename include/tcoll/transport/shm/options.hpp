@@ -26,6 +26,11 @@ struct shm_options {
   /// rank of the team could read every other at construction (ptrace permission), else
   /// the slots carry everything. `SIZE_MAX` turns it off.
   std::size_t single_copy_min_bytes = 64 * 1024;
+  /// The same for a message sent with `isend_for_irecv` (its receiver copies it out whole:
+  /// all-to-all, gather, scatter), from this size on whatever `slot_bytes`: a plain receive
+  /// gains from one copy at smaller sizes than one that reduces, which the slots serve
+  /// without staging (docs/benchmarks.md, "Single copy for plain receives"). At least 64.
+  std::size_t single_copy_irecv_min_bytes = 8 * 1024;
   /// Piece a single-copy receive-and-reduce reads before reducing it (kept cache-sized:
   /// the piece, the local operand and the result fit in L2). 256 KiB measured 4-5 % faster
   /// than 64 KiB at 2-8 MiB on 2 processes and 1 MiB 10-15 % slower (docs/benchmarks.md).
@@ -82,6 +87,11 @@ inline void check_options(const shm_options& o, int rank) {
         "shm_transport: options.area_bulk_bytes must be a multiple of 64 in [64, 2^30], got " +
             std::to_string(o.area_bulk_bytes),
         rank);
+  if (o.single_copy_irecv_min_bytes < 64)
+    throw invalid_argument("shm_transport: options.single_copy_irecv_min_bytes must be at "
+                           "least 64, got " +
+                               std::to_string(o.single_copy_irecv_min_bytes),
+                           rank);
   if (o.single_copy_piece_bytes < 64 || o.single_copy_piece_bytes % 64)
     throw invalid_argument("shm_transport: options.single_copy_piece_bytes must be a positive "
                            "multiple of 64, got " +
