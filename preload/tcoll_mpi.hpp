@@ -332,8 +332,10 @@ struct settings {
   /// tcoll's linear gather and scatter from `shm_*_from_bytes` up to these, the root's whole
   /// buffer (P blocks); MPI's own elsewhere, and always over MPI point-to-point. Measured on
   /// one node against Open MPI 4.1.4 (docs/benchmarks.md, "MPI_Gather and MPI_Scatter under
-  /// the preload"): MPI's is faster below 1 KiB, tcoll's 1.3-6.8x from 1 KiB to the bounds,
-  /// and above them the two alternate from run to run.
+  /// the preload"): MPI's is faster below 1 KiB, tcoll's 1.0-3.6x from 1 KiB to the bounds,
+  /// and above them the two alternate from run to run. The 2-rank scatter bound rose from
+  /// 16 to 64 KiB with single copy for plain receives (`isend_for_irecv`), as did the
+  /// all-to-all's from 32 KiB.
   std::size_t shm_gather_from_bytes = 1024;
   std::size_t shm_gather_two_up_to_bytes = 32 * 1024; ///< on 2 ranks
   std::size_t shm_gather_up_to_bytes = 128 * 1024;    ///< on more
