@@ -241,9 +241,7 @@ public:
   request isend_for_irecv(int peer, const void* data, std::size_t bytes, int tag) {
     check_peer(peer, "isend_for_irecv");
     check_buffer(data, bytes, "isend_for_irecv", peer);
-    return post_send(peer, data, bytes, tag,
-                     bytes > detail::shm::inline_bytes &&
-                         bytes >= options_.single_copy_irecv_min_bytes);
+    return post_send(peer, data, bytes, tag, bytes >= options_.single_copy_irecv_min_bytes);
   }
   request irecv(int peer, void* dst, std::size_t bytes, int tag) {
     check_peer(peer, "irecv");
@@ -252,11 +250,10 @@ public:
   }
   request irecv_consume(int peer, std::size_t bytes, int tag, consumer use, void* staging) {
     check_peer(peer, "irecv_consume");
-    // staging is read into where the message may come single copy (from a slot otherwise)
-    const bool may_be_single_copy =
-        single_copy_ && bytes > detail::shm::inline_bytes &&
-        std::min(options_.single_copy_min_bytes, options_.single_copy_irecv_min_bytes) <= bytes;
-    if (bytes > options_.slot_bytes || may_be_single_copy)
+    // staging is read into where the message may come single copy (from a slot otherwise):
+    // above a slot, or from the threshold of a sender that knows this receive only copies
+    if (bytes > options_.slot_bytes ||
+        (single_copy_ && bytes >= options_.single_copy_irecv_min_bytes))
       check_buffer(staging, bytes, "irecv_consume staging", peer);
     return post_recv(peer, static_cast<unsigned char*>(staging), bytes, tag, use);
   }
