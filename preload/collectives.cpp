@@ -95,9 +95,10 @@ algorithm_id shm_collective_choice(coll c, std::size_t bytes, int P) {
                ? algorithm_id::ring
                : algorithm_id::passthrough;
   case coll::alltoall: // the library's choice by the block's size
-    return bytes >= s.shm_alltoall_from_bytes &&
+    return bytes >= (P == 2 ? s.shm_alltoall_two_from_bytes : s.shm_alltoall_from_bytes) &&
                    bytes <= (P == 2 ? s.shm_alltoall_two_up_to_bytes : s.shm_alltoall_up_to_bytes)
-               ? tcoll::alltoall_by_size{.rules = {}}.choose(bytes / static_cast<std::size_t>(P), P)
+               ? tcoll::alltoall_by_size{.rules = {}}.choose(bytes / static_cast<std::size_t>(P), P,
+                                                             true)
                : algorithm_id::passthrough;
   case coll::gather:
     return bytes >= s.shm_gather_from_bytes &&

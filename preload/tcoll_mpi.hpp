@@ -322,11 +322,14 @@ struct settings {
   /// blocks): the ring from these.
   std::size_t shm_reduce_scatter_two_from_bytes = 1024; ///< on 2 ranks
   std::size_t shm_reduce_scatter_from_bytes = 8 * 1024; ///< on more than 2 ranks
-  /// tcoll's all-to-all (`alltoall_by_size`) from `shm_alltoall_from_bytes` up to these,
-  /// one rank's whole send buffer; MPI's own elsewhere, and always over MPI point-to-point,
-  /// where tcoll's exchange is slower than Open MPI's collective (docs/benchmarks.md,
-  /// "alltoall_perf" and "MPI_Alltoall under the preload").
-  std::size_t shm_alltoall_from_bytes = 4 * 1024;
+  /// tcoll's all-to-all (`alltoall_by_size`: the collective area, then the pairwise exchange)
+  /// from these up to the `_up_to_` ones, one rank's whole send buffer; MPI's own elsewhere,
+  /// and always over MPI point-to-point, where tcoll's exchange is slower than Open MPI's
+  /// collective (docs/benchmarks.md, "alltoall_perf", "The in-segment all-to-all" and
+  /// "MPI_Alltoall under the preload"). On 2 ranks the area is 1.2-1.9x Open MPI's at every
+  /// size from 8 B; on 4, which oversubscribe the 2-core VM, 0.88-0.99x below 4 KiB.
+  std::size_t shm_alltoall_two_from_bytes = 1;          ///< on 2 ranks
+  std::size_t shm_alltoall_from_bytes = 4 * 1024;       ///< on more
   std::size_t shm_alltoall_two_up_to_bytes = 64 * 1024; ///< on 2 ranks
   std::size_t shm_alltoall_up_to_bytes = 64 * 1024;     ///< on more
   /// tcoll's linear gather and scatter from `shm_*_from_bytes` up to these, the root's whole

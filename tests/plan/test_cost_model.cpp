@@ -270,3 +270,22 @@ TEST_CASE("automatic on a shared-memory transport: its own choice, rules still f
   CHECK(a.choose_shared_memory(8 << 20, 2, true) == algorithm_id::ring);
   CHECK(a.choose_shared_memory(8 << 20, 2, false) == algorithm_id::recursive_halving_doubling);
 }
+
+TEST_CASE("alltoall_by_size: the collective area on a transport with one, Bruck on many ranks, "
+          "rules first") {
+  using tcoll::algorithm_id;
+  const tcoll::alltoall_by_size a{.rules = {}};
+  // blocks of 4 KiB on 2 ranks: an 8 KiB send buffer, the area's 2-rank bound
+  CHECK(a.choose(4096, 2, true) == algorithm_id::in_segment);
+  CHECK(a.choose(4097, 2, true) == algorithm_id::pairwise_exchange);
+  CHECK(a.choose(4096, 2) == algorithm_id::pairwise_exchange);    // no area: the exchange
+  CHECK(a.choose(16 << 10, 4, true) == algorithm_id::in_segment); // 64 KiB on more ranks
+  CHECK(a.choose((16 << 10) + 1, 4, true) == algorithm_id::pairwise_exchange);
+  CHECK(a.choose(64, 16) == algorithm_id::bruck);
+  CHECK(a.choose(64, 16, true) == algorithm_id::in_segment);
+  const tcoll::alltoall_by_size ruled{
+      .rules = tcoll::parse_selection("bruck:0-1K;in_segment:1K-64K", tcoll::collective::alltoall)};
+  CHECK(ruled.choose(64, 2, true) == algorithm_id::bruck);
+  CHECK(ruled.choose(2048, 2) == algorithm_id::in_segment); // a rule names it anywhere
+  CHECK(ruled.choose(1 << 20, 2, true) == algorithm_id::pairwise_exchange);
+}

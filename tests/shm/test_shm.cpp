@@ -380,6 +380,23 @@ void segment_collectives_case(tcoll::shm_transport& t, const std::vector<std::si
       }
       check_equal(out, want, id.str());
     }
+    // alltoall, out of place and in place: rank q's block for rank j is fractional(q, j n + k)
+    for (int ip = 0; ip < 2; ++ip) {
+      std::vector<T> input(n * Pz), out(n * Pz, T(-1)), want(n * Pz);
+      for (std::size_t i = 0; i < n * Pz; ++i) input[i] = fractional<T>(rank, i);
+      for (std::size_t q = 0; q < Pz; ++q)
+        for (std::size_t k = 0; k < n; ++k) want[q * n + k] = fractional<T>(int(q), me * n + k);
+      const case_id id{"in_segment alltoall", type, "-", n, P, rank, ip == 1};
+      if (ip) {
+        tcoll::alltoall(t, input.data(), input.data(), n, tcoll::in_segment{});
+        check_equal(input, want, id.str());
+      } else {
+        const std::vector<T> kept = input;
+        tcoll::alltoall(t, input.data(), out.data(), n, tcoll::in_segment{});
+        check_equal(out, want, id.str());
+        check_equal(input, kept, id.str() + " (input must stay untouched)");
+      }
+    }
     // reduce_scatter: block j of rank q's input is fractional(q, j n + k)
     {
       std::vector<T> input(n * Pz), out(n, T(-1)), want(n);
@@ -434,8 +451,8 @@ void segment_collectives_case(tcoll::shm_transport& t, const std::vector<std::si
 }
 } // namespace
 
-TEST_CASE("shm: in_segment allgather, reduce_scatter, reduce and barrier: lines, bulk, slices "
-          "and pieces, fractional values folded in rank order, bitwise") {
+TEST_CASE("shm: in_segment allgather, alltoall, reduce_scatter, reduce and barrier: lines, bulk, "
+          "slices and pieces, fractional values folded in rank order, bitwise") {
   for (const auto& options : {tcoll::shm_options{}, tiny_area()}) {
     tcoll::shm_transport t(MPI_COMM_WORLD, options);
     const int P = t.size();
@@ -449,9 +466,10 @@ TEST_CASE("shm: in_segment allgather, reduce_scatter, reduce and barrier: lines,
     // the reduce's slices (every rank reduces one, the root copies them out) from 128 B
     segment_collectives_case<float>(t, {32, 33, 1000, 70003},
                                     tcoll::in_segment{.slices_from_bytes = 128});
-    // it ran in the segment (no engine here), not the ring or tree fallbacks: at least one
-    // ordinal per call, 2 allgathers, a reduce_scatter and 2 P reduces per non-zero count
-    if (P > 1) CHECK(t.segment_area().collectives() - before >= std::uint64_t(25 * (3 + 2 * P)));
+    // it ran in the segment (no engine here), not the ring, tree or exchange fallbacks: at
+    // least one ordinal per call, 2 allgathers, 2 alltoalls, a reduce_scatter and 2 P reduces
+    // per non-zero count
+    if (P > 1) CHECK(t.segment_area().collectives() - before >= std::uint64_t(25 * (5 + 2 * P)));
     const std::uint64_t barriers_from = t.segment_area().collectives();
     barrier_waits_for_every_rank(t, tcoll::in_segment{});
     if (P > 1) CHECK(t.segment_area().collectives() - barriers_from >= std::uint64_t(P));
@@ -459,15 +477,36 @@ TEST_CASE("shm: in_segment allgather, reduce_scatter, reduce and barrier: lines,
   }
 }
 
-TEST_CASE("shm: in_segment allgather, reduce_scatter and barrier on the engine, in order with "
-          "allreduces; a blocking call beside them takes messages") {
+TEST_CASE("shm: alltoall's default takes the collective area up to its bound, the exchange "
+          "above") {
+  tcoll::shm_transport t(MPI_COMM_WORLD);
+  const int P = t.size(), rank = t.rank();
+  const auto Pz = static_cast<std::size_t>(P);
+  tcoll::alltoall_by_size by_size{.rules = {}};
+  by_size.in_segment_up_to_bytes = by_size.in_segment_up_to_bytes_many = 1024 * Pz;
+  for (std::size_t n : {std::size_t{1}, std::size_t{256}, std::size_t{257}}) {
+    std::vector<float> input(n * Pz), out(n * Pz, -1.0f), want(n * Pz);
+    for (std::size_t i = 0; i < n * Pz; ++i) input[i] = fractional<float>(rank, i);
+    for (std::size_t q = 0; q < Pz; ++q)
+      for (std::size_t k = 0; k < n; ++k)
+        want[q * n + k] = fractional<float>(int(q), std::size_t(rank) * n + k);
+    const std::uint64_t before = t.segment_area().collectives();
+    tcoll::alltoall(t, input.data(), out.data(), n, by_size);
+    check_equal(out, want, case_id{"alltoall automatic", "float", "-", n, P, rank, false}.str());
+    CAPTURE(n);
+    if (P > 1) CHECK(t.segment_area().collectives() - before == (n <= 256 ? 1u : 0u));
+  }
+}
+
+TEST_CASE("shm: in_segment allgather, alltoall, reduce_scatter and barrier on the engine, in "
+          "order with allreduces; a blocking call beside them takes messages") {
   tcoll::shm_transport t(MPI_COMM_WORLD, tiny_area());
   const int P = t.size(), rank = t.rank();
   const auto Pz = static_cast<std::size_t>(P);
   const std::uint64_t before = t.segment_area().collectives();
   const std::size_t n = 100;
   std::vector<std::vector<float>> gathered(3, std::vector<float>(n * Pz, -1.0f)),
-      scattered(3, std::vector<float>(n, -1.0f));
+      scattered(3, std::vector<float>(n, -1.0f)), exchanged(3, std::vector<float>(n * Pz, -1.0f));
   std::vector<float> mine(n), input(n * Pz), sum(n);
   for (std::size_t k = 0; k < n; ++k) mine[k] = sum[k] = fractional<float>(rank, k);
   for (std::size_t i = 0; i < n * Pz; ++i) input[i] = fractional<float>(rank, i);
@@ -478,25 +517,32 @@ TEST_CASE("shm: in_segment allgather, reduce_scatter and barrier on the engine, 
     pending.push_back(tcoll::ireduce_scatter(t, input.data(), scattered[b].data(), n,
                                              tcoll::sum_op{}, tcoll::in_segment{}));
     pending.push_back(tcoll::ibarrier(t, tcoll::in_segment{}));
+    pending.push_back(
+        tcoll::ialltoall(t, input.data(), exchanged[b].data(), n, tcoll::in_segment{}));
   }
   pending.push_back(
       tcoll::iallreduce(t, std::span<float>(sum), tcoll::sum_op{}, tcoll::in_segment{}));
-  // beside the engine: the ring, not the area
-  std::vector<float> blocking(n * Pz, -1.0f);
+  // beside the engine: the ring and the exchange, not the area
+  std::vector<float> blocking(n * Pz, -1.0f), blocking_exchanged(n * Pz, -1.0f);
   tcoll::allgather(t, mine.data(), blocking.data(), n, tcoll::in_segment{});
+  tcoll::alltoall(t, input.data(), blocking_exchanged.data(), n, tcoll::in_segment{});
   tcoll::barrier(t, tcoll::in_segment{});
   for (auto& q : pending) q.wait();
-  // allgather 3 * pieces, reduce_scatter 3 * pieces, 3 barriers, the allreduce's pieces:
-  // ordinals from the engine only; the blocking ones would add more (counted exactly here)
+  // allgather 3 * pieces, reduce_scatter and alltoall 3 * pieces each, 3 barriers, the
+  // allreduce's pieces: ordinals from the engine only; the blocking ones would add more
+  // (counted exactly here)
   const std::size_t block_pieces = (n * 4 + 255) / 256;
   const std::size_t scatter_pieces = (n + 256 / (Pz * 4) - 1) / (256 / (Pz * 4));
   const std::size_t allreduce_pieces = (n * 4 + 255) / 256;
   if (P > 1)
     CHECK(t.segment_area().collectives() - before ==
-          3 * block_pieces + 3 * scatter_pieces + 3 + allreduce_pieces);
-  std::vector<float> want_gather(n * Pz), want_scatter(n), want_sum(n);
+          3 * block_pieces + 6 * scatter_pieces + 3 + allreduce_pieces);
+  std::vector<float> want_gather(n * Pz), want_exchange(n * Pz), want_scatter(n), want_sum(n);
   for (std::size_t q = 0; q < Pz; ++q)
-    for (std::size_t k = 0; k < n; ++k) want_gather[q * n + k] = fractional<float>(int(q), k);
+    for (std::size_t k = 0; k < n; ++k) {
+      want_gather[q * n + k] = fractional<float>(int(q), k);
+      want_exchange[q * n + k] = fractional<float>(int(q), std::size_t(rank) * n + k);
+    }
   for (std::size_t k = 0; k < n; ++k) {
     want_scatter[k] = rank_order_fold<float>(P, std::size_t(rank) * n + k, tcoll::sum_op{});
     want_sum[k] = rank_order_fold<float>(P, k, tcoll::sum_op{});
@@ -504,8 +550,10 @@ TEST_CASE("shm: in_segment allgather, reduce_scatter and barrier on the engine, 
   for (int b = 0; b < 3; ++b) {
     check_equal(gathered[b], want_gather, "iallgather in_segment");
     check_equal(scattered[b], want_scatter, "ireduce_scatter in_segment");
+    check_equal(exchanged[b], want_exchange, "ialltoall in_segment");
   }
   check_equal(blocking, want_gather, "allgather beside the engine");
+  check_equal(blocking_exchanged, want_exchange, "alltoall beside the engine");
   check_equal(sum, want_sum, "iallreduce in_segment");
   MPI_Barrier(MPI_COMM_WORLD);
 }
@@ -513,7 +561,7 @@ TEST_CASE("shm: in_segment allgather, reduce_scatter and barrier on the engine, 
 TEST_CASE("shm: in_segment: ranks in different collectives fail at once, naming the peer") {
   const int P = world_size();
   if (P < 2) return;
-  for (int which = 0; which < 3; ++which) {
+  for (int which = 0; which < 4; ++which) {
     tcoll::shm_transport t(MPI_COMM_WORLD, tiny_area(20s));
     const int rank = t.rank();
     const auto start = tcoll::clock::now();
@@ -526,6 +574,8 @@ TEST_CASE("shm: in_segment: ranks in different collectives fail at once, naming 
         tcoll::barrier(t, tcoll::in_segment{});
       } else if (which == 1) {
         tcoll::reduce_scatter(t, x.data(), y.data(), 8, tcoll::sum_op{}, tcoll::in_segment{});
+      } else if (which == 2) {
+        tcoll::alltoall(t, x.data(), y.data(), 8, tcoll::in_segment{});
       } else {
         tcoll::allreduce(t, x.data(), y.data(), 8, tcoll::sum_op{}, tcoll::in_segment{});
       }

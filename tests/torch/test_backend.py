@@ -363,9 +363,27 @@ def alltoall_block(src, dst, rows, cols):
 
 
 def body_all_to_all_bruck(rank, size):
-    import torch.distributed as dist
     # read once per process, when the first all_to_all_single of equal blocks is made
     os.environ["TCOLL_ALLTOALL_ALGO"] = "bruck:0-max"
+    return all_to_all_equal_blocks(rank, size)
+
+
+def body_all_to_all_in_segment(rank, size):
+    # the collective area asked for every size: calls that may run on the engine (the
+    # 6000-row one) take the pairwise exchange instead
+    os.environ["TCOLL_ALLTOALL_ALGO"] = "in_segment:0-max"
+    return all_to_all_equal_blocks(rank, size)
+
+
+def body_all_to_all_default(rank, size):
+    # the built-in choice: the collective area for the small calls, which run in the
+    # caller's thread, the pairwise exchange for the queued one
+    os.environ.pop("TCOLL_ALLTOALL_ALGO", None)
+    return all_to_all_equal_blocks(rank, size)
+
+
+def all_to_all_equal_blocks(rank, size):
+    import torch.distributed as dist
     res = {}
     for k, (rows, cols, splits) in enumerate(BRUCK_SHAPES):
         x = torch.cat([alltoall_block(rank, q, rows, cols) for q in range(size)])
@@ -381,14 +399,35 @@ def body_all_to_all_bruck(rank, size):
     return res
 
 
-@pytest.mark.parametrize("size", [3, 4])
-def test_all_to_all_single_of_equal_blocks_by_bruck(size):
-    results = run_ranks(body_all_to_all_bruck, size)
+@pytest.mark.parametrize("body,size", [(body_all_to_all_bruck, 3), (body_all_to_all_bruck, 4),
+                                       (body_all_to_all_default, 2),
+                                       (body_all_to_all_default, 4),
+                                       (body_all_to_all_in_segment, 3)])
+def test_all_to_all_single_of_equal_blocks_by_bruck_and_the_area(body, size):
+    results = run_ranks(body, size)
     for r in range(size):
         for k, (rows, cols, _) in enumerate(BRUCK_SHAPES):
             want = torch.cat([alltoall_block(q, r, rows, cols) for q in range(size)])
             assert torch.equal(results[r][k], want), f"rank {r}, blocks of {rows}x{cols}"
             assert results[r][f"input{k}"], f"rank {r}: the input of case {k} changed"
+
+
+def body_all_to_all_disagreeing(rank, size):
+    import torch.distributed as dist
+    os.environ.pop("TCOLL_ALLTOALL_ALGO", None)
+    n = 1 if rank == 0 else 2  # a program error: the ranks disagree on the block
+    try:
+        dist.all_to_all_single(torch.empty(size * n), torch.ones(size * n))
+    except RuntimeError as e:
+        return str(e)
+    return "no error"
+
+
+def test_all_to_all_single_of_small_equal_blocks_runs_in_the_collective_area():
+    # the area reports ranks that disagree by the call's signature, which only the area
+    # publishes: the error names it (the exchange would report a message of another size)
+    for text in run_ranks(body_all_to_all_disagreeing, 2):
+        assert "in-segment collective" in text and "every rank must pass the same" in text, text
 
 
 def body_all_to_all_bad_choice(rank, size):

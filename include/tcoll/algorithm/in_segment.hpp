@@ -23,13 +23,16 @@
 ///  - **allgather**: every rank copies its block in and every other block out;
 ///  - **reduce_scatter**: every rank copies its P blocks in and folds its own block of
 ///    every copy, in rank order;
+///  - **alltoall**: every rank copies its P - 1 blocks for the others in and its own block
+///    out of every other rank's copy (one copy in, one out, one flag per rank: no message
+///    and no rendezvous per pair);
 ///  - **barrier**: every rank sets one flag and waits for every other rank's.
 /// On a transport without a collective area, on a thread where the area may not be used
 /// (`shm_segment_area::usable_here`: another thread than a transport's engine; see also
 /// `caller_orders`), and for element types that are not trivially copyable (symbolic
 /// proofs), each runs its algorithm over messages instead: `recursive_doubling` (allreduce),
 /// `binomial_tree` (broadcast, reduce), `ring` (allgather, reduce_scatter),
-/// `dissemination` (barrier).
+/// `dissemination` (barrier), `pairwise_exchange` (alltoall).
 /// Cost: one copy in, P reads of n bytes and P - 1 reductions (lines, whole); one copy in,
 /// n (P - 1) / P + n bytes read and n / P reduced (slices).
 #include <algorithm>
@@ -107,7 +110,8 @@ enum class segment_call : unsigned {
   allgather,
   reduce_scatter,
   barrier,
-  reduce
+  reduce,
+  alltoall
 };
 
 /// dst[0, n) = operand(0) op operand(1) op ... op operand(P - 1), each operand(q) the start
@@ -380,6 +384,53 @@ void in_segment_reduce_scatter(Area& a, const T* sendbuf, T* recvbuf, std::size_
   }
 }
 
+/// The in-segment all-to-all on area `a`, arguments already checked (`count` elements per
+/// pair): every rank copies its blocks for the other ranks into its lines (small) or bulk
+/// buffer (in pieces of the same part of every block where they do not fit), publishes them,
+/// copies its own block, and copies its block out of every other rank's copy, starting with
+/// the next rank. In place when `sendbuf == recvbuf`: every part of every block is in the
+/// area before the same part of any block is overwritten.
+template <segment_area Area, class T>
+void in_segment_alltoall(Area& a, const T* sendbuf, T* recvbuf, std::size_t count) {
+  const int P = a.size(), me = a.rank();
+  const auto Pz = static_cast<std::size_t>(P), mez = static_cast<std::size_t>(me);
+  const std::size_t block_bytes = count * sizeof(T), total = Pz * block_bytes;
+  const std::uint64_t sig =
+      Area::signature(total, sizeof(T), static_cast<unsigned>(segment_call::alltoall));
+  const auto* in = reinterpret_cast<const unsigned char*>(sendbuf);
+  auto* out = reinterpret_cast<unsigned char*>(recvbuf);
+  typename Area::session s(a);
+  if (total <= a.line_capacity()) {
+    const std::uint64_t n = s.next();
+    a.publish_lines(n, sig, in, total);
+    if (in != out) std::memcpy(out + mez * block_bytes, in + mez * block_bytes, block_bytes);
+    for (int i = 1; i < P; ++i) {
+      const int q = (me + i) % P;
+      read_line_range(a, q, n, sig, out + static_cast<std::size_t>(q) * block_bytes,
+                      mez * block_bytes, block_bytes);
+    }
+    return;
+  }
+  // Pieces of `piece` elements of every block: block b's part [lo, lo + m) at b * m.
+  const std::size_t piece = std::max<std::size_t>(1, a.bulk_capacity() / (Pz * sizeof(T)));
+  for (std::size_t lo = 0; lo < count; lo += piece) {
+    const std::size_t m = std::min(piece, count - lo), part = m * sizeof(T);
+    const std::size_t at = lo * sizeof(T);
+    const std::uint64_t n = s.next();
+    unsigned char* mine = a.bulk(me, n);
+    for (std::size_t b = 0; b < Pz; ++b)
+      if (b != mez) std::memcpy(mine + b * part, in + b * block_bytes + at, part);
+    a.publish(Area::ready, n, sig);
+    if (in != out) std::memcpy(out + mez * block_bytes + at, in + mez * block_bytes + at, part);
+    for (int i = 1; i < P; ++i) {
+      const int q = (me + i) % P;
+      a.wait_for(q, Area::ready, n, sig);
+      std::memcpy(out + static_cast<std::size_t>(q) * block_bytes + at, a.bulk(q, n) + mez * part,
+                  part);
+    }
+  }
+}
+
 /// The in-segment barrier on area `a`: every rank sets its ready flag of the next ordinal
 /// and waits for every other rank's (one flag per rank, no rounds).
 template <segment_area Area>
@@ -478,6 +529,27 @@ bool try_in_segment_reduce(Tr& t, const T* sendbuf, T* recvbuf, std::size_t coun
     } else {
       if (sendbuf != recvbuf) red.copy(recvbuf, sendbuf, count);
       if constexpr (finalizing_op<Op>) red.finalize(op, recvbuf, count, 1);
+    }
+    return true;
+  }
+  return false;
+}
+
+/// The in-segment all-to-all on transport `t` where its area may be used and one element of
+/// every rank fits its bulk buffer: true when done (the caller runs the pairwise exchange
+/// otherwise).
+template <transport Tr, class T, reducer R>
+bool try_in_segment_alltoall(Tr& t, const T* sendbuf, T* recvbuf, std::size_t count,
+                             const in_segment& algo) {
+  if constexpr (has_segment_area<Tr>) {
+    if (!segment_usable<Tr, T, R>(t, algo)) return false;
+    auto& a = t.segment_area();
+    if (static_cast<std::size_t>(t.size()) * sizeof(T) > a.bulk_capacity()) return false;
+    if (count == 0) return true;
+    if (t.size() > 1) {
+      in_segment_alltoall(a, sendbuf, recvbuf, count);
+    } else if (sendbuf != recvbuf) {
+      std::memcpy(recvbuf, sendbuf, count * sizeof(T));
     }
     return true;
   }

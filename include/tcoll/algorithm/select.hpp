@@ -247,9 +247,13 @@ struct automatic {
 
 /// The all-to-all's choice by size, what `alltoall` runs by default: the first rule of
 /// `rules` covering the call (`TCOLL_ALLTOALL_ALGO`, read once per process; sizes are one
-/// rank's whole send buffer, the table's size measure), else Bruck (`bruck_knobs`) for
-/// blocks of at most `bruck_max_block_bytes` on at least `bruck_min_ranks` ranks and the
-/// pairwise exchange (`exchange`) otherwise. MPICH's bounds are 256 bytes and 8 ranks
+/// rank's whole send buffer, the table's size measure), else on a transport with a
+/// collective area the area (`in_segment_knobs`) up to `in_segment_up_to_bytes` (2 ranks)
+/// or `in_segment_up_to_bytes_many`, else Bruck (`bruck_knobs`) for blocks of at most
+/// `bruck_max_block_bytes` on at least `bruck_min_ranks` ranks and the pairwise exchange
+/// (`exchange`) otherwise. The area's bounds: where it beat the exchange on the 2-core VM
+/// (1.2-2.1x up to 8 KiB on 2 processes, even at 16 KiB; 1.3-1.8x up to 64 KiB on 4, which
+/// oversubscribe it; the exchange's single copy wins above). MPICH's bounds are 256 bytes and 8 ranks
 /// (Thakur, Rabenseifner and Gropp 2005); the defaults here are what this project measured
 /// (docs/benchmarks.md, "Bruck's all-to-all"): against the pairwise exchange, which posts
 /// every short block at once, Bruck lost at 4 and 8 ranks at every size and won at 16
@@ -261,16 +265,26 @@ struct alltoall_by_size {
   std::vector<size_rule> rules = env_rules();
   std::size_t bruck_max_block_bytes = 128;
   int bruck_min_ranks = 16;
+  /// On a transport with a collective area (`shm_transport`): the area (`in_segment`) up to
+  /// these, one rank's whole send buffer, on 2 ranks and on more (docs/benchmarks.md, "The
+  /// in-segment all-to-all"). A call off the area's thread takes the exchange.
+  std::size_t in_segment_up_to_bytes = 8 * 1024;
+  std::size_t in_segment_up_to_bytes_many = 64 * 1024;
   pairwise_exchange exchange{};
   bruck bruck_knobs{};
+  in_segment in_segment_knobs{};
 
-  /// `pairwise_exchange` or `bruck`, for blocks of `block_bytes` on `ranks` ranks.
-  algorithm_id choose(std::size_t block_bytes, int ranks) const {
+  /// `pairwise_exchange`, `bruck` or (`segment_area`: the transport has a collective area)
+  /// `in_segment`, for blocks of `block_bytes` on `ranks` ranks.
+  algorithm_id choose(std::size_t block_bytes, int ranks, bool segment_area = false) const {
     const std::size_t bytes = block_bytes * static_cast<std::size_t>(ranks);
     for (const auto& r : rules)
       if (bytes >= r.min_bytes && bytes <= r.max_bytes &&
-          (r.algorithm == algorithm_id::bruck || r.algorithm == algorithm_id::pairwise_exchange))
+          (r.algorithm == algorithm_id::bruck || r.algorithm == algorithm_id::pairwise_exchange ||
+           r.algorithm == algorithm_id::in_segment))
         return r.algorithm;
+    if (segment_area && bytes <= (ranks > 2 ? in_segment_up_to_bytes_many : in_segment_up_to_bytes))
+      return algorithm_id::in_segment;
     return ranks >= bruck_min_ranks && block_bytes <= bruck_max_block_bytes
                ? algorithm_id::bruck
                : algorithm_id::pairwise_exchange;

@@ -249,16 +249,24 @@ equal_blocks(int P, std::size_t count) {
 /// The exchange of alltoall (`count` elements per pair), arguments checked, in the message
 /// space `tag`, by `algo` (`alltoall_by_size` chooses by the block's size), its local copies
 /// and scratch from `red`. In place, the pairwise exchange reads the send side from a copy;
-/// Bruck stages every block anyway.
+/// Bruck stages every block anyway, and so does the collective area (`in_segment`, the
+/// pairwise exchange where the transport has none or may not use it here).
 template <transport Tr, class T, alltoall_algorithm A, reducer R>
 void alltoall_tagged(Tr& t, int tag, const T* sendbuf, T* recvbuf, std::size_t count, bool in_place,
                      const A& algo, R& red) {
   const std::size_t block_bytes = count * sizeof(T);
   if constexpr (std::is_same_v<A, alltoall_by_size>) {
-    if (algo.choose(block_bytes, t.size()) == algorithm_id::bruck)
+    const algorithm_id a = algo.choose(block_bytes, t.size(), has_segment_area<Tr>);
+    if (a == algorithm_id::in_segment &&
+        try_in_segment_alltoall<Tr, T, R>(t, sendbuf, recvbuf, count, algo.in_segment_knobs))
+      return;
+    if (a == algorithm_id::bruck)
       alltoall_tagged(t, tag, sendbuf, recvbuf, count, in_place, algo.bruck_knobs, red);
     else
       alltoall_tagged(t, tag, sendbuf, recvbuf, count, in_place, algo.exchange, red);
+  } else if constexpr (std::is_same_v<A, in_segment>) {
+    if (!try_in_segment_alltoall<Tr, T, R>(t, sendbuf, recvbuf, count, algo))
+      alltoall_tagged(t, tag, sendbuf, recvbuf, count, in_place, pairwise_exchange{}, red);
   } else if constexpr (std::is_same_v<A, bruck>) {
     algo.exchange(t, tag, sendbuf, recvbuf, block_bytes, red);
   } else {

@@ -193,7 +193,8 @@ inline constexpr algorithm_id broadcast_algorithms[] = {
     algorithm_id::binomial_tree, algorithm_id::in_segment, algorithm_id::hierarchical,
     algorithm_id::scatter_allgather};
 inline constexpr algorithm_id alltoall_algorithms[] = {
-    algorithm_id::pairwise_exchange, algorithm_id::bruck, algorithm_id::hierarchical};
+    algorithm_id::pairwise_exchange, algorithm_id::bruck, algorithm_id::in_segment,
+    algorithm_id::hierarchical};
 inline constexpr algorithm_id exchange_algorithms[] = {algorithm_id::pairwise_exchange,
                                                        algorithm_id::hierarchical};
 inline constexpr algorithm_id linear_algorithms[] = {algorithm_id::linear,

@@ -582,23 +582,32 @@ c10::intrusive_ptr<c10d::Work> backend::alltoall_base(at::Tensor& output, at::Te
   TORCH_CHECK(send_bytes[rank_] == recv_bytes[rank_], "tcoll: all_to_all_single: rank ", rank_,
               ": sends itself ", send_bytes[rank_], " bytes but expects ", recv_bytes[rank_]);
   // every block of one size (the splits even, or all alike): the library's choice by size
-  // (`alltoall_by_size`: Bruck for short blocks on many ranks, TCOLL_ALLTOALL_ALGO), made
-  // at the call, so a bad TCOLL_ALLTOALL_ALGO fails there
+  // (`alltoall_by_size`: the collective area for small calls on shared memory, Bruck for
+  // short blocks on many ranks, TCOLL_ALLTOALL_ALGO), made at the call, so a bad
+  // TCOLL_ALLTOALL_ALGO fails there; the area only where the call surely runs in the
+  // caller's thread (see inline_choice_), elsewhere the exchange
   const std::size_t block = send_bytes[0];
   const auto is_block = [block](std::size_t b) { return b == block; };
   const bool equal = std::all_of(send_bytes.begin(), send_bytes.end(), is_block) &&
                      std::all_of(recv_bytes.begin(), recv_bytes.end(), is_block);
-  const tcoll::algorithm_id a = equal ? tcoll::alltoall_by_size{}.choose(block, size_)
-                                      : tcoll::algorithm_id::pairwise_exchange;
   at::Tensor in = dense(input), out = dense(output);
-  return enqueue(OpType::ALLTOALL_BASE, {output}, {input}, "all_to_all_single",
-                 std::max(in.nbytes(), out.nbytes()), [=, this](auto& t, int tag) {
+  const std::size_t call_bytes = std::max(in.nbytes(), out.nbytes());
+  tcoll::algorithm_id a =
+      equal ? tcoll::alltoall_by_size{}.choose(block, size_, call_bytes <= inline_max_bytes_)
+            : tcoll::algorithm_id::pairwise_exchange;
+  if (a == tcoll::algorithm_id::in_segment && call_bytes > inline_max_bytes_)
+    a = tcoll::algorithm_id::pairwise_exchange; // a TCOLL_ALLTOALL_ALGO rule, not inline here
+  return enqueue(OpType::ALLTOALL_BASE, {output}, {input}, "all_to_all_single", call_bytes,
+                 [=, this](auto& t, int tag) {
                    tcoll::cpu_reducer red;
                    if (equal) {
-                     tcoll::visit_algorithm<tcoll::collective::alltoall>(a, [&](const auto& algo) {
-                       tcoll::alltoall_in(t, tag, bytes_of(in), bytes_of(out), block, false, algo,
-                                          red);
-                     });
+                     tcoll::visit_algorithm<tcoll::collective::alltoall>(
+                         a,
+                         [&](const auto& algo) {
+                           tcoll::alltoall_in(t, tag, bytes_of(in), bytes_of(out), block, false,
+                                              algo, red);
+                         },
+                         inline_choice_.in_segment_knobs);
                    } else {
                      std::vector<tcoll::exchange_block> blocks(size_);
                      std::size_t sent = 0, received = 0;
