@@ -256,10 +256,12 @@ void alltoall_tagged(Tr& t, int tag, const T* sendbuf, T* recvbuf, std::size_t c
                      const A& algo, R& red) {
   const std::size_t block_bytes = count * sizeof(T);
   if constexpr (std::is_same_v<A, alltoall_by_size>) {
-    const algorithm_id a = algo.choose(block_bytes, t.size(), has_segment_area<Tr>);
-    if (a == algorithm_id::in_segment &&
-        try_in_segment_alltoall<Tr, T, R>(t, sendbuf, recvbuf, count, algo.in_segment_knobs))
-      return;
+    algorithm_id a = algo.choose(block_bytes, t.size(), has_segment_area<Tr>);
+    if (a == algorithm_id::in_segment) {
+      if (try_in_segment_alltoall<Tr, T, R>(t, sendbuf, recvbuf, count, algo.in_segment_knobs))
+        return;
+      a = algo.choose(block_bytes, t.size()); // off the area: Bruck or the exchange
+    }
     if (a == algorithm_id::bruck)
       alltoall_tagged(t, tag, sendbuf, recvbuf, count, in_place, algo.bruck_knobs, red);
     else
