@@ -463,6 +463,17 @@ bool segment_usable(Tr& t, const in_segment& algo) {
   return false;
 }
 
+/// Whether a collective of P blocks of `T` (reduce-scatter, all-to-all) may run in the area
+/// of `t` on the calling thread: `segment_usable`, and one element of every rank fits the
+/// bulk buffer (its pieces hold a part of every block).
+template <class Tr, class T, class R>
+bool segment_takes_blocks(Tr& t, const in_segment& algo) {
+  if constexpr (has_segment_area<Tr>)
+    return segment_usable<Tr, T, R>(t, algo) &&
+           static_cast<std::size_t>(t.size()) * sizeof(T) <= t.segment_area().bulk_capacity();
+  return false;
+}
+
 /// The in-segment broadcast on transport `t` where its area may be used: true when done
 /// (the caller runs the binomial tree otherwise).
 template <transport Tr, class T, reducer R>
@@ -501,12 +512,10 @@ template <transport Tr, class T, class Op, reducer R>
 bool try_in_segment_reduce_scatter(Tr& t, const T* sendbuf, T* recvbuf, std::size_t count,
                                    const Op& op, const in_segment& algo, R& red) {
   if constexpr (has_segment_area<Tr>) {
-    if (!segment_usable<Tr, T, R>(t, algo)) return false;
-    auto& a = t.segment_area();
-    if (static_cast<std::size_t>(t.size()) * sizeof(T) > a.bulk_capacity()) return false;
+    if (!segment_takes_blocks<Tr, T, R>(t, algo)) return false;
     if (count == 0) return true;
     if (t.size() > 1) {
-      in_segment_reduce_scatter(a, sendbuf, recvbuf, count, op, red);
+      in_segment_reduce_scatter(t.segment_area(), sendbuf, recvbuf, count, op, red);
     } else {
       red.copy(recvbuf, sendbuf, count);
       if constexpr (finalizing_op<Op>) red.finalize(op, recvbuf, count, 1);
@@ -542,12 +551,10 @@ template <transport Tr, class T, reducer R>
 bool try_in_segment_alltoall(Tr& t, const T* sendbuf, T* recvbuf, std::size_t count,
                              const in_segment& algo) {
   if constexpr (has_segment_area<Tr>) {
-    if (!segment_usable<Tr, T, R>(t, algo)) return false;
-    auto& a = t.segment_area();
-    if (static_cast<std::size_t>(t.size()) * sizeof(T) > a.bulk_capacity()) return false;
+    if (!segment_takes_blocks<Tr, T, R>(t, algo)) return false;
     if (count == 0) return true;
     if (t.size() > 1) {
-      in_segment_alltoall(a, sendbuf, recvbuf, count);
+      in_segment_alltoall(t.segment_area(), sendbuf, recvbuf, count);
     } else if (sendbuf != recvbuf) {
       std::memcpy(recvbuf, sendbuf, count * sizeof(T));
     }

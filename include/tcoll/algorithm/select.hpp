@@ -252,9 +252,10 @@ struct automatic {
 /// or `in_segment_up_to_bytes_many`, else Bruck (`bruck_knobs`) for blocks of at most
 /// `bruck_max_block_bytes` on at least `bruck_min_ranks` ranks and the pairwise exchange
 /// (`exchange`) otherwise. The area's bounds: where it beat the exchange on the 2-core VM
-/// (1.2-2.1x up to 8 KiB on 2 processes, even at 16 KiB; 1.3-1.8x up to 64 KiB on 4, which
-/// oversubscribe it; the exchange's single copy wins above). MPICH's bounds are 256 bytes and 8 ranks
-/// (Thakur, Rabenseifner and Gropp 2005); the defaults here are what this project measured
+/// with warm buffers (1.2-1.5x up to 8 KiB on 2 processes, 0.9-1.0x at 16 KiB; 1.3-2.2x up
+/// to 64 KiB on 4, which oversubscribe it; the exchange's single copy wins above). Bruck's:
+/// MPICH's are 256 bytes and 8 ranks (Thakur, Rabenseifner and Gropp 2005); the defaults
+/// here are what this project measured
 /// (docs/benchmarks.md, "Bruck's all-to-all"): against the pairwise exchange, which posts
 /// every short block at once, Bruck lost at 4 and 8 ranks at every size and won at 16
 /// ranks up to 128-byte blocks (threads and shared memory). Rules naming `passthrough` or
