@@ -268,7 +268,7 @@ struct alltoall_by_size {
   int bruck_min_ranks = 16;
   /// On a transport with a collective area (`shm_transport`): the area (`in_segment`) up to
   /// these, one rank's whole send buffer, on 2 ranks and on more (docs/benchmarks.md, "The
-  /// in-segment all-to-all"). A call off the area's thread takes the exchange.
+  /// in-segment all-to-all"). A call the area may not run is chosen again without it.
   std::size_t in_segment_up_to_bytes = 8 * 1024;
   std::size_t in_segment_up_to_bytes_many = 64 * 1024;
   pairwise_exchange exchange{};
