@@ -94,15 +94,11 @@ algorithm_id shm_collective_choice(coll c, std::size_t bytes, int P) {
     return bytes >= (P == 2 ? s.shm_reduce_scatter_two_from_bytes : s.shm_reduce_scatter_from_bytes)
                ? algorithm_id::ring
                : algorithm_id::passthrough;
-  case coll::alltoall: { // the library's choice by the block's size, with the area's bounds
-    if (bytes < (P == 2 ? s.shm_alltoall_two_from_bytes : s.shm_alltoall_from_bytes) ||
-        bytes > (P == 2 ? s.shm_alltoall_two_up_to_bytes : s.shm_alltoall_up_to_bytes))
-      return algorithm_id::passthrough;
-    tcoll::alltoall_by_size by_size{.rules = {}};
-    by_size.in_segment_up_to_bytes = s.shm_alltoall_area_two_up_to_bytes;
-    by_size.in_segment_up_to_bytes_many = s.shm_alltoall_area_up_to_bytes;
-    return by_size.choose(bytes / static_cast<std::size_t>(P), P, true);
-  }
+  case coll::alltoall: // the library's choice by the block's size, the preload's area bounds
+    return bytes >= (P == 2 ? s.shm_alltoall_two_from_bytes : s.shm_alltoall_from_bytes) &&
+                   bytes <= (P == 2 ? s.shm_alltoall_two_up_to_bytes : s.shm_alltoall_up_to_bytes)
+               ? s.shm_alltoall_choice.choose(bytes / static_cast<std::size_t>(P), P, true)
+               : algorithm_id::passthrough;
   case coll::gather:
     return bytes >= s.shm_gather_from_bytes &&
                    bytes <= (P == 2 ? s.shm_gather_two_up_to_bytes : s.shm_gather_up_to_bytes)
