@@ -17,7 +17,12 @@
 #include <string>
 #include <tcoll/node_hierarchy.hpp>
 #include <tcoll/schedule.hpp>
+#include <tcoll/transport/composed.hpp>
+#include <tcoll/transport/counting.hpp>
+#include <tcoll/transport/shaped.hpp>
 #include <tcoll/transport/shm.hpp>
+#include <tcoll/transport/subgroup.hpp>
+#include <tcoll/transport/threads.hpp>
 #include <thread>
 #include <vector>
 
@@ -696,6 +701,78 @@ TEST_CASE("shm: a send for a plain receive goes single copy from its own thresho
           same && got[i] == static_cast<unsigned char>(i * 11 + static_cast<std::size_t>(from) * 3);
     CHECK(same);
   }
+}
+
+TEST_CASE("shm: the views pass the single-copy hint on") {
+  // a subgroup (ranks in reverse order), the counting decorator, a shaped network (inside a
+  // node, and across nodes, where the send is held until it falls due) and a composed world
+  // (nodes of one rank, so every peer is across) each send `isend_for_irecv` single copy
+  // from the shm transport's own threshold, and a plain `isend` of that size through the slots
+  tcoll::shm_transport t(MPI_COMM_WORLD);
+  const int P = t.size();
+  if (P < 2 || !t.single_copy()) {
+    MESSAGE("SKIP: needs 2 ranks and single copy (cross-memory attach) between them");
+    return;
+  }
+  const std::size_t bytes = 20000; // above single_copy_irecv_min_bytes, below a slot
+  REQUIRE(bytes >= tcoll::shm_options{}.single_copy_irecv_min_bytes);
+  std::vector<int> reversed(static_cast<std::size_t>(P));
+  for (int q = 0; q < P; ++q) reversed[static_cast<std::size_t>(q)] = P - 1 - q;
+  tcoll::subgroup<tcoll::shm_transport> backwards(t, reversed, tcoll::intra_tag_offset);
+  tcoll::counting<tcoll::shm_transport> counted(t);
+  tcoll::shaped_network one_node(tcoll::shaping{std::chrono::nanoseconds(0), 0.0, P});
+  tcoll::shaped_network apart(tcoll::shaping{std::chrono::nanoseconds(0), 0.0, 1});
+  tcoll::shaped<tcoll::shm_transport> inside(t, one_node), across(t, apart);
+  auto nodes = tcoll::split_groups(t, 1);
+  tcoll::composed<tcoll::subgroup<tcoll::shm_transport>, tcoll::subgroup<tcoll::shm_transport>>
+      world(nodes.intra, *nodes.inter);
+  // one send to the next rank of the view and one receive from the previous, hinted or not:
+  // the data arrives whole and the transport counts a single-copy message for the hint only
+  auto exchange = [&](auto& v, bool hinted, int tag) {
+    const int vr = v.rank(), vp = v.size();
+    const int to = (vr + 1) % vp, from = (vr + vp - 1) % vp;
+    std::vector<unsigned char> out(bytes), got(bytes, 0xEE);
+    for (std::size_t i = 0; i < bytes; ++i)
+      out[i] = static_cast<unsigned char>(i * 7 + static_cast<std::size_t>(vr) * 5);
+    const std::uint64_t before = t.single_copy_messages();
+    auto recv = v.irecv(from, got.data(), bytes, tag);
+    auto send = hinted ? tcoll::isend_for_irecv(v, to, out.data(), bytes, tag)
+                       : v.isend(to, out.data(), bytes, tag);
+    const auto when = tcoll::clock::now() + t.timeout();
+    v.wait(recv, when);
+    v.wait(send, when);
+    CHECK(t.single_copy_messages() == before + (hinted ? 1 : 0));
+    bool same = true;
+    for (std::size_t i = 0; i < bytes; ++i)
+      same =
+          same && got[i] == static_cast<unsigned char>(i * 7 + static_cast<std::size_t>(from) * 5);
+    CHECK(same);
+  };
+  auto both = [&](auto& v, int tag) {
+    for (const bool hinted : {true, false}) {
+      CAPTURE(hinted);
+      exchange(v, hinted, tag);
+    }
+  };
+  SUBCASE("subgroup") {
+    both(backwards, 6);
+  }
+  SUBCASE("counting") {
+    both(counted, 7);
+    CHECK(counted.counts().messages_sent == 2);
+  }
+  SUBCASE("shaped, inside a node") {
+    both(inside, 8);
+  }
+  SUBCASE("shaped, across nodes") {
+    both(across, 9);
+  }
+  SUBCASE("composed") {
+    both(world, 10);
+  }
+  static_assert(tcoll::takes_irecv_hint<tcoll::subgroup<tcoll::shm_transport>>);
+  static_assert(tcoll::takes_irecv_hint<decltype(world)>);
+  static_assert(!tcoll::takes_irecv_hint<tcoll::subgroup<tcoll::thread_transport>>);
 }
 
 TEST_CASE("shm: symbolic proof and traffic closed forms") {

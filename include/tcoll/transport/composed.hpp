@@ -81,6 +81,21 @@ public:
     }
     return r;
   }
+  /// `isend` of a message whose receiver posts `irecv` for it, with the hint passed on to
+  /// the level that carries it where that level takes it (`takes_irecv_hint`).
+  request isend_for_irecv(int peer, const void* data, std::size_t bytes,
+                          int tag) requires(takes_irecv_hint<Intra> || takes_irecv_hint<Inter>) {
+    request r;
+    const auto [node, local] = where(peer, "isend_for_irecv");
+    if (node == inter_->rank()) {
+      r.intra_ = tcoll::isend_for_irecv(*intra_, local, data, bytes, tag);
+    } else {
+      r.across_ = true;
+      r.inter_ =
+          tcoll::isend_for_irecv(*inter_, node, data, bytes, encode(tag, intra_->rank(), local));
+    }
+    return r;
+  }
   request irecv(int peer, void* dst, std::size_t bytes, int tag) {
     request r;
     const auto [node, local] = where(peer, "irecv");

@@ -52,6 +52,15 @@ public:
     counts_.bytes_sent += bytes;
     return r;
   }
+  /// `isend` of a message whose receiver posts `irecv` for it, forwarded where `Inner` takes
+  /// that hint (`takes_irecv_hint`); counted as a send.
+  request isend_for_irecv(int peer, const void* data, std::size_t bytes,
+                          int tag) requires takes_irecv_hint<Inner> {
+    request r = inner_->isend_for_irecv(peer, data, bytes, tag);
+    ++counts_.messages_sent;
+    counts_.bytes_sent += bytes;
+    return r;
+  }
   request irecv(int peer, void* dst, std::size_t bytes, int tag) {
     request r = inner_->irecv(peer, dst, bytes, tag);
     ++counts_.messages_received;

@@ -94,6 +94,7 @@ struct held_send {
   const void* data = nullptr;
   std::size_t bytes = 0;
   int tag = 0;
+  bool for_irecv = false; ///< posted with the inner transport's `isend_for_irecv`
   bool posted = false;
   bool cancelled = false;
   typename Inner::request inner{};
@@ -136,29 +137,13 @@ public:
   const shaping& params() const noexcept { return net_->params(); }
 
   request isend(int peer, const void* data, std::size_t bytes, int tag) {
-    if (peer < 0 || peer >= size())
-      throw invalid_argument("isend: peer " + std::to_string(peer) + " is outside [0, " +
-                                 std::to_string(size()) + ")",
-                             rank());
-    request r;
-    r.send_ = std::make_shared<held>();
-    auto& h = *r.send_;
-    h.peer = peer;
-    h.data = data;
-    h.bytes = bytes;
-    h.tag = tag;
-    const shaping& p = net_->params();
-    const auto now = clock::now();
-    const int me = p.node_of(rank());
-    if (me == p.node_of(peer) && p.group_size > 1) {
-      h.posted = true; // inside a node: free
-      h.inner = inner_->isend(peer, data, bytes, tag);
-    } else {
-      h.due = net_->schedule(me, bytes, now);
-      held_.push_back(r.send_);
-      progress(now);
-    }
-    return r;
+    return send(peer, data, bytes, tag, false, "isend");
+  }
+  /// `isend` of a message whose receiver posts `irecv` for it, posted (now or when it falls
+  /// due) with the inner transport's `isend_for_irecv` where it takes that hint.
+  request isend_for_irecv(int peer, const void* data, std::size_t bytes,
+                          int tag) requires takes_irecv_hint<Tr> {
+    return send(peer, data, bytes, tag, true, "isend_for_irecv");
   }
   request irecv(int peer, void* dst, std::size_t bytes, int tag) {
     request r;
@@ -242,6 +227,41 @@ private:
     }
 #endif
   }
+  /// `isend` (`for_irecv`: `isend_for_irecv`, named `what` in errors): posted at once inside
+  /// a node, held until its delivery time across nodes.
+  request send(int peer, const void* data, std::size_t bytes, int tag, bool for_irecv,
+               const char* what) {
+    if (peer < 0 || peer >= size())
+      throw invalid_argument(std::string(what) + ": peer " + std::to_string(peer) +
+                                 " is outside [0, " + std::to_string(size()) + ")",
+                             rank());
+    request r;
+    r.send_ = std::make_shared<held>();
+    auto& h = *r.send_;
+    h.peer = peer;
+    h.data = data;
+    h.bytes = bytes;
+    h.tag = tag;
+    h.for_irecv = for_irecv;
+    const shaping& p = net_->params();
+    const auto now = clock::now();
+    const int me = p.node_of(rank());
+    if (me == p.node_of(peer) && p.group_size > 1) {
+      h.posted = true; // inside a node: free
+      h.inner = post(h);
+    } else {
+      h.due = net_->schedule(me, bytes, now);
+      held_.push_back(r.send_);
+      progress(now);
+    }
+    return r;
+  }
+  /// Hands `h` to the inner transport.
+  typename Tr::request post(const held& h) {
+    if constexpr (takes_irecv_hint<Tr>)
+      if (h.for_irecv) return inner_->isend_for_irecv(h.peer, h.data, h.bytes, h.tag);
+    return inner_->isend(h.peer, h.data, h.bytes, h.tag);
+  }
   void progress(clock::time_point now) {
     if (held_.empty()) return;
     // Sends to one peer fall due in posting order (one egress clock per node), so posting
@@ -251,7 +271,7 @@ private:
       auto& h = held_[i];
       if (h->cancelled) continue;
       if (h->due <= now && !blocked_before(i, h->peer)) {
-        h->inner = inner_->isend(h->peer, h->data, h->bytes, h->tag);
+        h->inner = post(*h);
         h->posted = true;
         continue;
       }

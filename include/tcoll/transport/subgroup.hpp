@@ -64,6 +64,12 @@ public:
   request isend(int peer, const void* data, std::size_t bytes, int tag) {
     return parent_->isend(map(peer, "isend"), data, bytes, tag + tag_offset_);
   }
+  /// `isend` of a message whose receiver posts `irecv` for it, forwarded where the parent
+  /// takes that hint (`takes_irecv_hint`: a single copy on shared memory).
+  request isend_for_irecv(int peer, const void* data, std::size_t bytes,
+                          int tag) requires takes_irecv_hint<Tr> {
+    return parent_->isend_for_irecv(map(peer, "isend_for_irecv"), data, bytes, tag + tag_offset_);
+  }
   request irecv(int peer, void* dst, std::size_t bytes, int tag) {
     return parent_->irecv(map(peer, "irecv"), dst, bytes, tag + tag_offset_);
   }

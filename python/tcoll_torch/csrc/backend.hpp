@@ -279,6 +279,9 @@ private:
   /// `w`, also kept for `endCoalescing` while coalescing.
   template <class W>
   c10::intrusive_ptr<W> recorded(c10::intrusive_ptr<W> w) {
+    // most calls come outside any batch: no lock for them (a batch is started and its
+    // calls made in one thread, torch's coalescing manager's)
+    if (!coalescing_now_.load(std::memory_order_acquire)) return w;
     std::lock_guard lock(coalescing_mutex_);
     if (coalescing_) coalescing_->push_back(w);
     return w;
@@ -446,6 +449,8 @@ private:
   std::mutex coalescing_mutex_;
   /// The works of the calls since startCoalescing (empty optional: not coalescing).
   std::optional<std::vector<c10::intrusive_ptr<c10d::Work>>> coalescing_;
+  /// Whether `coalescing_` holds a batch (set and cleared under `coalescing_mutex_`).
+  std::atomic<bool> coalescing_now_{false};
   /// Calls moving at most this many bytes per rank run in the caller's thread
   /// (TCOLL_TORCH_INLINE_BYTES, default 64 KiB; 0 queues every asynchronous call on the
   /// engine; the ranks of a one-node group agree on the smallest value asked, since it

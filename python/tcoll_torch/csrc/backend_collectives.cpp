@@ -851,8 +851,9 @@ c10::intrusive_ptr<c10d::Work> backend::reduce_all(std::vector<at::Tensor>& tens
       copy_back(tensors[i], b);
     }
   };
+  const std::size_t total = total_bytes(tensors);
   if (machine_) // across nodes: shared memory inside each node, MPI or Gloo between them
-    return enqueue_on(*machine_, type, tensors, tensors, what, total_bytes(tensors),
+    return enqueue_on(*machine_, type, tensors, tensors, what, total,
                       [each = std::move(each), this](const auto& tags) {
                         each([&](auto* data, std::size_t n, const auto& o) {
                           tcoll::cpu_reducer red;
@@ -860,9 +861,9 @@ c10::intrusive_ptr<c10d::Work> backend::reduce_all(std::vector<at::Tensor>& tens
                                               tcoll::hierarchical_options<tcoll::ring>{}, red);
                         });
                       });
-  const tcoll::automatic* choice = &allreduce_choice(total_bytes(tensors));
+  const tcoll::automatic* choice = &allreduce_choice(total);
   return enqueue(
-      type, tensors, tensors, what, total_bytes(tensors),
+      type, tensors, tensors, what, total,
       [each = std::move(each), choice, this](auto& t, int tag) {
         each([&](auto* data, std::size_t n, const auto& o) {
           using T = std::remove_pointer_t<decltype(data)>;

@@ -24,6 +24,7 @@ void backend::startCoalescing() {
   // succeeded: after a failed batch (a bad peer, say) the next batch starts afresh, and
   // the works of the failed one are dropped (their calls ran or were posted as usual)
   coalescing_.emplace();
+  coalescing_now_.store(true, std::memory_order_release);
 }
 
 c10::intrusive_ptr<c10d::Work> backend::endCoalescing() {
@@ -32,6 +33,7 @@ c10::intrusive_ptr<c10d::Work> backend::endCoalescing() {
               ": startCoalescing was not called");
   auto works = std::move(*coalescing_);
   coalescing_.reset();
+  coalescing_now_.store(false, std::memory_order_release);
   return c10::make_intrusive<coalesced_work>(rank_, std::move(works));
 }
 
