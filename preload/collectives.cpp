@@ -64,7 +64,7 @@ int comm_size(MPI_Comm comm) {
 /// against Open MPI 4.1.4 with its default cross-memory attach and MPICH 4.0.2 (docs/benchmarks.md,
 /// "Against MPICH and Open MPI at their defaults"; the thresholds come from the superseded tables
 /// listed under "Earlier preload tables"): Open MPI is faster below about 512 B and for MPI_Reduce
-/// from 64 KiB, and even on MPI_Allgather with 2 ranks (where it keeps the call).
+/// from 64 KiB. MPI_Allgather on 2 ranks: the area up to `shm_allgather_two_up_to_bytes`.
 algorithm_id shm_collective_choice(coll c, std::size_t bytes, int P) {
   const settings& s = config();
   switch (c) {
@@ -80,7 +80,10 @@ algorithm_id shm_collective_choice(coll c, std::size_t bytes, int P) {
     return bytes <= s.shm_reduce_up_to_bytes ? algorithm_id::binomial_tree
                                              : algorithm_id::passthrough;
   case coll::allgather:
-    if (P > 2 && s.shm_choice.choose_allgather(bytes) == algorithm_id::in_segment)
+    if (P == 2) // the collective area up to its 2-rank bound, MPI's own above
+      return bytes <= s.shm_allgather_two_up_to_bytes ? algorithm_id::in_segment
+                                                      : algorithm_id::passthrough;
+    if (s.shm_choice.choose_allgather(bytes) == algorithm_id::in_segment)
       return algorithm_id::in_segment;
     [[fallthrough]];
   case coll::allgatherv:
