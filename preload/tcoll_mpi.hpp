@@ -318,7 +318,7 @@ struct settings {
   /// more than 2 ranks.
   std::size_t shm_allgather_from_bytes = 8 * 1024;
   /// MPI_Allgather on 2 ranks: the collective area up to this (all gathered bytes), MPI's own
-  /// above. Under IMB's `-off_cache` the area was 1.1-3.7x Open MPI 4.1.4's and 5.0.11's,
+  /// above. Under IMB's `-off_cache` the area was 0.95-3.7x Open MPI 4.1.4's and 5.0.11's,
   /// 1.2-2.4x MPICH 4.0.2's and 2.1-8.5x MPICH 5's from 1 B to 16 KiB blocks, and 1.0-1.2x
   /// Open MPI's at 32 KiB; with hot buffers 1.1-2.1x Open MPI's up to 16 KiB of output and
   /// 0.87x at 64 KiB (docs/benchmarks.md, "MPI_Allgather on 2 ranks").
