@@ -256,11 +256,10 @@ private:
     }
     return r;
   }
-  /// Hands `h` to the inner transport.
+  /// Hands `h` to the inner transport (with the hint where it was sent with one).
   typename Tr::request post(const held& h) {
-    if constexpr (takes_irecv_hint<Tr>)
-      if (h.for_irecv) return inner_->isend_for_irecv(h.peer, h.data, h.bytes, h.tag);
-    return inner_->isend(h.peer, h.data, h.bytes, h.tag);
+    return h.for_irecv ? tcoll::isend_for_irecv(*inner_, h.peer, h.data, h.bytes, h.tag)
+                       : inner_->isend(h.peer, h.data, h.bytes, h.tag);
   }
   void progress(clock::time_point now) {
     if (held_.empty()) return;
