@@ -318,7 +318,7 @@ int blocks_call(const void* sendbuf, Count sendcount, MPI_Datatype sendtype, voi
         if (m.why) return to_mpi(*m.why);
         return {.bytes = m.bytes, .repeatable = m.recv_direct() && m.send_direct()};
       },
-      node_choice_of(c, comm, m.P),
+      node_choice_of(c == coll::allgatherv ? coll::allgather : c, comm, m.P),
       [&](algorithm_id a, std::size_t bytes) {
         comm_state& s = state_of(comm);
         if (!m.recv_direct() || !m.send_direct()) count_packed(c);
@@ -396,6 +396,10 @@ int reduce_scatter_call(const void* sendbuf, void* recvbuf, const Count recvcoun
 /// signature bytes (recvcounts x the size of recvtype), which every rank shares; each rank's
 /// displacements are its own. A rank whose receive datatype is derived or not contiguous
 /// gathers into packed scratch and unpacks every block; a derived send datatype is packed.
+/// Blocks of one size choose as MPI_Allgather does, as the ranks whose blocks lie in rank
+/// order do (allgatherv_call): where that is the collective area, the blocks are gathered
+/// in rank order (into scratch where this rank's lie otherwise) and copied to their places;
+/// uneven blocks never take the area (a rule naming it runs the ring).
 template <class Count, class Displ, class Pmpi>
 int allgatherv_blocks_call(const void* sendbuf, Count sendcount, MPI_Datatype sendtype,
                            void* recvbuf, const Count recvcounts[], const Displ displs[],
@@ -405,6 +409,7 @@ int allgatherv_blocks_call(const void* sendbuf, Count sendcount, MPI_Datatype se
   int P = 0, rank = 0;
   std::size_t rsize = 0, ssize = 0;
   std::vector<std::size_t> sizes; // bytes of each block
+  bool equal = false;             // every block of one size
   return intercept<Count>(
       c, comm, pmpi,
       [&]() -> measured_call { // the communicator and pointers: checked by allgatherv_call
@@ -429,9 +434,15 @@ int allgatherv_blocks_call(const void* sendbuf, Count sendcount, MPI_Datatype se
                                                   : signature_bytes(sendcount, sendtype);
         if (!fits || !count_fits(total) || send_signature != static_cast<long long>(sizes[own]))
           return to_mpi(fallback::arguments); // MPI reports the bad type or the mismatch
+        equal = std::all_of(sizes.begin(), sizes.end(),
+                            [&](std::size_t b) { return b == sizes.front(); });
         return {static_cast<std::size_t>(total)};
       },
-      node_choice_of(c, comm, P),
+      [&](std::size_t bytes, algorithm_id ruled) {
+        if (equal) return one_node_collective_choice(coll::allgather, comm, bytes, P, ruled);
+        const algorithm_id a = one_node_collective_choice(c, comm, bytes, P, ruled);
+        return a == algorithm_id::in_segment ? algorithm_id::ring : a;
+      },
       [&](algorithm_id a, std::size_t bytes) {
         comm_state& s = state_of(comm);
         const auto own = static_cast<std::size_t>(rank);
@@ -474,10 +485,24 @@ int allgatherv_blocks_call(const void* sendbuf, Count sendcount, MPI_Datatype se
           count_packed(c);
           pack_local(sendbuf, sendcount, sendtype, reinterpret_cast<std::byte*>(mine), sizes[own]);
         }
-        on_transport(c, s, a, [&](auto& t) {
-          tcoll::allgatherv(t, in, sizes[own], out, std::span<const std::size_t>(sizes),
-                            std::span<const std::size_t>(at));
-        });
+        if (a == algorithm_id::in_segment) { // blocks of one size (the choice above)
+          const std::size_t block = sizes[own];
+          bool in_rank_order = true;
+          for (std::size_t q = 0; q < at.size(); ++q) in_rank_order &= at[q] == q * block;
+          // (packed blocks lie in rank order in scratch already)
+          byte* gathered = in_rank_order ? out : reinterpret_cast<byte*>(s.scratch_bytes(bytes));
+          on_transport_as<collective::allgather>(c, s, a, [&](auto& t, const auto& algo) {
+            tcoll::allgather(t, in, gathered, block, algo);
+          });
+          if (gathered != out)
+            for (std::size_t q = 0; q < at.size(); ++q)
+              std::memcpy(out + at[q], gathered + q * block, block);
+        } else {
+          on_transport(c, s, a, [&](auto& t) {
+            tcoll::allgatherv(t, in, sizes[own], out, std::span<const std::size_t>(sizes),
+                              std::span<const std::size_t>(at));
+          });
+        }
         if (rsize == 0)
           for (int q = 0; q < P; ++q)
             unpack_local(reinterpret_cast<const std::byte*>(out) + at[static_cast<std::size_t>(q)],
@@ -487,8 +512,9 @@ int allgatherv_blocks_call(const void* sendbuf, Count sendcount, MPI_Datatype se
 
 /// MPI_Allgatherv and MPI_Allgatherv_c: blocks of one size laid out in rank order
 /// (displs[q] = q x recvcounts[0]) run as MPI_Allgather, any other layout as tcoll's
-/// allgatherv. Both run the ring on the same blocks in the same order, so ranks whose own
-/// displacements (not an argument they share) pick different forms still match.
+/// allgatherv. Ranks whose own displacements (not an argument they share) pick different
+/// forms still match: blocks of one size choose as MPI_Allgather in both, and both run the
+/// collective area, or the ring on the same blocks in the same order.
 template <class Count, class Displ, class Pmpi>
 int allgatherv_call(const void* sendbuf, Count sendcount, MPI_Datatype sendtype, void* recvbuf,
                     const Count recvcounts[], const Displ displs[], MPI_Datatype recvtype,

@@ -322,8 +322,9 @@ algorithm_id choose_shared_memory(std::size_t bytes, int ranks) {
 }
 
 algorithm_id in_segment_here(coll c, MPI_Comm comm) {
-  // the uneven forms share their even form's rules but have no form in the area
-  if (c == coll::allgatherv || c == coll::reduce_scatter) return algorithm_id::ring;
+  // MPI_Reduce_scatter shares its even form's rules but has no form in the area;
+  // MPI_Allgatherv reaches here only with blocks of one size (allgatherv_call)
+  if (c == coll::reduce_scatter) return algorithm_id::ring;
   if (tcoll::shm_transport* t = state_of(comm).shared_memory())
     if (t->segment_area().usable_here()) return algorithm_id::in_segment;
   const collective k = collective_of(c);

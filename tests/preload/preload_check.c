@@ -512,26 +512,35 @@ static void check_reduce_scatter_v(MPI_Comm comm, const tdesc* t, int o, int inp
   free(in), free(out), free(want), free(counts);
 }
 
-/* MPI_Allgatherv: blocks of n elements in rank order (through tcoll, as MPI_Allgather), or,
- * with `uneven`, rank q's block n + q elements (left to MPI). */
-static void check_allgatherv(MPI_Comm comm, const tdesc* t, int inplace, size_t n, int uneven) {
+/* MPI_Allgatherv: blocks of n elements in rank order (through tcoll, as MPI_Allgather); with
+ * `form` 1, rank q's block n + q elements; with `form` 2, blocks of n elements that the odd
+ * ranks receive in reverse rank order with gaps of 3 elements (their form is tcoll's
+ * allgatherv, the even ranks' MPI_Allgather's: both must choose and run alike), the gaps
+ * left as they were. */
+static void check_allgatherv(MPI_Comm comm, const tdesc* t, int inplace, size_t n, int form) {
   int r, P;
   MPI_Comm_rank(comm, &r);
   MPI_Comm_size(comm, &P);
   int *counts = xmalloc(sizeof(int) * (size_t)P), *displs = xmalloc(sizeof(int) * (size_t)P);
+  const int uneven = form == 1, scattered = form == 2 && r % 2 == 1;
   size_t all = 0;
   for (int q = 0; q < P; ++q) {
     counts[q] = (int)n + (uneven ? q : 0);
-    displs[q] = (int)all;
-    all += (size_t)counts[q];
+    displs[q] = scattered ? (P - 1 - q) * ((int)n + 3) + 3 : (int)all;
+    all += (size_t)counts[q] + (scattered ? 3 : 0);
   }
+  all += scattered ? 3 : 0;
   char *in = xmalloc((size_t)counts[r] * t->size), *out = xmalloc(all * t->size),
        *want = xmalloc(all * t->size);
   for (int i = 0; i < counts[r]; ++i) t->set(in, (size_t)i, input(OP_SUM, r, i));
-  for (int q = 0; q < P; ++q)
-    for (int i = 0; i < counts[q]; ++i)
-      t->set(want, (size_t)displs[q] + (size_t)i, input(OP_SUM, q, i));
   memset(out, 0x5a, all * t->size);
+  for (size_t i = 0; i < all; ++i) t->set(want, i, 99); /* the gaps */
+  for (size_t i = 0; scattered && i < all; ++i) t->set(out, i, 99);
+  for (int q = 0; q < P; ++q)
+    for (int i = 0; i < counts[q]; ++i) {
+      t->set(want, (size_t)displs[q] + (size_t)i, input(OP_SUM, q, i));
+      memset(out + ((size_t)displs[q] + (size_t)i) * t->size, 0x5a, t->size);
+    }
   if (inplace) {
     memcpy(out + (size_t)displs[r] * t->size, in, (size_t)counts[r] * t->size);
     check_call(
@@ -541,8 +550,11 @@ static void check_allgatherv(MPI_Comm comm, const tdesc* t, int inplace, size_t 
     check_call(MPI_Allgatherv(in, counts[r], t->type, out, counts, displs, t->type, comm),
                "MPI_Allgatherv");
   }
-  compare(t, out, want, all, uneven ? "MPI_Allgatherv (uneven)" : "MPI_Allgatherv", -1, inplace,
-          comm);
+  compare(t, out, want, all,
+          uneven ? "MPI_Allgatherv (uneven)"
+          : form ? "MPI_Allgatherv (one size, odd ranks reversed with gaps)"
+                 : "MPI_Allgatherv",
+          -1, inplace, comm);
   free(in), free(out), free(want), free(counts), free(displs);
 }
 
@@ -1060,7 +1072,7 @@ static void check_type(MPI_Comm comm, const tdesc* t, const size_t* counts, int 
     }
     for (int inplace = 0; inplace < 2; ++inplace) {
       check_allgather(comm, t, inplace, n);
-      for (int uneven = 0; uneven < 2; ++uneven) check_allgatherv(comm, t, inplace, n, uneven);
+      for (int form = 0; form < 3; ++form) check_allgatherv(comm, t, inplace, n, form);
       check_alltoall(comm, t, inplace, n);
       check_gather(comm, t, inplace, n, (int)((n + (size_t)inplace) % (size_t)P));
       check_scatter(comm, t, inplace, n, (int)((n + 1 + (size_t)inplace) % (size_t)P));
