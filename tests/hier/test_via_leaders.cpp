@@ -24,7 +24,7 @@ using namespace hier_test;
 
 namespace {
 
-std::vector<shape_case> shapes() {
+std::vector<shape_case> leader_shapes() {
   return {
       {"1 rank", {0}},
       {"1 node x 3", {0, 0, 0}},
@@ -62,15 +62,15 @@ std::vector<int> roots_of(int P) {
   return r;
 }
 
-const std::size_t counts[] = {0, 1, 5};
+const std::size_t leader_counts[] = {0, 1, 5};
 
 } // namespace
 
 TEST_CASE("via_leaders: broadcast, gather and scatter from every kind of root, every shape") {
-  for (const auto& sc : shapes()) {
+  for (const auto& sc : leader_shapes()) {
     const int P = static_cast<int>(sc.group_of.size());
     for (int root : roots_of(P))
-      for (std::size_t n : counts)
+      for (std::size_t n : leader_counts)
         for (bool in_place : {false, true}) {
           CAPTURE(sc.name);
           CAPTURE(root);
@@ -118,9 +118,9 @@ TEST_CASE("via_leaders: broadcast, gather and scatter from every kind of root, e
 }
 
 TEST_CASE("via_leaders: allgather and alltoall place every block by world rank, every shape") {
-  for (const auto& sc : shapes()) {
+  for (const auto& sc : leader_shapes()) {
     const int P = static_cast<int>(sc.group_of.size());
-    for (std::size_t n : counts)
+    for (std::size_t n : leader_counts)
       for (bool in_place : {false, true}) {
         CAPTURE(sc.name);
         CAPTURE(n);
@@ -174,7 +174,7 @@ TEST_CASE("via_leaders: alltoallv, uneven and empty blocks, gaps, every shape") 
   const auto cell = [](int x, int y, std::size_t i) {
     return x * 1000 + y + static_cast<double>(i) / 8.0 + 0.3;
   };
-  for (const auto& sc : shapes()) {
+  for (const auto& sc : leader_shapes()) {
     CAPTURE(sc.name);
     const int P = static_cast<int>(sc.group_of.size());
     for (bool in_place : {false, true}) {
@@ -222,7 +222,7 @@ TEST_CASE("via_leaders: alltoallv, uneven and empty blocks, gaps, every shape") 
 
 TEST_CASE("via_leaders: gatherv and scatterv, uneven and empty blocks, every kind of root") {
   const auto count_of = [](int x) { return std::size_t(x % 3); }; // rank 0's block is empty
-  for (const auto& sc : shapes()) {
+  for (const auto& sc : leader_shapes()) {
     const int P = static_cast<int>(sc.group_of.size());
     for (int root : roots_of(P))
       for (bool in_place : {false, true}) {
@@ -327,7 +327,7 @@ TEST_CASE("via_leaders: alltoallv names the peer whose count disagrees") {
 
 TEST_CASE("via_leaders: reduce and reduce_scatter, exact sums and every rank exactly once") {
   using symbolic::rank_set;
-  for (const auto& sc : shapes()) {
+  for (const auto& sc : leader_shapes()) {
     const int P = static_cast<int>(sc.group_of.size());
     for (int root : roots_of(P))
       for (std::size_t n : {std::size_t{1}, std::size_t{7}})
@@ -396,14 +396,14 @@ TEST_CASE("via_leaders: avg divides by the world size once; runtime-typed reduce
 }
 
 TEST_CASE("via_leaders: reduce_scatterv and allgatherv, uneven and empty blocks, every shape") {
-  for (const auto& sc : shapes()) {
+  for (const auto& sc : leader_shapes()) {
     CAPTURE(sc.name);
     on_machine(sc, [&](auto& h, int) { tcoll::testing::uneven_block_values(h, {0, 1, 5}); });
   }
 }
 
 TEST_CASE("via_leaders: barrier holds every rank until all arrived") {
-  for (const auto& sc : shapes()) {
+  for (const auto& sc : leader_shapes()) {
     CAPTURE(sc.name);
     const int P = static_cast<int>(sc.group_of.size());
     std::atomic<int> arrived{0}, early{0};

@@ -1,7 +1,6 @@
 // Per-layer scheme choice (suite 'hybrid'): Poseidon's Table 1 and Algorithm 1 against the
 // paper's worked examples, and tcoll's alpha-beta comparison against costs worked out by
 // hand here. Constant-evaluated where the deciders are constexpr.
-#define DOCTEST_CONFIG_IMPLEMENT_WITH_MAIN
 #include <doctest/doctest.h>
 
 #include <array>

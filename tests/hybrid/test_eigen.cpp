@@ -2,7 +2,6 @@
 // Eigen 3 is found): exact for integer-valued factors, bitwise identical on every rank and
 // within the reassociation bound for fractional ones, same bits blocking and non-blocking,
 // and within the rounding bound of the host GEMM.
-#define DOCTEST_CONFIG_IMPLEMENT_WITH_MAIN
 #include <doctest/doctest.h>
 
 #include <tcoll/hybrid/eigen_gemm.hpp>

@@ -1,7 +1,6 @@
 // The hybrid adaptor on the threads transport (suite 'hybrid'): sufficient-factor allreduce
 // against exact and dense references for random shapes on 1-16 ranks, bitwise identity
 // across ranks, avg, the non-blocking path, bad input, and the host GEMM's fixed order.
-#define DOCTEST_CONFIG_IMPLEMENT_WITH_MAIN
 #include <doctest/doctest.h>
 
 #include <tcoll/hybrid/calibrate_gemm.hpp>

@@ -117,7 +117,7 @@ TEST_CASE("mgwfbp: the O(L) planner returns the listing's O(L^2) result") {
     }
     const linear_cost cost{2000 * unit(rng), 1e-3 * unit(rng)};
     const auto fast = mgwfbp_planner{}.plan(w, cost);
-    CHECK(fast == detail::mgwfbp_algorithm1(w, cost, cost.startup_us, false));
+    CHECK(fast == tcoll::plan::detail::mgwfbp_algorithm1(w, cost, cost.startup_us, false));
     if (fast.bucket_count() > 1 && fast.bucket_count() < L) ++merged_some;
   }
   CHECK(merged_some > 30); // the comparison covered plans between the extremes
