@@ -737,8 +737,12 @@ int ireduce_scatter_call(const void* sendbuf, void* recvbuf, const Count recvcou
 /// MPI_Iallgatherv and MPI_Iallgatherv_c: equal blocks in rank order as MPI_Iallgather, any
 /// other layout through tcoll's allgatherv on bytes. recvcounts is shared by every rank, so
 /// the route is chosen from the blocks' signature bytes together, as the blocking form's;
-/// each rank's displacements are its own (both forms run the ring on the same blocks in the
-/// same order, so ranks that pick different forms still match). A derived or non-contiguous
+/// each rank's displacements are its own. Ranks that pick different forms still match: blocks
+/// of one size choose as MPI_Iallgather in both forms, and a rank whose blocks lie out of
+/// rank order runs that allgather into rank-order staging and copies each block to its place
+/// (until 2026-12-07 it chose as an uneven call: the ring, or MPI's own where the allgather
+/// took the collective area, and the ranks then ran different collectives); uneven blocks run
+/// the ring (or MPI's, or the two-level machine's) on every rank. A derived or non-contiguous
 /// receive datatype gathers into staging, unpacked on the engine through a duplicate of the
 /// type; a derived send datatype is packed at the start.
 template <class Count, class Displ>
@@ -757,6 +761,7 @@ int iallgatherv_call(const void* sendbuf, Count sendcount, MPI_Datatype sendtype
   std::optional<fallback> why;
   int P = 0;
   std::size_t ssize = 0;
+  bool equal = false; // every block of one size (out of rank order: in order is MPI_Iallgather)
   if (mpi_active()) {
     why = communicator_fallback(comm, recvcounts != nullptr && displs != nullptr &&
                                           recvbuf != nullptr && sendbuf != nullptr &&
@@ -764,7 +769,8 @@ int iallgatherv_call(const void* sendbuf, Count sendcount, MPI_Datatype sendtype
     if (!why) {
       P = comm_size(comm);
       const long long block = common_count(recvcounts, P);
-      bool in_order = block >= 0;
+      equal = block >= 0;
+      bool in_order = equal;
       for (int q = 0; in_order && q < P; ++q)
         in_order = static_cast<long long>(displs[q]) == q * block;
       if (in_order)
@@ -782,7 +788,9 @@ int iallgatherv_call(const void* sendbuf, Count sendcount, MPI_Datatype sendtype
     }
   }
   const std::size_t bytes = why ? 0 : v->recv.total;
-  const local_start d = uneven_form(decide_start(c, comm, why, bytes, coll::allgatherv, bytes));
+  const local_start d =
+      equal ? decide_start(c, comm, why, bytes, coll::allgather, bytes)
+            : uneven_form(decide_start(c, comm, why, bytes, coll::allgatherv, bytes));
   if (form.keeps(d)) { // what a persistent request's runs read
     recvcounts = form.keep(recvcounts, P);
     displs = form.keep(displs, P);
@@ -807,6 +815,22 @@ int iallgatherv_call(const void* sendbuf, Count sendcount, MPI_Datatype sendtype
     }
     const std::size_t extent = tcoll::check_allgatherv_arguments(
         in, v->recv.sizes[own], v->recv.data, sizes_of(v->recv), places_of(v->recv), rank, P);
+    if (equal) { // MPI_Iallgather's collective, as the ranks whose blocks lie in rank order run it
+      const std::size_t block = v->recv.sizes[own];
+      const auto gathered = std::make_shared<std::vector<byte>>(bytes);
+      queue_on_path<collective::allgather>(
+          c, *d.state, d.a,
+          [=](auto& on, const auto& tags, const auto& algo) {
+            tcoll::cpu_reducer red;
+            tcoll::allgather_in(on, tags, in, gathered->data(), block, algo, red);
+            for (int q = 0; q < P; ++q)
+              std::memcpy(v->recv.data + v->recv.at[static_cast<std::size_t>(q)],
+                          gathered->data() + static_cast<std::size_t>(q) * block, block);
+            v->unpack.apply(v->recv, recvbuf, P, in_place ? rank : -1);
+          },
+          done);
+      return;
+    }
     queue_on_path<collective::allgatherv>(
         c, *d.state, d.a,
         [=](auto& on, const auto& tags, const auto& algo) {

@@ -1572,7 +1572,9 @@ static void expect_values(const double* got, int n, int stride, double (*want)(i
  * MPI_Ireduce_scatter_block, MPI_Ialltoall, MPI_Igather and MPI_Iscatter on the world (8 KiB per
  * block), and MPI_Ialltoallv, MPI_Igatherv, MPI_Iscatterv, MPI_Ireduce_scatter and
  * MPI_Iallgatherv (uneven blocks, some empty, with gaps; the last two in place in round 1),
- * started together
+ * and MPI_Iallgatherv with blocks of one size that the even ranks receive in rank order and the
+ * odd ranks in reverse order with gaps (the even ranks' call is MPI_Iallgather's form, the odd
+ * ranks' the v form: both must choose and run alike), started together
  * with a blocking MPI_Allreduce among the starts, every result checked against values computed
  * here from fractional inputs. Round 0 finds the communicator's tcoll state missing (a start
  * is local: MPI runs it, and the next blocking call creates the state); rounds 1 and 2 run
@@ -1634,6 +1636,13 @@ static int nonblocking_others(void) {
   int* rv_counts = xmalloc(sizeof(int) * P);
   int* gav_counts = xmalloc(sizeof(int) * P);
   int* gav_displs = xmalloc(sizeof(int) * P);
+  /* MPI_Iallgatherv with blocks of E doubles: block k at k E on even ranks, at (P - 1 - k)
+   * (E + 3) on odd ones (gaps of 3, which stay untouched) */
+  enum { E = 64 };
+  double* gae_in = xmalloc(sizeof(double) * E);
+  double* gae = xmalloc(sizeof(double) * (E + 3) * P);
+  int* gae_counts = xmalloc(sizeof(int) * P);
+  int* gae_displs = xmalloc(sizeof(int) * P);
 #if MPI_VERSION >= 4
   MPI_Count* rv_counts_c = xmalloc(sizeof(MPI_Count) * P);
   MPI_Count* gav_counts_c = xmalloc(sizeof(MPI_Count) * P);
@@ -1652,7 +1661,7 @@ static int nonblocking_others(void) {
     const int root = round == 0 ? 0 : P - 1;
     const char* early = getenv("PRELOAD_CHECK_FREE_EARLY");
     free_early = persistent_mode && round > 0 && early != NULL && strcmp(early, "1") == 0;
-    MPI_Request q[13];
+    MPI_Request q[14];
     /* a persistent request runs twice, on new inputs the second time */
     for (int run = 0; run < (persistent_mode ? 2 : 1); ++run) {
       frac_shift = 0.0625 * run;
@@ -1732,6 +1741,12 @@ static int nonblocking_others(void) {
 #endif
       }
       for (int i = 0; i < V; ++i) gav_in[i] = frac(r, 11000 + i) + 0.875;
+      for (int i = 0; i < E; ++i) gae_in[i] = frac(r, 13000 + i) + 0.3125;
+      for (int i = 0; i < (E + 3) * P; ++i) gae[i] = -1.0;
+      for (int k = 0; k < P; ++k) {
+        gae_counts[k] = E;
+        gae_displs[k] = odd ? (P - 1 - k) * (E + 3) : k * E;
+      }
       if (in_place_v) /* this rank's block where it lands */
         for (int i = 0; i < (r % 3) * 64; ++i) gav[(size_t)(P - 1 - r) * V + i] = gav_in[i];
       const int own_v = (r % 3) * 64 / unit; /* this rank's block, in its own type */
@@ -1870,16 +1885,21 @@ static int nonblocking_others(void) {
               "MPI_Iallgatherv");
         }
         if (pair != MPI_DOUBLE) release_type(&pair);
+        check_call(START_AS(MPI_Iallgatherv, INIT_NAME(Allgatherv),
+                            (gae_in, E, MPI_DOUBLE, gae, gae_counts, gae_displs, MPI_DOUBLE,
+                             MPI_COMM_WORLD),
+                            &q[12]),
+                   "MPI_Iallgatherv (blocks of one size)");
       }
       /* MPI_Ibarrier last, after a late rank's sleep: no other start follows it, so only the
        * barrier keeps a rank's MPI_Waitall from returning before the late rank arrives */
       if (r == round % P) sleep_ms(20);
       const double enter = now_seconds();
       if (run == 0)
-        check_call(START_AS(MPI_Ibarrier, INIT_NAME(Barrier), (MPI_COMM_WORLD), &q[12]),
+        check_call(START_AS(MPI_Ibarrier, INIT_NAME(Barrier), (MPI_COMM_WORLD), &q[13]),
                    "MPI_Ibarrier");
-      if (persistent_mode) check_call(MPI_Startall(13, q), "MPI_Startall");
-      check_call(MPI_Waitall(13, q, MPI_STATUSES_IGNORE), "MPI_Waitall");
+      if (persistent_mode) check_call(MPI_Startall(14, q), "MPI_Startall");
+      check_call(MPI_Waitall(14, q, MPI_STATUSES_IGNORE), "MPI_Waitall");
       const double left = now_seconds();
       double* enters = xmalloc(sizeof(double) * P);
       check_call(MPI_Allgather(&enter, 1, MPI_DOUBLE, enters, 1, MPI_DOUBLE, MPI_COMM_WORLD),
@@ -1919,6 +1939,19 @@ static int nonblocking_others(void) {
             break;
           }
         }
+      for (int at = 0; at < (E + 3) * P; ++at) {
+        /* the block and element at `at`, or a gap */
+        const int k = odd ? P - 1 - at / (E + 3) : at / E, i = odd ? at % (E + 3) : at % E;
+        const double want = at < E * P || odd ? (i < E ? frac(k, 13000 + i) + 0.3125 : -1.0) : -1.0;
+        if (gae[at] != want) {
+          fprintf(stderr,
+                  "rank %d: MPI_Iallgatherv (blocks of one size): element %d is %.17g, want "
+                  "%.17g\n",
+                  r, at, gae[at], want);
+          ++errors;
+          break;
+        }
+      }
       if (r == root)
         for (int k = 0; k < P; ++k)
           for (int i = 0; i < V; ++i) {
@@ -2054,6 +2087,10 @@ static int nonblocking_others(void) {
   free(rv_counts);
   free(gav_counts);
   free(gav_displs);
+  free(gae_in);
+  free(gae);
+  free(gae_counts);
+  free(gae_displs);
 #if MPI_VERSION >= 4
   free(rv_counts_c);
   free(gav_counts_c);
