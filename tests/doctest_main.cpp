@@ -1,9 +1,9 @@
-// doctest's main, compiled once and linked into the test executables of tests/, tests/plan
-// and tests/hier. Each of those folders builds one executable from all its test files (one
-// unity translation unit: the headers are parsed and the shared templates instantiated once,
-// not once per file), and each meson test runs it on one file's cases with
-// `--source-file=*<file>`. A filter that matches no case fails the run: a renamed file must
-// not turn its test into one that passes without running anything.
+// doctest's main, compiled once and linked into the test executables of tests/, tests/plan,
+// tests/hier and tests/hybrid. Each of those folders builds one executable from its
+// in-process test files (one unity translation unit: the headers are parsed and the shared
+// templates instantiated once, not once per file), and each meson test runs it on one file's
+// cases with `--source-file=*/<file>`. A filter that matches no case fails the run: a
+// renamed file must not turn its test into one that passes without running anything.
 #define DOCTEST_CONFIG_IMPLEMENT
 #include <doctest/doctest.h>
 
