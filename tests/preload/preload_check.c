@@ -1940,9 +1940,10 @@ static int nonblocking_others(void) {
           }
         }
       for (int at = 0; at < (E + 3) * P; ++at) {
-        /* the block and element at `at`, or a gap */
-        const int k = odd ? P - 1 - at / (E + 3) : at / E, i = odd ? at % (E + 3) : at % E;
-        const double want = at < E * P || odd ? (i < E ? frac(k, 13000 + i) + 0.3125 : -1.0) : -1.0;
+        /* the block and element at `at`, or a gap (odd ranks) or the unused tail (even ranks) */
+        const int stride = odd ? E + 3 : E;
+        const int k = odd ? P - 1 - at / stride : at / stride, i = at % stride;
+        const double want = at < stride * P && i < E ? frac(k, 13000 + i) + 0.3125 : -1.0;
         if (gae[at] != want) {
           fprintf(stderr,
                   "rank %d: MPI_Iallgatherv (blocks of one size): element %d is %.17g, want "
