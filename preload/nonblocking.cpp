@@ -817,15 +817,16 @@ int iallgatherv_call(const void* sendbuf, Count sendcount, MPI_Datatype sendtype
         in, v->recv.sizes[own], v->recv.data, sizes_of(v->recv), places_of(v->recv), rank, P);
     if (equal) { // MPI_Iallgather's collective, as the ranks whose blocks lie in rank order run it
       const std::size_t block = v->recv.sizes[own];
-      const auto gathered = std::make_shared<std::vector<byte>>(bytes);
+      // (left uninitialised: the allgather writes every byte before anything reads it)
+      const std::shared_ptr<byte[]> gathered = std::make_shared_for_overwrite<byte[]>(bytes);
       queue_on_path<collective::allgather>(
           c, *d.state, d.a,
           [=](auto& on, const auto& tags, const auto& algo) {
             tcoll::cpu_reducer red;
-            tcoll::allgather_in(on, tags, in, gathered->data(), block, algo, red);
+            tcoll::allgather_in(on, tags, in, gathered.get(), block, algo, red);
             for (int q = 0; q < P; ++q)
               std::memcpy(v->recv.data + v->recv.at[static_cast<std::size_t>(q)],
-                          gathered->data() + static_cast<std::size_t>(q) * block, block);
+                          gathered.get() + static_cast<std::size_t>(q) * block, block);
             v->unpack.apply(v->recv, recvbuf, P, in_place ? rank : -1);
           },
           done);
