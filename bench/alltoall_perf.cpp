@@ -42,7 +42,7 @@ using namespace tcoll::bench;
 /// `automatic`, the table's flat alltoall algorithms, then passthrough.
 std::vector<std::string> alltoall_algorithm_names() {
   std::vector<std::string> names{"automatic"};
-  for (algorithm_id a : describe(collective::alltoall).algorithms)
+  for (algorithm_id a : algorithms_of(collective::alltoall))
     if (a != algorithm_id::hierarchical) names.emplace_back(to_string(a));
   names.emplace_back("passthrough");
   return names;

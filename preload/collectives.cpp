@@ -172,7 +172,7 @@ template <collective C, class F, class... Knobs>
 void on_transport_as(coll c, comm_state& s, algorithm_id a, F&& f, const Knobs&... knobs) {
   on_transport(c, s, a, [&](auto& t) {
     tcoll::visit_algorithm<C>(
-        a == algorithm_id::hierarchical ? tcoll::describe(C).algorithms[0] : a,
+        a == algorithm_id::hierarchical ? tcoll::algorithms_of(C)[0] : a,
         [&](const auto& algo) { f(t, algo); }, knobs...);
   });
 }

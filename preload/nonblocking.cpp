@@ -50,7 +50,7 @@ using byte = unsigned char;
 template <collective C, class Body, class Done>
 void queue_on_path(coll c, comm_state& s, algorithm_id a, Body body, Done done) {
   const algorithm_id id =
-      a == algorithm_id::hierarchical ? tcoll::describe(C).algorithms.front() : a;
+      a == algorithm_id::hierarchical ? tcoll::algorithms_of(C).front() : a;
   auto queue = [&](auto& on) {
     tcoll::queue_collective(
         on,

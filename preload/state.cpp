@@ -331,7 +331,7 @@ algorithm_id in_segment_here(coll c, MPI_Comm comm) {
   if (k == collective::allreduce) return algorithm_id::recursive_doubling;
   // the barrier: dissemination over messages would be slower than MPI's own
   if (k == collective::barrier) return algorithm_id::passthrough;
-  return describe(k).algorithms.front(); // the tree or the ring
+  return algorithms_of(k).front(); // the tree or the ring
 }
 
 algorithm_id choose(coll c, std::size_t bytes) {
@@ -353,7 +353,7 @@ algorithm_id choose(coll c, std::size_t bytes) {
   // tcoll's linear gather and scatter over MPI point-to-point are MPI's basic linear
   // algorithms with the wrapper's cost on top: MPI's own
   if (k == collective::gather || k == collective::scatter) return algorithm_id::passthrough;
-  return describe(k).algorithms.front();
+  return algorithms_of(k).front();
 }
 
 void count_call_debug(coll c, algorithm_id a, std::size_t bytes, MPI_Comm comm) {

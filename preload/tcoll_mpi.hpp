@@ -176,7 +176,7 @@ inline constexpr int fallback_count = 9;
 /// "user-defined op", ...
 const char* fallback_name(fallback f) noexcept;
 
-/// The table's algorithms name what runs a call (core/collective_table.hpp); the wrappers
+/// The table's algorithms name what runs a call (algorithm/table.hpp); the wrappers
 /// outside this namespace see the name through `using namespace tcoll::preload`.
 using tcoll::algorithm_id;
 using tcoll::collective;

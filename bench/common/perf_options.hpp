@@ -17,12 +17,12 @@
 namespace tcoll::bench {
 
 /// Every algorithm name `-a` accepts on a single transport, in the order `-a all` runs
-/// them: the table's allreduce algorithms (core/collective_table.hpp) but `hierarchical`,
+/// them: the table's allreduce algorithms (algorithm/table.hpp) but `hierarchical`,
 /// then `automatic`.
 inline const std::vector<std::string>& all_algorithms() {
   static const std::vector<std::string> names = [] {
     std::vector<std::string> n;
-    for (algorithm_id a : describe(collective::allreduce).algorithms)
+    for (algorithm_id a : algorithms_of(collective::allreduce))
       if (a != algorithm_id::hierarchical) n.emplace_back(to_string(a));
     n.emplace_back(automatic::name);
     return n;

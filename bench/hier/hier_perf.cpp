@@ -167,7 +167,7 @@ options parse(int argc, char** argv) {
                              ": the v forms and barrier are not measured here");
     if (!o.algorithms_given) { // every flat algorithm of the table's line, then the hierarchy
       o.algorithms.clear();
-      for (algorithm_id a : d.algorithms) o.algorithms.emplace_back(to_string(a));
+      for (algorithm_id a : algorithms_of(d.id)) o.algorithms.emplace_back(to_string(a));
     }
     for (const auto& a : o.algorithms) // the table's names only, and no vendor collective
       if (parse_algorithm(a, o.coll) == algorithm_id::passthrough)
@@ -314,7 +314,7 @@ void call_collective(collective c, const std::string& algo, World& world, Hier& 
   // message algorithm there
   auto on = [&]<collective C>(std::integral_constant<collective, C>, auto&& f) {
     if (a == algorithm_id::hierarchical)
-      visit_algorithm<C>(describe(C).algorithms.front(), [&](const auto& x) { f(hier, x); });
+      visit_algorithm<C>(algorithms_of(C).front(), [&](const auto& x) { f(hier, x); });
     else
       visit_algorithm<C>(a, [&](const auto& x) { f(world, x); });
   };

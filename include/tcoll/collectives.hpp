@@ -2,7 +2,8 @@
 /// \file
 /// Entry points: `allreduce`, `reduce_scatter`, `reduce_scatterv`, `allgather`, `allgatherv`,
 /// `broadcast`, `reduce`, `alltoall`, `alltoallv`, `gather`, `gatherv`, `scatter`,
-/// `scatterv`, `barrier` (the table of collectives, core/collective_table.hpp).
+/// `scatterv`, `barrier` (the table of collectives, core/collective_table.hpp, and of algorithms,
+/// algorithm/table.hpp).
 /// Each checks its arguments (errors name the argument and the rank) and forwards to an
 /// algorithm's step description run by the generic executor (all-to-all, gather, scatter,
 /// barrier: to their algorithm's own sends and receives). An out-of-place call never writes

@@ -15,9 +15,8 @@ namespace tcoll {
 
 /// Binomial-tree reduce + broadcast.
 struct binomial_tree {
-  /// Its line in the table of collectives (core/collective_table.hpp).
-  static constexpr algorithm_id id = algorithm_id::binomial_tree;
-  static constexpr std::string_view name = to_string(id);
+  /// Its name: its header's, and its line's in the table of algorithms (table.hpp).
+  static constexpr std::string_view name = "binomial_tree";
   static constexpr bool keeps_operand_order = true;
 
   /// The busiest rank's traffic (core/traffic.hpp) as `c` of `bytes` (the vector), ceil(lg

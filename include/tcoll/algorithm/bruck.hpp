@@ -30,9 +30,8 @@ namespace tcoll {
 
 /// See the file comment.
 struct bruck {
-  /// Its line in the table of collectives (core/collective_table.hpp).
-  static constexpr algorithm_id id = algorithm_id::bruck;
-  static constexpr std::string_view name = to_string(id);
+  /// Its name: its header's, and its line's in the table of algorithms (table.hpp).
+  static constexpr std::string_view name = "bruck";
 
   /// The number of slots (of P) that step `k` (a power of two) moves: those whose index
   /// has bit k set. Equal on every rank, so the two sides of a step agree on the size.

@@ -17,9 +17,8 @@ namespace tcoll {
 
 /// See the file comment.
 struct dissemination {
-  /// Its line in the table of collectives (core/collective_table.hpp).
-  static constexpr algorithm_id id = algorithm_id::dissemination;
-  static constexpr std::string_view name = to_string(id);
+  /// Its name: its header's, and its line's in the table of algorithms (table.hpp).
+  static constexpr std::string_view name = "dissemination";
 
   /// The busiest rank's traffic (core/traffic.hpp) as a barrier: ceil(lg P) full-duplex
   /// rounds of one byte (`bytes` is not read).

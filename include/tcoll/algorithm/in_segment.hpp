@@ -55,9 +55,8 @@ namespace tcoll {
 
 /// The in-segment collectives (see the file comment).
 struct in_segment {
-  /// Its line in the table of collectives (core/collective_table.hpp).
-  static constexpr algorithm_id id = algorithm_id::in_segment;
-  static constexpr std::string_view name = to_string(id);
+  /// Its name: its header's, and its line's in the table of algorithms (table.hpp).
+  static constexpr std::string_view name = "in_segment";
   static constexpr bool keeps_operand_order = true;
   /// From this many bytes each rank reduces a slice instead of the whole vector.
   std::size_t slices_from_bytes = 16 * 1024;

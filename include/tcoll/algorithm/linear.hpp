@@ -26,9 +26,8 @@ struct root_block {
 
 /// See the file comment.
 struct linear {
-  /// Its line in the table of collectives (core/collective_table.hpp).
-  static constexpr algorithm_id id = algorithm_id::linear;
-  static constexpr std::string_view name = to_string(id);
+  /// Its name: its header's, and its line's in the table of algorithms (table.hpp).
+  static constexpr std::string_view name = "linear";
 
   /// The busiest rank's traffic (core/traffic.hpp) as `c` of `bytes` (the root's P blocks,
   /// equal): gather(v), the root receives P-1 blocks and every other rank sends one;

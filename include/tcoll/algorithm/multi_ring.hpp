@@ -27,9 +27,8 @@ enum class ring_order {
 
 /// K rings over K parts of the buffer. Tuning knobs are the members.
 struct multi_ring {
-  /// Its line in the table of collectives (core/collective_table.hpp).
-  static constexpr algorithm_id id = algorithm_id::multi_ring;
-  static constexpr std::string_view name = to_string(id);
+  /// Its name: its header's, and its line's in the table of algorithms (table.hpp).
+  static constexpr std::string_view name = "multi_ring";
   /// Rings reorder operands like ring: commutative ops only.
   static constexpr bool keeps_operand_order = false;
 

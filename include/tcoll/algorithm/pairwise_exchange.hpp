@@ -36,9 +36,8 @@ struct exchange_block {
 /// See the file comment. The own block is copied with the reducer's `copy` (host memory with
 /// the CPU reducer, device memory with a device reducer on a stream-ordered transport).
 struct pairwise_exchange {
-  /// Its line in the table of collectives (core/collective_table.hpp).
-  static constexpr algorithm_id id = algorithm_id::pairwise_exchange;
-  static constexpr std::string_view name = to_string(id);
+  /// Its name: its header's, and its line's in the table of algorithms (table.hpp).
+  static constexpr std::string_view name = "pairwise_exchange";
 
   /// The busiest rank's traffic (core/traffic.hpp) as an all-to-all of `bytes` (one rank's
   /// P blocks, equal): P-1 full-duplex rounds of one block (the own block is a local copy).

@@ -18,9 +18,8 @@ namespace tcoll {
 
 /// Rabenseifner's recursive halving-doubling allreduce (bandwidth-optimal, log latency).
 struct recursive_halving_doubling {
-  /// Its line in the table of collectives (core/collective_table.hpp).
-  static constexpr algorithm_id id = algorithm_id::recursive_halving_doubling;
-  static constexpr std::string_view name = to_string(id);
+  /// Its name: its header's, and its line's in the table of algorithms (table.hpp).
+  static constexpr std::string_view name = "recursive_halving_doubling";
   static constexpr bool keeps_operand_order = true;
 
   /// The busiest rank's traffic (core/traffic.hpp) as an allreduce of `bytes`: reduce-

@@ -31,9 +31,8 @@ inline std::size_t ring_bytes_estimate(int P, std::size_t count, std::size_t ele
 
 /// Ring allreduce and its building blocks. Tuning knobs are the members.
 struct ring {
-  /// Its line in the table of collectives (core/collective_table.hpp).
-  static constexpr algorithm_id id = algorithm_id::ring;
-  static constexpr std::string_view name = to_string(id);
+  /// Its name: its header's, and its line's in the table of algorithms (table.hpp).
+  static constexpr std::string_view name = "ring";
   /// Ring reorders operands (each chunk starts at a different rank): commutative ops only.
   static constexpr bool keeps_operand_order = false;
 

@@ -20,9 +20,8 @@ namespace tcoll {
 
 /// Binomial scatter + ring allgather broadcast.
 struct scatter_allgather {
-  /// Its line in the table of collectives (core/collective_table.hpp).
-  static constexpr algorithm_id id = algorithm_id::scatter_allgather;
-  static constexpr std::string_view name = to_string(id);
+  /// Its name: its header's, and its line's in the table of algorithms (table.hpp).
+  static constexpr std::string_view name = "scatter_allgather";
   static constexpr bool keeps_operand_order = true; // reduces nothing
 
   /// The busiest rank's traffic (core/traffic.hpp) as a broadcast of `bytes`: the root sends

@@ -4,7 +4,7 @@
 /// `ring:1M-max;recursive_doubling:0-8K` (sizes in bytes with K/M/G = 2^10/2^20/2^30
 /// suffixes, inclusive ranges, `max` for no upper bound, first matching rule wins): the one
 /// grammar of every selection string (`TCOLL_ALLREDUCE_ALGO` and `TCOLL_ALLTOALL_ALGO` here,
-/// every `TCOLL_*_ALGO` of the preload). The names are the table's (core/collective_table.hpp).
+/// every `TCOLL_*_ALGO` of the preload). The names are the table's (table.hpp).
 #include <cctype>
 #include <concepts>
 #include <cstddef>
@@ -24,6 +24,7 @@
 #include "multi_ring.hpp"
 #include "pairwise_exchange.hpp"
 #include "ring.hpp"
+#include "table.hpp"
 
 namespace tcoll {
 
@@ -69,7 +70,7 @@ inline std::size_t parse_bytes(std::string_view text) {
 }
 
 /// Parses `name:lo-hi;name:lo-hi;...` for collective `c`: every name must be one a rule of
-/// `c` may name (`selectable`, core/collective_table.hpp). Throws `invalid_argument` naming
+/// `c` may name (`selectable`, table.hpp). Throws `invalid_argument` naming
 /// the bad token.
 inline std::vector<size_rule> parse_selection(std::string_view text,
                                               collective c = collective::allreduce) {
@@ -301,14 +302,10 @@ struct alltoall_by_size {
 };
 
 /// Is `A` an algorithm object of collective `C`: one the table lists for `C`
-/// (`implements`, core/collective_table.hpp)? The entry points' algorithm concepts below
+/// (`implements`, table.hpp)? The entry points' algorithm concepts below
 /// are this, so an algorithm added to a collective's line is accepted where the line says.
-template <class A>
-concept has_algorithm_id = requires {
-  { A::id } -> std::convertible_to<algorithm_id>;
-};
 template <class A, collective C>
-concept algorithm_of = has_algorithm_id<A> && implements(C, A::id);
+concept algorithm_of = listed_algorithm<A> && implements(C, algorithm_id_of<A>);
 
 /// The algorithms `broadcast` takes on a transport: the table's (the binomial tree, or the
 /// collective area: `in_segment`, which runs the tree where the transport has none). A

@@ -22,6 +22,7 @@
 #include "in_segment.hpp"
 #include "pairwise_exchange.hpp"
 #include "passthrough.hpp"
+#include "table.hpp"
 #include "ring.hpp"
 #include "select.hpp"
 #include "visit.hpp"

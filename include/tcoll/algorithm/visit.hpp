@@ -1,19 +1,19 @@
 #pragma once
 /// \file
-/// `visit_algorithm`: the one dispatch from an `algorithm_id` (core/collective_table.hpp) to
+/// `visit_algorithm`: the one dispatch from an `algorithm_id` (table.hpp) to
 /// the algorithm object it names, for every collective. Whatever picks an algorithm by value
 /// (a selection rule, a built-in choice by size, a benchmark's `-a` name) calls
 /// `visit_algorithm<C>(id, f)` and gets the object of that id among the algorithms the table
 /// lists for `C`; allreduce's form (`visit_algorithm(id, automatic, f)`) also steps past what
 /// the op or the transport cannot take. The objects are `detail::algorithm_objects`
-/// (objects.hpp).
+/// (table.hpp).
 #include <string>
 #include <type_traits>
 
 #include "../core/collective_table.hpp"
 #include "../core/error.hpp"
-#include "objects.hpp"
 #include "select.hpp"
+#include "table.hpp"
 
 namespace tcoll {
 
@@ -38,9 +38,9 @@ bool visit_in(algorithm_list<A...>, algorithm_id id, F& f, const K&... knobs) {
   bool found = false;
   (
       [&] {
-        if constexpr (implements(C, A::id))
+        if constexpr (implements(C, algorithm_id_of<A>))
           if constexpr (Keep<A>::value)
-            if (!found && id == A::id) {
+            if (!found && id == algorithm_id_of<A>) {
               found = true;
               f(knobs_of<A>(knobs...));
             }
@@ -57,7 +57,7 @@ struct keep_every : std::true_type {};
     throw invalid_argument("visit_algorithm: algorithm id " + std::to_string(static_cast<int>(id)) +
                            " is not one of algorithm_id's");
   std::string objects; // what the table lists for c, but the communicator
-  for (algorithm_id a : describe(c).algorithms)
+  for (algorithm_id a : algorithms_of(c))
     if (a != algorithm_id::hierarchical)
       objects += (objects.empty() ? "" : ", ") + std::string(to_string(a));
   throw invalid_argument(
@@ -85,7 +85,7 @@ void visit_algorithm(algorithm_id id, F&& f, const Knobs&... knobs) {
 /// test matrices and benchmarks run when asked for "every algorithm".
 template <collective C, class F, class... Knobs>
 void for_each_algorithm(F&& f, const Knobs&... knobs) {
-  for (algorithm_id a : describe(C).algorithms)
+  for (algorithm_id a : algorithms_of(C))
     if (a != algorithm_id::hierarchical) visit_algorithm<C>(a, f, knobs...);
 }
 

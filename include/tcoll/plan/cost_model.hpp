@@ -14,7 +14,7 @@
 #include <string>
 #include <string_view>
 
-#include "tcoll/algorithm/objects.hpp"
+#include "tcoll/algorithm/table.hpp"
 #include "tcoll/core/collective_table.hpp"
 #include "tcoll/core/error.hpp"
 #include "tcoll/core/traffic.hpp"
@@ -47,7 +47,7 @@ template <class A, class... Rest>
 constexpr bool flat_traffic(tcoll::detail::algorithm_list<A, Rest...>, collective c, algorithm_id a,
                             double bytes, int ranks, rank_traffic& out) {
   if constexpr (has_traffic_formula<A>)
-    if (A::id == a) {
+    if (algorithm_id_of<A> == a) {
       out = A::traffic(c, bytes, ranks);
       return true;
     }
@@ -195,8 +195,8 @@ constexpr std::string no_allreduce_formula(std::string_view who, algorithm_id a)
   std::string why = std::string(who) + ": " + std::string(to_string(a));
   if (!implements(collective::allreduce, a)) {
     why += " is not an allreduce algorithm (the allreduce algorithms:";
-    for (algorithm_id x : describe(collective::allreduce).algorithms)
-      why += (x == describe(collective::allreduce).algorithms.front() ? " " : ", ") +
+    for (algorithm_id x : algorithms_of(collective::allreduce))
+      why += (x == algorithms_of(collective::allreduce).front() ? " " : ", ") +
              std::string(to_string(x));
     return why + ")";
   }
@@ -240,7 +240,7 @@ constexpr double allreduce_us(algorithm_id a, double bytes, int ranks, hierarchy
 }
 
 /// The busiest rank's traffic of collective `c` run by the flat algorithm `a` on one link
-/// class (the table of collectives, core/collective_table.hpp, lists the algorithms of `c`;
+/// class (the table of algorithms, algorithm/table.hpp, lists the algorithms of `c`;
 /// each algorithm's object states its formula, `A::traffic`): per field the maximum over the
 /// ranks (the root for the rooted ones), with equal blocks. `bytes` is the collective's size
 /// measure (`collective_description::size_measure`): the vector for allreduce, broadcast
