@@ -13,9 +13,9 @@
 #include <utility>
 #include <vector>
 
+#include "tcoll/algorithm/table.hpp"
 #include "tcoll/algorithm/visit.hpp"
 #include "tcoll/collectives.hpp"
-#include "tcoll/algorithm/table.hpp"
 #include "tcoll/core/collective_table.hpp"
 #include "tcoll/plan/cost_model.hpp"
 #include "tcoll/transport/counting.hpp"
@@ -234,6 +234,48 @@ TEST_CASE("every collective of the table: its cost formula's traffic is its algo
         }
       }
     }
+  }
+}
+
+TEST_CASE("chain: the vector in segments down the chain, every root; the formula's counts") {
+  // segments of 2 doubles: S = ceil(n / 2) messages per hop, pipelined over S + P - 2 rounds
+  for (int P : {1, 2, 3, 4, 5, 7}) {
+    for (std::size_t n : {1, 2, 5, 16, 37}) {
+      for (int root = 0; root < P; root += 2) {
+        std::vector<std::vector<double>> got(static_cast<std::size_t>(P));
+        const observed counts = run_counted_body(P, [&](auto& c, const counting_reducer&) {
+          std::vector<double> v(n, -1.0);
+          if (c.rank() == root)
+            for (std::size_t k = 0; k < n; ++k) v[k] = 0.25 + 0.5 * double(k) + root;
+          broadcast(c, v.data(), n, root, chain{.segment_bytes = 2 * sizeof(double)});
+          got[std::size_t(c.rank())] = v;
+        });
+        CAPTURE(P);
+        CAPTURE(n);
+        CAPTURE(root);
+        for (int r = 0; r < P; ++r)
+          for (std::size_t k = 0; k < n; ++k)
+            CHECK(got[std::size_t(r)][k] == 0.25 + 0.5 * double(k) + root);
+        const std::size_t S = P == 1 ? 0 : (n + 1) / 2;
+        CHECK(counts.messages_sent == S);
+        CHECK(counts.messages_received == S);
+        CHECK(counts.bytes_sent == (P == 1 ? 0 : n * sizeof(double)));
+        CHECK(counts.bytes_received == (P == 1 ? 0 : n * sizeof(double)));
+      }
+    }
+  }
+  // the formula at its own segment (1 MiB), over several segments and a short last one
+  for (int P : {2, 3, 5}) {
+    const std::size_t n = 3 * (chain::default_segment_bytes / sizeof(double)) + 5;
+    const observed got = run_counted_body(P, [&](auto& c, const counting_reducer&) {
+      std::vector<double> v(n, 0.5 + c.rank());
+      broadcast(c, v.data(), n, 1, chain{});
+    });
+    CAPTURE(P);
+    const plan::rank_traffic model =
+        plan::collective_traffic(collective::broadcast, algorithm_id::chain, n * 8.0, P);
+    CHECK(model.messages_sent == 4);
+    check_traffic(got, model);
   }
 }
 

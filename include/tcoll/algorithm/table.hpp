@@ -26,6 +26,7 @@
 #include "../core/error.hpp"
 #include "binomial_tree.hpp"
 #include "bruck.hpp"
+#include "chain.hpp"
 #include "dissemination.hpp"
 #include "in_segment.hpp"
 #include "linear.hpp"
@@ -65,6 +66,7 @@ enum class algorithm_id {
   /// without one)
   in_segment,
   scatter_allgather, ///< broadcast: binomial scatter of P pieces, then a ring allgather
+  chain,             ///< broadcast: segments down a chain of ranks, pipelined
 };
 
 /// One line per algorithm: its id and its name in selection strings, benchmarks and docs
@@ -88,6 +90,7 @@ inline constexpr algorithm_line algorithm_table[] = {
     {algorithm_id::bruck, bruck::name},
     {algorithm_id::in_segment, in_segment::name},
     {algorithm_id::scatter_allgather, scatter_allgather::name},
+    {algorithm_id::chain, chain::name},
 };
 
 namespace detail {
@@ -99,7 +102,7 @@ struct algorithm_list {};
 using algorithm_objects =
     algorithm_list<ring, recursive_doubling, recursive_halving_doubling, binomial_tree, passthrough,
                    multi_ring, pairwise_exchange, linear, dissemination, bruck, in_segment,
-                   scatter_allgather>;
+                   scatter_allgather, chain>;
 
 // The collectives' lists. But for allreduce (which chooses by size on a transport,
 // `automatic`) the first is what its entry point runs on a transport.
@@ -119,7 +122,7 @@ inline constexpr algorithm_id reduce_algorithms[] = {
     algorithm_id::binomial_tree, algorithm_id::in_segment, algorithm_id::hierarchical};
 inline constexpr algorithm_id broadcast_algorithms[] = {
     algorithm_id::binomial_tree, algorithm_id::in_segment, algorithm_id::hierarchical,
-    algorithm_id::scatter_allgather};
+    algorithm_id::scatter_allgather, algorithm_id::chain};
 inline constexpr algorithm_id alltoall_algorithms[] = {
     algorithm_id::pairwise_exchange, algorithm_id::bruck, algorithm_id::in_segment,
     algorithm_id::hierarchical};
