@@ -18,7 +18,9 @@
 //   reduce_scatter, alltoall, gather, scatter, each on the flat world with the table's flat
 //   algorithms (-a: binomial_tree, scatter_allgather; ring; pairwise_exchange, bruck; linear)
 //   and on the two-level machine (`hierarchical`: through the group leaders,
-//   algorithm/via_leaders.hpp), default both. Sizes are the table's size measure (the whole
+//   algorithm/via_leaders.hpp), default both. -L names the broadcast the two-level machine runs
+//   among the group leaders (default the line's first, the binomial tree; the other
+//   collectives run their own whatever -L says). Sizes are the table's size measure (the whole
 //   P-block buffer for the block collectives); roots are rank 0; reduce and reduce_scatter
 //   have no in-place form (N/A).
 //   The model columns price the planner's traffic formula (plan::collective_traffic) by the
@@ -87,6 +89,7 @@ struct options {
   bool algorithms_given = false;
   std::string json;
   int timeout_s = 120;
+  std::string leaders; ///< -L: the algorithm `hierarchical` runs among the leaders (broadcast)
 };
 
 std::size_t parse_bytes(const std::string& s) {
@@ -98,6 +101,7 @@ const char* usage =
     "  [-t threads|threads+mpi] [-N nodes (threads)] [-G threads per node] [-K rings]\n"
     "  [--gbit rate (0: unshaped)] [--alpha-us us] [-s segment bytes] [-T timeout s]\n"
     "  [-P hierarchical pipeline segment bytes (0: no pipeline)]\n"
+    "  [-L the broadcast hierarchical runs among the leaders (-C broadcast)]\n"
     "  [-a ring,multi_ring,hierarchical_leader,hierarchical_sharded,tensor,passthrough]\n"
     "  [-C allreduce|broadcast|reduce|allgather|reduce_scatter|alltoall|gather|scatter]\n"
     "  [--json FILE]\n";
@@ -146,6 +150,8 @@ options parse(int argc, char** argv) {
       o.timeout_s = std::stoi(v);
     else if (f == "--json")
       o.json = v;
+    else if (f == "-L")
+      o.leaders = v;
     else if (f == "-C")
       o.coll = parse_collective(v);
     else if (f == "-a") {
@@ -302,19 +308,22 @@ bool has_in_place(collective c) {
 /// root 0. Buffers hold `n` elements; block collectives use block `q` at `q * block` (the
 /// in-place forms: this rank's own block of the P-block buffer).
 template <class World, class Hier>
-void call_collective(collective c, const std::string& algo, World& world, Hier& hier,
-                     const float* s, float* d, std::size_t n, bool inplace) {
+void call_collective(collective c, const std::string& algo, const std::string& leaders,
+                     World& world, Hier& hier, const float* s, float* d, std::size_t n,
+                     bool inplace) {
   const int P = world.size(), me = world.rank();
   const std::size_t block = n / std::size_t(P), own = std::size_t(me) * block;
   const algorithm_id a = parse_algorithm(algo, c);
   // f(communicator, algorithm object) for collective C: `world` with the object of `a` (the
   // library's one dispatch, visit_algorithm), or the two-level machine for `hierarchical`,
-  // which runs its own form whatever object it gets (the table's first). in_segment: the
+  // given the object of `leaders` (else the table's first): broadcast runs it among the
+  // leaders, the others run their own form whatever object they get. in_segment: the
   // collective area, which the emulated cluster's transports do not have; it runs its
   // message algorithm there
   auto on = [&]<collective C>(std::integral_constant<collective, C>, auto&& f) {
     if (a == algorithm_id::hierarchical)
-      visit_algorithm<C>(algorithms_of(C).front(), [&](const auto& x) { f(hier, x); });
+      visit_algorithm<C>(leaders.empty() ? algorithms_of(C).front() : parse_algorithm(leaders, C),
+                         [&](const auto& x) { f(hier, x); });
     else
       visit_algorithm<C>(a, [&](const auto& x) { f(world, x); });
   };
@@ -466,7 +475,7 @@ std::vector<row> run_rank(const options& o, World& world, Hier& hier, Leaders* l
       bool inplace_call = false; // the pass of the placement loop below
       auto call = [&](const float* s, float* d) {
         if (o.coll != collective::allreduce)
-          call_collective(o.coll, algo, world, hier, s, d, n, inplace_call);
+          call_collective(o.coll, algo, o.leaders, world, hier, s, d, n, inplace_call);
         else if (algo == "ring")
           tcoll::allreduce(world, s, d, n, sum_op{}, ring{o.segment});
         else if (algo == "multi_ring")
@@ -610,6 +619,8 @@ int finish(const options& o, const std::vector<row>& rows, const calibration& c,
               "K %d, iters %d reps %d\n",
               std::string(to_string(o.coll)).c_str(), o.transport.c_str(), N, o.G, o.gbit,
               o.alpha_us, o.K, o.iters, o.reps);
+  if (!o.leaders.empty())
+    std::printf("# hierarchical runs %s among the leaders (-L)\n", o.leaders.c_str());
   print_report(stdout, rows);
   print_model(o, rows, c, N);
   if (!o.json.empty() && !write_json_with_model(o, rows, c, N)) {

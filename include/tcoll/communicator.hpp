@@ -265,8 +265,8 @@ void broadcast_on(Tr& t, int tag, T* buffer, std::size_t count, int root, const 
 }
 template <composite_communicator C, class T, broadcast_algorithm Algo, reducer R>
 void broadcast_on(C& c, const collective_tags_t<C>& tags, T* buffer, std::size_t count, int root,
-                  const Algo&, R& red) {
-  c.broadcast_tagged(tags, lowered<R>(buffer), count, root, binomial_tree{}, red);
+                  const Algo& algo, R& red) {
+  c.broadcast_tagged(tags, lowered<R>(buffer), count, root, algo, red);
 }
 
 template <transport Tr, class T, class Op, reduce_algorithm Algo, reducer R>

@@ -7,11 +7,13 @@
 
 #include <atomic>
 #include <cstring>
+#include <optional>
 #include <string>
 #include <tcoll/algorithm/hierarchical.hpp>
 #include <tcoll/collectives.hpp>
 #include <tcoll/core/symbolic.hpp>
 #include <tcoll/schedule/nonblocking.hpp>
+#include <tcoll/transport/counting.hpp>
 #include <tcoll/transport/subgroup.hpp>
 #include <tcoll/transport/threads.hpp>
 #include <vector>
@@ -66,6 +68,38 @@ const std::size_t leader_counts[] = {0, 1, 5};
 
 } // namespace
 
+TEST_CASE("via_leaders: a broadcast runs the algorithm it is given among the leaders") {
+  // 4 groups of 2: the leaders' messages counted. Five doubles from root 0: the binomial tree
+  // sends them in 2 messages from the root's leader; the chain in segments of two elements
+  // sends 3 from every leader but the last.
+  const std::vector<int> group_of{0, 0, 1, 1, 2, 2, 3, 3};
+  std::vector<std::size_t> tree_sent(8), chain_sent(8);
+  thread_team(8, std::chrono::seconds(20)).run([&](thread_transport& t) {
+    auto v = split_groups(t, std::span<const int>(group_of));
+    std::optional<counting<subgroup<thread_transport>>> leaders;
+    if (v.inter_ptr()) leaders.emplace(*v.inter_ptr());
+    hierarchical h(v.intra, leaders ? &*leaders : nullptr,
+                   {v.world_rank, v.world_size, v.shards, {}, {}, v.group_members});
+    const auto r = std::size_t(t.rank());
+    std::vector<double> b(5);
+    const auto sent = [&] { return leaders ? leaders->counts().messages_sent : 0; };
+    for (std::size_t i = 0; i < b.size(); ++i) b[i] = r == 0 ? frac(0, i) : -1.0;
+    std::size_t before = sent();
+    broadcast(h, b.data(), b.size(), 0, binomial_tree{});
+    tree_sent[r] = sent() - before;
+    for (std::size_t i = 0; i < b.size(); ++i) CHECK(b[i] == frac(0, i));
+    for (std::size_t i = 0; i < b.size(); ++i) b[i] = r == 0 ? frac(0, i) : -1.0;
+    before = sent();
+    broadcast(h, b.data(), b.size(), 0, chain{.segment_bytes = 2 * sizeof(double)});
+    chain_sent[r] = sent() - before;
+    for (std::size_t i = 0; i < b.size(); ++i) CHECK(b[i] == frac(0, i));
+  });
+  // the leaders are world ranks 0, 2, 4, 6 (leader ranks 0-3): the tree sends 0 -> 2 and
+  // 0 -> 1 (world 4 and 2), then 2 -> 3 (world 4 to 6); the chain 0 -> 1 -> 2 -> 3
+  CHECK(tree_sent == std::vector<std::size_t>{2, 0, 0, 0, 1, 0, 0, 0});
+  CHECK(chain_sent == std::vector<std::size_t>{3, 0, 3, 0, 3, 0, 0, 0});
+}
+
 TEST_CASE("via_leaders: broadcast, gather and scatter from every kind of root, every shape") {
   for (const auto& sc : leader_shapes()) {
     const int P = static_cast<int>(sc.group_of.size());
@@ -78,11 +112,19 @@ TEST_CASE("via_leaders: broadcast, gather and scatter from every kind of root, e
           CAPTURE(in_place);
           std::atomic<int> wrong{0};
           on_machine(sc, [&](auto& h, int r) {
-            // broadcast: the root's fractional values everywhere
+            // broadcast: the root's fractional values everywhere, with every algorithm of the
+            // table among the leaders (the chain in segments of two elements)
             std::vector<double> b(n);
             for (std::size_t i = 0; i < n; ++i) b[i] = r == root ? frac(root, i) : -1.0;
             broadcast(h, b.data(), n, root);
             for (std::size_t i = 0; i < n; ++i) wrong += b[i] != frac(root, i);
+            for_each_algorithm<collective::broadcast>(
+                [&](const auto& algo) {
+                  for (std::size_t i = 0; i < n; ++i) b[i] = r == root ? frac(root, i) : -1.0;
+                  broadcast(h, b.data(), n, root, algo);
+                  for (std::size_t i = 0; i < n; ++i) wrong += b[i] != frac(root, i);
+                },
+                chain{.segment_bytes = 2 * sizeof(double)});
             // gather: block q of the root's buffer is rank q's input
             std::vector<double> mine(n), all(n * std::size_t(P), -1.0);
             for (std::size_t i = 0; i < n; ++i) mine[i] = frac(r, i);

@@ -213,10 +213,10 @@ public:
       allreduce_tagged(tags, recvbuf, recvbuf, all, sum_op{}, hierarchical_options<ring>{}, red);
     }
   }
-  template <class T, reducer R>
+  template <class T, class Algo, reducer R>
   void broadcast_tagged(std::pair<int, int> tags, T* buffer, std::size_t count, int root,
-                        const binomial_tree& tree, R& red) {
-    via_leaders{}.broadcast(*this, tags, buffer, count, root, tree, red);
+                        const Algo& among_leaders, R& red) {
+    via_leaders{}.broadcast(*this, tags, buffer, count, root, among_leaders, red);
   }
   template <class T, class Op, reducer R>
   void reduce_tagged(std::pair<int, int> tags, const T* sendbuf, T* recvbuf, std::size_t count,

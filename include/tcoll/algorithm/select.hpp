@@ -309,7 +309,8 @@ concept algorithm_of = listed_algorithm<A> && implements(C, algorithm_id_of<A>);
 
 /// The algorithms `broadcast` takes on a transport: the table's (the binomial tree, or the
 /// collective area: `in_segment`, which runs the tree where the transport has none). A
-/// two-level machine runs its own (through the group leaders) whatever is asked.
+/// two-level machine runs its own through the group leaders, and the algorithm asked for
+/// among the leaders (via_leaders.hpp).
 template <class A>
 concept broadcast_algorithm = algorithm_of<A, collective::broadcast>;
 

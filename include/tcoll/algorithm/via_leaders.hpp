@@ -10,7 +10,7 @@
 /// | collective | inside the group | among the leaders | inside the group |
 /// |---|---|---|---|
 /// | barrier | dissemination | dissemination | dissemination |
-/// | broadcast | root to its leader | binomial broadcast | binomial broadcast |
+/// | broadcast | root to its leader | the broadcast asked for (binomial by default) | binomial broadcast |
 /// | reduce | binomial reduce | binomial reduce | leader to the root |
 /// | allgather | gather to the leader | every group's blocks to every leader | binomial broadcast |
 /// | allgatherv | gather, packed in rank order | runs of consecutive ranks | broadcast, then each rank places the blocks |
@@ -76,16 +76,22 @@ struct via_leaders {
     m.in_group([&] { algo.barrier(intra, tags.first, red); });
   }
 
-  template <class M, class T, reducer R>
+  /// `among_leaders`: the broadcast the leaders run, one of the table's (the binomial tree by
+  /// default; scatter_allgather or chain for long vectors across slow links; in_segment runs
+  /// the tree where the leaders' transport has no collective area); inside the groups, the
+  /// binomial tree.
+  template <class M, class T, class Algo, reducer R>
   void broadcast(M& m, std::pair<int, int> tags, T* buffer, std::size_t count, int root,
-                 const binomial_tree& tree, R& red) const {
+                 const Algo& among_leaders, R& red) const {
+    const binomial_tree tree;
     auto& intra = m.intra();
     const auto [map, l, me, a, g, rg, rl] = seat_of(m, "broadcast", root);
     if (a == rg && rl != 0 && (l == 0 || l == rl))
       m.in_group([&] { move(intra, tags.first, l == rl, l == rl ? 0 : rl, buffer, count, red); });
     if (l == 0 && map.groups.size() > 1)
-      m.across_groups(
-          [&] { detail::broadcast_tagged(*m.inter(), tags.second, buffer, count, rg, tree, red); });
+      m.across_groups([&] {
+        detail::broadcast_tagged(*m.inter(), tags.second, buffer, count, rg, among_leaders, red);
+      });
     m.in_group([&] { detail::broadcast_tagged(intra, tags.first, buffer, count, 0, tree, red); });
   }
 
