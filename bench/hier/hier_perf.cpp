@@ -601,13 +601,14 @@ bool write_json_with_model(const options& o, const std::vector<row>& rows, const
                    "\"inplace\": %s, \"time_us\": %.3f, \"algbw_gbs\": %.6f, \"busbw_gbs\": %.6f, "
                    "\"model_us\": %.3f, \"wrong\": %s, \"iters\": %d, \"reps\": %d, "
                    "\"alpha_us\": %.4f, \"beta_ns_per_byte\": %.6f, \"reduce_ns_per_byte\": %.6f, "
-                   "\"copy_ns_per_byte\": %.6f}",
+                   "\"copy_ns_per_byte\": %.6f, \"leaders\": \"%s\"}",
                    first ? "" : ",", std::string(to_string(o.coll)).c_str(), r.algorithm.c_str(),
                    r.transport.c_str(), r.ranks, N, o.G, o.K, o.gbit, r.bytes, r.count,
                    ip ? "true" : "false", m.time_us, m.algbw_gbs, m.busbw_gbs,
                    predicted(o, r.algorithm, double(r.bytes), c, N) * 1e6,
                    m.wrong < 0 ? "null" : std::to_string(m.wrong).c_str(), o.iters, o.reps,
-                   c.alpha * 1e6, c.beta * 1e9, c.reduce * 1e9, c.copy * 1e9);
+                   c.alpha * 1e6, c.beta * 1e9, c.reduce * 1e9, c.copy * 1e9,
+                   o.leaders.c_str()); // -L; empty: the line's first
       first = false;
     }
   std::fprintf(f, "\n]\n");
