@@ -61,7 +61,8 @@ struct chain {
     };
     const int v = mod(L.rank - L.root, P);
     const int next = mod(L.rank + 1, P), prev = mod(L.rank - 1, P);
-    const bool sends = v<P - 1, receives = v> 0;
+    const bool sends = v < P - 1;
+    const bool receives = v > 0;
     // round t: send segment t - v on, receive segment t - v + 1; each forwarded segment
     // arrived in an earlier round (a round's steps complete at its end)
     const long first = receives ? v - 1 : v, last = sends ? v + S - 1 : v + S - 2;
