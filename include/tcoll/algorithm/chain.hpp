@@ -10,6 +10,7 @@
 /// latency than segments. For short vectors the P - 1 hops lose to the tree.
 #include <algorithm>
 #include <cstddef>
+#include <cstdint>
 #include <string_view>
 
 #include "../core/collective_table.hpp"
@@ -38,8 +39,8 @@ struct chain {
   static constexpr rank_traffic traffic(collective, double bytes, int ranks) noexcept {
     if (ranks <= 1 || bytes <= 0) return {};
     const double segment = static_cast<double>(default_segment_bytes);
-    double segments = 1;
-    while (segments * segment < bytes) segments += 1;
+    const double whole = static_cast<double>(static_cast<std::uint64_t>(bytes / segment));
+    const double segments = whole * segment < bytes ? whole + 1 : whole; // ceil, constexpr
     if (ranks == 2) return {segments, segments, bytes, bytes, 0.0, 0.0, 0.0};
     return {segments, segments, bytes, bytes, 0.0, segments - 1, bytes - std::min(bytes, segment)};
   }

@@ -133,24 +133,36 @@ inline constexpr algorithm_id linear_algorithms[] = {algorithm_id::linear,
 inline constexpr algorithm_id barrier_algorithms[] = {
     algorithm_id::dissemination, algorithm_id::in_segment, algorithm_id::hierarchical};
 
+struct collective_algorithms_line {
+  collective id;
+  std::span<const algorithm_id> algorithms;
+};
+
 /// Each collective's list, in the order of `collective`.
-inline constexpr std::array<std::span<const algorithm_id>, all_collectives.size()>
+inline constexpr std::array<collective_algorithms_line, all_collectives.size()>
     collective_algorithms{{
-        allreduce_algorithms,  // allreduce
-        block_algorithms,      // reduce_scatter
-        block_ring_algorithms, // reduce_scatterv
-        block_algorithms,      // allgather
-        block_ring_algorithms, // allgatherv
-        broadcast_algorithms,  // broadcast
-        reduce_algorithms,     // reduce
-        alltoall_algorithms,   // alltoall
-        exchange_algorithms,   // alltoallv
-        linear_algorithms,     // gather
-        linear_algorithms,     // gatherv
-        linear_algorithms,     // scatter
-        linear_algorithms,     // scatterv
-        barrier_algorithms,    // barrier
+        {collective::allreduce, allreduce_algorithms},
+        {collective::reduce_scatter, block_algorithms},
+        {collective::reduce_scatterv, block_ring_algorithms},
+        {collective::allgather, block_algorithms},
+        {collective::allgatherv, block_ring_algorithms},
+        {collective::broadcast, broadcast_algorithms},
+        {collective::reduce, reduce_algorithms},
+        {collective::alltoall, alltoall_algorithms},
+        {collective::alltoallv, exchange_algorithms},
+        {collective::gather, linear_algorithms},
+        {collective::gatherv, linear_algorithms},
+        {collective::scatter, linear_algorithms},
+        {collective::scatterv, linear_algorithms},
+        {collective::barrier, barrier_algorithms},
     }};
+static_assert(
+    [] {
+      for (std::size_t i = 0; i < all_collectives.size(); ++i)
+        if (collective_algorithms[i].id != all_collectives[i]) return false;
+      return true;
+    }(),
+    "tcoll: collective_algorithms lists every collective once, in the enum's order");
 } // namespace detail
 
 /// Every value of `algorithm_id`, in order.
@@ -177,7 +189,7 @@ constexpr std::string_view to_string(algorithm_id a) {
 /// The algorithms that implement `c`. But for allreduce (which chooses by size on a
 /// transport, `automatic`) the first is what its entry point runs on a transport.
 constexpr std::span<const algorithm_id> algorithms_of(collective c) {
-  return detail::collective_algorithms[static_cast<std::size_t>(c)];
+  return detail::collective_algorithms[static_cast<std::size_t>(c)].algorithms;
 }
 
 /// Does `a` implement `c`?
@@ -242,9 +254,7 @@ inline constexpr algorithm_id algorithm_id_of = [] {
 
 static_assert(
     []<class... A>(detail::algorithm_list<A...>) {
-      return ((algorithm_id_of<A> != algorithm_id::hierarchical &&
-               to_string(algorithm_id_of<A>) == A::name) &&
-              ...);
+      return ((algorithm_id_of<A> != algorithm_id::hierarchical) && ...);
     }(detail::algorithm_objects{}),
     "tcoll: every algorithm object has a line of its own name in algorithm_table");
 
