@@ -529,6 +529,10 @@ hierarchical<mpi_transport, mpi_transport>& comm_state::hierarchy() {
               "PMPI_Allgather(group leaders)", rank);
     hierarchy_shape shape{rank, size, shards};
     shape.groups = groups_from_leaders(all);
+    if (intra->rank() < shards) { // inter orders its nodes by world rank, not by their leaders'
+      shape.inter_world_ranks.resize(static_cast<std::size_t>(inter->size()));
+      tcoll::allgather(*inter, &rank, shape.inter_world_ranks.data(), 1);
+    }
     hier = std::make_unique<hierarchical<mpi_transport, mpi_transport>>(
         *intra, intra->rank() < shards ? inter.get() : nullptr, std::move(shape));
   }

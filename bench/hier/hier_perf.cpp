@@ -18,10 +18,11 @@
 //   reduce_scatter, alltoall, gather, scatter, each on the flat world with the table's flat
 //   algorithms (-a: binomial_tree, scatter_allgather; ring; pairwise_exchange, bruck; linear)
 //   and on the two-level machine (`hierarchical`: through the group leaders,
-//   algorithm/via_leaders.hpp), default both. -L names the broadcast the two-level machine runs
-//   among the group leaders (default the line's first, the binomial tree; the other
-//   collectives run their own whatever -L says). Sizes are the table's size measure (the whole
-//   P-block buffer for the block collectives); roots are rank 0; reduce and reduce_scatter
+//   algorithm/via_leaders.hpp; all-to-all through the peers, algorithm/via_peers.hpp, and
+//   `hierarchical_via_leaders` through the leaders), default both. -L names the broadcast the
+//   two-level machine runs among the group leaders (default the line's first, the binomial tree;
+//   the other collectives run their own whatever -L says). Sizes are the table's size measure (the
+//   whole P-block buffer for the block collectives); roots are rank 0; reduce and reduce_scatter
 //   have no in-place form (N/A).
 //   The model columns price the planner's traffic formula (plan::collective_traffic) by the
 //   measured link where every rank is a node (-G 1), and print 0 otherwise (two link
@@ -104,6 +105,7 @@ const char* usage =
     "  [-L the broadcast hierarchical runs among the leaders (-C broadcast)]\n"
     "  [-a ring,multi_ring,hierarchical_leader,hierarchical_sharded,tensor,passthrough]\n"
     "  [-C allreduce|broadcast|reduce|allgather|reduce_scatter|alltoall|gather|scatter]\n"
+    "  (-C alltoall: -a also hierarchical_via_leaders, the machine's route through the leaders)\n"
     "  [--json FILE]\n";
 
 options parse(int argc, char** argv) {
@@ -176,7 +178,8 @@ options parse(int argc, char** argv) {
       for (algorithm_id a : algorithms_of(d.id)) o.algorithms.emplace_back(to_string(a));
     }
     for (const auto& a : o.algorithms) // the table's names only, and no vendor collective
-      if (parse_algorithm(a, o.coll) == algorithm_id::passthrough)
+      if ((a != "hierarchical_via_leaders" || o.coll != collective::alltoall) &&
+          parse_algorithm(a, o.coll) == algorithm_id::passthrough)
         throw invalid_argument("hier_perf: -a passthrough: -C " + std::string(d.name) +
                                " measures tcoll's algorithms only");
   }
@@ -309,11 +312,13 @@ bool has_in_place(collective c) {
 /// in-place forms: this rank's own block of the P-block buffer).
 template <class World, class Hier>
 void call_collective(collective c, const std::string& algo, const std::string& leaders,
-                     World& world, Hier& hier, const float* s, float* d, std::size_t n,
-                     bool inplace) {
+                     World& world, Hier& hier, Hier& hier_via_leaders, const float* s, float* d,
+                     std::size_t n, bool inplace) {
   const int P = world.size(), me = world.rank();
   const std::size_t block = n / std::size_t(P), own = std::size_t(me) * block;
-  const algorithm_id a = parse_algorithm(algo, c);
+  // hierarchical_via_leaders: the machine whose all-to-all takes the leaders' route
+  const bool via_leaders_route = algo == "hierarchical_via_leaders";
+  const algorithm_id a = via_leaders_route ? algorithm_id::hierarchical : parse_algorithm(algo, c);
   // f(communicator, algorithm object) for collective C: `world` with the object of `a` (the
   // library's one dispatch, visit_algorithm), or the two-level machine for `hierarchical`,
   // given the object of `leaders` (else the table's first): broadcast runs it among the
@@ -323,7 +328,7 @@ void call_collective(collective c, const std::string& algo, const std::string& l
   auto on = [&]<collective C>(std::integral_constant<collective, C>, auto&& f) {
     if (a == algorithm_id::hierarchical)
       visit_algorithm<C>(leaders.empty() ? algorithms_of(C).front() : parse_algorithm(leaders, C),
-                         [&](const auto& x) { f(hier, x); });
+                         [&](const auto& x) { f(via_leaders_route ? hier_via_leaders : hier, x); });
     else
       visit_algorithm<C>(a, [&](const auto& x) { f(world, x); });
   };
@@ -408,9 +413,9 @@ long long collective_wrong(collective c, const float* d, std::size_t n, int me, 
 }
 
 template <class World, class Hier, class Leaders>
-std::vector<row> run_rank(const options& o, World& world, Hier& hier, Leaders* leaders, int local,
-                          node_state& node, const harness& h, const std::string& tname,
-                          calibration& cal,
+std::vector<row> run_rank(const options& o, World& world, Hier& hier, Hier& hier_via_leaders,
+                          Leaders* leaders, int local, node_state& node, const harness& h,
+                          const std::string& tname, calibration& cal,
                           const std::function<void(const float*, float*, std::size_t)>& native) {
   const int P = world.size(), me = world.rank(), G = o.G, N = P / G;
   std::vector<row> rows;
@@ -475,7 +480,8 @@ std::vector<row> run_rank(const options& o, World& world, Hier& hier, Leaders* l
       bool inplace_call = false; // the pass of the placement loop below
       auto call = [&](const float* s, float* d) {
         if (o.coll != collective::allreduce)
-          call_collective(o.coll, algo, o.leaders, world, hier, s, d, n, inplace_call);
+          call_collective(o.coll, algo, o.leaders, world, hier, hier_via_leaders, s, d, n,
+                          inplace_call);
         else if (algo == "ring")
           tcoll::allreduce(world, s, d, n, sum_op{}, ring{o.segment});
         else if (algo == "multi_ring")
@@ -666,10 +672,12 @@ int run_threads(const options& o) {
     auto v = split_groups(world, o.G);
     hierarchy_shape shape{v.world_rank, v.world_size, v.shards};
     shape.groups = v.group_members; // the collectives but allreduce place blocks by world rank
-    hierarchical hier(v.intra, v.inter_ptr(), std::move(shape));
+    hierarchical hier(v.intra, v.inter_ptr(), shape);
+    hierarchical hier_via_leaders(v.intra, v.inter_ptr(), std::move(shape),
+                                  {alltoall_route::via_leaders});
     t.barrier();
-    auto r = run_rank(o, world, hier, v.inter_ptr(), v.local, *nodes[std::size_t(v.group)], h,
-                      "threads", cal, {});
+    auto r = run_rank(o, world, hier, hier_via_leaders, v.inter_ptr(), v.local,
+                      *nodes[std::size_t(v.group)], h, "threads", cal, {});
     if (t.rank() == 0) rows = std::move(r);
   });
   return finish(o, rows, cal, o.nodes);
@@ -713,7 +721,8 @@ int run_mpi(const options& o) {
       shape.groups.emplace_back();
       for (int j = 0; j < o.G; ++j) shape.groups.back().push_back(p * o.G + j);
     }
-    hierarchical hier(t, &inter, std::move(shape));
+    hierarchical hier(t, &inter, shape);
+    hierarchical hier_via_leaders(t, &inter, std::move(shape), {alltoall_route::via_leaders});
     harness h;
     h.barrier = [&] { world.barrier(); };
     h.max_all = [&](double x) {
@@ -749,7 +758,8 @@ int run_mpi(const options& o) {
       allreduce(native_hier, s, d, n, sum_op{},
                 hierarchical_options<passthrough>{hierarchical_form::leader});
     };
-    auto r = run_rank(o, world, hier, &inter, t.rank(), node, h, "threads+mpi", cal, native);
+    auto r = run_rank(o, world, hier, hier_via_leaders, &inter, t.rank(), node, h, "threads+mpi",
+                      cal, native);
     if (t.rank() == 0) rows = std::move(r);
   });
   return mrank == 0 ? finish(o, rows, cal, msize) : 0;

@@ -42,7 +42,8 @@ struct node_hierarchy_options {
   /// = 0): the other emulated nodes need the cores a spinning rank would hold, which
   /// `shm_transport` cannot see from its own team's size.
   shm_options intra{};
-  mpi_options inter{}; ///< the MPI transport between nodes
+  mpi_options inter{};                    ///< the MPI transport between nodes
+  hierarchical_machine_options machine{}; ///< the machine's own knobs (its all-to-all's route)
 };
 
 /// Shared memory inside each node, MPI between nodes (see the file comment). Collective
@@ -111,7 +112,7 @@ public:
     std::vector<int> all(2 * static_cast<std::size_t>(size));
     MPI_Allgather(leader_local.data(), 2, MPI_INT, all.data(), 2, MPI_INT, comm);
     shape.groups = groups_from_leaders(all);
-    machine_.emplace(*intra_, inter_.get(), std::move(shape));
+    machine_.emplace(*intra_, inter_.get(), std::move(shape), options.machine);
   }
   mpi_node_hierarchy(const mpi_node_hierarchy&) = delete;
   mpi_node_hierarchy& operator=(const mpi_node_hierarchy&) = delete;

@@ -7,6 +7,7 @@
 
 #include <atomic>
 #include <cstring>
+#include <map>
 #include <optional>
 #include <string>
 #include <tcoll/algorithm/hierarchical.hpp>
@@ -36,6 +37,8 @@ std::vector<shape_case> leader_shapes() {
       {"unequal 3,3,1", consecutive(7, 3)},
       {"unequal 1,3 interleaved", {1, 0, 1, 1}},
       {"unequal 3,2,2 interleaved", {0, 1, 2, 0, 1, 2, 0}},
+      {"2 nodes x 2 interleaved", {0, 1, 0, 1}},
+      {"3 nodes x 2 shuffled", {2, 0, 1, 1, 0, 2}},
   };
 }
 
@@ -47,12 +50,12 @@ double frac(int rank, std::size_t i) {
 
 /// Runs `body(h, rank)` on every rank of a team of the shape, on its hierarchical machine.
 template <class Body>
-void on_machine(const shape_case& sc, Body body) {
+void on_machine(const shape_case& sc, Body body, hierarchical_machine_options options = {}) {
   const int P = static_cast<int>(sc.group_of.size());
   thread_team(P, std::chrono::seconds(20)).run([&](thread_transport& t) {
     auto v = split_groups(t, std::span<const int>(sc.group_of));
     hierarchical h(v.intra, v.inter_ptr(),
-                   {v.world_rank, v.world_size, v.shards, {}, {}, v.group_members});
+                   {v.world_rank, v.world_size, v.shards, {}, {}, v.group_members}, options);
     body(h, t.rank());
   });
 }
@@ -508,6 +511,136 @@ TEST_CASE("via_leaders: non-blocking forms on a hierarchy, queued together, in s
   CHECK(wrong == 0);
 }
 
+TEST_CASE("via_peers and via_leaders: all-to-all by either route places every block, every "
+          "shape; via_peers refuses unequal groups on every rank") {
+  for (const auto& sc : leader_shapes()) {
+    const int P = static_cast<int>(sc.group_of.size());
+    std::map<int, int> sizes; // group id: members
+    for (int a : sc.group_of) sizes[a] += 1;
+    bool equal = true;
+    for (const auto& [id, members] : sizes) equal = equal && members == sizes.begin()->second;
+    // the peers' two ways inside the group: packed (short blocks), one message a block
+    const hierarchical_machine_options routes[] = {{alltoall_route::via_peers},
+                                                   {alltoall_route::via_peers, via_peers{0}},
+                                                   {alltoall_route::via_leaders}};
+    for (const auto& options : routes)
+      for (std::size_t n : leader_counts)
+        for (bool in_place : {false, true}) {
+          const alltoall_route route = options.alltoall;
+          CAPTURE(sc.name);
+          CAPTURE(static_cast<int>(route));
+          CAPTURE(options.peers.separate_blocks_from_bytes);
+          CAPTURE(n);
+          CAPTURE(in_place);
+          std::atomic<int> wrong{0}, refused{0};
+          on_machine(
+              sc,
+              [&](auto& h, int r) {
+                // block q of rank r's send buffer is (r, q, i); r receives (q, r, i) at q
+                auto cell = [&](int from, int to, std::size_t i) {
+                  return from * 1000 + to + static_cast<double>(i) / 8.0 + 0.3;
+                };
+                const std::size_t all = n * std::size_t(P);
+                std::vector<double> rows(all), cols(all, -1.0);
+                for (int q = 0; q < P; ++q)
+                  for (std::size_t i = 0; i < n; ++i) rows[std::size_t(q) * n + i] = cell(r, q, i);
+                const auto rows_before = rows;
+                try {
+                  if (in_place) {
+                    alltoall(h, rows.data(), rows.data(), n);
+                    cols = rows;
+                  } else {
+                    alltoall(h, rows.data(), cols.data(), n);
+                  }
+                } catch (const invalid_argument& e) {
+                  refused += std::string(e.what()).find("via_peers needs groups of one size") !=
+                             std::string::npos;
+                  return;
+                }
+                if (!in_place) wrong += rows != rows_before;
+                for (int q = 0; q < P; ++q)
+                  for (std::size_t i = 0; i < n; ++i)
+                    wrong += cols[std::size_t(q) * n + i] != cell(q, r, i);
+              },
+              options);
+          CHECK(wrong == 0);
+          CHECK(refused == (route == alltoall_route::via_peers && !equal ? P : 0));
+        }
+  }
+}
+
+TEST_CASE("via_peers: all-to-all crosses the network in one message per pair of peers") {
+  // groups of g, M of them: inside each group every rank sends each other one M-block
+  // message (packed) or M one-block messages; across groups every rank sends each peer one
+  // g-block message
+  for (auto [M, g] : {std::pair{2, 2}, std::pair{3, 2}, std::pair{2, 3}})
+    for (bool packed : {true, false}) {
+      CAPTURE(M);
+      CAPTURE(g);
+      CAPTURE(packed);
+      const int P = M * g;
+      const std::size_t n = 5;
+      const auto group_of = consecutive(P, g);
+      hier_test::traffic intra, inter;
+      std::atomic<int> wrong{0};
+      thread_team(P, std::chrono::seconds(20)).run([&](thread_transport& t) {
+        classify<thread_transport> c(t, group_of, intra, inter);
+        auto v = split_groups(c, std::span<const int>(group_of));
+        hierarchical h(v.intra, v.inter_ptr(),
+                       {v.world_rank, v.world_size, v.shards, {}, {}, v.group_members},
+                       {alltoall_route::automatic, via_peers{packed ? 4096u : 0u}});
+        std::vector<float> in(n * std::size_t(P)), out(in.size());
+        for (std::size_t i = 0; i < in.size(); ++i) in[i] = float(t.rank()) + float(i) / 64.0f;
+        alltoall(h, in.data(), out.data(), n);
+        for (int q = 0; q < P; ++q)
+          for (std::size_t i = 0; i < n; ++i)
+            wrong += out[std::size_t(q) * n + i] !=
+                     float(q) + float(std::size_t(t.rank()) * n + i) / 64.0f;
+      });
+      const long E = sizeof(float);
+      CHECK(wrong == 0);
+      CHECK(inter.messages == long(P) * (M - 1));
+      CHECK(inter.bytes == long(P) * (M - 1) * g * long(n) * E);
+      CHECK(intra.messages == long(P) * (g - 1) * (packed ? 1 : M));
+      CHECK(intra.bytes == long(P) * (g - 1) * M * long(n) * E);
+    }
+}
+
+TEST_CASE("via_peers: a transport across groups in another order than the groups, named by "
+          "inter_world_ranks") {
+  // groups {0, 3} and {1, 2}: local rank 1's transport across groups orders its ranks by
+  // world rank (2 of group 1, then 3 of group 0), as MPI_Comm_split by world rank does
+  const std::vector<std::vector<int>> groups{{0, 3}, {1, 2}};
+  const std::size_t n = 3;
+  std::atomic<int> wrong{0}, refused{0};
+  for (bool named : {true, false})
+    thread_team(4, std::chrono::seconds(20)).run([&](thread_transport& t) {
+      const int r = t.rank(), a = r == 0 || r == 3 ? 0 : 1;
+      const int l = r == 0 || r == 1 ? 0 : 1;
+      subgroup<thread_transport> intra(t, groups[std::size_t(a)], intra_tag_offset);
+      const std::vector<int> across = l == 0 ? std::vector<int>{0, 1} : std::vector<int>{2, 3};
+      subgroup<thread_transport> inter(t, across, inter_tag_offset);
+      hierarchy_shape shape{r, 4, 2, {}, named ? across : std::vector<int>{}, groups};
+      if (!named) { // no collective: the ranks that accept the machine would wait for the others
+        try {
+          hierarchical h(intra, &inter, shape);
+        } catch (const invalid_argument& e) {
+          refused += std::string(e.what()).find("transport across groups") != std::string::npos;
+        }
+        return;
+      }
+      hierarchical h(intra, &inter, shape);
+      std::vector<double> in(4 * n), out(4 * n, -1.0);
+      for (std::size_t i = 0; i < in.size(); ++i) in[i] = r * 100 + double(i) + 0.25;
+      alltoall(h, in.data(), out.data(), n);
+      for (std::size_t q = 0; q < 4; ++q)
+        for (std::size_t i = 0; i < n; ++i)
+          wrong += out[q * n + i] != double(q) * 100 + double(std::size_t(r) * n + i) + 0.25;
+    });
+  CHECK(wrong == 0);
+  CHECK(refused == 2); // unnamed: world ranks 2 and 3 (rank 1 of local rank 1's is in group 0)
+}
+
 TEST_CASE("via_leaders: all-to-all crosses the network once per pair of leaders") {
   // groups of g, M of them: each leader sends one packed message of g * g * n elements to
   // each other leader; inside each group g - 1 rows go up and g - 1 rows come down
@@ -522,7 +655,8 @@ TEST_CASE("via_leaders: all-to-all crosses the network once per pair of leaders"
       classify<thread_transport> c(t, group_of, intra, inter);
       auto v = split_groups(c, std::span<const int>(group_of));
       hierarchical h(v.intra, v.inter_ptr(),
-                     {v.world_rank, v.world_size, v.shards, {}, {}, v.group_members});
+                     {v.world_rank, v.world_size, v.shards, {}, {}, v.group_members},
+                     {alltoall_route::via_leaders});
       std::vector<float> in(n * std::size_t(P), 1.0f), out(in.size());
       alltoall(h, in.data(), out.data(), n);
     });
@@ -588,7 +722,7 @@ TEST_CASE("via_leaders: a group map that contradicts the transports is refused")
       }
     }
   });
-  // every rank refuses all but the fourth, which only the leaders can tell (their transport
-  // across groups orders the groups; the other ranks' need not, see hierarchy_shape::groups)
-  CHECK(refused == 4 * 4 + 2);
+  // every rank refuses all five: each transport across groups orders the groups as the map
+  // (see hierarchy_shape::groups)
+  CHECK(refused == 4 * 5);
 }

@@ -6,7 +6,8 @@
 /// network): rank l of every group talks to rank l of the others, for l below the smallest
 /// group size. The machine draws the message spaces of a collective on both levels and names
 /// errors in world ranks; its algorithms are in their own headers: the allreduce in
-/// hierarchical_allreduce.hpp (leader and sharded forms), every other collective in
+/// hierarchical_allreduce.hpp (leader and sharded forms), all-to-all of equal groups in
+/// via_peers.hpp (every rank with its peers in the other groups), every other collective in
 /// via_leaders.hpp (through the group leaders).
 #include <algorithm>
 #include <cstddef>
@@ -28,6 +29,7 @@
 #include "pairwise_exchange.hpp"
 #include "ring.hpp"
 #include "via_leaders.hpp"
+#include "via_peers.hpp"
 
 namespace tcoll {
 
@@ -84,11 +86,35 @@ struct hierarchy_shape {
   std::vector<int> intra_world_ranks{};
   std::vector<int> inter_world_ranks{};
   /// The world ranks of every group in local-rank order, group i being the one whose leader
-  /// (local rank 0) is rank i of the leaders' transport across groups (`hierarchy_map`).
+  /// (local rank 0) is rank i of the leaders' transport across groups (`hierarchy_map`), and
+  /// whose local rank l is rank i of local rank l's transport across groups, unless
+  /// `inter_world_ranks` names that transport's ranks (checked on every rank).
   /// Every collective but allreduce needs it (they place blocks by world rank); without it
   /// they throw `invalid_argument`. `split_groups` returns it as `group_views::groups`;
   /// `mpi_node_hierarchy` fills it.
   std::vector<std::vector<int>> groups{};
+};
+
+/// How a two-level machine runs all-to-all (`MPI_Alltoall`'s equal blocks).
+enum class alltoall_route {
+  /// `via_peers` where every group has the same size, else `via_leaders`
+  automatic,
+  /// every rank exchanges inside its group, then with its peers across groups (via_peers.hpp;
+  /// `invalid_argument` where the groups differ in size)
+  via_peers,
+  /// the group leaders gather, exchange and scatter the group's rows (via_leaders.hpp): one
+  /// message per pair of groups, for many ranks per group and short blocks on a network whose
+  /// messages cost more than their bytes
+  via_leaders,
+};
+
+/// Knobs of a two-level machine's collectives that are not chosen per call (the allreduce's
+/// come with each call, `hierarchical_options`). Every rank's machine must have the same.
+struct hierarchical_machine_options {
+  /// All-to-all through the peers where the groups allow it (docs/hierarchical.md, "All-to-all
+  /// through the peers").
+  alltoall_route alltoall = alltoall_route::automatic;
+  via_peers peers{}; ///< the knobs of the route through the peers
 };
 
 /// Two transports composed into one two-level machine. `inter` may be null on ranks whose
@@ -101,8 +127,9 @@ public:
   /// communicator.hpp).
   using default_algorithm = hierarchical_options<ring>;
 
-  hierarchical(Intra& intra, Inter* inter, hierarchy_shape shape)
-      : intra_(&intra), inter_(inter), shape_(shape) {
+  hierarchical(Intra& intra, Inter* inter, hierarchy_shape shape,
+               hierarchical_machine_options options = {})
+      : intra_(&intra), inter_(inter), shape_(shape), options_(options) {
     const int l = intra.rank();
     if (shape.shards < 1 || shape.shards > intra.size())
       throw invalid_argument("hierarchical: shards " + std::to_string(shape.shards) +
@@ -125,6 +152,7 @@ public:
   int rank() const noexcept { return shape_.world_rank; }
   int size() const noexcept { return shape_.world_size; }
   const hierarchy_shape& shape() const noexcept { return shape_; }
+  const hierarchical_machine_options& options() const noexcept { return options_; }
   Intra& intra() noexcept { return *intra_; }
   Inter* inter() noexcept { return inter_; }
 
@@ -226,6 +254,10 @@ public:
   template <class T, reducer R>
   void alltoall_tagged(std::pair<int, int> tags, const T* sendbuf, T* recvbuf, std::size_t count,
                        bool in_place, const pairwise_exchange& exchange, R& red) {
+    const bool peers =
+        options_.alltoall == alltoall_route::via_peers ||
+        (options_.alltoall == alltoall_route::automatic && via_peers::fits(group_map("alltoall")));
+    if (peers) return options_.peers.alltoall(*this, tags, sendbuf, recvbuf, count, exchange, red);
     via_leaders{}.alltoall(*this, tags, sendbuf, recvbuf, count, in_place, exchange, red);
   }
   template <class T, reducer R>
@@ -385,16 +417,29 @@ private:
     if (smallest != shape_.shards)
       throw bad("has a smallest group of " + std::to_string(smallest) + " ranks but shards is " +
                 std::to_string(shape_.shards));
-    if (intra_->rank() == 0 && inter_ &&
-        (inter_->size() != static_cast<int>(shape_.groups.size()) ||
-         inter_->rank() != static_cast<int>(g)))
-      throw bad("does not match the leaders' transport across groups");
+    // Rank i of a transport across groups is in group i (the leaders' always; another
+    // local index's unless hierarchy_shape::inter_world_ranks names its ranks)
+    if (inter_) {
+      const bool leader = intra_->rank() == 0;
+      bool fits = inter_->size() == static_cast<int>(shape_.groups.size());
+      if (leader || shape_.inter_world_ranks.empty())
+        fits = fits && inter_->rank() == static_cast<int>(g);
+      else
+        for (int w : shape_.inter_world_ranks)
+          fits = fits && map_.local_of[static_cast<std::size_t>(w)] == intra_->rank();
+      if (!fits)
+        throw bad(leader ? "does not match the leaders' transport across groups"
+                         : "does not match this rank's transport across groups (rank i of it "
+                           "must be in group i, or hierarchy_shape::inter_world_ranks must name "
+                           "world ranks of this local rank)");
+    }
     map_.groups = shape_.groups;
   }
 
   Intra* intra_;
   Inter* inter_;
   hierarchy_shape shape_;
+  hierarchical_machine_options options_;
   hierarchy_map map_;
 };
 

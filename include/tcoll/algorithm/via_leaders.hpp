@@ -16,6 +16,7 @@
 /// | allgatherv | gather, packed in rank order | runs of consecutive ranks | broadcast, then each rank places the blocks |
 /// | reduce_scatter(v) | binomial reduce of all blocks | each group's blocks to its leader, reduced | scatter |
 /// | alltoall | gather of every row | one packed block per pair of leaders | scatter of rows |
+/// (all-to-all where every group has the same size: through the peers, via_peers.hpp)
 /// | gather | gather to the leader | linear gather to the root's leader | leader to the root |
 /// | scatter | root to its leader | linear scatter from the root's leader | scatter |
 // clang-format on
