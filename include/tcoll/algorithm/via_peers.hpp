@@ -6,11 +6,16 @@
 /// groups of g ranks, world rank W(c, k) the k-th of group c:
 ///
 ///  1. inside the group, local rank l sends local rank k the G blocks it has for the ranks of
-///     local index k, W(0, k) .. W(G-1, k): one message a block from
-///     `separate_blocks_from_bytes` on, else packed into one message per pair;
+///     local index k, W(0, k) .. W(G-1, k);
 ///  2. across groups, l sends its peer in group c the g blocks that came to it for W(c, l),
 ///     one from each rank of its group, in one message, and receives group c's g blocks for
 ///     itself, which land at W(c, 0) .. W(c, g-1).
+///
+/// Blocks from `separate_blocks_from_bytes` on go inside the group one message each, group
+/// by group (the own group last, its blocks straight to the receive buffer out of place), and
+/// group c's message across groups leaves as soon as its blocks are in, while the next
+/// group's move inside the group. Shorter blocks are packed into one message per pair, and
+/// the exchange across groups follows the whole exchange inside.
 ///
 /// Every rank sends at once on both levels: the bytes that cross the network are the flat
 /// exchange's, in G - 1 messages per rank instead of (G - 1) g, each g times longer; inside a
@@ -31,6 +36,7 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -70,6 +76,7 @@ struct via_peers {
           m.rank());
     const std::size_t G = map.groups.size(), g = map.groups.front().size(), P = G * g;
     const std::size_t l = static_cast<std::size_t>(m.intra().rank());
+    const std::size_t a = static_cast<std::size_t>(map.group_of[std::size_t(m.rank())]);
     auto world = [&](std::size_t c, std::size_t k) {
       return static_cast<std::size_t>(map.groups[c][k]);
     };
@@ -79,55 +86,56 @@ struct via_peers {
                                  std::to_string(l) + " has " + std::to_string(inter.size()) +
                                  " ranks for " + std::to_string(G) + " groups",
                              m.rank());
+    // peer[c]: the rank of group c on the transport across groups
+    std::vector<int> peer(G);
+    const auto& inter_world = m.shape().inter_world_ranks;
+    for (std::size_t i = 0; i < G; ++i)
+      peer[inter_world.empty() ? i : std::size_t(map.group_of[std::size_t(inter_world[i])])] =
+          int(i);
     // staged[c][j]: the block local rank j has for W(c, l), what goes to group c's peer
     const auto staged = uninitialized<T>(P * count);
-    const std::size_t a = static_cast<std::size_t>(map.group_of[std::size_t(m.rank())]);
-    // one message a block, out of place: this group's blocks for this rank land where they
-    // belong at once (in place, the send buffer still holds blocks that are not sent yet)
-    const bool separate = count * sizeof(T) >= separate_blocks_from_bytes;
-    const bool own_group_landed = separate && sendbuf != recvbuf;
-    m.in_group([&] {
-      if (separate)
-        exchange_blocks(m.intra(), tags.first, sendbuf, staged.get(),
-                        own_group_landed ? recvbuf : nullptr, a, count, G, world, red);
-      else
-        exchange_packed(m.intra(), tags.first, sendbuf, staged.get(), count, G, world, exchange,
-                        red);
-    });
     // group c's blocks for this rank land at W(c, 0) .. W(c, g-1): straight in the receive
     // buffer where those are consecutive world ranks, else in `landed` first
-    const auto& inter_world = m.shape().inter_world_ranks;
-    const std::size_t bytes = g * count * sizeof(T);
-    std::vector<exchange_block> blocks(G);
     std::vector<bool> apart(G, false);
     for (std::size_t c = 0; c < G; ++c)
-      for (std::size_t j = 1; j < g; ++j)
-        apart[c] = apart[c] || (world(c, j) != world(c, 0) + j && !(c == a && own_group_landed));
+      for (std::size_t j = 1; j < g; ++j) apart[c] = apart[c] || world(c, j) != world(c, 0) + j;
     const auto landed =
         uninitialized<T>(std::count(apart.begin(), apart.end(), true) ? P * count : 0);
-    for (std::size_t i = 0; i < G; ++i) {
-      const std::size_t c =
-          inter_world.empty() ? i
-                              : static_cast<std::size_t>(map.group_of[std::size_t(inter_world[i])]);
-      T* from = staged.get() + c * g * count;
-      T* at = c == a && own_group_landed ? from // landed in the first exchange: no copy
-              : apart[c]                 ? landed.get() + c * g * count
-                                         : recvbuf + world(c, 0) * count;
-      blocks[i] = {from, bytes, at, bytes};
+    auto arriving = [&](std::size_t c) {
+      return apart[c] ? landed.get() + c * g * count : recvbuf + world(c, 0) * count;
+    };
+    auto unpack = [&](std::size_t c, const T* from) {
+      for (std::size_t j = 0; j < g; ++j)
+        copy_block(recvbuf + world(c, j) * count, from + j * count, count);
+    };
+    const bool in_place = sendbuf == recvbuf;
+    if (count * sizeof(T) >= separate_blocks_from_bytes) {
+      by_group(m, tags, sendbuf, staged.get(), in_place ? nullptr : recvbuf, count, a, peer, world,
+               arriving, red);
+      for (std::size_t c = 0; c < G; ++c)
+        if (c == a ? in_place : apart[c])
+          unpack(c, (c == a ? staged.get() : landed.get()) + c * g * count);
+      return;
     }
+    m.in_group([&] {
+      exchange_packed(m.intra(), tags.first, sendbuf, staged.get(), count, G, world, exchange, red);
+    });
+    const std::size_t bytes = g * count * sizeof(T);
+    std::vector<exchange_block> blocks(G);
+    for (std::size_t c = 0; c < G; ++c)
+      blocks[std::size_t(peer[c])] = {staged.get() + c * g * count, bytes, arriving(c), bytes};
     m.across_groups([&] {
       exchange.exchange(inter, tags.second, std::span<const exchange_block>(blocks), red);
     });
     for (std::size_t c = 0; c < G; ++c)
-      if (apart[c])
-        for (std::size_t j = 0; j < g; ++j)
-          copy_block(recvbuf + world(c, j) * count, landed.get() + (c * g + j) * count, count);
+      if (apart[c]) unpack(c, landed.get() + c * g * count);
   }
 
   /// Blocks of at least this many bytes go to the other ranks of the group one message
   /// each, straight from the send buffer to where the exchange across groups sends them
-  /// from; shorter ones are packed into one message per pair first (and rearranged after),
-  /// which trades two copies for G - 1 fewer messages a pair. 4 KiB: see
+  /// from, group by group under the messages across groups (see the file comment); shorter
+  /// ones are packed into one message per pair first (and rearranged after), which trades
+  /// two copies and the overlap for G - 1 fewer messages a pair. 4 KiB: see
   /// docs/hierarchical.md, "All-to-all through the peers".
   std::size_t separate_blocks_from_bytes = 4096;
 
@@ -142,33 +150,64 @@ private:
     return std::unique_ptr<T[]>(n ? new T[n] : nullptr);
   }
 
-  /// Inside the group, one message a block: step s sends local rank l + s its G blocks
-  /// (those for W(c, l + s)) and receives local rank l - s's G blocks for this rank's
-  /// index, all posted at once, which land as staged[c][l - s]; with `recvbuf`, those of
-  /// this rank's own group `a` land in it at once, at W(a, l - s).
-  template <transport Tr, class T, class World, reducer R>
-  static void exchange_blocks(Tr& t, int tag, const T* sendbuf, T* staged, T* recvbuf,
-                              std::size_t a, std::size_t count, std::size_t G, const World& world,
-                              R& red) {
-    const std::size_t g = static_cast<std::size_t>(t.size()),
-                      l = static_cast<std::size_t>(t.rank());
-    auto landing = [&](std::size_t c, std::size_t j) {
-      return recvbuf && c == a ? recvbuf + world(c, j) * count : staged + (c * g + j) * count;
-    };
-    for (std::size_t c = 0; c < G; ++c)
-      if (count) red.copy(landing(c, l), sendbuf + world(c, l) * count, count);
-    std::vector<typename Tr::request> recvs(G), sends(G);
-    for (std::size_t s = 1; s < g; ++s) {
-      const std::size_t to = (l + s) % g, from = (l + g - s) % g;
-      for (std::size_t c = 0; c < G; ++c)
-        recvs[c] = t.irecv(int(from), landing(c, from), count * sizeof(T), tag);
-      for (std::size_t c = 0; c < G; ++c)
-        sends[c] =
-            isend_for_irecv(t, int(to), sendbuf + world(c, to) * count, count * sizeof(T), tag);
-      const auto until = clock::now() + t.timeout();
-      for (auto& q : recvs) t.wait(q, until);
-      for (auto& q : sends) t.wait(q, until);
+  /// One message a block, group by group: for each group c in turn (this rank's own group
+  /// last), the ranks of this group exchange their blocks for W(c, *), all posted at once,
+  /// which land as staged[c][j]; then, while the next group's blocks move inside the group,
+  /// staged[c] goes to group c's peer and its blocks for this rank come back to
+  /// `arriving(c)`. The own group's blocks need no second exchange: with `recvbuf` (out of
+  /// place) they land in it at once, at W(a, j); in place they wait in staged[a] (the send
+  /// buffer still holds blocks that are not sent yet). Every rank of a group takes the groups
+  /// in the same order, so the messages of a pair match in posting order.
+  template <class M, class T, class World, class Arriving, reducer R>
+  static void by_group(M& m, std::pair<int, int> tags, const T* sendbuf, T* staged, T* recvbuf,
+                       std::size_t count, std::size_t own, const std::vector<int>& peer,
+                       const World& world, const Arriving& arriving, R& red) {
+    auto& intra = m.intra();
+    auto& inter = *m.inter();
+    const std::size_t G = peer.size(), g = static_cast<std::size_t>(intra.size());
+    const std::size_t l = static_cast<std::size_t>(intra.rank());
+    const std::size_t bytes = count * sizeof(T);
+    using intra_request = typename std::remove_reference_t<decltype(intra)>::request;
+    using inter_request = typename std::remove_reference_t<decltype(inter)>::request;
+    std::vector<intra_request> recvs(g), sends(g);
+    std::vector<inter_request> across_recvs, across_sends;
+    across_recvs.reserve(G);
+    across_sends.reserve(G);
+    for (std::size_t step = 1; step <= G; ++step) {
+      const std::size_t c = (own + step) % G; // the own group last
+      const bool direct = c == own && recvbuf;
+      auto landing = [&](std::size_t j) {
+        return direct ? recvbuf + world(c, j) * count : staged + (c * g + j) * count;
+      };
+      m.in_group([&] {
+        if (count) red.copy(landing(l), sendbuf + world(c, l) * count, count);
+        recvs.clear();
+        sends.clear();
+        for (std::size_t s = 1; s < g; ++s) {
+          const std::size_t from = (l + g - s) % g;
+          recvs.push_back(intra.irecv(int(from), landing(from), bytes, tags.first));
+        }
+        for (std::size_t s = 1; s < g; ++s) {
+          const std::size_t to = (l + s) % g;
+          sends.push_back(
+              isend_for_irecv(intra, int(to), sendbuf + world(c, to) * count, bytes, tags.first));
+        }
+        const auto until = clock::now() + intra.timeout();
+        for (auto& q : recvs) intra.wait(q, until);
+        for (auto& q : sends) intra.wait(q, until);
+      });
+      if (c == own) break;
+      m.across_groups([&] {
+        across_recvs.push_back(inter.irecv(peer[c], arriving(c), g * bytes, tags.second));
+        across_sends.push_back(
+            isend_for_irecv(inter, peer[c], staged + c * g * count, g * bytes, tags.second));
+      });
     }
+    m.across_groups([&] {
+      const auto until = clock::now() + inter.timeout();
+      for (auto& q : across_recvs) inter.wait(q, until);
+      for (auto& q : across_sends) inter.wait(q, until);
+    });
   }
 
   /// Inside the group, one message a pair: the G blocks for W(0, k) .. W(G-1, k) packed for
