@@ -1034,7 +1034,8 @@ TEST_CASE("shm: every collective on mpi_node_hierarchy equals MPI's") {
     auto& h = machine.get();
     const int r = machine.rank();
     const int root = P - 1; // a leader only when nodes have one rank
-    for (std::size_t n : {std::size_t{1}, std::size_t{300}}) {
+    // 1000 doubles: the all-to-all's blocks go one message each, group by group (via_peers)
+    for (std::size_t n : {std::size_t{1}, std::size_t{300}, std::size_t{1000}}) {
       CAPTURE(n);
       const std::size_t all = n * std::size_t(P);
       // data movement: fractional values, compared bit for bit

@@ -169,8 +169,10 @@ private:
     const std::size_t bytes = count * sizeof(T);
     using intra_request = typename std::remove_reference_t<decltype(intra)>::request;
     using inter_request = typename std::remove_reference_t<decltype(inter)>::request;
-    std::vector<intra_request> recvs(g), sends(g);
+    std::vector<intra_request> recvs, sends;
     std::vector<inter_request> across_recvs, across_sends;
+    recvs.reserve(g);
+    sends.reserve(g);
     across_recvs.reserve(G);
     across_sends.reserve(G);
     for (std::size_t step = 1; step <= G; ++step) {
