@@ -1146,6 +1146,36 @@ def mpirun():
 
 @pytest.mark.skipif(not tcoll_torch_C().built_with_mpi, reason="backend built without MPI")
 @pytest.mark.skipif(mpirun() is None, reason="no mpirun")
+def body_all_to_all_hierarchical(rank, size):
+    import torch.distributed as dist
+    import tcoll_torch
+    # read once per process, when the first all_to_all_single of equal blocks is made
+    os.environ["TCOLL_ALLTOALL_ALGO"] = "hierarchical:0-max"
+    backend = dist.group.WORLD._get_backend(torch.device("cpu"))
+    before = tcoll_torch._C.machine_calls(backend)
+    res = all_to_all_equal_blocks(rank, size)
+    res["machine_calls"] = tcoll_torch._C.machine_calls(backend) - before
+    return res
+
+
+@pytest.mark.parametrize("hosts", [["a", "a", "b", "b"], ["a", "b", "a"]])
+def test_all_to_all_single_on_the_machine_across_nodes(hosts):
+    # a TCOLL_ALLTOALL_ALGO rule naming `hierarchical` runs all_to_all_single on the two-level
+    # machine: through the peers on nodes of 2 and 2, through the leaders on 2 and 1
+    results, errors = run_ranks(body_all_to_all_hierarchical, len(hosts), hostnames=hosts,
+                                deadline=240, allow_errors=True)
+    if errors and all("SKIP" in e for e in errors.values()):
+        pytest.skip("no UTS namespaces here (needs root): " + next(iter(errors.values())))
+    assert not errors, errors
+    size = len(hosts)
+    for r in range(size):
+        for k, (rows, cols, _) in enumerate(BRUCK_SHAPES):
+            want = torch.cat([alltoall_block(q, r, rows, cols) for q in range(size)])
+            assert torch.equal(results[r][k], want), f"rank {r}, blocks of {rows}x{cols}"
+            assert results[r][f"input{k}"], f"rank {r}: the input of case {k} changed"
+        assert results[r]["machine_calls"] == len(BRUCK_SHAPES), results[r]["machine_calls"]
+
+
 def test_emulated_nodes_over_mpi(tmp_path):
     # under mpirun the messages between nodes travel over MPI (mpi_transport), the rest as
     # in test_emulated_nodes; a sub-group across both nodes gets a communicator of its own

@@ -136,6 +136,8 @@ public:
   std::string internode() const { return flat_ ? std::string(flat_->engine()) : "none"; }
 
   std::uint64_t registered_messages() const { return shm_->registered_messages(); }
+  /// Calls this rank has run on the two-level machine across nodes (tests).
+  std::uint64_t machine_calls() const { return machine_calls_.load(std::memory_order_relaxed); }
 
   /// Its communicators (backend_access.hpp): the DistributedDataParallel reducer runs on them.
   backend_communicators communicators() const {
@@ -406,6 +408,7 @@ private:
   std::unique_ptr<internode_transport> flat_, inter_;
   std::shared_ptr<any_source_order> any_source_order_ = std::make_shared<any_source_order>();
   std::unique_ptr<tcoll::hierarchical<tcoll::shm_transport, internode_transport>> machine_;
+  std::atomic<std::uint64_t> machine_calls_{0};
   std::atomic<std::uint64_t> sequence_{0};
   std::chrono::milliseconds timeout_;  ///< the group's: every wait of the backend is bounded
   std::shared_ptr<group_trace> trace_; ///< its entries in torch's Flight Recorder

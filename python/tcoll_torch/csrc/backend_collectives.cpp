@@ -39,6 +39,14 @@ namespace tcoll_torch {
 
 namespace {
 
+/// Does the first of `rules` that covers `bytes` name `hierarchical`?
+bool names_hierarchical(const std::vector<tcoll::size_rule>& rules, std::size_t bytes) {
+  for (const auto& r : rules)
+    if (bytes >= r.min_bytes && bytes <= r.max_bytes)
+      return r.algorithm == tcoll::algorithm_id::hierarchical;
+  return false;
+}
+
 const char* op_name(c10d::ReduceOp::RedOpType op) {
   static const char* names[] = {"SUM",  "AVG", "PRODUCT", "MIN",        "MAX",
                                 "BAND", "BOR", "BXOR",    "PREMUL_SUM", "UNUSED"};
@@ -217,6 +225,8 @@ c10::intrusive_ptr<c10d::Work> backend::enqueue_on(Comm& c, OpType type,
                                                    const std::vector<at::Tensor>& inputs,
                                                    const char* what, std::size_t bytes, Body body) {
   trace_entry entry = call_traced ? trace_->record(*this, type, inputs, outputs) : trace_entry{};
+  if constexpr (std::is_same_v<Comm, std::remove_reference_t<decltype(*machine_)>>)
+    machine_calls_.fetch_add(1, std::memory_order_relaxed);
   auto w = c10::make_intrusive<work>(rank_, type, std::move(outputs));
   w->set_trace(std::move(entry));
   recorded(w);
@@ -592,6 +602,17 @@ c10::intrusive_ptr<c10d::Work> backend::alltoall_base(at::Tensor& output, at::Te
                      std::all_of(recv_bytes.begin(), recv_bytes.end(), is_block);
   at::Tensor in = dense(input), out = dense(output);
   const std::size_t call_bytes = std::max(in.nbytes(), out.nbytes());
+  // across nodes, a TCOLL_ALLTOALL_ALGO rule naming `hierarchical` for this size runs the
+  // call on the two-level machine, as under the preload (through the peers where the nodes
+  // have as many ranks: shared memory inside a node, one message per peer node across)
+  if (machine_ && equal && names_hierarchical(tcoll::alltoall_by_size::env_rules(), call_bytes))
+    return enqueue_on(*machine_, OpType::ALLTOALL_BASE, {output}, {input}, "all_to_all_single",
+                      call_bytes, [=, this](const auto& tags) {
+                        tcoll::cpu_reducer red;
+                        tcoll::alltoall_in(*machine_, tags, bytes_of(in), bytes_of(out), block,
+                                           false, tcoll::pairwise_exchange{}, red);
+                        copy_back(output, out);
+                      });
   tcoll::algorithm_id a =
       equal ? tcoll::alltoall_by_size{}.choose(block, size_, call_bytes <= inline_max_bytes_)
             : tcoll::algorithm_id::pairwise_exchange;

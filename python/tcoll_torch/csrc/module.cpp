@@ -103,12 +103,19 @@ std::tuple<int, int, int, int, int> layout_of(const c10::intrusive_ptr<c10d::Bac
 std::uint64_t registered_messages(const c10::intrusive_ptr<c10d::Backend>& b) {
   return tcoll_backend(b, "registered_messages").registered_messages();
 }
+
+/// Calls this rank has run on its two-level machine across nodes (tests).
+std::uint64_t machine_calls(const c10::intrusive_ptr<c10d::Backend>& b) {
+  return tcoll_backend(b, "machine_calls").machine_calls();
+}
 } // namespace tcoll_torch
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.doc() = "tcoll's torch.distributed backend (docs/torch.md)";
   m.def("registered_messages", &tcoll_torch::registered_messages,
         "messages sent from registered shared memory by this rank (tests)");
+  m.def("machine_calls", &tcoll_torch::machine_calls,
+        "calls this rank has run on its two-level machine across nodes (tests)");
   // the collective set-up calls wait for the other ranks through the store: without the
   // GIL, so that the process's other Python threads (their collectives included) go on
   using no_gil = pybind11::call_guard<pybind11::gil_scoped_release>;
