@@ -2,7 +2,7 @@
 /// \file
 /// All-to-all on a two-level machine whose groups all have the same size, through the peers:
 /// every rank exchanges with its peers, the ranks of its own local index in the other groups
-/// (the two-dimensional all-to-all of MVAPICH2 and of Tutel's "2DH" all-to-all). With G
+/// (the two-dimensional hierarchical, "2DH", all-to-all of Tutel's mixture-of-experts). With G
 /// groups of g ranks, world rank W(c, k) the k-th of group c:
 ///
 ///  1. inside the group, local rank l sends local rank k the G blocks it has for the ranks of
