@@ -1144,8 +1144,6 @@ def mpirun():
     return shutil.which("mpirun.openmpi") or shutil.which("mpirun")
 
 
-@pytest.mark.skipif(not tcoll_torch_C().built_with_mpi, reason="backend built without MPI")
-@pytest.mark.skipif(mpirun() is None, reason="no mpirun")
 def body_all_to_all_hierarchical(rank, size):
     import torch.distributed as dist
     import tcoll_torch
@@ -1176,6 +1174,8 @@ def test_all_to_all_single_on_the_machine_across_nodes(hosts):
         assert results[r]["machine_calls"] == len(BRUCK_SHAPES), results[r]["machine_calls"]
 
 
+@pytest.mark.skipif(not tcoll_torch_C().built_with_mpi, reason="backend built without MPI")
+@pytest.mark.skipif(mpirun() is None, reason="no mpirun")
 def test_emulated_nodes_over_mpi(tmp_path):
     # under mpirun the messages between nodes travel over MPI (mpi_transport), the rest as
     # in test_emulated_nodes; a sub-group across both nodes gets a communicator of its own

@@ -16,10 +16,12 @@
 /// | allgatherv | gather, packed in rank order | runs of consecutive ranks | broadcast, then each rank places the blocks |
 /// | reduce_scatter(v) | binomial reduce of all blocks | each group's blocks to its leader, reduced | scatter |
 /// | alltoall | gather of every row | one packed block per pair of leaders | scatter of rows |
-/// (all-to-all where every group has the same size: through the peers, via_peers.hpp)
 /// | gather | gather to the leader | linear gather to the root's leader | leader to the root |
 /// | scatter | root to its leader | linear scatter from the root's leader | scatter |
 // clang-format on
+///
+/// The machine runs all-to-all here only where its groups differ in size (or when told to):
+/// with groups of one size it goes through the peers (via_peers.hpp).
 ///
 /// Reductions need a commutative op (groups reorder operands); finalizing ops (avg) only
 /// accumulate in the phases and are finalized once with the total rank count. All-to-all,
