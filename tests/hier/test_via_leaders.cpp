@@ -212,57 +212,63 @@ TEST_CASE("via_leaders: allgather and alltoall place every block by world rank, 
   }
 }
 
-TEST_CASE("via_leaders: alltoallv, uneven and empty blocks, gaps, every shape") {
+TEST_CASE("via_peers and via_leaders: alltoallv, uneven and empty blocks, gaps, every shape") {
   // rank x sends rank y count(x, y) elements (0 for some pairs), laid out with a gap of one
   // element between blocks, which stays untouched. In place (one buffer, MPI's receive
-  // layout) the counts are symmetric: x sends y what y sends x.
+  // layout) the counts are symmetric: x sends y what y sends x. `automatic` goes through
+  // the peers where the groups have one size, through the leaders elsewhere.
   const auto cell = [](int x, int y, std::size_t i) {
     return x * 1000 + y + static_cast<double>(i) / 8.0 + 0.3;
   };
-  for (const auto& sc : leader_shapes()) {
-    CAPTURE(sc.name);
-    const int P = static_cast<int>(sc.group_of.size());
-    for (bool in_place : {false, true}) {
-      CAPTURE(in_place);
-      const auto count_of = [in_place](int x, int y) {
-        return std::size_t(in_place ? (x + y) % 3 : (x + 2 * y) % 4);
-      };
-      std::atomic<int> wrong{0};
-      on_machine(sc, [&](auto& h, int r) {
-        using counts = std::vector<std::size_t>;
-        counts send_counts(P), send_displs(P), recv_counts(P), recv_displs(P);
-        std::size_t send_at = 0, recv_at = 0;
-        for (int q = 0; q < P; ++q) {
-          send_counts[q] = count_of(r, q);
-          send_displs[q] = send_at;
-          send_at += send_counts[q] + 1;
-          recv_counts[q] = count_of(q, r);
-          recv_displs[q] = recv_at;
-          recv_at += recv_counts[q] + 1;
-        }
-        std::vector<double> send(send_at, -7.0), recv(recv_at, -9.0);
-        for (int q = 0; q < P; ++q)
-          for (std::size_t i = 0; i < send_counts[q]; ++i) send[send_displs[q] + i] = cell(r, q, i);
-        const auto before = send;
-        using span = std::span<const std::size_t>;
-        if (in_place) {
-          recv = send; // symmetric counts: the same layout both ways
-          alltoallv(h, recv.data(), span(send_counts), span(send_displs), recv.data(),
-                    span(recv_counts), span(recv_displs));
-        } else {
-          alltoallv(h, send.data(), span(send_counts), span(send_displs), recv.data(),
-                    span(recv_counts), span(recv_displs));
-          wrong += send != before;
-        }
-        for (int q = 0; q < P; ++q) {
-          for (std::size_t i = 0; i < recv_counts[q]; ++i)
-            wrong += recv[recv_displs[q] + i] != cell(q, r, i);
-          wrong += recv[recv_displs[q] + recv_counts[q]] != (in_place ? -7.0 : -9.0); // the gap
-        }
-      });
-      CHECK(wrong == 0);
-    }
-  }
+  for (const auto& sc : leader_shapes())
+    for (auto route : {alltoall_route::automatic, alltoall_route::via_leaders})
+      for (bool in_place : {false, true}) {
+        CAPTURE(sc.name);
+        CAPTURE(static_cast<int>(route));
+        CAPTURE(in_place);
+        const int P = static_cast<int>(sc.group_of.size());
+        const auto count_of = [in_place](int x, int y) {
+          return std::size_t(in_place ? (x + y) % 3 : (x + 2 * y) % 4);
+        };
+        std::atomic<int> wrong{0};
+        on_machine(sc,
+                   [&](auto& h, int r) {
+                     using counts = std::vector<std::size_t>;
+                     counts send_counts(P), send_displs(P), recv_counts(P), recv_displs(P);
+                     std::size_t send_at = 0, recv_at = 0;
+                     for (int q = 0; q < P; ++q) {
+                       send_counts[q] = count_of(r, q);
+                       send_displs[q] = send_at;
+                       send_at += send_counts[q] + 1;
+                       recv_counts[q] = count_of(q, r);
+                       recv_displs[q] = recv_at;
+                       recv_at += recv_counts[q] + 1;
+                     }
+                     std::vector<double> send(send_at, -7.0), recv(recv_at, -9.0);
+                     for (int q = 0; q < P; ++q)
+                       for (std::size_t i = 0; i < send_counts[q]; ++i)
+                         send[send_displs[q] + i] = cell(r, q, i);
+                     const auto before = send;
+                     using span = std::span<const std::size_t>;
+                     if (in_place) {
+                       recv = send; // symmetric counts: the same layout both ways
+                       alltoallv(h, recv.data(), span(send_counts), span(send_displs), recv.data(),
+                                 span(recv_counts), span(recv_displs));
+                     } else {
+                       alltoallv(h, send.data(), span(send_counts), span(send_displs), recv.data(),
+                                 span(recv_counts), span(recv_displs));
+                       wrong += send != before;
+                     }
+                     for (int q = 0; q < P; ++q) {
+                       for (std::size_t i = 0; i < recv_counts[q]; ++i)
+                         wrong += recv[recv_displs[q] + i] != cell(q, r, i);
+                       wrong += recv[recv_displs[q] + recv_counts[q]] !=
+                                (in_place ? -7.0 : -9.0); // the gap
+                     }
+                   },
+                   {route});
+        CHECK(wrong == 0);
+      }
 }
 
 TEST_CASE("via_leaders: gatherv and scatterv, uneven and empty blocks, every kind of root") {
@@ -348,26 +354,36 @@ TEST_CASE("via_leaders: gatherv and scatterv name the rank whose count disagrees
   CHECK(named == 2);
 }
 
-TEST_CASE("via_leaders: alltoallv names the peer whose count disagrees") {
+TEST_CASE("via_peers and via_leaders: alltoallv names the peer whose count disagrees") {
   const shape_case sc{"2 nodes x 2", consecutive(4, 2)};
-  std::atomic<int> named{0};
-  on_machine(sc, [&](auto& h, int r) {
-    // rank 3 expects 2 elements from rank 0, which sends 1
-    std::vector<std::size_t> counts(4, 1), displs{0, 2, 4, 6};
-    std::vector<std::size_t> recv_counts = counts;
-    if (r == 3) recv_counts[0] = 2;
-    std::vector<float> in(8, 1.0f), out(8);
-    try {
-      alltoallv(h, in.data(), std::span<const std::size_t>(counts),
-                std::span<const std::size_t>(displs), out.data(),
-                std::span<const std::size_t>(recv_counts), std::span<const std::size_t>(displs));
-    } catch (const invalid_argument& e) {
-      named += r == 3 && e.peer() == 0 &&
-               std::string(e.what()).find("recv_counts[0] is 2") != std::string::npos;
-    } catch (const error&) {
+  // rank `at` expects 2 elements from rank 0, which sends 1: across groups (rank 3) and
+  // inside the group (rank 1)
+  for (auto route : {alltoall_route::via_peers, alltoall_route::via_leaders})
+    for (int at : {3, 1}) {
+      CAPTURE(static_cast<int>(route));
+      CAPTURE(at);
+      std::atomic<int> named{0};
+      on_machine(sc,
+                 [&](auto& h, int r) {
+                   std::vector<std::size_t> counts(4, 1), displs{0, 2, 4, 6};
+                   std::vector<std::size_t> recv_counts = counts;
+                   if (r == at) recv_counts[0] = 2;
+                   std::vector<float> in(8, 1.0f), out(8);
+                   try {
+                     alltoallv(h, in.data(), std::span<const std::size_t>(counts),
+                               std::span<const std::size_t>(displs), out.data(),
+                               std::span<const std::size_t>(recv_counts),
+                               std::span<const std::size_t>(displs));
+                   } catch (const invalid_argument& e) {
+                     named +=
+                         r == at && e.peer() == 0 && e.rank() == at &&
+                         std::string(e.what()).find("recv_counts[0] is 2") != std::string::npos;
+                   } catch (const error&) {
+                   }
+                 },
+                 {route});
+      CHECK(named == 1);
     }
-  });
-  CHECK(named == 1);
 }
 
 TEST_CASE("via_leaders: reduce and reduce_scatter, exact sums and every rank exactly once") {
@@ -604,6 +620,60 @@ TEST_CASE("via_peers: all-to-all crosses the network in one message per pair of 
       CHECK(intra.messages == long(P) * (g - 1) * (packed ? 1 : M));
       CHECK(intra.bytes == long(P) * (g - 1) * M * long(n) * E);
     }
+}
+
+TEST_CASE("via_peers: alltoallv sends each peer its counts, then one message of blocks") {
+  // groups of g, M of them, rank x sends y count(x, y) > 0 elements. Inside the group every
+  // rank sends each other its M counts for that rank's peers, then one message per block;
+  // across groups every rank sends each peer g counts, then the g blocks in one message.
+  const auto count = [](int x, int y) { return std::size_t(1 + (x + 2 * y) % 3); };
+  for (auto [M, g] : {std::pair{2, 2}, std::pair{3, 2}, std::pair{2, 3}}) {
+    CAPTURE(M);
+    CAPTURE(g);
+    const int P = M * g;
+    const auto group_of = consecutive(P, g);
+    hier_test::traffic intra, inter;
+    std::atomic<int> wrong{0};
+    thread_team(P, std::chrono::seconds(20)).run([&](thread_transport& t) {
+      classify<thread_transport> c(t, group_of, intra, inter);
+      auto v = split_groups(c, std::span<const int>(group_of));
+      hierarchical h(v.intra, v.inter_ptr(),
+                     {v.world_rank, v.world_size, v.shards, {}, {}, v.group_members});
+      const int r = t.rank();
+      std::vector<std::size_t> send_counts(P), send_displs(P), recv_counts(P), recv_displs(P);
+      for (int q = 0, s = 0, d = 0; q < P; ++q) {
+        send_counts[q] = count(r, q);
+        recv_counts[q] = count(q, r);
+        send_displs[q] = std::size_t(s);
+        recv_displs[q] = std::size_t(d);
+        s += int(send_counts[q]);
+        d += int(recv_counts[q]);
+      }
+      std::vector<float> in(send_displs[P - 1] + send_counts[P - 1]);
+      std::vector<float> out(recv_displs[P - 1] + recv_counts[P - 1], -1.0f);
+      for (int q = 0; q < P; ++q)
+        for (std::size_t i = 0; i < send_counts[q]; ++i)
+          in[send_displs[q] + i] = float(r * 100 + q) + float(i) / 8.0f;
+      using span = std::span<const std::size_t>;
+      alltoallv(h, in.data(), span(send_counts), span(send_displs), out.data(), span(recv_counts),
+                span(recv_displs));
+      for (int q = 0; q < P; ++q)
+        for (std::size_t i = 0; i < recv_counts[q]; ++i)
+          wrong += out[recv_displs[q] + i] != float(q * 100 + r) + float(i) / 8.0f;
+    });
+    const long E = sizeof(float), C = sizeof(std::uint64_t);
+    long across = 0, inside = 0; // data bytes whose receiver has another group / local rank
+    for (int x = 0; x < P; ++x)
+      for (int y = 0; y < P; ++y) {
+        across += x / g != y / g ? long(count(x, y)) * E : 0;
+        inside += x % g != y % g ? long(count(x, y)) * E : 0;
+      }
+    CHECK(wrong == 0);
+    CHECK(inter.messages == long(P) * (M - 1) * 2);
+    CHECK(inter.bytes == long(P) * (M - 1) * g * C + across);
+    CHECK(intra.messages == long(P) * (g - 1) * (1 + M));
+    CHECK(intra.bytes == long(P) * (g - 1) * M * C + inside);
+  }
 }
 
 TEST_CASE("via_peers: a transport across groups in another order than the groups, named by "

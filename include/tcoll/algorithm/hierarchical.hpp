@@ -95,7 +95,7 @@ struct hierarchy_shape {
   std::vector<std::vector<int>> groups{};
 };
 
-/// How a two-level machine runs all-to-all (`MPI_Alltoall`'s equal blocks).
+/// How a two-level machine runs all-to-all (`alltoall` and `alltoallv`).
 enum class alltoall_route {
   /// `via_peers` where every group has the same size, else `via_leaders`
   automatic,
@@ -254,10 +254,8 @@ public:
   template <class T, reducer R>
   void alltoall_tagged(std::pair<int, int> tags, const T* sendbuf, T* recvbuf, std::size_t count,
                        bool in_place, const pairwise_exchange& exchange, R& red) {
-    const bool peers =
-        options_.alltoall == alltoall_route::via_peers ||
-        (options_.alltoall == alltoall_route::automatic && via_peers::fits(group_map("alltoall")));
-    if (peers) return options_.peers.alltoall(*this, tags, sendbuf, recvbuf, count, exchange, red);
+    if (peers_for_alltoall("alltoall"))
+      return options_.peers.alltoall(*this, tags, sendbuf, recvbuf, count, exchange, red);
     via_leaders{}.alltoall(*this, tags, sendbuf, recvbuf, count, in_place, exchange, red);
   }
   template <class T, reducer R>
@@ -267,6 +265,9 @@ public:
                         std::span<const std::size_t> recv_counts,
                         std::span<const std::size_t> recv_displs, bool,
                         const pairwise_exchange& exchange, R& red) {
+    if (peers_for_alltoall("alltoallv"))
+      return options_.peers.alltoallv(*this, tags, sendbuf, send_counts, send_displs, recvbuf,
+                                      recv_counts, recv_displs, exchange, red);
     via_leaders{}.alltoallv(*this, tags, sendbuf, send_counts, send_displs, recvbuf, recv_counts,
                             recv_displs, exchange, red);
   }
@@ -327,6 +328,12 @@ public:
     std::size_t count_ = 0;
     Algo algo_{};
   };
+
+  /// Does the all-to-all (`what`: alltoall or alltoallv) go through the peers?
+  bool peers_for_alltoall(const char* what) {
+    return options_.alltoall == alltoall_route::via_peers ||
+           (options_.alltoall == alltoall_route::automatic && via_peers::fits(group_map(what)));
+  }
 
   /// `f()`, with an error the group transport raises in its own ranks named in world ranks
   /// (see hierarchy_shape::intra_world_ranks).

@@ -31,7 +31,9 @@
 /// these name its world rank) and `in_group(f)` / `across_groups(f)`.
 #include <algorithm>
 #include <cstddef>
+#include <cstdint>
 #include <cstring>
+#include <functional>
 #include <memory>
 #include <span>
 #include <string>
@@ -67,31 +69,9 @@ struct via_peers {
     static_assert(detail::reducer_uses_host_memory<R>(),
                   "tcoll: all-to-all on a hierarchical machine moves host memory: pass a host "
                   "reducer (cpu_reducer)");
-    const auto& map = m.group_map("alltoall");
-    if (!fits(map))
-      throw invalid_argument(
-          "alltoall: the route via_peers needs groups of one size; group 0 has " +
-              std::to_string(map.groups.front().size()) + " ranks and another " +
-              "does not (use via_leaders)",
-          m.rank());
-    const std::size_t G = map.groups.size(), g = map.groups.front().size(), P = G * g;
-    const std::size_t l = static_cast<std::size_t>(m.intra().rank());
-    const std::size_t a = static_cast<std::size_t>(map.group_of[std::size_t(m.rank())]);
-    auto world = [&](std::size_t c, std::size_t k) {
-      return static_cast<std::size_t>(map.groups[c][k]);
-    };
-    auto& inter = *m.inter(); // every local rank has one: its index is below the group size
-    if (static_cast<std::size_t>(inter.size()) != G)
-      throw invalid_argument("alltoall: the transport across groups of local rank " +
-                                 std::to_string(l) + " has " + std::to_string(inter.size()) +
-                                 " ranks for " + std::to_string(G) + " groups",
-                             m.rank());
-    // peer[c]: the rank of group c on the transport across groups
-    std::vector<int> peer(G);
-    const auto& inter_world = m.shape().inter_world_ranks;
-    for (std::size_t i = 0; i < G; ++i)
-      peer[inter_world.empty() ? i : std::size_t(map.group_of[std::size_t(inter_world[i])])] =
-          int(i);
+    const auto [G, g, l, a, world, peer] = seat_of(m, "alltoall");
+    const std::size_t P = G * g;
+    auto& inter = *m.inter();
     // staged[c][j]: the block local rank j has for W(c, l), what goes to group c's peer
     const auto staged = uninitialized<T>(P * count);
     // group c's blocks for this rank land at W(c, 0) .. W(c, g-1): straight in the receive
@@ -131,6 +111,136 @@ struct via_peers {
       if (apart[c]) unpack(c, landed.get() + c * g * count);
   }
 
+  /// All-to-all with a block of its own size for every pair (host memory; counts and
+  /// displacements in elements, already checked on this rank), through the peers as
+  /// `alltoall` goes group by group, every block one message. The counts travel: first the
+  /// ranks of a group exchange their counts for each other's peers (G per pair), then every
+  /// rank sends each peer, ahead of the data, the g counts of the blocks it forwards, which
+  /// the peer checks against its `recv_counts` (a mismatch throws `invalid_argument` naming
+  /// the rank that sent the block) before it posts the data's receive. Empty blocks send
+  /// nothing. In place (`sendbuf == recvbuf`, send and receive layouts of their own) nothing
+  /// lands in the buffer before every block has left it.
+  template <class M, class T, reducer R>
+  void alltoallv(M& m, std::pair<int, int> tags, const T* sendbuf,
+                 std::span<const std::size_t> send_counts, std::span<const std::size_t> send_displs,
+                 T* recvbuf, std::span<const std::size_t> recv_counts,
+                 std::span<const std::size_t> recv_displs, const pairwise_exchange& exchange,
+                 R& red) const {
+    static_assert(detail::reducer_uses_host_memory<R>(),
+                  "tcoll: all-to-all on a hierarchical machine moves host memory: pass a host "
+                  "reducer (cpu_reducer)");
+    using count_t = std::uint64_t;
+    const auto [G, g, l, own, world, peer] = seat_of(m, "alltoallv");
+    auto& intra = m.intra();
+    auto& inter = *m.inter();
+    const bool in_place = sendbuf == recvbuf;
+    // 1: counts inside the group: in[j * G + c], what local rank j sends W(c, l)
+    std::vector<count_t> out(g * G), in(g * G);
+    for (std::size_t k = 0; k < g; ++k)
+      for (std::size_t c = 0; c < G; ++c) out[k * G + c] = send_counts[world(c, k)];
+    m.in_group([&] {
+      exchange.exchange_equal(intra, tags.first, out.data(), in.data(), G * sizeof(count_t), red);
+    });
+    for (std::size_t j = 0; j < g; ++j) // the own group's blocks come straight from their senders
+      check_count(m, in[j * G + own], recv_counts, world(own, j));
+    // forwarded[c]: the g blocks for W(c, l) in local-rank order, at start[c * (g + 1) + j]
+    std::vector<std::size_t> start(G * (g + 1), 0);
+    std::vector<count_t> headers(G * g);
+    std::size_t forwarded_total = 0;
+    for (std::size_t c = 0; c < G; ++c) {
+      for (std::size_t j = 0; j < g; ++j) {
+        start[c * (g + 1) + j] = forwarded_total;
+        headers[c * g + j] = in[j * G + c];
+        if (c != own || in_place) forwarded_total += in[j * G + c];
+      }
+      start[c * (g + 1) + g] = forwarded_total;
+    }
+    // arrived[c]: group c's blocks for this rank, in local-rank order, from its peer
+    std::vector<std::size_t> arrived_start(G + 1, 0);
+    for (std::size_t c = 0; c < G; ++c) {
+      std::size_t n = 0;
+      for (std::size_t j = 0; j < g && c != own; ++j) n += recv_counts[world(c, j)];
+      arrived_start[c + 1] = arrived_start[c] + n;
+    }
+    const auto forwarded = uninitialized<T>(forwarded_total);
+    const auto arrived = uninitialized<T>(arrived_start[G]);
+    std::vector<count_t> header_in(G * g);
+    using intra_request = typename std::remove_reference_t<decltype(intra)>::request;
+    using inter_request = typename std::remove_reference_t<decltype(inter)>::request;
+    std::vector<intra_request> recvs, sends;
+    std::vector<inter_request> header_recvs(G), across;
+    recvs.reserve(g);
+    sends.reserve(g);
+    across.reserve(3 * G);
+    // 2: the headers leave at once, for the peers to post their receives in time
+    m.across_groups([&] {
+      for (std::size_t c = 0; c < G; ++c) {
+        if (c == own) continue;
+        header_recvs[c] =
+            inter.irecv(peer[c], header_in.data() + c * g, g * sizeof(count_t), tags.second);
+        across.push_back(
+            inter.isend(peer[c], headers.data() + c * g, g * sizeof(count_t), tags.second));
+      }
+    });
+    // 3: group by group (the own group last), the blocks for W(c, *) inside the group, then
+    // what came in for W(c, l) to group c's peer
+    for (std::size_t step = 1; step <= G; ++step) {
+      const std::size_t c = (own + step) % G;
+      const bool direct = c == own && !in_place;
+      auto landing = [&](std::size_t j) {
+        return direct ? recvbuf + recv_displs[world(c, j)]
+                      : forwarded.get() + start[c * (g + 1) + j];
+      };
+      m.in_group([&] {
+        const std::size_t mine = send_counts[world(c, l)];
+        if (mine) red.copy(landing(l), sendbuf + send_displs[world(c, l)], mine);
+        recvs.clear();
+        sends.clear();
+        for (std::size_t s = 1; s < g; ++s) {
+          const std::size_t from = (l + g - s) % g;
+          if (const count_t n = in[from * G + c])
+            recvs.push_back(intra.irecv(int(from), landing(from), n * sizeof(T), tags.first));
+        }
+        for (std::size_t s = 1; s < g; ++s) {
+          const std::size_t to = (l + s) % g;
+          if (const std::size_t n = send_counts[world(c, to)])
+            sends.push_back(isend_for_irecv(intra, int(to), sendbuf + send_displs[world(c, to)],
+                                            n * sizeof(T), tags.first));
+        }
+        const auto until = clock::now() + intra.timeout();
+        for (auto& q : recvs) intra.wait(q, until);
+        for (auto& q : sends) intra.wait(q, until);
+      });
+      if (c == own) break;
+      m.across_groups([&] { inter.wait(header_recvs[c], clock::now() + inter.timeout()); });
+      for (std::size_t j = 0; j < g; ++j)
+        check_count(m, header_in[c * g + j], recv_counts, world(c, j));
+      m.across_groups([&] {
+        if (const std::size_t n = arrived_start[c + 1] - arrived_start[c])
+          across.push_back(
+              inter.irecv(peer[c], arrived.get() + arrived_start[c], n * sizeof(T), tags.second));
+        const std::size_t first = start[c * (g + 1)], n = start[c * (g + 1) + g] - first;
+        if (n)
+          across.push_back(
+              isend_for_irecv(inter, peer[c], forwarded.get() + first, n * sizeof(T), tags.second));
+      });
+    }
+    m.across_groups([&] {
+      const auto until = clock::now() + inter.timeout();
+      for (auto& q : across) inter.wait(q, until);
+    });
+    for (std::size_t c = 0; c < G; ++c) {
+      if (c == own && !in_place) continue;
+      const T* from =
+          c == own ? forwarded.get() + start[c * (g + 1)] : arrived.get() + arrived_start[c];
+      for (std::size_t j = 0; j < g; ++j) {
+        const std::size_t x = world(c, j), n = recv_counts[x];
+        copy_block(recvbuf + recv_displs[x], from, n);
+        from += n;
+      }
+    }
+  }
+
   /// Blocks of at least this many bytes go to the other ranks of the group one message
   /// each, straight from the send buffer to where the exchange across groups sends them
   /// from, group by group under the messages across groups (see the file comment); shorter
@@ -140,6 +250,55 @@ struct via_peers {
   std::size_t separate_blocks_from_bytes = 4096;
 
 private:
+  /// Where this rank sits: G groups of g ranks, its local rank l and group a, the world
+  /// rank of the k-th of group c, and peer[c], the rank of group c on the transport across
+  /// groups (rank c unless `inter_world_ranks` says otherwise).
+  struct seat {
+    std::size_t G, g, l, a;
+    std::function<std::size_t(std::size_t, std::size_t)> world;
+    std::vector<int> peer;
+  };
+  template <class M>
+  static seat seat_of(M& m, const char* what) {
+    const auto& map = m.group_map(what);
+    if (!fits(map))
+      throw invalid_argument(std::string(what) + ": the route via_peers needs groups of one " +
+                                 "size; group 0 has " + std::to_string(map.groups.front().size()) +
+                                 " ranks and another does not (use via_leaders)",
+                             m.rank());
+    const std::size_t G = map.groups.size(), g = map.groups.front().size();
+    const std::size_t l = static_cast<std::size_t>(m.intra().rank());
+    const std::size_t a = static_cast<std::size_t>(map.group_of[std::size_t(m.rank())]);
+    auto& inter = *m.inter(); // every local rank has one: its index is below the group size
+    if (static_cast<std::size_t>(inter.size()) != G)
+      throw invalid_argument(std::string(what) + ": the transport across groups of local rank " +
+                                 std::to_string(l) + " has " + std::to_string(inter.size()) +
+                                 " ranks for " + std::to_string(G) + " groups",
+                             m.rank());
+    std::vector<int> peer(G);
+    const auto& inter_world = m.shape().inter_world_ranks;
+    for (std::size_t i = 0; i < G; ++i)
+      peer[inter_world.empty() ? i : std::size_t(map.group_of[std::size_t(inter_world[i])])] =
+          int(i);
+    return {G,
+            g,
+            l,
+            a,
+            [&map](std::size_t c, std::size_t k) { return std::size_t(map.groups[c][k]); },
+            std::move(peer)};
+  }
+
+  /// A count that reached this rank for the block from world rank `x`, against its own.
+  template <class M>
+  static void check_count(M& m, std::uint64_t arrived, std::span<const std::size_t> recv_counts,
+                          std::size_t x) {
+    if (arrived != recv_counts[x])
+      throw invalid_argument("alltoallv: rank " + std::to_string(x) + " sends this rank " +
+                                 std::to_string(arrived) + " elements but recv_counts[" +
+                                 std::to_string(x) + "] is " + std::to_string(recv_counts[x]),
+                             m.rank(), static_cast<int>(x));
+  }
+
   template <class T>
   static void copy_block(T* dst, const T* src, std::size_t count) {
     if (count) std::memcpy(dst, src, count * sizeof(T));
