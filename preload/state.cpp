@@ -98,28 +98,23 @@ constexpr coll ruled_collectives[] = {coll::allreduce, coll::reduce_scatter_bloc
                                       coll::gather,    coll::scatter,
                                       coll::alltoallv, coll::gatherv,
                                       coll::scatterv,  coll::barrier};
+// the parser's rule for sizes that the ranks of a call do not share is the preload's
+static_assert(std::ranges::all_of(ruled_collectives, [](coll c) {
+  return per_rank_size(c) == !tcoll::size_is_shared(collective_of(c));
+}));
 
 /// Parses the selection string `text` of collective `c` (read from `var`) with tcoll's
 /// parser and the table's names (every one the table lists for `c` runs here). Throws
 /// invalid_argument.
-/// A collective of `per_rank_size` takes only rules that cover every size (0-max): its ranks
-/// do not share a size to choose by, and a rule covering part of the sizes would route the
-/// ranks of one call differently.
+/// A collective of `per_rank_size` takes only rules that cover every size (0-max; the
+/// parser's `size_is_shared`): its ranks do not share a size to choose by, and a rule
+/// covering part of the sizes would route the ranks of one call differently.
 std::vector<size_rule> parse_rules(coll c, std::string_view var, std::string_view text) {
-  std::vector<size_rule> rules;
   try {
-    rules = parse_selection(text, collective_of(c));
+    return parse_selection(text, collective_of(c));
   } catch (const invalid_argument& e) {
     throw invalid_argument(std::string(var) + "='" + std::string(text) + "': " + e.message());
   }
-  if (per_rank_size(c))
-    for (const size_rule& r : rules)
-      if (r.min_bytes != 0 || r.max_bytes != std::numeric_limits<std::size_t>::max())
-        throw invalid_argument(std::string(var) + "='" + std::string(text) +
-                               "': the ranks of one call move sizes of their own (or none), so a "
-                               "rule must cover every size (" +
-                               std::string(to_string(r.algorithm)) + ":0-max)");
-  return rules;
 }
 
 settings read_settings() {
@@ -310,9 +305,7 @@ const settings& load_config() {
 
 bool chosen_by_rule(coll c, std::size_t bytes) {
   if (per_rank_size(c)) return !config().rules[static_cast<int>(c)].empty();
-  for (const size_rule& r : config().rules[static_cast<int>(c)])
-    if (bytes >= r.min_bytes && bytes <= r.max_bytes) return true;
-  return false;
+  return first_rule_covering(config().rules[static_cast<int>(c)], bytes) != nullptr;
 }
 
 algorithm_id choose_shared_memory(std::size_t bytes, int ranks) {
@@ -340,8 +333,8 @@ algorithm_id choose(coll c, std::size_t bytes) {
   if (per_rank_size(c))
     return s.rules[static_cast<int>(c)].empty() ? algorithm_id::passthrough
                                                 : s.rules[static_cast<int>(c)].front().algorithm;
-  for (const size_rule& r : s.rules[static_cast<int>(c)])
-    if (bytes >= r.min_bytes && bytes <= r.max_bytes) return r.algorithm;
+  if (const size_rule* r = first_rule_covering(s.rules[static_cast<int>(c)], bytes))
+    return r->algorithm;
   if (bytes <= s.native_below_bytes) return algorithm_id::passthrough;
   const collective k = collective_of(c);
   // tcoll's built-in allreduce choice without the environment's rules (read above); the

@@ -15,18 +15,18 @@
 //   hierarchical_leader, hierarchical_sharded, tensor (one member per node owning G buffers),
 //   passthrough (threads+mpi: leader form with MPI_Allreduce among the node leaders).
 // Other collectives (-C, a name of the table of collectives): broadcast, reduce, allgather,
-//   reduce_scatter, alltoall, gather, scatter, each on the flat world with the table's flat
-//   algorithms (-a: binomial_tree, scatter_allgather; ring; pairwise_exchange, bruck; linear)
+//   reduce_scatter, alltoall, alltoallv (the all-to-all's equal blocks through the uneven
+//   form), gather, scatter, each on the flat world with the table's flat algorithms (-a:
+//   binomial_tree, scatter_allgather; ring; pairwise_exchange, bruck; linear)
 //   and on the two-level machine (`hierarchical`: through the group leaders,
 //   algorithm/via_leaders.hpp; all-to-all through the peers, algorithm/via_peers.hpp, and
-//   `hierarchical_via_leaders` through the leaders), default both. -L names the broadcast the
-//   two-level machine runs among the group leaders (default the line's first, the binomial tree;
-//   the other collectives run their own whatever -L says). Sizes are the table's size measure (the
-//   whole P-block buffer for the block collectives); roots are rank 0; reduce and reduce_scatter
-//   have no in-place form (N/A).
-//   The model columns price the planner's traffic formula (plan::collective_traffic) by the
-//   measured link where every rank is a node (-G 1), and print 0 otherwise (two link
-//   classes); "xfirst" compares with the first -a algorithm.
+//   `hierarchical_via_leaders` through the leaders, for alltoall and alltoallv), default both. -L
+//   names the broadcast the two-level machine runs among the group leaders (default the line's
+//   first, the binomial tree; the other collectives run their own whatever -L says). Sizes are the
+//   table's size measure (the whole P-block buffer for the block collectives); roots are rank 0;
+//   reduce and reduce_scatter have no in-place form (N/A). The model columns price the planner's
+//   traffic formula (plan::collective_traffic) by the measured link where every rank is a node (-G
+//   1), and print 0 otherwise (two link classes); "xfirst" compares with the first -a algorithm.
 // Timing as nccl-tests: -w warm-up calls, barrier, -n timed calls; time = max over ranks of
 // elapsed/n; -R repetitions, median reported. busbw = algbw * 2(P-1)/P with P = N*G for
 // allreduce, (P-1)/P for allgather, reduce_scatter, alltoall, gather and scatter, and algbw
@@ -104,8 +104,9 @@ const char* usage =
     "  [-P hierarchical pipeline segment bytes (0: no pipeline)]\n"
     "  [-L the broadcast hierarchical runs among the leaders (-C broadcast)]\n"
     "  [-a ring,multi_ring,hierarchical_leader,hierarchical_sharded,tensor,passthrough]\n"
-    "  [-C allreduce|broadcast|reduce|allgather|reduce_scatter|alltoall|gather|scatter]\n"
-    "  (-C alltoall: -a also hierarchical_via_leaders, the machine's route through the leaders)\n"
+    "  [-C allreduce|broadcast|reduce|allgather|reduce_scatter|alltoall|alltoallv|gather|scatter]\n"
+    "  (-C alltoallv: the all-to-all's equal blocks through the uneven form; -C alltoall(v): -a\n"
+    "  also hierarchical_via_leaders, the machine's route through the leaders)\n"
     "  [--json FILE]\n";
 
 options parse(int argc, char** argv) {
@@ -170,15 +171,17 @@ options parse(int argc, char** argv) {
   }
   if (o.coll != collective::allreduce) {
     const collective_description& d = describe(o.coll);
-    if (d.counts == count_rule::per_peer || d.counts == count_rule::none)
+    if ((d.counts == count_rule::per_peer && o.coll != collective::alltoallv) ||
+        d.counts == count_rule::none)
       throw invalid_argument("hier_perf: -C " + std::string(d.name) +
-                             ": the v forms and barrier are not measured here");
+                             ": the v forms (but alltoallv) and barrier are not measured here");
     if (!o.algorithms_given) { // every flat algorithm of the table's line, then the hierarchy
       o.algorithms.clear();
       for (algorithm_id a : algorithms_of(d.id)) o.algorithms.emplace_back(to_string(a));
     }
     for (const auto& a : o.algorithms) // the table's names only, and no vendor collective
-      if ((a != "hierarchical_via_leaders" || o.coll != collective::alltoall) &&
+      if ((a != "hierarchical_via_leaders" ||
+           (o.coll != collective::alltoall && o.coll != collective::alltoallv)) &&
           parse_algorithm(a, o.coll) == algorithm_id::passthrough)
         throw invalid_argument("hier_perf: -a passthrough: -C " + std::string(d.name) +
                                " measures tcoll's algorithms only");
@@ -354,6 +357,16 @@ void call_collective(collective c, const std::string& algo, const std::string& l
     on(std::integral_constant<collective, collective::alltoall>{},
        [&](auto& comm, const auto& x) { tcoll::alltoall(comm, inplace ? d : s, d, block, x); });
     return;
+  case collective::alltoallv: { // the all-to-all's blocks, through the uneven form's path
+    const std::vector<std::size_t> counts(static_cast<std::size_t>(P), block);
+    std::vector<std::size_t> displs(static_cast<std::size_t>(P));
+    for (std::size_t q = 0; q < displs.size(); ++q) displs[q] = q * block;
+    const std::span<const std::size_t> c_(counts), d_(displs);
+    on(std::integral_constant<collective, collective::alltoallv>{}, [&](auto& comm, const auto& x) {
+      tcoll::alltoallv(comm, inplace ? d : s, c_, d_, d, c_, d_, x);
+    });
+    return;
+  }
   case collective::gather:
     on(std::integral_constant<collective, collective::gather>{}, [&](auto& comm, const auto& x) {
       tcoll::gather(comm, (inplace ? d : s) + own, d, block, 0, x);
@@ -395,6 +408,7 @@ long long collective_wrong(collective c, const float* d, std::size_t n, int me, 
     for (std::size_t j = 0; j < block; ++j) bad += d[j] != sum_at(own + j);
     break;
   case collective::alltoall:
+  case collective::alltoallv:
     for (std::size_t i = 0; i < block * std::size_t(P); ++i)
       bad += d[i] != value(int(i / block), own + i % block);
     break;

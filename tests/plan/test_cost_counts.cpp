@@ -385,4 +385,31 @@ TEST_CASE("the table of collectives: names, algorithms and selection agree") {
   automatic a;
   a.rules = rules;
   CHECK(a.choose(64, true) == algorithm_id::ring);
+  // what a selection string chooses: the first rule covering the size
+  CHECK(first_rule_covering(rules, 64) == &rules[0]);
+  CHECK(first_rule_covering(rules, 2 << 20) == &rules[1]);
+  const auto upper = parse_selection("ring:1K-8K");
+  CHECK(first_rule_covering(upper, 1023) == nullptr);
+  CHECK(first_rule_covering(upper, 8192) == &upper[0]);
+  CHECK(first_rule_covering(upper, 8193) == nullptr);
+}
+
+TEST_CASE("selection: the collectives whose ranks move sizes of their own take rules of "
+          "every size only") {
+  for (const auto& d : collective_table) {
+    CAPTURE(d.name);
+    const bool shared = d.counts != count_rule::per_peer && d.counts != count_rule::none;
+    CHECK(size_is_shared(d.id) == shared);
+    const std::string name(to_string(algorithms_of(d.id).front()));
+    CHECK(parse_selection(name + ":0-max", d.id).size() == 1);
+    if (shared)
+      CHECK(parse_selection(name + ":0-4K", d.id).at(0).max_bytes == 4096);
+    else
+      CHECK_THROWS_WITH_AS((void)parse_selection(name + ":0-4K", d.id),
+                           doctest::Contains("so a rule must cover every size"),
+                           tcoll::invalid_argument);
+  }
+  CHECK(!size_is_shared(collective::alltoallv));
+  CHECK(!size_is_shared(collective::barrier));
+  CHECK(size_is_shared(collective::alltoall));
 }

@@ -345,7 +345,9 @@ def test_subgroups_overlapping_in_alternation():
 
 
 # all_to_all_single of equal blocks with Bruck forced (tcoll's default picks it only from 16
-# ranks): (rows per block, columns, explicit equal splits). The calls are asynchronous:
+# ranks): (rows per block, columns, explicit equal splits; a call with split sizes takes the
+# exchange of blocks whatever they are, as the ranks of one call must choose alike). The
+# calls are asynchronous:
 # 6000 floats per block are more than the 64 KiB a call may run inline, so that one is
 # queued on the engine
 BRUCK_SHAPES = ((1, 1, False), (7, 1, False), (3, 2, True), (6000, 1, False))
@@ -1144,14 +1146,40 @@ def mpirun():
     return shutil.which("mpirun.openmpi") or shutil.which("mpirun")
 
 
+def uneven_rows(src, dst):
+    """Rows rank `src` sends rank `dst` in the uneven all_to_all_single cases: 0 to 4, some
+    pairs none."""
+    return (2 * src + 3 * dst + 1) % 5
+
+
+def all_to_all_uneven_blocks(rank, size, cols=3):
+    """all_to_all_single with split sizes of every pair its own, asynchronous; the output
+    and whether the input stayed as it was."""
+    import torch.distributed as dist
+    in_splits = [uneven_rows(rank, q) for q in range(size)]
+    out_splits = [uneven_rows(q, rank) for q in range(size)]
+    x = torch.cat([alltoall_block(rank, q, in_splits[q], cols) for q in range(size)])
+    kept = x.clone()
+    y = torch.full((sum(out_splits), cols), -1.0)
+    dist.all_to_all_single(y, x, out_splits, in_splits, async_op=True).wait()
+    return y, torch.equal(x, kept)
+
+
+def want_uneven_blocks(rank, size, cols=3):
+    return torch.cat([alltoall_block(q, rank, uneven_rows(q, rank), cols) for q in range(size)])
+
+
 def body_all_to_all_hierarchical(rank, size):
     import torch.distributed as dist
     import tcoll_torch
-    # read once per process, when the first all_to_all_single of equal blocks is made
+    # read once per process, at the first all_to_all_single of its kind: without split
+    # sizes the rule of the equal blocks, with them (even ones too) the uneven form's
     os.environ["TCOLL_ALLTOALL_ALGO"] = "hierarchical:0-max"
+    os.environ["TCOLL_ALLTOALLV_ALGO"] = "hierarchical:0-max"
     backend = dist.group.WORLD._get_backend(torch.device("cpu"))
     before = tcoll_torch._C.machine_calls(backend)
     res = all_to_all_equal_blocks(rank, size)
+    res["uneven"], res["uneven_input"] = all_to_all_uneven_blocks(rank, size)
     res["machine_calls"] = tcoll_torch._C.machine_calls(backend) - before
     return res
 
@@ -1159,7 +1187,8 @@ def body_all_to_all_hierarchical(rank, size):
 @pytest.mark.parametrize("hosts", [["a", "a", "b", "b"], ["a", "b", "a"]])
 def test_all_to_all_single_on_the_machine_across_nodes(hosts):
     # a TCOLL_ALLTOALL_ALGO rule naming `hierarchical` runs all_to_all_single on the two-level
-    # machine: through the peers on nodes of 2 and 2, through the leaders on 2 and 1
+    # machine, and a TCOLL_ALLTOALLV_ALGO one the calls with split sizes: through the peers
+    # on nodes of 2 and 2, through the leaders on 2 and 1
     results, errors = run_ranks(body_all_to_all_hierarchical, len(hosts), hostnames=hosts,
                                 deadline=240, allow_errors=True)
     if errors and all("SKIP" in e for e in errors.values()):
@@ -1171,7 +1200,33 @@ def test_all_to_all_single_on_the_machine_across_nodes(hosts):
             want = torch.cat([alltoall_block(q, r, rows, cols) for q in range(size)])
             assert torch.equal(results[r][k], want), f"rank {r}, blocks of {rows}x{cols}"
             assert results[r][f"input{k}"], f"rank {r}: the input of case {k} changed"
-        assert results[r]["machine_calls"] == len(BRUCK_SHAPES), results[r]["machine_calls"]
+        assert torch.equal(results[r]["uneven"], want_uneven_blocks(r, size)), r
+        assert results[r]["uneven_input"], f"rank {r}: the uneven call's input changed"
+        assert results[r]["machine_calls"] == len(BRUCK_SHAPES) + 1, results[r]["machine_calls"]
+
+
+def body_all_to_all_splits_even_on_one_rank(rank, size):
+    import torch.distributed as dist
+    os.environ.pop("TCOLL_ALLTOALL_ALGO", None)
+    # rank 0 sends and receives 3 rows per peer, rank 1 sends itself 5: rank 0's splits are
+    # even, rank 1's are not, and both must take the same path (before, rank 0 chose the
+    # collective area by its own even blocks and rank 1 the exchange: a 30 s timeout)
+    splits = [[3, 3], [3, 5]][rank]
+    x = torch.cat([alltoall_block(rank, q, splits[q], 1) for q in range(size)])
+    y = torch.full((sum(splits), 1), -1.0)
+    start = time.monotonic()
+    dist.all_to_all_single(y, x, splits, splits)
+    return y, time.monotonic() - start
+
+
+def test_all_to_all_single_with_split_sizes_even_on_one_rank_only():
+    results = run_ranks(body_all_to_all_splits_even_on_one_rank, 2)
+    rows = [[3, 3], [3, 5]]
+    for r in range(2):
+        y, seconds = results[r]
+        want = torch.cat([alltoall_block(q, r, rows[q][r], 1) for q in range(2)])
+        assert torch.equal(y, want), r
+        assert seconds < 10, seconds
 
 
 @pytest.mark.skipif(not tcoll_torch_C().built_with_mpi, reason="backend built without MPI")

@@ -10,8 +10,10 @@
 #include <cstddef>
 #include <cstdlib>
 #include <limits>
+#include <span>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "../core/collective_table.hpp"
@@ -69,9 +71,19 @@ inline std::size_t parse_bytes(std::string_view text) {
   return detail::parse_size(text, context);
 }
 
+/// Do the ranks of one call of `c` share its size (the table's size measure)? Not for the v
+/// forms, whose ranks move sizes of their own, nor for the barrier, which has none: a choice
+/// by size would differ between the ranks of one call, so their selection rules must cover
+/// every size (`parse_selection`).
+constexpr bool size_is_shared(collective c) {
+  const count_rule counts = describe(c).counts;
+  return counts != count_rule::per_peer && counts != count_rule::none;
+}
+
 /// Parses `name:lo-hi;name:lo-hi;...` for collective `c`: every name must be one a rule of
-/// `c` may name (`selectable`, table.hpp). Throws `invalid_argument` naming
-/// the bad token.
+/// `c` may name (`selectable`, table.hpp), and where `c`'s ranks do not share a size
+/// (`size_is_shared`) every rule must be `0-max`. Throws `invalid_argument` naming the bad
+/// token.
 inline std::vector<size_rule> parse_selection(std::string_view text,
                                               collective c = collective::allreduce) {
   std::vector<size_rule> rules;
@@ -97,9 +109,42 @@ inline std::vector<size_rule> parse_selection(std::string_view text,
     if (r.min_bytes > r.max_bytes)
       throw invalid_argument("selection '" + std::string(text) + "': rule '" + std::string(tok) +
                              "' has min > max");
+    if (!size_is_shared(c) &&
+        (r.min_bytes != 0 || r.max_bytes != std::numeric_limits<std::size_t>::max()))
+      throw invalid_argument("selection '" + std::string(text) + "': rule '" + std::string(tok) +
+                             "': the ranks of one " + std::string(describe(c).name) +
+                             " move sizes of their own (or none), so a rule must cover every "
+                             "size (" +
+                             std::string(to_string(r.algorithm)) + ":0-max)");
     rules.push_back(r);
   }
   return rules;
+}
+
+/// The first of `rules` covering `bytes` (what a selection string chooses), or null.
+inline const size_rule* first_rule_covering(std::span<const size_rule> rules, std::size_t bytes) {
+  for (const size_rule& r : rules)
+    if (bytes >= r.min_bytes && bytes <= r.max_bytes) return &r;
+  return nullptr;
+}
+
+/// The rules of `c`'s selection variable (`describe(c).selection_variable`) in the
+/// environment, parsed once per process (empty where it is unset or `c` has none); a bad
+/// string throws `invalid_argument` naming the variable, at every call.
+template <collective C>
+const std::vector<size_rule>& selection_from_env() {
+  static const auto parsed = []() -> std::pair<std::vector<size_rule>, std::string> {
+    const std::string var(describe(C).selection_variable);
+    const char* text = var.empty() ? nullptr : std::getenv(var.c_str());
+    if (!text) return {};
+    try {
+      return {parse_selection(text, C), {}};
+    } catch (const invalid_argument& e) {
+      return {{}, var + ": " + e.message()};
+    }
+  }();
+  if (!parsed.second.empty()) throw invalid_argument(parsed.second);
+  return parsed.first;
 }
 
 /// Picks the algorithm by message size. Rules are tried in order; sizes no rule covers

@@ -41,10 +41,15 @@ namespace {
 
 /// Does the first of `rules` that covers `bytes` name `hierarchical`?
 bool names_hierarchical(const std::vector<tcoll::size_rule>& rules, std::size_t bytes) {
-  for (const auto& r : rules)
-    if (bytes >= r.min_bytes && bytes <= r.max_bytes)
-      return r.algorithm == tcoll::algorithm_id::hierarchical;
-  return false;
+  const tcoll::size_rule* r = tcoll::first_rule_covering(rules, bytes);
+  return r && r->algorithm == tcoll::algorithm_id::hierarchical;
+}
+
+/// Where each of `sizes`' blocks starts when they lie one after another.
+std::vector<std::size_t> starts_of(const std::vector<std::size_t>& sizes) {
+  std::vector<std::size_t> starts(sizes.size());
+  for (std::size_t q = 1; q < sizes.size(); ++q) starts[q] = starts[q - 1] + sizes[q - 1];
+  return starts;
 }
 
 const char* op_name(c10d::ReduceOp::RedOpType op) {
@@ -591,26 +596,38 @@ c10::intrusive_ptr<c10d::Work> backend::alltoall_base(at::Tensor& output, at::Te
   const auto recv_bytes = split_bytes(output, output_splits, "output_split_sizes");
   TORCH_CHECK(send_bytes[rank_] == recv_bytes[rank_], "tcoll: all_to_all_single: rank ", rank_,
               ": sends itself ", send_bytes[rank_], " bytes but expects ", recv_bytes[rank_]);
-  // every block of one size (the splits even, or all alike): the library's choice by size
-  // (`alltoall_by_size`: the collective area for small calls on shared memory, Bruck for
-  // short blocks on many ranks, TCOLL_ALLTOALL_ALGO), made at the call, so a bad
-  // TCOLL_ALLTOALL_ALGO fails there; the area only where the call surely runs in the
-  // caller's thread (see inline_choice_), elsewhere the exchange
+  // Without split sizes (torch's even form) every block has one size on every rank: the
+  // library's choice by size (`alltoall_by_size`: the collective area for small calls on
+  // shared memory, Bruck for short blocks on many ranks, TCOLL_ALLTOALL_ALGO), made at the
+  // call, so a bad TCOLL_ALLTOALL_ALGO fails there; the area only where the call surely runs
+  // in the caller's thread (see inline_choice_), elsewhere the exchange. With split sizes,
+  // even ones, the exchange of blocks (or the machine's alltoallv, below): the ranks of one
+  // call must choose alike, and a rank whose splits happen to be even while another's are
+  // not would otherwise enter the area alone. Gloo decides so too (alltoall or alltoallv).
+  const bool equal = input_splits.empty() && output_splits.empty();
   const std::size_t block = send_bytes[0];
-  const auto is_block = [block](std::size_t b) { return b == block; };
-  const bool equal = std::all_of(send_bytes.begin(), send_bytes.end(), is_block) &&
-                     std::all_of(recv_bytes.begin(), recv_bytes.end(), is_block);
   at::Tensor in = dense(input), out = dense(output);
   const std::size_t call_bytes = std::max(in.nbytes(), out.nbytes());
-  // across nodes, a TCOLL_ALLTOALL_ALGO rule naming `hierarchical` for this size runs the
-  // call on the two-level machine, as under the preload (through the peers where the nodes
-  // have as many ranks: shared memory inside a node, one message per peer node across)
-  if (machine_ && equal && names_hierarchical(tcoll::alltoall_by_size::env_rules(), call_bytes))
+  // across nodes, a TCOLL_ALLTOALL_ALGO rule naming `hierarchical` for this size (with split
+  // sizes: a TCOLL_ALLTOALLV_ALGO rule, which covers every size) runs the call on the
+  // two-level machine, as under the preload (through the peers where the nodes have as many
+  // ranks: shared memory inside a node, one message per peer node across)
+  if (machine_ &&
+      (equal ? names_hierarchical(tcoll::alltoall_by_size::env_rules(), call_bytes)
+             : names_hierarchical(tcoll::selection_from_env<tcoll::collective::alltoallv>(), 0)))
     return enqueue_on(*machine_, OpType::ALLTOALL_BASE, {output}, {input}, "all_to_all_single",
                       call_bytes, [=, this](const auto& tags) {
                         tcoll::cpu_reducer red;
-                        tcoll::alltoall_in(*machine_, tags, bytes_of(in), bytes_of(out), block,
-                                           false, tcoll::pairwise_exchange{}, red);
+                        if (equal) {
+                          tcoll::alltoall_in(*machine_, tags, bytes_of(in), bytes_of(out), block,
+                                             false, tcoll::pairwise_exchange{}, red);
+                        } else {
+                          using blocks = std::span<const std::size_t>;
+                          tcoll::alltoallv_in(*machine_, tags, bytes_of(in), blocks(send_bytes),
+                                              blocks(starts_of(send_bytes)), bytes_of(out),
+                                              blocks(recv_bytes), blocks(starts_of(recv_bytes)),
+                                              false, tcoll::pairwise_exchange{}, red);
+                        }
                         copy_back(output, out);
                       });
   tcoll::algorithm_id a =
