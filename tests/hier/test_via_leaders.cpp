@@ -220,55 +220,59 @@ TEST_CASE("via_peers and via_leaders: alltoallv, uneven and empty blocks, gaps, 
   const auto cell = [](int x, int y, std::size_t i) {
     return x * 1000 + y + static_cast<double>(i) / 8.0 + 0.3;
   };
+  // `scale` 500: blocks past the threads transport's eager bound (1 KiB), which it copies
+  // in the receiver's wait, so a send completes only once its receiver waits
   for (const auto& sc : leader_shapes())
     for (auto route : {alltoall_route::automatic, alltoall_route::via_leaders})
-      for (bool in_place : {false, true}) {
-        CAPTURE(sc.name);
-        CAPTURE(static_cast<int>(route));
-        CAPTURE(in_place);
-        const int P = static_cast<int>(sc.group_of.size());
-        const auto count_of = [in_place](int x, int y) {
-          return std::size_t(in_place ? (x + y) % 3 : (x + 2 * y) % 4);
-        };
-        std::atomic<int> wrong{0};
-        on_machine(sc,
-                   [&](auto& h, int r) {
-                     using counts = std::vector<std::size_t>;
-                     counts send_counts(P), send_displs(P), recv_counts(P), recv_displs(P);
-                     std::size_t send_at = 0, recv_at = 0;
-                     for (int q = 0; q < P; ++q) {
-                       send_counts[q] = count_of(r, q);
-                       send_displs[q] = send_at;
-                       send_at += send_counts[q] + 1;
-                       recv_counts[q] = count_of(q, r);
-                       recv_displs[q] = recv_at;
-                       recv_at += recv_counts[q] + 1;
-                     }
-                     std::vector<double> send(send_at, -7.0), recv(recv_at, -9.0);
-                     for (int q = 0; q < P; ++q)
-                       for (std::size_t i = 0; i < send_counts[q]; ++i)
-                         send[send_displs[q] + i] = cell(r, q, i);
-                     const auto before = send;
-                     using span = std::span<const std::size_t>;
-                     if (in_place) {
-                       recv = send; // symmetric counts: the same layout both ways
-                       alltoallv(h, recv.data(), span(send_counts), span(send_displs), recv.data(),
-                                 span(recv_counts), span(recv_displs));
-                     } else {
-                       alltoallv(h, send.data(), span(send_counts), span(send_displs), recv.data(),
-                                 span(recv_counts), span(recv_displs));
-                       wrong += send != before;
-                     }
-                     for (int q = 0; q < P; ++q) {
-                       for (std::size_t i = 0; i < recv_counts[q]; ++i)
-                         wrong += recv[recv_displs[q] + i] != cell(q, r, i);
-                       wrong += recv[recv_displs[q] + recv_counts[q]] !=
-                                (in_place ? -7.0 : -9.0); // the gap
-                     }
-                   },
-                   {route});
-        CHECK(wrong == 0);
-      }
+      for (bool in_place : {false, true})
+        for (std::size_t scale : {1, 500}) {
+          CAPTURE(sc.name);
+          CAPTURE(static_cast<int>(route));
+          CAPTURE(in_place);
+          CAPTURE(scale);
+          const int P = static_cast<int>(sc.group_of.size());
+          const auto count_of = [in_place, scale](int x, int y) {
+            return scale * std::size_t(in_place ? (x + y) % 3 : (x + 2 * y) % 4);
+          };
+          std::atomic<int> wrong{0};
+          on_machine(sc,
+                     [&](auto& h, int r) {
+                       using counts = std::vector<std::size_t>;
+                       counts send_counts(P), send_displs(P), recv_counts(P), recv_displs(P);
+                       std::size_t send_at = 0, recv_at = 0;
+                       for (int q = 0; q < P; ++q) {
+                         send_counts[q] = count_of(r, q);
+                         send_displs[q] = send_at;
+                         send_at += send_counts[q] + 1;
+                         recv_counts[q] = count_of(q, r);
+                         recv_displs[q] = recv_at;
+                         recv_at += recv_counts[q] + 1;
+                       }
+                       std::vector<double> send(send_at, -7.0), recv(recv_at, -9.0);
+                       for (int q = 0; q < P; ++q)
+                         for (std::size_t i = 0; i < send_counts[q]; ++i)
+                           send[send_displs[q] + i] = cell(r, q, i);
+                       const auto before = send;
+                       using span = std::span<const std::size_t>;
+                       if (in_place) {
+                         recv = send; // symmetric counts: the same layout both ways
+                         alltoallv(h, recv.data(), span(send_counts), span(send_displs),
+                                   recv.data(), span(recv_counts), span(recv_displs));
+                       } else {
+                         alltoallv(h, send.data(), span(send_counts), span(send_displs),
+                                   recv.data(), span(recv_counts), span(recv_displs));
+                         wrong += send != before;
+                       }
+                       for (int q = 0; q < P; ++q) {
+                         for (std::size_t i = 0; i < recv_counts[q]; ++i)
+                           wrong += recv[recv_displs[q] + i] != cell(q, r, i);
+                         wrong += recv[recv_displs[q] + recv_counts[q]] !=
+                                  (in_place ? -7.0 : -9.0); // the gap
+                       }
+                     },
+                     {route});
+          CHECK(wrong == 0);
+        }
 }
 
 TEST_CASE("via_leaders: gatherv and scatterv, uneven and empty blocks, every kind of root") {
@@ -539,8 +543,10 @@ TEST_CASE("via_peers and via_leaders: all-to-all by either route places every bl
     const hierarchical_machine_options routes[] = {{alltoall_route::via_peers},
                                                    {alltoall_route::via_peers, via_peers{0}},
                                                    {alltoall_route::via_leaders}};
+    // 600 doubles: blocks past the threads transport's eager bound, and the group-by-group
+    // way under the default via_peers
     for (const auto& options : routes)
-      for (std::size_t n : leader_counts)
+      for (std::size_t n : {std::size_t(0), std::size_t(1), std::size_t(5), std::size_t(600)})
         for (bool in_place : {false, true}) {
           const alltoall_route route = options.alltoall;
           CAPTURE(sc.name);

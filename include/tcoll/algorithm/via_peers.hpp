@@ -168,17 +168,20 @@ struct via_peers {
     using intra_request = typename std::remove_reference_t<decltype(intra)>::request;
     using inter_request = typename std::remove_reference_t<decltype(inter)>::request;
     std::vector<intra_request> recvs, sends;
-    std::vector<inter_request> header_recvs(G), across;
+    // every receive across groups is waited for before any send: a transport that copies a
+    // long message in its receiver's wait (threads) completes a send once its receiver waits
+    std::vector<inter_request> header_recvs(G), across_recvs, across_sends;
     recvs.reserve(g);
     sends.reserve(g);
-    across.reserve(3 * G);
+    across_recvs.reserve(G);
+    across_sends.reserve(2 * G);
     // 2: the headers leave at once, for the peers to post their receives in time
     m.across_groups([&] {
       for (std::size_t c = 0; c < G; ++c) {
         if (c == own) continue;
         header_recvs[c] =
             inter.irecv(peer[c], header_in.data() + c * g, g * sizeof(count_t), tags.second);
-        across.push_back(
+        across_sends.push_back(
             inter.isend(peer[c], headers.data() + c * g, g * sizeof(count_t), tags.second));
       }
     });
@@ -217,17 +220,18 @@ struct via_peers {
         check_count(m, header_in[c * g + j], recv_counts, world(c, j));
       m.across_groups([&] {
         if (const std::size_t n = arrived_start[c + 1] - arrived_start[c])
-          across.push_back(
+          across_recvs.push_back(
               inter.irecv(peer[c], arrived.get() + arrived_start[c], n * sizeof(T), tags.second));
         const std::size_t first = start[c * (g + 1)], n = start[c * (g + 1) + g] - first;
         if (n)
-          across.push_back(
+          across_sends.push_back(
               isend_for_irecv(inter, peer[c], forwarded.get() + first, n * sizeof(T), tags.second));
       });
     }
     m.across_groups([&] {
       const auto until = clock::now() + inter.timeout();
-      for (auto& q : across) inter.wait(q, until);
+      for (auto& q : across_recvs) inter.wait(q, until);
+      for (auto& q : across_sends) inter.wait(q, until);
     });
     for (std::size_t c = 0; c < G; ++c) {
       if (c == own && !in_place) continue;
