@@ -155,15 +155,29 @@ struct via_peers {
       }
       start[c * (g + 1) + g] = forwarded_total;
     }
-    // arrived[c]: group c's blocks for this rank, in local-rank order, from its peer
+    // group c's blocks for this rank come from its peer in local-rank order: straight to
+    // the receive buffer where they lie there one after another in that order (out of
+    // place), else to arrived[c] first, at arrived_start[c]
     std::vector<std::size_t> arrived_start(G + 1, 0);
+    std::vector<bool> direct_across(G, false);
     for (std::size_t c = 0; c < G; ++c) {
       std::size_t n = 0;
-      for (std::size_t j = 0; j < g && c != own; ++j) n += recv_counts[world(c, j)];
-      arrived_start[c + 1] = arrived_start[c] + n;
+      bool in_order = !in_place && c != own;
+      for (std::size_t j = 0; j < g && c != own; ++j) {
+        const std::size_t x = world(c, j);
+        in_order = in_order && (j == 0 || recv_displs[x] == recv_displs[world(c, j - 1)] +
+                                                                recv_counts[world(c, j - 1)]);
+        n += recv_counts[x];
+      }
+      direct_across[c] = in_order;
+      arrived_start[c + 1] = arrived_start[c] + (in_order ? 0 : n);
     }
     const auto forwarded = uninitialized<T>(forwarded_total);
     const auto arrived = uninitialized<T>(arrived_start[G]);
+    auto arriving = [&](std::size_t c) {
+      return direct_across[c] ? recvbuf + recv_displs[world(c, 0)]
+                              : arrived.get() + arrived_start[c];
+    };
     std::vector<count_t> header_in(G * g);
     using intra_request = typename std::remove_reference_t<decltype(intra)>::request;
     using inter_request = typename std::remove_reference_t<decltype(inter)>::request;
@@ -219,9 +233,11 @@ struct via_peers {
       for (std::size_t j = 0; j < g; ++j)
         check_count(m, header_in[c * g + j], recv_counts, world(c, j));
       m.across_groups([&] {
-        if (const std::size_t n = arrived_start[c + 1] - arrived_start[c])
+        std::size_t coming = 0;
+        for (std::size_t j = 0; j < g; ++j) coming += recv_counts[world(c, j)];
+        if (coming)
           across_recvs.push_back(
-              inter.irecv(peer[c], arrived.get() + arrived_start[c], n * sizeof(T), tags.second));
+              inter.irecv(peer[c], arriving(c), coming * sizeof(T), tags.second));
         const std::size_t first = start[c * (g + 1)], n = start[c * (g + 1) + g] - first;
         if (n)
           across_sends.push_back(
@@ -234,9 +250,8 @@ struct via_peers {
       for (auto& q : across_sends) inter.wait(q, until);
     });
     for (std::size_t c = 0; c < G; ++c) {
-      if (c == own && !in_place) continue;
-      const T* from =
-          c == own ? forwarded.get() + start[c * (g + 1)] : arrived.get() + arrived_start[c];
+      if (c == own ? !in_place : direct_across[c]) continue;
+      const T* from = c == own ? forwarded.get() + start[c * (g + 1)] : arriving(c);
       for (std::size_t j = 0; j < g; ++j) {
         const std::size_t x = world(c, j), n = recv_counts[x];
         copy_block(recvbuf + recv_displs[x], from, n);
