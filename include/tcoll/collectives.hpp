@@ -445,9 +445,10 @@ void reduce(C& c, const T* sendbuf, T* recvbuf, std::size_t count, int root, con
 /// of a pair must agree (a mismatch fails in the transport, naming the peer). Elements of
 /// `recvbuf` outside every block are not written. `sendbuf == recvbuf` is the in-place
 /// form (the send side is read from a copy); other overlap is an error. Memory: see
-/// `alltoall`. Pairwise exchange on a transport; through the group leaders on a
-/// hierarchical machine (the counts travel with the data there, and a mismatch throws
-/// `invalid_argument` naming the peer).
+/// `alltoall`. Pairwise exchange on a transport. On a hierarchical machine as `alltoall`
+/// goes there (through the peers where the groups have one size, else through the group
+/// leaders); the counts travel with the data there, and a mismatch throws
+/// `invalid_argument` naming the peer.
 template <communicator C, class T, reducer R = cpu_reducer>
 void alltoallv(C& c, const T* sendbuf, std::span<const std::size_t> send_counts,
                std::span<const std::size_t> send_displs, T* recvbuf,
@@ -467,8 +468,9 @@ void alltoallv(C& c, const T* sendbuf, std::span<const std::size_t> send_counts,
 /// `sendbuf == recvbuf` is the in-place form; other overlap is an error.
 /// On a transport `algo` runs: by default `alltoall_by_size` (Bruck for short blocks on
 /// many ranks, the pairwise exchange otherwise; `TCOLL_ALLTOALL_ALGO`), or `bruck` or
-/// `pairwise_exchange` by name. On a hierarchical machine through the group leaders, which
-/// exchange uneven group blocks pairwise.
+/// `pairwise_exchange` by name. On a hierarchical machine through the peers where every
+/// group has the same size (algorithm/via_peers.hpp), else through the group leaders, which
+/// exchange uneven group blocks pairwise (`hierarchical_machine_options::alltoall`).
 /// Memory: `red` makes the local copies and scratch, as for allgather: host memory with the
 /// CPU reducer; device memory on a stream-ordered transport (NCCL, device_team) with a
 /// device reducer on the transport's stream (`cuda_reducer{t.stream()}`), where the call

@@ -20,8 +20,8 @@
 /// | scatter | root to its leader | linear scatter from the root's leader | scatter |
 // clang-format on
 ///
-/// The machine runs all-to-all here only where its groups differ in size (or when told to):
-/// with groups of one size it goes through the peers (via_peers.hpp).
+/// The machine runs all-to-all (and alltoallv) here only where its groups differ in size (or
+/// when told to): with groups of one size it goes through the peers (via_peers.hpp).
 ///
 /// Reductions need a commutative op (groups reorder operands); finalizing ops (avg) only
 /// accumulate in the phases and are finalized once with the total rank count. All-to-all,

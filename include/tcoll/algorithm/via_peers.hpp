@@ -17,6 +17,11 @@
 /// group's move inside the group. Shorter blocks are packed into one message per pair, and
 /// the exchange across groups follows the whole exchange inside.
 ///
+/// `alltoallv` (blocks of any size per pair) goes group by group, every block one message,
+/// with the counts ahead of the data: the ranks of a group first exchange their counts for
+/// each other's peers, and every rank sends each peer the g counts of the blocks it forwards
+/// before them, which the peer checks against its own (`alltoallv`'s comment).
+///
 /// Every rank sends at once on both levels: the bytes that cross the network are the flat
 /// exchange's, in G - 1 messages per rank instead of (G - 1) g, each g times longer; inside a
 /// group every block moves once more (P - P/G blocks a rank). Through the leaders
