@@ -54,6 +54,8 @@ struct alltoall_options {
   int iters = 20, warmup = 5, reps = 1, nranks = 2, timeout_s = 120;
   bool check = true;
   std::size_t all_posted = pairwise_exchange{}.all_posted_max_bytes; ///< --all-posted
+  /// --area-single-copy-from
+  std::size_t area_single_copy_from = in_segment{}.alltoall_single_copy_from_bytes;
   std::vector<std::string> algorithms = alltoall_algorithm_names();
   std::string transport = "auto", json;
 };
@@ -66,7 +68,7 @@ const char* usage_text =
     "  -n iters      timed iterations per measurement (default 20)\n"
     "  -w iters      warm-up iterations (default 5)\n"
     "  -c 0|1        bit-exact check of the results (default 1)\n"
-    "  -a algo       automatic|pairwise_exchange|bruck|passthrough, comma list or all\n"
+    "  -a algo       automatic|pairwise_exchange|bruck|in_segment|passthrough, comma list or all\n"
     "                (default all; automatic is alltoall's default, alltoall_by_size;\n"
     "                passthrough is MPI_Alltoall, under mpirun only)\n"
     "  -t transport  threads|mpi|shm|auto (auto: mpi under mpirun, else threads)\n"
@@ -75,7 +77,9 @@ const char* usage_text =
     "  -T seconds    transport timeout (default 120)\n"
     "  --json FILE   write one record per measurement (allreduce_perf's fields)\n"
     "  --all-posted bytes  pairwise_exchange::all_posted_max_bytes (0: always step by step;\n"
-    "                default 16384)\n";
+    "                default 16384)\n"
+    "  --area-single-copy-from bytes  in_segment::alltoall_single_copy_from_bytes: blocks\n"
+    "                read straight from their senders from this size (default 4K; 1G: never)\n";
 
 alltoall_options parse(int argc, char** argv) {
   alltoall_options o;
@@ -112,6 +116,8 @@ alltoall_options parse(int argc, char** argv) {
       o.json = value;
     else if (flag == "--all-posted")
       o.all_posted = tcoll::parse_bytes(value);
+    else if (flag == "--area-single-copy-from")
+      o.area_single_copy_from = tcoll::parse_bytes(value);
     else if (flag == "-a") {
       o.algorithms.clear();
       std::size_t start = 0;
@@ -218,13 +224,15 @@ void run_all(Tr& t, const alltoall_options& o, const std::string& transport, std
         rw.in_place = measure(t, o, call, count, true, send, recv);
       };
       const pairwise_exchange exchange{.all_posted_max_bytes = o.all_posted};
+      const in_segment area{.alltoall_single_copy_from_bytes = o.area_single_copy_from};
       if (a == "automatic") {
         alltoall_by_size automatic;
         automatic.exchange = exchange;
+        automatic.in_segment_knobs = area;
         measure_with(automatic);
       } else if (a != "passthrough") { // the table's algorithms, by the library's one dispatch
         visit_algorithm<collective::alltoall>(parse_algorithm(a, collective::alltoall),
-                                              measure_with, exchange);
+                                              measure_with, exchange, area);
       } else {
 #ifdef TCOLL_HAVE_MPI
         if (!world) continue;

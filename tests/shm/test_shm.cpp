@@ -359,10 +359,10 @@ T rank_order_fold(int P, std::size_t i, const Op& op) {
 
 /// Every in-segment collective but allreduce and broadcast on `t` for `counts`, checked
 /// bitwise against references folded in rank order from every rank's fractional inputs;
-/// `rooted` runs the reduce (`in_segment` knobs).
+/// `knobs` run the reduce and the alltoall (`in_segment` knobs).
 template <class T>
 void segment_collectives_case(tcoll::shm_transport& t, const std::vector<std::size_t>& counts,
-                              const tcoll::in_segment& rooted) {
+                              const tcoll::in_segment& knobs) {
   const int P = t.size(), rank = t.rank();
   const auto Pz = static_cast<std::size_t>(P), me = static_cast<std::size_t>(rank);
   const std::string type = std::is_integral_v<T> ? "int32" : sizeof(T) == 4 ? "float" : "double";
@@ -393,11 +393,11 @@ void segment_collectives_case(tcoll::shm_transport& t, const std::vector<std::si
         for (std::size_t k = 0; k < n; ++k) want[q * n + k] = fractional<T>(int(q), me * n + k);
       const case_id id{"in_segment alltoall", type, "-", n, P, rank, ip == 1};
       if (ip) {
-        tcoll::alltoall(t, input.data(), input.data(), n, tcoll::in_segment{});
+        tcoll::alltoall(t, input.data(), input.data(), n, knobs);
         check_equal(input, want, id.str());
       } else {
         const std::vector<T> kept = input;
-        tcoll::alltoall(t, input.data(), out.data(), n, tcoll::in_segment{});
+        tcoll::alltoall(t, input.data(), out.data(), n, knobs);
         check_equal(out, want, id.str());
         check_equal(input, kept, id.str() + " (input must stay untouched)");
       }
@@ -431,10 +431,10 @@ void segment_collectives_case(tcoll::shm_transport& t, const std::vector<std::si
                          rank,
                          in_place};
         if (in_place) {
-          tcoll::reduce(t, input.data(), input.data(), n, root, add, rooted);
+          tcoll::reduce(t, input.data(), input.data(), n, root, add, knobs);
           check_equal(input, want, id.str());
         } else {
-          tcoll::reduce(t, input.data(), out.data(), n, root, add, rooted);
+          tcoll::reduce(t, input.data(), out.data(), n, root, add, knobs);
           check_equal(out, rank == root ? want : sentinel, id.str());
           check_equal(input, kept, id.str() + " (input must stay untouched)");
         }
@@ -446,7 +446,7 @@ void segment_collectives_case(tcoll::shm_transport& t, const std::vector<std::si
         input[k] = fractional<T>(rank, k);
         want[k] = rank_order_fold<T>(P, k, noncommutative_op);
       }
-      tcoll::reduce(t, input.data(), out.data(), n, root, noncommutative_op, rooted);
+      tcoll::reduce(t, input.data(), out.data(), n, root, noncommutative_op, knobs);
       if (rank == root)
         check_equal(
             out, want,
@@ -475,6 +475,24 @@ TEST_CASE("shm: in_segment allgather, alltoall, reduce_scatter, reduce and barri
     // least one ordinal per call, 2 allgathers, 2 alltoalls, a reduce_scatter and 2 P reduces
     // per non-zero count
     if (P > 1) CHECK(t.segment_area().collectives() - before >= std::uint64_t(25 * (5 + 2 * P)));
+    // all-to-all blocks read straight from their senders where the ranks may (from 32 KiB a
+    // block by default, so not 8191 floats; from 1 byte, and never, below): P - 1 reads a
+    // call, in and out of place, the same values
+    if (P > 1 && t.single_copy()) {
+      const std::uint64_t reads = t.segment_area().peer_reads();
+      segment_collectives_case<float>(t, {8191, 8192, 20011}, tcoll::in_segment{});
+      CHECK(t.segment_area().peer_reads() - reads == std::uint64_t(2 * 2 * (P - 1)));
+      const std::uint64_t all = t.segment_area().peer_reads();
+      segment_collectives_case<double>(t, {1, 13},
+                                       tcoll::in_segment{.alltoall_single_copy_from_bytes = 1});
+      CHECK(t.segment_area().peer_reads() - all == std::uint64_t(2 * 2 * (P - 1)));
+      const std::uint64_t none = t.segment_area().peer_reads();
+      segment_collectives_case<float>(
+          t, {20011}, tcoll::in_segment{.alltoall_single_copy_from_bytes = std::size_t(-1)});
+      CHECK(t.segment_area().peer_reads() == none);
+    } else {
+      MESSAGE("single copy not allowed here: the all-to-all's reads from the senders not run");
+    }
     const std::uint64_t barriers_from = t.segment_area().collectives();
     barrier_waits_for_every_rank(t, tcoll::in_segment{});
     if (P > 1) CHECK(t.segment_area().collectives() - barriers_from >= std::uint64_t(P));

@@ -25,7 +25,9 @@
 ///    every copy, in rank order;
 ///  - **alltoall**: every rank copies its P - 1 blocks for the others in and its own block
 ///    out of every other rank's copy (one copy in, one out, one flag per rank: no message
-///    and no rendezvous per pair);
+///    and no rendezvous per pair); blocks from `alltoall_single_copy_from_bytes` on, where
+///    the ranks may read each other's memory, are read straight out of the senders'
+///    buffers instead (one copy, one flagged line and one flag per rank);
 ///  - **barrier**: every rank sets one flag and waits for every other rank's.
 /// On a transport without a collective area, on a thread where the area may not be used
 /// (`shm_segment_area::usable_here`: another thread than a transport's engine; see also
@@ -40,6 +42,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <memory>
 #include <string_view>
 #include <type_traits>
 #include <vector>
@@ -60,6 +63,11 @@ struct in_segment {
   static constexpr bool keeps_operand_order = true;
   /// From this many bytes each rank reduces a slice instead of the whole vector.
   std::size_t slices_from_bytes = 16 * 1024;
+  /// All-to-all blocks of at least this many bytes are read straight out of their sender's
+  /// buffer where the area may read the peers' processes (`shm_segment_area::single_copy`):
+  /// one copy a block instead of two (docs/benchmarks.md, "The in-segment all-to-all").
+  /// Every rank must pass the same value.
+  std::size_t alltoall_single_copy_from_bytes = 32 * 1024;
   /// The caller guarantees that every rank runs this call, and every other in-segment
   /// collective of the transport, one at a time in start order on whatever thread it
   /// calls from (an integration that decides where its calls run by rules every rank
@@ -110,7 +118,8 @@ enum class segment_call : unsigned {
   reduce_scatter,
   barrier,
   reduce,
-  alltoall
+  alltoall,
+  alltoall_single_copy ///< the all-to-all's blocks read from the senders' buffers
 };
 
 /// dst[0, n) = operand(0) op operand(1) op ... op operand(P - 1), each operand(q) the start
@@ -389,15 +398,51 @@ void in_segment_reduce_scatter(Area& a, const T* sendbuf, T* recvbuf, std::size_
 /// copies its own block, and copies its block out of every other rank's copy, starting with
 /// the next rank. In place when `sendbuf == recvbuf`: every part of every block is in the
 /// area before the same part of any block is overwritten.
+/// Blocks from `single_copy_from_bytes` on, where the area may read the peers' processes,
+/// skip the area: every rank publishes where its blocks lie (one flagged line), reads its
+/// block straight out of every other rank's buffer (cross-memory attach), then says it is
+/// done reading and waits until every peer is, so that no buffer goes before it was read.
+/// One copy a block instead of two, and one system call per peer. In place a rank lends
+/// a copy of its blocks (its buffer fills while the peers read).
 template <segment_area Area, class T>
-void in_segment_alltoall(Area& a, const T* sendbuf, T* recvbuf, std::size_t count) {
+void in_segment_alltoall(Area& a, const T* sendbuf, T* recvbuf, std::size_t count,
+                         std::size_t single_copy_from_bytes) {
   const int P = a.size(), me = a.rank();
   const auto Pz = static_cast<std::size_t>(P), mez = static_cast<std::size_t>(me);
   const std::size_t block_bytes = count * sizeof(T), total = Pz * block_bytes;
-  const std::uint64_t sig =
-      Area::signature(total, sizeof(T), static_cast<unsigned>(segment_call::alltoall));
   const auto* in = reinterpret_cast<const unsigned char*>(sendbuf);
   auto* out = reinterpret_cast<unsigned char*>(recvbuf);
+  if constexpr (requires(std::uint64_t at) {
+                  { a.single_copy() } -> std::convertible_to<bool>;
+                  a.read_peer(me, out, at, block_bytes);
+                }) {
+    if (a.single_copy() && block_bytes >= single_copy_from_bytes) {
+      const std::uint64_t sig = Area::signature(
+          total, sizeof(T), static_cast<unsigned>(segment_call::alltoall_single_copy));
+      std::unique_ptr<unsigned char[]> lent; // in place: the blocks the peers read
+      if (in == out) {
+        lent.reset(new unsigned char[total]);
+        std::memcpy(lent.get(), in, total);
+      }
+      typename Area::session s(a);
+      const std::uint64_t n = s.next();
+      const auto where = reinterpret_cast<std::uint64_t>(lent ? lent.get() : in);
+      a.publish_lines(n, sig, &where, sizeof where);
+      if (in != out) std::memcpy(out + mez * block_bytes, in + mez * block_bytes, block_bytes);
+      for (int i = 1; i < P; ++i) {
+        const int q = (me + i) % P;
+        std::uint64_t at = 0;
+        a.read_lines(q, n, sig, &at, sizeof at);
+        a.read_peer(q, out + static_cast<std::size_t>(q) * block_bytes, at + mez * block_bytes,
+                    block_bytes);
+      }
+      a.publish(Area::reduced, n, sig); // read: the peers may let their blocks go
+      for (int i = 1; i < P; ++i) a.wait_for((me + i) % P, Area::reduced, n, sig);
+      return;
+    }
+  }
+  const std::uint64_t sig =
+      Area::signature(total, sizeof(T), static_cast<unsigned>(segment_call::alltoall));
   typename Area::session s(a);
   if (total <= a.line_capacity()) {
     const std::uint64_t n = s.next();
@@ -553,7 +598,8 @@ bool try_in_segment_alltoall(Tr& t, const T* sendbuf, T* recvbuf, std::size_t co
     if (!segment_takes_blocks<Tr, T, R>(t, algo)) return false;
     if (count == 0) return true;
     if (t.size() > 1) {
-      in_segment_alltoall(t.segment_area(), sendbuf, recvbuf, count);
+      in_segment_alltoall(t.segment_area(), sendbuf, recvbuf, count,
+                          algo.alltoall_single_copy_from_bytes);
     } else if (sendbuf != recvbuf) {
       std::memcpy(recvbuf, sendbuf, count * sizeof(T));
     }

@@ -150,6 +150,11 @@ public:
         static_cast<unsigned>(size_) <= std::max(1u, std::thread::hardware_concurrency());
     map_segment();
     single_copy_ = probe_single_copy();
+    if (single_copy_) {
+      std::vector<pid_t> pids(static_cast<std::size_t>(size_));
+      for (int q = 0; q < size_; ++q) pids[std::size_t(q)] = static_cast<pid_t>(identity(q).pid);
+      area_->allow_single_copy(std::move(pids));
+    }
     sent_count_.assign(static_cast<std::size_t>(size_), 0);
     claimed_.assign(static_cast<std::size_t>(size_) * options_.lanes, 0);
     observed_.assign(static_cast<std::size_t>(size_), 0);

@@ -43,6 +43,7 @@
 #include "../../core/error.hpp"
 #include "options.hpp"
 #include "segment.hpp"
+#include "single_copy.hpp"
 
 namespace tcoll {
 
@@ -75,6 +76,21 @@ public:
   }
   /// Bytes of one rank's bulk buffer in an area.
   std::size_t bulk_capacity() const noexcept { return layout_->area_bulk_bytes; }
+  /// Whether a collective may read a peer's memory straight from its process
+  /// (`read_peer`): the transport's single copy, the same on every rank.
+  bool single_copy() const noexcept { return !pids_.empty(); }
+  /// `bytes` at `address` in rank `q`'s process into `dst` (cross-memory attach; only where
+  /// `single_copy()`); `transport_error` naming the peer when the kernel refuses.
+  void read_peer(int q, void* dst, std::uint64_t address, std::size_t bytes) {
+    detail::shm::read_process(pids_[static_cast<std::size_t>(q)], dst, address, bytes, rank_, q);
+    ++peer_reads_;
+  }
+  /// `read_peer` calls so far (the tests check which way a collective went).
+  std::uint64_t peer_reads() const noexcept { return peer_reads_; }
+  /// Lets `read_peer` read the ranks' processes, `pids` by rank (the transport, once every
+  /// rank agreed that it may).
+  void allow_single_copy(std::vector<pid_t> pids) { pids_ = std::move(pids); }
+
   /// Ordinals this rank has taken: one per in-segment collective, one per piece of a call
   /// larger than the bulk buffer (the tests check that the area was used).
   std::uint64_t collectives() const noexcept { return ordinal_; }
@@ -296,6 +312,8 @@ private:
   std::vector<std::uint64_t> seen_; ///< per peer: an ordinal it is known to have finished
   std::atomic<std::thread::id> owner_{};
   std::atomic<bool> callers_order_{false};
+  std::vector<pid_t> pids_; ///< by rank, where single copy is allowed (`allow_single_copy`)
+  std::uint64_t peer_reads_ = 0;
 };
 
 } // namespace tcoll
