@@ -60,6 +60,21 @@ void on_machine(const shape_case& sc, Body body, hierarchical_machine_options op
   });
 }
 
+/// Runs `body(h, rank)` on a team of P ranks in consecutive groups of g, on its hierarchical
+/// machine over a transport that counts the messages and bytes inside and across groups.
+template <class Body>
+void on_counted_machine(int P, int g, hier_test::traffic& intra, hier_test::traffic& inter,
+                        Body body, hierarchical_machine_options options = {}) {
+  const auto group_of = consecutive(P, g);
+  thread_team(P, std::chrono::seconds(20)).run([&](thread_transport& t) {
+    classify<thread_transport> c(t, group_of, intra, inter);
+    auto v = split_groups(c, std::span<const int>(group_of));
+    hierarchical h(v.intra, v.inter_ptr(),
+                   {v.world_rank, v.world_size, v.shards, {}, {}, v.group_members}, options);
+    body(h, t.rank());
+  });
+}
+
 std::vector<int> roots_of(int P) {
   std::vector<int> r{0, P - 1, P / 2};
   std::sort(r.begin(), r.end());
@@ -602,23 +617,20 @@ TEST_CASE("via_peers: all-to-all crosses the network in one message per pair of 
       CAPTURE(packed);
       const int P = M * g;
       const std::size_t n = 5;
-      const auto group_of = consecutive(P, g);
       hier_test::traffic intra, inter;
       std::atomic<int> wrong{0};
-      thread_team(P, std::chrono::seconds(20)).run([&](thread_transport& t) {
-        classify<thread_transport> c(t, group_of, intra, inter);
-        auto v = split_groups(c, std::span<const int>(group_of));
-        hierarchical h(v.intra, v.inter_ptr(),
-                       {v.world_rank, v.world_size, v.shards, {}, {}, v.group_members},
-                       {alltoall_route::automatic, via_peers{packed ? 4096u : 0u}});
-        std::vector<float> in(n * std::size_t(P)), out(in.size());
-        for (std::size_t i = 0; i < in.size(); ++i) in[i] = float(t.rank()) + float(i) / 64.0f;
-        alltoall(h, in.data(), out.data(), n);
-        for (int q = 0; q < P; ++q)
-          for (std::size_t i = 0; i < n; ++i)
-            wrong += out[std::size_t(q) * n + i] !=
-                     float(q) + float(std::size_t(t.rank()) * n + i) / 64.0f;
-      });
+      on_counted_machine(P, g, intra, inter,
+                         [&](auto& h, int r) {
+                           std::vector<float> in(n * std::size_t(P)), out(in.size());
+                           for (std::size_t i = 0; i < in.size(); ++i)
+                             in[i] = float(r) + float(i) / 64.0f;
+                           alltoall(h, in.data(), out.data(), n);
+                           for (int q = 0; q < P; ++q)
+                             for (std::size_t i = 0; i < n; ++i)
+                               wrong += out[std::size_t(q) * n + i] !=
+                                        float(q) + float(std::size_t(r) * n + i) / 64.0f;
+                         },
+                         {alltoall_route::automatic, via_peers{packed ? 4096u : 0u}});
       const long E = sizeof(float);
       CHECK(wrong == 0);
       CHECK(inter.messages == long(P) * (M - 1));
@@ -637,15 +649,9 @@ TEST_CASE("via_peers: alltoallv sends each peer its counts, then one message of 
     CAPTURE(M);
     CAPTURE(g);
     const int P = M * g;
-    const auto group_of = consecutive(P, g);
     hier_test::traffic intra, inter;
     std::atomic<int> wrong{0};
-    thread_team(P, std::chrono::seconds(20)).run([&](thread_transport& t) {
-      classify<thread_transport> c(t, group_of, intra, inter);
-      auto v = split_groups(c, std::span<const int>(group_of));
-      hierarchical h(v.intra, v.inter_ptr(),
-                     {v.world_rank, v.world_size, v.shards, {}, {}, v.group_members});
-      const int r = t.rank();
+    on_counted_machine(P, g, intra, inter, [&](auto& h, int r) {
       std::vector<std::size_t> send_counts(P), send_displs(P), recv_counts(P), recv_displs(P);
       for (int q = 0, s = 0, d = 0; q < P; ++q) {
         send_counts[q] = count(r, q);
@@ -725,17 +731,13 @@ TEST_CASE("via_leaders: all-to-all crosses the network once per pair of leaders"
     CAPTURE(g);
     const int P = M * g;
     const std::size_t n = 5;
-    const auto group_of = consecutive(P, g);
     hier_test::traffic intra, inter;
-    thread_team(P, std::chrono::seconds(20)).run([&](thread_transport& t) {
-      classify<thread_transport> c(t, group_of, intra, inter);
-      auto v = split_groups(c, std::span<const int>(group_of));
-      hierarchical h(v.intra, v.inter_ptr(),
-                     {v.world_rank, v.world_size, v.shards, {}, {}, v.group_members},
-                     {alltoall_route::via_leaders});
-      std::vector<float> in(n * std::size_t(P), 1.0f), out(in.size());
-      alltoall(h, in.data(), out.data(), n);
-    });
+    on_counted_machine(P, g, intra, inter,
+                       [&](auto& h, int) {
+                         std::vector<float> in(n * std::size_t(P), 1.0f), out(in.size());
+                         alltoall(h, in.data(), out.data(), n);
+                       },
+                       {alltoall_route::via_leaders});
     const long E = sizeof(float), row = long(P) * long(n) * E;
     CHECK(inter.messages == long(M) * (M - 1));
     CHECK(inter.bytes == long(M) * (M - 1) * g * g * long(n) * E);
