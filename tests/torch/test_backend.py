@@ -1276,3 +1276,73 @@ def test_emulated_nodes_over_mpi(tmp_path):
             assert "[peer 3]" in error, error
         assert "broken by an earlier failure" in results[r]["broken"], results[r]["broken"]
         assert f"[rank {r}]" in results[r]["broken"], results[r]["broken"]
+
+
+def body_calls_on_both_engines_keep_their_order(rank, size):
+    import torch.distributed as dist
+    # across nodes an all_reduce runs on the group's two-level machine (its engine) and a
+    # broadcast between all ranks (another engine): a broadcast made after a queued
+    # all_reduce of the same tensor must see its result, whichever engine runs which
+    n = 1 << 20  # 4 MiB: above the inline bound, so the all_reduce is queued
+    got = []
+    for it in range(4):
+        x = torch.full((n,), 0.25 * (rank + 1) + 0.125 * it)
+        w = dist.all_reduce(x, async_op=True)
+        if it % 2:
+            dist.broadcast(x, src=size - 1, async_op=True).wait()
+        else:
+            dist.broadcast(x, src=size - 1)
+        w.wait()
+        got.append((x.min().item(), x.max().item()))
+        # and the other way round: a queued broadcast, then an all_reduce of its tensor
+        y = torch.full((n,), 0.25 * (rank + 1) + 0.125 * it)
+        w = dist.broadcast(y, src=size - 1, async_op=True)
+        if it % 2:
+            dist.all_reduce(y, async_op=True).wait()
+        else:
+            dist.all_reduce(y)
+        w.wait()
+        got.append((y.min().item(), y.max().item()))
+    # a callback on the transport's engine thread makes a blocking all_reduce, which queues
+    # on the machine's engine behind another all_reduce, while a broadcast is queued behind
+    # the callback on the transport's engine: the callback runs that broadcast first
+    a = torch.full((8 << 20,), float(rank))  # 32 MiB: still running when the rest is made
+    m = torch.full((8 << 20,), float(rank))
+    b = torch.full((n,), float(rank))
+    z = torch.full((n,), 0.5 * (rank + 1))
+
+    def reduce_z(_):
+        dist.all_reduce(z)
+        return z
+
+    fut = dist.broadcast(a, src=0, async_op=True).get_future().then(reduce_z)
+    w_m = dist.all_reduce(m, async_op=True)
+    w_b = dist.broadcast(b, src=size - 1, async_op=True)
+    fut.wait()
+    w_m.wait()
+    w_b.wait()
+    got.append((z.min().item(), z.max().item(), b.min().item(), b.max().item(),
+                m.min().item(), m.max().item()))
+    return got
+
+
+@pytest.mark.parametrize("hosts", [["a", "a", "b", "b"]])
+def test_calls_on_both_engines_keep_their_order(hosts):
+    results, errors = run_ranks(body_calls_on_both_engines_keep_their_order, len(hosts),
+                                hostnames=hosts, deadline=240, allow_errors=True)
+    if errors and all("SKIP" in e for e in errors.values()):
+        pytest.skip("no UTS namespaces here (needs root): " + next(iter(errors.values())))
+    assert not errors, errors
+    size = len(hosts)
+    for it in range(4):
+        reduced = sum(0.25 * (r + 1) + 0.125 * it for r in range(size))
+        root_value = 0.25 * size + 0.125 * it
+        for r in range(size):
+            assert results[r][2 * it] == (reduced, reduced), (r, it, results[r][2 * it])
+            want = root_value * size
+            assert results[r][2 * it + 1] == (want, want), (r, it, results[r][2 * it + 1])
+    z = sum(0.5 * (r + 1) for r in range(size))
+    for r in range(size):
+        m = size * (size - 1) / 2
+        assert results[r][8] == (z, z, size - 1, size - 1, m, m), (
+            r, results[r][8])

@@ -327,6 +327,10 @@ private:
                                             const std::vector<at::Tensor>& inputs, const char* what,
                                             std::size_t bytes, Body body);
 
+  /// The calls handed to an engine other than `engine`'s (a communicator's address) that
+  /// have not finished: across nodes, what a call on the other engine waits for first.
+  std::vector<c10::intrusive_ptr<work>> pending_elsewhere(const void* engine);
+
   /// allreduce and allreduce_coalesced: each tensor in place, one after another.
   c10::intrusive_ptr<c10d::Work> reduce_all(std::vector<at::Tensor>& tensors,
                                             const c10d::ReduceOp& op, OpType type,
@@ -413,9 +417,15 @@ private:
   std::chrono::milliseconds timeout_;  ///< the group's: every wait of the backend is bounded
   std::shared_ptr<group_trace> trace_; ///< its entries in torch's Flight Recorder
   std::mutex queued_mutex_;
+  /// A call handed to an engine, and which engine's communicator (the machine's or a
+  /// transport's) it went to.
+  struct queued_call {
+    c10::weak_intrusive_ptr<work> call;
+    const void* engine;
+  };
   /// The calls handed to an engine, not yet released by their holders (a barrier waits
-  /// for those unfinished).
-  std::vector<c10::weak_intrusive_ptr<work>> queued_;
+  /// for those unfinished; a call on the other engine, for those there).
+  std::vector<queued_call> queued_;
   std::unique_ptr<p2p_progress> progress_ = std::make_unique<p2p_progress>();
   /// A registered buffer of `staged_allreduce` and who holds it.
   struct staging_buffer {

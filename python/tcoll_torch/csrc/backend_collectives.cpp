@@ -240,6 +240,21 @@ c10::intrusive_ptr<c10d::Work> backend::enqueue_on(Comm& c, OpType type,
   // calls queued before it run first, here, then it does (waiting for the engine would
   // wait for this very thread; running it before them would break the call order).
   const bool in_callback = tcoll::run_queued_here(c);
+  // Across nodes a group has two engines, the machine's and the flat transport's: a call on
+  // one must not overtake the calls still pending on the other (they may use the same
+  // tensors; each engine keeps the order of its own calls only), so it waits for them
+  // before it runs, here or on its engine, as a barrier waits for every earlier call.
+  // A callback on the other engine's thread runs that engine's queue here first, as above
+  // (those calls came first, and they cannot run while this thread waits; a wait for one
+  // of them from here would run them too, but a call queued on this engine could not).
+  std::vector<c10::intrusive_ptr<work>> elsewhere;
+  if (machine_) {
+    if (!in_callback) {
+      (void)tcoll::run_queued_here(*machine_);
+      with_flat([](auto& t) { (void)tcoll::run_queued_here(t); });
+    }
+    elsewhere = pending_elsewhere(&c);
+  }
   // a call its caller waits for at once runs here too unless earlier calls are still
   // queued or running, which it must not overtake (they may use the same tensors); a
   // barrier waits for every earlier call, so it runs here only when none is left
@@ -259,6 +274,7 @@ c10::intrusive_ptr<c10d::Work> backend::enqueue_on(Comm& c, OpType type,
     // transport takes calls from several threads). The work is complete on return.
     std::exception_ptr error;
     try {
+      for (const auto& e : elsewhere) e->wait(timeout_);
       tcoll::run_collective(c, body);
     } catch (...) {
       error = std::current_exception();
@@ -269,15 +285,18 @@ c10::intrusive_ptr<c10d::Work> backend::enqueue_on(Comm& c, OpType type,
   w->set_drain([&c] { (void)tcoll::run_queued_here(c); });
   {
     std::lock_guard lock(queued_mutex_); // what a later barrier waits for
-    std::erase_if(queued_, [](const auto& q) { return q.expired(); });
-    queued_.emplace_back(w);
+    std::erase_if(queued_, [](const auto& q) { return q.call.expired(); });
+    queued_.push_back({c10::weak_intrusive_ptr<work>(w), &c});
   }
   try {
     // the engine may hold the call behind earlier ones: its recorded duration starts when
     // it runs (`w` outlives the body: the completion below holds it)
     tcoll::queue_collective(
         c,
-        [started = w.get(), body = std::move(body)](const auto& tags) mutable {
+        [started = w.get(), body = std::move(body), elsewhere = std::move(elsewhere),
+         this](const auto& tags) mutable {
+          for (const auto& e : elsewhere) e->wait(timeout_);
+          elsewhere.clear();
           started->started();
           body(tags);
         },
@@ -286,6 +305,15 @@ c10::intrusive_ptr<c10d::Work> backend::enqueue_on(Comm& c, OpType type,
     w->complete(std::current_exception());
   }
   return w;
+}
+
+std::vector<c10::intrusive_ptr<work>> backend::pending_elsewhere(const void* engine) {
+  std::vector<c10::intrusive_ptr<work>> pending;
+  std::lock_guard lock(queued_mutex_);
+  for (const auto& q : queued_)
+    if (q.engine != engine)
+      if (auto w = q.call.lock(); w && !w->isCompleted()) pending.push_back(std::move(w));
+  return pending;
 }
 
 void backend::all_reduce_now(const at::Tensor& tensor, c10d::ReduceOp::RedOpType op) {
@@ -766,7 +794,7 @@ c10::intrusive_ptr<c10d::Work> backend::barrier(const c10d::BarrierOptions& opts
   std::vector<c10::weak_intrusive_ptr<work>> earlier;
   {
     std::lock_guard lock(queued_mutex_);
-    earlier = queued_;
+    for (const auto& q : queued_) earlier.push_back(q.call);
   }
   return enqueue(OpType::BARRIER, {}, {}, "barrier", 1, [=, this](auto& t, int tag) {
     for (const auto& e : earlier)
