@@ -13,6 +13,8 @@ times a call (each waited, medians of the repeats, the slowest rank's time). Ins
 emulated node both run on shared memory; only the messages between the nodes differ. With
 `--mca btl self,tcp` MPI's messages go over loopback TCP, as Gloo's do; the nodes share
 this machine's cores and memory, so this compares the engines' costs, not a network.
+TCOLL_<collective>_ALGO rules in the environment apply to both groups (a rule naming
+`hierarchical` puts that collective on the two-level machine); the JSON records them.
 """
 import argparse
 import datetime
@@ -47,8 +49,15 @@ def main():
     parser.add_argument("--max-iters", type=int, default=2000)
     parser.add_argument("--store", default=os.path.join(tempfile.gettempdir(),
                                                         "tcoll-internode-perf-store"))
+    parser.add_argument("--ops", default=",".join(OPS),
+                        help="comma-separated: all_reduce, broadcast, all_gather_into_tensor, "
+                        "reduce_scatter_tensor (default: %(default)s)")
     parser.add_argument("--json")
     args = parser.parse_args()
+    ops = args.ops.split(",")
+    for op in ops:
+        if op not in BUS_FACTOR:
+            parser.error(f"--ops: unknown op {op!r}; known: {', '.join(BUS_FACTOR)}")
     rank = int(os.environ["OMPI_COMM_WORLD_RANK"])
     size = int(os.environ["OMPI_COMM_WORLD_SIZE"])
     if not set_hostname("node%d" % (rank * 2 // size)):
@@ -75,7 +84,7 @@ def main():
               f"{'gloo_bw':>8s} {'mpi/gloo':>8s}", flush=True)
     nbytes = args.begin
     while nbytes <= args.end:
-        for op in OPS:
+        for op in ops:
             medians = {}
             for engine, group in groups.items():
                 call = make_call(op, nbytes, size, group)
@@ -100,8 +109,10 @@ def main():
     dist.destroy_process_group()
     if rank == 0 and args.json:
         with open(args.json, "w") as f:
+            rules = {k: v for k, v in os.environ.items()
+                     if k.startswith("TCOLL_") and k.endswith("_ALGO")}
             json.dump({"torch": torch.__version__, "ranks": size, "reps": args.reps,
-                       "rows": rows}, f, indent=1)
+                       "rules": rules, "rows": rows}, f, indent=1)
 
 
 if __name__ == "__main__":

@@ -1034,14 +1034,21 @@ def nodes_cases():
         "float32", "float64", "bfloat16", "int32", "bool")]
 
 
-@pytest.mark.parametrize("hosts", [["a", "a", "b", "b"], ["a", "b", "a"]])
-def test_emulated_nodes(hosts):
-    cases = nodes_cases()
-    results, errors = run_ranks(body_nodes, len(hosts), cases, 257, hostnames=hosts,
-                                deadline=240, allow_errors=True)
+def run_on_nodes(body, hosts, *args):
+    """Runs `body` on one rank per host name of `hosts` (emulated nodes: a UTS namespace
+    each), skipping where namespaces cannot be made (not root); every rank's result."""
+    results, errors = run_ranks(body, len(hosts), *args, hostnames=hosts, deadline=240,
+                                allow_errors=True)
     if errors and all("SKIP" in e for e in errors.values()):
         pytest.skip("no UTS namespaces here (needs root): " + next(iter(errors.values())))
     assert not errors, errors
+    return results
+
+
+@pytest.mark.parametrize("hosts", [["a", "a", "b", "b"], ["a", "b", "a"]])
+def test_emulated_nodes(hosts):
+    cases = nodes_cases()
+    results = run_on_nodes(body_nodes, hosts, cases, 257)
     check_nodes(results, hosts, cases)
     for r in range(len(hosts)):
         assert results[r]["internode"] == "gloo", results[r]["internode"]
@@ -1189,11 +1196,7 @@ def test_all_to_all_single_on_the_machine_across_nodes(hosts):
     # a TCOLL_ALLTOALL_ALGO rule naming `hierarchical` runs all_to_all_single on the two-level
     # machine, and a TCOLL_ALLTOALLV_ALGO one the calls with split sizes: through the peers
     # on nodes of 2 and 2, through the leaders on 2 and 1
-    results, errors = run_ranks(body_all_to_all_hierarchical, len(hosts), hostnames=hosts,
-                                deadline=240, allow_errors=True)
-    if errors and all("SKIP" in e for e in errors.values()):
-        pytest.skip("no UTS namespaces here (needs root): " + next(iter(errors.values())))
-    assert not errors, errors
+    results = run_on_nodes(body_all_to_all_hierarchical, hosts)
     size = len(hosts)
     for r in range(size):
         for k, (rows, cols, _) in enumerate(BRUCK_SHAPES):
@@ -1203,6 +1206,99 @@ def test_all_to_all_single_on_the_machine_across_nodes(hosts):
         assert torch.equal(results[r]["uneven"], want_uneven_blocks(r, size)), r
         assert results[r]["uneven_input"], f"rank {r}: the uneven call's input changed"
         assert results[r]["machine_calls"] == len(BRUCK_SHAPES) + 1, results[r]["machine_calls"]
+
+
+def machine_value(rank, n, salt):
+    """Fractional values of rank `rank` for the collectives on the machine (case `salt`)."""
+    return torch.arange(n, dtype=torch.float32) * 0.37 + rank * 1.125 + salt * 0.0625
+
+
+MACHINE_RULES = ("BCAST", "REDUCE", "ALLGATHER", "REDUCE_SCATTER", "GATHER", "SCATTER",
+                 "ALLTOALLV", "BARRIER")
+
+
+def body_every_collective_on_the_machine(rank, size):
+    import torch.distributed as dist
+    import tcoll_torch
+    # read once per process, at the first call of each collective
+    for name in MACHINE_RULES:
+        os.environ[f"TCOLL_{name}_ALGO"] = "hierarchical:0-max"
+    backend = dist.group.WORLD._get_backend(torch.device("cpu"))
+    before = tcoll_torch._C.machine_calls(backend)
+    n, root, res = 1003, size - 1, {}
+    x = machine_value(rank, n, 1)
+    dist.broadcast(x, src=root)
+    res["broadcast"] = x
+    big = machine_value(rank, 40000, 2)  # 160 KiB: queued on the machine's engine
+    dist.broadcast(big, src=0, async_op=True).wait()
+    res["broadcast_queued"] = big
+    x = machine_value(rank, n, 3)
+    dist.reduce(x, dst=1 % size)
+    res["reduce"] = x
+    out = torch.empty(size * n)
+    dist.all_gather_into_tensor(out, machine_value(rank, n, 4))
+    res["all_gather_into_tensor"] = out
+    outs = [torch.empty(n) for _ in range(size)]
+    dist.all_gather(outs, machine_value(rank, n, 5))
+    res["all_gather"] = torch.cat(outs)
+    out = torch.empty(n)
+    dist.reduce_scatter_tensor(out, machine_value(rank, size * n, 6))
+    res["reduce_scatter_tensor"] = out
+    out = torch.empty(n)
+    dist.reduce_scatter(out, list(machine_value(rank, size * n, 7).chunk(size)))
+    res["reduce_scatter"] = out
+    gathered = [torch.empty(n) for _ in range(size)] if rank == 0 else None
+    dist.gather(machine_value(rank, n, 8), gathered, dst=0)
+    res["gather"] = torch.cat(gathered) if rank == 0 else None
+    out = torch.empty(n)
+    dist.scatter(out, [machine_value(q, n, 9) for q in range(size)] if rank == root else None,
+                 src=root)
+    res["scatter"] = out
+    ins = [alltoall_block(rank, q, uneven_rows(rank, q), 3) for q in range(size)]
+    kept = [t.clone() for t in ins]
+    outs = [torch.full((uneven_rows(q, rank), 3), -1.0) for q in range(size)]
+    dist.all_to_all(outs, ins)
+    res["all_to_all"] = torch.cat(outs)
+    res["all_to_all_input"] = all(torch.equal(a, b) for a, b in zip(ins, kept))
+    dist.barrier()
+    res["machine_calls"] = tcoll_torch._C.machine_calls(backend) - before
+    return res
+
+
+@pytest.mark.parametrize("hosts", [["a", "a", "b", "b"], ["a", "b", "a"]])
+def test_every_collective_on_the_machine_across_nodes_by_rule(hosts):
+    # a TCOLL_<collective>_ALGO rule naming `hierarchical` runs broadcast, reduce, the
+    # allgathers, the reduce-scatters of blocks of one size, gather, scatter, all_to_all
+    # (lists) and barrier on the two-level machine, as under the preload
+    results = run_on_nodes(body_every_collective_on_the_machine, hosts)
+    size, n, root = len(hosts), 1003, len(hosts) - 1
+    f64 = torch.float64
+
+    def summed(salt, length):
+        return sum(machine_value(r, length, salt).to(f64) for r in range(size))
+
+    def close(got, want, what):
+        assert torch.allclose(got.to(f64), want, rtol=1e-6, atol=1e-4), what
+
+    for r in range(size):
+        what = f"rank {r} of {hosts}"
+        assert torch.equal(results[r]["broadcast"], machine_value(root, n, 1)), what
+        assert torch.equal(results[r]["broadcast_queued"], machine_value(0, 40000, 2)), what
+        if r == 1 % size:
+            close(results[r]["reduce"], summed(3, n), what + ": reduce")
+        gathered = [torch.cat([machine_value(q, n, salt) for q in range(size)]) for salt in (4, 5)]
+        assert torch.equal(results[r]["all_gather_into_tensor"], gathered[0]), what
+        assert torch.equal(results[r]["all_gather"], gathered[1]), what
+        for key, salt in (("reduce_scatter_tensor", 6), ("reduce_scatter", 7)):
+            close(results[r][key], summed(salt, size * n)[r * n:(r + 1) * n], f"{what}: {key}")
+        if r == 0:
+            assert torch.equal(results[r]["gather"],
+                               torch.cat([machine_value(q, n, 8) for q in range(size)])), what
+        assert torch.equal(results[r]["scatter"], machine_value(r, n, 9)), what
+        want = torch.cat([alltoall_block(q, r, uneven_rows(q, r), 3) for q in range(size)])
+        assert torch.equal(results[r]["all_to_all"], want), what
+        assert results[r]["all_to_all_input"], what
+        assert results[r]["machine_calls"] == 11, (what, results[r]["machine_calls"])
 
 
 def body_all_to_all_splits_even_on_one_rank(rank, size):
@@ -1328,11 +1424,7 @@ def body_calls_on_both_engines_keep_their_order(rank, size):
 
 @pytest.mark.parametrize("hosts", [["a", "a", "b", "b"]])
 def test_calls_on_both_engines_keep_their_order(hosts):
-    results, errors = run_ranks(body_calls_on_both_engines_keep_their_order, len(hosts),
-                                hostnames=hosts, deadline=240, allow_errors=True)
-    if errors and all("SKIP" in e for e in errors.values()):
-        pytest.skip("no UTS namespaces here (needs root): " + next(iter(errors.values())))
-    assert not errors, errors
+    results = run_on_nodes(body_calls_on_both_engines_keep_their_order, hosts)
     size = len(hosts)
     for it in range(4):
         reduced = sum(0.25 * (r + 1) + 0.125 * it for r in range(size))

@@ -327,6 +327,26 @@ private:
                                             const std::vector<at::Tensor>& inputs, const char* what,
                                             std::size_t bytes, Body body);
 
+  /// Whether a call of collective `C` whose selection rules measure `rule_bytes` (the
+  /// table's size measure) runs on the two-level machine: across nodes, where the first
+  /// rule of `C`'s variable (TCOLL_BCAST_ALGO, ...) that covers it names `hierarchical`, as
+  /// under the preload (allreduce runs there always).
+  template <tcoll::collective C>
+  bool on_machine(std::size_t rule_bytes) const;
+
+  /// The call size a body is given on the machine (`enqueue_by_rule`): past every inline
+  /// bound, so no rank takes the collective area there.
+  static constexpr std::size_t machine_bytes = SIZE_MAX;
+
+  /// `run(c, tags, call_bytes)`, a call of collective `C` moving `bytes` (its selection
+  /// rules' size measure too): on the two-level machine where `on_machine<C>(bytes)`
+  /// (`call_bytes` = `machine_bytes`), else on the flat transport (`enqueue`; `call_bytes` =
+  /// `bytes`), so one body serves both.
+  template <tcoll::collective C, class Run>
+  c10::intrusive_ptr<c10d::Work> enqueue_by_rule(OpType type, std::vector<at::Tensor> outputs,
+                                                 const std::vector<at::Tensor>& inputs,
+                                                 const char* what, std::size_t bytes, Run run);
+
   /// The calls handed to an engine other than `engine`'s (a communicator's address) that
   /// have not finished: across nodes, what a call on the other engine waits for first.
   std::vector<c10::intrusive_ptr<work>> pending_elsewhere(const void* engine);
@@ -359,14 +379,16 @@ private:
   /// moving `call_bytes` (agreed by every rank) runs in the caller's thread and
   /// `shared_memory_choice` takes the area for its size (see `inline_choice_`), the ring
   /// otherwise. `call_bytes` = SIZE_MAX: always the ring.
-  template <class Tr>
-  void run_allgather(Tr& t, int tag, const at::Tensor& in, const at::Tensor& out,
+  /// On the two-level machine (`t` is `*machine_`, `tag` its tags, `call_bytes`
+  /// `machine_bytes`) the machine's own.
+  template <class Comm, class Tags>
+  void run_allgather(Comm& t, const Tags& tag, const at::Tensor& in, const at::Tensor& out,
                      std::size_t call_bytes);
 
   /// The reduce-scatter of `in` into `out` on `t`, in the collective area or by the ring as
   /// `run_allgather`.
-  template <class Tr>
-  void run_reduce_scatter(Tr& t, int tag, const at::Tensor& in, const at::Tensor& out,
+  template <class Comm, class Tags>
+  void run_reduce_scatter(Comm& t, const Tags& tag, const at::Tensor& in, const at::Tensor& out,
                           std::size_t call_bytes, const c10d::ReduceOp& op);
 
   static std::size_t total_bytes(const std::vector<at::Tensor>& tensors);

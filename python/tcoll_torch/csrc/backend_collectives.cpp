@@ -224,6 +224,24 @@ c10::intrusive_ptr<c10d::Work> backend::enqueue(OpType type, std::vector<at::Ten
   });
 }
 
+template <tcoll::collective C>
+bool backend::on_machine(std::size_t rule_bytes) const {
+  return machine_ && names_hierarchical(tcoll::selection_from_env<C>(), rule_bytes);
+}
+
+template <tcoll::collective C, class Run>
+c10::intrusive_ptr<c10d::Work>
+backend::enqueue_by_rule(OpType type, std::vector<at::Tensor> outputs,
+                         const std::vector<at::Tensor>& inputs, const char* what, std::size_t bytes,
+                         Run run) {
+  if (on_machine<C>(bytes))
+    return enqueue_on(
+        *machine_, type, std::move(outputs), inputs, what, bytes,
+        [run = std::move(run), this](const auto& tags) { run(*machine_, tags, machine_bytes); });
+  return enqueue(type, std::move(outputs), inputs, what, bytes,
+                 [run = std::move(run), bytes](auto& t, int tag) { run(t, tag, bytes); });
+}
+
 template <class Comm, class Body>
 c10::intrusive_ptr<c10d::Work> backend::enqueue_on(Comm& c, OpType type,
                                                    std::vector<at::Tensor> outputs,
@@ -353,27 +371,27 @@ c10::intrusive_ptr<c10d::Work> backend::broadcast(std::vector<at::Tensor>& tenso
   check_list(tensors, "broadcast", "tensors");
   const int root = check_root(opts.rootRank, "broadcast");
   const std::size_t total = total_bytes(tensors);
-  return enqueue(OpType::BROADCAST, tensors, tensors, "broadcast", total,
-                 [=, this](auto& t, int tag) {
-                   for (std::size_t i = 0; i < tensors.size(); ++i) {
-                     const at::Tensor b = dense(tensors[i]); // when it runs: after earlier calls
-                     tcoll::cpu_reducer red;
-                     // on shared memory: the collective area for small tensors
-                     // (shared_memory_choice), where the call is sure to run in the caller's thread
-                     // (see inline_choice_)
-                     const tcoll::algorithm_id a =
-                         total <= inline_max_bytes_
-                             ? tcoll::shared_memory_choice{}.choose_broadcast(b.nbytes(), size_)
-                             : tcoll::algorithm_id::binomial_tree;
-                     tcoll::visit_algorithm<tcoll::collective::broadcast>(
-                         a,
-                         [&](const auto& algo) {
-                           tcoll::broadcast_in(t, tag, bytes_of(b), b.nbytes(), root, algo, red);
-                         },
-                         inline_choice_.in_segment_knobs);
-                     copy_back(tensors[i], b);
-                   }
-                 });
+  return enqueue_by_rule<tcoll::collective::broadcast>(
+      OpType::BROADCAST, tensors, tensors, "broadcast", total,
+      [tensors, root, this](auto& c, const auto& tags, std::size_t call_bytes) {
+        for (const auto& tensor : tensors) {
+          const at::Tensor b = dense(tensor); // when it runs: after earlier calls
+          tcoll::cpu_reducer red;
+          // on shared memory: the collective area for small tensors (shared_memory_choice),
+          // where the call is sure to run in the caller's thread (see inline_choice_)
+          const tcoll::algorithm_id a =
+              call_bytes <= inline_max_bytes_
+                  ? tcoll::shared_memory_choice{}.choose_broadcast(b.nbytes(), size_)
+                  : tcoll::algorithm_id::binomial_tree;
+          tcoll::visit_algorithm<tcoll::collective::broadcast>(
+              a,
+              [&](const auto& algo) {
+                tcoll::broadcast_in(c, tags, bytes_of(b), b.nbytes(), root, algo, red);
+              },
+              inline_choice_.in_segment_knobs);
+          copy_back(tensor, b);
+        }
+      });
 }
 
 c10::intrusive_ptr<c10d::Work> backend::reduce(std::vector<at::Tensor>& tensors,
@@ -383,9 +401,10 @@ c10::intrusive_ptr<c10d::Work> backend::reduce(std::vector<at::Tensor>& tensors,
   TORCH_CHECK(tensors.size() == 1, "tcoll: reduce: rank ", rank_, ": takes one tensor");
   const int root = check_root(opts.rootRank, "reduce");
   const reduction r = reduction_of(opts.reduceOp, tensors[0].scalar_type(), rank_);
-  return enqueue(
-      OpType::REDUCE, tensors, tensors, "reduce", tensors[0].nbytes(), [=, this](auto& t, int tag) {
-        const at::Tensor buffer = dense(tensors[0]); // when it runs: after earlier calls
+  return enqueue_by_rule<tcoll::collective::reduce>(
+      OpType::REDUCE, tensors, tensors, "reduce", tensors[0].nbytes(),
+      [tensor = tensors[0], root, r, this](auto& c, const auto& tags, std::size_t call_bytes) {
+        const at::Tensor buffer = dense(tensor); // when it runs: after earlier calls
         const std::size_t n = r.count(buffer);
         with_reduction(r, [&]<class E>(const tcoll::runtime_op& o) {
           tcoll::cpu_reducer red;
@@ -394,18 +413,18 @@ c10::intrusive_ptr<c10d::Work> backend::reduce(std::vector<at::Tensor>& tensors,
           // the collective area where the call surely runs in the caller's thread (see
           // inline_choice_) and shared_memory_choice takes it for its size
           const tcoll::algorithm_id a =
-              buffer.nbytes() <= inline_max_bytes_
+              call_bytes <= inline_max_bytes_
                   ? tcoll::shared_memory_choice{}.choose_reduce(buffer.nbytes(), size_)
                   : tcoll::algorithm_id::binomial_tree;
           tcoll::visit_algorithm<tcoll::collective::reduce>(
               a,
               [&](const auto& algo) {
-                tcoll::reduce_in(t, tag, static_cast<const E*>(data), out, n, root, o, algo, red);
+                tcoll::reduce_in(c, tags, static_cast<const E*>(data), out, n, root, o, algo, red);
               },
               inline_choice_.in_segment_knobs);
         });
         if (rank_ == root) r.finalize(buffer.data_ptr(), n, size_);
-        copy_back(tensors[0], buffer);
+        copy_back(tensor, buffer);
       });
 }
 
@@ -422,13 +441,14 @@ c10::intrusive_ptr<c10d::Work> backend::allgather(std::vector<std::vector<at::Te
   at::Tensor in = dense(inputs[0]);
   at::Tensor gathered = at::empty({static_cast<std::int64_t>(size_) * in.numel()}, in.options());
   std::vector<at::Tensor> out_list = list;
-  return enqueue(OpType::ALLGATHER, list, inputs, "allgather", gathered.nbytes(),
-                 [=, this](auto& t, int tag) {
-                   run_allgather(t, tag, in, gathered, gathered.nbytes());
-                   for (int q = 0; q < size_; ++q)
-                     out_list[q].copy_(
-                         gathered.narrow(0, q * in.numel(), in.numel()).view(out_list[q].sizes()));
-                 });
+  return enqueue_by_rule<tcoll::collective::allgather>(
+      OpType::ALLGATHER, list, inputs, "allgather", gathered.nbytes(),
+      [=, this](auto& c, const auto& tags, std::size_t call_bytes) {
+        run_allgather(c, tags, in, gathered, call_bytes);
+        for (int q = 0; q < size_; ++q)
+          out_list[q].copy_(
+              gathered.narrow(0, q * in.numel(), in.numel()).view(out_list[q].sizes()));
+      });
 }
 
 c10::intrusive_ptr<c10d::Work>
@@ -455,15 +475,16 @@ backend::allgather_coalesced(std::vector<std::vector<at::Tensor>>& outputs,
   for (const auto& list : outputs)
     flat_outputs.insert(flat_outputs.end(), list.begin(), list.end());
   std::vector<std::vector<at::Tensor>> out_lists = outputs;
-  return enqueue(
-      OpType::ALLGATHER_COALESCED, flat_outputs, inputs, what, bytes, [=, this](auto& t, int tag) {
-        for (std::size_t i = 0; i < ins.size(); ++i) {
-          run_allgather(t, tag, ins[i], gathered[i], bytes);
-          const std::int64_t n = ins[i].numel();
-          for (int q = 0; q < size_; ++q)
-            out_lists[q][i].copy_(gathered[i].narrow(0, q * n, n).view(out_lists[q][i].sizes()));
-        }
-      });
+  auto run = [=, this](auto& c, const auto& tags, std::size_t call_bytes) {
+    for (std::size_t i = 0; i < ins.size(); ++i) {
+      run_allgather(c, tags, ins[i], gathered[i], call_bytes);
+      const std::int64_t n = ins[i].numel();
+      for (int q = 0; q < size_; ++q)
+        out_lists[q][i].copy_(gathered[i].narrow(0, q * n, n).view(out_lists[q][i].sizes()));
+    }
+  };
+  return enqueue_by_rule<tcoll::collective::allgather>(OpType::ALLGATHER_COALESCED, flat_outputs,
+                                                       inputs, what, bytes, std::move(run));
 }
 
 c10::intrusive_ptr<c10d::Work> backend::_allgather_base(at::Tensor& output, at::Tensor& input,
@@ -474,11 +495,13 @@ c10::intrusive_ptr<c10d::Work> backend::_allgather_base(at::Tensor& output, at::
               rank_, ": output has ", output.numel(), " elements, expected ", size_, " x ",
               input.numel());
   at::Tensor in = dense(input), out = dense(output);
-  return enqueue(OpType::_ALLGATHER_BASE, {output}, {input}, "all_gather_into_tensor", out.nbytes(),
-                 [=, this](auto& t, int tag) {
-                   run_allgather(t, tag, in, out, out.nbytes());
-                   copy_back(output, out);
-                 });
+  auto run = [=, this](auto& c, const auto& tags, std::size_t call_bytes) {
+    run_allgather(c, tags, in, out, call_bytes);
+    copy_back(output, out);
+  };
+  const std::size_t bytes = out.nbytes();
+  return enqueue_by_rule<tcoll::collective::allgather>(
+      OpType::_ALLGATHER_BASE, {output}, {input}, "all_gather_into_tensor", bytes, std::move(run));
 }
 
 c10::intrusive_ptr<c10d::Work>
@@ -498,13 +521,14 @@ backend::all_gather_single_coalesced(std::vector<at::Tensor>& outputs,
     outs.push_back(dense(outputs[i]));
   }
   const std::size_t call_bytes = total_bytes(outs);
-  return enqueue(OpType::ALLGATHER_INTO_TENSOR_COALESCED, outputs, inputs, what, call_bytes,
-                 [=, this](auto& t, int tag) {
-                   for (std::size_t i = 0; i < ins.size(); ++i) {
-                     run_allgather(t, tag, ins[i], outs[i], call_bytes);
-                     copy_back(outputs[i], outs[i]);
-                   }
-                 });
+  auto run = [=, this](auto& c, const auto& tags, std::size_t bytes) {
+    for (std::size_t i = 0; i < ins.size(); ++i) {
+      run_allgather(c, tags, ins[i], outs[i], bytes);
+      copy_back(outputs[i], outs[i]);
+    }
+  };
+  return enqueue_by_rule<tcoll::collective::allgather>(
+      OpType::ALLGATHER_INTO_TENSOR_COALESCED, outputs, inputs, what, call_bytes, std::move(run));
 }
 
 c10::intrusive_ptr<c10d::Work>
@@ -533,13 +557,14 @@ backend::reduce_scatter_single_coalesced(std::vector<at::Tensor>& outputs,
     outs.push_back(dense(outputs[i]));
   }
   const std::size_t call_bytes = total_bytes(ins);
-  return enqueue(OpType::REDUCE_SCATTER_TENSOR_COALESCED, outputs, inputs, what, call_bytes,
-                 [=, this](auto& t, int tag) {
-                   for (std::size_t i = 0; i < ins.size(); ++i) {
-                     run_reduce_scatter(t, tag, ins[i], outs[i], call_bytes, opts.reduceOp);
-                     copy_back(outputs[i], outs[i]);
-                   }
-                 });
+  auto run = [=, this](auto& c, const auto& tags, std::size_t bytes) {
+    for (std::size_t i = 0; i < ins.size(); ++i) {
+      run_reduce_scatter(c, tags, ins[i], outs[i], bytes, opts.reduceOp);
+      copy_back(outputs[i], outs[i]);
+    }
+  };
+  return enqueue_by_rule<tcoll::collective::reduce_scatter>(
+      OpType::REDUCE_SCATTER_TENSOR_COALESCED, outputs, inputs, what, call_bytes, std::move(run));
 }
 
 c10::intrusive_ptr<c10d::Work>
@@ -578,6 +603,15 @@ c10::intrusive_ptr<c10d::Work> backend::reduce_scatter(std::vector<at::Tensor>& 
     offsets.push_back(counts.empty() ? 0 : offsets.back() + counts.back());
     counts.push_back(static_cast<std::size_t>(i.numel()));
   }
+  // blocks of one size across nodes: on the machine where a TCOLL_REDUCE_SCATTER_ALGO rule
+  // says so (uneven ones stay on the flat transport: the preload has no rule for them either)
+  if (even && on_machine<tcoll::collective::reduce_scatter>(packed.nbytes()))
+    return enqueue_on(*machine_, OpType::REDUCE_SCATTER, outputs, inputs[0], "reduce_scatter",
+                      packed.nbytes(), [=, this](const auto& tags) {
+                        run_reduce_scatter(*machine_, tags, packed, out, machine_bytes,
+                                           opts.reduceOp);
+                        copy_back(outputs[0], out);
+                      });
   return enqueue(OpType::REDUCE_SCATTER, outputs, inputs[0], "reduce_scatter", packed.nbytes(),
                  [=, this](auto& t, int tag) {
                    if (even) {
@@ -607,11 +641,14 @@ backend::_reduce_scatter_base(at::Tensor& output, at::Tensor& input,
               ": input has ", input.numel(), " elements, expected ", size_, " x ", output.numel());
   check_op(opts.reduceOp, output.scalar_type());
   at::Tensor in = dense(input), out = dense(output);
-  return enqueue(OpType::_REDUCE_SCATTER_BASE, {output}, {input}, "reduce_scatter_tensor",
-                 in.nbytes(), [=, this](auto& t, int tag) {
-                   run_reduce_scatter(t, tag, in, out, in.nbytes(), opts.reduceOp);
-                   copy_back(output, out);
-                 });
+  auto run = [=, this](auto& c, const auto& tags, std::size_t call_bytes) {
+    run_reduce_scatter(c, tags, in, out, call_bytes, opts.reduceOp);
+    copy_back(output, out);
+  };
+  const std::size_t bytes = in.nbytes();
+  return enqueue_by_rule<tcoll::collective::reduce_scatter>(OpType::_REDUCE_SCATTER_BASE, {output},
+                                                            {input}, "reduce_scatter_tensor", bytes,
+                                                            std::move(run));
 }
 
 c10::intrusive_ptr<c10d::Work> backend::alltoall_base(at::Tensor& output, at::Tensor& input,
@@ -640,9 +677,8 @@ c10::intrusive_ptr<c10d::Work> backend::alltoall_base(at::Tensor& output, at::Te
   // sizes: a TCOLL_ALLTOALLV_ALGO rule, which covers every size) runs the call on the
   // two-level machine, as under the preload (through the peers where the nodes have as many
   // ranks: shared memory inside a node, one message per peer node across)
-  if (machine_ &&
-      (equal ? names_hierarchical(tcoll::alltoall_by_size::env_rules(), call_bytes)
-             : names_hierarchical(tcoll::selection_from_env<tcoll::collective::alltoallv>(), 0)))
+  if (equal ? on_machine<tcoll::collective::alltoall>(call_bytes)
+            : on_machine<tcoll::collective::alltoallv>(0))
     return enqueue_on(*machine_, OpType::ALLTOALL_BASE, {output}, {input}, "all_to_all_single",
                       call_bytes, [=, this](const auto& tags) {
                         tcoll::cpu_reducer red;
@@ -711,6 +747,33 @@ c10::intrusive_ptr<c10d::Work> backend::alltoall(std::vector<at::Tensor>& output
   TORCH_CHECK(inputs[rank_].nbytes() == outputs[rank_].nbytes(), "tcoll: ", what, ": rank ", rank_,
               ": sends itself ", inputs[rank_].nbytes(), " bytes but expects ",
               outputs[rank_].nbytes());
+  // across nodes, where a TCOLL_ALLTOALLV_ALGO rule names `hierarchical` (the lists' blocks
+  // may differ in size, as all_to_all_single's split sizes): the machine's alltoallv, on the
+  // blocks packed one after another
+  if (on_machine<tcoll::collective::alltoallv>(0))
+    return enqueue_on(
+        *machine_, OpType::ALLTOALL, outputs, inputs, what, bytes, [=, this](const auto& tags) {
+          std::vector<std::size_t> send_bytes, recv_bytes;
+          for (int q = 0; q < size_; ++q) {
+            send_bytes.push_back(ins[q].nbytes());
+            recv_bytes.push_back(outs[q].nbytes());
+          }
+          const auto send_starts = starts_of(send_bytes);
+          const auto recv_starts = starts_of(recv_bytes);
+          std::vector<byte> packed(send_starts.back() + send_bytes.back());
+          std::vector<byte> received(recv_starts.back() + recv_bytes.back());
+          for (int q = 0; q < size_; ++q)
+            std::memcpy(packed.data() + send_starts[q], bytes_of(ins[q]), send_bytes[q]);
+          using blocks = std::span<const std::size_t>;
+          tcoll::cpu_reducer red;
+          tcoll::alltoallv_in(*machine_, tags, packed.data(), blocks(send_bytes),
+                              blocks(send_starts), received.data(), blocks(recv_bytes),
+                              blocks(recv_starts), false, tcoll::pairwise_exchange{}, red);
+          for (int q = 0; q < size_; ++q) {
+            std::memcpy(bytes_of(outs[q]), received.data() + recv_starts[q], recv_bytes[q]);
+            copy_back(outputs[q], outs[q]);
+          }
+        });
   return enqueue(OpType::ALLTOALL, outputs, inputs, what, bytes, [=, this](auto& t, int tag) {
     std::vector<tcoll::exchange_block> blocks;
     for (int q = 0; q < size_; ++q)
@@ -742,8 +805,25 @@ c10::intrusive_ptr<c10d::Work> backend::gather(std::vector<std::vector<at::Tenso
                 ") passes an output list");
   }
   at::Tensor in = dense(inputs[0]);
-  return enqueue(OpType::GATHER, list, inputs, "gather",
-                 in.nbytes() * static_cast<std::size_t>(size_), [=, this](auto& t, int tag) {
+  const std::size_t gathered_bytes = in.nbytes() * static_cast<std::size_t>(size_);
+  // across nodes, where a TCOLL_GATHER_ALGO rule names `hierarchical`: the machine's gather
+  // (through the leaders) into one buffer at the root, then into its list
+  if (on_machine<tcoll::collective::gather>(gathered_bytes))
+    return enqueue_on(*machine_, OpType::GATHER, list, inputs, "gather", gathered_bytes,
+                      [=, this](const auto& tags) {
+                        std::vector<byte> gathered(rank_ == root ? gathered_bytes : 0);
+                        tcoll::cpu_reducer red;
+                        tcoll::gather_in(*machine_, tags, static_cast<const byte*>(bytes_of(in)),
+                                         gathered.data(), in.nbytes(), root, {}, tcoll::linear{},
+                                         red);
+                        for (std::size_t q = 0; q < list.size(); ++q) {
+                          const at::Tensor o = dense(list[q]);
+                          std::memcpy(bytes_of(o), gathered.data() + q * in.nbytes(), in.nbytes());
+                          copy_back(list[q], o);
+                        }
+                      });
+  return enqueue(OpType::GATHER, list, inputs, "gather", gathered_bytes,
+                 [=, this](auto& t, int tag) {
                    std::vector<at::Tensor> dense_list;
                    std::vector<tcoll::root_block> blocks;
                    for (const auto& o : list) {
@@ -773,8 +853,23 @@ c10::intrusive_ptr<c10d::Work> backend::scatter(std::vector<at::Tensor>& outputs
     list = flattened(inputs[0]);
   }
   at::Tensor out = dense(outputs[0]);
-  return enqueue(OpType::SCATTER, outputs, rank_ == root ? inputs[0] : std::vector<at::Tensor>{},
-                 "scatter", out.nbytes() * static_cast<std::size_t>(size_),
+  const std::size_t scattered_bytes = out.nbytes() * static_cast<std::size_t>(size_);
+  const std::vector<at::Tensor> read = rank_ == root ? inputs[0] : std::vector<at::Tensor>{};
+  // across nodes, where a TCOLL_SCATTER_ALGO rule names `hierarchical`: the root's list in
+  // one buffer, then the machine's scatter (through the leaders)
+  if (on_machine<tcoll::collective::scatter>(scattered_bytes))
+    return enqueue_on(
+        *machine_, OpType::SCATTER, outputs, read, "scatter", scattered_bytes,
+        [=, this](const auto& tags) {
+          std::vector<byte> packed(rank_ == root ? scattered_bytes : 0);
+          for (std::size_t q = 0; q < list.size(); ++q)
+            std::memcpy(packed.data() + q * out.nbytes(), bytes_of(list[q]), out.nbytes());
+          tcoll::cpu_reducer red;
+          tcoll::scatter_in(*machine_, tags, static_cast<const byte*>(packed.data()), bytes_of(out),
+                            out.nbytes(), root, {}, tcoll::linear{}, red);
+          copy_back(outputs[0], out);
+        });
+  return enqueue(OpType::SCATTER, outputs, read, "scatter", scattered_bytes,
                  [=, this](auto& t, int tag) {
                    std::vector<tcoll::root_block> blocks;
                    for (const auto& i : list) blocks.push_back({bytes_of(i), i.nbytes()});
@@ -796,6 +891,16 @@ c10::intrusive_ptr<c10d::Work> backend::barrier(const c10d::BarrierOptions& opts
     std::lock_guard lock(queued_mutex_);
     for (const auto& q : queued_) earlier.push_back(q.call);
   }
+  // across nodes, where a TCOLL_BARRIER_ALGO rule names `hierarchical`: the machine's
+  // barrier (inside each node, then among the leaders, then inside again)
+  if (on_machine<tcoll::collective::barrier>(0))
+    return enqueue_on(*machine_, OpType::BARRIER, {}, {}, "barrier", 1,
+                      [=, this](const auto& tags) {
+                        for (const auto& e : earlier)
+                          if (auto w = e.lock()) w->wait(timeout_);
+                        tcoll::cpu_reducer red;
+                        tcoll::barrier_in(*machine_, tags, tcoll::dissemination{}, red);
+                      });
   return enqueue(OpType::BARRIER, {}, {}, "barrier", 1, [=, this](auto& t, int tag) {
     for (const auto& e : earlier)
       if (auto w = e.lock()) w->wait(timeout_);
@@ -1040,8 +1145,8 @@ c10::intrusive_ptr<c10d::Work> backend::sparse_allreduce(std::vector<at::Tensor>
   });
 }
 
-template <class Tr>
-void backend::run_allgather(Tr& t, int tag, const at::Tensor& in, const at::Tensor& out,
+template <class Comm, class Tags>
+void backend::run_allgather(Comm& t, const Tags& tag, const at::Tensor& in, const at::Tensor& out,
                             std::size_t call_bytes) {
   tcoll::cpu_reducer red;
   const auto* from = static_cast<const byte*>(bytes_of(in));
@@ -1056,9 +1161,10 @@ void backend::run_allgather(Tr& t, int tag, const at::Tensor& in, const at::Tens
       inline_choice_.in_segment_knobs);
 }
 
-template <class Tr>
-void backend::run_reduce_scatter(Tr& t, int tag, const at::Tensor& in, const at::Tensor& out,
-                                 std::size_t call_bytes, const c10d::ReduceOp& op) {
+template <class Comm, class Tags>
+void backend::run_reduce_scatter(Comm& t, const Tags& tag, const at::Tensor& in,
+                                 const at::Tensor& out, std::size_t call_bytes,
+                                 const c10d::ReduceOp& op) {
   const reduction r = reduction_of(op, in.scalar_type(), rank_);
   const std::size_t n = r.count(out);
   const tcoll::algorithm_id a =
