@@ -339,16 +339,11 @@ struct settings {
   std::size_t shm_alltoall_two_up_to_bytes = 64 * 1024; ///< on 2 ranks
   std::size_t shm_alltoall_up_to_bytes = 64 * 1024;     ///< on more
   /// Within those, the library's choice (`alltoall_by_size` without its rules: a
-  /// TCOLL_ALLTOALL_ALGO rule is the preload's own), the collective area on 2 ranks up to
-  /// 32 KiB instead of the library's 8 KiB, the pairwise exchange above: with cold buffers
-  /// (IMB -off_cache) the area was 1.3-1.8x Open MPI's at 16-32 KiB where the exchange's
-  /// single copy gave 0.94-1.13x, and with warm ones it still beats Open MPI there (the
-  /// exchange more); at 64 KiB warm it lost (0.75x).
-  tcoll::alltoall_by_size shm_alltoall_choice = [] {
-    tcoll::alltoall_by_size c{.rules = {}};
-    c.in_segment_up_to_bytes = 32 * 1024;
-    return c;
-  }();
+  /// TCOLL_ALLTOALL_ALGO rule is the preload's own): the collective area on 2 ranks up to
+  /// 32 KiB (with cold buffers, IMB -off_cache, the area was 1.3-1.8x Open MPI's at 16-32 KiB
+  /// where the exchange's single copy gave 0.94-1.13x; at 64 KiB warm it lost, 0.75x), the
+  /// pairwise exchange above.
+  tcoll::alltoall_by_size shm_alltoall_choice{.rules = {}};
   /// tcoll's linear gather and scatter from `shm_*_from_bytes` up to these, the root's whole
   /// buffer (P blocks); MPI's own elsewhere, and always over MPI point-to-point. Measured on
   /// one node against Open MPI 4.1.4 (docs/benchmarks.md, "MPI_Gather and MPI_Scatter under

@@ -275,9 +275,9 @@ TEST_CASE("alltoall_by_size: the collective area on a transport with one, Bruck 
           "rules first") {
   using tcoll::algorithm_id;
   const tcoll::alltoall_by_size a{.rules = {}};
-  // blocks of 4 KiB on 2 ranks: an 8 KiB send buffer, the area's 2-rank bound
-  CHECK(a.choose(4096, 2, true) == algorithm_id::in_segment);
-  CHECK(a.choose(4097, 2, true) == algorithm_id::pairwise_exchange);
+  // blocks of 16 KiB on 2 ranks: a 32 KiB send buffer, the area's 2-rank bound
+  CHECK(a.choose(16 << 10, 2, true) == algorithm_id::in_segment);
+  CHECK(a.choose((16 << 10) + 1, 2, true) == algorithm_id::pairwise_exchange);
   CHECK(a.choose(4096, 2) == algorithm_id::pairwise_exchange);    // no area: the exchange
   CHECK(a.choose(16 << 10, 4, true) == algorithm_id::in_segment); // 64 KiB on more ranks
   CHECK(a.choose((16 << 10) + 1, 4, true) == algorithm_id::pairwise_exchange);

@@ -298,8 +298,9 @@ struct automatic {
 /// or `in_segment_up_to_bytes_many`, else Bruck (`bruck_knobs`) for blocks of at most
 /// `bruck_max_block_bytes` on at least `bruck_min_ranks` ranks and the pairwise exchange
 /// (`exchange`) otherwise. The area's bounds: where it beat the exchange on the 2-core VM
-/// with warm buffers (1.2-1.5x up to 8 KiB on 2 processes, 0.9-1.0x at 16 KiB; 1.3-2.2x up
-/// to 64 KiB on 4, which oversubscribe it; the exchange's single copy wins above). Bruck's:
+/// with warm buffers (on 2 processes 1.2-1.5x up to 8 KiB, 1.7-2.2x at 16 KiB and 1.1-1.4x
+/// at 32 KiB in 8 of 9 launches of 2026-12-07, even at 64 KiB, where the exchange's single
+/// copy wins above; 1.3-2.2x up to 64 KiB on 4, which oversubscribe it). Bruck's:
 /// MPICH's are 256 bytes and 8 ranks (Thakur, Rabenseifner and Gropp 2005); the defaults
 /// here are what this project measured
 /// (docs/benchmarks.md, "Bruck's all-to-all"): against the pairwise exchange, which posts
@@ -315,7 +316,7 @@ struct alltoall_by_size {
   /// On a transport with a collective area (`shm_transport`): the area (`in_segment`) up to
   /// these, one rank's whole send buffer, on 2 ranks and on more (docs/benchmarks.md, "The
   /// in-segment all-to-all"). A call the area may not run is chosen again without it.
-  std::size_t in_segment_up_to_bytes = 8 * 1024;
+  std::size_t in_segment_up_to_bytes = 32 * 1024;
   std::size_t in_segment_up_to_bytes_many = 64 * 1024;
   pairwise_exchange exchange{};
   bruck bruck_knobs{};
