@@ -5,10 +5,11 @@ tcoll; each size is measured on both, alternating, so both see the same machine 
 Time is per call as the PyTorch caller sees it (Python dispatch included): `iters` calls,
 each waited, after `warmup` calls, repeated `reps` times; the median of the repeats is
 reported. Columns follow nccl-tests: algbw = bytes / time, busbw = algbw x the collective's
-bus factor (allreduce 2(P-1)/P, allgather and reduce-scatter (P-1)/P, broadcast 1).
+bus factor (allreduce 2(P-1)/P, allgather, reduce-scatter and all_to_all_single (P-1)/P,
+broadcast 1; all_to_all_single's bytes are one rank's whole send buffer).
 
     .venv/bin/python bench/torch/collectives_perf.py -np 2 [-b 8] [-e 256M] [-f 4]
-        [--ops all_reduce,all_gather_into_tensor,reduce_scatter_tensor,broadcast]
+        [--ops all_reduce,all_gather_into_tensor,reduce_scatter_tensor,broadcast,all_to_all_single]
         [--json out.json] [--deepspeed]
 
 --deepspeed adds DeepSpeed's CPU shared-memory allreduce (`deepspeed.comm.
@@ -45,6 +46,7 @@ BUS_FACTOR = {
     "all_gather_into_tensor": lambda P: (P - 1) / P,
     "reduce_scatter_tensor": lambda P: (P - 1) / P,
     "broadcast": lambda P: 1.0,
+    "all_to_all_single": lambda P: (P - 1) / P,  # nccl-tests' alltoall: bytes = one send buffer
 }
 
 
@@ -68,6 +70,9 @@ def make_call(op, nbytes, P, group):
     if op == "all_gather_into_tensor":
         x, out = torch.rand(per_rank), torch.empty(per_rank * P)
         return lambda: dist.all_gather_into_tensor(out, x, group=group)
+    if op == "all_to_all_single":
+        x, out = torch.rand(per_rank * P), torch.empty(per_rank * P)
+        return lambda: dist.all_to_all_single(out, x, group=group)
     x, out = torch.rand(per_rank * P), torch.empty(per_rank)
     return lambda: dist.reduce_scatter_tensor(out, x, group=group)
 

@@ -51,7 +51,7 @@ def main():
                                                         "tcoll-internode-perf-store"))
     parser.add_argument("--ops", default=",".join(OPS),
                         help="comma-separated: all_reduce, broadcast, all_gather_into_tensor, "
-                        "reduce_scatter_tensor (default: %(default)s)")
+                        "reduce_scatter_tensor, all_to_all_single (default: %(default)s)")
     parser.add_argument("--json")
     args = parser.parse_args()
     ops = args.ops.split(",")
