@@ -9,8 +9,10 @@ namespace, so that ranks 0..P/2-1 and P/2..P-1 look like two nodes to tcoll):
 Every rank joins the default group on Gloo (barriers, and the reduction of timings) and
 two tcoll groups over the same ranks: one made with TCOLL_TORCH_INTERNODE=mpi, one with
 TCOLL_TORCH_INTERNODE=gloo. Each size is timed on both, alternating, as collectives_perf.py
-times a call (each waited, medians of the repeats, the slowest rank's time). Inside each
-emulated node both run on shared memory; only the messages between the nodes differ. With
+times a call (each waited, medians of the repeats, the slowest rank's time). all_reduce runs
+on the two-level machine (shared memory inside each emulated node, the engine between
+them); the other collectives run between all ranks over the engine unless a rule (below)
+puts them on the machine. With
 `--mca btl self,tcp` MPI's messages go over loopback TCP, as Gloo's do; the nodes share
 this machine's cores and memory, so this compares the engines' costs, not a network.
 TCOLL_<collective>_ALGO rules in the environment apply to both groups (a rule naming
