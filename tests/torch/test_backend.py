@@ -1247,6 +1247,11 @@ def body_every_collective_on_the_machine(rank, size):
     out = torch.empty(n)
     dist.reduce_scatter(out, list(machine_value(rank, size * n, 7).chunk(size)))
     res["reduce_scatter"] = out
+    # blocks of their own sizes (every rank passes every block's size): reduce_scatterv
+    sizes = [n + 7 * q for q in range(size)]
+    out = torch.empty(sizes[rank])
+    dist.reduce_scatter(out, list(machine_value(rank, sum(sizes), 10).split(sizes)))
+    res["reduce_scatter_uneven"] = out
     gathered = [torch.empty(n) for _ in range(size)] if rank == 0 else None
     dist.gather(machine_value(rank, n, 8), gathered, dst=0)
     res["gather"] = torch.cat(gathered) if rank == 0 else None
@@ -1268,7 +1273,7 @@ def body_every_collective_on_the_machine(rank, size):
 @pytest.mark.parametrize("hosts", [["a", "a", "b", "b"], ["a", "b", "a"]])
 def test_every_collective_on_the_machine_across_nodes_by_rule(hosts):
     # a TCOLL_<collective>_ALGO rule naming `hierarchical` runs broadcast, reduce, the
-    # allgathers, the reduce-scatters of blocks of one size, gather, scatter, all_to_all
+    # allgathers, the reduce-scatters (uneven blocks too), gather, scatter, all_to_all
     # (lists) and barrier on the two-level machine, as under the preload
     results = run_on_nodes(body_every_collective_on_the_machine, hosts)
     size, n, root = len(hosts), 1003, len(hosts) - 1
@@ -1291,6 +1296,10 @@ def test_every_collective_on_the_machine_across_nodes_by_rule(hosts):
         assert torch.equal(results[r]["all_gather"], gathered[1]), what
         for key, salt in (("reduce_scatter_tensor", 6), ("reduce_scatter", 7)):
             close(results[r][key], summed(salt, size * n)[r * n:(r + 1) * n], f"{what}: {key}")
+        sizes = [n + 7 * q for q in range(size)]
+        start = sum(sizes[:r])
+        close(results[r]["reduce_scatter_uneven"],
+              summed(10, sum(sizes))[start:start + sizes[r]], f"{what}: uneven reduce_scatter")
         if r == 0:
             assert torch.equal(results[r]["gather"],
                                torch.cat([machine_value(q, n, 8) for q in range(size)])), what
@@ -1298,7 +1307,7 @@ def test_every_collective_on_the_machine_across_nodes_by_rule(hosts):
         want = torch.cat([alltoall_block(q, r, uneven_rows(q, r), 3) for q in range(size)])
         assert torch.equal(results[r]["all_to_all"], want), what
         assert results[r]["all_to_all_input"], what
-        assert results[r]["machine_calls"] == 11, (what, results[r]["machine_calls"])
+        assert results[r]["machine_calls"] == 12, (what, results[r]["machine_calls"])
 
 
 def body_all_to_all_splits_even_on_one_rank(rank, size):

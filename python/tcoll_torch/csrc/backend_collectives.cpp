@@ -603,33 +603,27 @@ c10::intrusive_ptr<c10d::Work> backend::reduce_scatter(std::vector<at::Tensor>& 
     offsets.push_back(counts.empty() ? 0 : offsets.back() + counts.back());
     counts.push_back(static_cast<std::size_t>(i.numel()));
   }
-  // blocks of one size across nodes: on the machine where a TCOLL_REDUCE_SCATTER_ALGO rule
-  // says so (uneven ones stay on the flat transport: the preload has no rule for them either)
-  if (even && on_machine<tcoll::collective::reduce_scatter>(packed.nbytes()))
-    return enqueue_on(*machine_, OpType::REDUCE_SCATTER, outputs, inputs[0], "reduce_scatter",
-                      packed.nbytes(), [=, this](const auto& tags) {
-                        run_reduce_scatter(*machine_, tags, packed, out, machine_bytes,
-                                           opts.reduceOp);
-                        copy_back(outputs[0], out);
-                      });
-  return enqueue(OpType::REDUCE_SCATTER, outputs, inputs[0], "reduce_scatter", packed.nbytes(),
-                 [=, this](auto& t, int tag) {
-                   if (even) {
-                     run_reduce_scatter(t, tag, packed, out, packed.nbytes(), opts.reduceOp);
-                   } else {
-                     const reduction r = reduction_of(opts.reduceOp, packed.scalar_type(), rank_);
-                     with_reduction(r, [&]<class E>(const tcoll::runtime_op& o) {
-                       tcoll::cpu_reducer red;
-                       tcoll::reduce_scatterv_in(
-                           t, tag, reinterpret_cast<const E*>(packed.data_ptr()),
-                           reinterpret_cast<E*>(out.data_ptr()),
-                           std::span<const std::size_t>(counts),
-                           std::span<const std::size_t>(offsets), o, tcoll::ring{}, red);
-                     });
-                     r.finalize(out.data_ptr(), r.count(out), size_);
-                   }
-                   copy_back(outputs[0], out);
-                 });
+  // across nodes on the machine where a TCOLL_REDUCE_SCATTER_ALGO rule covering the input
+  // says so, blocks of one size or not (every rank has every block's size), as the
+  // preload's MPI_Reduce_scatter
+  return enqueue_by_rule<tcoll::collective::reduce_scatter>(
+      OpType::REDUCE_SCATTER, outputs, inputs[0], "reduce_scatter", packed.nbytes(),
+      [=, this](auto& c, const auto& tags, std::size_t call_bytes) {
+        if (even) {
+          run_reduce_scatter(c, tags, packed, out, call_bytes, opts.reduceOp);
+        } else {
+          const reduction r = reduction_of(opts.reduceOp, packed.scalar_type(), rank_);
+          with_reduction(r, [&]<class E>(const tcoll::runtime_op& o) {
+            tcoll::cpu_reducer red;
+            tcoll::reduce_scatterv_in(c, tags, reinterpret_cast<const E*>(packed.data_ptr()),
+                                      reinterpret_cast<E*>(out.data_ptr()),
+                                      std::span<const std::size_t>(counts),
+                                      std::span<const std::size_t>(offsets), o, tcoll::ring{}, red);
+          });
+          r.finalize(out.data_ptr(), r.count(out), size_);
+        }
+        copy_back(outputs[0], out);
+      });
 }
 
 c10::intrusive_ptr<c10d::Work>
