@@ -95,6 +95,48 @@ TEST_CASE(
   }
 }
 
+namespace {
+/// The CPU reducer, counting the bytes its `copy` moves on this rank.
+struct copy_counting_reducer : tcoll::cpu_reducer {
+  std::size_t* copied = nullptr;
+  template <class T>
+  void copy(T* dst, const T* src, std::size_t n) const {
+    *copied += n * sizeof(T);
+    tcoll::cpu_reducer::copy(dst, src, n);
+  }
+};
+} // namespace
+
+// In place, a block must be copied aside only where its place receives before it has left:
+// the block for r + k leaves at step k and its place receives at step P - k. Copying the
+// whole buffer (what the exchange did before) moved P + 1 blocks per rank.
+TEST_CASE("pairwise_exchange in place copies aside only the blocks it would overwrite") {
+  for (int P : {1, 2, 3, 4, 5, 8}) {
+    for (std::size_t n : {std::size_t(5), std::size_t(3000)}) {
+      CAPTURE(P);
+      CAPTURE(n);
+      const tcoll::pairwise_exchange algo{}; // blocks to 16 KiB all posted at once (P > 2)
+      const bool all_posted = P > 2 && n * sizeof(double) <= algo.all_posted_max_bytes;
+      const std::size_t aside = all_posted ? std::size_t(P - 1) : std::size_t(P - (P + 1) / 2);
+      on_team(P, [&](tcoll::thread_transport& t) {
+        const int r = t.rank();
+        std::vector<double> buf(n * std::size_t(P)), want(buf.size());
+        for (int q = 0; q < P; ++q)
+          for (std::size_t k = 0; k < n; ++k) {
+            buf[std::size_t(q) * n + k] = exchanged_value(r, q, k);
+            want[std::size_t(q) * n + k] = exchanged_value(q, r, k);
+          }
+        std::size_t copied = 0;
+        copy_counting_reducer red;
+        red.copied = &copied;
+        tcoll::alltoall(t, static_cast<const double*>(buf.data()), buf.data(), n, algo, red);
+        CHECK(buf == want);
+        CHECK(copied == aside * n * sizeof(double));
+      });
+    }
+  }
+}
+
 TEST_CASE("gather, gatherv, scatter, scatterv: every root, fractional values, uneven blocks") {
   for (int P : ranks_1_to_16()) {
     CAPTURE(P);

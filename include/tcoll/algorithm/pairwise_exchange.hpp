@@ -89,7 +89,40 @@ struct pairwise_exchange {
     });
   }
 
+  /// All-to-all of `block_bytes` per pair in place (MPI_IN_PLACE): block q of `buffer` goes
+  /// to rank q and rank q's block lands there. The own block stays. A block is copied aside
+  /// only where its place receives before the block has left: in step s the place of r - s
+  /// receives and that of r + s sends, so the block for r + k leaves at step k and is
+  /// overwritten at step P - k, and only the blocks with k >= P - k (about half of them) are
+  /// copied; all P - 1 where every message is posted at once. (Copying the whole buffer
+  /// first, as before, moved P + 1 blocks through memory where this moves about P / 2.)
+  template <transport Tr, reducer R>
+  void exchange_equal_in_place(Tr& t, int tag, void* buffer, std::size_t block_bytes,
+                               R& red) const {
+    const int P = t.size(), r = t.rank();
+    auto* blocks = static_cast<std::byte*>(buffer);
+    const int first_aside = posts_all(P, block_bytes) ? 1 : (P + 1) / 2; // k >= P - k
+    const int aside = P - first_aside;                                   // 0 for one rank
+    auto copies = red.template allocate<std::byte>(static_cast<std::size_t>(aside) * block_bytes);
+    const auto place = [&](int q) { return blocks + static_cast<std::size_t>(q) * block_bytes; };
+    for (int k = first_aside; k < P; ++k)
+      red.copy(copies.data() + static_cast<std::size_t>(k - first_aside) * block_bytes,
+               place((r + k) % P), block_bytes);
+    exchange_each(t, tag, block_bytes, red, [&](int q) {
+      const int k = (q - r + P) % P;
+      const std::byte* send =
+          k >= first_aside ? copies.data() + static_cast<std::size_t>(k - first_aside) * block_bytes
+                           : place(q);
+      return exchange_block{send, block_bytes, place(q), block_bytes};
+    });
+  }
+
 private:
+  /// Whether a rank of `P` whose largest block is `largest` posts every message at once.
+  bool posts_all(int P, std::size_t largest) const noexcept {
+    return P > 2 && largest <= all_posted_max_bytes;
+  }
+
   /// The exchange of `block_of(q)` for every rank q, `largest` the largest of this rank's
   /// blocks (which decides between the two ways of the file comment).
   template <transport Tr, reducer R, class BlockOf>
@@ -99,7 +132,7 @@ private:
     if (own.send_bytes && own.send != own.recv)
       red.copy(static_cast<std::byte*>(own.recv), static_cast<const std::byte*>(own.send),
                own.send_bytes);
-    if (P > 2 && largest <= all_posted_max_bytes) {
+    if (posts_all(P, largest)) {
       std::vector<typename Tr::request> recvs, sends;
       recvs.reserve(static_cast<std::size_t>(P));
       sends.reserve(static_cast<std::size_t>(P));

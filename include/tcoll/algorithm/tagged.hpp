@@ -22,9 +22,9 @@
 #include "in_segment.hpp"
 #include "pairwise_exchange.hpp"
 #include "passthrough.hpp"
-#include "table.hpp"
 #include "ring.hpp"
 #include "select.hpp"
+#include "table.hpp"
 #include "visit.hpp"
 
 namespace tcoll {
@@ -249,9 +249,9 @@ equal_blocks(int P, std::size_t count) {
 
 /// The exchange of alltoall (`count` elements per pair), arguments checked, in the message
 /// space `tag`, by `algo` (`alltoall_by_size` chooses by the block's size), its local copies
-/// and scratch from `red`. In place, the pairwise exchange reads the send side from a copy;
-/// Bruck stages every block anyway, and so does the collective area (`in_segment`, the
-/// pairwise exchange where the transport has none or may not use it here).
+/// and scratch from `red`. In place, the pairwise exchange copies aside only the blocks it
+/// would overwrite before they leave; Bruck stages every block anyway, and so does the collective
+/// area (`in_segment`, the pairwise exchange where the transport has none or may not use it here).
 template <transport Tr, class T, alltoall_algorithm A, reducer R>
 void alltoall_tagged(Tr& t, int tag, const T* sendbuf, T* recvbuf, std::size_t count, bool in_place,
                      const A& algo, R& red) {
@@ -272,13 +272,9 @@ void alltoall_tagged(Tr& t, int tag, const T* sendbuf, T* recvbuf, std::size_t c
       alltoall_tagged(t, tag, sendbuf, recvbuf, count, in_place, pairwise_exchange{}, red);
   } else if constexpr (std::is_same_v<A, bruck>) {
     algo.exchange(t, tag, sendbuf, recvbuf, block_bytes, red);
+  } else if (in_place) {
+    algo.exchange_equal_in_place(t, tag, recvbuf, block_bytes, red);
   } else {
-    const std::size_t all = static_cast<std::size_t>(t.size()) * count;
-    auto copy = red.template allocate<T>(in_place ? all : 0);
-    if (in_place) {
-      red.copy(copy.data(), sendbuf, all);
-      sendbuf = copy.data();
-    }
     algo.exchange_equal(t, tag, sendbuf, recvbuf, block_bytes, red);
   }
 }
