@@ -132,6 +132,33 @@ TEST_CASE("pairwise_exchange in place copies aside only the blocks it would over
         tcoll::alltoall(t, static_cast<const double*>(buf.data()), buf.data(), n, algo, red);
         CHECK(buf == want);
         CHECK(copied == aside * n * sizeof(double));
+
+        // alltoallv in MPI_IN_PLACE's form (one layout): blocks of n + (r + q) % 3 elements
+        // with a gap of 1 before each; the same blocks go aside, at their own sizes
+        const auto p = std::size_t(P);
+        std::vector<std::size_t> counts(p), displs(p);
+        std::size_t at = 0, aside_bytes = 0;
+        for (int q = 0; q < P; ++q) {
+          counts[std::size_t(q)] = n + std::size_t((r + q) % 3);
+          displs[std::size_t(q)] = at + 1;
+          at += counts[std::size_t(q)] + 1;
+        }
+        // on more than 2 ranks this rank's largest block has n + 2 elements
+        const int first_aside =
+            P > 2 && (n + 2) * sizeof(double) <= algo.all_posted_max_bytes ? 1 : (P + 1) / 2;
+        for (int k = first_aside; k < P; ++k)
+          aside_bytes += counts[std::size_t((r + k) % P)] * sizeof(double);
+        std::vector<double> v(at, -2.0), want_v(at, -2.0);
+        for (int q = 0; q < P; ++q)
+          for (std::size_t e = 0; e < counts[std::size_t(q)]; ++e) {
+            v[displs[std::size_t(q)] + e] = exchanged_value(r, q, e);
+            want_v[displs[std::size_t(q)] + e] = exchanged_value(q, r, e);
+          }
+        copied = 0;
+        tcoll::alltoallv(t, static_cast<const double*>(v.data()), counts, displs, v.data(), counts,
+                         displs, algo, red);
+        CHECK(v == want_v);
+        CHECK(copied == aside_bytes);
       });
     }
   }

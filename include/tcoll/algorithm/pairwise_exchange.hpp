@@ -16,6 +16,7 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "../core/collective_table.hpp"
@@ -90,30 +91,46 @@ struct pairwise_exchange {
   }
 
   /// All-to-all of `block_bytes` per pair in place (MPI_IN_PLACE): block q of `buffer` goes
-  /// to rank q and rank q's block lands there. The own block stays. A block is copied aside
-  /// only where its place receives before the block has left: in step s the place of r - s
-  /// receives and that of r + s sends, so the block for r + k leaves at step k and is
-  /// overwritten at step P - k, and only the blocks with k >= P - k (about half of them) are
-  /// copied; all P - 1 where every message is posted at once. (Copying the whole buffer
-  /// first, as before, moved P + 1 blocks through memory where this moves about P / 2.)
+  /// to rank q and rank q's block lands there (see `exchange_in_place`).
   template <transport Tr, reducer R>
   void exchange_equal_in_place(Tr& t, int tag, void* buffer, std::size_t block_bytes,
                                R& red) const {
-    const int P = t.size(), r = t.rank();
     auto* blocks = static_cast<std::byte*>(buffer);
-    const int first_aside = posts_all(P, block_bytes) ? 1 : (P + 1) / 2; // k >= P - k
-    const int aside = P - first_aside;                                   // 0 for one rank
-    auto copies = red.template allocate<std::byte>(static_cast<std::size_t>(aside) * block_bytes);
-    const auto place = [&](int q) { return blocks + static_cast<std::size_t>(q) * block_bytes; };
-    for (int k = first_aside; k < P; ++k)
-      red.copy(copies.data() + static_cast<std::size_t>(k - first_aside) * block_bytes,
-               place((r + k) % P), block_bytes);
-    exchange_each(t, tag, block_bytes, red, [&](int q) {
-      const int k = (q - r + P) % P;
-      const std::byte* send =
-          k >= first_aside ? copies.data() + static_cast<std::size_t>(k - first_aside) * block_bytes
-                           : place(q);
-      return exchange_block{send, block_bytes, place(q), block_bytes};
+    in_place_each(t, tag, block_bytes, red, [&](int q) {
+      return std::pair{blocks + static_cast<std::size_t>(q) * block_bytes, block_bytes};
+    });
+  }
+
+  /// All-to-all in place with a block of its own size per pair (MPI_Alltoallv with
+  /// MPI_IN_PLACE): `blocks[q]` is where the block for rank q lies and where rank q's block
+  /// lands, so its `send` and `recv` must be one place of one size (`invalid_argument`
+  /// otherwise); blocks must not overlap. The own block stays. A block is copied aside only
+  /// where its place receives before the block has left: in step s the place of r - s
+  /// receives and that of r + s sends, so the block for r + k leaves at step k and is
+  /// overwritten at step P - k, and only the blocks with k >= P - k (about half of them) are
+  /// copied; all P - 1 where every message is posted at once. (Copying the whole buffer
+  /// first moves P + 1 blocks through memory where this moves about P / 2.)
+  template <transport Tr, reducer R>
+  void exchange_in_place(Tr& t, int tag, std::span<const exchange_block> blocks, R& red) const {
+    const int P = t.size(), r = t.rank();
+    if (static_cast<int>(blocks.size()) != P)
+      throw invalid_argument("pairwise_exchange: " + std::to_string(blocks.size()) +
+                                 " blocks for a group of " + std::to_string(P) + " ranks",
+                             r);
+    std::size_t largest = 0;
+    for (std::size_t q = 0; q < blocks.size(); ++q) {
+      const exchange_block& b = blocks[q];
+      if (b.send != b.recv || b.send_bytes != b.recv_bytes)
+        throw invalid_argument("pairwise_exchange in place: the block of rank " +
+                                   std::to_string(q) +
+                                   " is sent from another place or size "
+                                   "than it is received in",
+                               r, static_cast<int>(q));
+      largest = std::max(largest, b.send_bytes);
+    }
+    in_place_each(t, tag, largest, red, [&](int q) {
+      const exchange_block& b = blocks[static_cast<std::size_t>(q)];
+      return std::pair{static_cast<std::byte*>(b.recv), b.recv_bytes};
     });
   }
 
@@ -121,6 +138,32 @@ private:
   /// Whether a rank of `P` whose largest block is `largest` posts every message at once.
   bool posts_all(int P, std::size_t largest) const noexcept {
     return P > 2 && largest <= all_posted_max_bytes;
+  }
+
+  /// The in-place exchange of `exchange_in_place`, `place_of(q)` the place and size of the
+  /// block for and from rank q, `largest` the largest of them.
+  template <transport Tr, reducer R, class PlaceOf>
+  void in_place_each(Tr& t, int tag, std::size_t largest, R& red, const PlaceOf& place_of) const {
+    const int P = t.size(), r = t.rank();
+    const int first_aside = posts_all(P, largest) ? 1 : (P + 1) / 2; // k >= P - k
+    // the block for r + k goes aside at offset[k - first_aside]
+    std::vector<std::size_t> offset(static_cast<std::size_t>(P - first_aside) + 1, 0);
+    for (int k = first_aside; k < P; ++k)
+      offset[static_cast<std::size_t>(k - first_aside) + 1] =
+          offset[static_cast<std::size_t>(k - first_aside)] + place_of((r + k) % P).second;
+    auto copies = red.template allocate<std::byte>(offset.back());
+    for (int k = first_aside; k < P; ++k) {
+      const auto [place, bytes] = place_of((r + k) % P);
+      red.copy(copies.data() + offset[static_cast<std::size_t>(k - first_aside)], place, bytes);
+    }
+    exchange_each(t, tag, largest, red, [&](int q) {
+      const int k = (q - r + P) % P;
+      const auto [place, bytes] = place_of(q);
+      const std::byte* send =
+          k >= first_aside ? copies.data() + offset[static_cast<std::size_t>(k - first_aside)]
+                           : place;
+      return exchange_block{send, bytes, place, bytes};
+    });
   }
 
   /// The exchange of `block_of(q)` for every rank q, `largest` the largest of this rank's

@@ -292,8 +292,9 @@ pairwise_exchange uneven_exchange_of(const A& algo) {
 }
 
 /// The exchange of alltoallv, arguments checked, in the message space `tag`, its local
-/// copies and scratch from `red`. In place, the send side is read from a copy of the
-/// buffer's extent.
+/// copies and scratch from `red`. In place with one layout for both sides (MPI_IN_PLACE's
+/// form), the exchange copies aside only the blocks it would overwrite before they leave;
+/// with two layouts the send side is read from a copy of the buffer's extent.
 template <transport Tr, class T, reducer R>
 void alltoallv_tagged(Tr& t, int tag, const T* sendbuf, std::span<const std::size_t> send_counts,
                       std::span<const std::size_t> send_displs, T* recvbuf,
@@ -301,6 +302,15 @@ void alltoallv_tagged(Tr& t, int tag, const T* sendbuf, std::span<const std::siz
                       std::span<const std::size_t> recv_displs, bool in_place,
                       const pairwise_exchange& algo, R& red) {
   const int P = t.size();
+  std::vector<exchange_block> blocks(static_cast<std::size_t>(P));
+  if (in_place && std::ranges::equal(send_counts, recv_counts) &&
+      std::ranges::equal(send_displs, recv_displs)) {
+    for (int q = 0; q < P; ++q)
+      blocks[q] = {recvbuf + recv_displs[q], recv_counts[q] * sizeof(T), recvbuf + recv_displs[q],
+                   recv_counts[q] * sizeof(T)};
+    algo.exchange_in_place(t, tag, std::span<const exchange_block>(blocks), red);
+    return;
+  }
   std::size_t extent = 0;
   if (in_place)
     for (int q = 0; q < P; ++q)
@@ -310,7 +320,6 @@ void alltoallv_tagged(Tr& t, int tag, const T* sendbuf, std::span<const std::siz
     red.copy(copy.data(), sendbuf, extent);
     sendbuf = copy.data();
   }
-  std::vector<exchange_block> blocks(static_cast<std::size_t>(P));
   for (int q = 0; q < P; ++q)
     blocks[q] = {sendbuf + send_displs[q], send_counts[q] * sizeof(T), recvbuf + recv_displs[q],
                  recv_counts[q] * sizeof(T)};

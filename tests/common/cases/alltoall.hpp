@@ -63,7 +63,7 @@ void alltoall_values(Tr& t, const std::vector<std::size_t>& counts, const Buffer
     // directions differ), its send blocks in rank order with a gap of q elements before
     // block q, its receive blocks in reverse rank order with a gap of 1; gaps stay unwritten
     auto c = [&](int from, int to) { return n + static_cast<std::size_t>((2 * from + to) % 4); };
-    for (int ip = 0; ip < 2; ++ip) {
+    for (int ip = 0; ip < 3; ++ip) {
       std::vector<std::size_t> send_counts(p), send_displs(p), recv_counts(p), recv_displs(p);
       std::size_t at = 0;
       for (int q = 0; q < P; ++q) {
@@ -81,8 +81,28 @@ void alltoall_values(Tr& t, const std::vector<std::size_t>& counts, const Buffer
         at += recv_counts[q];
       }
       const std::size_t recv_extent = at;
-      const case_id id{"alltoallv", "double", "-", n, P, rank, ip == 1};
-      if (ip == 1) {
+      const case_id id{
+          ip == 2 ? "alltoallv, two layouts" : "alltoallv", "double", "-", n, P, rank, ip > 0};
+      if (ip == 2) {
+        // in place with a send layout and a receive layout of their own (tcoll's form): the
+        // blocks above in one buffer of the larger extent; a receive block may cover send
+        // blocks that have not left yet, so every receive block must hold its peer's block
+        std::vector<double> host(std::max(send_extent, recv_extent), -3.0);
+        for (int q = 0; q < P; ++q)
+          for (std::size_t k = 0; k < send_counts[q]; ++k)
+            host[send_displs[q] + k] = exchanged_value(rank, q, k);
+        auto buf = placed(b, host);
+        alltoallv(t, static_cast<const double*>(buf.data()), send_counts, send_displs, buf.data(),
+                  recv_counts, recv_displs, pairwise_exchange{}, red);
+        const std::vector<double> got = b.download(buf, host.size());
+        std::vector<double> got_blocks, want_blocks;
+        for (int q = 0; q < P; ++q)
+          for (std::size_t k = 0; k < recv_counts[q]; ++k) {
+            got_blocks.push_back(got[recv_displs[q] + k]);
+            want_blocks.push_back(exchanged_value(q, rank, k));
+          }
+        check_equal(got_blocks, want_blocks, id.str());
+      } else if (ip == 1) {
         // in place (MPI_IN_PLACE's form: block q is sent from where q's block lands), which
         // needs the counts of a pair to agree both ways: s(r, q) = n + (r + q) % 3, the
         // blocks in reverse rank order with a gap of 1
