@@ -91,10 +91,19 @@ struct options {
   std::string json;
   int timeout_s = 120;
   std::string leaders; ///< -L: the algorithm `hierarchical` runs among the leaders (broadcast)
+  /// --each-block-across: via_peers::each_block_across_from_bytes (-C alltoall)
+  std::size_t each_block_across = via_peers{}.each_block_across_from_bytes;
 };
 
 std::size_t parse_bytes(const std::string& s) {
   return tcoll::parse_bytes(s);
+}
+
+/// The machine's knobs `o` sets (the route through the peers).
+hierarchical_machine_options machine_options(const options& o) {
+  hierarchical_machine_options m;
+  m.peers.each_block_across_from_bytes = o.each_block_across;
+  return m;
 }
 
 const char* usage =
@@ -107,7 +116,8 @@ const char* usage =
     "  [-C allreduce|broadcast|reduce|allgather|reduce_scatter|alltoall|alltoallv|gather|scatter]\n"
     "  (-C alltoallv: the all-to-all's equal blocks through the uneven form; -C alltoall(v): -a\n"
     "  also hierarchical_via_leaders, the machine's route through the leaders)\n"
-    "  [--json FILE]\n";
+    "  [--each-block-across bytes: through the peers, blocks from this size cross one message\n"
+    "  each (via_peers::each_block_across_from_bytes)] [--json FILE]\n";
 
 options parse(int argc, char** argv) {
   options o;
@@ -153,6 +163,8 @@ options parse(int argc, char** argv) {
       o.timeout_s = std::stoi(v);
     else if (f == "--json")
       o.json = v;
+    else if (f == "--each-block-across")
+      o.each_block_across = parse_bytes(v);
     else if (f == "-L")
       o.leaders = v;
     else if (f == "-C")
@@ -686,7 +698,7 @@ int run_threads(const options& o) {
     auto v = split_groups(world, o.G);
     hierarchy_shape shape{v.world_rank, v.world_size, v.shards};
     shape.groups = v.group_members; // the collectives but allreduce place blocks by world rank
-    hierarchical hier(v.intra, v.inter_ptr(), shape);
+    hierarchical hier(v.intra, v.inter_ptr(), shape, machine_options(o));
     hierarchical hier_via_leaders(v.intra, v.inter_ptr(), std::move(shape),
                                   {alltoall_route::via_leaders});
     t.barrier();
@@ -735,7 +747,7 @@ int run_mpi(const options& o) {
       shape.groups.emplace_back();
       for (int j = 0; j < o.G; ++j) shape.groups.back().push_back(p * o.G + j);
     }
-    hierarchical hier(t, &inter, shape);
+    hierarchical hier(t, &inter, shape, machine_options(o));
     hierarchical hier_via_leaders(t, &inter, std::move(shape), {alltoall_route::via_leaders});
     harness h;
     h.barrier = [&] { world.barrier(); };

@@ -554,9 +554,11 @@ TEST_CASE("via_peers and via_leaders: all-to-all by either route places every bl
     for (int a : sc.group_of) sizes[a] += 1;
     bool equal = true;
     for (const auto& [id, members] : sizes) equal = equal && members == sizes.begin()->second;
-    // the peers' two ways inside the group: packed (short blocks), one message a block
+    // the peers' ways inside the group: packed (short blocks), one message a block; and
+    // across groups one message of g blocks, or one a block as each comes in
     const hierarchical_machine_options routes[] = {{alltoall_route::via_peers},
                                                    {alltoall_route::via_peers, via_peers{0}},
+                                                   {alltoall_route::via_peers, via_peers{0, 0}},
                                                    {alltoall_route::via_leaders}};
     // 600 doubles: blocks past the threads transport's eager bound, and the group-by-group
     // way under the default via_peers
@@ -567,6 +569,7 @@ TEST_CASE("via_peers and via_leaders: all-to-all by either route places every bl
           CAPTURE(sc.name);
           CAPTURE(static_cast<int>(route));
           CAPTURE(options.peers.separate_blocks_from_bytes);
+          CAPTURE(options.peers.each_block_across_from_bytes);
           CAPTURE(n);
           CAPTURE(in_place);
           std::atomic<int> wrong{0}, refused{0};
@@ -606,34 +609,37 @@ TEST_CASE("via_peers and via_leaders: all-to-all by either route places every bl
   }
 }
 
-TEST_CASE("via_peers: all-to-all crosses the network in one message per pair of peers") {
+TEST_CASE("via_peers: all-to-all crosses the network in one message per pair of peers, or "
+          "one a block from each_block_across_from_bytes") {
   // groups of g, M of them: inside each group every rank sends each other one M-block
   // message (packed) or M one-block messages; across groups every rank sends each peer one
-  // g-block message
+  // g-block message, or g one-block messages (each_block)
   for (auto [M, g] : {std::pair{2, 2}, std::pair{3, 2}, std::pair{2, 3}})
-    for (bool packed : {true, false}) {
+    for (int way = 0; way < 3; ++way) {
+      const bool packed = way == 0, each_block = way == 2;
       CAPTURE(M);
       CAPTURE(g);
       CAPTURE(packed);
+      CAPTURE(each_block);
       const int P = M * g;
       const std::size_t n = 5;
       hier_test::traffic intra, inter;
       std::atomic<int> wrong{0};
-      on_counted_machine(P, g, intra, inter,
-                         [&](auto& h, int r) {
-                           std::vector<float> in(n * std::size_t(P)), out(in.size());
-                           for (std::size_t i = 0; i < in.size(); ++i)
-                             in[i] = float(r) + float(i) / 64.0f;
-                           alltoall(h, in.data(), out.data(), n);
-                           for (int q = 0; q < P; ++q)
-                             for (std::size_t i = 0; i < n; ++i)
-                               wrong += out[std::size_t(q) * n + i] !=
-                                        float(q) + float(std::size_t(r) * n + i) / 64.0f;
-                         },
-                         {alltoall_route::automatic, via_peers{packed ? 4096u : 0u}});
+      on_counted_machine(
+          P, g, intra, inter,
+          [&](auto& h, int r) {
+            std::vector<float> in(n * std::size_t(P)), out(in.size());
+            for (std::size_t i = 0; i < in.size(); ++i) in[i] = float(r) + float(i) / 64.0f;
+            alltoall(h, in.data(), out.data(), n);
+            for (int q = 0; q < P; ++q)
+              for (std::size_t i = 0; i < n; ++i)
+                wrong +=
+                    out[std::size_t(q) * n + i] != float(q) + float(std::size_t(r) * n + i) / 64.0f;
+          },
+          {alltoall_route::automatic, via_peers{packed ? 4096u : 0u, each_block ? 0u : 1u << 30}});
       const long E = sizeof(float);
       CHECK(wrong == 0);
-      CHECK(inter.messages == long(P) * (M - 1));
+      CHECK(inter.messages == long(P) * (M - 1) * (each_block ? g : 1));
       CHECK(inter.bytes == long(P) * (M - 1) * g * long(n) * E);
       CHECK(intra.messages == long(P) * (g - 1) * (packed ? 1 : M));
       CHECK(intra.bytes == long(P) * (g - 1) * M * long(n) * E);

@@ -14,8 +14,10 @@
 /// Blocks from `separate_blocks_from_bytes` on go inside the group one message each, group
 /// by group (the own group last, its blocks straight to the receive buffer out of place), and
 /// group c's message across groups leaves as soon as its blocks are in, while the next
-/// group's move inside the group. Shorter blocks are packed into one message per pair, and
-/// the exchange across groups follows the whole exchange inside.
+/// group's move inside the group; from `each_block_across_from_bytes` on every block also
+/// crosses alone, as soon as it is in, so the network starts with the first group. Shorter
+/// blocks are packed into one message per pair, and the exchange across groups follows the
+/// whole exchange inside.
 ///
 /// `alltoallv` (blocks of any size per pair) goes group by group, every block one message,
 /// with the counts ahead of the data: the ranks of a group first exchange their counts for
@@ -96,7 +98,7 @@ struct via_peers {
     const bool in_place = sendbuf == recvbuf;
     if (count * sizeof(T) >= separate_blocks_from_bytes) {
       by_group(m, tags, sendbuf, staged.get(), in_place ? nullptr : recvbuf, count, a, peer, world,
-               arriving, red);
+               arriving, count * sizeof(T) >= each_block_across_from_bytes, red);
       for (std::size_t c = 0; c < G; ++c)
         if (c == a ? in_place : apart[c])
           unpack(c, (c == a ? staged.get() : landed.get()) + c * g * count);
@@ -272,6 +274,12 @@ struct via_peers {
   /// two copies and the overlap for G - 1 fewer messages a pair. 4 KiB: see
   /// docs/hierarchical.md, "All-to-all through the peers".
   std::size_t separate_blocks_from_bytes = 4096;
+  /// Blocks of at least this many bytes (and at least `separate_blocks_from_bytes`) also go
+  /// across groups one message each, each as soon as it has come in inside the group, so
+  /// that the network starts at once instead of after the first group's exchange inside the
+  /// group; shorter ones go as one message of g blocks per peer (g - 1 fewer latencies).
+  /// See docs/hierarchical.md, "All-to-all through the peers".
+  std::size_t each_block_across_from_bytes = 256 * 1024;
 
 private:
   /// Where this rank sits: G groups of g ranks, its local rank l and group a, the world
@@ -333,18 +341,24 @@ private:
     return std::unique_ptr<T[]>(n ? new T[n] : nullptr);
   }
 
-  /// One message a block, group by group: for each group c in turn (this rank's own group
-  /// last), the ranks of this group exchange their blocks for W(c, *), all posted at once,
-  /// which land as staged[c][j]; then, while the next group's blocks move inside the group,
-  /// staged[c] goes to group c's peer and its blocks for this rank come back to
-  /// `arriving(c)`. The own group's blocks need no second exchange: with `recvbuf` (out of
-  /// place) they land in it at once, at W(a, j); in place they wait in staged[a] (the send
-  /// buffer still holds blocks that are not sent yet). Every rank of a group takes the groups
-  /// in the same order, so the messages of a pair match in posting order.
+  /// One message a block inside the group, group by group: for each group c in turn (this
+  /// rank's own group last), the ranks of this group exchange their blocks for W(c, *), all
+  /// posted at once, which land as staged[c][j]; then, while the next group's blocks move
+  /// inside the group, staged[c] goes to group c's peer and its blocks for this rank come
+  /// back to `arriving(c)`. With `each_block_across`, staged[c] leaves as g messages, each
+  /// as soon as its block is in: this rank's own at once, then those of local ranks l - 1,
+  /// l - 2, ... in the order their receives complete, which the peer (of the same local
+  /// index l) receives in; so the network starts with the first group's exchange inside the
+  /// group instead of after it. The own group's blocks need no second exchange: with
+  /// `recvbuf` (out of place) they land in it at once, at W(a, j); in place they wait in
+  /// staged[a] (the send buffer still holds blocks that are not sent yet). Every rank of a
+  /// group takes the groups in the same order, so the messages of a pair match in posting
+  /// order.
   template <class M, class T, class World, class Arriving, reducer R>
   static void by_group(M& m, std::pair<int, int> tags, const T* sendbuf, T* staged, T* recvbuf,
                        std::size_t count, std::size_t own, const std::vector<int>& peer,
-                       const World& world, const Arriving& arriving, R& red) {
+                       const World& world, const Arriving& arriving, bool each_block_across,
+                       R& red) {
     auto& intra = m.intra();
     auto& inter = *m.inter();
     const std::size_t G = peer.size(), g = static_cast<std::size_t>(intra.size());
@@ -356,37 +370,57 @@ private:
     std::vector<inter_request> across_recvs, across_sends;
     recvs.reserve(g);
     sends.reserve(g);
-    across_recvs.reserve(G);
-    across_sends.reserve(G);
+    across_recvs.reserve(each_block_across ? G * g : G);
+    across_sends.reserve(each_block_across ? G * g : G);
+    // the k-th block to leave for a peer (and to come from it): local rank l - k's
+    const auto kth = [&](std::size_t k) { return (l + g - k) % g; };
     for (std::size_t step = 1; step <= G; ++step) {
       const std::size_t c = (own + step) % G; // the own group last
       const bool direct = c == own && recvbuf;
+      const bool forward = c != own;
       auto landing = [&](std::size_t j) {
         return direct ? recvbuf + world(c, j) * count : staged + (c * g + j) * count;
+      };
+      auto send_across = [&](std::size_t j) {
+        m.across_groups([&] {
+          across_sends.push_back(isend_for_irecv(inter, peer[c], landing(j), bytes, tags.second));
+        });
       };
       m.in_group([&] {
         if (count) red.copy(landing(l), sendbuf + world(c, l) * count, count);
         recvs.clear();
         sends.clear();
-        for (std::size_t s = 1; s < g; ++s) {
-          const std::size_t from = (l + g - s) % g;
-          recvs.push_back(intra.irecv(int(from), landing(from), bytes, tags.first));
-        }
+        for (std::size_t k = 1; k < g; ++k)
+          recvs.push_back(intra.irecv(int(kth(k)), landing(kth(k)), bytes, tags.first));
         for (std::size_t s = 1; s < g; ++s) {
           const std::size_t to = (l + s) % g;
           sends.push_back(
               isend_for_irecv(intra, int(to), sendbuf + world(c, to) * count, bytes, tags.first));
         }
-        const auto until = clock::now() + intra.timeout();
-        for (auto& q : recvs) intra.wait(q, until);
+      });
+      if (forward && each_block_across) {
+        m.across_groups([&] {
+          for (std::size_t k = 0; k < g; ++k)
+            across_recvs.push_back(
+                inter.irecv(peer[c], arriving(c) + kth(k) * count, bytes, tags.second));
+        });
+        send_across(l);
+      }
+      const auto until = clock::now() + intra.timeout();
+      for (std::size_t k = 1; k < g; ++k) {
+        m.in_group([&] { intra.wait(recvs[k - 1], until); });
+        if (forward && each_block_across) send_across(kth(k));
+      }
+      m.in_group([&] {
         for (auto& q : sends) intra.wait(q, until);
       });
-      if (c == own) break;
-      m.across_groups([&] {
-        across_recvs.push_back(inter.irecv(peer[c], arriving(c), g * bytes, tags.second));
-        across_sends.push_back(
-            isend_for_irecv(inter, peer[c], staged + c * g * count, g * bytes, tags.second));
-      });
+      if (!forward) break;
+      if (!each_block_across)
+        m.across_groups([&] {
+          across_recvs.push_back(inter.irecv(peer[c], arriving(c), g * bytes, tags.second));
+          across_sends.push_back(
+              isend_for_irecv(inter, peer[c], staged + c * g * count, g * bytes, tags.second));
+        });
     }
     m.across_groups([&] {
       const auto until = clock::now() + inter.timeout();
