@@ -237,12 +237,18 @@ TEST_CASE("via_peers and via_leaders: alltoallv, uneven and empty blocks, gaps, 
   };
   // `scale` 500: blocks past the threads transport's eager bound (1 KiB), which it copies
   // in the receiver's wait, so a send completes only once its receiver waits
+  // automatic, and again with every block across groups in a message of its own
+  const hierarchical_machine_options routes[] = {{alltoall_route::automatic},
+                                                 {alltoall_route::automatic, via_peers{4096, 0}},
+                                                 {alltoall_route::via_leaders}};
   for (const auto& sc : leader_shapes())
-    for (auto route : {alltoall_route::automatic, alltoall_route::via_leaders})
+    for (const auto& options : routes)
       for (bool in_place : {false, true})
         for (std::size_t scale : {1, 500}) {
+          const alltoall_route route = options.alltoall;
           CAPTURE(sc.name);
           CAPTURE(static_cast<int>(route));
+          CAPTURE(options.peers.each_block_across_from_bytes);
           CAPTURE(in_place);
           CAPTURE(scale);
           const int P = static_cast<int>(sc.group_of.size());
@@ -250,42 +256,43 @@ TEST_CASE("via_peers and via_leaders: alltoallv, uneven and empty blocks, gaps, 
             return scale * std::size_t(in_place ? (x + y) % 3 : (x + 2 * y) % 4);
           };
           std::atomic<int> wrong{0};
-          on_machine(sc,
-                     [&](auto& h, int r) {
-                       using counts = std::vector<std::size_t>;
-                       counts send_counts(P), send_displs(P), recv_counts(P), recv_displs(P);
-                       std::size_t send_at = 0, recv_at = 0;
-                       for (int q = 0; q < P; ++q) {
-                         send_counts[q] = count_of(r, q);
-                         send_displs[q] = send_at;
-                         send_at += send_counts[q] + 1;
-                         recv_counts[q] = count_of(q, r);
-                         recv_displs[q] = recv_at;
-                         recv_at += recv_counts[q] + 1;
-                       }
-                       std::vector<double> send(send_at, -7.0), recv(recv_at, -9.0);
-                       for (int q = 0; q < P; ++q)
-                         for (std::size_t i = 0; i < send_counts[q]; ++i)
-                           send[send_displs[q] + i] = cell(r, q, i);
-                       const auto before = send;
-                       using span = std::span<const std::size_t>;
-                       if (in_place) {
-                         recv = send; // symmetric counts: the same layout both ways
-                         alltoallv(h, recv.data(), span(send_counts), span(send_displs),
-                                   recv.data(), span(recv_counts), span(recv_displs));
-                       } else {
-                         alltoallv(h, send.data(), span(send_counts), span(send_displs),
-                                   recv.data(), span(recv_counts), span(recv_displs));
-                         wrong += send != before;
-                       }
-                       for (int q = 0; q < P; ++q) {
-                         for (std::size_t i = 0; i < recv_counts[q]; ++i)
-                           wrong += recv[recv_displs[q] + i] != cell(q, r, i);
-                         wrong += recv[recv_displs[q] + recv_counts[q]] !=
-                                  (in_place ? -7.0 : -9.0); // the gap
-                       }
-                     },
-                     {route});
+          on_machine(
+              sc,
+              [&](auto& h, int r) {
+                using counts = std::vector<std::size_t>;
+                counts send_counts(P), send_displs(P), recv_counts(P), recv_displs(P);
+                std::size_t send_at = 0, recv_at = 0;
+                for (int q = 0; q < P; ++q) {
+                  send_counts[q] = count_of(r, q);
+                  send_displs[q] = send_at;
+                  send_at += send_counts[q] + 1;
+                  recv_counts[q] = count_of(q, r);
+                  recv_displs[q] = recv_at;
+                  recv_at += recv_counts[q] + 1;
+                }
+                std::vector<double> send(send_at, -7.0), recv(recv_at, -9.0);
+                for (int q = 0; q < P; ++q)
+                  for (std::size_t i = 0; i < send_counts[q]; ++i)
+                    send[send_displs[q] + i] = cell(r, q, i);
+                const auto before = send;
+                using span = std::span<const std::size_t>;
+                if (in_place) {
+                  recv = send; // symmetric counts: the same layout both ways
+                  alltoallv(h, recv.data(), span(send_counts), span(send_displs), recv.data(),
+                            span(recv_counts), span(recv_displs));
+                } else {
+                  alltoallv(h, send.data(), span(send_counts), span(send_displs), recv.data(),
+                            span(recv_counts), span(recv_displs));
+                  wrong += send != before;
+                }
+                for (int q = 0; q < P; ++q) {
+                  for (std::size_t i = 0; i < recv_counts[q]; ++i)
+                    wrong += recv[recv_displs[q] + i] != cell(q, r, i);
+                  wrong +=
+                      recv[recv_displs[q] + recv_counts[q]] != (in_place ? -7.0 : -9.0); // the gap
+                }
+              },
+              options);
           CHECK(wrong == 0);
         }
 }
@@ -646,52 +653,60 @@ TEST_CASE("via_peers: all-to-all crosses the network in one message per pair of 
     }
 }
 
-TEST_CASE("via_peers: alltoallv sends each peer its counts, then one message of blocks") {
+TEST_CASE("via_peers: alltoallv sends each peer its counts, then one message of blocks, or one "
+          "a block from each_block_across_from_bytes") {
   // groups of g, M of them, rank x sends y count(x, y) > 0 elements. Inside the group every
   // rank sends each other its M counts for that rank's peers, then one message per block;
-  // across groups every rank sends each peer g counts, then the g blocks in one message.
+  // across groups every rank sends each peer g counts, then the g blocks in one message, or
+  // one message each (each_block).
   const auto count = [](int x, int y) { return std::size_t(1 + (x + 2 * y) % 3); };
-  for (auto [M, g] : {std::pair{2, 2}, std::pair{3, 2}, std::pair{2, 3}}) {
-    CAPTURE(M);
-    CAPTURE(g);
-    const int P = M * g;
-    hier_test::traffic intra, inter;
-    std::atomic<int> wrong{0};
-    on_counted_machine(P, g, intra, inter, [&](auto& h, int r) {
-      std::vector<std::size_t> send_counts(P), send_displs(P), recv_counts(P), recv_displs(P);
-      for (int q = 0, s = 0, d = 0; q < P; ++q) {
-        send_counts[q] = count(r, q);
-        recv_counts[q] = count(q, r);
-        send_displs[q] = std::size_t(s);
-        recv_displs[q] = std::size_t(d);
-        s += int(send_counts[q]);
-        d += int(recv_counts[q]);
-      }
-      std::vector<float> in(send_displs[P - 1] + send_counts[P - 1]);
-      std::vector<float> out(recv_displs[P - 1] + recv_counts[P - 1], -1.0f);
-      for (int q = 0; q < P; ++q)
-        for (std::size_t i = 0; i < send_counts[q]; ++i)
-          in[send_displs[q] + i] = float(r * 100 + q) + float(i) / 8.0f;
-      using span = std::span<const std::size_t>;
-      alltoallv(h, in.data(), span(send_counts), span(send_displs), out.data(), span(recv_counts),
-                span(recv_displs));
-      for (int q = 0; q < P; ++q)
-        for (std::size_t i = 0; i < recv_counts[q]; ++i)
-          wrong += out[recv_displs[q] + i] != float(q * 100 + r) + float(i) / 8.0f;
-    });
-    const long E = sizeof(float), C = sizeof(std::uint64_t);
-    long across = 0, inside = 0; // data bytes whose receiver has another group / local rank
-    for (int x = 0; x < P; ++x)
-      for (int y = 0; y < P; ++y) {
-        across += x / g != y / g ? long(count(x, y)) * E : 0;
-        inside += x % g != y % g ? long(count(x, y)) * E : 0;
-      }
-    CHECK(wrong == 0);
-    CHECK(inter.messages == long(P) * (M - 1) * 2);
-    CHECK(inter.bytes == long(P) * (M - 1) * g * C + across);
-    CHECK(intra.messages == long(P) * (g - 1) * (1 + M));
-    CHECK(intra.bytes == long(P) * (g - 1) * M * C + inside);
-  }
+  for (auto [M, g] : {std::pair{2, 2}, std::pair{3, 2}, std::pair{2, 3}})
+    for (bool each_block : {false, true}) {
+      CAPTURE(M);
+      CAPTURE(g);
+      CAPTURE(each_block);
+      const int P = M * g;
+      hier_test::traffic intra, inter;
+      std::atomic<int> wrong{0};
+      on_counted_machine(P, g, intra, inter,
+                         [&](auto& h, int r) {
+                           std::vector<std::size_t> send_counts(P), send_displs(P), recv_counts(P),
+                               recv_displs(P);
+                           for (int q = 0, s = 0, d = 0; q < P; ++q) {
+                             send_counts[q] = count(r, q);
+                             recv_counts[q] = count(q, r);
+                             send_displs[q] = std::size_t(s);
+                             recv_displs[q] = std::size_t(d);
+                             s += int(send_counts[q]);
+                             d += int(recv_counts[q]);
+                           }
+                           std::vector<float> in(send_displs[P - 1] + send_counts[P - 1]);
+                           std::vector<float> out(recv_displs[P - 1] + recv_counts[P - 1], -1.0f);
+                           for (int q = 0; q < P; ++q)
+                             for (std::size_t i = 0; i < send_counts[q]; ++i)
+                               in[send_displs[q] + i] = float(r * 100 + q) + float(i) / 8.0f;
+                           using span = std::span<const std::size_t>;
+                           alltoallv(h, in.data(), span(send_counts), span(send_displs), out.data(),
+                                     span(recv_counts), span(recv_displs));
+                           for (int q = 0; q < P; ++q)
+                             for (std::size_t i = 0; i < recv_counts[q]; ++i)
+                               wrong +=
+                                   out[recv_displs[q] + i] != float(q * 100 + r) + float(i) / 8.0f;
+                         },
+                         {alltoall_route::automatic, via_peers{4096, each_block ? 0u : 1u << 30}});
+      const long E = sizeof(float), C = sizeof(std::uint64_t);
+      long across = 0, inside = 0; // data bytes whose receiver has another group / local rank
+      for (int x = 0; x < P; ++x)
+        for (int y = 0; y < P; ++y) {
+          across += x / g != y / g ? long(count(x, y)) * E : 0;
+          inside += x % g != y % g ? long(count(x, y)) * E : 0;
+        }
+      CHECK(wrong == 0);
+      CHECK(inter.messages == long(P) * (M - 1) * (each_block ? 1 + g : 2));
+      CHECK(inter.bytes == long(P) * (M - 1) * g * C + across);
+      CHECK(intra.messages == long(P) * (g - 1) * (1 + M));
+      CHECK(intra.bytes == long(P) * (g - 1) * M * C + inside);
+    }
 }
 
 TEST_CASE("via_peers: a transport across groups in another order than the groups, named by "

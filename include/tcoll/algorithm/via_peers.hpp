@@ -124,7 +124,9 @@ struct via_peers {
   /// ranks of a group exchange their counts for each other's peers (G per pair), then every
   /// rank sends each peer, ahead of the data, the g counts of the blocks it forwards, which
   /// the peer checks against its `recv_counts` (a mismatch throws `invalid_argument` naming
-  /// the rank that sent the block) before it posts the data's receive. Empty blocks send
+  /// the rank that sent the block) before it posts the data's receive. A peer's g blocks
+  /// cross one message each, as they come in, where the largest of them is at least
+  /// `each_block_across_from_bytes` (both sides judge the same counts). Empty blocks send
   /// nothing. In place (`sendbuf == recvbuf`, send and receive layouts of their own) nothing
   /// lands in the buffer before every block has left it.
   template <class M, class T, reducer R>
@@ -141,6 +143,8 @@ struct via_peers {
     auto& intra = m.intra();
     auto& inter = *m.inter();
     const bool in_place = sendbuf == recvbuf;
+    // the k-th block to leave for a peer (and to come from it): local rank l - k's
+    const auto kth = [&](std::size_t k) { return (l + g - k) % g; };
     // 1: counts inside the group: in[j * G + c], what local rank j sends W(c, l)
     std::vector<count_t> out(g * G), in(g * G);
     for (std::size_t k = 0; k < g; ++k)
@@ -215,15 +219,17 @@ struct via_peers {
         return direct ? recvbuf + recv_displs[world(c, j)]
                       : forwarded.get() + start[c * (g + 1) + j];
       };
+      // recvs[k - 1]: the receive of local rank l - k's block (none where it is empty)
       m.in_group([&] {
         const std::size_t mine = send_counts[world(c, l)];
         if (mine) red.copy(landing(l), sendbuf + send_displs[world(c, l)], mine);
         recvs.clear();
         sends.clear();
-        for (std::size_t s = 1; s < g; ++s) {
-          const std::size_t from = (l + g - s) % g;
-          if (const count_t n = in[from * G + c])
-            recvs.push_back(intra.irecv(int(from), landing(from), n * sizeof(T), tags.first));
+        for (std::size_t k = 1; k < g; ++k) {
+          const std::size_t from = kth(k);
+          const count_t n = in[from * G + c];
+          recvs.push_back(n ? intra.irecv(int(from), landing(from), n * sizeof(T), tags.first)
+                            : intra_request{});
         }
         for (std::size_t s = 1; s < g; ++s) {
           const std::size_t to = (l + s) % g;
@@ -231,25 +237,61 @@ struct via_peers {
             sends.push_back(isend_for_irecv(intra, int(to), sendbuf + send_displs[world(c, to)],
                                             n * sizeof(T), tags.first));
         }
-        const auto until = clock::now() + intra.timeout();
-        for (auto& q : recvs) intra.wait(q, until);
+      });
+      const bool forward = c != own;
+      // group c's blocks cross one message each where the largest is long enough (both
+      // sides judge the same g counts: the sender's headers, the receiver's checked copy)
+      bool each_block = false;
+      if (forward) {
+        m.across_groups([&] { inter.wait(header_recvs[c], clock::now() + inter.timeout()); });
+        for (std::size_t j = 0; j < g; ++j)
+          check_count(m, header_in[c * g + j], recv_counts, world(c, j));
+        const auto largest = *std::max_element(headers.begin() + std::ptrdiff_t(c * g),
+                                               headers.begin() + std::ptrdiff_t(c * g + g));
+        each_block = largest * sizeof(T) >= each_block_across_from_bytes;
+        if (each_block) {
+          // from the peer: its own block first, then the others in its receive order
+          m.across_groups([&] {
+            for (std::size_t k = 0; k < g; ++k) {
+              const std::size_t j = kth(k), x = world(c, j);
+              std::size_t at = 0;
+              for (std::size_t i = 0; i < j; ++i) at += recv_counts[world(c, i)];
+              if (recv_counts[x])
+                across_recvs.push_back(inter.irecv(peer[c], arriving(c) + at,
+                                                   recv_counts[x] * sizeof(T), tags.second));
+            }
+          });
+        }
+      }
+      auto send_across = [&](std::size_t j) {
+        if (const count_t n = headers[c * g + j])
+          m.across_groups([&] {
+            across_sends.push_back(
+                isend_for_irecv(inter, peer[c], landing(j), n * sizeof(T), tags.second));
+          });
+      };
+      if (each_block) send_across(l);
+      const auto until = clock::now() + intra.timeout();
+      for (std::size_t k = 1; k < g; ++k) {
+        if (in[kth(k) * G + c]) m.in_group([&] { intra.wait(recvs[k - 1], until); });
+        if (each_block) send_across(kth(k));
+      }
+      m.in_group([&] {
         for (auto& q : sends) intra.wait(q, until);
       });
-      if (c == own) break;
-      m.across_groups([&] { inter.wait(header_recvs[c], clock::now() + inter.timeout()); });
-      for (std::size_t j = 0; j < g; ++j)
-        check_count(m, header_in[c * g + j], recv_counts, world(c, j));
-      m.across_groups([&] {
-        std::size_t coming = 0;
-        for (std::size_t j = 0; j < g; ++j) coming += recv_counts[world(c, j)];
-        if (coming)
-          across_recvs.push_back(
-              inter.irecv(peer[c], arriving(c), coming * sizeof(T), tags.second));
-        const std::size_t first = start[c * (g + 1)], n = start[c * (g + 1) + g] - first;
-        if (n)
-          across_sends.push_back(
-              isend_for_irecv(inter, peer[c], forwarded.get() + first, n * sizeof(T), tags.second));
-      });
+      if (!forward) break;
+      if (!each_block)
+        m.across_groups([&] {
+          std::size_t coming = 0;
+          for (std::size_t j = 0; j < g; ++j) coming += recv_counts[world(c, j)];
+          if (coming)
+            across_recvs.push_back(
+                inter.irecv(peer[c], arriving(c), coming * sizeof(T), tags.second));
+          const std::size_t first = start[c * (g + 1)], n = start[c * (g + 1) + g] - first;
+          if (n)
+            across_sends.push_back(isend_for_irecv(inter, peer[c], forwarded.get() + first,
+                                                   n * sizeof(T), tags.second));
+        });
     }
     m.across_groups([&] {
       const auto until = clock::now() + inter.timeout();
