@@ -239,30 +239,15 @@ struct via_peers {
         }
       });
       const bool forward = c != own;
-      // group c's blocks cross one message each where the largest is long enough (both
-      // sides judge the same g counts: the sender's headers, the receiver's checked copy)
-      bool each_block = false;
-      if (forward) {
-        m.across_groups([&] { inter.wait(header_recvs[c], clock::now() + inter.timeout()); });
-        for (std::size_t j = 0; j < g; ++j)
-          check_count(m, header_in[c * g + j], recv_counts, world(c, j));
-        const auto largest = *std::max_element(headers.begin() + std::ptrdiff_t(c * g),
-                                               headers.begin() + std::ptrdiff_t(c * g + g));
-        each_block = largest * sizeof(T) >= each_block_across_from_bytes;
-        if (each_block) {
-          // from the peer: its own block first, then the others in its receive order
-          m.across_groups([&] {
-            for (std::size_t k = 0; k < g; ++k) {
-              const std::size_t j = kth(k), x = world(c, j);
-              std::size_t at = 0;
-              for (std::size_t i = 0; i < j; ++i) at += recv_counts[world(c, i)];
-              if (recv_counts[x])
-                across_recvs.push_back(inter.irecv(peer[c], arriving(c) + at,
-                                                   recv_counts[x] * sizeof(T), tags.second));
-            }
-          });
-        }
-      }
+      // group c's blocks cross one message each where the largest is long enough: this rank
+      // judges the counts it forwards, the peer the same counts as it receives them (its
+      // header, checked), so both agree
+      auto largest_of = [&](const std::vector<count_t>& counts) {
+        return *std::max_element(counts.begin() + std::ptrdiff_t(c * g),
+                                 counts.begin() + std::ptrdiff_t(c * g + g)) *
+               sizeof(T);
+      };
+      const bool each_block = forward && largest_of(headers) >= each_block_across_from_bytes;
       auto send_across = [&](std::size_t j) {
         if (const count_t n = headers[c * g + j])
           m.across_groups([&] {
@@ -280,13 +265,32 @@ struct via_peers {
         for (auto& q : sends) intra.wait(q, until);
       });
       if (!forward) break;
-      if (!each_block)
+      // what group c's peer sends: its counts first, checked before any data receive
+      m.across_groups([&] { inter.wait(header_recvs[c], clock::now() + inter.timeout()); });
+      for (std::size_t j = 0; j < g; ++j)
+        check_count(m, header_in[c * g + j], recv_counts, world(c, j));
+      if (largest_of(header_in) >= each_block_across_from_bytes)
+        // its own block first, then the others in its receive order
+        m.across_groups([&] {
+          for (std::size_t k = 0; k < g; ++k) {
+            const std::size_t j = kth(k), x = world(c, j);
+            std::size_t at = 0;
+            for (std::size_t i = 0; i < j; ++i) at += recv_counts[world(c, i)];
+            if (recv_counts[x])
+              across_recvs.push_back(
+                  inter.irecv(peer[c], arriving(c) + at, recv_counts[x] * sizeof(T), tags.second));
+          }
+        });
+      else
         m.across_groups([&] {
           std::size_t coming = 0;
           for (std::size_t j = 0; j < g; ++j) coming += recv_counts[world(c, j)];
           if (coming)
             across_recvs.push_back(
                 inter.irecv(peer[c], arriving(c), coming * sizeof(T), tags.second));
+        });
+      if (!each_block)
+        m.across_groups([&] {
           const std::size_t first = start[c * (g + 1)], n = start[c * (g + 1) + g] - first;
           if (n)
             across_sends.push_back(isend_for_irecv(inter, peer[c], forwarded.get() + first,
