@@ -164,6 +164,24 @@ TEST_CASE("pairwise_exchange in place copies aside only the blocks it would over
   }
 }
 
+TEST_CASE("pairwise_exchange in place refuses a block sent from elsewhere than it lands, "
+          "before any message") {
+  on_team(3, [&](tcoll::thread_transport& t) {
+    std::vector<double> buf(6, 1.5), other(2, 2.5);
+    std::vector<tcoll::exchange_block> blocks;
+    for (int q = 0; q < 3; ++q) blocks.push_back({buf.data() + 2 * q, 16, buf.data() + 2 * q, 16});
+    blocks[1].send = other.data(); // rank 1's block: sent from elsewhere
+    tcoll::cpu_reducer red;
+    CHECK_THROWS_AS(tcoll::pairwise_exchange{}.exchange_in_place(
+                        t, 0, std::span<const tcoll::exchange_block>(blocks), red),
+                    tcoll::invalid_argument);
+    // nothing was sent: the transport still runs a collective
+    std::vector<double> v(3, double(t.rank()) + 0.25), w(3);
+    tcoll::alltoall(t, static_cast<const double*>(v.data()), w.data(), 1);
+    CHECK(w == std::vector<double>{0.25, 1.25, 2.25});
+  });
+}
+
 TEST_CASE("gather, gatherv, scatter, scatterv: every root, fractional values, uneven blocks") {
   for (int P : ranks_1_to_16()) {
     CAPTURE(P);

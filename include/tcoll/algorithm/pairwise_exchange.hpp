@@ -121,10 +121,9 @@ struct pairwise_exchange {
     for (std::size_t q = 0; q < blocks.size(); ++q) {
       const exchange_block& b = blocks[q];
       if (b.send != b.recv || b.send_bytes != b.recv_bytes)
-        throw invalid_argument("pairwise_exchange in place: the block of rank " +
-                                   std::to_string(q) +
-                                   " is sent from another place or size "
-                                   "than it is received in",
+        throw invalid_argument("pairwise_exchange in place: the block for rank " +
+                                   std::to_string(q) + " is sent from another place or size " +
+                                   "than rank " + std::to_string(q) + "'s block lands in",
                                r, static_cast<int>(q));
       largest = std::max(largest, b.send_bytes);
     }
