@@ -1187,8 +1187,27 @@ def body_all_to_all_hierarchical(rank, size):
     before = tcoll_torch._C.machine_calls(backend)
     res = all_to_all_equal_blocks(rank, size)
     res["uneven"], res["uneven_input"] = all_to_all_uneven_blocks(rank, size)
+    # blocks from 256 KiB: through the peers each crosses the nodes as a message of its own
+    # (via_peers::each_block_across_from_bytes), in both forms
+    x = torch.cat([big_block(rank, q, BIG_ROWS) for q in range(size)])
+    res["big"] = torch.full_like(x, -1.0)
+    dist.all_to_all_single(res["big"], x)
+    in_splits = [BIG_ROWS + uneven_rows(rank, q) for q in range(size)]
+    out_splits = [BIG_ROWS + uneven_rows(q, rank) for q in range(size)]
+    x = torch.cat([big_block(rank, q, in_splits[q]) for q in range(size)])
+    res["big_uneven"] = torch.full((sum(out_splits),), -1.0)
+    dist.all_to_all_single(res["big_uneven"], x, out_splits, in_splits)
     res["machine_calls"] = tcoll_torch._C.machine_calls(backend) - before
     return res
+
+
+BIG_ROWS = 65536  # float32: 256 KiB
+
+
+def big_block(src, dst, rows):
+    """The block rank `src` sends rank `dst` in the large all_to_all_single cases: fractional,
+    exact in float32."""
+    return torch.arange(rows, dtype=torch.float32) * 0.25 + src * 8 + dst
 
 
 @pytest.mark.parametrize("hosts", [["a", "a", "b", "b"], ["a", "b", "a"]])
@@ -1205,7 +1224,11 @@ def test_all_to_all_single_on_the_machine_across_nodes(hosts):
             assert results[r][f"input{k}"], f"rank {r}: the input of case {k} changed"
         assert torch.equal(results[r]["uneven"], want_uneven_blocks(r, size)), r
         assert results[r]["uneven_input"], f"rank {r}: the uneven call's input changed"
-        assert results[r]["machine_calls"] == len(BRUCK_SHAPES) + 1, results[r]["machine_calls"]
+        want = torch.cat([big_block(q, r, BIG_ROWS) for q in range(size)])
+        assert torch.equal(results[r]["big"], want), f"rank {r}: blocks of 256 KiB"
+        want = torch.cat([big_block(q, r, BIG_ROWS + uneven_rows(q, r)) for q in range(size)])
+        assert torch.equal(results[r]["big_uneven"], want), f"rank {r}: uneven blocks from 256 KiB"
+        assert results[r]["machine_calls"] == len(BRUCK_SHAPES) + 3, results[r]["machine_calls"]
 
 
 def machine_value(rank, n, salt):
