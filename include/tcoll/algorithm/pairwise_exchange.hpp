@@ -60,10 +60,7 @@ struct pairwise_exchange {
   template <transport Tr, reducer R>
   void exchange(Tr& t, int tag, std::span<const exchange_block> blocks, R& red) const {
     const int P = t.size(), r = t.rank();
-    if (static_cast<int>(blocks.size()) != P)
-      throw invalid_argument("pairwise_exchange: " + std::to_string(blocks.size()) +
-                                 " blocks for a group of " + std::to_string(P) + " ranks",
-                             r);
+    check_one_block_per_rank(blocks, P, r);
     const exchange_block& own = blocks[static_cast<std::size_t>(r)];
     if (own.send_bytes != own.recv_bytes)
       throw invalid_argument("all-to-all: this rank sends itself " +
@@ -113,10 +110,7 @@ struct pairwise_exchange {
   template <transport Tr, reducer R>
   void exchange_in_place(Tr& t, int tag, std::span<const exchange_block> blocks, R& red) const {
     const int P = t.size(), r = t.rank();
-    if (static_cast<int>(blocks.size()) != P)
-      throw invalid_argument("pairwise_exchange: " + std::to_string(blocks.size()) +
-                                 " blocks for a group of " + std::to_string(P) + " ranks",
-                             r);
+    check_one_block_per_rank(blocks, P, r);
     std::size_t largest = 0;
     for (std::size_t q = 0; q < blocks.size(); ++q) {
       const exchange_block& b = blocks[q];
@@ -134,6 +128,14 @@ struct pairwise_exchange {
   }
 
 private:
+  /// `invalid_argument` unless `blocks` has one block per rank of a group of `P`.
+  static void check_one_block_per_rank(std::span<const exchange_block> blocks, int P, int r) {
+    if (static_cast<int>(blocks.size()) != P)
+      throw invalid_argument("pairwise_exchange: " + std::to_string(blocks.size()) +
+                                 " blocks for a group of " + std::to_string(P) + " ranks",
+                             r);
+  }
+
   /// Whether a rank of `P` whose largest block is `largest` posts every message at once.
   bool posts_all(int P, std::size_t largest) const noexcept {
     return P > 2 && largest <= all_posted_max_bytes;
