@@ -12,11 +12,11 @@
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
-#include <sstream>
 #include <string>
 #include <tcoll/elastic/mpi_join.hpp>
 #include <tcoll/transport/mpi.hpp>
 
+#include "../common/mpi_doctest_main.hpp"
 #include "cases.hpp"
 
 using namespace elastic_test;
@@ -198,25 +198,8 @@ int main(int argc, char** argv) {
     // MPI's to a peer job that already exited must not kill this process
     std::signal(SIGPIPE, SIG_IGN);
   }
-  const int rank = world_rank();
-  // rank 0 reports, the others only when they saw a failure
-  std::ostringstream captured;
-  int result = 0;
-  {
-    doctest::Context context;
-    context.setOption("no-colors", true);
-    context.applyCommandLine(argc, argv);
-    if (rank != 0) context.setCout(&captured);
-    result = context.run();
-  }
-  if (rank != 0 && result != 0) {
-    std::istringstream lines(captured.str());
-    std::string line, out;
-    while (std::getline(lines, line)) out += "[rank " + std::to_string(rank) + "] " + line + "\n";
-    std::fputs(out.c_str(), stderr);
-  }
-  int worst = 0;
-  MPI_Allreduce(&result, &worst, 1, MPI_INT, MPI_MAX, world);
+  const int worst = tcoll_test::worst_over_ranks(
+      tcoll_test::run_doctest_as_rank(argc, argv, world_rank()), world);
   if (joined.comm != MPI_COMM_NULL)
     el::finalize_joined(joined, worst); // a barrier, then exit without MPI_Finalize
   else

@@ -15,12 +15,11 @@
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
-#include <iostream>
-#include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "../common/doctest_ranks.hpp"
 #include "process_team.hpp"
 
 extern char** environ;
@@ -92,18 +91,5 @@ int launch(int argc, char** argv) {
 
 int main(int argc, char** argv) {
   if (!std::getenv("TCOLL_TEST_RANK")) return launch(argc, argv);
-  const int rank = tcoll::testing::process_team::rank();
-  std::ostringstream captured;
-  doctest::Context context;
-  context.setOption("no-colors", true);
-  context.applyCommandLine(argc, argv);
-  if (rank != 0) context.setCout(&captured);
-  const int result = context.run();
-  if (rank != 0 && result != 0) {
-    std::istringstream lines(captured.str());
-    std::string line, out;
-    while (std::getline(lines, line)) out += "[rank " + std::to_string(rank) + "] " + line + "\n";
-    std::fputs(out.c_str(), stderr);
-  }
-  return result;
+  return tcoll_test::run_doctest_as_rank(argc, argv, tcoll::testing::process_team::rank());
 }

@@ -4,22 +4,16 @@
 #include <doctest/doctest.h>
 #include <mpi.h>
 
-#include <cstdio>
-#include <sstream>
 #include <tcoll/transport/mpi.hpp>
 
 #include "../common/mpi_barrier_after.hpp"
+#include "../common/mpi_doctest_main.hpp"
 #include "cases.hpp"
 
 using namespace sparse_test;
 using namespace std::chrono_literals;
 
 namespace {
-int world_rank() {
-  int r = 0;
-  MPI_Comm_rank(MPI_COMM_WORLD, &r);
-  return r;
-}
 tcoll::mpi_transport make(std::chrono::milliseconds timeout = 30s) {
   return tcoll::mpi_transport(MPI_COMM_WORLD, timeout);
 }
@@ -93,33 +87,5 @@ TEST_CASE("mpi: DGC momentum correction and masking around top-k") {
 }
 
 int main(int argc, char** argv) {
-  int provided = 0;
-  MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &provided);
-  const int rank = world_rank();
-  if (provided != MPI_THREAD_MULTIPLE) {
-    if (rank == 0)
-      std::printf("SKIP: this MPI does not provide MPI_THREAD_MULTIPLE (got level %d)\n", provided);
-    MPI_Finalize();
-    return 77;
-  }
-  // rank 0 reports, the others only when they saw a failure
-  std::ostringstream captured;
-  int result = 0;
-  {
-    doctest::Context context;
-    context.setOption("no-colors", true);
-    context.applyCommandLine(argc, argv);
-    if (rank != 0) context.setCout(&captured);
-    result = context.run();
-  }
-  if (rank != 0 && result != 0) {
-    std::istringstream lines(captured.str());
-    std::string line, out;
-    while (std::getline(lines, line)) out += "[rank " + std::to_string(rank) + "] " + line + "\n";
-    std::fputs(out.c_str(), stderr);
-  }
-  int worst = 0;
-  MPI_Allreduce(&result, &worst, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
-  MPI_Finalize();
-  return worst;
+  return tcoll_test::mpi_doctest_main(argc, argv, /*thread_multiple=*/true);
 }
