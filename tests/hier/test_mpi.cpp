@@ -24,6 +24,7 @@
 #include <tcoll/transport/threads.hpp>
 #include <vector>
 
+#include "../common/identical_on_ranks.hpp"
 #include "common.hpp"
 
 using namespace tcoll;
@@ -40,13 +41,6 @@ int mpi_size() {
   int s = 1;
   MPI_Comm_size(MPI_COMM_WORLD, &s);
   return s;
-}
-
-std::uint64_t fnv(const void* p, std::size_t n) {
-  std::uint64_t h = 1469598103934665603ull;
-  for (std::size_t i = 0; i < n; ++i)
-    h = (h ^ static_cast<const unsigned char*>(p)[i]) * 1099511628211ull;
-  return h;
 }
 
 /// Thread counts per process: equal (G) or unequal (2 + process % 2).
@@ -133,7 +127,7 @@ TEST_CASE("threads+mpi hierarchical: sums, symbolic proof, avg, identity, both f
           std::uniform_real_distribution<float> d(-1, 1);
           for (auto& e : in) e = d(gen);
           allreduce(h, in.data(), in.data(), n, sum_op{}, opt);
-          hashes.add(fnv(in.data(), n * sizeof(float)));
+          hashes.add(tcoll_test::hash_bytes(in.data(), n * sizeof(float)));
         });
         CHECK(global_sum(wrong) == 0);
         CHECK(hashes.all_equal());
@@ -161,9 +155,9 @@ TEST_CASE("threads+mpi flat ring and multi_ring over the composed world") {
     std::uniform_real_distribution<float> d(-1, 1);
     for (auto& e : in) e = d(gen);
     tcoll::allreduce(world, in.data(), out.data(), n, sum_op{}, ring{});
-    h_ring.add(fnv(out.data(), n * sizeof(float)));
+    h_ring.add(tcoll_test::hash_bytes(out.data(), n * sizeof(float)));
     tcoll::allreduce(world, in.data(), out.data(), n, sum_op{}, multi_ring{3, ring_order::forward});
-    h_multi.add(fnv(out.data(), n * sizeof(float)));
+    h_multi.add(tcoll_test::hash_bytes(out.data(), n * sizeof(float)));
   });
   CHECK(global_sum(wrong) == 0);
   CHECK(h_ring.all_equal());

@@ -25,6 +25,7 @@
 #include <tcoll/schedule.hpp>
 #include <tcoll/tcoll.hpp>
 
+#include "../common/identical_on_ranks.hpp"
 #include "device_only.hpp"
 
 namespace hybrid_test {
@@ -75,21 +76,7 @@ factors<T> make_factors(std::uint64_t seed, int r, std::size_t K, std::size_t M,
   return f;
 }
 
-inline std::uint64_t hash_bytes(const void* p, std::size_t n) {
-  const auto* b = static_cast<const unsigned char*>(p);
-  std::uint64_t h = 1469598103934665603ull;
-  for (std::size_t i = 0; i < n; ++i) h = (h ^ b[i]) * 1099511628211ull;
-  return h;
-}
-
-/// True when `n` bytes at `p` are the same on every rank.
-template <class Tr>
-bool identical_on_all_ranks(Tr& t, const void* p, std::size_t n) {
-  const std::uint64_t mine = hash_bytes(p, n);
-  std::vector<std::uint64_t> all(static_cast<std::size_t>(t.size()));
-  tcoll::allgather(t, &mine, all.data(), 1);
-  return std::all_of(all.begin(), all.end(), [&](std::uint64_t h) { return h == mine; });
-}
+using tcoll_test::identical_on_all_ranks;
 
 template <class T>
 bool same_bits(const std::vector<T>& a, const std::vector<T>& b) {

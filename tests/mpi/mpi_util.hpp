@@ -8,6 +8,8 @@
 #include <tcoll/transport/mpi.hpp>
 #include <vector>
 
+#include "../common/identical_on_ranks.hpp"
+
 namespace mpi_test {
 
 inline int world_rank() {
@@ -28,13 +30,7 @@ inline tcoll::mpi_transport make(std::chrono::milliseconds timeout = std::chrono
   return tcoll::mpi_transport(MPI_COMM_WORLD, timeout);
 }
 
-/// FNV-1a over raw bytes.
-inline std::uint64_t hash_bytes(const void* p, std::size_t n) {
-  const auto* b = static_cast<const unsigned char*>(p);
-  std::uint64_t h = 1469598103934665603ull;
-  for (std::size_t i = 0; i < n; ++i) h = (h ^ b[i]) * 1099511628211ull;
-  return h;
-}
+using tcoll_test::hash_bytes;
 
 /// True when `bytes` at `p` hash the same on every rank (bitwise-identical replicas).
 inline bool identical_on_all_ranks(const void* p, std::size_t n) {

@@ -21,6 +21,7 @@
 #include <tcoll/transport/counting.hpp>
 
 #include "../common/collective_cases.hpp"
+#include "../common/identical_on_ranks.hpp"
 
 namespace sparse_test {
 
@@ -40,21 +41,7 @@ inline float integral(int r, int s, std::size_t i) {
   return static_cast<float>(static_cast<int>((h >> 7) % 15) - 7);
 }
 
-inline std::uint64_t hash_bytes(const void* p, std::size_t n) {
-  const auto* b = static_cast<const unsigned char*>(p);
-  std::uint64_t h = 1469598103934665603ull;
-  for (std::size_t i = 0; i < n; ++i) h = (h ^ b[i]) * 1099511628211ull;
-  return h;
-}
-
-/// True when `n` bytes at `p` are the same on every rank (allgather of hashes).
-template <class Tr>
-bool identical_on_all_ranks(Tr& t, const void* p, std::size_t n) {
-  const std::uint64_t mine = hash_bytes(p, n);
-  std::vector<std::uint64_t> all(static_cast<std::size_t>(t.size()));
-  tcoll::allgather(t, &mine, all.data(), 1);
-  return std::all_of(all.begin(), all.end(), [&](std::uint64_t h) { return h == mine; });
-}
+using tcoll_test::identical_on_all_ranks;
 
 /// Writes `f(rank, iteration, element)` into the whole pool.
 template <class Pool, class F>
