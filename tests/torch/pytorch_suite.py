@@ -5,13 +5,16 @@ Most of the suite's CPU tests run only when its BACKEND is "gloo". This runner s
 to "gloo", so those tests run, and with `--backend tcoll` makes every process group they
 create a tcoll one: `init_process_group` and `new_group` given "gloo" (or nothing) create
 "tcoll" groups in every test process. Tests that assert Gloo's own identity or its error
-texts fail that way by design; docs/torch.md lists them.
+texts fail that way by design; docs/torch.md lists them. `--as mpi` sets BACKEND to "mpi"
+instead (the groups asked of "mpi" are made on the backend under test), so the tests it keeps for
+MPI run too: CPU all_to_all and the subgroup tests below 8 processes.
 
     .venv/bin/python tests/torch/pytorch_suite.py --backend tcoll --world-size 2
     .venv/bin/python tests/torch/pytorch_suite.py --backend gloo --world-size 3 -k allreduce
     ... --json out.json   # every test's outcome, and the counts
     ... --list            # the tests the filters select, without running them
     ... --ci              # the subset .ci/run runs (CI_TESTS below; about 4 minutes)
+    ... --as mpi --world-size 3 --ci   # and its MPI-only subset (CI_TESTS_AS_MPI)
     ... --ran-in gloo.json  # only the tests that ran there (skips depend on the machine)
 
 Run as `test_distributed_spawn.py` runs it: each test spawns WORLD_SIZE processes, which
@@ -28,8 +31,11 @@ import unittest
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "..", "python"))
 
-# read by distributed_test when it is imported, in this process and in every rank's
-os.environ["BACKEND"] = "gloo"
+# read by distributed_test when it is imported, in this process and in every rank's: the
+# backend the suite believes it runs (its skips and decorators read it), "gloo" unless
+# `--as mpi` (TCOLL_SUITE_AS) asks for the tests it runs only on MPI
+SUITE_AS = os.environ.get("TCOLL_SUITE_AS", "gloo")
+os.environ["BACKEND"] = SUITE_AS
 os.environ.setdefault("WORLD_SIZE", "2")
 os.environ.setdefault("TEMP_DIR", "/tmp")
 
@@ -38,13 +44,17 @@ import torch.distributed as dist  # noqa: E402
 from torch.testing._internal.distributed.distributed_test import (  # noqa: E402
     DistributedTest, TestDistBackend)
 
-if os.environ.get("TCOLL_SUITE_BACKEND", "tcoll") == "tcoll":
-    import tcoll_torch  # noqa: F401,E402  registers "tcoll"
+RUN_ON = os.environ.get("TCOLL_SUITE_BACKEND", "tcoll")
+if RUN_ON == "tcoll" or SUITE_AS != "gloo":
+    if RUN_ON == "tcoll":
+        import tcoll_torch  # noqa: F401,E402  registers "tcoll"
     from torch.distributed import distributed_c10d  # noqa: E402
 
     def _on_tcoll(backend):
-        if backend is None or str(backend).lower() == "gloo":
-            return "tcoll"
+        # the groups the suite asks of "gloo" (or of the backend it believes it runs, or of
+        # none) are made on the backend under test
+        if backend is None or str(backend).lower() in ("gloo", SUITE_AS):
+            return RUN_ON
         return backend
 
     _init, _new_group = distributed_c10d.init_process_group, distributed_c10d.new_group
@@ -73,6 +83,13 @@ CI_TESTS = ["test_all_reduce", "test_all_gather", "test_broadcast", "test_reduce
             "test_accumulate_gradients_no_sync", "test_static_graph_api_cpu",
             "test_ddp_create_graph", "test_grads_same_across_ranks_with_no_sync"]
 CI_EXCLUDE = ["profiler", "cuda", "gpu", "_timeout", "test_all_gather_object"]
+# With `--as mpi` (at 3 processes) CI runs the CPU tests the suite keeps for MPI, which
+# the Gloo run skips: all_to_all and all_to_all_single ("Only MPI supports ..."), and the
+# tests on the subgroup of ranks 1 and 2, which skip below 8 processes on any backend but
+# MPI (`skip_if_small_worldsize`). The 25 that ran in the full run of docs/torch.md.
+CI_TESTS_AS_MPI = ["test_all_to_all", "test_all_gather_group", "test_all_reduce_group_",
+                   "test_barrier_group", "test_broadcast_group", "test_gather_group",
+                   "test_reduce_group_", "test_scatter_group"]
 # those of them that skip at 2 processes without a GPU (listed from a run: a test that
 # skips still starts its processes)
 CI_SKIPPED_AT_2 = {"test_DistributedDataParallel",
@@ -163,6 +180,10 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--backend", choices=["tcoll", "gloo"], default="tcoll")
     parser.add_argument("--world-size", type=int, default=2)
+    parser.add_argument("--as", dest="suite_as", choices=["gloo", "mpi"], default="gloo",
+                        help="the backend the suite believes it runs (its BACKEND): 'mpi' "
+                        "runs the tests it keeps for MPI (CPU all_to_all, and the *_group "
+                        "tests below 8 processes) on the backend under test")
     parser.add_argument("-k", action="append", default=[],
                         help="run the tests whose name contains this (or matches it as a "
                         "glob); repeatable")
@@ -175,16 +196,18 @@ def main():
                         "skip depends on the world size and the machine, not the backend, so "
                         "the other backend's run at the same world size says which will run")
     parser.add_argument("--list", action="store_true")
-    parser.add_argument("--ci", action="store_true", help="the subset CI runs (CI_TESTS)")
+    parser.add_argument("--ci", action="store_true",
+                        help="the subset CI runs (CI_TESTS; with --as mpi CI_TESTS_AS_MPI)")
     args = parser.parse_args()
     if args.ci:
-        args.k += CI_TESTS
+        args.k += CI_TESTS_AS_MPI if args.suite_as == "mpi" else CI_TESTS
         args.exclude += CI_EXCLUDE
     if os.environ.get("TCOLL_SUITE_BACKEND") != args.backend or \
-            os.environ.get("WORLD_SIZE") != str(args.world_size):
-        # the rank processes read both from the environment: start again with them set
+            os.environ.get("WORLD_SIZE") != str(args.world_size) or SUITE_AS != args.suite_as:
+        # the rank processes read these from the environment: start again with them set
         os.environ["TCOLL_SUITE_BACKEND"] = args.backend
         os.environ["WORLD_SIZE"] = str(args.world_size)
+        os.environ["TCOLL_SUITE_AS"] = args.suite_as
         os.execv(sys.executable, [sys.executable] + sys.argv)
 
     def selected(name):
@@ -218,7 +241,7 @@ def main():
     result.outcomes.update(carried)
     counts = {k: sum(1 for o in result.outcomes.values() if o["outcome"] == k)
               for k in ("passed", "failed", "skipped")}
-    summary = {"backend": args.backend, "world_size": args.world_size, "torch": torch.__version__,
+    summary = {"backend": args.backend, "world_size": args.world_size, "as": args.suite_as, "torch": torch.__version__,
                "seconds": round(time.monotonic() - start, 1), **counts,
                **({"ran_in": os.path.basename(args.ran_in)} if args.ran_in else {})}
     print(f"pytorch_suite: {json.dumps(summary)}")
