@@ -300,6 +300,38 @@ TEST_CASE("shm: in_segment broadcast from every root, lines and pieces, areas re
   }
 }
 
+TEST_CASE("shm: in_segment broadcast in pieces: one ordinal a piece where the ranks have a CPU "
+          "each, every piece size and remainder") {
+  tcoll::shm_transport t(MPI_COMM_WORLD, tcoll::shm_options{});
+  const int P = t.size(), rank = t.rank();
+  const bool pieces = tcoll::shm_transport::ranks_have_cpus(P);
+  CHECK(t.segment_area().ranks_have_cpus() == pieces);
+  int k = 0, bad = 0;
+  // piece sizes: 100 rounds down to 64 bytes (whole lines), 8 KiB (the default) and more
+  // than the bulk buffer (its size); counts with and without a remainder
+  for (std::size_t piece : {std::size_t{100}, std::size_t{8192}, std::size_t{1} << 30})
+    for (std::size_t n : {std::size_t{1000}, std::size_t{1024}, std::size_t{40001}})
+      for (int root = 0; root < P; ++root, ++k) {
+        std::vector<double> buf(n, -1.0);
+        auto value = [&](std::size_t i) { return 0.1 * root + 0.37 * k + 1e-3 * double(i); };
+        if (rank == root)
+          for (std::size_t i = 0; i < n; ++i) buf[i] = value(i);
+        const std::uint64_t before = t.segment_area().collectives();
+        tcoll::broadcast(t, buf.data(), n, root, tcoll::in_segment{.broadcast_piece_bytes = piece});
+        const std::uint64_t ordinals = t.segment_area().collectives() - before;
+        for (std::size_t i = 0; i < n; ++i) bad += buf[i] != value(i);
+        if (P == 1) continue;
+        const std::size_t bytes = n * sizeof(double);
+        const std::size_t bulk = t.segment_area().bulk_capacity();
+        const std::size_t step = pieces ? std::min(piece / 64 * 64, bulk) : bulk;
+        CAPTURE(piece);
+        CAPTURE(n);
+        CHECK(ordinals == (bytes + step - 1) / step);
+      }
+  CHECK(bad == 0);
+  MPI_Barrier(MPI_COMM_WORLD);
+}
+
 TEST_CASE("shm: in_segment: ranks that disagree on the count or type fail at once, naming "
           "the peer") {
   const int P = world_size();

@@ -68,6 +68,13 @@ struct in_segment {
   /// one copy a block instead of two (docs/benchmarks.md, "The in-segment all-to-all").
   /// Every rank must pass the same value.
   std::size_t alltoall_single_copy_from_bytes = 32 * 1024;
+  /// The broadcast moves data larger than the flagged lines in pieces of at most this many
+  /// bytes (and of the bulk buffer's size at most), each published on its own, so that the
+  /// others copy one piece out while the root copies the next in; where ranks share CPUs
+  /// (`ranks_have_cpus()` false) in pieces of the bulk buffer's size, as every hand-over
+  /// then waits for a switch of process. 8 KiB: docs/benchmarks.md, "The broadcast in
+  /// pieces". Every rank must pass the same value.
+  std::size_t broadcast_piece_bytes = 8 * 1024;
   /// The caller guarantees that every rank runs this call, and every other in-segment
   /// collective of the transport, one at a time in start order on whatever thread it
   /// calls from (an integration that decides where its calls run by rules every rank
@@ -87,6 +94,7 @@ concept segment_area = requires(A& a, const A& ca, typename A::session& s, std::
   { ca.size() } -> std::convertible_to<int>;
   { ca.line_capacity() } -> std::convertible_to<std::size_t>;
   { ca.bulk_capacity() } -> std::convertible_to<std::size_t>;
+  { ca.ranks_have_cpus() } -> std::convertible_to<bool>;
   { ca.usable_here() } -> std::convertible_to<bool>;
   { s.next() } -> std::convertible_to<std::uint64_t>;
   { s.next(false) } -> std::convertible_to<std::uint64_t>;
@@ -250,10 +258,12 @@ void in_segment_allreduce(Area& a, const T* sendbuf, T* recvbuf, std::size_t cou
 }
 
 /// The in-segment broadcast on area `a`, arguments already checked: the root copies the
-/// data into its lines (small) or, piece by piece, into its bulk buffer, and every other
-/// rank copies it out; the root fills one area while the others read the other.
+/// data into its lines (small) or, piece by piece (`piece_bytes`, see
+/// `in_segment::broadcast_piece_bytes`), into its bulk buffer, and every other rank copies
+/// it out; the root fills one area while the others read the other.
 template <segment_area Area, class T>
-void in_segment_broadcast(Area& a, T* buffer, std::size_t count, int root) {
+void in_segment_broadcast(Area& a, T* buffer, std::size_t count, int root,
+                          std::size_t piece_bytes) {
   const bool is_root = a.rank() == root;
   const std::size_t bytes = count * sizeof(T);
   auto* data = reinterpret_cast<unsigned char*>(buffer);
@@ -268,8 +278,14 @@ void in_segment_broadcast(Area& a, T* buffer, std::size_t count, int root) {
       a.read_lines(root, n, sig, data, bytes);
     return;
   }
-  for (std::size_t lo = 0; lo < bytes; lo += a.bulk_capacity()) {
-    const std::size_t m = std::min(a.bulk_capacity(), bytes - lo);
+  // pieces overlap the root's copy with the others' where each rank runs on a CPU of its
+  // own; where ranks share CPUs every piece's hand-over costs a switch of process
+  const std::size_t piece =
+      a.ranks_have_cpus()
+          ? std::max<std::size_t>(64, std::min(a.bulk_capacity(), piece_bytes / 64 * 64))
+          : a.bulk_capacity();
+  for (std::size_t lo = 0; lo < bytes; lo += piece) {
+    const std::size_t m = std::min(piece, bytes - lo);
     const std::uint64_t n = s.next(is_root);
     if (is_root) {
       std::memcpy(a.bulk(root, n), data + lo, m);
@@ -525,7 +541,8 @@ bool try_in_segment_broadcast(Tr& t, T* buffer, std::size_t count, int root,
                               const in_segment& algo) {
   if constexpr (has_segment_area<Tr>) {
     if (!segment_usable<Tr, T, R>(t, algo)) return false;
-    if (t.size() > 1 && count > 0) in_segment_broadcast(t.segment_area(), buffer, count, root);
+    if (t.size() > 1 && count > 0)
+      in_segment_broadcast(t.segment_area(), buffer, count, root, algo.broadcast_piece_bytes);
     return true;
   }
   return false;

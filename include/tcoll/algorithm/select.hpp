@@ -185,15 +185,24 @@ struct shared_memory_choice {
   /// is as fast).
   std::size_t broadcast_in_segment_up_to_bytes = 32 * 1024;
   std::size_t broadcast_in_segment_up_to_bytes_many = 64 * 1024;
+  /// The broadcast on 2 ranks that each have a CPU of their own (`ranks_have_cpus`, see
+  /// `shm_transport::ranks_have_cpus`): the area moves it in pieces there (one rank copies
+  /// a piece out while the root copies the next in, `in_segment::broadcast_piece_bytes`),
+  /// which was 1.1-1.7x Open MPI 4.1.4's `MPI_Bcast` and 1.2-2.1x the binomial tree's
+  /// single copy from 32 KiB to 16 MiB, hot and cold buffers (docs/benchmarks.md, "The
+  /// broadcast in pieces"): the area up to this.
+  std::size_t broadcast_in_segment_up_to_bytes_own_cpus = std::numeric_limits<std::size_t>::max();
   std::size_t reduce_in_segment_up_to_bytes = 32 * 1024;
   std::size_t reduce_in_segment_up_to_bytes_many = 64 * 1024;
   std::size_t allgather_in_segment_up_to_bytes = 64 * 1024;
   std::size_t reduce_scatter_in_segment_up_to_bytes = std::numeric_limits<std::size_t>::max();
-  algorithm_id choose_broadcast(std::size_t bytes, int ranks) const {
-    return bytes <= (ranks > 2 ? broadcast_in_segment_up_to_bytes_many
-                               : broadcast_in_segment_up_to_bytes)
-               ? algorithm_id::in_segment
-               : algorithm_id::binomial_tree;
+  /// `ranks_have_cpus`: every rank of the node may have a CPU of its own (the same answer
+  /// on every rank: `shm_transport::ranks_have_cpus(ranks)`).
+  algorithm_id choose_broadcast(std::size_t bytes, int ranks, bool ranks_have_cpus = false) const {
+    const std::size_t up_to = ranks > 2         ? broadcast_in_segment_up_to_bytes_many
+                              : ranks_have_cpus ? broadcast_in_segment_up_to_bytes_own_cpus
+                                                : broadcast_in_segment_up_to_bytes;
+    return bytes <= up_to ? algorithm_id::in_segment : algorithm_id::binomial_tree;
   }
   algorithm_id choose_reduce(std::size_t bytes, int ranks) const {
     return bytes <= (ranks > 2 ? reduce_in_segment_up_to_bytes_many : reduce_in_segment_up_to_bytes)

@@ -146,8 +146,7 @@ public:
                                  "mpi_transport::split_shared() or hierarchical<>",
                              rank_);
     layout_ = detail::shm::layout(size_, options);
-    spin_allowed_ =
-        static_cast<unsigned>(size_) <= std::max(1u, std::thread::hardware_concurrency());
+    spin_allowed_ = ranks_have_cpus(size_);
     map_segment();
     single_copy_ = probe_single_copy();
     if (single_copy_) {
@@ -177,6 +176,13 @@ public:
   }
 
   collective_context& collectives() noexcept { return context_; }
+  /// Whether `ranks` processes of one node may each have a CPU of its own (no more of them
+  /// than the node has CPUs online): where they may, waits spin before they yield and the
+  /// collective area's broadcast goes in pieces. The same answer on every rank of a node.
+  static bool ranks_have_cpus(int ranks) noexcept {
+    return ranks >= 1 &&
+           static_cast<unsigned>(ranks) <= std::max(1u, std::thread::hardware_concurrency());
+  }
   int rank() const noexcept { return rank_; }
   int size() const noexcept { return size_; }
   std::chrono::milliseconds timeout() const noexcept { return options_.timeout; }

@@ -377,11 +377,13 @@ c10::intrusive_ptr<c10d::Work> backend::broadcast(std::vector<at::Tensor>& tenso
         for (const auto& tensor : tensors) {
           const at::Tensor b = dense(tensor); // when it runs: after earlier calls
           tcoll::cpu_reducer red;
-          // on shared memory: the collective area for small tensors (shared_memory_choice),
-          // where the call is sure to run in the caller's thread (see inline_choice_)
+          // on shared memory: the collective area for small tensors (shared_memory_choice;
+          // on 2 ranks with a CPU each at every size, in pieces), where the call is sure to
+          // run in the caller's thread (see inline_choice_)
           const tcoll::algorithm_id a =
               call_bytes <= inline_max_bytes_
-                  ? tcoll::shared_memory_choice{}.choose_broadcast(b.nbytes(), size_)
+                  ? tcoll::shared_memory_choice{}.choose_broadcast(
+                        b.nbytes(), size_, tcoll::shm_transport::ranks_have_cpus(size_))
                   : tcoll::algorithm_id::binomial_tree;
           tcoll::visit_algorithm<tcoll::collective::broadcast>(
               a,

@@ -76,6 +76,9 @@ public:
   }
   /// Bytes of one rank's bulk buffer in an area.
   std::size_t bulk_capacity() const noexcept { return layout_->area_bulk_bytes; }
+  /// Whether every rank of the node may have a CPU of its own (no more ranks than the node
+  /// has CPUs): waits spin before they yield. The same on every rank of the node.
+  bool ranks_have_cpus() const noexcept { return spin_; }
   /// Whether a collective may read a peer's memory straight from its process
   /// (`read_peer`): the transport's single copy, the same on every rank.
   bool single_copy() const noexcept { return !pids_.empty(); }
@@ -92,7 +95,8 @@ public:
   void allow_single_copy(std::vector<pid_t> pids) { pids_ = std::move(pids); }
 
   /// Ordinals this rank has taken: one per in-segment collective, one per piece of a call
-  /// larger than the bulk buffer (the tests check that the area was used).
+  /// larger than the bulk buffer or, for the broadcast, than its piece (the tests check
+  /// that the area was used).
   std::uint64_t collectives() const noexcept { return ordinal_; }
 
   /// Whether an in-segment collective may run on the calling thread: the transport has no
