@@ -180,8 +180,10 @@ public:
   /// than the node has CPUs online): where they may, waits spin before they yield and the
   /// collective area's broadcast goes in pieces. The same answer on every rank of a node.
   static bool ranks_have_cpus(int ranks) noexcept {
-    return ranks >= 1 &&
-           static_cast<unsigned>(ranks) <= std::max(1u, std::thread::hardware_concurrency());
+    // read once per process: the query is a system call or a file read, and a route
+    // decided per call must not pay it
+    static const unsigned cpus = std::max(1u, std::thread::hardware_concurrency());
+    return ranks >= 1 && static_cast<unsigned>(ranks) <= cpus;
   }
   int rank() const noexcept { return rank_; }
   int size() const noexcept { return size_; }
