@@ -638,13 +638,18 @@ private:
     std::string s = "lanes from peer [" + lanes(rank_, peer) + "] (all seen up to message " +
                     std::to_string(observed_[p]) + "), lanes to peer [" + lanes(peer, rank_) +
                     "] (" + std::to_string(sent_count_[p]) + " messages posted); receives pending:";
+    // appended piece by piece: GCC 12 warns falsely (-Wrestrict) on `" " + std::string&&`
     for (const recv_state* r : recvs_[p])
-      if (!r->done) s += " " + std::to_string(r->tag) + (r->lane >= 0 ? "(matched)" : "");
+      if (!r->done)
+        s.append(" ").append(std::to_string(r->tag)).append(r->lane >= 0 ? "(matched)" : "");
     s += "; sends pending:";
     for (const send_state* q : sends_[p])
       if (!q->done)
-        s += " " + std::to_string(q->message) + ":" + std::to_string(q->tag) +
-             (q->lane >= 0 ? "(in lane)" : "");
+        s.append(" ")
+            .append(std::to_string(q->message))
+            .append(":")
+            .append(std::to_string(q->tag))
+            .append(q->lane >= 0 ? "(in lane)" : "");
     return s;
   }
 
