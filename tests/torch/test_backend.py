@@ -147,6 +147,11 @@ def body_collectives(rank, size, n):
         b = make_input(rank, n, "int32", "SUM", 9 + root)
         dist.broadcast(b, src=root)
         res[f"broadcast{root}"] = b
+        # 51208 bytes of fractional values: the collective area's broadcast in 8 KiB pieces
+        # and a remainder on 2 ranks (with a CPU each), the binomial tree on more
+        big_b = make_input(rank, 6401, "float64", "SUM", 50 + root)
+        dist.broadcast(big_b, src=root)
+        res[f"broadcast_big{root}"] = big_b
         r = make_input(rank, n, "float32", "SUM", 20 + root)
         dist.reduce(r, dst=root)
         if rank == root:
@@ -266,6 +271,8 @@ def test_other_collectives(size):
         assert torch.equal(res["reduce_scatter_tensor_max"], want_max)
         for root in range(size):
             assert torch.equal(res[f"broadcast{root}"], make_input(root, n, "int32", "SUM", 9 + root))
+            assert torch.equal(res[f"broadcast_big{root}"],
+                               make_input(root, 6401, "float64", "SUM", 50 + root))
             if r == root:
                 want = reference([make_input(q, n, "float32", "SUM", 20 + root)
                                   for q in range(size)], "float32", "SUM")
