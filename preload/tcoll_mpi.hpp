@@ -310,7 +310,7 @@ struct settings {
   /// cross-memory attach moves a cold buffer in one copy: under IMB's `-off_cache` both the
   /// area's two copies in one piece and the tree lost to it at 16 and 32 KiB (0.56-0.84x;
   /// docs/benchmarks.md, "IMB under the preload, on every MPI"), and above that the tree
-  /// only tied it. The broadcast in pieces: 1.5-2.3x Open MPI's from 16 KiB to 4 MiB
+  /// only tied it. The broadcast in pieces: 1.6-2.4x Open MPI's from 16 KiB to 4 MiB
   /// (docs/benchmarks.md, "The broadcast in pieces"). Against MPICH: no bound.
   std::size_t shm_bcast_two_up_to_bytes =
       builtin_for_mpich() ? std::numeric_limits<std::size_t>::max() : 8 * 1024;
