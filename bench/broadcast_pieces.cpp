@@ -85,12 +85,11 @@ int main(int argc, char** argv) {
           MPI_Barrier(MPI_COMM_WORLD);
           std::size_t off = 0;
           unsigned char* buf = memory.data();
-          int root = 0;
           const auto t0 = std::chrono::steady_clock::now();
           for (int i = 0; i < iters; ++i) {
             buf = memory.data() + off;
             if (cold) off = (off + bytes + 4096) % pool;
-            root = i % P;
+            const int root = i % P;
             if (rank == root)
               for (std::size_t k = 0; k < bytes; k += 512)
                 buf[k] = static_cast<unsigned char>(i + k / 512);

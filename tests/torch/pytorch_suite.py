@@ -6,8 +6,8 @@ to "gloo", so those tests run, and with `--backend tcoll` makes every process gr
 create a tcoll one: `init_process_group` and `new_group` given "gloo" (or nothing) create
 "tcoll" groups in every test process. Tests that assert Gloo's own identity or its error
 texts fail that way by design; docs/torch.md lists them. `--as mpi` sets BACKEND to "mpi"
-instead (the groups asked of "mpi" are made on the backend under test), so the tests it keeps for
-MPI run too: CPU all_to_all and the subgroup tests below 8 processes.
+instead (the groups asked of "mpi" are made on the backend under test), so the tests it
+keeps for MPI run too: CPU all_to_all and the subgroup tests below 8 processes.
 
     .venv/bin/python tests/torch/pytorch_suite.py --backend tcoll --world-size 2
     .venv/bin/python tests/torch/pytorch_suite.py --backend gloo --world-size 3 -k allreduce
@@ -50,7 +50,7 @@ if RUN_ON == "tcoll" or SUITE_AS != "gloo":
         import tcoll_torch  # noqa: F401,E402  registers "tcoll"
     from torch.distributed import distributed_c10d  # noqa: E402
 
-    def _on_tcoll(backend):
+    def _on_backend_under_test(backend):
         # the groups the suite asks of "gloo" (or of the backend it believes it runs, or of
         # none) are made on the backend under test
         if backend is None or str(backend).lower() in ("gloo", SUITE_AS):
@@ -60,11 +60,11 @@ if RUN_ON == "tcoll" or SUITE_AS != "gloo":
     _init, _new_group = distributed_c10d.init_process_group, distributed_c10d.new_group
 
     def init_process_group(*args, backend=None, **kwargs):
-        return _init(*args, backend=_on_tcoll(backend), **kwargs)
+        return _init(*args, backend=_on_backend_under_test(backend), **kwargs)
 
     def new_group(ranks=None, timeout=None, backend=None, *args, **kwargs):
         if backend is not None:
-            backend = _on_tcoll(backend)
+            backend = _on_backend_under_test(backend)
         return _new_group(ranks, timeout, backend, *args, **kwargs)
 
     for module in (dist, distributed_c10d):
@@ -241,8 +241,8 @@ def main():
     result.outcomes.update(carried)
     counts = {k: sum(1 for o in result.outcomes.values() if o["outcome"] == k)
               for k in ("passed", "failed", "skipped")}
-    summary = {"backend": args.backend, "world_size": args.world_size, "as": args.suite_as, "torch": torch.__version__,
-               "seconds": round(time.monotonic() - start, 1), **counts,
+    summary = {"backend": args.backend, "world_size": args.world_size, "as": args.suite_as,
+               "torch": torch.__version__, "seconds": round(time.monotonic() - start, 1), **counts,
                **({"ran_in": os.path.basename(args.ran_in)} if args.ran_in else {})}
     print(f"pytorch_suite: {json.dumps(summary)}")
     for name, o in sorted(result.outcomes.items()):
