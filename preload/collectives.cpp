@@ -59,9 +59,9 @@ int comm_size(MPI_Comm comm) {
 /// share one node: tcoll's algorithm over shm_transport in the ranges of `settings` and
 /// `settings::shm_choice` (the collective area for bcast, reduce, reduce_scatter_block,
 /// allgather on more than 2 ranks and barrier, then the binomial tree or the ring; MPI_Bcast
-/// on 2 ranks with a CPU each in the area at every size, on 2 ranks sharing CPUs only up to
-/// `shm_bcast_two_up_to_bytes`; MPI_Reduce on 2 ranks only up to
-/// `shm_reduce_two_up_to_bytes`), MPI's own collective elsewhere. Measured over shared memory
+/// and MPI_Reduce on 2 ranks with a CPU each in the area at every size, on 2 ranks sharing
+/// CPUs only up to `shm_bcast_two_up_to_bytes` / `shm_reduce_two_up_to_bytes`), MPI's own
+/// collective elsewhere. Measured over shared memory
 /// against Open MPI 4.1.4 with its default cross-memory attach and MPICH 4.0.2 (docs/benchmarks.md,
 /// "Against MPICH and Open MPI at their defaults"; the thresholds come from the superseded tables
 /// listed under "Earlier preload tables"): Open MPI is faster below about 512 B and for MPI_Reduce
@@ -77,13 +77,17 @@ algorithm_id shm_collective_choice(coll c, std::size_t bytes, int P) {
                ? algorithm_id::passthrough
                : s.shm_choice.choose_broadcast(bytes, P, own_cpus);
   }
-  case coll::reduce:
-    if (bytes < s.shm_reduce_from_bytes || (P == 2 && bytes > s.shm_reduce_two_up_to_bytes))
+  case coll::reduce: {
+    // on 2 ranks with a CPU each the area's reduce goes in pieces and wins at every size
+    const bool own_cpus = shm_transport::ranks_have_cpus(P);
+    if (bytes < s.shm_reduce_from_bytes ||
+        (P == 2 && !own_cpus && bytes > s.shm_reduce_two_up_to_bytes))
       return algorithm_id::passthrough;
-    if (s.shm_choice.choose_reduce(bytes, P) == algorithm_id::in_segment)
+    if (s.shm_choice.choose_reduce(bytes, P, own_cpus) == algorithm_id::in_segment)
       return algorithm_id::in_segment;
     return bytes <= s.shm_reduce_up_to_bytes ? algorithm_id::binomial_tree
                                              : algorithm_id::passthrough;
+  }
   case coll::allgather:
     if (P == 2) // the collective area up to its 2-rank bound, MPI's own above
       return bytes <= s.shm_allgather_two_up_to_bytes ? algorithm_id::in_segment

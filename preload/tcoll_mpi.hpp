@@ -299,19 +299,20 @@ struct settings {
   /// ranges, MPI's own elsewhere. Not set from the environment: a TCOLL_*_ALGO rule overrides them.
   std::size_t shm_bcast_from_bytes = 512; ///< tcoll from here (`shm_choice.choose_broadcast`)
   /// MPI_Reduce: tcoll from here, in the collective area in `shm_choice.choose_reduce`'s
-  /// range (to 32 KiB on 2 ranks, 64 KiB on more), then the binomial tree up to
-  /// `shm_reduce_up_to_bytes`
+  /// range (on 2 ranks with a CPU each every size, in pieces; else to 32 KiB on 2 ranks,
+  /// 64 KiB on more), then the binomial tree up to `shm_reduce_up_to_bytes`
   std::size_t shm_reduce_from_bytes = 512;
   std::size_t shm_reduce_up_to_bytes =
       builtin_for_mpich() ? std::numeric_limits<std::size_t>::max() : 32 * 1024;
-  /// On 2 ranks: tcoll's MPI_Bcast (where the ranks share CPUs: with a CPU each, the area's
-  /// broadcast in pieces runs every size, `shm_choice.choose_broadcast`) and MPI_Reduce up
-  /// to these (the collective area, then the binomial tree), MPI's own above. Open MPI 4.1's
-  /// cross-memory attach moves a cold buffer in one copy: under IMB's `-off_cache` both the
-  /// area's two copies in one piece and the tree lost to it at 16 and 32 KiB (0.56-0.84x;
-  /// docs/benchmarks.md, "IMB under the preload, on every MPI"), and above that the tree
-  /// only tied it. The broadcast in pieces: 1.6-2.4x Open MPI's from 16 KiB to 4 MiB
-  /// (docs/benchmarks.md, "The broadcast in pieces"). Against MPICH: no bound.
+  /// On 2 ranks that share CPUs: tcoll's MPI_Bcast and MPI_Reduce up to these (the
+  /// collective area, then the binomial tree), MPI's own above; with a CPU each, the area's
+  /// broadcast and reduce in pieces run every size (`shm_choice.choose_broadcast`,
+  /// `choose_reduce`). Open MPI 4.1's cross-memory attach moves a cold buffer in one copy:
+  /// under IMB's `-off_cache` both the area's two copies in one piece and the tree lost to
+  /// it at 16 and 32 KiB (0.56-0.84x; docs/benchmarks.md, "IMB under the preload, on every
+  /// MPI"), and above that the tree only tied it. In pieces the broadcast was 1.6-2.4x
+  /// Open MPI's and the reduce 1.4-2.1x from 16 KiB to 4 MiB (docs/benchmarks.md, "The
+  /// broadcast in pieces", "The reduce in pieces"). Against MPICH: no bound.
   std::size_t shm_bcast_two_up_to_bytes =
       builtin_for_mpich() ? std::numeric_limits<std::size_t>::max() : 8 * 1024;
   std::size_t shm_reduce_two_up_to_bytes =

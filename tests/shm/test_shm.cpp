@@ -332,6 +332,55 @@ TEST_CASE("shm: in_segment broadcast in pieces: one ordinal a piece where the ra
   MPI_Barrier(MPI_COMM_WORLD);
 }
 
+TEST_CASE("shm: in_segment reduce in pieces: one ordinal a piece where they are on, every "
+          "root, in place, fractional values folded in rank order") {
+  tcoll::shm_transport t(MPI_COMM_WORLD, tcoll::shm_options{});
+  const int P = t.size(), rank = t.rank();
+  const bool own_cpus = tcoll::shm_transport::ranks_have_cpus(P);
+  int k = 0, bad = 0;
+  // piece sizes: 100 rounds down to 64 bytes (whole lines), 8 KiB (the default), more than
+  // the bulk buffer (its size) and 0 (off: whole copies or slices); counts with and without
+  // a remainder, from just above the flagged lines (25 doubles) to more than the bulk buffer
+  for (std::size_t piece :
+       {std::size_t{100}, std::size_t{8192}, std::size_t{1} << 30, std::size_t{0}})
+    for (std::size_t n : {std::size_t{25}, std::size_t{1024}, std::size_t{40001}})
+      for (int root = 0; root < P; ++root)
+        for (int ip = 0; ip < 2; ++ip, ++k) {
+          auto value = [&](int q, std::size_t i) {
+            return 0.1 * q + 0.37 * k + 1e-3 * double(i % 977) + 1.0 / 3.0;
+          };
+          std::vector<double> in(n), out(n, -1.0);
+          for (std::size_t i = 0; i < n; ++i) in[i] = value(rank, i);
+          const std::vector<double> kept = in, sentinel = out;
+          const bool in_place = ip == 1 && rank == root;
+          const tcoll::in_segment knobs{.reduce_piece_bytes = piece};
+          const std::uint64_t before = t.segment_area().collectives();
+          double* result = in_place ? in.data() : out.data();
+          tcoll::reduce(t, in.data(), result, n, root, tcoll::sum_op{}, knobs);
+          const std::uint64_t ordinals = t.segment_area().collectives() - before;
+          for (std::size_t i = 0; i < n; ++i) {
+            double want = value(0, i);
+            for (int q = 1; q < P; ++q) want += value(q, i);
+            if (rank == root)
+              bad += result[i] != want;
+            else
+              bad += out[i] != sentinel[i];
+            if (!in_place) bad += in[i] != kept[i];
+          }
+          const bool pieces = piece > 0 && (!own_cpus || P <= knobs.reduce_in_pieces_up_to_ranks);
+          if (P == 1 || !pieces) continue;
+          const std::size_t bytes = n * sizeof(double);
+          const std::size_t bulk = t.segment_area().bulk_capacity();
+          const std::size_t step =
+              own_cpus ? std::min(std::max<std::size_t>(64, piece / 64 * 64), bulk) : bulk;
+          CAPTURE(piece);
+          CAPTURE(n);
+          CHECK(ordinals == (bytes + step - 1) / step);
+        }
+  CHECK(bad == 0);
+  MPI_Barrier(MPI_COMM_WORLD);
+}
+
 TEST_CASE("shm: in_segment: ranks that disagree on the count or type fail at once, naming "
           "the peer") {
   const int P = world_size();
@@ -500,9 +549,13 @@ TEST_CASE("shm: in_segment allgather, alltoall, reduce_scatter, reduce and barri
     segment_collectives_case<double>(t, {1, 12, 13, 33, 1000}, tcoll::in_segment{});
     segment_collectives_case<std::int32_t>(t, {3, 48, 1000}, tcoll::in_segment{});
     segment_collectives_case<std::uint32_t>(t, {1, 29, 1000}, tcoll::in_segment{});
-    // the reduce's slices (every rank reduces one, the root copies them out) from 128 B
-    segment_collectives_case<float>(t, {32, 33, 1000, 70003},
-                                    tcoll::in_segment{.slices_from_bytes = 128});
+    // the reduce's slices (every rank reduces one, the root copies them out) from 128 B,
+    // its pieces off; and its pieces of 64 B (whole lines) where they are on
+    segment_collectives_case<float>(
+        t, {32, 33, 1000, 70003},
+        tcoll::in_segment{.slices_from_bytes = 128, .reduce_piece_bytes = 0});
+    segment_collectives_case<std::uint32_t>(t, {33, 1000, 20011},
+                                            tcoll::in_segment{.reduce_piece_bytes = 100});
     // it ran in the segment (no engine here), not the ring, tree or exchange fallbacks: at
     // least one ordinal per call, 2 allgathers, 2 alltoalls, a reduce_scatter and 2 P reduces
     // per non-zero count

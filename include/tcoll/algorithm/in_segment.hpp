@@ -18,8 +18,11 @@
 /// identical on every rank and operand order is kept (non-commutative ops are allowed).
 /// The other collectives of the area, the same way (lines when the data fits them, the bulk
 /// buffer, pieces beyond it):
-///  - **reduce**: as the allreduce, but only the root folds the lines or whole copies, and
-///    copies the slices the others reduced into their own area;
+///  - **reduce**: in pieces (`in_segment::reduce_piece_bytes`): every rank but the root copies
+///    a piece in, and the root folds it from its own input and their copies while they copy
+///    the next (lines when the data fits them); where the pieces are off, as the allreduce,
+///    but only the root folds the lines or whole copies, and copies the slices the others
+///    reduced into their own area;
 ///  - **allgather**: every rank copies its block in and every other block out;
 ///  - **reduce_scatter**: every rank copies its P blocks in and folds its own block of
 ///    every copy, in rank order;
@@ -75,6 +78,20 @@ struct in_segment {
   /// then waits for a switch of process. 8 KiB: docs/benchmarks.md, "The broadcast in
   /// pieces". Every rank must pass the same value.
   std::size_t broadcast_piece_bytes = 8 * 1024;
+  /// The reduce moves data larger than the flagged lines in pieces of at most this many
+  /// bytes (and of the bulk buffer's size at most): every rank but the root copies a piece
+  /// into its bulk buffer, and the root folds it straight from its own input and the
+  /// others' copies into its output while they copy the next; the root copies nothing in.
+  /// Where ranks share CPUs in pieces of the bulk buffer's size (as the broadcast's), and
+  /// where they have a CPU each only up to `reduce_in_pieces_up_to_ranks` ranks. 0: the
+  /// reduce runs as the allreduce does (whole copies, or every rank reducing a slice).
+  /// docs/benchmarks.md, "The reduce in pieces". Every rank must pass the same value.
+  std::size_t reduce_piece_bytes = 8 * 1024;
+  /// The reduce in pieces where every rank has a CPU of its own, up to this many ranks:
+  /// there the root alone folds P - 1 copies of every piece while the others wait, where
+  /// the slices share the folding among all ranks; measured on 2 ranks only (a machine of
+  /// 2 cores). Every rank must pass the same value.
+  int reduce_in_pieces_up_to_ranks = 2;
   /// The caller guarantees that every rank runs this call, and every other in-segment
   /// collective of the transport, one at a time in start order on whatever thread it
   /// calls from (an integration that decides where its calls run by rules every rank
@@ -127,7 +144,8 @@ enum class segment_call : unsigned {
   barrier,
   reduce,
   alltoall,
-  alltoall_single_copy ///< the all-to-all's blocks read from the senders' buffers
+  alltoall_single_copy, ///< the all-to-all's blocks read from the senders' buffers
+  reduce_in_pieces      ///< the reduce whose root folds the others' pieces as they come
 };
 
 /// dst[0, n) = operand(0) op operand(1) op ... op operand(P - 1), each operand(q) the start
@@ -254,6 +272,60 @@ void in_segment_allreduce(Area& a, const T* sendbuf, T* recvbuf, std::size_t cou
       a.wait_for(q, Area::reduced, n, sig);
       if (qn) std::memcpy(recvbuf + lo + qlo, a.bulk(q, n) + qlo * sizeof(T), qn * sizeof(T));
     }
+  }
+}
+
+/// Whether the reduce on area `a` goes in pieces (`in_segment::reduce_piece_bytes`), and of
+/// how many bytes each (0: it does not); the same answer on every rank.
+template <segment_area Area>
+std::size_t reduce_piece_bytes_on(const Area& a, const in_segment& algo) {
+  if (algo.reduce_piece_bytes == 0) return 0;
+  if (!a.ranks_have_cpus()) return a.bulk_capacity();
+  if (a.size() > algo.reduce_in_pieces_up_to_ranks) return 0;
+  return std::max<std::size_t>(64, std::min(a.bulk_capacity(), algo.reduce_piece_bytes / 64 * 64));
+}
+
+/// The in-segment reduce to `root` in pieces of `piece_bytes` on area `a`, for data larger
+/// than the flagged lines, arguments already checked: every other rank copies its input
+/// piece by piece into its bulk buffer, and the root folds each piece in rank order from
+/// its own input and the others' copies straight into `recvbuf` while they copy the next
+/// (each rank has two areas, so they run at most one piece ahead). In place on a root
+/// after the first rank, the root's own piece is read into scratch first: the fold writes
+/// the output before it reaches the root's operand.
+template <segment_area Area, class T, class Op, reducer R>
+void in_segment_reduce_in_pieces(Area& a, const T* sendbuf, T* recvbuf, std::size_t count, int root,
+                                 const Op& op, std::size_t piece_bytes, R& red) {
+  const int P = a.size(), me = a.rank();
+  const std::uint64_t sig = Area::signature(count * sizeof(T), sizeof(T),
+                                            static_cast<unsigned>(segment_call::reduce_in_pieces));
+  const std::size_t piece = std::max<std::size_t>(1, piece_bytes / sizeof(T));
+  typename Area::session s(a);
+  if (me != root) {
+    for (std::size_t lo = 0; lo < count; lo += piece) {
+      const std::size_t m = std::min(piece, count - lo);
+      const std::uint64_t n = s.next();
+      std::memcpy(a.bulk(me, n), sendbuf + lo, m * sizeof(T));
+      a.publish(Area::ready, n, sig);
+    }
+    return;
+  }
+  T* own_copy = nullptr; // in place after rank 0: the root's piece, read before the fold
+  if (sendbuf == recvbuf && me != 0) {
+    std::size_t stride = 0;
+    own_copy = reinterpret_cast<T*>(rank_scratch(1, piece * sizeof(T), stride));
+  }
+  for (std::size_t lo = 0; lo < count; lo += piece) {
+    const std::size_t m = std::min(piece, count - lo);
+    const std::uint64_t n = s.next(false);
+    if (own_copy) std::memcpy(own_copy, sendbuf + lo, m * sizeof(T));
+    for (int i = 1; i < P; ++i) a.wait_for((me + i) % P, Area::ready, n, sig);
+    fold_in_rank_order(
+        red, op, P, recvbuf + lo,
+        [&](int q) {
+          return q != me ? reinterpret_cast<const T*>(a.bulk(q, n))
+                         : (own_copy ? own_copy : sendbuf + lo);
+        },
+        m);
   }
 }
 
@@ -595,7 +667,14 @@ bool try_in_segment_reduce(Tr& t, const T* sendbuf, T* recvbuf, std::size_t coun
     if (!segment_usable<Tr, T, R>(t, algo)) return false;
     if (count == 0) return true;
     if (t.size() > 1) {
-      in_segment_allreduce(t.segment_area(), sendbuf, recvbuf, count, op, algo, red, root);
+      auto& area = t.segment_area();
+      const std::size_t piece = count * sizeof(T) > area.line_capacity()
+                                    ? reduce_piece_bytes_on(area, algo)
+                                    : std::size_t{0};
+      if (piece)
+        in_segment_reduce_in_pieces(area, sendbuf, recvbuf, count, root, op, piece, red);
+      else
+        in_segment_allreduce(area, sendbuf, recvbuf, count, op, algo, red, root);
     } else {
       if (sendbuf != recvbuf) red.copy(recvbuf, sendbuf, count);
       if constexpr (finalizing_op<Op>) red.finalize(op, recvbuf, count, 1);

@@ -194,20 +194,28 @@ struct shared_memory_choice {
   std::size_t broadcast_in_segment_up_to_bytes_own_cpus = std::numeric_limits<std::size_t>::max();
   std::size_t reduce_in_segment_up_to_bytes = 32 * 1024;
   std::size_t reduce_in_segment_up_to_bytes_many = 64 * 1024;
+  /// The reduce on 2 ranks that each have a CPU of their own: the area moves it in pieces
+  /// there (the root folds a piece while the other copies the next in,
+  /// `in_segment::reduce_piece_bytes`), which was 1.4-2.1x Open MPI 4.1.4's `MPI_Reduce`
+  /// with cold buffers from 16 KiB to 4 MiB and 1.0-2.0x with hot ones, and 1.1-1.9x the
+  /// binomial tree's single copy (docs/benchmarks.md, "The reduce in pieces"): the area up
+  /// to this.
+  std::size_t reduce_in_segment_up_to_bytes_own_cpus = std::numeric_limits<std::size_t>::max();
   std::size_t allgather_in_segment_up_to_bytes = 64 * 1024;
   std::size_t reduce_scatter_in_segment_up_to_bytes = std::numeric_limits<std::size_t>::max();
-  /// `ranks_have_cpus`: every rank of the node may have a CPU of its own (the same answer
-  /// on every rank: `shm_transport::ranks_have_cpus(ranks)`).
+  /// `ranks_have_cpus` (broadcast, reduce): every rank of the node may have a CPU of its own
+  /// (the same answer on every rank: `shm_transport::ranks_have_cpus(ranks)`).
   algorithm_id choose_broadcast(std::size_t bytes, int ranks, bool ranks_have_cpus = false) const {
     const std::size_t up_to = ranks > 2         ? broadcast_in_segment_up_to_bytes_many
                               : ranks_have_cpus ? broadcast_in_segment_up_to_bytes_own_cpus
                                                 : broadcast_in_segment_up_to_bytes;
     return bytes <= up_to ? algorithm_id::in_segment : algorithm_id::binomial_tree;
   }
-  algorithm_id choose_reduce(std::size_t bytes, int ranks) const {
-    return bytes <= (ranks > 2 ? reduce_in_segment_up_to_bytes_many : reduce_in_segment_up_to_bytes)
-               ? algorithm_id::in_segment
-               : algorithm_id::binomial_tree;
+  algorithm_id choose_reduce(std::size_t bytes, int ranks, bool ranks_have_cpus = false) const {
+    const std::size_t up_to = ranks > 2         ? reduce_in_segment_up_to_bytes_many
+                              : ranks_have_cpus ? reduce_in_segment_up_to_bytes_own_cpus
+                                                : reduce_in_segment_up_to_bytes;
+    return bytes <= up_to ? algorithm_id::in_segment : algorithm_id::binomial_tree;
   }
   algorithm_id choose_allgather(std::size_t bytes) const {
     return bytes <= allgather_in_segment_up_to_bytes ? algorithm_id::in_segment

@@ -413,10 +413,12 @@ c10::intrusive_ptr<c10d::Work> backend::reduce(std::vector<at::Tensor>& tensors,
           E* data = reinterpret_cast<E*>(buffer.data_ptr());
           E* out = rank_ == root ? data : nullptr;
           // the collective area where the call surely runs in the caller's thread (see
-          // inline_choice_) and shared_memory_choice takes it for its size
+          // inline_choice_) and shared_memory_choice takes it for its size (on 2 ranks with
+          // a CPU each at every size, in pieces)
           const tcoll::algorithm_id a =
               call_bytes <= inline_max_bytes_
-                  ? tcoll::shared_memory_choice{}.choose_reduce(buffer.nbytes(), size_)
+                  ? tcoll::shared_memory_choice{}.choose_reduce(
+                        buffer.nbytes(), size_, tcoll::shm_transport::ranks_have_cpus(size_))
                   : tcoll::algorithm_id::binomial_tree;
           tcoll::visit_algorithm<tcoll::collective::reduce>(
               a,
