@@ -156,6 +156,14 @@ def body_collectives(rank, size, n):
         dist.reduce(r, dst=root)
         if rank == root:
             res[f"reduce{root}"] = r
+        # 51208 bytes, in place at the root (which may not be rank 0): the collective area's
+        # reduce in 8 KiB pieces and a remainder on 2 ranks with a CPU each; on more, in one
+        # piece of its bulk buffer where they share CPUs, by slices where not (rank order
+        # every way)
+        big_r = make_input(rank, 6401, "float64", "SUM", 60 + root)
+        dist.reduce(big_r, dst=root)
+        if rank == root:
+            res[f"reduce_big{root}"] = big_r
     # gather / scatter to and from root size-1
     root = size - 1
     g = [torch.empty(n) for _ in range(size)] if rank == root else None
@@ -277,6 +285,11 @@ def test_other_collectives(size):
                 want = reference([make_input(q, n, "float32", "SUM", 20 + root)
                                   for q in range(size)], "float32", "SUM")
                 check_close(res[f"reduce{root}"], want, "float32", f"reduce to {root}")
+                # folded in rank order, bit for bit (float64 adds in torch are IEEE's)
+                fold = make_input(0, 6401, "float64", "SUM", 60 + root)
+                for q in range(1, size):
+                    fold = fold + make_input(q, 6401, "float64", "SUM", 60 + root)
+                assert torch.equal(res[f"reduce_big{root}"], fold), f"big reduce to {root}"
         if r == size - 1:
             assert torch.equal(res["gather"], torch.stack(xs))
         assert torch.equal(res["scatter"], make_input(size - 1, n, "int64", "SUM", 30 + r))
