@@ -310,9 +310,10 @@ struct settings {
   /// `choose_reduce`). Open MPI 4.1's cross-memory attach moves a cold buffer in one copy:
   /// under IMB's `-off_cache` both the area's two copies in one piece and the tree lost to
   /// it at 16 and 32 KiB (0.56-0.84x; docs/benchmarks.md, "IMB under the preload, on every
-  /// MPI"), and above that the tree only tied it. In pieces the broadcast was 1.6-2.4x
-  /// Open MPI's and the reduce 1.4-2.1x from 16 KiB to 4 MiB (docs/benchmarks.md, "The
-  /// broadcast in pieces", "The reduce in pieces"). Against MPICH: no bound.
+  /// MPI"), and above that the tree only tied it. In pieces, under the same IMB, the
+  /// broadcast was 1.6-2.4x Open MPI's and the reduce 1.5-3.0x from 16 KiB to 4 MiB, the
+  /// reduce 0.5-1.25x in the test VM's slow state (docs/benchmarks.md, "The broadcast in
+  /// pieces", "The reduce in pieces"). Against MPICH: no bound.
   std::size_t shm_bcast_two_up_to_bytes =
       builtin_for_mpich() ? std::numeric_limits<std::size_t>::max() : 8 * 1024;
   std::size_t shm_reduce_two_up_to_bytes =

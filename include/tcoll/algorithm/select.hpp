@@ -196,10 +196,10 @@ struct shared_memory_choice {
   std::size_t reduce_in_segment_up_to_bytes_many = 64 * 1024;
   /// The reduce on 2 ranks that each have a CPU of their own: the area moves it in pieces
   /// there (the root folds a piece while the other copies the next in,
-  /// `in_segment::reduce_piece_bytes`), which was 1.4-2.1x Open MPI 4.1.4's `MPI_Reduce`
-  /// with cold buffers from 16 KiB to 4 MiB and 1.0-2.0x with hot ones, and 1.1-1.9x the
-  /// binomial tree's single copy (docs/benchmarks.md, "The reduce in pieces"): the area up
-  /// to this.
+  /// `in_segment::reduce_piece_bytes`), which was 1.2-2.0x Open MPI 4.1.4's `MPI_Reduce`
+  /// and 1.2-2.0x the binomial tree's single copy from 16 KiB to 4 MiB, hot and cold
+  /// buffers, in the test VM's fast state (in its slow state, under IMB, 0.5-1.25x Open
+  /// MPI's: docs/benchmarks.md, "The reduce in pieces"): the area up to this.
   std::size_t reduce_in_segment_up_to_bytes_own_cpus = std::numeric_limits<std::size_t>::max();
   std::size_t allgather_in_segment_up_to_bytes = 64 * 1024;
   std::size_t reduce_scatter_in_segment_up_to_bytes = std::numeric_limits<std::size_t>::max();
