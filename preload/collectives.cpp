@@ -64,8 +64,9 @@ int comm_size(MPI_Comm comm) {
 /// collective elsewhere. Measured over shared memory
 /// against Open MPI 4.1.4 with its default cross-memory attach and MPICH 4.0.2 (docs/benchmarks.md,
 /// "Against MPICH and Open MPI at their defaults"; the thresholds come from the superseded tables
-/// listed under "Earlier preload tables"): Open MPI is faster below about 512 B and for MPI_Reduce
-/// from 64 KiB. MPI_Allgather on 2 ranks: the area up to `shm_allgather_two_up_to_bytes`.
+/// listed under "Earlier preload tables"; bcast and reduce below 512 B: "Small bcast and reduce
+/// in the area"): Open MPI is faster for MPI_Reduce from 64 KiB on more than 2 ranks.
+/// MPI_Allgather on 2 ranks: the area up to `shm_allgather_two_up_to_bytes`.
 algorithm_id shm_collective_choice(coll c, std::size_t bytes, int P) {
   const settings& s = config();
   switch (c) {

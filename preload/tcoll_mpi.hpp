@@ -297,11 +297,18 @@ struct settings {
   /// 4.1 with cross-memory attach and against MPICH 4.0 (docs/benchmarks.md, "Against MPICH
   /// and Open MPI at their defaults", and "Earlier preload tables"): tcoll's algorithm in these
   /// ranges, MPI's own elsewhere. Not set from the environment: a TCOLL_*_ALGO rule overrides them.
-  std::size_t shm_bcast_from_bytes = 512; ///< tcoll from here (`shm_choice.choose_broadcast`)
-  /// MPI_Reduce: tcoll from here, in the collective area in `shm_choice.choose_reduce`'s
-  /// range (on 2 ranks with a CPU each every size, in pieces; else to 32 KiB on 2 ranks,
-  /// 64 KiB on more), then the binomial tree up to `shm_reduce_up_to_bytes`
-  std::size_t shm_reduce_from_bytes = 512;
+  /// MPI_Bcast and MPI_Reduce: tcoll from these (every call that moves data), in the
+  /// collective area first (`shm_choice.choose_broadcast`, `choose_reduce`). From 1 B to
+  /// 256 B under IMB's `-off_cache` the area was 1.1-1.3x Open MPI 4.1.4's bcast and 1.1-1.4x
+  /// its reduce on 2 ranks where handing them to Open MPI read 0.81-1.25x, and 1.1-1.7x /
+  /// 2.6-3.3x MPICH 4.0.2's where handing them over read 0.72-0.89x / 1.1-1.2x (after tcoll's
+  /// barrier, IMB times MPI's own small bcast slower); the reduce 2.0-2.4x on 4 ranks sharing
+  /// 2 CPUs (docs/benchmarks.md, "Small bcast and reduce in the area"). 512 B until then.
+  std::size_t shm_bcast_from_bytes = 1;
+  /// MPI_Reduce: in the area in `shm_choice.choose_reduce`'s range (on 2 ranks with a CPU
+  /// each every size, in pieces; else to 32 KiB on 2 ranks, 64 KiB on more), then the
+  /// binomial tree up to `shm_reduce_up_to_bytes`
+  std::size_t shm_reduce_from_bytes = 1;
   std::size_t shm_reduce_up_to_bytes =
       builtin_for_mpich() ? std::numeric_limits<std::size_t>::max() : 32 * 1024;
   /// On 2 ranks that share CPUs: tcoll's MPI_Bcast and MPI_Reduce up to these (the
