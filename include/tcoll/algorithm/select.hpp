@@ -188,9 +188,10 @@ struct shared_memory_choice {
   /// The broadcast on 2 ranks that each have a CPU of their own (`ranks_have_cpus`, see
   /// `shm_transport::ranks_have_cpus`): the area moves it in pieces there (one rank copies
   /// a piece out while the root copies the next in, `in_segment::broadcast_piece_bytes`),
-  /// which was 1.3-2.4x Open MPI 4.1.4's `MPI_Bcast` and 1.2-2.1x the binomial tree's
-  /// single copy from 16 KiB to 4 MiB, hot and cold buffers (docs/benchmarks.md, "The
-  /// broadcast in pieces"): the area up to this.
+  /// which was 1.1-2.4x Open MPI 4.1.4's `MPI_Bcast` and 1.1-1.9x the binomial tree's
+  /// single copy from 16 KiB to 4 MiB with cold buffers, and hot up to 512 KiB; hot from
+  /// 1 MiB 0.75-1.2x in one job of two (docs/benchmarks.md, "The broadcast in pieces"):
+  /// the area up to this.
   std::size_t broadcast_in_segment_up_to_bytes_own_cpus = std::numeric_limits<std::size_t>::max();
   std::size_t reduce_in_segment_up_to_bytes = 32 * 1024;
   std::size_t reduce_in_segment_up_to_bytes_many = 64 * 1024;
