@@ -32,14 +32,6 @@
 
 namespace {
 
-std::size_t parse_size(const char* s) {
-  char* end = nullptr;
-  const double v = std::strtod(s, &end);
-  const char unit = end && *end ? *end : ' ';
-  const double scale = unit == 'K' ? 1024.0 : unit == 'M' ? 1048576.0 : 1.0;
-  return static_cast<std::size_t>(v * scale);
-}
-
 /// Rank `r`'s input element `k` of call `i` of the reduce: quarters, so that every sum is
 /// exact whatever the order.
 double reduce_input(int r, int i, std::size_t k) {
@@ -62,24 +54,26 @@ int main(int argc, char** argv) {
   bool cold = false, reduce = false;
   int reps = 11;
   bool usage = false;
-  for (int i = 1; i < argc && !usage; ++i) {
-    const std::string a = argv[i];
-    if (a == "-c")
-      cold = true;
-    else if (i + 1 < argc && a == "-o" &&
-             (argv[i + 1] == std::string("reduce") || argv[i + 1] == std::string("broadcast")))
-      reduce = argv[++i] == std::string("reduce");
-    else if (i + 1 < argc && a == "-p")
-      piece = parse_size(argv[++i]);
-    else if (i + 1 < argc && a == "-b")
-      lo = parse_size(argv[++i]);
-    else if (i + 1 < argc && a == "-e")
-      hi = parse_size(argv[++i]);
-    else if (i + 1 < argc && a == "-r")
-      reps = std::max(1, std::atoi(argv[++i]));
-    else
+  for (int i = 1; i < argc && !usage; ++i) try {
+      const std::string a = argv[i];
+      if (a == "-c")
+        cold = true;
+      else if (i + 1 < argc && a == "-o" &&
+               (argv[i + 1] == std::string("reduce") || argv[i + 1] == std::string("broadcast")))
+        reduce = argv[++i] == std::string("reduce");
+      else if (i + 1 < argc && a == "-p")
+        piece = tcoll::parse_bytes(argv[++i]);
+      else if (i + 1 < argc && a == "-b")
+        lo = tcoll::parse_bytes(argv[++i]);
+      else if (i + 1 < argc && a == "-e")
+        hi = tcoll::parse_bytes(argv[++i]);
+      else if (i + 1 < argc && a == "-r")
+        reps = std::max(1, std::atoi(argv[++i]));
+      else
+        usage = true;
+    } catch (const tcoll::invalid_argument&) { // a size parse_bytes does not read
       usage = true;
-  }
+    }
   if (usage || lo == 0 || (reduce && lo < sizeof(double))) {
     if (rank == 0)
       std::fprintf(stderr, "usage: area_pieces [-o broadcast|reduce] [-p piece] [-c] [-b min] "

@@ -275,14 +275,24 @@ void in_segment_allreduce(Area& a, const T* sendbuf, T* recvbuf, std::size_t cou
   }
 }
 
+/// The bytes of a piece on area `a` for a knob of `piece_bytes` (the broadcast's and the
+/// reduce's): whole cache lines, at most the bulk buffer, where every rank has a CPU of its
+/// own; the bulk buffer's size where ranks share CPUs, since every hand-over then waits for a
+/// switch of process. The same answer on every rank.
+template <segment_area Area>
+std::size_t piece_bytes_on(const Area& a, std::size_t piece_bytes) {
+  return a.ranks_have_cpus()
+             ? std::max<std::size_t>(64, std::min(a.bulk_capacity(), piece_bytes / 64 * 64))
+             : a.bulk_capacity();
+}
+
 /// Whether the reduce on area `a` goes in pieces (`in_segment::reduce_piece_bytes`), and of
 /// how many bytes each (0: it does not); the same answer on every rank.
 template <segment_area Area>
 std::size_t reduce_piece_bytes_on(const Area& a, const in_segment& algo) {
   if (algo.reduce_piece_bytes == 0) return 0;
-  if (!a.ranks_have_cpus()) return a.bulk_capacity();
-  if (a.size() > algo.reduce_in_pieces_up_to_ranks) return 0;
-  return std::max<std::size_t>(64, std::min(a.bulk_capacity(), algo.reduce_piece_bytes / 64 * 64));
+  if (a.ranks_have_cpus() && a.size() > algo.reduce_in_pieces_up_to_ranks) return 0;
+  return piece_bytes_on(a, algo.reduce_piece_bytes);
 }
 
 /// The in-segment reduce to `root` in pieces of `piece_bytes` on area `a`, for data larger
@@ -350,12 +360,8 @@ void in_segment_broadcast(Area& a, T* buffer, std::size_t count, int root,
       a.read_lines(root, n, sig, data, bytes);
     return;
   }
-  // pieces overlap the root's copy with the others' where each rank runs on a CPU of its
-  // own; where ranks share CPUs every piece's hand-over costs a switch of process
-  const std::size_t piece =
-      a.ranks_have_cpus()
-          ? std::max<std::size_t>(64, std::min(a.bulk_capacity(), piece_bytes / 64 * 64))
-          : a.bulk_capacity();
+  // pieces overlap the root's copy with the others'
+  const std::size_t piece = piece_bytes_on(a, piece_bytes);
   for (std::size_t lo = 0; lo < bytes; lo += piece) {
     const std::size_t m = std::min(piece, bytes - lo);
     const std::uint64_t n = s.next(is_root);

@@ -207,16 +207,13 @@ struct shared_memory_choice {
   /// `ranks_have_cpus` (broadcast, reduce): every rank of the node may have a CPU of its own
   /// (the same answer on every rank: `shm_transport::ranks_have_cpus(ranks)`).
   algorithm_id choose_broadcast(std::size_t bytes, int ranks, bool ranks_have_cpus = false) const {
-    const std::size_t up_to = ranks > 2         ? broadcast_in_segment_up_to_bytes_many
-                              : ranks_have_cpus ? broadcast_in_segment_up_to_bytes_own_cpus
-                                                : broadcast_in_segment_up_to_bytes;
-    return bytes <= up_to ? algorithm_id::in_segment : algorithm_id::binomial_tree;
+    return area_or_tree(bytes, ranks, ranks_have_cpus, broadcast_in_segment_up_to_bytes,
+                        broadcast_in_segment_up_to_bytes_own_cpus,
+                        broadcast_in_segment_up_to_bytes_many);
   }
   algorithm_id choose_reduce(std::size_t bytes, int ranks, bool ranks_have_cpus = false) const {
-    const std::size_t up_to = ranks > 2         ? reduce_in_segment_up_to_bytes_many
-                              : ranks_have_cpus ? reduce_in_segment_up_to_bytes_own_cpus
-                                                : reduce_in_segment_up_to_bytes;
-    return bytes <= up_to ? algorithm_id::in_segment : algorithm_id::binomial_tree;
+    return area_or_tree(bytes, ranks, ranks_have_cpus, reduce_in_segment_up_to_bytes,
+                        reduce_in_segment_up_to_bytes_own_cpus, reduce_in_segment_up_to_bytes_many);
   }
   algorithm_id choose_allgather(std::size_t bytes) const {
     return bytes <= allgather_in_segment_up_to_bytes ? algorithm_id::in_segment
@@ -225,6 +222,15 @@ struct shared_memory_choice {
   algorithm_id choose_reduce_scatter(std::size_t bytes) const {
     return bytes <= reduce_scatter_in_segment_up_to_bytes ? algorithm_id::in_segment
                                                           : algorithm_id::ring;
+  }
+
+private:
+  /// Broadcast and reduce: the area up to the bound for `ranks` (2 sharing CPUs, 2 with a
+  /// CPU each, more), the binomial tree above.
+  static algorithm_id area_or_tree(std::size_t bytes, int ranks, bool ranks_have_cpus,
+                                   std::size_t two, std::size_t two_own_cpus, std::size_t many) {
+    const std::size_t up_to = ranks > 2 ? many : ranks_have_cpus ? two_own_cpus : two;
+    return bytes <= up_to ? algorithm_id::in_segment : algorithm_id::binomial_tree;
   }
 };
 
